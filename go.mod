@@ -1,0 +1,3 @@
+module github.com/fusednorm/fusednorm
+
+go 1.26

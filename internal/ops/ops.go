@@ -1,0 +1,182 @@
+// Package ops holds the backend-facing description of both operations: validated,
+// shape-resolved problems over raw typed storage. The root package builds these from the
+// public API after every check of SPEC.md has passed; a backend only computes.
+package ops
+
+import (
+	"context"
+	"unsafe"
+
+	"github.com/fusednorm/fusednorm/internal/plan"
+)
+
+// DType is an element type of tensor storage.
+type DType uint8
+
+// The element types the library knows.
+const (
+	Invalid DType = iota
+	F32
+	F16
+	BF16
+	I32
+)
+
+// String returns the dtype's name as the manifests spell it.
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "float32"
+	case F16:
+		return "float16"
+	case BF16:
+		return "bfloat16"
+	case I32:
+		return "int32"
+	}
+	return "invalid"
+}
+
+// Size is the element size in bytes.
+func (d DType) Size() int {
+	switch d {
+	case F32, I32:
+		return 4
+	case F16, BF16:
+		return 2
+	}
+	return 0
+}
+
+// Is16 reports whether d is a 16-bit float type stored as raw bits.
+func (d DType) Is16() bool { return d == F16 || d == BF16 }
+
+// Buf is a typed view of tensor storage. Exactly one slice is set, chosen by DType:
+// F32 uses F32, F16 and BF16 use U16 (raw bits), I32 uses I32. A zero Buf means "absent".
+type Buf struct {
+	DType DType
+	F32   []float32
+	U16   []uint16
+	I32   []int32
+}
+
+// Len is the element count.
+func (b Buf) Len() int {
+	switch b.DType {
+	case F32:
+		return len(b.F32)
+	case F16, BF16:
+		return len(b.U16)
+	case I32:
+		return len(b.I32)
+	}
+	return 0
+}
+
+// Present reports whether the buffer was given.
+func (b Buf) Present() bool { return b.DType != Invalid }
+
+// Bytes views the storage as bytes, without copying (little-endian hosts only, which is
+// every platform Go supports that also runs Dawn).
+func (b Buf) Bytes() []byte {
+	switch b.DType {
+	case F32:
+		if len(b.F32) == 0 {
+			return nil
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(&b.F32[0])), len(b.F32)*4)
+	case F16, BF16:
+		if len(b.U16) == 0 {
+			return nil
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(&b.U16[0])), len(b.U16)*2)
+	case I32:
+		if len(b.I32) == 0 {
+			return nil
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(&b.I32[0])), len(b.I32)*4)
+	}
+	return nil
+}
+
+// MaskRule selects how mask_index is derived from the mask (SPEC A.4).
+type MaskRule uint8
+
+const (
+	// MaskFirstZero: index of the first zero in the row, else S (HF kernel card, ORT CUDA).
+	MaskFirstZero MaskRule = iota
+	// MaskCountOnes: number of entries equal to 1 (ORT CPU, DirectML).
+	MaskCountOnes
+)
+
+// EmbedWeights are the bound, validated weights of an EmbedLayerNorm op.
+type EmbedWeights struct {
+	DType   DType // F32 or F16
+	H       int   // hidden size
+	V, P, G int   // rows of the word, position and segment tables (G = 0: no segment table)
+	Word    Buf   // (V, H)
+	Pos     Buf   // (P, H)
+	Seg     Buf   // (G, H); absent when G == 0
+	Gamma   Buf   // (H)
+	Beta    Buf   // (H)
+	Epsilon float32
+	Rule    MaskRule
+}
+
+// EmbedInputs are the validated per-call inputs. Every id is already known to be in range.
+type EmbedInputs struct {
+	B, S     int
+	IDs      []int32 // (B, S)
+	SegIDs   []int32 // (B, S) or nil: then segment row 0 is used when a segment table exists
+	Mask     []int32 // (B, S) or nil
+	PosIDs   []int32 // (PosBatch, S) or nil: then position s
+	PosBatch int     // 1 or B when PosIDs is set
+}
+
+// EmbedOutputs are caller- or library-allocated, already shape-checked outputs.
+type EmbedOutputs struct {
+	Out       Buf     // (B, S, H), weights' dtype
+	MaskIndex []int32 // (B) or nil when not wanted
+	Sum       Buf     // (B, S, H) or absent when not wanted
+}
+
+// AddLN is one validated AddLayerNorm call: N rows of D elements.
+type AddLN struct {
+	N, D     int
+	X1, X2   Buf // (N, D)
+	Gamma    Buf // (D)
+	Beta     Buf // (D)
+	Bias     Buf // (D), (N, D) when BiasFull, or absent
+	BiasFull bool
+	Epsilon  float32
+
+	Y    Buf       // (N, D), OutT
+	Mean []float32 // (N)
+	Rstd []float32 // (N)
+	X    Buf       // (N, D), OutT, or absent when additional_output is false
+}
+
+// PreparedEmbed is an EmbedLayerNorm op with its weights bound to a backend (resident on
+// the device for GPU backends). Safe for concurrent Run calls.
+type PreparedEmbed interface {
+	Run(ctx context.Context, in *EmbedInputs, out *EmbedOutputs) error
+	Close() error
+}
+
+// Info says what a backend is and why it was chosen.
+type Info struct {
+	Name    string // "cpu" or "dawn"
+	Device  string // adapter or CPU model
+	Detail  string // ISA level, driver, contraction profile
+	Profile plan.Contraction
+}
+
+// Backend computes both ops. Implementations: cpu.Backend and dawn.Backend.
+type Backend interface {
+	Info() Info
+	// Plan returns the reduction plan this backend uses for a row of h elements.
+	Plan(h int) plan.Plan
+	PrepareEmbed(w *EmbedWeights) (PreparedEmbed, error)
+	AddLayerNorm(ctx context.Context, a *AddLN) error
+	Close() error
+}
