@@ -1,0 +1,158 @@
+package fusednorm
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/fusednorm/fusednorm/cpu"
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
+)
+
+// Backend is what computes the ops: the CPU (package cpu) or Dawn (package dawn). The
+// engine picks one at Open; Engine.Info says which and why.
+type Backend = ops.Backend
+
+// Backend names accepted by WithBackend and FUSEDNORM_BACKEND.
+const (
+	BackendAuto = "auto" // Dawn when the library loads and a real adapter exists, else CPU
+	BackendCPU  = "cpu"
+	BackendDawn = "dawn"
+)
+
+// EnvBackend is the environment variable consulted when no WithBackend option is given.
+const EnvBackend = "FUSEDNORM_BACKEND"
+
+// EnvDawnLib names the Dawn library to load, before the built-in search list.
+const EnvDawnLib = "FUSEDNORM_DAWN_LIB"
+
+// Option configures Open.
+type Option func(*config)
+
+type config struct {
+	backend string
+	dawnLib string
+	threads int
+	profile *plan.Contraction
+	inject  func(site string) error
+}
+
+// WithBackend picks the backend: "auto", "cpu" or "dawn". It overrides FUSEDNORM_BACKEND.
+func WithBackend(name string) Option { return func(c *config) { c.backend = name } }
+
+// WithDawnLibrary sets the path of the Dawn shared library to load first.
+func WithDawnLibrary(path string) Option { return func(c *config) { c.dawnLib = path } }
+
+// WithThreads bounds the goroutines one CPU call uses (default GOMAXPROCS).
+func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
+
+// WithContraction makes the CPU backend mirror a GPU's contraction profile (SPEC §C.4), so
+// its results are bit-identical to that GPU's. Ignored by the Dawn backend, which detects
+// its own.
+func WithContraction(p plan.Contraction) Option { return func(c *config) { c.profile = &p } }
+
+// WithFaultInjection installs a hook the Dawn backend calls at each place the device can
+// fail; a non-nil return is treated as that failure. For tests of error paths.
+func WithFaultInjection(hook func(site string) error) Option {
+	return func(c *config) { c.inject = hook }
+}
+
+// Info says which backend an engine runs and why it was chosen.
+type Info struct {
+	Backend string           // "cpu" or "dawn"
+	Device  string           // CPU model or GPU adapter line
+	Detail  string           // kernel level, threads, contraction profile, driver
+	Reason  string           // why this backend: the option, the env var, or the auto fallback cause
+	Profile plan.Contraction // contraction profile of the reduction plan
+}
+
+// String is a one-line summary for logs.
+func (i Info) String() string {
+	return fmt.Sprintf("%s on %s [%s] (%s)", i.Backend, i.Device, i.Detail, i.Reason)
+}
+
+// Engine runs the ops on one backend. It is safe for concurrent use.
+type Engine struct {
+	be     Backend
+	reason string
+	mu     sync.RWMutex
+	closed bool
+}
+
+// Open chooses a backend: the WithBackend option, else FUSEDNORM_BACKEND, else auto (Dawn
+// when it loads and finds a real adapter, else the CPU, with the cause recorded in Info).
+func Open(opts ...Option) (*Engine, error) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	name, source := c.backend, "option"
+	if name == "" {
+		name, source = os.Getenv(EnvBackend), EnvBackend
+	}
+	if name == "" {
+		name, source = BackendAuto, "default"
+	}
+	name = strings.ToLower(strings.TrimSpace(name))
+	if c.dawnLib == "" {
+		c.dawnLib = os.Getenv(EnvDawnLib)
+	}
+	switch name {
+	case BackendCPU:
+		return &Engine{be: newCPU(&c), reason: "cpu requested by " + source}, nil
+	case BackendDawn:
+		be, err := openDawn(&c)
+		if err != nil {
+			return nil, fmt.Errorf("fusednorm: Open: dawn requested by %s: %w", source, err)
+		}
+		return &Engine{be: be, reason: "dawn requested by " + source}, nil
+	case BackendAuto:
+		be, err := openDawn(&c)
+		if err != nil {
+			return &Engine{be: newCPU(&c), reason: "auto: dawn unavailable: " + err.Error()}, nil
+		}
+		return &Engine{be: be, reason: "auto: dawn loaded"}, nil
+	}
+	return nil, fmt.Errorf("fusednorm: Open: backend %q (from %s) is not one of auto, cpu, dawn: %w",
+		name, source, ErrInvalidArgument)
+}
+
+func newCPU(c *config) Backend {
+	o := cpu.Options{Threads: c.threads}
+	if c.profile != nil {
+		o.Profile = *c.profile
+	}
+	return cpu.New(o)
+}
+
+// Info says what runs.
+func (e *Engine) Info() Info {
+	bi := e.be.Info()
+	return Info{Backend: bi.Name, Device: bi.Device, Detail: bi.Detail, Reason: e.reason, Profile: bi.Profile}
+}
+
+// Plan returns the reduction plan the engine's backend uses for rows of h elements (h ≥ 1).
+func (e *Engine) Plan(h int) plan.Plan { return e.be.Plan(h) }
+
+// Close releases the backend; prepared ops of the engine stop working.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	return e.be.Close()
+}
+
+// use holds the engine open for the duration of a call.
+func (e *Engine) use() (release func(), err error) {
+	e.mu.RLock()
+	if e.closed {
+		e.mu.RUnlock()
+		return nil, fmt.Errorf("fusednorm: engine: %w", ErrClosed)
+	}
+	return e.mu.RUnlock, nil
+}

@@ -1,0 +1,63 @@
+// Package cpu is the CPU backend: the reduction plan of SPEC.md §C.4 in Go, with SIMD
+// kernels chosen at run time where the processor has them. It gives the bits a GPU running
+// the same plan gives, and is the fallback where there is no GPU.
+//
+// # Thread safety
+//
+// A Backend and the ops it prepares are safe for concurrent use. Large calls are split over
+// rows across up to Options.Threads goroutines (GOMAXPROCS by default).
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
+)
+
+// Options configure a CPU backend.
+type Options struct {
+	// Profile is the contraction profile to mirror: unfused alone, or the profile a GPU
+	// backend detected when the CPU serves as its bit-exact reference.
+	Profile plan.Contraction
+	// Threads bounds the goroutines one call uses; 0 means GOMAXPROCS.
+	Threads int
+}
+
+// Backend is the CPU implementation of both ops.
+type Backend struct {
+	opts Options
+}
+
+// New returns a CPU backend.
+func New(opts Options) *Backend { return &Backend{opts: opts} }
+
+// Info names the backend, the processor and the kernel level in use.
+func (b *Backend) Info() ops.Info {
+	return ops.Info{
+		Name:    "cpu",
+		Device:  cpuid.CPU.BrandName,
+		Detail:  fmt.Sprintf("kernels %s, threads %d, profile %s", Level(), b.threads(), b.opts.Profile),
+		Profile: b.opts.Profile,
+	}
+}
+
+func (b *Backend) threads() int {
+	if b.opts.Threads > 0 {
+		return b.opts.Threads
+	}
+	return 0
+}
+
+// Plan is the reduction plan for rows of h elements under this backend's profile.
+func (b *Backend) Plan(h int) plan.Plan { return plan.For(h, b.opts.Profile) }
+
+// Close releases nothing: the CPU backend holds no resources.
+func (b *Backend) Close() error { return nil }
+
+// Level names the kernel set in use ("go" until SIMD kernels are selected).
+func Level() string { return level }
+
+var level = "go"

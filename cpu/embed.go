@@ -1,0 +1,197 @@
+package cpu
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
+)
+
+// Gather-and-sum kernels for one token (SPEC §A.3 addition orders); SIMD builds replace them.
+var (
+	// embedSumF32 writes x = (w + p) + g, or w + p when g is nil.
+	embedSumF32 = embedSumF32Go
+	// embedSumF16 writes the staged f16 sum rnd16(rnd16(w + g) + p) (rnd16(w + p) without g)
+	// as float32 into x and as binary16 bits into bits.
+	embedSumF16 = embedSumF16Go
+)
+
+func embedSumF32Go(x, w, p, g []float32) {
+	w = w[:len(x)]
+	p = p[:len(x)]
+	if g == nil {
+		for i := range x {
+			x[i] = w[i] + p[i]
+		}
+		return
+	}
+	g = g[:len(x)]
+	for i := range x {
+		x[i] = (w[i] + p[i]) + g[i]
+	}
+}
+
+func embedSumF16Go(x []float32, bits []uint16, w, p, g []uint16) {
+	t := f16Table()
+	w = w[:len(x)]
+	p = p[:len(x)]
+	bits = bits[:len(x)]
+	if g == nil {
+		for i := range x {
+			h := F32ToF16(t[w[i]] + t[p[i]])
+			bits[i], x[i] = h, t[h]
+		}
+		return
+	}
+	g = g[:len(x)]
+	for i := range x {
+		h := F32ToF16(t[F32ToF16(t[w[i]]+t[g[i]])] + t[p[i]])
+		bits[i], x[i] = h, t[h]
+	}
+}
+
+// embedOp is an EmbedLayerNorm op bound to the CPU. It keeps references to the caller's
+// tables (no copy) and gamma/beta widened to float32 once.
+type embedOp struct {
+	be          *Backend
+	w           ops.EmbedWeights
+	gamma, beta []float32
+	plan        plan.Plan
+	closed      atomic.Bool
+}
+
+// PrepareEmbed binds the weights. The tables must not change while the op is in use.
+func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
+	op := &embedOp{be: b, w: *w, plan: b.Plan(w.H)}
+	op.gamma = widen(w.Gamma)
+	op.beta = widen(w.Beta)
+	return op, nil
+}
+
+// widen returns a float32 copy (or the slice itself for f32) of a 1-D weight.
+func widen(b ops.Buf) []float32 {
+	switch b.DType {
+	case ops.F32:
+		return b.F32
+	case ops.F16:
+		out := make([]float32, len(b.U16))
+		widenF16(out, b.U16)
+		return out
+	case ops.BF16:
+		out := make([]float32, len(b.U16))
+		widenBF16(out, b.U16)
+		return out
+	}
+	return nil
+}
+
+func (op *embedOp) Close() error { op.closed.Store(true); return nil }
+
+func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
+	if op.closed.Load() {
+		return ops.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	H := op.w.H
+	forRows(in.B*in.S, H, op.plan.W, op.be.opts.Threads, func(lo, hi int, sc *scratch) {
+		for t := lo; t < hi; t++ {
+			op.token(t, in, out, sc)
+		}
+	})
+	if out.MaskIndex != nil {
+		maskIndex(out.MaskIndex, in.Mask, in.B, in.S, op.w.Rule)
+	}
+	return nil
+}
+
+// token computes one output row.
+func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *scratch) {
+	w := &op.w
+	H := w.H
+	s := t % in.S
+	wi := int(in.IDs[t])
+	pi := s
+	if in.PosIDs != nil {
+		if in.PosBatch == 1 {
+			pi = int(in.PosIDs[s])
+		} else {
+			pi = int(in.PosIDs[t])
+		}
+	}
+	gi := -1
+	if w.G > 0 {
+		gi = 0
+		if in.SegIDs != nil {
+			gi = int(in.SegIDs[t])
+		}
+	}
+	x := sc.x[:H]
+	row := t * H
+	switch w.DType {
+	case ops.F32:
+		var g []float32
+		if gi >= 0 {
+			g = w.Seg.F32[gi*H : gi*H+H]
+		}
+		embedSumF32(x, w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H], g)
+		if out.Sum.Present() {
+			copy(out.Sum.F32[row:row+H], x)
+		}
+		mean, rstd := rowStats(&op.plan, x, sc.part, w.Epsilon)
+		normalize(&op.plan, out.Out.F32[row:row+H], x, op.gamma, op.beta, mean, rstd)
+	case ops.F16:
+		var g []uint16
+		if gi >= 0 {
+			g = w.Seg.U16[gi*H : gi*H+H]
+		}
+		bits := sumBits(out, row, H, sc)
+		embedSumF16(x, bits, w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H], g)
+		mean, rstd := rowStats(&op.plan, x, sc.part, w.Epsilon)
+		y := sc.y[:H]
+		normalize(&op.plan, y, x, op.gamma, op.beta, mean, rstd)
+		narrowF16(out.Out.U16[row:row+H], y)
+	}
+}
+
+// sumBits is where the f16 sum of a row goes: the embedding_sum output when wanted, else
+// scratch (the kernel writes the bits either way).
+func sumBits(out *ops.EmbedOutputs, row, h int, sc *scratch) []uint16 {
+	if out.Sum.Present() {
+		return out.Sum.U16[row : row+h]
+	}
+	if cap(sc.bits) < h {
+		sc.bits = make([]uint16, h)
+	}
+	return sc.bits[:h]
+}
+
+// maskIndex fills mask_index[b] by the rule; zeros when there is no mask (SPEC A.4).
+func maskIndex(dst, mask []int32, B, S int, rule ops.MaskRule) {
+	for b := 0; b < B; b++ {
+		if mask == nil {
+			dst[b] = 0
+			continue
+		}
+		row := mask[b*S : b*S+S]
+		var v int32
+		if rule == ops.MaskCountOnes {
+			for _, m := range row {
+				if m == 1 {
+					v++
+				}
+			}
+		} else {
+			v = int32(S)
+			for s, m := range row {
+				if m == 0 {
+					v = int32(s)
+					break
+				}
+			}
+		}
+		dst[b] = v
+	}
+}

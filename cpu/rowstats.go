@@ -1,0 +1,100 @@
+package cpu
+
+import (
+	"github.com/fusednorm/fusednorm/internal/plan"
+)
+
+// The hot loops of the plan (SPEC §C.4). Each has a pure-Go body here; SIMD builds replace
+// the function values at init with kernels that give the same bits.
+var (
+	// accumulate adds x into the W partials in the plan's order: part[k] += x[c·W+k].
+	accumulate = accumulateGo
+	// accumulateSqDev adds (x−mean)² into the partials, unfused: part[k] += f32(d·d).
+	accumulateSqDev = accumulateSqDevGo
+	// accumulateSqDevFMA is the fused variant: part[k] = fma(d, d, part[k]).
+	accumulateSqDevFMA = accumulateSqDevFMAGo
+	// affine writes y = f32((x−mean)·rstd)·gamma + beta, unfused.
+	affine = affineGo
+	// affineFMA writes y = fma((x−mean)·rstd, gamma, beta).
+	affineFMA = affineFMAGo
+)
+
+func accumulateGo(part, x []float32) {
+	w := len(part)
+	for base := 0; base < len(x); base += w {
+		c := x[base:min(base+w, len(x))]
+		p := part[:len(c)]
+		for k, v := range c {
+			p[k] += v
+		}
+	}
+}
+
+func accumulateSqDevGo(part, x []float32, mean float32) {
+	w := len(part)
+	for base := 0; base < len(x); base += w {
+		c := x[base:min(base+w, len(x))]
+		p := part[:len(c)]
+		for k, v := range c {
+			d := v - mean
+			p[k] += float32(d * d)
+		}
+	}
+}
+
+func accumulateSqDevFMAGo(part, x []float32, mean float32) {
+	w := len(part)
+	for base := 0; base < len(x); base += w {
+		c := x[base:min(base+w, len(x))]
+		p := part[:len(c)]
+		for k, v := range c {
+			d := v - mean
+			p[k] = plan.FMA32(d, d, p[k])
+		}
+	}
+}
+
+func affineGo(y, x, gamma, beta []float32, mean, rstd float32) {
+	x = x[:len(y)]
+	gamma = gamma[:len(y)]
+	beta = beta[:len(y)]
+	for i, v := range x {
+		n := float32((v - mean) * rstd)
+		y[i] = float32(n*gamma[i]) + beta[i]
+	}
+}
+
+func affineFMAGo(y, x, gamma, beta []float32, mean, rstd float32) {
+	x = x[:len(y)]
+	gamma = gamma[:len(y)]
+	beta = beta[:len(y)]
+	for i, v := range x {
+		n := float32((v - mean) * rstd)
+		y[i] = plan.FMA32(n, gamma[i], beta[i])
+	}
+}
+
+// rowStats returns mean and rstd of x under plan p; part is scratch of p.W elements.
+func rowStats(p *plan.Plan, x, part []float32, eps float32) (mean, rstd float32) {
+	part = part[:p.W]
+	clear(part)
+	accumulate(part, x)
+	mean = p.Tree(part) * p.InvH
+	clear(part)
+	if p.Profile.FuseVariance {
+		accumulateSqDevFMA(part, x, mean)
+	} else {
+		accumulateSqDev(part, x, mean)
+	}
+	variance := p.Tree(part) * p.InvH
+	return mean, plan.Rstd(variance + eps)
+}
+
+// normalize writes the affine step under the plan's profile.
+func normalize(p *plan.Plan, y, x, gamma, beta []float32, mean, rstd float32) {
+	if p.Profile.FuseAffine {
+		affineFMA(y, x, gamma, beta, mean, rstd)
+	} else {
+		affine(y, x, gamma, beta, mean, rstd)
+	}
+}

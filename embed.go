@@ -1,0 +1,367 @@
+package fusednorm
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+const opEmbed = "EmbedLayerNorm"
+
+// EmbedWeights are the bound tensors of an EmbedLayerNorm op (SPEC A.1). All five share one
+// dtype, Float32 or Float16. Segment is optional.
+type EmbedWeights struct {
+	Word     Tensor // word_embedding (V, H)
+	Position Tensor // position_embedding (P, H)
+	Segment  Tensor // segment_embedding (G, H), optional
+	Gamma    Tensor // gamma (H)
+	Beta     Tensor // beta (H)
+}
+
+// EmbedInputs are the per-call inputs; all int32. Only InputIDs is required.
+type EmbedInputs struct {
+	InputIDs    Tensor // input_ids (B, S)
+	SegmentIDs  Tensor // segment_ids (B, S); needs a segment table
+	Mask        Tensor // mask (B, S); any values
+	PositionIDs Tensor // position_ids (B, S) or (1, S); default position s
+}
+
+// EmbedOutputs receives the results. A zero field is allocated when the output is wanted
+// (Output always; MaskIndex and EmbeddingSum when their Want flag is set); a field the
+// caller sets is checked against the contract and written in place, and counts as wanted.
+type EmbedOutputs struct {
+	Output       Tensor // output (B, S, H), the weights' dtype
+	MaskIndex    Tensor // mask_index (B), int32
+	EmbeddingSum Tensor // embedding_sum (B, S, H), the weights' dtype
+
+	WantMaskIndex    bool
+	WantEmbeddingSum bool
+}
+
+// EmbedLayerNorm is a prepared EmbedLayerNormalization op: weights bound once (resident on
+// the device for GPU backends), run many times. Safe for concurrent use.
+type EmbedLayerNorm struct {
+	eng  *Engine
+	w    ops.EmbedWeights
+	prep ops.PreparedEmbed
+}
+
+// NewEmbedLayerNorm validates and binds the weights. Options: Epsilon (default 1e-12) and
+// WithMaskRule. The weight tensors must not be modified while the op is in use.
+func (e *Engine) NewEmbedLayerNorm(w EmbedWeights, opts ...OpOption) (*EmbedLayerNorm, error) {
+	release, err := e.use()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	c := newOpConfig(DefaultEmbedEpsilon, opts)
+	ow, err := checkEmbedWeights(&w, &c)
+	if err != nil {
+		return nil, err
+	}
+	prep, err := e.be.PrepareEmbed(ow)
+	if err != nil {
+		return nil, fmt.Errorf("fusednorm: %s: prepare on %s: %w", opEmbed, e.be.Info().Name, err)
+	}
+	return &EmbedLayerNorm{eng: e, w: *ow, prep: prep}, nil
+}
+
+// Close releases the op's device resources.
+func (op *EmbedLayerNorm) Close() error { return op.prep.Close() }
+
+// Run validates the inputs (shapes, then every id against its table) and computes the
+// outputs. On error no output has been written.
+func (op *EmbedLayerNorm) Run(ctx context.Context, in EmbedInputs, out *EmbedOutputs) error {
+	if out == nil {
+		return &ArgError{Op: opEmbed, Tensor: "outputs", Rule: "outputs must not be nil"}
+	}
+	if err := checkEmbedInputShapes(&in); err != nil {
+		return err
+	}
+	return op.run(ctx, &in, out)
+}
+
+func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOutputs) error {
+	release, err := op.eng.use()
+	if err != nil {
+		return err
+	}
+	defer release()
+	oin, err := checkEmbedInputs(in, &op.w)
+	if err != nil {
+		return err
+	}
+	oout, err := embedOutputs(out, oin, &op.w)
+	if err != nil {
+		return err
+	}
+	if err := op.prep.Run(ctx, oin, oout); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+	}
+	return nil
+}
+
+// EmbedLayerNormOnce binds the weights, runs once and releases them: for one-off calls. It
+// checks in SPEC A.2's order (input shapes before weights).
+func (e *Engine) EmbedLayerNormOnce(ctx context.Context, w EmbedWeights, in EmbedInputs, out *EmbedOutputs, opts ...OpOption) error {
+	if out == nil {
+		return &ArgError{Op: opEmbed, Tensor: "outputs", Rule: "outputs must not be nil"}
+	}
+	if err := checkEmbedInputShapes(&in); err != nil {
+		return err
+	}
+	op, err := e.NewEmbedLayerNorm(w, opts...)
+	if err != nil {
+		return err
+	}
+	defer op.Close()
+	return op.run(ctx, &in, out)
+}
+
+func argErr(op, tensor, format string, a ...any) error {
+	return &ArgError{Op: op, Tensor: tensor, Rule: fmt.Sprintf(format, a...)}
+}
+
+// checkTensor verifies a given tensor is well formed: its data length matches its shape.
+func checkTensor(op, name string, t *Tensor) error {
+	if t.IsZero() {
+		return nil
+	}
+	n, ok := numel(t.shape)
+	if !ok {
+		return argErr(op, name, "shape %v has a negative or too large dimension", t.shape)
+	}
+	if t.Len() != n {
+		return argErr(op, name, "data has %d elements, shape %v needs %d", t.Len(), t.shape, n)
+	}
+	return nil
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// checkEmbedInputShapes is SPEC A.2 rules 1–4: the input-side shape rules that ORT checks
+// before the weights.
+func checkEmbedInputShapes(in *EmbedInputs) error {
+	for _, t := range []struct {
+		name string
+		t    *Tensor
+	}{{"input_ids", &in.InputIDs}, {"segment_ids", &in.SegmentIDs}, {"mask", &in.Mask}, {"position_ids", &in.PositionIDs}} {
+		if err := checkTensor(opEmbed, t.name, t.t); err != nil {
+			return err
+		}
+	}
+	if in.InputIDs.IsZero() {
+		return argErr(opEmbed, "input_ids", "input_ids is required")
+	}
+	ids := in.InputIDs.shape
+	if p := in.PositionIDs; !p.IsZero() {
+		if len(p.shape) != 2 {
+			return argErr(opEmbed, "position_ids", "position_ids is expected to have 2 dimensions, got %d", len(p.shape))
+		}
+		if len(ids) == 2 { // else rule 4 reports input_ids
+			if p.shape[1] != ids[1] {
+				return argErr(opEmbed, "position_ids", "input_ids and position_ids shall have same sequence_length")
+			}
+			if p.shape[0] != 1 && p.shape[0] != ids[0] {
+				return argErr(opEmbed, "position_ids", "position_ids's first dimension shall be 1 or batch_size")
+			}
+		}
+	}
+	if s := in.SegmentIDs; !s.IsZero() && !sameShape(s.shape, ids) {
+		return argErr(opEmbed, "segment_ids", "Input 0 and 1 shall have same shape")
+	}
+	if m := in.Mask; !m.IsZero() && !sameShape(m.shape, ids) {
+		return argErr(opEmbed, "mask", "Input 0 and 7 (mask) shall have same shape")
+	}
+	if len(ids) != 2 {
+		return argErr(opEmbed, "input_ids", "input_ids is expected to have 2 dimensions, got %d", len(ids))
+	}
+	return nil
+}
+
+// checkEmbedWeights is SPEC A.2 rules 5–12 (the weight side) and the dtype rules of 11.
+func checkEmbedWeights(w *EmbedWeights, c *opConfig) (*ops.EmbedWeights, error) {
+	for _, t := range []struct {
+		name string
+		t    *Tensor
+	}{{"word_embedding", &w.Word}, {"position_embedding", &w.Position}, {"segment_embedding", &w.Segment}, {"gamma", &w.Gamma}, {"beta", &w.Beta}} {
+		if t.t.IsZero() && t.name != "segment_embedding" {
+			return nil, argErr(opEmbed, t.name, "%s is required", t.name)
+		}
+		if err := checkTensor(opEmbed, t.name, t.t); err != nil {
+			return nil, err
+		}
+	}
+	if r := len(w.Word.shape); r != 2 {
+		return nil, argErr(opEmbed, "word_embedding", "word_embedding is expected to have 2 dimensions, got %d", r)
+	}
+	if r := len(w.Position.shape); r != 2 {
+		return nil, argErr(opEmbed, "position_embedding", "position_embedding is expected to have 2 dimensions, got %d", r)
+	}
+	H := w.Word.shape[1]
+	if s := w.Segment; !s.IsZero() {
+		if len(s.shape) != 2 {
+			return nil, argErr(opEmbed, "segment_embedding", "segment_embedding is expected to have 2 dimensions, got %d", len(s.shape))
+		}
+		if s.shape[1] != H {
+			return nil, argErr(opEmbed, "segment_embedding", "word_embedding and segment_embedding shall have same dimension 1")
+		}
+	}
+	if w.Position.shape[1] != H {
+		return nil, argErr(opEmbed, "position_embedding", "word_embedding and position_embedding shall have same dimension 1")
+	}
+	for _, g := range []struct {
+		name string
+		t    *Tensor
+	}{{"gamma", &w.Gamma}, {"beta", &w.Beta}} {
+		if r := len(g.t.shape); r != 1 {
+			return nil, argErr(opEmbed, g.name, "%s is expected to have 1 dimensions, got %d", g.name, r)
+		}
+		if n := g.t.shape[0]; n != H {
+			return nil, argErr(opEmbed, g.name, "%s is expected to have size of H, got %d", g.name, n)
+		}
+	}
+	if H == 0 {
+		return nil, argErr(opEmbed, "word_embedding", "word_embedding hidden size must be > 0")
+	}
+	if w.Word.shape[0] == 0 {
+		return nil, argErr(opEmbed, "word_embedding", "word_embedding table is empty")
+	}
+	if w.Position.shape[0] == 0 {
+		return nil, argErr(opEmbed, "position_embedding", "position_embedding table is empty")
+	}
+	dt := w.Word.DType()
+	if dt != Float32 && dt != Float16 {
+		return nil, argErr(opEmbed, "word_embedding", "type error: dtype %v is not float32 or float16", dt)
+	}
+	for _, t := range []struct {
+		name string
+		t    *Tensor
+	}{{"position_embedding", &w.Position}, {"segment_embedding", &w.Segment}, {"gamma", &w.Gamma}, {"beta", &w.Beta}} {
+		if !t.t.IsZero() && t.t.DType() != dt {
+			return nil, argErr(opEmbed, t.name, "type error: dtype %v differs from word_embedding's %v", t.t.DType(), dt)
+		}
+	}
+	if e := c.eps; e < 0 || math.IsNaN(float64(e)) {
+		return nil, argErr(opEmbed, "epsilon", "epsilon must be >= 0, got %g", e)
+	}
+	ow := &ops.EmbedWeights{
+		DType: dt, H: H, V: w.Word.shape[0], P: w.Position.shape[0],
+		Word: w.Word.buf, Pos: w.Position.buf, Gamma: w.Gamma.buf, Beta: w.Beta.buf,
+		Epsilon: c.eps, Rule: c.rule,
+	}
+	if !w.Segment.IsZero() {
+		ow.G, ow.Seg = w.Segment.shape[0], w.Segment.buf
+	}
+	return ow, nil
+}
+
+// checkEmbedInputs is the rest of SPEC A.2 once weights are bound: rule 11's input parts
+// (segment pairing, empty batch/sequence, int32 ids) and the data-dependent rules 13–16.
+func checkEmbedInputs(in *EmbedInputs, w *ops.EmbedWeights) (*ops.EmbedInputs, error) {
+	if !in.SegmentIDs.IsZero() && !w.Seg.Present() {
+		return nil, argErr(opEmbed, "segment_ids", "segment_ids requires segment_embedding")
+	}
+	B, S := in.InputIDs.shape[0], in.InputIDs.shape[1]
+	if B == 0 || S == 0 {
+		return nil, argErr(opEmbed, "input_ids", "batch and sequence dimensions must be non-empty, got (%d, %d)", B, S)
+	}
+	for _, t := range []struct {
+		name string
+		t    *Tensor
+	}{{"input_ids", &in.InputIDs}, {"segment_ids", &in.SegmentIDs}, {"mask", &in.Mask}, {"position_ids", &in.PositionIDs}} {
+		if !t.t.IsZero() && t.t.DType() != Int32 {
+			return nil, argErr(opEmbed, t.name, "type error: %s must be int32, got %v", t.name, t.t.DType())
+		}
+	}
+	oin := &ops.EmbedInputs{B: B, S: S, IDs: in.InputIDs.buf.I32}
+	if err := idsInRange(in.InputIDs.buf.I32, w.V, "input_ids", "word_embedding"); err != nil {
+		return nil, err
+	}
+	if p := in.PositionIDs; !p.IsZero() {
+		oin.PosIDs, oin.PosBatch = p.buf.I32, p.shape[0]
+		if err := idsInRange(p.buf.I32, w.P, "position_ids", "position_embedding"); err != nil {
+			return nil, err
+		}
+	} else if S > w.P {
+		return nil, argErr(opEmbed, "position_ids", "input index out of range: position_ids is absent and sequence length %d exceeds position_embedding rows %d", S, w.P)
+	}
+	if s := in.SegmentIDs; !s.IsZero() {
+		oin.SegIDs = s.buf.I32
+		if err := idsInRange(s.buf.I32, w.G, "segment_ids", "segment_embedding"); err != nil {
+			return nil, err
+		}
+	} else if w.Seg.Present() && w.G == 0 {
+		return nil, argErr(opEmbed, "segment_embedding", "segment_embedding has no rows; row 0 is used when segment_ids is absent")
+	}
+	if m := in.Mask; !m.IsZero() {
+		oin.Mask = m.buf.I32
+	}
+	return oin, nil
+}
+
+func idsInRange(ids []int32, n int, name, table string) error {
+	for i, id := range ids {
+		if id < 0 || int(id) >= n {
+			return argErr(opEmbed, name, "input index out of range: %s[%d] = %d, %s has %d rows", name, i, id, table, n)
+		}
+	}
+	return nil
+}
+
+// embedOutputs checks caller outputs and allocates the missing wanted ones.
+func embedOutputs(out *EmbedOutputs, in *ops.EmbedInputs, w *ops.EmbedWeights) (*ops.EmbedOutputs, error) {
+	full := []int{in.B, in.S, w.H}
+	o := &ops.EmbedOutputs{}
+	var err error
+	if o.Out, err = outputBuf(opEmbed, "output", &out.Output, w.DType, full, true); err != nil {
+		return nil, err
+	}
+	var mi ops.Buf
+	if mi, err = outputBuf(opEmbed, "mask_index", &out.MaskIndex, Int32, []int{in.B}, out.WantMaskIndex); err != nil {
+		return nil, err
+	}
+	o.MaskIndex = mi.I32
+	if o.Sum, err = outputBuf(opEmbed, "embedding_sum", &out.EmbeddingSum, w.DType, full, out.WantEmbeddingSum); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// outputBuf checks a caller tensor against the contract, or allocates it when wanted and
+// absent. It returns a zero Buf when the output is neither given nor wanted.
+func outputBuf(op, name string, t *Tensor, dt DType, shape []int, want bool) (ops.Buf, error) {
+	if t.IsZero() {
+		if !want {
+			return ops.Buf{}, nil
+		}
+		nt, err := NewTensor(dt, shape...)
+		if err != nil {
+			return ops.Buf{}, argErr(op, name, "cannot allocate shape %v", shape)
+		}
+		*t = nt
+		return nt.buf, nil
+	}
+	if err := checkTensor(op, name, t); err != nil {
+		return ops.Buf{}, err
+	}
+	if t.DType() != dt {
+		return ops.Buf{}, argErr(op, name, "%s must be %v, got %v", name, dt, t.DType())
+	}
+	if !sameShape(t.shape, shape) {
+		return ops.Buf{}, argErr(op, name, "%s must have shape %v, got %v", name, shape, t.shape)
+	}
+	return t.buf, nil
+}

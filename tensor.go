@@ -1,0 +1,168 @@
+package fusednorm
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/x448/float16"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+// DType is a tensor element type.
+type DType = ops.DType
+
+// The element types. Float16 and BFloat16 are stored as raw 16-bit patterns.
+const (
+	Float32  DType = ops.F32
+	Float16  DType = ops.F16
+	BFloat16 DType = ops.BF16
+	Int32    DType = ops.I32
+)
+
+// Tensor is a dense, row-major tensor that wraps caller memory without copying. The zero
+// Tensor means "absent" for optional inputs and "allocate for me" for outputs.
+type Tensor struct {
+	shape []int
+	buf   ops.Buf
+}
+
+// FromFloat32 wraps data as a float32 tensor of the given shape.
+func FromFloat32(data []float32, shape ...int) Tensor {
+	return Tensor{shape: shape, buf: ops.Buf{DType: ops.F32, F32: nonNil(data)}}
+}
+
+// FromFloat16 wraps data as a float16 tensor of the given shape.
+func FromFloat16(data []float16.Float16, shape ...int) Tensor {
+	var bits []uint16
+	if len(data) > 0 {
+		bits = unsafe.Slice((*uint16)(unsafe.Pointer(&data[0])), len(data))
+	}
+	return Tensor{shape: shape, buf: ops.Buf{DType: ops.F16, U16: nonNil(bits)}}
+}
+
+// FromFloat16Bits wraps raw binary16 bit patterns as a float16 tensor.
+func FromFloat16Bits(bits []uint16, shape ...int) Tensor {
+	return Tensor{shape: shape, buf: ops.Buf{DType: ops.F16, U16: nonNil(bits)}}
+}
+
+// FromBFloat16Bits wraps raw bfloat16 bit patterns (the top half of a float32) as a tensor.
+func FromBFloat16Bits(bits []uint16, shape ...int) Tensor {
+	return Tensor{shape: shape, buf: ops.Buf{DType: ops.BF16, U16: nonNil(bits)}}
+}
+
+// FromInt32 wraps data as an int32 tensor of the given shape.
+func FromInt32(data []int32, shape ...int) Tensor {
+	return Tensor{shape: shape, buf: ops.Buf{DType: ops.I32, I32: nonNil(data)}}
+}
+
+// nonNil keeps an empty-but-given slice distinguishable from an absent tensor.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// NewTensor allocates a zeroed tensor of the dtype and shape. It returns an error for a
+// negative dimension or an element count that does not fit in memory.
+func NewTensor(dt DType, shape ...int) (Tensor, error) {
+	n, ok := numel(shape)
+	if !ok {
+		return Tensor{}, fmt.Errorf("fusednorm: NewTensor: shape %v: %w", shape, ErrInvalidArgument)
+	}
+	t := Tensor{shape: append([]int(nil), shape...)}
+	t.buf.DType = dt
+	switch dt {
+	case Float32:
+		t.buf.F32 = make([]float32, n)
+	case Float16, BFloat16:
+		t.buf.U16 = make([]uint16, n)
+	case Int32:
+		t.buf.I32 = make([]int32, n)
+	default:
+		return Tensor{}, fmt.Errorf("fusednorm: NewTensor: dtype %v: %w", dt, ErrInvalidArgument)
+	}
+	return t, nil
+}
+
+// IsZero reports whether t is the zero Tensor (absent).
+func (t Tensor) IsZero() bool { return t.buf.DType == ops.Invalid }
+
+// DType is the element type.
+func (t Tensor) DType() DType { return t.buf.DType }
+
+// Shape returns the dimensions (the caller must not modify the slice).
+func (t Tensor) Shape() []int { return t.shape }
+
+// Len is the number of elements of the backing data.
+func (t Tensor) Len() int { return t.buf.Len() }
+
+// Float32s returns the data of a float32 tensor (nil for other dtypes).
+func (t Tensor) Float32s() []float32 { return t.buf.F32 }
+
+// Float16s returns the data of a float16 tensor (nil for other dtypes).
+func (t Tensor) Float16s() []float16.Float16 {
+	if t.buf.DType != ops.F16 || len(t.buf.U16) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float16.Float16)(unsafe.Pointer(&t.buf.U16[0])), len(t.buf.U16))
+}
+
+// Bits16 returns the raw 16-bit patterns of a float16 or bfloat16 tensor.
+func (t Tensor) Bits16() []uint16 { return t.buf.U16 }
+
+// Int32s returns the data of an int32 tensor (nil for other dtypes).
+func (t Tensor) Int32s() []int32 { return t.buf.I32 }
+
+// At returns element i widened to float64, for any dtype (tests and tools).
+func (t Tensor) At(i int) float64 {
+	switch t.buf.DType {
+	case ops.F32:
+		return float64(t.buf.F32[i])
+	case ops.F16:
+		return float64(float16.Frombits(t.buf.U16[i]).Float32())
+	case ops.BF16:
+		return float64(bf16ToF32(t.buf.U16[i]))
+	case ops.I32:
+		return float64(t.buf.I32[i])
+	}
+	return 0
+}
+
+// String describes the tensor, e.g. "float32(8, 512, 768)".
+func (t Tensor) String() string {
+	if t.IsZero() {
+		return "absent"
+	}
+	s := t.buf.DType.String() + "("
+	for i, d := range t.shape {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprint(d)
+	}
+	return s + ")"
+}
+
+func bf16ToF32(b uint16) float32 {
+	return float32frombits(uint32(b) << 16)
+}
+
+func float32frombits(u uint32) float32 { return *(*float32)(unsafe.Pointer(&u)) }
+
+// numel is the product of the dims; ok is false for a negative dim or overflow.
+func numel(shape []int) (n int, ok bool) {
+	n = 1
+	const limit = 1 << 46 // far beyond any memory; keeps products from overflowing int
+	for _, d := range shape {
+		if d < 0 {
+			return 0, false
+		}
+		if d != 0 && n > limit/d {
+			return 0, false
+		}
+		n *= d
+	}
+	return n, true
+}
