@@ -32,11 +32,12 @@ const EnvDawnLib = "FUSEDNORM_DAWN_LIB"
 type Option func(*config)
 
 type config struct {
-	backend string
-	dawnLib string
-	threads int
-	profile *plan.Contraction
-	inject  func(site string) error
+	backend  string
+	dawnLib  string
+	threads  int
+	cpuLevel string
+	profile  *plan.Contraction
+	inject   func(site string) error
 }
 
 // WithBackend picks the backend: "auto", "cpu" or "dawn". It overrides FUSEDNORM_BACKEND.
@@ -47,6 +48,10 @@ func WithDawnLibrary(path string) Option { return func(c *config) { c.dawnLib = 
 
 // WithThreads bounds the goroutines one CPU call uses (default GOMAXPROCS).
 func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
+
+// WithCPULevel caps the CPU kernels at a level: "go" (the pure-Go twins) or a SIMD level
+// the processor has ("avx2"); empty means the best available.
+func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = level } }
 
 // WithContraction makes the CPU backend mirror a GPU's contraction profile (SPEC §C.4), so
 // its results are bit-identical to that GPU's. Ignored by the Dawn backend, which detects
@@ -64,6 +69,7 @@ type Info struct {
 	Backend string           // "cpu" or "dawn"
 	Device  string           // CPU model or GPU adapter line
 	Detail  string           // kernel level, threads, contraction profile, driver
+	Level   string           // CPU kernel level ("go", "avx2"); empty on a GPU
 	Reason  string           // why this backend: the option, the env var, or the auto fallback cause
 	Profile plan.Contraction // contraction profile of the reduction plan
 }
@@ -101,7 +107,11 @@ func Open(opts ...Option) (*Engine, error) {
 	}
 	switch name {
 	case BackendCPU:
-		return &Engine{be: newCPU(&c), reason: "cpu requested by " + source}, nil
+		be, err := newCPU(&c)
+		if err != nil {
+			return nil, err
+		}
+		return &Engine{be: be, reason: "cpu requested by " + source}, nil
 	case BackendDawn:
 		be, err := openDawn(&c)
 		if err != nil {
@@ -111,7 +121,11 @@ func Open(opts ...Option) (*Engine, error) {
 	case BackendAuto:
 		be, err := openDawn(&c)
 		if err != nil {
-			return &Engine{be: newCPU(&c), reason: "auto: dawn unavailable: " + err.Error()}, nil
+			cb, cerr := newCPU(&c)
+			if cerr != nil {
+				return nil, cerr
+			}
+			return &Engine{be: cb, reason: "auto: dawn unavailable: " + err.Error()}, nil
 		}
 		return &Engine{be: be, reason: "auto: dawn loaded"}, nil
 	}
@@ -119,18 +133,22 @@ func Open(opts ...Option) (*Engine, error) {
 		name, source, ErrInvalidArgument)
 }
 
-func newCPU(c *config) Backend {
-	o := cpu.Options{Threads: c.threads}
+func newCPU(c *config) (Backend, error) {
+	o := cpu.Options{Threads: c.threads, Level: c.cpuLevel}
 	if c.profile != nil {
 		o.Profile = *c.profile
 	}
-	return cpu.New(o)
+	be, err := cpu.New(o)
+	if err != nil {
+		return nil, fmt.Errorf("fusednorm: Open: %w", err)
+	}
+	return be, nil
 }
 
 // Info says what runs.
 func (e *Engine) Info() Info {
 	bi := e.be.Info()
-	return Info{Backend: bi.Name, Device: bi.Device, Detail: bi.Detail, Reason: e.reason, Profile: bi.Profile}
+	return Info{Backend: bi.Name, Device: bi.Device, Detail: bi.Detail, Level: bi.Level, Reason: e.reason, Profile: bi.Profile}
 }
 
 // Plan returns the reduction plan the engine's backend uses for rows of h elements (h ≥ 1).

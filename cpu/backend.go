@@ -10,6 +10,7 @@ package cpu
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/klauspost/cpuid/v2"
 
@@ -24,6 +25,8 @@ type Options struct {
 	Profile plan.Contraction
 	// Threads bounds the goroutines one call uses; 0 means GOMAXPROCS.
 	Threads int
+	// Level caps the kernels: "go" (pure Go) or a SIMD level the processor has; "" = best.
+	Level string
 }
 
 // Backend is the CPU implementation of both ops.
@@ -31,8 +34,14 @@ type Backend struct {
 	opts Options
 }
 
-// New returns a CPU backend.
-func New(opts Options) *Backend { return &Backend{opts: opts} }
+// New returns a CPU backend, or an error wrapping ops.ErrUnavailable for a level this
+// processor or build does not have.
+func New(opts Options) (*Backend, error) {
+	if opts.Level != "" && opts.Level != "go" && opts.Level != level {
+		return nil, fmt.Errorf("cpu: kernel level %q is not available (have go, %s): %w", opts.Level, level, ops.ErrUnavailable)
+	}
+	return &Backend{opts: opts}, nil
+}
 
 // Info names the backend, the processor and the kernel level in use.
 func (b *Backend) Info() ops.Info {
@@ -40,6 +49,7 @@ func (b *Backend) Info() ops.Info {
 		Name:    "cpu",
 		Device:  cpuid.CPU.BrandName,
 		Detail:  fmt.Sprintf("kernels %s, threads %d, profile %s", Level(), b.threads(), b.opts.Profile),
+		Level:   Level(),
 		Profile: b.opts.Profile,
 	}
 }
@@ -48,7 +58,7 @@ func (b *Backend) threads() int {
 	if b.opts.Threads > 0 {
 		return b.opts.Threads
 	}
-	return 0
+	return runtime.GOMAXPROCS(0)
 }
 
 // Plan is the reduction plan for rows of h elements under this backend's profile.

@@ -168,6 +168,7 @@ type Info struct {
 	Name    string // "cpu" or "dawn"
 	Device  string // adapter or CPU model
 	Detail  string // ISA level, driver, contraction profile
+	Level   string // CPU kernel level ("go", "avx2", …); empty for GPU backends
 	Profile plan.Contraction
 }
 

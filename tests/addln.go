@@ -1,0 +1,228 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	fn "github.com/fusednorm/fusednorm"
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/reference"
+	"github.com/fusednorm/fusednorm/shaders"
+)
+
+const addKernel = "ascend.AddLayerNorm"
+
+// addInputs builds a case's inputs for one dtype row (x1, x2, gamma=beta); bias gets OutT.
+func addInputs(c *caseJSON, row []string) map[string]fn.Tensor {
+	x1t, x2t, gt := dtypeOf(row[0]), dtypeOf(row[1]), dtypeOf(row[2])
+	outT := fn.Float32
+	if x1t == x2t {
+		outT = x1t
+	}
+	dts := map[string]fn.DType{"x1T": x1t, "x2T": x2t, "gammaT": gt, "betaT": gt, "biasT": outT}
+	in := map[string]fn.Tensor{}
+	if c.Generate == nil {
+		for k, tj := range c.Inputs {
+			in[k] = makeTensor(dts[k], tj.Shape, tj.Data)
+		}
+		return in
+	}
+	g := c.Generate
+	var shape []int
+	for _, d := range g["shape"].([]any) {
+		shape = append(shape, int(d.(float64)))
+	}
+	gr := intAttr(g, "gammaRank")
+	r := rng(g["seed"].(float64))
+	n, d := 1, 1
+	for i, v := range shape {
+		if i < len(shape)-gr {
+			n *= v
+		} else {
+			d *= v
+		}
+	}
+	gshape := shape[len(shape)-gr:]
+	in["x1T"] = makeTensor(x1t, shape, uniform(r, n*d, -1.5, 2.5))
+	in["x2T"] = makeTensor(x2t, shape, uniform(r, n*d, -1, 1))
+	gamma := uniform(r, d, 0.5, 1.5)
+	for i := range gamma {
+		if r.IntN(4) == 0 {
+			gamma[i] = -gamma[i]
+		}
+	}
+	in["gammaT"] = makeTensor(gt, gshape, gamma)
+	in["betaT"] = makeTensor(gt, gshape, uniform(r, d, -0.2, 0.2))
+	switch strAttr(g, "bias") {
+	case "gamma":
+		in["biasT"] = makeTensor(outT, gshape, uniform(r, d, -0.3, 0.3))
+	case "full":
+		in["biasT"] = makeTensor(outT, shape, uniform(r, n*d, -0.3, 0.3))
+	}
+	return in
+}
+
+// addOps rebuilds the validated op struct (with fresh outputs) for the references.
+func addOps(in map[string]fn.Tensor, attrs map[string]any, outT fn.DType) (*ops.AddLN, map[string]fn.Tensor) {
+	x1, g := in["x1T"], in["gammaT"]
+	d, n := g.Len(), x1.Len()/g.Len()
+	a := &ops.AddLN{N: n, D: d, X1: bufOf(x1), X2: bufOf(in["x2T"]), Gamma: bufOf(g), Beta: bufOf(in["betaT"]), Epsilon: fn.DefaultAddEpsilon}
+	if b, ok := in["biasT"]; ok {
+		a.Bias, a.BiasFull = bufOf(b), b.Len() == n*d && n > 1
+	}
+	if e, ok := attrs["epsilon"].(float64); ok {
+		a.Epsilon = float32(e)
+	}
+	y, _ := fn.NewTensor(outT, n, d)
+	x, _ := fn.NewTensor(outT, n, d)
+	mean, _ := fn.NewTensor(fn.Float32, n)
+	rstd, _ := fn.NewTensor(fn.Float32, n)
+	a.Y, a.X, a.Mean, a.Rstd = bufOf(y), bufOf(x), mean.Float32s(), rstd.Float32s()
+	return a, map[string]fn.Tensor{"yT": y, "xT": x, "meanT": mean, "rstdT": rstd}
+}
+
+func (s *Suite) addCases(t *testing.T) {
+	f, err := loadCases(shaders.OpAddLayerNorm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := s.Engine.GetKernel(addKernel, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range f.Cases {
+		c := &f.Cases[i]
+		for _, row := range c.DTypeRows {
+			t.Run(c.Name+"/"+strings.Join(row, ","), func(t *testing.T) { s.addCase(t, k, c, row) })
+		}
+	}
+}
+
+func (s *Suite) addCase(t *testing.T, k *fn.Kernel, c *caseJSON, row []string) {
+	ctx := context.Background()
+	in := addInputs(c, row)
+	attrs := caseAttrs(c, nil)
+	if c.Outputs != nil { // caller-allocated outputs of the wrong shape: the typed API
+		var out fn.AddLayerNormOutputs
+		for key, shape := range c.Outputs {
+			tt, _ := fn.NewTensor(fn.Float32, shape...)
+			switch key {
+			case "yT":
+				out.Y = tt
+			case "meanT":
+				out.Mean = tt
+			case "rstdT":
+				out.Rstd = tt
+			}
+		}
+		before := map[string]fn.Tensor{"y": clone(out.Y), "mean": clone(out.Mean), "rstd": clone(out.Rstd)}
+		err := s.Engine.AddLayerNorm(ctx, fn.AddLayerNormInputs{X1: in["x1T"], X2: in["x2T"], Gamma: in["gammaT"], Beta: in["betaT"], Bias: in["biasT"]}, &out)
+		checkArgError(t, err, c.Error.Tensor, c.Error.Rule)
+		for name, o := range map[string]fn.Tensor{"y": out.Y, "mean": out.Mean, "rstd": out.Rstd} {
+			if !o.IsZero() && ulpDiff(o, before[name], 1, nil) != 0 {
+				t.Errorf("failed call wrote %s", name)
+			}
+		}
+		return
+	}
+	got, err := k.Run(ctx, in, attrs)
+	if c.Error != nil {
+		checkArgError(t, err, c.Error.Tensor, c.Error.Rule)
+		return
+	}
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	additional, _ := attrs["additional_output"].(bool)
+	if _, ok := got["xT"]; ok != additional {
+		t.Errorf("x present = %v, additional_output = %v", ok, additional)
+	}
+	for _, key := range c.Absent {
+		if _, ok := got[key]; ok {
+			t.Errorf("output %s should be absent", key)
+		}
+	}
+	y := got["yT"]
+	outT := y.DType()
+	a, ref := addOps(in, attrs, outT)
+	reference.AddLayerNorm(a)
+	D := a.D
+	if ms := got["meanT"].Shape(); c.MeanShape != nil && !slices.Equal(ms, c.MeanShape) {
+		t.Errorf("mean shape %v, want %v", ms, c.MeanShape)
+	}
+	if !slices.Equal(got["meanT"].Shape(), got["rstdT"].Shape()) {
+		t.Errorf("mean shape %v, rstd shape %v", got["meanT"].Shape(), got["rstdT"].Shape())
+	}
+	if c.FiniteY {
+		for _, key := range []string{"yT", "meanT", "rstdT"} {
+			for i, v := range values(got[key]) {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Fatalf("%s[%d] = %g: statistics must use the f32 sum (SPEC B.6)", key, i, v)
+				}
+			}
+		}
+		if outT == fn.Float16 && !math.IsInf(got["xT"].At(0), 1) {
+			t.Errorf("x[0] = %g, want +Inf (f16 overflow)", got["xT"].At(0))
+		}
+		return
+	}
+
+	gmax := maxAbs(in["gammaT"])
+	allowY := func(_ int, r float64) float64 { return tol(outT, r, gmax, D) }
+	allowStat := func(_ int, r float64) float64 { return 1e-6 + 2e-5*math.Abs(r) }
+	// float64 reference over the same f32 sums.
+	y64 := make([]float64, a.N*D)
+	m64 := make([]float64, a.N)
+	r64 := make([]float64, a.N)
+	for r := 0; r < a.N; r++ {
+		sum := reference.AddRow(a, r)
+		m, rs, yr := reference.Stats64(sum, a.Epsilon, func(i int) float32 { return reference.At(a.Gamma, i) }, func(i int) float32 { return reference.At(a.Beta, i) })
+		m64[r], r64[r] = m, rs
+		copy(y64[r*D:], yr)
+	}
+	checkClose(t, "y vs float64 reference", y, y64, allowY, nil)
+	checkClose(t, "y vs sequential reference", y, values(ref["yT"]), allowY, nil)
+	checkClose(t, "mean vs float64 reference", got["meanT"], m64, allowStat, nil)
+	checkClose(t, "rstd vs float64 reference", got["rstdT"], r64, allowStat, nil)
+	if x, ok := got["xT"]; ok {
+		checkExact(t, "x", x, values(ref["xT"]))
+	}
+	if len(c.Expect) > 0 && row[0] == "float32" && row[1] == "float32" && row[2] == "float32" {
+		var m map[string][]float64
+		if err := json.Unmarshal(c.Expect, &m); err != nil {
+			t.Fatal(err)
+		}
+		exps, err := parseExpect(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range exps {
+			g, ok := got[e.key]
+			if !ok {
+				t.Errorf("expected output %s is absent", e.key)
+				continue
+			}
+			g, r := slice(g, e.lo, e.hi), slice(ref[e.key], e.lo, e.hi)
+			switch e.key {
+			case "yT":
+				checkClose(t, "y vs test.json", g, e.vals, allowY, nil)
+			case "xT":
+				checkExact(t, "x vs test.json", g, e.vals)
+			default:
+				checkClose(t, e.key+" vs test.json", g, e.vals, allowStat, nil)
+			}
+			checkExact(t, "sequential reference "+e.key+" vs test.json", r, e.vals)
+		}
+	}
+	s.crossCheck(t, "AddLayerNorm", outT, got, D, nil, func(e *fn.Engine) (map[string]fn.Tensor, error) {
+		rk, err := e.GetKernel(addKernel, 1)
+		if err != nil {
+			return nil, err
+		}
+		return rk.Run(ctx, in, attrs)
+	})
+}
