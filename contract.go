@@ -117,8 +117,10 @@ type manifest struct {
 	} `json:"attributes"`
 }
 
+func contractJSON(folder string) ([]byte, error) { return shaders.ContractFile(folder, "manifest.json") }
+
 func loadManifest(c *opContract) (*manifest, error) {
-	b, err := shaders.ContractFile(c.Folder, "manifest.json")
+	b, err := contractJSON(c.Folder)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,27 @@
+// Package fusednorm runs two fused normalization ops of transformer inference:
+// EmbedLayerNormalization (ONNX Runtime's com.microsoft contrib op: gather word, position and
+// optional segment embedding rows per token, add them, layer-normalize; optional mask_index
+// and embedding_sum outputs) and AddLayerNorm (Huawei Ascend's: x = x1 + x2 (+ bias), layer
+// norm over the trailing dims of gamma, with mean and rstd). Semantics follow SPEC.md.
+//
+// # Backends
+//
+// Open picks one at run time: the WithBackend option, else FUSEDNORM_BACKEND, else "auto" —
+// Dawn (WGSL compute shaders on native WebGPU, loaded with dlopen) when the library loads and
+// a real adapter exists, otherwise the CPU. Engine.Info says which runs and why. Both follow
+// one reduction plan (internal/plan, SPEC §C.4), so the CPU reproduces a GPU's results bit
+// for bit once it mirrors that GPU's contraction profile (WithContraction).
+//
+// # Thread safety
+//
+// An Engine and the ops it prepares are safe for concurrent use. Tensors wrap caller memory
+// without copying: do not modify inputs or read outputs while a call runs, and do not modify
+// an EmbedLayerNorm's weights while the op is alive.
+//
+// # Errors
+//
+// Every error wraps a sentinel for errors.Is: ErrInvalidArgument (a contract rule was broken;
+// the error is an *ArgError naming the tensor and the rule), ErrUnavailable, ErrNotSupported,
+// ErrDevice, ErrClosed. All checks, including every id against its table, run before any
+// output is written: a failed call leaves outputs untouched.
+package fusednorm
