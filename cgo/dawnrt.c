@@ -1,0 +1,724 @@
+/* dawnrt: see dawnrt.h. C99 plus POSIX dlopen. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include "dawnrt.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* The one layout measured against the library itself (README): wgpuAdapterGetLimits writes 152 bytes. */
+typedef char drt_limits_is_152_bytes[sizeof(WGPULimits) == 152 ? 1 : -1];
+
+#define DRT_SCOPE_WAIT_NS 30000000000ull /* pops and creates resolve at once; this only bounds a hang */
+
+static void fmt(char *dst, size_t cap, const char *format, ...) {
+    va_list ap;
+    if (dst == NULL || cap == 0) return;
+    va_start(ap, format);
+    vsnprintf(dst, cap, format, ap);
+    va_end(ap);
+}
+
+static void append(char *dst, size_t cap, const char *format, ...) {
+    va_list ap;
+    size_t used;
+    if (dst == NULL || cap == 0) return;
+    used = strlen(dst);
+    if (used + 1 >= cap) return;
+    va_start(ap, format);
+    vsnprintf(dst + used, cap - used, format, ap);
+    va_end(ap);
+}
+
+static WGPUStringView sv(const char *s) {
+    WGPUStringView v;
+    v.data = s;
+    v.length = WGPU_GEN_STRLEN; /* NULL data with STRLEN is Dawn's "no string" */
+    return v;
+}
+
+static void copy_sv(char *dst, size_t cap, WGPUStringView v) {
+    size_t n;
+    if (cap == 0) return;
+    if (v.data == NULL) {
+        dst[0] = 0;
+        return;
+    }
+    n = v.length == WGPU_GEN_STRLEN ? strlen(v.data) : v.length;
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, v.data, n);
+    dst[n] = 0;
+}
+
+static const char *error_type_name(uint32_t t) {
+    switch (t) {
+    case WGPUErrorType_Validation: return "validation error";
+    case WGPUErrorType_OutOfMemory: return "out of memory";
+    case WGPUErrorType_Internal: return "internal error";
+    default: return "unknown error";
+    }
+}
+
+/* ---- loading ---------------------------------------------------------------------------- */
+
+int drt_load(const char *const *candidates, int n, drt_lib *lib, char *report, size_t cap) {
+    int i;
+    if (report && cap) report[0] = 0;
+    for (i = 0; i < n; i++) {
+        const char *c = candidates[i];
+        void *h;
+        const char *missing = NULL;
+        drt_procs p;
+        struct stat st;
+        if (strchr(c, '/') != NULL && stat(c, &st) != 0) {
+            append(report, cap, "%s: no such file\n", c);
+            continue;
+        }
+        h = dlopen(c, RTLD_NOW | RTLD_LOCAL);
+        if (h == NULL) {
+            const char *e = dlerror();
+            append(report, cap, "%s: %s\n", c, e ? e : "dlopen failed");
+            continue;
+        }
+        memset(&p, 0, sizeof p);
+#define DRT_REQ(name)                                                                                 \
+    if (missing == NULL) {                                                                            \
+        *(void **)(&p.name) = dlsym(h, "wgpu" #name);                                                 \
+        if (p.name == NULL) missing = "wgpu" #name;                                                   \
+    }
+#define DRT_OPT(name) *(void **)(&p.name) = dlsym(h, "wgpu" #name);
+        WGPU_GEN_PROCS(DRT_REQ, DRT_OPT)
+#undef DRT_REQ
+#undef DRT_OPT
+        if (missing != NULL) {
+            append(report, cap, "%s: not a usable Dawn: missing %s\n", c, missing);
+            dlclose(h);
+            continue;
+        }
+        lib->handle = h;
+        lib->p = p;
+        fmt(lib->path, sizeof lib->path, "%s", c);
+        return DRT_OK;
+    }
+    return DRT_EUNAVAILABLE;
+}
+
+/* ---- callbacks: they only write into C memory named by userdata1 ------------------------- */
+
+static void set_status(drt_status *s, uint32_t status, uint32_t type, WGPUStringView msg) {
+    s->status = status;
+    s->type = type;
+    copy_sv(s->msg, sizeof s->msg, msg);
+    s->done = 1;
+}
+
+static void on_adapter(WGPURequestAdapterStatus status, WGPUAdapter adapter, WGPUStringView msg, void *u1,
+                       void *u2) {
+    *(WGPUAdapter *)u2 = adapter;
+    set_status((drt_status *)u1, (uint32_t)status, 0, msg);
+}
+
+static void on_device(WGPURequestDeviceStatus status, WGPUDevice device, WGPUStringView msg, void *u1, void *u2) {
+    *(WGPUDevice *)u2 = device;
+    set_status((drt_status *)u1, (uint32_t)status, 0, msg);
+}
+
+static void on_map(WGPUMapAsyncStatus status, WGPUStringView msg, void *u1, void *u2) {
+    (void)u2;
+    set_status((drt_status *)u1, (uint32_t)status, 0, msg);
+}
+
+static void on_work(WGPUQueueWorkDoneStatus status, WGPUStringView msg, void *u1, void *u2) {
+    (void)u2;
+    set_status((drt_status *)u1, (uint32_t)status, 0, msg);
+}
+
+static void on_pop(WGPUPopErrorScopeStatus status, WGPUErrorType type, WGPUStringView msg, void *u1, void *u2) {
+    (void)u2;
+    set_status((drt_status *)u1, (uint32_t)status, (uint32_t)type, msg);
+}
+
+static void on_lost(WGPUDevice const *device, WGPUDeviceLostReason reason, WGPUStringView msg, void *u1, void *u2) {
+    drt_device *d = (drt_device *)u1;
+    (void)device;
+    (void)u2;
+    d->lost_reason = (uint32_t)reason;
+    copy_sv(d->lost_msg, sizeof d->lost_msg, msg);
+    d->lost = 1;
+}
+
+static void on_uncaptured(WGPUDevice const *device, WGPUErrorType type, WGPUStringView msg, void *u1, void *u2) {
+    drt_device *d = (drt_device *)u1;
+    (void)device;
+    (void)u2;
+    d->uncaptured_type = (uint32_t)type;
+    copy_sv(d->uncaptured_msg, sizeof d->uncaptured_msg, msg);
+    d->uncaptured++;
+}
+
+static WGPUWaitStatus wait_one(drt_device *d, WGPUFuture f, uint64_t timeout_ns) {
+    WGPUFutureWaitInfo w;
+    w.future = f;
+    w.completed = 0;
+    return d->p->InstanceWaitAny(d->instance, 1, &w, timeout_ns);
+}
+
+/* ---- error scopes ------------------------------------------------------------------------ */
+
+static void scopes_push(drt_device *d) {
+    d->p->DevicePushErrorScope(d->device, WGPUErrorFilter_Validation);
+    d->p->DevicePushErrorScope(d->device, WGPUErrorFilter_OutOfMemory);
+    d->p->DevicePushErrorScope(d->device, WGPUErrorFilter_Internal);
+}
+
+static void scopes_pop(drt_device *d, drt_status s[3], WGPUFuture f[3]) {
+    int i;
+    for (i = 0; i < 3; i++) {
+        WGPUPopErrorScopeCallbackInfo ci;
+        memset(&ci, 0, sizeof ci);
+        memset(&s[i], 0, sizeof s[i]);
+        ci.mode = WGPUCallbackMode_WaitAnyOnly;
+        ci.callback = on_pop;
+        ci.userdata1 = &s[i];
+        f[i] = d->p->DevicePopErrorScope(d->device, ci);
+    }
+}
+
+/* The first error among popped scopes, formatted "<what>: <kind>: <message>". */
+static int scopes_error(const drt_status s[3], const char *what, char *err, size_t cap) {
+    int i;
+    /* Validation was pushed first and so popped last; report it first, it explains the others. */
+    for (i = 2; i >= 0; i--) {
+        if (!s[i].done) {
+            fmt(err, cap, "%s: error scope never resolved", what);
+            return DRT_EDEVICE;
+        }
+        if (s[i].status != WGPUPopErrorScopeStatus_Success) {
+            fmt(err, cap, "%s: pop error scope failed: %s", what, s[i].msg);
+            return DRT_EDEVICE;
+        }
+        if (s[i].type != WGPUErrorType_NoError) {
+            fmt(err, cap, "%s: %s: %s", what, error_type_name(s[i].type), s[i].msg);
+            return DRT_EDEVICE;
+        }
+    }
+    return DRT_OK;
+}
+
+static int scopes_pop_wait(drt_device *d, const char *what, char *err, size_t cap) {
+    drt_status s[3];
+    WGPUFuture f[3];
+    int i;
+    scopes_pop(d, s, f);
+    for (i = 0; i < 3; i++) {
+        if (wait_one(d, f[i], DRT_SCOPE_WAIT_NS) != WGPUWaitStatus_Success) {
+            fmt(err, cap, "%s: waiting for the error scope failed", what);
+            return DRT_EDEVICE;
+        }
+    }
+    return scopes_error(s, what, err, cap);
+}
+
+/* ---- device ------------------------------------------------------------------------------ */
+
+static int fail_open(drt_device *d, int code) {
+    drt_close(d);
+    return code;
+}
+
+int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, size_t cap) {
+    WGPUInstanceDescriptor idesc;
+    WGPURequestAdapterOptions ao;
+    WGPURequestAdapterCallbackInfo aci;
+    WGPURequestDeviceCallbackInfo dci;
+    WGPUDeviceDescriptor dd;
+    WGPUAdapterInfo info;
+    WGPULimits al, req;
+    WGPUFeatureName wanted[] = DRT_WANTED_FEATURES, features[8];
+    size_t nf = 0, i;
+    drt_status st;
+    WGPUAdapter adapter = NULL;
+    WGPUDevice device = NULL;
+    WGPUWaitStatus ws;
+
+    memset(d, 0, sizeof *d);
+    d->p = p;
+
+    memset(&idesc, 0, sizeof idesc);
+    idesc.capabilities.timedWaitAnyEnable = 1; /* without it a timed WaitAny is an error */
+    d->instance = p->CreateInstance(&idesc);
+    if (d->instance == NULL) {
+        fmt(err, cap, "wgpuCreateInstance failed");
+        return fail_open(d, DRT_EUNAVAILABLE);
+    }
+
+    /* Ask for Vulkan by name: a default request silently falls back to the Null backend. */
+    memset(&ao, 0, sizeof ao);
+    ao.featureLevel = WGPUFeatureLevel_Core;
+    ao.powerPreference = WGPUPowerPreference_HighPerformance;
+    ao.backendType = WGPUBackendType_Vulkan;
+    memset(&aci, 0, sizeof aci);
+    memset(&st, 0, sizeof st);
+    aci.mode = WGPUCallbackMode_WaitAnyOnly;
+    aci.callback = on_adapter;
+    aci.userdata1 = &st;
+    aci.userdata2 = &adapter;
+    ws = wait_one(d, p->InstanceRequestAdapter(d->instance, &ao, aci), timeout_ns);
+    if (ws != WGPUWaitStatus_Success) {
+        fmt(err, cap, "waiting for a Vulkan adapter: %s",
+            ws == WGPUWaitStatus_TimedOut ? "timed out" : "wait failed");
+        return fail_open(d, DRT_EUNAVAILABLE);
+    }
+    if (st.status != WGPURequestAdapterStatus_Success || adapter == NULL) {
+        fmt(err, cap, "no Vulkan adapter: %s", st.msg[0] ? st.msg : "(no message)");
+        if (adapter) p->AdapterRelease(adapter);
+        return fail_open(d, DRT_EUNAVAILABLE);
+    }
+    d->adapter = adapter;
+
+    memset(&info, 0, sizeof info);
+    if (p->AdapterGetInfo(adapter, &info) != WGPUStatus_Success) {
+        fmt(err, cap, "wgpuAdapterGetInfo failed");
+        return fail_open(d, DRT_EUNAVAILABLE);
+    }
+    copy_sv(d->vendor, sizeof d->vendor, info.vendor);
+    copy_sv(d->architecture, sizeof d->architecture, info.architecture);
+    copy_sv(d->device_name, sizeof d->device_name, info.device);
+    copy_sv(d->description, sizeof d->description, info.description);
+    d->backend_type = (uint32_t)info.backendType;
+    d->adapter_type = (uint32_t)info.adapterType;
+    d->vendor_id = info.vendorID;
+    d->device_id = info.deviceID;
+    d->subgroup_min = info.subgroupMinSize;
+    d->subgroup_max = info.subgroupMaxSize;
+    p->AdapterInfoFreeMembers(info);
+    if (d->backend_type == WGPUBackendType_Null) {
+        fmt(err, cap, "Dawn offered only its Null backend (no usable Vulkan driver)");
+        return fail_open(d, DRT_EUNAVAILABLE);
+    }
+
+    memset(&al, 0, sizeof al);
+    if (p->AdapterGetLimits(adapter, &al) != WGPUStatus_Success) {
+        fmt(err, cap, "wgpuAdapterGetLimits failed");
+        return fail_open(d, DRT_EUNAVAILABLE);
+    }
+    /* Every limit "undefined" (the default), then raise the ones compute work runs into. */
+    memset(&req, 0xFF, sizeof req);
+    req.nextInChain = NULL;
+    req.maxStorageBufferBindingSize = al.maxStorageBufferBindingSize;
+    req.maxUniformBufferBindingSize = al.maxUniformBufferBindingSize;
+    req.maxBufferSize = al.maxBufferSize;
+    req.maxStorageBuffersPerShaderStage = al.maxStorageBuffersPerShaderStage;
+    req.maxUniformBuffersPerShaderStage = al.maxUniformBuffersPerShaderStage;
+    req.maxComputeWorkgroupStorageSize = al.maxComputeWorkgroupStorageSize;
+    req.maxComputeInvocationsPerWorkgroup = al.maxComputeInvocationsPerWorkgroup;
+    req.maxComputeWorkgroupSizeX = al.maxComputeWorkgroupSizeX;
+    req.maxComputeWorkgroupSizeY = al.maxComputeWorkgroupSizeY;
+    req.maxComputeWorkgroupSizeZ = al.maxComputeWorkgroupSizeZ;
+    req.maxComputeWorkgroupsPerDimension = al.maxComputeWorkgroupsPerDimension;
+    req.minStorageBufferOffsetAlignment = al.minStorageBufferOffsetAlignment;
+    req.minUniformBufferOffsetAlignment = al.minUniformBufferOffsetAlignment;
+
+    for (i = 0; i < sizeof wanted / sizeof wanted[0]; i++) {
+        if (p->AdapterHasFeature(adapter, wanted[i])) features[nf++] = wanted[i];
+    }
+
+    memset(&dd, 0, sizeof dd);
+    dd.label = sv("fusednorm");
+    dd.requiredFeatureCount = nf;
+    dd.requiredFeatures = features;
+    dd.requiredLimits = &req;
+    dd.defaultQueue.label = sv(NULL);
+    dd.deviceLostCallbackInfo.mode = WGPUCallbackMode_AllowSpontaneous;
+    dd.deviceLostCallbackInfo.callback = on_lost;
+    dd.deviceLostCallbackInfo.userdata1 = d;
+    dd.uncapturedErrorCallbackInfo.callback = on_uncaptured;
+    dd.uncapturedErrorCallbackInfo.userdata1 = d;
+    memset(&dci, 0, sizeof dci);
+    memset(&st, 0, sizeof st);
+    dci.mode = WGPUCallbackMode_WaitAnyOnly;
+    dci.callback = on_device;
+    dci.userdata1 = &st;
+    dci.userdata2 = &device;
+    ws = wait_one(d, p->AdapterRequestDevice(adapter, &dd, dci), timeout_ns);
+    if (ws != WGPUWaitStatus_Success) {
+        fmt(err, cap, "waiting for the device: %s", ws == WGPUWaitStatus_TimedOut ? "timed out" : "wait failed");
+        return fail_open(d, DRT_EUNAVAILABLE);
+    }
+    if (st.status != WGPURequestDeviceStatus_Success || device == NULL) {
+        fmt(err, cap, "device request failed: %s", st.msg[0] ? st.msg : "(no message)");
+        if (device) p->DeviceRelease(device);
+        return fail_open(d, DRT_EUNAVAILABLE);
+    }
+    d->device = device;
+    d->queue = p->DeviceGetQueue(device);
+    memset(&d->limits, 0, sizeof d->limits);
+    if (p->DeviceGetLimits(device, &d->limits) != WGPUStatus_Success) {
+        fmt(err, cap, "wgpuDeviceGetLimits failed");
+        return fail_open(d, DRT_EUNAVAILABLE);
+    }
+    return DRT_OK;
+}
+
+void drt_close(drt_device *d) {
+    const drt_procs *p = d->p;
+    if (p == NULL) return;
+    if (d->queue) p->QueueRelease(d->queue);
+    if (d->device) {
+        p->DeviceDestroy(d->device);
+        p->DeviceRelease(d->device);
+    }
+    if (d->adapter) p->AdapterRelease(d->adapter);
+    if (d->instance) {
+        p->InstanceProcessEvents(d->instance);
+        p->InstanceRelease(d->instance);
+    }
+    d->queue = NULL;
+    d->device = NULL;
+    d->adapter = NULL;
+    d->instance = NULL;
+}
+
+int drt_has_feature(drt_device *d, uint32_t feature) {
+    return d->p->DeviceHasFeature(d->device, (WGPUFeatureName)feature) ? 1 : 0;
+}
+
+/* ---- buffers ----------------------------------------------------------------------------- */
+
+int drt_create_buffer(drt_device *d, const char *label, uint64_t size, uint64_t usage, WGPUBuffer *out,
+                      char *err, size_t cap) {
+    WGPUBufferDescriptor bd;
+    WGPUBuffer b;
+    char what[320];
+    int rc;
+    memset(&bd, 0, sizeof bd);
+    bd.label = sv(label);
+    bd.usage = (WGPUBufferUsage)usage;
+    bd.size = size;
+    fmt(what, sizeof what, "create buffer %s", label ? label : "");
+    scopes_push(d);
+    b = d->p->DeviceCreateBuffer(d->device, &bd);
+    rc = scopes_pop_wait(d, what, err, cap);
+    if (rc == DRT_OK && b == NULL) {
+        fmt(err, cap, "%s: Dawn returned no buffer", what);
+        rc = DRT_EDEVICE;
+    }
+    if (rc != DRT_OK) {
+        if (b) d->p->BufferRelease(b);
+        return rc;
+    }
+    *out = b;
+    return DRT_OK;
+}
+
+void drt_buffer_release(drt_device *d, WGPUBuffer b) {
+    if (b) d->p->BufferRelease(b);
+}
+
+int drt_write_buffer(drt_device *d, WGPUBuffer b, uint64_t offset, const void *data, size_t n, char *err,
+                     size_t cap) {
+    size_t head = n & ~(size_t)3, tail = n - head;
+    scopes_push(d);
+    if (head > 0) d->p->QueueWriteBuffer(d->queue, b, offset, data, head);
+    if (tail > 0) {
+        uint8_t pad[4] = {0, 0, 0, 0};
+        memcpy(pad, (const uint8_t *)data + head, tail);
+        d->p->QueueWriteBuffer(d->queue, b, offset + head, pad, 4);
+    }
+    return scopes_pop_wait(d, "write buffer", err, cap);
+}
+
+/* ---- pipelines --------------------------------------------------------------------------- */
+
+int drt_create_pipeline(drt_device *d, const char *label, const char *wgsl, size_t wgsl_len, const char *entry,
+                        WGPUComputePipeline *out, WGPUBindGroupLayout *bgl, char *err, size_t cap) {
+    WGPUShaderSourceWGSL src;
+    WGPUShaderModuleDescriptor smd;
+    WGPUComputePipelineDescriptor cpd;
+    WGPUShaderModule sm;
+    WGPUComputePipeline pl;
+    WGPUBindGroupLayout layout;
+    char what[320], ignored[64];
+    int rc;
+
+    memset(&src, 0, sizeof src);
+    src.chain.sType = WGPUSType_ShaderSourceWGSL;
+    src.code.data = wgsl;
+    src.code.length = wgsl_len;
+    memset(&smd, 0, sizeof smd);
+    smd.nextInChain = &src.chain;
+    smd.label = sv(label);
+    memset(&cpd, 0, sizeof cpd);
+    cpd.label = sv(label);
+    cpd.layout = NULL; /* automatic layout from the entry point's bindings */
+    cpd.compute.entryPoint = sv(entry);
+    fmt(what, sizeof what, "compile %s", label ? label : "");
+
+    scopes_push(d);
+    sm = d->p->DeviceCreateShaderModule(d->device, &smd);
+    cpd.compute.module = sm;
+    pl = d->p->DeviceCreateComputePipeline(d->device, &cpd);
+    rc = scopes_pop_wait(d, what, err, cap);
+    if (sm) d->p->ShaderModuleRelease(sm);
+    if (rc == DRT_OK && pl == NULL) {
+        fmt(err, cap, "%s: Dawn returned no pipeline", what);
+        rc = DRT_EDEVICE;
+    }
+    if (rc != DRT_OK) {
+        if (pl) d->p->ComputePipelineRelease(pl);
+        return rc;
+    }
+    /* A shader without bindings has no group 0; that is not an error until Run binds something. */
+    scopes_push(d);
+    layout = d->p->ComputePipelineGetBindGroupLayout(pl, 0);
+    if (scopes_pop_wait(d, "bind group layout", ignored, sizeof ignored) != DRT_OK) {
+        if (layout) d->p->BindGroupLayoutRelease(layout);
+        layout = NULL;
+    }
+    *out = pl;
+    *bgl = layout;
+    return DRT_OK;
+}
+
+void drt_pipeline_release(drt_device *d, WGPUComputePipeline pl, WGPUBindGroupLayout bgl) {
+    if (bgl) d->p->BindGroupLayoutRelease(bgl);
+    if (pl) d->p->ComputePipelineRelease(pl);
+}
+
+int drt_create_query_set(drt_device *d, uint32_t count, WGPUQuerySet *out, char *err, size_t cap) {
+    WGPUQuerySetDescriptor qd;
+    WGPUQuerySet qs;
+    int rc;
+    if (d->p->DeviceCreateQuerySet == NULL || d->p->CommandEncoderResolveQuerySet == NULL ||
+        d->p->QuerySetRelease == NULL) {
+        fmt(err, cap, "create query set: the library lacks query set functions");
+        return DRT_EDEVICE;
+    }
+    memset(&qd, 0, sizeof qd);
+    qd.label = sv("fusednorm timestamps");
+    qd.type = WGPUQueryType_Timestamp;
+    qd.count = count;
+    scopes_push(d);
+    qs = d->p->DeviceCreateQuerySet(d->device, &qd);
+    rc = scopes_pop_wait(d, "create query set", err, cap);
+    if (rc == DRT_OK && qs == NULL) {
+        fmt(err, cap, "create query set: Dawn returned none");
+        rc = DRT_EDEVICE;
+    }
+    if (rc != DRT_OK) {
+        if (qs) d->p->QuerySetRelease(qs);
+        return rc;
+    }
+    *out = qs;
+    return DRT_OK;
+}
+
+void drt_query_set_release(drt_device *d, WGPUQuerySet qs) {
+    if (qs == NULL) return;
+    if (d->p->QuerySetDestroy) d->p->QuerySetDestroy(qs);
+    d->p->QuerySetRelease(qs);
+}
+
+/* ---- dispatch ---------------------------------------------------------------------------- */
+
+drt_ticket *drt_ticket_new(int nreads) {
+    drt_ticket *t = (drt_ticket *)calloc(1, sizeof *t);
+    if (t == NULL) return NULL;
+    t->nreads = nreads;
+    if (nreads > 0) {
+        t->map = (drt_status *)calloc((size_t)nreads, sizeof *t->map);
+        t->map_futures = (WGPUFuture *)calloc((size_t)nreads, sizeof *t->map_futures);
+        if (t->map == NULL || t->map_futures == NULL) {
+            drt_ticket_free(t);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+void drt_ticket_free(drt_ticket *t) {
+    if (t == NULL) return;
+    free(t->map);
+    free(t->map_futures);
+    free(t);
+}
+
+static void add_future(drt_ticket *t, WGPUFuture f, drt_status *s) {
+    t->futures[t->nfutures] = f;
+    t->future_status[t->nfutures] = s;
+    t->nfutures++;
+}
+
+int drt_submit(drt_device *d, drt_ticket *t, WGPUComputePipeline pl, WGPUBindGroupLayout bgl,
+               const drt_binding *binds, int nbinds, uint32_t gx, uint32_t gy, uint32_t gz, const drt_read *reads,
+               const drt_timing *timing, char *err, size_t cap) {
+    const drt_procs *p = d->p;
+    WGPUBindGroupEntry *entries = NULL;
+    WGPUBindGroup bg = NULL;
+    WGPUCommandEncoder enc;
+    WGPUComputePassEncoder pass;
+    WGPUComputePassDescriptor pd;
+    WGPUPassTimestampWrites tw;
+    WGPUCommandBuffer cb;
+    WGPUFuture scope_f[3];
+    int i;
+
+    if (nbinds > 0 && bgl == NULL) {
+        fmt(err, cap, "the pipeline's entry point uses no bind group 0, but %d bindings were given", nbinds);
+        return DRT_EDEVICE;
+    }
+    if (nbinds > 0) {
+        entries = (WGPUBindGroupEntry *)calloc((size_t)nbinds, sizeof *entries);
+        if (entries == NULL) {
+            fmt(err, cap, "out of host memory");
+            return DRT_EDEVICE;
+        }
+    }
+
+    scopes_push(d);
+    if (nbinds > 0) {
+        WGPUBindGroupDescriptor bgd;
+        for (i = 0; i < nbinds; i++) {
+            entries[i].binding = binds[i].binding;
+            entries[i].buffer = binds[i].buffer;
+            entries[i].offset = binds[i].offset;
+            entries[i].size = binds[i].size;
+        }
+        memset(&bgd, 0, sizeof bgd);
+        bgd.label = sv(NULL);
+        bgd.layout = bgl;
+        bgd.entryCount = (size_t)nbinds;
+        bgd.entries = entries;
+        bg = p->DeviceCreateBindGroup(d->device, &bgd);
+    }
+    enc = p->DeviceCreateCommandEncoder(d->device, NULL);
+    memset(&pd, 0, sizeof pd);
+    pd.label = sv(NULL);
+    if (timing != NULL) {
+        memset(&tw, 0, sizeof tw);
+        tw.querySet = timing->query_set;
+        tw.beginningOfPassWriteIndex = 0;
+        tw.endOfPassWriteIndex = 1;
+        pd.timestampWrites = &tw;
+    }
+    pass = p->CommandEncoderBeginComputePass(enc, &pd);
+    p->ComputePassEncoderSetPipeline(pass, pl);
+    if (bg) p->ComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
+    p->ComputePassEncoderDispatchWorkgroups(pass, gx, gy, gz);
+    p->ComputePassEncoderEnd(pass);
+    p->ComputePassEncoderRelease(pass);
+    if (timing != NULL) {
+        p->CommandEncoderResolveQuerySet(enc, timing->query_set, 0, 2, timing->resolve, 0);
+        p->CommandEncoderCopyBufferToBuffer(enc, timing->resolve, 0, timing->staging, 0, 16);
+    }
+    for (i = 0; i < t->nreads; i++) {
+        p->CommandEncoderCopyBufferToBuffer(enc, reads[i].src, reads[i].src_offset, reads[i].staging, 0,
+                                            reads[i].size);
+    }
+    cb = p->CommandEncoderFinish(enc, NULL);
+    p->QueueSubmit(d->queue, 1, &cb);
+    p->CommandBufferRelease(cb);
+    p->CommandEncoderRelease(enc);
+    if (bg) p->BindGroupRelease(bg);
+    free(entries);
+
+    for (i = 0; i < t->nreads; i++) {
+        WGPUBufferMapCallbackInfo mi;
+        memset(&mi, 0, sizeof mi);
+        mi.mode = WGPUCallbackMode_WaitAnyOnly;
+        mi.callback = on_map;
+        mi.userdata1 = &t->map[i];
+        t->map_futures[i] = p->BufferMapAsync(reads[i].staging, WGPUMapMode_Read, 0, (size_t)reads[i].size, mi);
+    }
+    if (timing != NULL) {
+        WGPUBufferMapCallbackInfo mi;
+        memset(&mi, 0, sizeof mi);
+        mi.mode = WGPUCallbackMode_WaitAnyOnly;
+        mi.callback = on_map;
+        mi.userdata1 = &t->ts_map;
+        t->timed = 1;
+        add_future(t, p->BufferMapAsync(timing->staging, WGPUMapMode_Read, 0, 16, mi), &t->ts_map);
+    }
+    if (t->nreads == 0 && timing == NULL) {
+        WGPUQueueWorkDoneCallbackInfo wi;
+        memset(&wi, 0, sizeof wi);
+        wi.mode = WGPUCallbackMode_WaitAnyOnly;
+        wi.callback = on_work;
+        wi.userdata1 = &t->work;
+        add_future(t, p->QueueOnSubmittedWorkDone(d->queue, wi), &t->work);
+    }
+    scopes_pop(d, t->scope, scope_f);
+    for (i = 0; i < 3; i++) add_future(t, scope_f[i], &t->scope[i]);
+    return DRT_OK;
+}
+
+int drt_ticket_wait(drt_device *d, drt_ticket *t, uint64_t timeout_ns, char *err, size_t cap) {
+    int i;
+    for (i = 0; i < t->nfutures + t->nreads; i++) {
+        drt_status *s = i < t->nfutures ? t->future_status[i] : &t->map[i - t->nfutures];
+        WGPUFuture f = i < t->nfutures ? t->futures[i] : t->map_futures[i - t->nfutures];
+        WGPUWaitStatus ws;
+        if (s->done) continue;
+        ws = wait_one(d, f, timeout_ns);
+        if (ws == WGPUWaitStatus_TimedOut) return DRT_ETIMEOUT;
+        if (ws != WGPUWaitStatus_Success) {
+            fmt(err, cap, "wgpuInstanceWaitAny failed (status %u)", (unsigned)ws);
+            return DRT_EDEVICE;
+        }
+    }
+    return DRT_OK;
+}
+
+int drt_ticket_error(const drt_ticket *t, char *err, size_t cap) {
+    int i;
+    if (scopes_error(t->scope, "dispatch", err, cap) != DRT_OK) return DRT_EDEVICE;
+    if (t->nreads == 0 && !t->timed && t->work.status != WGPUQueueWorkDoneStatus_Success) {
+        fmt(err, cap, "queue work done: status %u: %s", (unsigned)t->work.status, t->work.msg);
+        return DRT_EDEVICE;
+    }
+    for (i = 0; i < t->nreads; i++) {
+        if (t->map[i].status != WGPUMapAsyncStatus_Success) {
+            fmt(err, cap, "map readback %d: status %u: %s", i, (unsigned)t->map[i].status, t->map[i].msg);
+            return DRT_EDEVICE;
+        }
+    }
+    if (t->timed && t->ts_map.status != WGPUMapAsyncStatus_Success) {
+        fmt(err, cap, "map timestamps: status %u: %s", (unsigned)t->ts_map.status, t->ts_map.msg);
+        return DRT_EDEVICE;
+    }
+    return DRT_OK;
+}
+
+int drt_copy_mapped(drt_device *d, WGPUBuffer staging, void *dst, size_t n, char *err, size_t cap) {
+    size_t mapped = (n + 3) & ~(size_t)3;
+    const void *src;
+    if (n == 0) return DRT_OK;
+    src = d->p->BufferGetConstMappedRange(staging, 0, mapped);
+    if (src == NULL) {
+        fmt(err, cap, "readback: no mapped range");
+        return DRT_EDEVICE;
+    }
+    memcpy(dst, src, n);
+    return DRT_OK;
+}
+
+void drt_unmap(drt_device *d, WGPUBuffer staging) {
+    if (staging) d->p->BufferUnmap(staging);
+}
+
+int drt_read_timestamps(drt_device *d, const drt_timing *timing, uint64_t *begin, uint64_t *end, char *err,
+                        size_t cap) {
+    uint64_t ts[2];
+    int rc = drt_copy_mapped(d, timing->staging, ts, sizeof ts, err, cap);
+    d->p->BufferUnmap(timing->staging);
+    if (rc != DRT_OK) return rc;
+    *begin = ts[0];
+    *end = ts[1];
+    return DRT_OK;
+}

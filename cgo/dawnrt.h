@@ -1,0 +1,172 @@
+/*
+ * dawnrt: the thin C layer between the Go package dawn and a Dawn library loaded with dlopen.
+ *
+ * Why C at all: Go cannot call C function pointers, and Dawn reports results through C
+ * callbacks. This layer owns the function table, the callbacks (which only write into C
+ * structs that the Go side reads after a wait), and the short call sequences that must run
+ * on one OS thread without a Go scheduling point in between (an error scope push, the
+ * calls it guards, and its pop). No Go pointer is ever stored on the C side.
+ *
+ * Every function that can fail returns 0 on success and a DRT_E* code otherwise, with a
+ * message in the caller's buffer.
+ */
+#ifndef FUSEDNORM_DAWNRT_H
+#define FUSEDNORM_DAWNRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "webgpu_gen.h"
+
+enum {
+    DRT_OK = 0,
+    DRT_EUNAVAILABLE = 1, /* no library, no adapter, Null backend only */
+    DRT_EDEVICE = 2,      /* Dawn or the driver rejected or failed an operation */
+    DRT_ETIMEOUT = 3      /* a wait ran out of time; the operation is still pending */
+};
+
+#define DRT_MSG_CAP 2048
+
+/* The function table: one pointer per Dawn function the runtime calls. */
+typedef struct drt_procs {
+#define DRT_PROC_FIELD(name) WGPUProc##name name;
+    WGPU_GEN_PROCS(DRT_PROC_FIELD, DRT_PROC_FIELD)
+#undef DRT_PROC_FIELD
+} drt_procs;
+
+typedef struct drt_lib {
+    void *handle;
+    drt_procs p;
+    char path[1024];
+} drt_lib;
+
+/*
+ * drt_load tries each candidate in order (a path with a slash, or a bare name for the system
+ * loader) and stops at the first that opens and exports every required function. For each
+ * failure it appends "<candidate>: <why>\n" to report.
+ */
+int drt_load(const char *const *candidates, int n, drt_lib *lib, char *report, size_t cap);
+
+/* The result of one asynchronous Dawn operation, written by its callback. */
+typedef struct drt_status {
+    int done;
+    uint32_t status;
+    uint32_t type;
+    char msg[DRT_MSG_CAP];
+} drt_status;
+
+typedef struct drt_device {
+    const drt_procs *p;
+    WGPUInstance instance;
+    WGPUAdapter adapter;
+    WGPUDevice device;
+    WGPUQueue queue;
+    WGPULimits limits; /* the device's, after the raise */
+
+    char vendor[256], architecture[256], device_name[256], description[256];
+    uint32_t backend_type, adapter_type, vendor_id, device_id, subgroup_min, subgroup_max;
+
+    /* Written by the device-lost and uncaptured-error callbacks. */
+    int lost;
+    uint32_t lost_reason;
+    char lost_msg[DRT_MSG_CAP];
+    uint64_t uncaptured;
+    uint32_t uncaptured_type;
+    char uncaptured_msg[DRT_MSG_CAP];
+} drt_device;
+
+/* Features requested when the adapter has them; none is required. */
+#define DRT_WANTED_FEATURES \
+    { WGPUFeatureName_TimestampQuery, WGPUFeatureName_ShaderF16, WGPUFeatureName_Subgroups }
+
+/*
+ * drt_open creates an instance with timed waits, requests a Vulkan adapter, refuses Dawn's Null
+ * backend and creates a device whose compute and storage limits are raised to the adapter's.
+ * On failure every half-built object is released.
+ */
+int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, size_t cap);
+void drt_close(drt_device *d);
+int drt_has_feature(drt_device *d, uint32_t feature);
+
+int drt_create_buffer(drt_device *d, const char *label, uint64_t size, uint64_t usage, WGPUBuffer *out,
+                      char *err, size_t cap);
+void drt_buffer_release(drt_device *d, WGPUBuffer b);
+/* Writes n bytes at offset (a multiple of 4); a tail that is not a multiple of 4 is padded with zeros. */
+int drt_write_buffer(drt_device *d, WGPUBuffer b, uint64_t offset, const void *data, size_t n, char *err,
+                     size_t cap);
+
+/* Compiles wgsl and creates a compute pipeline with an automatic layout; bgl gets bind group 0's layout. */
+int drt_create_pipeline(drt_device *d, const char *label, const char *wgsl, size_t wgsl_len, const char *entry,
+                        WGPUComputePipeline *out, WGPUBindGroupLayout *bgl, char *err, size_t cap);
+void drt_pipeline_release(drt_device *d, WGPUComputePipeline pl, WGPUBindGroupLayout bgl);
+
+typedef struct drt_binding {
+    uint32_t binding;
+    WGPUBuffer buffer;
+    uint64_t offset, size;
+} drt_binding;
+
+typedef struct drt_read {
+    WGPUBuffer src;
+    uint64_t src_offset;
+    WGPUBuffer staging; /* MapRead | CopyDst, at least size bytes */
+    uint64_t size;      /* multiple of 4 */
+} drt_read;
+
+/* Optional GPU timing of the pass: two timestamps resolved into resolve, copied to staging. */
+typedef struct drt_timing {
+    WGPUQuerySet query_set; /* Timestamp query set of 2 */
+    WGPUBuffer resolve;     /* QueryResolve | CopySrc, 256 bytes */
+    WGPUBuffer staging;     /* MapRead | CopyDst, 256 bytes */
+} drt_timing;
+
+/*
+ * A ticket tracks one submitted dispatch until all of its futures complete. It lives in C
+ * memory because Dawn's callbacks write into it; if the Go caller gives up waiting, the
+ * ticket is kept and reaped later, so no callback ever writes into freed memory.
+ */
+typedef struct drt_ticket {
+    int nreads;
+    int timed;
+    drt_status scope[3];
+    drt_status work;
+    drt_status ts_map;
+    int nfutures;
+    WGPUFuture futures[8];
+    drt_status *future_status[8];
+    /* reads: nreads entries of map status follow */
+    drt_status *map;
+    WGPUFuture *map_futures;
+} drt_ticket;
+
+drt_ticket *drt_ticket_new(int nreads);
+void drt_ticket_free(drt_ticket *t);
+
+/*
+ * drt_submit encodes one compute pass (pipeline, bind group 0, dispatch), copies each read
+ * region into its staging buffer, submits, and starts the map of every staging buffer (or a
+ * queue-done wait when nothing is read back); all inside error scopes whose pops the ticket
+ * waits for too.
+ */
+int drt_submit(drt_device *d, drt_ticket *t, WGPUComputePipeline pl, WGPUBindGroupLayout bgl,
+               const drt_binding *binds, int nbinds, uint32_t gx, uint32_t gy, uint32_t gz, const drt_read *reads,
+               const drt_timing *timing, char *err, size_t cap);
+
+/* Waits up to timeout_ns for every future of t: DRT_OK when all are done, DRT_ETIMEOUT, or DRT_EDEVICE. */
+int drt_ticket_wait(drt_device *d, drt_ticket *t, uint64_t timeout_ns, char *err, size_t cap);
+
+/*
+ * After a successful wait: the first error of the ticket's scopes and maps, or DRT_OK. Copies
+ * n bytes from each mapped staging buffer into dst[i] when no error occurred.
+ */
+int drt_ticket_error(const drt_ticket *t, char *err, size_t cap);
+int drt_copy_mapped(drt_device *d, WGPUBuffer staging, void *dst, size_t n, char *err, size_t cap);
+void drt_unmap(drt_device *d, WGPUBuffer staging);
+
+/* Like drt_copy_mapped for the timing staging buffer: the two u64 timestamps. */
+int drt_read_timestamps(drt_device *d, const drt_timing *timing, uint64_t *begin, uint64_t *end, char *err,
+                        size_t cap);
+int drt_create_query_set(drt_device *d, uint32_t count, WGPUQuerySet *out, char *err, size_t cap);
+void drt_query_set_release(drt_device *d, WGPUQuerySet qs);
+
+#endif /* FUSEDNORM_DAWNRT_H */

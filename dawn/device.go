@@ -1,0 +1,294 @@
+//go:build cgo
+
+package dawn
+
+/*
+#include <stdlib.h>
+#include "../cgo/dawnrt.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"unsafe"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+// openTimeoutNS bounds the adapter and device requests; lavapipe takes well under a second.
+const openTimeoutNS = 60e9
+
+// errCap is the size of the C buffer Dawn's messages are formatted into.
+const errCap = 8192
+
+// Options configure OpenDevice.
+type Options struct {
+	// LibPath is an explicit library path, tried first.
+	LibPath string
+	// Inject is an optional fault-injection hook, called at each place Dawn can fail with
+	// the site's name: "load", "open", "create-buffer", "write-buffer", "pipeline",
+	// "submit", "map". A non-nil return is treated as that failure. nil in production.
+	Inject func(site string) error
+}
+
+// Limits are the device limits the runtime raised to what the adapter offers.
+type Limits struct {
+	MaxStorageBufferBindingSize, MaxBufferSize                          uint64
+	MaxComputeWorkgroupsPerDimension, MaxComputeInvocationsPerWorkgroup uint32
+	MaxComputeWorkgroupSizeX, MaxComputeWorkgroupStorageSize            uint32
+
+	// Beyond the agreed API: what an op needs to place bindings and size workgroups.
+	MaxComputeWorkgroupSizeY, MaxComputeWorkgroupSizeZ uint32
+	MaxStorageBuffersPerShaderStage                    uint32
+	MinStorageBufferOffsetAlignment                    uint32
+	MaxUniformBufferBindingSize                        uint64
+}
+
+// AdapterInfo describes the adapter a Device runs on.
+type AdapterInfo struct {
+	Vendor, Architecture, Device, Description string
+	Backend, AdapterType                      string // e.g. "Vulkan", "DiscreteGPU" or "CPU"
+	VendorID, DeviceID                        uint32
+	SubgroupMinSize, SubgroupMaxSize          uint32
+}
+
+// String is one line for logs: "NVIDIA H200 (Vulkan, DiscreteGPU, driver …)".
+func (a AdapterInfo) String() string {
+	s := a.Device
+	if s == "" {
+		s = a.Vendor
+	}
+	s += " (" + a.Backend + ", " + a.AdapterType
+	if a.Description != "" {
+		s += ", driver " + a.Description
+	}
+	return s + ")"
+}
+
+// Device is an open Dawn device with its queue, pipeline cache and readback staging pool.
+type Device struct {
+	sem    chan struct{} // the lock around every Dawn call; a channel so waits can honour ctx
+	c      *C.drt_device
+	errbuf *C.char
+	inject func(string) error
+	info   AdapterInfo
+	limits Limits
+	feats  map[string]bool
+
+	// Under sem.
+	closed     bool
+	pipelines  map[string]*Pipeline
+	buffers    map[*Buffer]struct{}
+	staging    map[uint64][]C.WGPUBuffer
+	timings    []*timing
+	uncaptured C.uint64_t
+	inflight   map[*inflight]struct{} // submitted dispatches not yet finished or reaped
+}
+
+// OpenDevice loads Dawn, requests a Vulkan adapter (refusing Dawn's Null backend) and opens
+// a device with its storage, buffer and compute limits raised to the adapter's and the
+// TimestampQuery, ShaderF16 and Subgroups features enabled where the adapter has them.
+func OpenDevice(opts Options) (*Device, error) {
+	const method = "OpenDevice"
+	if err := injected(opts.Inject, "load"); err != nil {
+		return nil, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrUnavailable, err)
+	}
+	lib, err := loadLib(opts.LibPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := injected(opts.Inject, "open"); err != nil {
+		return nil, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrUnavailable, err)
+	}
+	d := &Device{
+		sem:       make(chan struct{}, 1),
+		c:         (*C.drt_device)(C.calloc(1, C.sizeof_drt_device)),
+		errbuf:    (*C.char)(C.calloc(1, errCap)),
+		inject:    opts.Inject,
+		pipelines: map[string]*Pipeline{},
+		buffers:   map[*Buffer]struct{}{},
+		staging:   map[uint64][]C.WGPUBuffer{},
+	}
+	if rc := C.drt_open(&lib.p, d.c, openTimeoutNS, d.errbuf, errCap); rc != C.DRT_OK {
+		msg := C.GoString(d.errbuf)
+		d.free()
+		return nil, fmt.Errorf("dawn: %s: %w: %s (library %s)", method, ops.ErrUnavailable, msg, C.GoString(&lib.path[0]))
+	}
+	c := d.c
+	d.info = AdapterInfo{
+		Vendor:          C.GoString(&c.vendor[0]),
+		Architecture:    C.GoString(&c.architecture[0]),
+		Device:          C.GoString(&c.device_name[0]),
+		Description:     C.GoString(&c.description[0]),
+		Backend:         enumName(backendTypeNames, uint32(c.backend_type)),
+		AdapterType:     enumName(adapterTypeNames, uint32(c.adapter_type)),
+		VendorID:        uint32(c.vendor_id),
+		DeviceID:        uint32(c.device_id),
+		SubgroupMinSize: uint32(c.subgroup_min),
+		SubgroupMaxSize: uint32(c.subgroup_max),
+	}
+	l := &c.limits
+	d.limits = Limits{
+		MaxStorageBufferBindingSize:       uint64(l.maxStorageBufferBindingSize),
+		MaxBufferSize:                     uint64(l.maxBufferSize),
+		MaxComputeWorkgroupsPerDimension:  uint32(l.maxComputeWorkgroupsPerDimension),
+		MaxComputeInvocationsPerWorkgroup: uint32(l.maxComputeInvocationsPerWorkgroup),
+		MaxComputeWorkgroupSizeX:          uint32(l.maxComputeWorkgroupSizeX),
+		MaxComputeWorkgroupStorageSize:    uint32(l.maxComputeWorkgroupStorageSize),
+		MaxComputeWorkgroupSizeY:          uint32(l.maxComputeWorkgroupSizeY),
+		MaxComputeWorkgroupSizeZ:          uint32(l.maxComputeWorkgroupSizeZ),
+		MaxStorageBuffersPerShaderStage:   uint32(l.maxStorageBuffersPerShaderStage),
+		MinStorageBufferOffsetAlignment:   uint32(l.minStorageBufferOffsetAlignment),
+		MaxUniformBufferBindingSize:       uint64(l.maxUniformBufferBindingSize),
+	}
+	d.feats = map[string]bool{}
+	for v, name := range featureNames {
+		if C.drt_has_feature(c, C.uint32_t(v)) != 0 {
+			d.feats[name] = true
+		}
+	}
+	return d, nil
+}
+
+func enumName(table map[uint32]string, v uint32) string {
+	if s, ok := table[v]; ok {
+		return s
+	}
+	return fmt.Sprintf("0x%X", v)
+}
+
+func injected(hook func(string) error, site string) error {
+	if hook == nil {
+		return nil
+	}
+	if err := hook(site); err != nil {
+		return fmt.Errorf("injected fault at %s: %w", site, err)
+	}
+	return nil
+}
+
+// Info describes the adapter.
+func (d *Device) Info() AdapterInfo { return d.info }
+
+// Limits are the device's limits.
+func (d *Device) Limits() Limits { return d.limits }
+
+// HasFeature reports whether the device has the named feature enabled, e.g. "TimestampQuery",
+// "ShaderF16", "Subgroups".
+func (d *Device) HasFeature(name string) bool { return d.feats[name] }
+
+// Features lists the device's enabled features by name.
+func (d *Device) Features() []string {
+	var out []string
+	for f := range d.feats {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// lock takes the device lock, giving up when ctx ends first.
+func (d *Device) lock(ctx context.Context) error {
+	select {
+	case d.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case d.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *Device) unlock() { <-d.sem }
+
+// usable reports, under the lock, why the device cannot take work, or nil.
+func (d *Device) usable(method string) error {
+	if d.closed {
+		return fmt.Errorf("dawn: %s: %w", method, ops.ErrClosed)
+	}
+	if d.c.lost != 0 {
+		return fmt.Errorf("dawn: %s: %w: device lost: %s", method, ops.ErrDevice, C.GoString(&d.c.lost_msg[0]))
+	}
+	return nil
+}
+
+// failure wraps the message in d.errbuf for a DRT_* code.
+func (d *Device) failure(method string, rc C.int) error {
+	sentinel := ops.ErrDevice
+	if rc == C.DRT_EUNAVAILABLE {
+		sentinel = ops.ErrUnavailable
+	}
+	return fmt.Errorf("dawn: %s: %w: %s", method, sentinel, C.GoString(d.errbuf))
+}
+
+// uncapturedError reports an error Dawn raised outside every error scope since the last check.
+func (d *Device) uncapturedError(method string) error {
+	if d.c.uncaptured == d.uncaptured {
+		return nil
+	}
+	d.uncaptured = d.c.uncaptured
+	return fmt.Errorf("dawn: %s: %w: uncaptured error: %s", method, ops.ErrDevice, C.GoString(&d.c.uncaptured_msg[0]))
+}
+
+// Close waits briefly for abandoned dispatches, releases every object made from the device
+// (pipelines, buffers, staging) and the device itself. Later calls return ops.ErrClosed;
+// Close itself may be called again.
+func (d *Device) Close() error {
+	if err := d.lock(context.Background()); err != nil {
+		return err
+	}
+	defer d.unlock()
+	if d.closed {
+		return nil
+	}
+	d.reap(reapOnClose)
+	for _, p := range d.pipelines {
+		C.drt_pipeline_release(d.c, p.c, p.bgl)
+	}
+	d.pipelines = nil
+	for b := range d.buffers {
+		C.drt_buffer_release(d.c, b.c)
+		b.c = nil
+	}
+	d.buffers = nil
+	for _, list := range d.staging {
+		for _, s := range list {
+			C.drt_buffer_release(d.c, s)
+		}
+	}
+	d.staging = nil
+	for _, t := range d.timings {
+		t.release(d)
+	}
+	d.timings = nil
+	var err error
+	if d.c.lost != 0 && d.c.lost_reason != C.WGPUDeviceLostReason_Destroyed {
+		err = fmt.Errorf("dawn: (*Device).Close: %w: device was lost: %s", ops.ErrDevice, C.GoString(&d.c.lost_msg[0]))
+	}
+	C.drt_close(d.c)
+	// Only now, with the instance gone, can no callback write into a pending ticket.
+	for f := range d.inflight {
+		f.freeTicket()
+	}
+	d.inflight = nil
+	d.closed = true
+	d.free()
+	return err
+}
+
+func (d *Device) free() {
+	C.free(unsafe.Pointer(d.c))
+	C.free(unsafe.Pointer(d.errbuf))
+	d.c, d.errbuf = nil, nil
+}
+
+// isCtxErr reports whether err came from a context.
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,32 @@
+// Package dawn runs both fused normalization ops as WGSL compute shaders on a GPU through
+// native Dawn, loaded at run time, and gives the same bits as the CPU backend running the
+// same reduction plan (SPEC.md §C.4).
+//
+// # Backends
+//
+// New opens the default adapter (Vulkan; lavapipe on GPU-less machines), then calibrates:
+// it runs the real kernels on a small input whose results differ under each contraction
+// profile (which multiply-adds the driver fuses) and compares them with internal/plan under
+// all four profiles. The detected profile is reported by Info and carried by Plan, so the CPU
+// backend built with it is a bit-exact reference. Kernels are WGSL templates from package
+// shaders; 16-bit data is stored two values per u32 and converted with integer arithmetic,
+// so no shader-f16 feature is needed. EmbedLayerNorm and AddLayerNorm each take one dispatch.
+//
+// A build without cgo has the same API; New then fails with ops.ErrUnavailable.
+//
+// # Thread safety
+//
+// A Backend and the ops it prepares are safe for concurrent use. Prepared embedding weights
+// stay resident on the device; per-call buffers come from a pool. Close waits for calls in
+// flight and then releases everything; calls after Close fail with ops.ErrClosed.
+//
+// # Errors
+//
+// Errors wrap the sentinels of internal/ops (re-exported by the root package):
+// ErrUnavailable when the library, an adapter or cgo is missing; ErrNotSupported when a tensor
+// exceeds a device limit (the message names the tensor and the limit); ErrInvalidArgument when
+// the device finds an id out of range (the host validates ids first, so this is a defence in
+// depth); ErrDevice when Dawn rejects or loses work; ErrClosed after Close. A failed call
+// leaves its outputs unwritten, except that a device-detected bad id (impossible after host
+// validation) is reported after the outputs have been read back.
+package dawn

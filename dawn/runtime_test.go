@@ -1,0 +1,458 @@
+//go:build cgo
+
+package dawn
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+// openRuntimeDevice opens a device or skips; with FUSEDNORM_REQUIRE_DAWN=1 it fails instead,
+// so CI cannot pass by skipping.
+func openRuntimeDevice(t *testing.T, opts Options) *Device {
+	t.Helper()
+	d, err := OpenDevice(opts)
+	if err != nil {
+		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
+			t.Fatalf("Dawn required (FUSEDNORM_REQUIRE_DAWN=1): %v", err)
+		}
+		t.Skipf("Dawn unavailable: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return d
+}
+
+const affineWGSL = `
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) ng: vec3<u32>) {
+    let i = id.y * ng.x * 64u + id.x;
+    if (i < arrayLength(&x)) { y[i] = x[i] * 2.0 + 1.0; }
+}
+`
+
+func f32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+	}
+	return b
+}
+
+// affine holds a ready x/y pair for the y = 2x + 1 kernel.
+type affine struct {
+	d    *Device
+	p    *Pipeline
+	x, y *Buffer
+	in   []float32
+}
+
+func newAffine(t *testing.T, d *Device, n int) *affine {
+	t.Helper()
+	p, err := d.Pipeline("test/affine", affineWGSL, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make([]float32, n)
+	for i := range in {
+		in[i] = float32(i)*0.75 - 123.5
+	}
+	x, err := d.CreateBuffer("x", uint64(4*n), UsageStorage|UsageCopyDst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := d.CreateBuffer("y", uint64(4*n), UsageStorage|UsageCopySrc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WriteBuffer(x, 0, f32Bytes(in)); err != nil {
+		t.Fatal(err)
+	}
+	return &affine{d: d, p: p, x: x, y: y, in: in}
+}
+
+func (a *affine) run(ctx context.Context, groups [3]uint32) ([]byte, error) {
+	out := make([]byte, 4*len(a.in))
+	err := a.d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, groups,
+		[]Readback{{Src: a.y, Dst: out}})
+	return out, err
+}
+
+func (a *affine) check(t *testing.T, out []byte) {
+	t.Helper()
+	for i, v := range a.in {
+		got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:]))
+		if want := v*2 + 1; got != want {
+			t.Fatalf("y[%d] = %v, want %v", i, got, want)
+		}
+	}
+}
+
+func TestRuntimeOpenAndInfo(t *testing.T) {
+	d := openRuntimeDevice(t, Options{})
+	info := d.Info()
+	t.Logf("adapter: %s", info)
+	t.Logf("limits: %+v", d.Limits())
+	t.Logf("features: %v", d.Features())
+	if info.Backend != "Vulkan" {
+		t.Errorf("backend %q, want Vulkan", info.Backend)
+	}
+	if strings.Contains(info.Device, "Null") {
+		t.Errorf("Null backend accepted: %s", info)
+	}
+	l := d.Limits()
+	if l.MaxStorageBufferBindingSize < 128<<20 || l.MaxComputeInvocationsPerWorkgroup < 256 || l.MaxComputeWorkgroupsPerDimension < 65535 {
+		t.Errorf("limits not raised to at least the WebGPU defaults: %+v", l)
+	}
+	if d.HasFeature("NoSuchFeature") {
+		t.Error("HasFeature of an unknown name")
+	}
+}
+
+// The generated Go table and the generated C header come from the same dawn.json run.
+func TestRuntimeGeneratedTablesAgree(t *testing.T) {
+	if err := checkGenerated(); err != nil {
+		t.Error(err)
+	}
+	if UsageStorage != 0x80 || UsageMapRead != 1 || UsageCopySrc != 4 || UsageCopyDst != 8 || UsageUniform != 0x40 {
+		t.Error("buffer usage values")
+	}
+}
+
+func TestRuntimeDispatch(t *testing.T) {
+	d := openRuntimeDevice(t, Options{})
+	ctx := context.Background()
+	a := newAffine(t, d, 1000)
+	out, err := a.run(ctx, [3]uint32{16, 1, 1}) // 1024 invocations
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.check(t, out)
+
+	t.Run("2-D grid", func(t *testing.T) {
+		b := newAffine(t, d, 1000)
+		out, err := b.run(ctx, [3]uint32{4, 4, 1}) // 4*64 wide, 4 rows: 1024 invocations
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.check(t, out)
+	})
+
+	t.Run("odd readback length and offset", func(t *testing.T) {
+		out := make([]byte, 7)
+		guard := make([]byte, 16)
+		dst := append(out[:7:7], guard...)[:7]
+		if err := d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{16, 1, 1},
+			[]Readback{{Src: a.y, Offset: 40, Dst: dst}}); err != nil {
+			t.Fatal(err)
+		}
+		want := f32Bytes([]float32{a.in[10]*2 + 1, a.in[11]*2 + 1})[:7]
+		if string(dst) != string(want) {
+			t.Fatalf("got %x, want %x", dst, want)
+		}
+	})
+
+	t.Run("odd write length pads", func(t *testing.T) {
+		b, err := d.CreateBuffer("odd", 5, UsageStorage|UsageCopyDst|UsageCopySrc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Release()
+		if b.Size() != 8 {
+			t.Fatalf("size %d, want 8", b.Size())
+		}
+		if err := d.WriteBuffer(b, 0, []byte{1, 2, 3, 4, 5}); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]byte, 8)
+		if err := d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{0, 0, 0},
+			[]Readback{{Src: b, Dst: out}}); err != nil {
+			t.Fatal(err)
+		}
+		if string(out) != string([]byte{1, 2, 3, 4, 5, 0, 0, 0}) {
+			t.Fatalf("got %v", out)
+		}
+	})
+
+	t.Run("no readback waits for the queue", func(t *testing.T) {
+		if err := d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{16, 1, 1}, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestRuntimeErrors(t *testing.T) {
+	d := openRuntimeDevice(t, Options{})
+	ctx := context.Background()
+
+	_, err := d.Pipeline("test/bad", "fn main( {", "main")
+	if !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "expected ')'") ||
+		!strings.HasPrefix(err.Error(), "dawn: (*Device).Pipeline: ") {
+		t.Errorf("bad WGSL: %v", err)
+	}
+	_, err = d.Pipeline("test/noentry", affineWGSL, "nope")
+	if !errors.Is(err, ops.ErrDevice) {
+		t.Errorf("missing entry point: %v", err)
+	}
+
+	a := newAffine(t, d, 100)
+	// A binding the layout does not have is a validation error that comes back from Run.
+	err = d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}, {Binding: 7, Buffer: a.y}},
+		[3]uint32{2, 1, 1}, nil)
+	if !errors.Is(err, ops.ErrDevice) || !strings.HasPrefix(err.Error(), "dawn: (*Device).Run: ") {
+		t.Errorf("extra binding: %v", err)
+	}
+	// The device stays usable after a scoped error.
+	out, err := a.run(ctx, [3]uint32{2, 1, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.check(t, out)
+
+	if _, err := d.CreateBuffer("huge", d.Limits().MaxBufferSize+4, UsageStorage); !errors.Is(err, ops.ErrNotSupported) {
+		t.Errorf("buffer over the limit: %v", err)
+	}
+	if err := d.Run(ctx, a.p, nil, [3]uint32{d.Limits().MaxComputeWorkgroupsPerDimension + 1, 1, 1}, nil); !errors.Is(err, ops.ErrNotSupported) {
+		t.Errorf("grid over the limit: %v", err)
+	}
+	if err := d.WriteBuffer(a.x, 2, []byte{1}); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Errorf("unaligned write: %v", err)
+	}
+	if err := d.Run(ctx, a.p, nil, [3]uint32{1, 1, 1}, []Readback{{Src: a.y, Offset: 400, Dst: make([]byte, 4)}}); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Errorf("readback past the end: %v", err)
+	}
+	released, _ := d.CreateBuffer("released", 16, UsageStorage)
+	released.Release()
+	released.Release()
+	if err := d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: released}}, [3]uint32{1, 1, 1}, nil); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Errorf("released buffer: %v", err)
+	}
+}
+
+func TestRuntimeLibrarySearch(t *testing.T) {
+	t.Setenv("FUSEDNORM_DAWN_LIB", "/nonexistent/env/libwebgpu_dawn.so")
+	cands := libCandidates("/nonexistent/explicit.so")
+	if len(cands) < 4 || cands[0] != "/nonexistent/explicit.so" || cands[1] != "/nonexistent/env/libwebgpu_dawn.so" {
+		t.Fatalf("search order: %q", cands)
+	}
+	if last := cands[len(cands)-1]; strings.Contains(last, "/") {
+		t.Errorf("the system loader comes last, got %q", last)
+	}
+	// A bad explicit path falls through to the rest; the error, when all fail, lists each.
+	if _, err := OpenDevice(Options{LibPath: "/nonexistent/explicit.so"}); err != nil {
+		if !errors.Is(err, ops.ErrUnavailable) {
+			t.Errorf("not ErrUnavailable: %v", err)
+		}
+		if strings.Contains(err.Error(), "library not found") && !strings.Contains(err.Error(), "/nonexistent/explicit.so: no such file") {
+			t.Errorf("error does not list the explicit path: %v", err)
+		}
+	}
+}
+
+func TestRuntimeInject(t *testing.T) {
+	boom := errors.New("boom")
+	if _, err := OpenDevice(Options{Inject: func(site string) error {
+		if site == "load" {
+			return boom
+		}
+		return nil
+	}}); !errors.Is(err, boom) || !errors.Is(err, ops.ErrUnavailable) {
+		t.Errorf("inject load: %v", err)
+	}
+	var mu sync.Mutex
+	fail := ""
+	d := openRuntimeDevice(t, Options{Inject: func(site string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if site == fail {
+			return boom
+		}
+		return nil
+	}})
+	set := func(s string) { mu.Lock(); fail = s; mu.Unlock() }
+	a := newAffine(t, d, 64)
+	for _, site := range []string{"create-buffer", "write-buffer", "pipeline", "submit", "map"} {
+		set(site)
+		var err error
+		switch site {
+		case "create-buffer":
+			_, err = d.CreateBuffer("b", 4, UsageStorage)
+		case "write-buffer":
+			err = d.WriteBuffer(a.x, 0, []byte{1, 2, 3, 4})
+		case "pipeline":
+			_, err = d.Pipeline("test/inject", affineWGSL, "main")
+		default:
+			_, err = a.run(context.Background(), [3]uint32{1, 1, 1})
+		}
+		if !errors.Is(err, boom) || !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), site) {
+			t.Errorf("inject %s: %v", site, err)
+		}
+	}
+	set("")
+	a.in = a.in[:64]
+	if err := d.WriteBuffer(a.x, 0, f32Bytes(a.in)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.run(context.Background(), [3]uint32{1, 1, 1})
+	if err != nil {
+		t.Fatalf("after injected faults: %v", err)
+	}
+	a.check(t, out)
+}
+
+func TestRuntimeConcurrent(t *testing.T) {
+	d := openRuntimeDevice(t, Options{})
+	const workers, rounds = 8, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		a := newAffine(t, d, 500+w*37)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				out, err := a.run(context.Background(), [3]uint32{uint32(len(a.in)+63) / 64, 1, 1})
+				if err != nil {
+					errs <- fmt.Errorf("worker %d round %d: %w", w, r, err)
+					return
+				}
+				for i, v := range a.in {
+					if got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:])); got != v*2+1 {
+						errs <- fmt.Errorf("worker %d round %d: y[%d] = %v, want %v", w, r, i, got, v*2+1)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// A heavy kernel keeps the GPU busy long enough for a deadline or cancel to land mid-wait.
+const spinWGSL = `
+@group(0) @binding(0) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    var acc = f32(id.x);
+    for (var i = 0u; i < 20000u; i++) { acc = acc * 0.999 + 1.0; }
+    y[id.x] = acc;
+}
+`
+
+func TestRuntimeContext(t *testing.T) {
+	d := openRuntimeDevice(t, Options{})
+	p, err := d.Pipeline("test/spin", spinWGSL, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64 * 256
+	y, err := d.CreateBuffer("spin", 4*n, UsageStorage|UsageCopySrc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(ctx context.Context) error {
+		return d.Run(ctx, p, []Binding{{Binding: 0, Buffer: y}}, [3]uint32{n / 64, 1, 1},
+			[]Readback{{Src: y, Dst: make([]byte, 4*n)}})
+	}
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := run(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled before: %v", err)
+	}
+
+	start := time.Now()
+	if err := run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	full := time.Since(start)
+	t.Logf("spin kernel round trip: %v", full)
+
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Millisecond)
+		}, context.DeadlineExceeded},
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(time.Millisecond, cancel)
+			return ctx, cancel
+		}, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			start := time.Now()
+			err := run(ctx)
+			took := time.Since(start)
+			// On a fast GPU the dispatch may finish first; then err is nil and that is fine.
+			if err != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if err != nil && took > full/2+100*time.Millisecond {
+				t.Errorf("returned after %v, the dispatch takes %v: the wait did not honour ctx", took, full)
+			}
+			t.Logf("err=%v after %v", err, took)
+		})
+	}
+	// Abandoned dispatches are reaped; the device keeps working.
+	if err := run(context.Background()); err != nil {
+		t.Fatalf("after abandoned dispatches: %v", err)
+	}
+}
+
+func TestRuntimeTimed(t *testing.T) {
+	d := openRuntimeDevice(t, Options{})
+	a := newAffine(t, d, 1000)
+	out := make([]byte, 4000)
+	ns, err := d.RunTimed(context.Background(), a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}},
+		[3]uint32{16, 1, 1}, []Readback{{Src: a.y, Dst: out}})
+	if !d.HasFeature("TimestampQuery") {
+		if !errors.Is(err, ops.ErrNotSupported) {
+			t.Fatalf("without TimestampQuery: %v", err)
+		}
+		t.Skip("no TimestampQuery")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.check(t, out)
+	t.Logf("GPU time of the pass: %v", ns)
+}
+
+func TestRuntimeClose(t *testing.T) {
+	d := openRuntimeDevice(t, Options{})
+	a := newAffine(t, d, 64)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.run(context.Background(), [3]uint32{1, 1, 1}); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("Run after Close: %v", err)
+	}
+	if _, err := d.CreateBuffer("late", 4, UsageStorage); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("CreateBuffer after Close: %v", err)
+	}
+	a.x.Release() // no-op after Close
+}
