@@ -10,6 +10,8 @@ import (
 var (
 	// add2 writes s = a + b.
 	add2 = add2Go
+	// add3 writes s = (a + b) + c: one pass for x1 + x2 + bias.
+	add3 = add3Go
 	// addTo writes s += b.
 	addTo = addToGo
 )
@@ -19,6 +21,15 @@ func add2Go(s, a, b []float32) {
 	b = b[:len(s)]
 	for i := range s {
 		s[i] = a[i] + b[i]
+	}
+}
+
+func add3Go(s, a, b, c []float32) {
+	a = a[:len(s)]
+	b = b[:len(s)]
+	c = c[:len(s)]
+	for i := range s {
+		s[i] = (a[i] + b[i]) + c[i]
 	}
 }
 
@@ -72,18 +83,20 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 		s := sc.x[:D]
 		for r := lo; r < hi; r++ {
 			off := r * D
+			// x1 may live in sc.y and x2 in sc.t; s = (x1 + x2) + bias in one pass when
+			// the bias needs no widening into scratch.
 			x1 := rowF32(a.X1, off, D, sc.y)
-			if a.X2.DType == ops.F32 {
-				add2(s, x1, a.X2.F32[off:off+D])
-			} else {
-				// x1 may live in sc.y; widen x2 into sc.t.
-				add2(s, x1, rowF32(a.X2, off, D, sc.t))
-			}
+			x2 := rowF32(a.X2, off, D, sc.t)
 			switch {
-			case a.BiasFull:
-				addTo(s, rowF32(a.Bias, off, D, sc.t))
 			case biasRow != nil:
-				addTo(s, biasRow)
+				add3(s, x1, x2, biasRow)
+			case a.BiasFull && a.Bias.DType == ops.F32:
+				add3(s, x1, x2, a.Bias.F32[off:off+D])
+			default:
+				add2(s, x1, x2)
+				if a.BiasFull {
+					addTo(s, rowF32(a.Bias, off, D, sc.t)) // x2 is used up: sc.t is free
+				}
 			}
 			if a.X.Present() {
 				store(a.X, off, s)

@@ -39,8 +39,19 @@ func F32ToBF16(f float32) uint16 {
 	return uint16(u >> 16)
 }
 
-// widenF16 converts n binary16 patterns to float32.
-func widenF16(dst []float32, src []uint16) {
+// The bulk conversions; SIMD builds replace them (F16C for binary16).
+var (
+	// widenF16 writes dst[i] = float32 of binary16 src[i].
+	widenF16 = widenF16Go
+	// widenBF16 writes dst[i] = float32 of bfloat16 src[i].
+	widenBF16 = widenBF16Go
+	// narrowF16 writes dst[i] = src[i] rounded to binary16, nearest-even.
+	narrowF16 = narrowF16Go
+	// narrowBF16 writes dst[i] = F32ToBF16(src[i]).
+	narrowBF16 = narrowBF16Go
+)
+
+func widenF16Go(dst []float32, src []uint16) {
 	t := f16Table()
 	src = src[:len(dst)]
 	for i, h := range src {
@@ -48,24 +59,21 @@ func widenF16(dst []float32, src []uint16) {
 	}
 }
 
-// widenBF16 converts bfloat16 patterns to float32.
-func widenBF16(dst []float32, src []uint16) {
+func widenBF16Go(dst []float32, src []uint16) {
 	src = src[:len(dst)]
 	for i, b := range src {
 		dst[i] = math.Float32frombits(uint32(b) << 16)
 	}
 }
 
-// narrowF16 rounds float32 values to binary16 patterns.
-func narrowF16(dst []uint16, src []float32) {
+func narrowF16Go(dst []uint16, src []float32) {
 	src = src[:len(dst)]
 	for i, f := range src {
 		dst[i] = float16.Fromfloat32(f).Bits()
 	}
 }
 
-// narrowBF16 rounds float32 values to bfloat16 patterns.
-func narrowBF16(dst []uint16, src []float32) {
+func narrowBF16Go(dst []uint16, src []float32) {
 	src = src[:len(dst)]
 	for i, f := range src {
 		dst[i] = F32ToBF16(f)

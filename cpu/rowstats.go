@@ -79,14 +79,14 @@ func rowStats(p *plan.Plan, x, part []float32, eps float32) (mean, rstd float32)
 	part = part[:p.W]
 	clear(part)
 	accumulate(part, x)
-	mean = p.Tree(part) * p.InvH
+	mean = tree(part) * p.InvH
 	clear(part)
 	if p.Profile.FuseVariance {
 		accumulateSqDevFMA(part, x, mean)
 	} else {
 		accumulateSqDev(part, x, mean)
 	}
-	variance := p.Tree(part) * p.InvH
+	variance := tree(part) * p.InvH
 	return mean, plan.Rstd(variance + eps)
 }
 

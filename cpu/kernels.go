@@ -1,0 +1,111 @@
+package cpu
+
+import (
+	"fmt"
+	"slices"
+)
+
+// kernelSet is one complete set of the hot loops, all giving the bits of the pure-Go twins.
+// The package works through the function values (accumulate, affine, add2, widenF16, …);
+// install points them at one set.
+type kernelSet struct {
+	accumulate         func(part, x []float32)
+	accumulateSqDev    func(part, x []float32, mean float32)
+	accumulateSqDevFMA func(part, x []float32, mean float32)
+	tree               func(part []float32) float32
+	affine             func(y, x, gamma, beta []float32, mean, rstd float32)
+	affineFMA          func(y, x, gamma, beta []float32, mean, rstd float32)
+	embedSumF32        func(x, w, p, g []float32)
+	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)
+	add2               func(s, a, b []float32)
+	add3               func(s, a, b, c []float32)
+	addTo              func(s, b []float32)
+	widenF16           func(dst []float32, src []uint16)
+	widenBF16          func(dst []float32, src []uint16)
+	narrowF16          func(dst []uint16, src []float32)
+	narrowBF16         func(dst []uint16, src []float32)
+}
+
+// goKernels is the pure-Go level, present on every build.
+var goKernels = kernelSet{
+	accumulate:         accumulateGo,
+	accumulateSqDev:    accumulateSqDevGo,
+	accumulateSqDevFMA: accumulateSqDevFMAGo,
+	tree:               treeGo,
+	affine:             affineGo,
+	affineFMA:          affineFMAGo,
+	embedSumF32:        embedSumF32Go,
+	embedSumF16:        embedSumF16Go,
+	add2:               add2Go,
+	add3:               add3Go,
+	addTo:              addToGo,
+	widenF16:           widenF16Go,
+	widenBF16:          widenBF16Go,
+	narrowF16:          narrowF16Go,
+	narrowBF16:         narrowBF16Go,
+}
+
+// tree is the plan's halving tree over W = len(part) partials (plan.Plan.Tree); SIMD
+// builds replace it.
+var tree = treeGo
+
+// treeGo is plan.Plan.Tree for W = len(part): part[k] += part[k+off], off = W/2 … 1.
+func treeGo(part []float32) float32 {
+	for off := len(part) / 2; off >= 1; off /= 2 {
+		lo, hi := part[:off], part[off:2*off]
+		for k := range lo {
+			lo[k] += hi[k]
+		}
+	}
+	return part[0]
+}
+
+type namedLevel struct {
+	name string
+	k    *kernelSet
+}
+
+// levels are the kernel sets this processor can run, widest first; "go" is always last.
+var levels = []namedLevel{{"go", &goKernels}}
+
+// addLevel registers a SIMD level (from an init that has checked cpuid) and installs it:
+// the widest level registered wins.
+func addLevel(name string, k *kernelSet) {
+	levels = slices.Insert(levels, 0, namedLevel{name, k})
+	install(levels[0])
+}
+
+func install(l namedLevel) {
+	k := l.k
+	accumulate, accumulateSqDev, accumulateSqDevFMA = k.accumulate, k.accumulateSqDev, k.accumulateSqDevFMA
+	tree = k.tree
+	affine, affineFMA = k.affine, k.affineFMA
+	embedSumF32, embedSumF16 = k.embedSumF32, k.embedSumF16
+	add2, add3, addTo = k.add2, k.add3, k.addTo
+	widenF16, widenBF16, narrowF16, narrowBF16 = k.widenF16, k.widenBF16, k.narrowF16, k.narrowBF16
+	level = l.name
+}
+
+// Levels names the kernel levels this processor can run, widest first ("avx2", "go" on an
+// AVX2+FMA+F16C machine; "go" alone in noasm and purego builds and on other architectures).
+func Levels() []string {
+	names := make([]string, len(levels))
+	for i, l := range levels {
+		names[i] = l.name
+	}
+	return names
+}
+
+// SetLevel switches every backend in the process to the named kernel level (one of Levels),
+// e.g. "go" to take the SIMD kernels out of play, and returns a func that restores the
+// previous level. All levels give identical bits; this is for tests, benchmarks and bug
+// hunts. It must not be called while an op is running.
+func SetLevel(name string) (restore func(), err error) {
+	i := slices.IndexFunc(levels, func(l namedLevel) bool { return l.name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("cpu: kernel level %q not available (have %v)", name, Levels())
+	}
+	prev := slices.IndexFunc(levels, func(l namedLevel) bool { return l.name == level })
+	install(levels[i])
+	return func() { install(levels[prev]) }, nil
+}

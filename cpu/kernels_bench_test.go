@@ -1,0 +1,166 @@
+package cpu
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
+)
+
+// Benchmarks run each kernel and each whole op at every level under test, single-threaded:
+//
+//	go test ./cpu -run XXX -bench . -benchtime 2s
+//
+// Bytes per op count what the op must read and write (every gathered row, as the ORT
+// anchors in /work/shared/anchors count them), so MB/s compares with their kernel_GBps.
+
+// atLevels runs fn as a sub-benchmark per level, with the package switched to that level.
+func atLevels(b *testing.B, fn func(b *testing.B)) {
+	for _, name := range testLevels() {
+		b.Run(name, func(b *testing.B) {
+			restore, err := SetLevel(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer restore()
+			fn(b)
+		})
+	}
+}
+
+const benchRow = 768 // BERT-base hidden size: one row is the unit every kernel sees
+
+// normal returns n float32 values from N(0, 1): realistic activations. (The test data's
+// subnormals would time the processor's microcode assists rather than the kernels.)
+func normal(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+func BenchmarkKernels(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	n := benchRow
+	x, y, g, be := normal(r, n), make([]float32, n), normal(r, n), normal(r, n)
+	h1, h2, h3, bits := halves(r, n), halves(r, n), halves(r, n), make([]uint16, n)
+	part := make([]float32, plan.MaxW)
+	kernels := []struct {
+		name  string
+		bytes int
+		fn    func()
+	}{
+		{"accumulate", 4 * n, func() { accumulate(part, x) }},
+		{"accumulateSqDev", 4 * n, func() { accumulateSqDev(part, x, 0.5) }},
+		{"accumulateSqDevFMA", 4 * n, func() { accumulateSqDevFMA(part, x, 0.5) }},
+		{"affine", 16 * n, func() { affine(y, x, g, be, 0.5, 1.5) }},
+		{"affineFMA", 16 * n, func() { affineFMA(y, x, g, be, 0.5, 1.5) }},
+		{"embedSumF32", 16 * n, func() { embedSumF32(y, x, g, be) }},
+		{"embedSumF16", 12 * n, func() { embedSumF16(y, bits, h1, h2, h3) }},
+		{"add2", 12 * n, func() { add2(y, x, g) }},
+		{"add3", 16 * n, func() { add3(y, x, g, be) }},
+		{"addTo", 12 * n, func() { addTo(y, x) }},
+		{"widenF16", 6 * n, func() { widenF16(y, h1) }},
+		{"widenBF16", 6 * n, func() { widenBF16(y, h1) }},
+		{"narrowF16", 6 * n, func() { narrowF16(bits, x) }},
+		{"narrowBF16", 6 * n, func() { narrowBF16(bits, x) }},
+	}
+	for _, k := range kernels {
+		b.Run(k.name, func(b *testing.B) {
+			atLevels(b, func(b *testing.B) {
+				b.SetBytes(int64(k.bytes))
+				for b.Loop() {
+					k.fn()
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkEmbedLayerNorm is the bench shape: f32, B=8, S=512, H=768, V=30522, P=512, two
+// segment rows, mask_index wanted; with and without the embedding_sum output.
+func BenchmarkEmbedLayerNorm(b *testing.B) {
+	const B, S, H, V, P, G = 8, 512, 768, 30522, 512, 2
+	r := rand.New(rand.NewPCG(2, 2))
+	f32 := func(n int) ops.Buf {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64() * 0.05)
+		}
+		return ops.Buf{DType: ops.F32, F32: v}
+	}
+	w := ops.EmbedWeights{DType: ops.F32, H: H, V: V, P: P, G: G,
+		Word: f32(V * H), Pos: f32(P * H), Seg: f32(G * H), Gamma: f32(H), Beta: f32(H),
+		Epsilon: 1e-12, Rule: ops.MaskCountOnes}
+	in := ops.EmbedInputs{B: B, S: S, IDs: make([]int32, B*S), SegIDs: make([]int32, B*S), Mask: make([]int32, B*S)}
+	for i := range in.IDs {
+		in.IDs[i] = int32(r.IntN(V))
+		in.SegIDs[i] = int32(i % S * G / S)
+		in.Mask[i] = 1
+	}
+	tokens := B * S
+	for _, withSum := range []bool{false, true} {
+		name := "f32_8x512x768"
+		if withSum {
+			name += "+sum"
+		}
+		b.Run(name, func(b *testing.B) {
+			atLevels(b, func(b *testing.B) {
+				op, err := newBackend(b, Options{Threads: 1}).PrepareEmbed(&w)
+				if err != nil {
+					b.Fatal(err)
+				}
+				out := ops.EmbedOutputs{Out: f32(tokens * H), MaskIndex: make([]int32, B)}
+				bytes := 3*tokens*H*4 + 3*tokens*4 + 2*H*4 + tokens*H*4 + B*4
+				if withSum {
+					out.Sum = f32(tokens * H)
+					bytes += tokens * H * 4
+				}
+				b.SetBytes(int64(bytes))
+				for b.Loop() {
+					if err := op.Run(context.Background(), &in, &out); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/float64(b.N), "ms/op")
+			})
+		})
+	}
+}
+
+// BenchmarkAddLayerNorm is the bench shape: f32 (4096, 768) with a bias row (ORT's
+// SkipLayerNormalization "beta+bias -> output"), and with the x output as well.
+func BenchmarkAddLayerNorm(b *testing.B) {
+	const N, D = 4096, 768
+	r := rand.New(rand.NewPCG(3, 3))
+	f32 := func(n int) ops.Buf { return ops.Buf{DType: ops.F32, F32: normal(r, n)} }
+	x1, x2, gamma, beta, bias := f32(N*D), f32(N*D), f32(D), f32(D), f32(D)
+	for _, withX := range []bool{false, true} {
+		name := "f32_4096x768"
+		if withX {
+			name += "+x"
+		}
+		b.Run(name, func(b *testing.B) {
+			atLevels(b, func(b *testing.B) {
+				be := newBackend(b, Options{Threads: 1})
+				a := ops.AddLN{N: N, D: D, X1: x1, X2: x2, Gamma: gamma, Beta: beta, Bias: bias,
+					Epsilon: 1e-5, Y: f32(N * D), Mean: make([]float32, N), Rstd: make([]float32, N)}
+				bytes := 3*N*D*4 + 3*D*4 + 2*N*4
+				if withX {
+					a.X = f32(N * D)
+					bytes += N * D * 4
+				}
+				b.SetBytes(int64(bytes))
+				for b.Loop() {
+					if err := be.AddLayerNorm(context.Background(), &a); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/float64(b.N), "ms/op")
+			})
+		})
+	}
+}

@@ -1,0 +1,563 @@
+package cpu
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
+)
+
+// -cpu.noavx2 takes the AVX2 level out of the tests (and out of the package while they run),
+// so the pure-Go path is what every other test in the package exercises.
+var noAVX2 = flag.Bool("cpu.noavx2", false, "do not use or test the AVX2+FMA+F16C kernels")
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if *noAVX2 {
+		if _, err := SetLevel("go"); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// testLevels are the kernel levels to test: what the machine has, less those switched off.
+func testLevels() []string {
+	return slices.DeleteFunc(Levels(), func(l string) bool { return l == "avx2" && *noAVX2 })
+}
+
+// simdLevels are testLevels without "go" (the reference every level is compared with).
+func simdLevels() []string {
+	return slices.DeleteFunc(testLevels(), func(l string) bool { return l == "go" })
+}
+
+func kernelsOf(t testing.TB, name string) *kernelSet {
+	for _, l := range levels {
+		if l.name == name {
+			return l.k
+		}
+	}
+	t.Fatalf("no level %q", name)
+	return nil
+}
+
+var (
+	kernelSizes = []int{0, 1, 7, 8, 9, 15, 16, 17, 255, 256, 257, 1000, 4099}
+	planWidths  = []int{1, 2, 4, 8, 16, 256}
+)
+
+const guards = 9 // guard elements after every output slice
+
+var (
+	guard32 = math.Float32frombits(0x7fa5a5a5) // a signalling NaN no kernel produces
+	guard16 = uint16(0xa5a5)
+)
+
+// out32 returns a slice of n elements whose backing array has guard values after it.
+func out32(n int, fill func(i int) float32) []float32 {
+	s := make([]float32, n+guards)
+	for i := range s {
+		if i < n && fill != nil {
+			s[i] = fill(i)
+		} else if i >= n {
+			s[i] = guard32
+		}
+	}
+	return s[:n]
+}
+
+func out16(n int) []uint16 {
+	s := make([]uint16, n+guards)
+	for i := n; i < len(s); i++ {
+		s[i] = guard16
+	}
+	return s[:n]
+}
+
+func checkGuards32(t *testing.T, what string, s []float32) {
+	t.Helper()
+	for i, v := range s[len(s):cap(s)] {
+		if math.Float32bits(v) != math.Float32bits(guard32) {
+			t.Fatalf("%s: wrote past the end at +%d", what, i)
+		}
+	}
+}
+
+func checkGuards16(t *testing.T, what string, s []uint16) {
+	t.Helper()
+	for i, v := range s[len(s):cap(s)] {
+		if v != guard16 {
+			t.Fatalf("%s: wrote past the end at +%d", what, i)
+		}
+	}
+}
+
+func same32(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: [%d] = %g (%#08x), Go twin %g (%#08x)", what, i,
+				got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+	checkGuards32(t, what, got)
+}
+
+func same16(t *testing.T, what string, got, want []uint16) {
+	t.Helper()
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%s: [%d] = %#04x, Go twin %#04x", what, i, got[i], want[i])
+		}
+	}
+	checkGuards16(t, what, got)
+}
+
+// values makes float32 test data: mostly values of moderate size and both signs, with
+// large, small, subnormal, zero and (when special) infinite and NaN values mixed in.
+func values(r *rand.Rand, n int, special bool) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		var v float32
+		switch k := r.IntN(20); {
+		case k < 12:
+			v = float32(r.NormFloat64())
+		case k == 12:
+			v = float32(r.NormFloat64() * 1e4)
+		case k == 13:
+			v = float32(r.NormFloat64() * 1e-4)
+		case k == 14:
+			v = float32(r.NormFloat64() * 1e30)
+		case k == 15:
+			v = math.Float32frombits(r.Uint32() & 0x807fffff) // subnormal
+		case k == 16:
+			v = math.Float32frombits(r.Uint32() & 0x80000000) // ±0
+		case k == 17:
+			v = float32(r.IntN(7) - 3) // exact small integers: ties in sums
+		case k == 18 && special:
+			v = float32(math.Inf(1 - 2*r.IntN(2)))
+		case k == 19 && special:
+			v = float32(math.NaN())
+		default:
+			v = float32(r.Float64())
+		}
+		s[i] = v
+	}
+	return s
+}
+
+// halves makes binary16 test data: random patterns of every class, weighted towards
+// ordinary values so that sums round (often at exact midpoints) rather than overflow.
+func halves(r *rand.Rand, n int) []uint16 {
+	s := make([]uint16, n)
+	for i := range s {
+		switch k := r.IntN(10); {
+		case k < 6: // |v| in [2^-6, 2^6): sums land on and near midpoints
+			s[i] = uint16(r.IntN(2))<<15 | uint16(9+r.IntN(12))<<10 | uint16(r.IntN(1024))
+		case k == 6: // subnormals and zeros
+			s[i] = uint16(r.IntN(2))<<15 | uint16(r.IntN(1024))
+		case k == 7: // near the top: sums overflow to Inf
+			s[i] = uint16(r.IntN(2))<<15 | 0x7800 | uint16(r.IntN(0x400))
+		default:
+			s[i] = uint16(r.Uint32())
+		}
+	}
+	return s
+}
+
+// narrowInputs makes float32 values that probe binary16 and bfloat16 rounding: exact
+// midpoints between neighbours and one ulp either side, the overflow boundary, subnormal
+// halves, random patterns, Inf and NaN.
+func narrowInputs(r *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		u := r.Uint32()
+		switch k := r.IntN(8); k {
+		case 0: // binary16 midpoint (13 dropped bits = 1000…0), ±1 ulp
+			h := uint32(r.IntN(0x7c00))
+			f := math.Float32bits(F16ToF32(uint16(h))) + 1<<12
+			if h < 0x400 { // subnormal halves: midpoint of the 2^-24 grid
+				f = math.Float32bits(F16ToF32(uint16(h)) + 0x1p-25)
+			}
+			u = u&0x80000000 | (f + uint32(r.IntN(3)) - 1)
+		case 1: // bfloat16 midpoint, ±1 ulp
+			u = u&0xffff0000 | 0x8000 + uint32(r.IntN(3)) - 1
+		case 2: // around 65504 … 65520 … 65536
+			u = u&0x80000000 | (math.Float32bits(65504) + uint32(r.IntN(1<<14)))
+		case 3:
+			u = u&0x80000000 | 0x7f800000 | uint32(r.IntN(2))*(u&0x7fffff) // Inf or NaN
+		case 4: // f32 subnormals and tiny values
+			u &= 0x80ffffff
+		}
+		s[i] = math.Float32frombits(u)
+	}
+	return s
+}
+
+func TestLevels(t *testing.T) {
+	ls := Levels()
+	if ls[len(ls)-1] != "go" {
+		t.Fatalf("Levels() = %v: go must be last", ls)
+	}
+	if Level() != ls[0] && !*noAVX2 {
+		t.Fatalf("Level() = %q, want the widest of %v", Level(), ls)
+	}
+	if _, err := SetLevel("avx512"); err == nil {
+		t.Fatalf("SetLevel(avx512) succeeded on a build without it")
+	}
+	for _, name := range ls {
+		prev := Level()
+		restore, err := SetLevel(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if Level() != name {
+			t.Fatalf("after SetLevel(%q) Level() = %q", name, Level())
+		}
+		restore()
+		if Level() != prev {
+			t.Fatalf("restore left Level() = %q, want %q", Level(), prev)
+		}
+	}
+}
+
+func TestElementwiseKernels(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	g := &goKernels
+	for _, name := range simdLevels() {
+		k := kernelsOf(t, name)
+		for _, n := range kernelSizes {
+			tag := func(op string) string { return fmt.Sprintf("%s/%s/n=%d", name, op, n) }
+			a, b, c := values(r, n, true), values(r, n, false), values(r, n, false)
+
+			got, want := out32(n, nil), out32(n, nil)
+			k.add2(got, a, b)
+			g.add2(want, a, b)
+			same32(t, tag("add2"), got, want)
+
+			k.add3(got, a, b, c)
+			g.add3(want, a, b, c)
+			same32(t, tag("add3"), got, want)
+
+			got, want = out32(n, func(i int) float32 { return a[i] }), out32(n, func(i int) float32 { return a[i] })
+			k.addTo(got, b)
+			g.addTo(want, b)
+			same32(t, tag("addTo"), got, want)
+
+			k.embedSumF32(got, a, b, c)
+			g.embedSumF32(want, a, b, c)
+			same32(t, tag("embedSumF32/seg"), got, want)
+			k.embedSumF32(got, a, b, nil)
+			g.embedSumF32(want, a, b, nil)
+			same32(t, tag("embedSumF32"), got, want)
+
+			mean, rstd := float32(r.NormFloat64()), float32(math.Exp(r.NormFloat64()*3))
+			k.affine(got, a, b, c, mean, rstd)
+			g.affine(want, a, b, c, mean, rstd)
+			same32(t, tag("affine"), got, want)
+			k.affineFMA(got, a, b, c, mean, rstd)
+			g.affineFMA(want, a, b, c, mean, rstd)
+			same32(t, tag("affineFMA"), got, want)
+		}
+	}
+}
+
+func TestConversionKernels(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	g := &goKernels
+	all := make([]uint16, 1<<16)
+	for i := range all {
+		all[i] = uint16(i)
+	}
+	for _, name := range simdLevels() {
+		k := kernelsOf(t, name)
+		// Every 16-bit pattern, widened.
+		got, want := out32(len(all), nil), out32(len(all), nil)
+		k.widenF16(got, all)
+		g.widenF16(want, all)
+		same32(t, name+"/widenF16/all", got, want)
+		k.widenBF16(got, all)
+		g.widenBF16(want, all)
+		same32(t, name+"/widenBF16/all", got, want)
+
+		for _, n := range append(kernelSizes, 1<<16) {
+			tag := func(op string) string { return fmt.Sprintf("%s/%s/n=%d", name, op, n) }
+			src16 := halves(r, n)
+			got, want := out32(n, nil), out32(n, nil)
+			k.widenF16(got, src16)
+			g.widenF16(want, src16)
+			same32(t, tag("widenF16"), got, want)
+			k.widenBF16(got, src16)
+			g.widenBF16(want, src16)
+			same32(t, tag("widenBF16"), got, want)
+
+			src := narrowInputs(r, n)
+			got16, want16 := out16(n), out16(n)
+			k.narrowF16(got16, src)
+			g.narrowF16(want16, src)
+			same16(t, tag("narrowF16"), got16, want16)
+			k.narrowBF16(got16, src)
+			g.narrowBF16(want16, src)
+			same16(t, tag("narrowBF16"), got16, want16)
+		}
+	}
+}
+
+func TestEmbedSumF16Kernel(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	g := &goKernels
+	for _, name := range simdLevels() {
+		k := kernelsOf(t, name)
+		for _, n := range append(kernelSizes, 1<<16) {
+			w, p, s := halves(r, n), halves(r, n), halves(r, n)
+			for _, seg := range [][]uint16{nil, s} {
+				tag := fmt.Sprintf("%s/embedSumF16/n=%d/seg=%v", name, n, seg != nil)
+				gotX, wantX := out32(n, nil), out32(n, nil)
+				gotB, wantB := out16(n), out16(n)
+				k.embedSumF16(gotX, gotB, w, p, seg)
+				g.embedSumF16(wantX, wantB, w, p, seg)
+				same32(t, tag+"/x", gotX, wantX)
+				same16(t, tag+"/bits", gotB, wantB)
+			}
+		}
+	}
+}
+
+func TestAccumulateKernels(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	g := &goKernels
+	for _, name := range simdLevels() {
+		k := kernelsOf(t, name)
+		for _, w := range planWidths {
+			for _, n := range kernelSizes {
+				for _, special := range []bool{false, true} {
+					tag := func(op string) string {
+						return fmt.Sprintf("%s/%s/W=%d/n=%d/special=%v", name, op, w, n, special)
+					}
+					x := values(r, n, special)
+					init := values(r, w, false)
+					start := func(i int) float32 { return init[i] }
+					mean := float32(r.NormFloat64())
+
+					got, want := out32(w, start), out32(w, start)
+					k.accumulate(got, x)
+					g.accumulate(want, x)
+					same32(t, tag("accumulate"), got, want)
+
+					got, want = out32(w, start), out32(w, start)
+					k.accumulateSqDev(got, x, mean)
+					g.accumulateSqDev(want, x, mean)
+					same32(t, tag("accumulateSqDev"), got, want)
+
+					got, want = out32(w, start), out32(w, start)
+					k.accumulateSqDevFMA(got, x, mean)
+					g.accumulateSqDevFMA(want, x, mean)
+					same32(t, tag("accumulateSqDevFMA"), got, want)
+				}
+			}
+		}
+	}
+}
+
+// The accumulation kernels must also follow the plan itself, not only their twins.
+func TestAccumulateFollowsPlan(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, name := range testLevels() {
+		restore, err := SetLevel(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000, 4099} {
+			for _, prof := range []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}} {
+				p := plan.For(h, prof)
+				x := values(r, h, false)
+				part := make([]float32, p.W)
+				mean, rstd := rowStats(&p, x, part, 1e-5)
+				wantMean, wantRstd := p.Stats(x, 1e-5, make([]float32, p.W))
+				if math.Float32bits(mean) != math.Float32bits(wantMean) || math.Float32bits(rstd) != math.Float32bits(wantRstd) {
+					t.Fatalf("%s: H=%d %v: rowStats = (%g, %g), plan.Stats = (%g, %g)", name, h, prof, mean, rstd, wantMean, wantRstd)
+				}
+			}
+		}
+		restore()
+	}
+}
+
+var profiles = []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}, {FuseVariance: true}, {FuseAffine: true}}
+
+// runAt runs fn with the package switched to the named level.
+func runAt(t *testing.T, level string, fn func()) {
+	t.Helper()
+	restore, err := SetLevel(level)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restore()
+	fn()
+}
+
+func newBackend(t testing.TB, opts Options) *Backend {
+	t.Helper()
+	b, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// buf makes a tensor of n elements of dtype dt from float32 values.
+func buf(dt ops.DType, v []float32) ops.Buf {
+	switch dt {
+	case ops.F16:
+		u := make([]uint16, len(v))
+		narrowF16Go(u, v)
+		return ops.Buf{DType: dt, U16: u}
+	case ops.BF16:
+		u := make([]uint16, len(v))
+		narrowBF16Go(u, v)
+		return ops.Buf{DType: dt, U16: u}
+	}
+	return ops.Buf{DType: dt, F32: slices.Clone(v)}
+}
+
+func emptyBuf(dt ops.DType, n int) ops.Buf {
+	if dt == ops.F32 {
+		return ops.Buf{DType: dt, F32: make([]float32, n)}
+	}
+	return ops.Buf{DType: dt, U16: make([]uint16, n)}
+}
+
+func sameBuf(t *testing.T, what string, got, want ops.Buf) {
+	t.Helper()
+	if got.DType == ops.F32 {
+		same32(t, what, got.F32, want.F32)
+	} else {
+		same16(t, what, got.U16, want.U16)
+	}
+}
+
+// TestAddLayerNormLevels runs whole AddLayerNorm calls at every level and compares each
+// output with the pure-Go level, bit for bit.
+func TestAddLayerNormLevels(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	type combo struct{ x1, x2, gb, out ops.DType }
+	combos := []combo{
+		{ops.F32, ops.F32, ops.F32, ops.F32},
+		{ops.F16, ops.F16, ops.F16, ops.F16},
+		{ops.BF16, ops.BF16, ops.F32, ops.BF16},
+		{ops.F32, ops.F16, ops.F32, ops.F32},
+		{ops.BF16, ops.F32, ops.F32, ops.F32},
+	}
+	for _, name := range simdLevels() {
+		for _, prof := range profiles {
+			for _, cb := range combos {
+				for _, d := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000} {
+					for bias := range 3 { // none, row, full
+						n := 5
+						mk := func(dt ops.DType, len int) ops.Buf { return buf(dt, values(r, len, false)) }
+						a := ops.AddLN{N: n, D: d, X1: mk(cb.x1, n*d), X2: mk(cb.x2, n*d),
+							Gamma: mk(cb.gb, d), Beta: mk(cb.gb, d), Epsilon: 1e-5}
+						switch bias {
+						case 1:
+							a.Bias = mk(cb.out, d)
+						case 2:
+							a.Bias, a.BiasFull = mk(cb.out, n*d), true
+						}
+						run := func(level string) ops.AddLN {
+							c := a
+							c.Y, c.X = emptyBuf(cb.out, n*d), emptyBuf(cb.out, n*d)
+							c.Mean, c.Rstd = make([]float32, n), make([]float32, n)
+							runAt(t, level, func() {
+								if err := newBackend(t, Options{Profile: prof, Threads: 1}).AddLayerNorm(context.Background(), &c); err != nil {
+									t.Fatal(err)
+								}
+							})
+							return c
+						}
+						got, want := run(name), run("go")
+						tag := fmt.Sprintf("%s/%v/%v/D=%d/bias=%d", name, prof, cb, d, bias)
+						sameBuf(t, tag+"/y", got.Y, want.Y)
+						sameBuf(t, tag+"/x", got.X, want.X)
+						same32(t, tag+"/mean", got.Mean, want.Mean)
+						same32(t, tag+"/rstd", got.Rstd, want.Rstd)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestEmbedLayerNormLevels does the same for EmbedLayerNorm, f32 and f16, with and without
+// the segment table and the embedding_sum output.
+func TestEmbedLayerNormLevels(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, name := range simdLevels() {
+		for _, prof := range profiles {
+			for _, dt := range []ops.DType{ops.F32, ops.F16} {
+				for _, h := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000} {
+					for _, segs := range []int{0, 2} {
+						const B, S, V, P = 2, 6, 11, 8
+						mk := func(len int) ops.Buf { return buf(dt, values(r, len, false)) }
+						w := ops.EmbedWeights{DType: dt, H: h, V: V, P: P, G: segs,
+							Word: mk(V * h), Pos: mk(P * h), Gamma: mk(h), Beta: mk(h), Epsilon: 1e-12}
+						if segs > 0 {
+							w.Seg = mk(segs * h)
+						}
+						in := ops.EmbedInputs{B: B, S: S, IDs: make([]int32, B*S)}
+						for i := range in.IDs {
+							in.IDs[i] = int32(r.IntN(V))
+						}
+						if segs > 0 {
+							in.SegIDs = make([]int32, B*S)
+							for i := range in.SegIDs {
+								in.SegIDs[i] = int32(r.IntN(segs))
+							}
+						}
+						run := func(level string) ops.EmbedOutputs {
+							out := ops.EmbedOutputs{Out: emptyBuf(dt, B*S*h), Sum: emptyBuf(dt, B*S*h)}
+							runAt(t, level, func() {
+								op, err := newBackend(t, Options{Profile: prof, Threads: 1}).PrepareEmbed(&w)
+								if err != nil {
+									t.Fatal(err)
+								}
+								if err := op.Run(context.Background(), &in, &out); err != nil {
+									t.Fatal(err)
+								}
+							})
+							return out
+						}
+						got, want := run(name), run("go")
+						tag := fmt.Sprintf("%s/%v/%v/H=%d/segs=%d", name, prof, dt, h, segs)
+						sameBuf(t, tag+"/out", got.Out, want.Out)
+						sameBuf(t, tag+"/sum", got.Sum, want.Sum)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestTreeKernel(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, name := range testLevels() {
+		k := kernelsOf(t, name)
+		for _, w := range []int{1, 2, 4, 8, 16, 32, 64, 128, 256} {
+			for _, special := range []bool{false, true} {
+				init := values(r, w, special)
+				got, want := out32(w, func(i int) float32 { return init[i] }), slices.Clone(init)
+				sum := k.tree(got)
+				wantSum := plan.For(w, plan.Contraction{}).Tree(want)
+				tag := fmt.Sprintf("%s/tree/W=%d/special=%v", name, w, special)
+				same32(t, tag, []float32{sum}, []float32{wantSum})
+				same32(t, tag+"/part", got, want)
+			}
+		}
+	}
+}
