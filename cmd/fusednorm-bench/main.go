@@ -1,0 +1,339 @@
+// Command fusednorm-bench times EmbedLayerNorm and AddLayerNorm through the public API on
+// the cases of shaders/*/bench.json, and puts each next to the machine's memory bandwidth
+// over the same byte count, measured in the same run (and, with -ort, next to ONNX Runtime's
+// CPU kernel time).
+//
+//	go run ./cmd/fusednorm-bench                    # every case, backend auto
+//	go run ./cmd/fusednorm-bench -backend cpu -only addln -dtype f32
+//	go run ./cmd/fusednorm-bench -quick             # small variants of every case: a smoke run
+//
+// Effective GB/s is the case's bytes model (what the op must read and write, each tensor
+// once; see bytes_rule in bench.json) over the median time; 1 GB = 1e9 B.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fusednorm/fusednorm"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "fusednorm-bench:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// options are the command line, resolved.
+type options struct {
+	backend    string
+	backendSet bool
+	casesDir   string
+	only       string
+	dtype      string
+	threads    int
+	reps       int
+	minTime    time.Duration
+	warmup     int
+	maxBytes   int64
+	quick      bool
+	probe      bool
+	jsonPath   string
+	plotPath   string
+	ortDir     string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("fusednorm-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &options{}
+	defBackend := os.Getenv(fusednorm.EnvBackend)
+	if defBackend == "" {
+		defBackend = fusednorm.BackendAuto
+	}
+	fs.StringVar(&o.backend, "backend", defBackend, "backend: auto, cpu or dawn (default from "+fusednorm.EnvBackend+", else auto)")
+	fs.StringVar(&o.casesDir, "cases", "", "the shaders/ folder holding <op>/bench.json (default: found by walking up from the working directory and the executable)")
+	fs.StringVar(&o.only, "only", "", "run only the cases whose name contains this")
+	fs.StringVar(&o.dtype, "dtype", "all", "f32, f16 or all")
+	fs.IntVar(&o.threads, "threads", runtime.GOMAXPROCS(0), "goroutines per CPU call, and for the bandwidth probe")
+	fs.IntVar(&o.reps, "reps", 3, "timed runs per case, at least")
+	fs.DurationVar(&o.minTime, "min-time", time.Second, "time each case for at least this long (and -reps runs)")
+	fs.IntVar(&o.warmup, "warmup", 1, "untimed runs before timing")
+	maxBytes := fs.String("max-bytes", "auto", "skip a case that needs more memory than this (e.g. 8GiB, 500MB); auto: 75% of available memory")
+	fs.BoolVar(&o.quick, "quick", false, "small variants of every case (batch or rows divided by 16), shorter timing: a smoke run")
+	fs.BoolVar(&o.probe, "probe", true, "measure memory bandwidth over each case's byte count, in the same run")
+	fs.StringVar(&o.jsonPath, "json", "", "write every result to this JSON file")
+	fs.StringVar(&o.plotPath, "plot", "", "draw effective and probe GB/s per case into this PNG file")
+	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of the shared oracle folder (with node_modules): also time ONNX Runtime's CPU kernel on the cases it has")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.backendSet = set["backend"]
+	if o.quick {
+		if !set["min-time"] {
+			o.minTime = 20 * time.Millisecond
+		}
+	}
+	switch o.dtype {
+	case "f32", "f16", "all":
+	default:
+		return nil, fmt.Errorf("-dtype %q: want f32, f16 or all", o.dtype)
+	}
+	if o.threads < 1 || o.reps < 1 || o.warmup < 0 || o.minTime < 0 {
+		return nil, errors.New("-threads and -reps must be ≥ 1, -warmup and -min-time ≥ 0")
+	}
+	var err error
+	if o.maxBytes, err = parseBytes(*maxBytes); err != nil {
+		return nil, fmt.Errorf("-max-bytes: %w", err)
+	}
+	return o, nil
+}
+
+// result is one case's row, as the table prints it and -json writes it.
+type result struct {
+	Case         string         `json:"case"`
+	Op           string         `json:"op"`
+	Shape        map[string]int `json:"shape"`
+	DType        string         `json:"dtype"`
+	Backend      string         `json:"backend,omitempty"`
+	BytesRead    int64          `json:"bytes_read"`
+	BytesWritten int64          `json:"bytes_written"`
+	AllocBytes   int64          `json:"alloc_bytes"`
+	SetupSec     float64        `json:"setup_s,omitempty"`
+	Runs         int            `json:"runs,omitempty"`
+	MedianMs     float64        `json:"median_ms,omitempty"`
+	MinMs        float64        `json:"min_ms,omitempty"`
+	GBps         float64        `json:"GBps,omitempty"`
+	Probe        *probeResult   `json:"probe,omitempty"`
+	PctOfProbe   float64        `json:"pct_of_probe_copy,omitempty"`
+	ORT          *ortResult     `json:"ort,omitempty"`
+	ORTError     string         `json:"ort_error,omitempty"`
+	OursOverORT  float64        `json:"time_ratio_ours_over_ort,omitempty"`
+	Skipped      string         `json:"skipped,omitempty"`
+	Error        string         `json:"error,omitempty"`
+
+	shape string // printed form
+}
+
+func (r *result) bytes() int64 { return r.BytesRead + r.BytesWritten }
+
+// run is the whole command; main only adds the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if o.casesDir == "" {
+		if o.casesDir, err = findCasesDir(); err != nil {
+			return err
+		}
+	}
+	cases, err := loadCases(o.casesDir, o.quick)
+	if err != nil {
+		return err
+	}
+	cases = slices.DeleteFunc(cases, func(c benchCase) bool {
+		return !strings.Contains(c.Name, o.only) || (o.dtype != "all" && c.shortDType() != o.dtype)
+	})
+	if len(cases) == 0 {
+		return fmt.Errorf("no case matches -only %q -dtype %s", o.only, o.dtype)
+	}
+
+	opts := []fusednorm.Option{fusednorm.WithThreads(o.threads)}
+	if o.backendSet {
+		opts = append(opts, fusednorm.WithBackend(o.backend))
+	}
+	eng, err := fusednorm.Open(opts...)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	info := eng.Info()
+	fmt.Fprintf(stdout, "engine: %s\n", info)
+	fmt.Fprintf(stdout, "timing: median of ≥%d runs and ≥%v after %d warm-up; threads %d; max-bytes %s; cases from %s\n",
+		o.reps, o.minTime, o.warmup, o.threads, fmtGiB(o.maxBytes), o.casesDir)
+
+	var ort *ortRunner
+	if o.ortDir != "" {
+		if ort, err = newORTRunner(o.ortDir, o.threads, o.reps, o.minTime); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "ort: ONNX Runtime CPU kernel time from %s, %d thread(s), measured right after each case it has\n", o.ortDir, o.threads)
+	} else {
+		fmt.Fprintln(stdout, "ort: not run (pass -ort DIR, a copy of the shared oracle folder with node_modules, for ONNX Runtime's kernel time)")
+	}
+
+	tw := newTable(stdout, cases, o.probe, ort != nil)
+	tw.header()
+	var results []*result
+	failed := 0
+	for i := range cases {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r := benchOne(ctx, eng, &cases[i], o, ort)
+		if r.Error != "" {
+			failed++
+		}
+		results = append(results, r)
+		tw.row(r)
+	}
+	if o.jsonPath != "" {
+		if err := writeJSON(o.jsonPath, info, o, results); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", o.jsonPath)
+	}
+	if o.plotPath != "" {
+		if err := writePlot(o.plotPath, info, results); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", o.plotPath)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d cases failed", failed, len(results))
+	}
+	return nil
+}
+
+// benchOne sets a case up, times it, frees it, then samples the bandwidth probe and ORT.
+func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, ort *ortRunner) *result {
+	r := &result{Case: c.Name, Op: c.op, Shape: c.Shape, DType: c.DType, shape: c.shapeString(),
+		BytesRead: c.Bytes.Read, BytesWritten: c.Bytes.Write, AllocBytes: c.allocBytes()}
+	need := r.AllocBytes
+	if o.probe {
+		need = max(need, r.bytes())
+	}
+	if need > o.maxBytes {
+		r.Skipped = fmt.Sprintf("needs %s, over -max-bytes %s", fmtGiB(need), fmtGiB(o.maxBytes))
+		return r
+	}
+	r.Backend = eng.Info().Backend
+	if err := timeCase(ctx, eng, c, o, r); err != nil {
+		r.Error = err.Error()
+	}
+	// Give the case's memory back before the probe allocates its own.
+	runtime.GC()
+	debug.FreeOSMemory()
+	if r.Error != "" {
+		return r
+	}
+	r.GBps = float64(r.bytes()) / (r.MedianMs * 1e6)
+	if o.probe {
+		p := probe(r.bytes(), o.threads)
+		r.Probe = &p
+		r.PctOfProbe = 100 * r.GBps / p.CopyGBps
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
+	if ort != nil && c.ORT != "" {
+		if or, err := ort.run(ctx, c.ORT); err != nil {
+			r.ORTError = err.Error()
+		} else {
+			r.ORT = or
+			r.OursOverORT = r.MedianMs / or.KernelMsMedian
+			if or.Bytes != r.bytes() {
+				r.ORTError = fmt.Sprintf("ORT's config counts %d bytes, this case %d: the ops do different work", or.Bytes, r.bytes())
+			}
+		}
+	}
+	return r
+}
+
+func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result) error {
+	t0 := time.Now()
+	w, err := setup(eng, c, o.threads)
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	defer w.close()
+	r.SetupSec = time.Since(t0).Seconds()
+	for range o.warmup {
+		if err := w.run(ctx); err != nil {
+			return err
+		}
+	}
+	var ts []time.Duration
+	start := time.Now()
+	for len(ts) < o.reps || time.Since(start) < o.minTime {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t := time.Now()
+		if err := w.run(ctx); err != nil {
+			return err
+		}
+		ts = append(ts, time.Since(t))
+	}
+	slices.Sort(ts)
+	r.Runs = len(ts)
+	r.MedianMs = ms(ts[len(ts)/2])
+	r.MinMs = ms(ts[0])
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// parseBytes reads "auto" or a size such as 8GiB, 512MiB, 2GB or a plain byte count.
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "auto") {
+		return autoMaxBytes(), nil
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	mult := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a size like 8GiB", s)
+	}
+	return int64(v * mult), nil
+}
+
+// autoMaxBytes is 75% of the memory Linux reports available, else 8 GiB.
+func autoMaxBytes() int64 {
+	const fallback = 8 << 30
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return fallback
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				return kb * 1024 / 4 * 3
+			}
+		}
+	}
+	return fallback
+}
+
+func fmtGiB(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// quickArgs runs one quick case on the CPU with the least timing the flags allow.
+func quickArgs(only string, extra ...string) []string {
+	return append([]string{"-backend", "cpu", "-quick", "-only", only, "-reps", "1", "-min-time", "0", "-warmup", "0"}, extra...)
+}
+
+func runBench(t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// row returns the table line of a case, or "" when it is missing.
+func row(out, name string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == name {
+			return line
+		}
+	}
+	return ""
+}
+
+func TestQuickRunOneCaseOfEachOp(t *testing.T) {
+	for _, tc := range []struct{ only, shape string }{
+		{"eln-b8-s512-h768-f32", "B1 S512 H768"},
+		{"addln-n4096-d768-f16", "N256 D768"},
+	} {
+		t.Run(tc.only, func(t *testing.T) {
+			out := runBench(t, quickArgs(tc.only)...)
+			lines := strings.Split(out, "\n")
+			if !strings.HasPrefix(lines[0], "engine: cpu on ") || !strings.Contains(lines[0], "cpu requested by option") {
+				t.Errorf("first line is not the engine's Info: %q", lines[0])
+			}
+			if !strings.Contains(out, "ort: not run") {
+				t.Errorf("no line saying ORT was skipped:\n%s", out)
+			}
+			hdr := row(out, "case")
+			for _, col := range []string{"shape", "dtype", "backend", "median ms", "min ms", "GB/s", "probe GB/s", "% probe"} {
+				if !strings.Contains(hdr, col) {
+					t.Errorf("header lacks %q: %q", col, hdr)
+				}
+			}
+			if strings.Contains(hdr, "ORT ms") {
+				t.Errorf("header has ORT columns without -ort: %q", hdr)
+			}
+			r := row(out, tc.only+"-quick")
+			if r == "" {
+				t.Fatalf("no row for %s-quick:\n%s", tc.only, out)
+			}
+			if !strings.Contains(r, tc.shape) || !strings.Contains(r, " cpu ") || !strings.HasSuffix(r, "%") {
+				t.Errorf("row %q: want shape %q, backend cpu and a %%-of-probe cell", r, tc.shape)
+			}
+			if n := strings.Count(out, "-quick "); n != 1 {
+				t.Errorf("%d case rows, want 1:\n%s", n, out)
+			}
+		})
+	}
+}
+
+func TestSkipOverMaxBytesAndJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out.json")
+	out := runBench(t, quickArgs("768", "-max-bytes", "4MiB", "-probe=false", "-json", path)...)
+	// addln-n4096-d768-f32-quick needs 3.2 MiB, the f16 one 1.6 MiB; eln tables are larger.
+	if r := row(out, "addln-n4096-d768-f32-quick"); r == "" || strings.Contains(r, "skipped") {
+		t.Errorf("f32 case should run under 4 MiB: %q", r)
+	}
+	if r := row(out, "eln-b8-s512-h768-f32-quick"); !strings.Contains(r, "skipped: needs") {
+		t.Errorf("eln case should be skipped over 4 MiB: %q", r)
+	}
+	if strings.Contains(row(out, "case"), "probe") {
+		t.Errorf("-probe=false still prints probe columns:\n%s", out)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Engine  struct{ Backend string }
+		Results []struct {
+			Case     string  `json:"case"`
+			MedianMs float64 `json:"median_ms"`
+			GBps     float64 `json:"GBps"`
+			Skipped  string  `json:"skipped"`
+		}
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Engine.Backend != "cpu" || len(rep.Results) != 4 {
+		t.Fatalf("JSON: backend %q, %d results; want cpu, 4", rep.Engine.Backend, len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.Skipped == "" && (r.MedianMs <= 0 || r.GBps <= 0) {
+			t.Errorf("JSON result %s has no timing: %+v", r.Case, r)
+		}
+	}
+}
+
+func TestCasesMatchTheBrief(t *testing.T) {
+	dir, err := findCasesDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := loadCases(dir, false) // also checks every case's bytes against the rule
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, c := range cases {
+		if seen[c.Name] {
+			t.Errorf("case %s appears twice", c.Name)
+		}
+		seen[c.Name] = true
+	}
+	for _, dt := range []string{"f32", "f16"} {
+		for _, name := range []string{"eln-b8-s512-h768", "eln-b64-s512-h1024", "eln-b256-s512-h4096",
+			"addln-n4096-d768", "addln-n16384-d4096", "addln-n65536-d8192"} {
+			if !seen[name+"-"+dt] {
+				t.Errorf("missing case %s-%s", name, dt)
+			}
+		}
+	}
+	// The byte counts of the cases ORT also runs must equal bench_ort.js's, or the
+	// comparison of GB/s is between different things.
+	want := map[string]int64{"eln-b8-s512-h768-f32": 50386976, "addln-n4096-d768-f32": 50373632, "addln-n16384-d4096-f16": 537026560}
+	for _, c := range cases {
+		if w, ok := want[c.Name]; ok && c.Bytes.Read+c.Bytes.Write != w {
+			t.Errorf("%s: %d bytes, ORT's bench counts %d", c.Name, c.Bytes.Read+c.Bytes.Write, w)
+		}
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"8GiB": 8 << 30, "512MiB": 512 << 20, "2GB": 2e9, "1.5 KiB": 1536, "100": 100} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1GB", "GiB"} {
+		if _, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) accepted", in)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"-dtype", "bf16"}, {"-threads", "0"}, {"-only", "no-such-case"}, {"-backend", "tpu"}, {"extra"}} {
+		var out bytes.Buffer
+		if err := run(context.Background(), args, &out, &out); err == nil {
+			t.Errorf("run %v: no error", args)
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/fusednorm/fusednorm"
+)
+
+// table prints one row per case as soon as it is measured (the largest cases take a while),
+// with column widths fixed up front from the case list.
+type table struct {
+	w          io.Writer
+	nameW      int
+	shapeW     int
+	probe, ort bool
+}
+
+func newTable(w io.Writer, cases []benchCase, probe, ort bool) *table {
+	t := &table{w: w, nameW: len("case"), shapeW: len("shape"), probe: probe, ort: ort}
+	for i := range cases {
+		t.nameW = max(t.nameW, len(cases[i].Name))
+		t.shapeW = max(t.shapeW, len(cases[i].shapeString()))
+	}
+	return t
+}
+
+func (t *table) header() {
+	cols := []string{"dtype", "backend", "median ms", "min ms", "runs", "GB/s"}
+	if t.probe {
+		cols = append(cols, "probe GB/s", "% probe")
+	}
+	if t.ort {
+		cols = append(cols, "ORT ms", "speedup")
+	}
+	fmt.Fprintln(t.w, t.line("case", "shape", cols))
+	fmt.Fprintln(t.w, strings.Repeat("-", len(t.line("case", "shape", cols))))
+}
+
+var colW = map[string]int{"dtype": 5, "backend": 7, "median ms": 10, "min ms": 10, "runs": 5, "GB/s": 7,
+	"probe GB/s": 10, "% probe": 7, "ORT ms": 9, "speedup": 7}
+
+var colOrder = []string{"dtype", "backend", "median ms", "min ms", "runs", "GB/s", "probe GB/s", "% probe", "ORT ms", "speedup"}
+
+// line lays out a row; cells are the values of the columns in use, in colOrder.
+func (t *table) line(name, shape string, cells []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-*s  %-*s", t.nameW, name, t.shapeW, shape)
+	i := 0
+	for _, c := range colOrder {
+		if (!t.probe && (c == "probe GB/s" || c == "% probe")) || (!t.ort && (c == "ORT ms" || c == "speedup")) {
+			continue
+		}
+		if i >= len(cells) {
+			break
+		}
+		if c == "dtype" || c == "backend" {
+			fmt.Fprintf(&b, "  %-*s", colW[c], cells[i])
+		} else {
+			fmt.Fprintf(&b, "  %*s", colW[c], cells[i])
+		}
+		i++
+	}
+	return strings.TrimRight(b.String(), " ")
+}
+
+func (t *table) row(r *result) {
+	dt := "f32"
+	if r.DType == "float16" {
+		dt = "f16"
+	}
+	if r.Skipped != "" || r.Error != "" {
+		msg := "skipped: " + r.Skipped
+		if r.Error != "" {
+			msg = "error: " + r.Error
+		}
+		fmt.Fprintf(t.w, "%s  %s\n", t.line(r.Case, r.shape, []string{dt, r.Backend}), msg)
+		return
+	}
+	cells := []string{dt, r.Backend, fmt.Sprintf("%.3f", r.MedianMs), fmt.Sprintf("%.3f", r.MinMs),
+		fmt.Sprint(r.Runs), fmt.Sprintf("%.2f", r.GBps)}
+	if t.probe {
+		cells = append(cells, fmt.Sprintf("%.2f", r.Probe.CopyGBps), fmt.Sprintf("%.0f%%", r.PctOfProbe))
+	}
+	if t.ort {
+		switch {
+		case r.ORT != nil:
+			cells = append(cells, fmt.Sprintf("%.3f", r.ORT.KernelMsMedian), fmt.Sprintf("%.2fx", r.ORT.KernelMsMedian/r.MedianMs))
+		default:
+			cells = append(cells, "-", "-")
+		}
+	}
+	line := t.line(r.Case, r.shape, cells)
+	if r.ORTError != "" {
+		line += "  ort error: " + r.ORTError
+	}
+	fmt.Fprintln(t.w, line)
+}
+
+// report is the -json file.
+type report struct {
+	Tool     string         `json:"tool"`
+	Time     string         `json:"time"`
+	Go       string         `json:"go"`
+	Host     map[string]any `json:"host"`
+	Engine   fusednorm.Info `json:"engine"`
+	Settings map[string]any `json:"settings"`
+	Notes    []string       `json:"notes"`
+	Results  []*result      `json:"results"`
+}
+
+func writeJSON(path string, info fusednorm.Info, o *options, results []*result) error {
+	rep := report{
+		Tool: "fusednorm-bench", Time: time.Now().UTC().Format(time.RFC3339), Go: runtime.Version(),
+		Host:   map[string]any{"goos": runtime.GOOS, "goarch": runtime.GOARCH, "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0)},
+		Engine: info,
+		Settings: map[string]any{"threads": o.threads, "reps": o.reps, "min_time": o.minTime.String(), "warmup": o.warmup,
+			"quick": o.quick, "probe": o.probe, "max_bytes": o.maxBytes, "only": o.only, "dtype": o.dtype, "ort_dir": o.ortDir},
+		Notes: []string{
+			"GBps = (bytes_read + bytes_written) / median; 1 GB = 1e9 B; bytes follow bytes_rule in shaders/<op>/bench.json",
+			"probe: Go copy and read kernels over the case's byte count with the same thread count, right after the case; pct_of_probe_copy uses copy_GBps",
+			"ort: bench_ort.js row for the same thread count; kernel_ms_median is ORT's profiler time of the op",
+		},
+		Results: results,
+	}
+	raw, err := json.MarshalIndent(rep, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(raw, '\n'), 0o644)
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/x448/float16"
+
+	"github.com/fusednorm/fusednorm"
+)
+
+// workload is a case set up on an engine: inputs filled, outputs allocated, ready to be
+// timed. run is one call of the public API.
+type workload struct {
+	run   func(ctx context.Context) error
+	close func()
+}
+
+// setup builds the case's tensors outside any timing. The data is seeded: the same case
+// gets the same bytes whatever the thread count.
+func setup(eng *fusednorm.Engine, c *benchCase, threads int) (*workload, error) {
+	f := filler{seed: c.seed, threads: threads}
+	switch c.op {
+	case opEmbed:
+		return setupEmbed(eng, c, &f)
+	case opAdd:
+		return setupAdd(eng, c, &f)
+	}
+	return nil, fmt.Errorf("unknown op %q", c.op)
+}
+
+func setupEmbed(eng *fusednorm.Engine, c *benchCase, f *filler) (*workload, error) {
+	B, S, H := c.Shape["B"], c.Shape["S"], c.Shape["H"]
+	V, P, G := c.Shape["V"], c.Shape["P"], c.Shape["G"]
+	w := fusednorm.EmbedWeights{
+		Word:     f.floats(c.DType, 1, 0.5, V, H),
+		Position: f.floats(c.DType, 2, 0.5, P, H),
+		Segment:  f.floats(c.DType, 3, 0.5, G, H),
+		Gamma:    f.floats(c.DType, 4, 1, H),
+		Beta:     f.floats(c.DType, 5, 0.1, H),
+	}
+	ids := make([]int32, B*S)
+	seg := make([]int32, B*S)
+	mask := make([]int32, B*S)
+	r := rand.New(rand.NewPCG(c.seed, 6))
+	for i := range ids {
+		ids[i] = int32(r.IntN(V))
+	}
+	for b := range B {
+		n := S/2 + r.IntN(S-S/2+1) // right-padded: the first n positions are real tokens
+		for s := range S {
+			seg[b*S+s] = int32(min(G-1, s/max(1, (S+1)/2)))
+			if s < n {
+				mask[b*S+s] = 1
+			}
+		}
+	}
+	op, err := eng.NewEmbedLayerNorm(w, fusednorm.Epsilon(c.epsilon))
+	if err != nil {
+		return nil, err
+	}
+	in := fusednorm.EmbedInputs{
+		InputIDs:   fusednorm.FromInt32(ids, B, S),
+		SegmentIDs: fusednorm.FromInt32(seg, B, S),
+		Mask:       fusednorm.FromInt32(mask, B, S),
+	}
+	var out fusednorm.EmbedOutputs
+	if out.Output, err = fusednorm.NewTensor(dtypeOf(c.DType), B, S, H); err != nil {
+		op.Close()
+		return nil, err
+	}
+	if out.MaskIndex, err = fusednorm.NewTensor(fusednorm.Int32, B); err != nil {
+		op.Close()
+		return nil, err
+	}
+	return &workload{
+		run:   func(ctx context.Context) error { return op.Run(ctx, in, &out) },
+		close: func() { op.Close() },
+	}, nil
+}
+
+func setupAdd(eng *fusednorm.Engine, c *benchCase, f *filler) (*workload, error) {
+	N, D := c.Shape["N"], c.Shape["D"]
+	dt := dtypeOf(c.DType)
+	in := fusednorm.AddLayerNormInputs{
+		X1:    f.floats(c.DType, 1, 1, N, D),
+		X2:    f.floats(c.DType, 2, 1, N, D),
+		Gamma: f.floats(c.DType, 3, 1, D),
+		Beta:  f.floats(c.DType, 4, 0.1, D),
+		Bias:  f.floats(c.DType, 5, 0.1, D),
+	}
+	var out fusednorm.AddLayerNormOutputs
+	var err error
+	for _, t := range []struct {
+		p     *fusednorm.Tensor
+		dt    fusednorm.DType
+		shape []int
+	}{{&out.Y, dt, []int{N, D}}, {&out.X, dt, []int{N, D}}, {&out.Mean, fusednorm.Float32, []int{N, 1}}, {&out.Rstd, fusednorm.Float32, []int{N, 1}}} {
+		if *t.p, err = fusednorm.NewTensor(t.dt, t.shape...); err != nil {
+			return nil, err
+		}
+	}
+	opts := []fusednorm.OpOption{fusednorm.Epsilon(c.epsilon), fusednorm.AdditionalOutput(true)}
+	return &workload{
+		run:   func(ctx context.Context) error { return eng.AddLayerNorm(ctx, in, &out, opts...) },
+		close: func() {},
+	}, nil
+}
+
+func dtypeOf(name string) fusednorm.DType {
+	if name == "float16" {
+		return fusednorm.Float16
+	}
+	return fusednorm.Float32
+}
+
+// filler makes seeded uniform random tensors, in parallel: the largest cases hold several
+// GiB of input, and one goroutine would spend longer filling them than timing the op.
+type filler struct {
+	seed    uint64
+	threads int
+}
+
+// fillChunk is the element count per independent random stream; fixed so the data does
+// not depend on the thread count.
+const fillChunk = 1 << 16
+
+// floats returns a tensor of the dtype and shape with values uniform in [-scale, scale).
+// stream tells the tensors of one case apart.
+func (f *filler) floats(dtype string, stream uint64, scale float32, shape ...int) fusednorm.Tensor {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	// f16: draw from a table of 4096 evenly spaced values, converted once; the benchmark
+	// needs varied data, not a continuous distribution, and the conversion would dominate.
+	var table [4096]uint16
+	if dtype == "float16" {
+		for i := range table {
+			table[i] = float16.Fromfloat32(scale * (float32(i)/2048 - 1)).Bits()
+		}
+	}
+	var f32 []float32
+	var u16 []uint16
+	if dtype == "float16" {
+		u16 = make([]uint16, n)
+	} else {
+		f32 = make([]float32, n)
+	}
+	chunks := (n + fillChunk - 1) / fillChunk
+	var next sync.Mutex
+	ci := 0
+	var wg sync.WaitGroup
+	for range max(1, f.threads) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next.Lock()
+				k := ci
+				ci++
+				next.Unlock()
+				if k >= chunks {
+					return
+				}
+				r := rand.NewPCG(f.seed^stream<<32, uint64(k))
+				lo, hi := k*fillChunk, min(n, (k+1)*fillChunk)
+				if dtype == "float16" {
+					for i := lo; i < hi; i++ {
+						u16[i] = table[r.Uint64()>>52]
+					}
+					continue
+				}
+				const inv = 1.0 / (1 << 24)
+				for i := lo; i < hi; i++ {
+					f32[i] = scale * (float32(r.Uint64()>>40)*inv*2 - 1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if dtype == "float16" {
+		return fusednorm.FromFloat16Bits(u16, shape...)
+	}
+	return fusednorm.FromFloat32(f32, shape...)
+}
