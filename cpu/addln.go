@@ -42,27 +42,27 @@ func addToGo(s, b []float32) {
 
 // rowF32 returns elements [off, off+n) of src as float32: the slice itself for f32 data,
 // else widened into tmp.
-func rowF32(src ops.Buf, off, n int, tmp []float32) []float32 {
+func rowF32(k *kernelSet, src ops.Buf, off, n int, tmp []float32) []float32 {
 	switch src.DType {
 	case ops.F32:
 		return src.F32[off : off+n]
 	case ops.F16:
-		widenF16(tmp[:n], src.U16[off:off+n])
+		k.widenF16(tmp[:n], src.U16[off:off+n])
 	case ops.BF16:
-		widenBF16(tmp[:n], src.U16[off:off+n])
+		k.widenBF16(tmp[:n], src.U16[off:off+n])
 	}
 	return tmp[:n]
 }
 
 // store writes float32 values into dst at off, rounding to dst's dtype.
-func store(dst ops.Buf, off int, v []float32) {
+func store(k *kernelSet, dst ops.Buf, off int, v []float32) {
 	switch dst.DType {
 	case ops.F32:
 		copy(dst.F32[off:off+len(v)], v)
 	case ops.F16:
-		narrowF16(dst.U16[off:off+len(v)], v)
+		k.narrowF16(dst.U16[off:off+len(v)], v)
 	case ops.BF16:
-		narrowBF16(dst.U16[off:off+len(v)], v)
+		k.narrowBF16(dst.U16[off:off+len(v)], v)
 	}
 }
 
@@ -74,10 +74,11 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	}
 	D := a.D
 	p := b.Plan(D)
-	gamma, beta := widen(a.Gamma), widen(a.Beta)
+	k := b.k
+	gamma, beta := widen(k, a.Gamma), widen(k, a.Beta)
 	var biasRow []float32
 	if a.Bias.Present() && !a.BiasFull {
-		biasRow = widen(a.Bias)
+		biasRow = widen(k, a.Bias)
 	}
 	forRows(a.N, D, p.W, b.opts.Threads, func(lo, hi int, sc *scratch) {
 		s := sc.x[:D]
@@ -85,30 +86,30 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 			off := r * D
 			// x1 may live in sc.y and x2 in sc.t; s = (x1 + x2) + bias in one pass when
 			// the bias needs no widening into scratch.
-			x1 := rowF32(a.X1, off, D, sc.y)
-			x2 := rowF32(a.X2, off, D, sc.t)
+			x1 := rowF32(k, a.X1, off, D, sc.y)
+			x2 := rowF32(k, a.X2, off, D, sc.t)
 			switch {
 			case biasRow != nil:
-				add3(s, x1, x2, biasRow)
+				k.add3(s, x1, x2, biasRow)
 			case a.BiasFull && a.Bias.DType == ops.F32:
-				add3(s, x1, x2, a.Bias.F32[off:off+D])
+				k.add3(s, x1, x2, a.Bias.F32[off:off+D])
 			default:
-				add2(s, x1, x2)
+				k.add2(s, x1, x2)
 				if a.BiasFull {
-					addTo(s, rowF32(a.Bias, off, D, sc.t)) // x2 is used up: sc.t is free
+					k.addTo(s, rowF32(k, a.Bias, off, D, sc.t)) // x2 is used up: sc.t is free
 				}
 			}
 			if a.X.Present() {
-				store(a.X, off, s)
+				store(k, a.X, off, s)
 			}
-			mean, rstd := rowStats(&p, s, sc.part, a.Epsilon)
+			mean, rstd := rowStats(k, &p, s, sc.part, a.Epsilon)
 			a.Mean[r], a.Rstd[r] = mean, rstd
 			if a.Y.DType == ops.F32 {
-				normalize(&p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd)
+				normalize(k, &p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd)
 			} else {
 				y := sc.y[:D]
-				normalize(&p, y, s, gamma, beta, mean, rstd)
-				store(a.Y, off, y)
+				normalize(k, &p, y, s, gamma, beta, mean, rstd)
+				store(k, a.Y, off, y)
 			}
 		}
 	})

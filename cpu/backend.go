@@ -31,16 +31,23 @@ type Options struct {
 
 // Backend is the CPU implementation of both ops.
 type Backend struct {
-	opts Options
+	opts  Options
+	k     *kernelSet
+	level string
 }
 
 // New returns a CPU backend, or an error wrapping ops.ErrUnavailable for a level this
 // processor or build does not have.
 func New(opts Options) (*Backend, error) {
-	if opts.Level != "" && opts.Level != "go" && opts.Level != level {
-		return nil, fmt.Errorf("cpu: kernel level %q is not available (have go, %s): %w", opts.Level, level, ops.ErrUnavailable)
+	name := opts.Level
+	if name == "" {
+		name = level
 	}
-	return &Backend{opts: opts}, nil
+	k := kernelsOf(name)
+	if k == nil {
+		return nil, fmt.Errorf("cpu: kernel level %q is not available (have %v): %w", name, Levels(), ops.ErrUnavailable)
+	}
+	return &Backend{opts: opts, k: k, level: name}, nil
 }
 
 // Info names the backend, the processor and the kernel level in use.
@@ -48,8 +55,8 @@ func (b *Backend) Info() ops.Info {
 	return ops.Info{
 		Name:    "cpu",
 		Device:  cpuid.CPU.BrandName,
-		Detail:  fmt.Sprintf("kernels %s, threads %d, profile %s", Level(), b.threads(), b.opts.Profile),
-		Level:   Level(),
+		Detail:  fmt.Sprintf("kernels %s, threads %d, profile %s", b.level, b.threads(), b.opts.Profile),
+		Level:   b.level,
 		Profile: b.opts.Profile,
 	}
 }
@@ -67,7 +74,8 @@ func (b *Backend) Plan(h int) plan.Plan { return plan.For(h, b.opts.Profile) }
 // Close releases nothing: the CPU backend holds no resources.
 func (b *Backend) Close() error { return nil }
 
-// Level names the kernel set in use ("go" until SIMD kernels are selected).
+// Level names the default kernel level of new backends: the widest this processor runs,
+// unless SetLevel chose another.
 func Level() string { return level }
 
 var level = "go"

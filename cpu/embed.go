@@ -55,6 +55,7 @@ func embedSumF16Go(x []float32, bits []uint16, w, p, g []uint16) {
 // tables (no copy) and gamma/beta widened to float32 once.
 type embedOp struct {
 	be          *Backend
+	k           *kernelSet
 	w           ops.EmbedWeights
 	gamma, beta []float32
 	plan        plan.Plan
@@ -63,24 +64,24 @@ type embedOp struct {
 
 // PrepareEmbed binds the weights. The tables must not change while the op is in use.
 func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
-	op := &embedOp{be: b, w: *w, plan: b.Plan(w.H)}
-	op.gamma = widen(w.Gamma)
-	op.beta = widen(w.Beta)
+	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H)}
+	op.gamma = widen(b.k, w.Gamma)
+	op.beta = widen(b.k, w.Beta)
 	return op, nil
 }
 
 // widen returns a float32 copy (or the slice itself for f32) of a 1-D weight.
-func widen(b ops.Buf) []float32 {
+func widen(k *kernelSet, b ops.Buf) []float32 {
 	switch b.DType {
 	case ops.F32:
 		return b.F32
 	case ops.F16:
 		out := make([]float32, len(b.U16))
-		widenF16(out, b.U16)
+		k.widenF16(out, b.U16)
 		return out
 	case ops.BF16:
 		out := make([]float32, len(b.U16))
-		widenBF16(out, b.U16)
+		k.widenBF16(out, b.U16)
 		return out
 	}
 	return nil
@@ -136,23 +137,23 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		if gi >= 0 {
 			g = w.Seg.F32[gi*H : gi*H+H]
 		}
-		embedSumF32(x, w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H], g)
+		op.k.embedSumF32(x, w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H], g)
 		if out.Sum.Present() {
 			copy(out.Sum.F32[row:row+H], x)
 		}
-		mean, rstd := rowStats(&op.plan, x, sc.part, w.Epsilon)
-		normalize(&op.plan, out.Out.F32[row:row+H], x, op.gamma, op.beta, mean, rstd)
+		mean, rstd := rowStats(op.k, &op.plan, x, sc.part, w.Epsilon)
+		normalize(op.k, &op.plan, out.Out.F32[row:row+H], x, op.gamma, op.beta, mean, rstd)
 	case ops.F16:
 		var g []uint16
 		if gi >= 0 {
 			g = w.Seg.U16[gi*H : gi*H+H]
 		}
 		bits := sumBits(out, row, H, sc)
-		embedSumF16(x, bits, w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H], g)
-		mean, rstd := rowStats(&op.plan, x, sc.part, w.Epsilon)
+		op.k.embedSumF16(x, bits, w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H], g)
+		mean, rstd := rowStats(op.k, &op.plan, x, sc.part, w.Epsilon)
 		y := sc.y[:H]
-		normalize(&op.plan, y, x, op.gamma, op.beta, mean, rstd)
-		narrowF16(out.Out.U16[row:row+H], y)
+		normalize(op.k, &op.plan, y, x, op.gamma, op.beta, mean, rstd)
+		op.k.narrowF16(out.Out.U16[row:row+H], y)
 	}
 }
 

@@ -96,7 +96,8 @@ func Levels() []string {
 	return names
 }
 
-// SetLevel switches every backend in the process to the named kernel level (one of Levels),
+// SetLevel makes the named kernel level (one of Levels) the default of backends created from
+// now on, and of the package-level kernel functions the tests call,
 // e.g. "go" to take the SIMD kernels out of play, and returns a func that restores the
 // previous level. All levels give identical bits; this is for tests, benchmarks and bug
 // hunts. It must not be called while an op is running.
@@ -108,4 +109,13 @@ func SetLevel(name string) (restore func(), err error) {
 	prev := slices.IndexFunc(levels, func(l namedLevel) bool { return l.name == level })
 	install(levels[i])
 	return func() { install(levels[prev]) }, nil
+}
+
+// kernelsOf returns the named level's kernels, or nil when this processor or build lacks it.
+func kernelsOf(name string) *kernelSet {
+	i := slices.IndexFunc(levels, func(l namedLevel) bool { return l.name == name })
+	if i < 0 {
+		return nil
+	}
+	return levels[i].k
 }

@@ -38,14 +38,12 @@ func simdLevels() []string {
 	return slices.DeleteFunc(testLevels(), func(l string) bool { return l == "go" })
 }
 
-func kernelsOf(t testing.TB, name string) *kernelSet {
-	for _, l := range levels {
-		if l.name == name {
-			return l.k
-		}
+func mustKernels(t testing.TB, name string) *kernelSet {
+	k := kernelsOf(name)
+	if k == nil {
+		t.Fatalf("no level %q", name)
 	}
-	t.Fatalf("no level %q", name)
-	return nil
+	return k
 }
 
 var (
@@ -232,7 +230,7 @@ func TestElementwiseKernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	g := &goKernels
 	for _, name := range simdLevels() {
-		k := kernelsOf(t, name)
+		k := mustKernels(t, name)
 		for _, n := range kernelSizes {
 			tag := func(op string) string { return fmt.Sprintf("%s/%s/n=%d", name, op, n) }
 			a, b, c := values(r, n, true), values(r, n, false), values(r, n, false)
@@ -277,7 +275,7 @@ func TestConversionKernels(t *testing.T) {
 		all[i] = uint16(i)
 	}
 	for _, name := range simdLevels() {
-		k := kernelsOf(t, name)
+		k := mustKernels(t, name)
 		// Every 16-bit pattern, widened.
 		got, want := out32(len(all), nil), out32(len(all), nil)
 		k.widenF16(got, all)
@@ -314,7 +312,7 @@ func TestEmbedSumF16Kernel(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	g := &goKernels
 	for _, name := range simdLevels() {
-		k := kernelsOf(t, name)
+		k := mustKernels(t, name)
 		for _, n := range append(kernelSizes, 1<<16) {
 			w, p, s := halves(r, n), halves(r, n), halves(r, n)
 			for _, seg := range [][]uint16{nil, s} {
@@ -334,7 +332,7 @@ func TestAccumulateKernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	g := &goKernels
 	for _, name := range simdLevels() {
-		k := kernelsOf(t, name)
+		k := mustKernels(t, name)
 		for _, w := range planWidths {
 			for _, n := range kernelSizes {
 				for _, special := range []bool{false, true} {
@@ -379,7 +377,7 @@ func TestAccumulateFollowsPlan(t *testing.T) {
 				p := plan.For(h, prof)
 				x := values(r, h, false)
 				part := make([]float32, p.W)
-				mean, rstd := rowStats(&p, x, part, 1e-5)
+				mean, rstd := rowStats(kernelsOf(name), &p, x, part, 1e-5)
 				wantMean, wantRstd := p.Stats(x, 1e-5, make([]float32, p.W))
 				if math.Float32bits(mean) != math.Float32bits(wantMean) || math.Float32bits(rstd) != math.Float32bits(wantRstd) {
 					t.Fatalf("%s: H=%d %v: rowStats = (%g, %g), plan.Stats = (%g, %g)", name, h, prof, mean, rstd, wantMean, wantRstd)
@@ -547,7 +545,7 @@ func TestEmbedLayerNormLevels(t *testing.T) {
 func TestTreeKernel(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, name := range testLevels() {
-		k := kernelsOf(t, name)
+		k := mustKernels(t, name)
 		for _, w := range []int{1, 2, 4, 8, 16, 32, 64, 128, 256} {
 			for _, special := range []bool{false, true} {
 				init := values(r, w, special)

@@ -75,26 +75,26 @@ func affineFMAGo(y, x, gamma, beta []float32, mean, rstd float32) {
 }
 
 // rowStats returns mean and rstd of x under plan p; part is scratch of p.W elements.
-func rowStats(p *plan.Plan, x, part []float32, eps float32) (mean, rstd float32) {
+func rowStats(k *kernelSet, p *plan.Plan, x, part []float32, eps float32) (mean, rstd float32) {
 	part = part[:p.W]
 	clear(part)
-	accumulate(part, x)
-	mean = tree(part) * p.InvH
+	k.accumulate(part, x)
+	mean = k.tree(part) * p.InvH
 	clear(part)
 	if p.Profile.FuseVariance {
-		accumulateSqDevFMA(part, x, mean)
+		k.accumulateSqDevFMA(part, x, mean)
 	} else {
-		accumulateSqDev(part, x, mean)
+		k.accumulateSqDev(part, x, mean)
 	}
-	variance := tree(part) * p.InvH
+	variance := k.tree(part) * p.InvH
 	return mean, plan.Rstd(variance + eps)
 }
 
 // normalize writes the affine step under the plan's profile.
-func normalize(p *plan.Plan, y, x, gamma, beta []float32, mean, rstd float32) {
+func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rstd float32) {
 	if p.Profile.FuseAffine {
-		affineFMA(y, x, gamma, beta, mean, rstd)
+		k.affineFMA(y, x, gamma, beta, mean, rstd)
 	} else {
-		affine(y, x, gamma, beta, mean, rstd)
+		k.affine(y, x, gamma, beta, mean, rstd)
 	}
 }

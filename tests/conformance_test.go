@@ -5,20 +5,24 @@ import (
 	"testing"
 
 	fn "github.com/fusednorm/fusednorm"
+	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// TestCPU runs the suite on the CPU backend at every kernel level this machine has: the
-// pure-Go plan first, then each SIMD level, which must match it bit for bit.
+// TestCPU runs the suite on the CPU backend at every kernel level this machine has — the
+// pure-Go plan first, then each SIMD level, which must match it bit for bit — under the
+// unfused profile (no GPU, lavapipe) and the fully fused one (the H200's).
 func TestCPU(t *testing.T) {
-	for _, level := range CPULevels() {
-		t.Run(level, func(t *testing.T) {
-			eng, err := fn.Open(fn.WithBackend(fn.BackendCPU), fn.WithCPULevel(level))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer eng.Close()
-			Run(t, eng)
-		})
+	for _, prof := range []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}} {
+		for _, level := range CPULevels() {
+			t.Run(prof.String()+"/"+level, func(t *testing.T) {
+				eng, err := fn.Open(fn.WithBackend(fn.BackendCPU), fn.WithCPULevel(level), fn.WithContraction(prof))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer eng.Close()
+				Run(t, eng)
+			})
+		}
 	}
 }
 

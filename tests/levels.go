@@ -1,7 +1,15 @@
 package tests
 
-// CPULevels lists the CPU kernel levels to test: "go" always, then the SIMD levels the
-// processor and build offer.
+import (
+	"slices"
+
+	"github.com/fusednorm/fusednorm/cpu"
+)
+
+// CPULevels lists the CPU kernel levels to test: "go" (the plan's reference) first, then
+// each SIMD level the processor and build offer.
 func CPULevels() []string {
-	return []string{"go"}
+	l := slices.Clone(cpu.Levels())
+	slices.Reverse(l)
+	return l
 }
