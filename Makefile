@@ -9,7 +9,7 @@ ENV := third_party/env.sh
 # Load the provisioned paths (FUSEDNORM_DAWN_LIB, VK_ICD_FILENAMES) into a recipe.
 WITH_ENV := set -a; source $(ENV); set +a;
 
-.PHONY: all provision bench test test-cpu test-dawn test-native check-generated fuzz clean
+.PHONY: all provision bench bench-ort test test-cpu test-dawn test-native check-generated fuzz clean
 
 all: test
 
@@ -19,6 +19,13 @@ provision:
 
 bench: provision
 	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench $(BENCHFLAGS)
+
+# ONNX Runtime's CPU kernel on the same shapes in the same run, one thread each.
+ORACLE := $(CURDIR)/build/oracle
+bench-ort: provision
+	rm -rf $(ORACLE) && mkdir -p build && cp -r ../shared/oracle $(ORACLE) && chmod -R u+w $(ORACLE)
+	cd $(ORACLE) && npm ci --ignore-scripts --no-audit --no-fund >/dev/null
+	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench -backend cpu -threads 1 -ort $(ORACLE) $(BENCHFLAGS)
 
 test: check-generated test-cpu test-dawn test-native
 	@echo "make test: all passed"
