@@ -117,7 +117,9 @@ type manifest struct {
 	} `json:"attributes"`
 }
 
-func contractJSON(folder string) ([]byte, error) { return shaders.ContractFile(folder, "manifest.json") }
+func contractJSON(folder string) ([]byte, error) {
+	return shaders.ContractFile(folder, "manifest.json")
+}
 
 func loadManifest(c *opContract) (*manifest, error) {
 	b, err := contractJSON(c.Folder)

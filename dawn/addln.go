@@ -1,0 +1,143 @@
+//go:build cgo
+
+package dawn
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/shaders"
+)
+
+// addlnParamsSize is the byte size of the kernel's Params struct.
+const addlnParamsSize = 32
+
+// AddLayerNorm runs SPEC §B.4 in one dispatch: inputs are uploaded to pooled buffers, and y,
+// mean, rstd (and x when requested) are read back into the caller's slices.
+func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
+	return b.addLayerNorm(ctx, a, false)
+}
+
+// addLayerNorm runs the op; reread forces the kernel variant that re-reads the row in each
+// pass instead of keeping it in registers (calibration checks that both agree).
+func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) error {
+	const name = "AddLayerNorm"
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	leave, err := b.enter(name)
+	if err != nil {
+		return err
+	}
+	defer leave()
+
+	N, D := a.N, a.D
+	p := b.Plan(D)
+	k := shaders.AddLN{
+		W:        p.W,
+		Private:  privateFor(p),
+		X1:       a.X1.DType,
+		X2:       a.X2.DType,
+		Gamma:    a.Gamma.DType,
+		Bias:     a.Bias.DType,
+		BiasFull: a.Bias.Present() && a.BiasFull,
+		Out:      a.Y.DType,
+		WriteX:   a.X.Present(),
+		OddD:     a.Y.DType.Is16() && D%2 == 1,
+	}
+	if reread {
+		k.Private = 0
+	}
+	pipe, err := b.pipeline(k.Key(), func() (string, error) { return shaders.RenderAddLN(k) })
+	if err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+	groups, nx, err := b.grid(name, N)
+	if err != nil {
+		return err
+	}
+
+	gb := concat(a.Gamma, a.Beta)
+	type input struct {
+		name  string
+		data  []byte
+		index uint32
+	}
+	inputs := []input{{"x1", a.X1.Bytes(), 1}, {"x2", a.X2.Bytes(), 2}, {"gamma+beta", gb, 3}}
+	if a.Bias.Present() {
+		inputs = append(inputs, input{"bias", a.Bias.Bytes(), 4})
+	}
+	outBytes := align4(uint64(N) * uint64(D) * uint64(a.Y.DType.Size()))
+	statBytes := uint64(N) * 8
+	for _, in := range inputs {
+		if err := b.checkBinding(name, in.name, align4(uint64(len(in.data)))); err != nil {
+			return err
+		}
+	}
+	if err := b.checkBinding(name, "y", outBytes); err != nil {
+		return err
+	}
+	if err := b.checkBinding(name, "mean+rstd", statBytes); err != nil {
+		return err
+	}
+
+	var u uniform
+	u.u32(uint32(N))
+	u.u32(uint32(D))
+	u.u32(nx)
+	u.u32(0) // zero
+	u.f32(p.InvH)
+	u.f32(a.Epsilon)
+
+	l := lease{p: &b.pool}
+	defer l.done()
+	params, err := l.get("fusednorm.addln.params", addlnParamsSize, UsageUniform|UsageCopyDst)
+	if err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+	if err := b.write(params, 0, u.pad()); err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+	binds := []Binding{{Binding: 0, Buffer: params, Size: addlnParamsSize}}
+	for _, in := range inputs {
+		size := align4(uint64(len(in.data)))
+		buf, err := l.get("fusednorm.addln."+in.name, size, UsageStorage|UsageCopyDst)
+		if err != nil {
+			return fmt.Errorf("dawn: %s: %w", name, err)
+		}
+		if err := b.write(buf, 0, in.data); err != nil {
+			return fmt.Errorf("dawn: %s: %s: %w", name, in.name, err)
+		}
+		binds = append(binds, Binding{Binding: in.index, Buffer: buf, Size: size})
+	}
+	yBuf, err := l.get("fusednorm.addln.y", outBytes, UsageStorage|UsageCopySrc)
+	if err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+	statBuf, err := l.get("fusednorm.addln.stats", statBytes, UsageStorage|UsageCopySrc)
+	if err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+	binds = append(binds,
+		Binding{Binding: 5, Buffer: yBuf, Size: outBytes},
+		Binding{Binding: 7, Buffer: statBuf, Size: statBytes})
+
+	var rp readPlan
+	rp.add(yBuf, 0, a.Y.Bytes())
+	if k.WriteX {
+		xBuf, err := l.get("fusednorm.addln.x", outBytes, UsageStorage|UsageCopySrc)
+		if err != nil {
+			return fmt.Errorf("dawn: %s: %w", name, err)
+		}
+		binds = append(binds, Binding{Binding: 6, Buffer: xBuf, Size: outBytes})
+		rp.add(xBuf, 0, a.X.Bytes())
+	}
+	rp.add(statBuf, 0, bytesOf(a.Mean))
+	rp.add(statBuf, uint64(N)*4, bytesOf(a.Rstd))
+
+	if err := b.run(ctx, pipe, binds, groups, rp.reads); err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+//go:build cgo
+
+package dawn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
+	"github.com/fusednorm/fusednorm/shaders"
+)
+
+// Config chooses the Dawn library and, for tests, injects faults at named sites.
+type Config struct {
+	// LibPath is the Dawn shared library; empty searches the usual places (see OpenDevice).
+	LibPath string
+	// Inject, when set, is called at named fault sites; a non-nil error fails that step.
+	Inject func(site string) error
+}
+
+// Backend runs both ops on one Dawn device. It implements ops.Backend.
+type Backend struct {
+	dev    *Device
+	limits Limits
+	prof   plan.Contraction
+	// profileKnown is false when no contraction profile reproduced the calibration run.
+	profileKnown bool
+	calibration  string
+
+	pool pool
+
+	// life: calls hold it shared; Close takes it exclusively, so it waits for calls in flight.
+	life   sync.RWMutex
+	closed bool
+
+	// timed makes dispatches measure their compute pass with timestamp queries (benchmarks);
+	// gpuTime holds the last measurement in nanoseconds.
+	timed   atomic.Bool
+	gpuTime atomic.Int64
+}
+
+var _ ops.Backend = (*Backend)(nil)
+
+// New opens the device, calibrates the contraction profile and returns the backend. Errors
+// wrap ops.ErrUnavailable when Dawn or a usable adapter is missing.
+func New(cfg Config) (*Backend, error) {
+	dev, err := OpenDevice(Options{LibPath: cfg.LibPath, Inject: cfg.Inject})
+	if err != nil {
+		if errors.Is(err, ops.ErrUnavailable) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("dawn: New: %w: %w", ops.ErrUnavailable, err)
+	}
+	b := &Backend{dev: dev, limits: dev.Limits()}
+	b.pool.dev = dev
+	prof, known, report, err := b.calibrate()
+	if err != nil {
+		b.pool.release()
+		dev.Close()
+		return nil, fmt.Errorf("dawn: New: calibration: %w", err)
+	}
+	b.prof, b.profileKnown, b.calibration = prof, known, report
+	return b, nil
+}
+
+// Info names the adapter and the detected contraction profile.
+func (b *Backend) Info() ops.Info {
+	prof := b.prof.String()
+	if !b.profileKnown {
+		prof = "undetermined (using unfused)"
+	}
+	info := b.dev.Info()
+	return ops.Info{
+		Name:    "dawn",
+		Device:  info.String(),
+		Detail:  fmt.Sprintf("backend %v, profile: %s", info.Backend, prof),
+		Profile: b.prof,
+	}
+}
+
+// Plan is the reduction plan of the kernels for rows of h elements, under the detected profile.
+func (b *Backend) Plan(h int) plan.Plan { return plan.For(h, b.prof) }
+
+// Calibration describes how the profile was detected (which kernels matched which profiles).
+func (b *Backend) Calibration() string { return b.calibration }
+
+// Close waits for calls in flight, releases the pooled buffers and closes the device. Ops
+// prepared on the backend must be closed first; their buffers are released with the device.
+func (b *Backend) Close() error {
+	b.life.Lock()
+	defer b.life.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	b.pool.release()
+	return b.dev.Close()
+}
+
+// enter marks a call in flight; the returned function ends it.
+func (b *Backend) enter(op string) (func(), error) {
+	b.life.RLock()
+	if b.closed {
+		b.life.RUnlock()
+		return nil, fmt.Errorf("dawn: %s: %w", op, ops.ErrClosed)
+	}
+	return b.life.RUnlock, nil
+}
+
+// grid spreads rows workgroups over x and y (row = wg.x + wg.y·nx) within the device limit.
+func (b *Backend) grid(op string, rows int) (groups [3]uint32, nx uint32, err error) {
+	max := int(b.limits.MaxComputeWorkgroupsPerDimension)
+	if max <= 0 {
+		max = 65535
+	}
+	x := min(rows, max)
+	y := (rows + x - 1) / x
+	if y > max {
+		return groups, 0, fmt.Errorf("dawn: %s: %d rows exceed the dispatch grid %d×%d: %w",
+			op, rows, max, max, ops.ErrNotSupported)
+	}
+	return [3]uint32{uint32(x), uint32(y), 1}, uint32(x), nil
+}
+
+// checkBinding rejects a tensor of size bytes that no storage binding of this device can hold.
+func (b *Backend) checkBinding(op, tensor string, size uint64) error {
+	if lim := b.limits.MaxStorageBufferBindingSize; lim > 0 && size > lim {
+		return fmt.Errorf("dawn: %s: %s is %d bytes, over the device's maxStorageBufferBindingSize %d: %w",
+			op, tensor, size, lim, ops.ErrNotSupported)
+	}
+	if lim := b.limits.MaxBufferSize; lim > 0 && size > lim {
+		return fmt.Errorf("dawn: %s: %s is %d bytes, over the device's maxBufferSize %d: %w",
+			op, tensor, size, lim, ops.ErrNotSupported)
+	}
+	// Element indices are u32 in the kernels.
+	if size >= 1<<34 {
+		return fmt.Errorf("dawn: %s: %s is %d bytes, over the kernels' 32-bit indexing: %w",
+			op, tensor, size, ops.ErrNotSupported)
+	}
+	return nil
+}
+
+// pipeline renders (cached by the shaders package) and builds (cached by the device) a kernel.
+func (b *Backend) pipeline(key string, render func() (string, error)) (*Pipeline, error) {
+	src, err := render()
+	if err != nil {
+		return nil, err
+	}
+	p, err := b.dev.Pipeline(key, src, shaders.Entry)
+	if err != nil {
+		return nil, deviceErr(err)
+	}
+	return p, nil
+}
+
+// run dispatches one kernel and reads back, timing the pass when timed is set.
+func (b *Backend) run(ctx context.Context, p *Pipeline, binds []Binding, groups [3]uint32, reads []Readback) error {
+	if b.timed.Load() {
+		d, err := b.dev.RunTimed(ctx, p, binds, groups, reads)
+		b.gpuTime.Store(int64(d))
+		return err
+	}
+	return b.dev.Run(ctx, p, binds, groups, reads)
+}
+
+// deviceErr makes sure a runtime failure wraps ops.ErrDevice (context errors stay as they are).
+func deviceErr(err error) error {
+	if err == nil || errors.Is(err, ops.ErrDevice) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ops.ErrClosed) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ops.ErrDevice, err)
+}
+
+// privateFor is how many elements per invocation the kernel keeps in registers.
+func privateFor(p plan.Plan) int { return shaders.PrivateFor(p.H, p.W) }

@@ -1,0 +1,44 @@
+//go:build !cgo
+
+package dawn
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
+)
+
+// Config chooses the Dawn library and, for tests, injects faults at named sites.
+type Config struct {
+	LibPath string
+	Inject  func(site string) error
+}
+
+// Backend is the Dawn backend; without cgo it cannot be constructed.
+type Backend struct{}
+
+// New reports that this build cannot load Dawn.
+func New(cfg Config) (*Backend, error) {
+	return nil, fmt.Errorf("dawn: built without cgo: %w", ops.ErrUnavailable)
+}
+
+// Info is empty: no Backend exists in a build without cgo.
+func (b *Backend) Info() ops.Info { return ops.Info{Name: "dawn"} }
+
+// Plan is the unfused plan.
+func (b *Backend) Plan(h int) plan.Plan { return plan.For(h, plan.Contraction{}) }
+
+// PrepareEmbed fails: no device.
+func (b *Backend) PrepareEmbed(*ops.EmbedWeights) (ops.PreparedEmbed, error) {
+	return nil, fmt.Errorf("dawn: built without cgo: %w", ops.ErrUnavailable)
+}
+
+// AddLayerNorm fails: no device.
+func (b *Backend) AddLayerNorm(context.Context, *ops.AddLN) error {
+	return fmt.Errorf("dawn: built without cgo: %w", ops.ErrUnavailable)
+}
+
+// Close does nothing.
+func (b *Backend) Close() error { return nil }

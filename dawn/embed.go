@@ -1,0 +1,266 @@
+//go:build cgo
+
+package dawn
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
+	"github.com/fusednorm/fusednorm/shaders"
+)
+
+// embedOp is an EmbedLayerNorm op whose tables, gamma and beta live on the device.
+type embedOp struct {
+	b    *Backend
+	w    ops.EmbedWeights // metadata only: the host slices are not kept
+	plan plan.Plan
+
+	word, pos, seg, gb *Buffer
+
+	life   sync.RWMutex
+	closed bool
+}
+
+// PrepareEmbed uploads the tables, gamma and beta once; runs then move only ids and outputs.
+func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
+	leave, err := b.enter("PrepareEmbed")
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	if w.DType != ops.F32 && w.DType != ops.F16 {
+		return nil, fmt.Errorf("dawn: PrepareEmbed: dtype %v: %w", w.DType, ops.ErrNotSupported)
+	}
+	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H)}
+	op.w.Word, op.w.Pos, op.w.Seg, op.w.Gamma, op.w.Beta = ops.Buf{}, ops.Buf{}, ops.Buf{}, ops.Buf{}, ops.Buf{}
+
+	gb := concat(w.Gamma, w.Beta)
+	tensors := []struct {
+		name string
+		data []byte
+		dst  **Buffer
+	}{
+		{"word_embedding", w.Word.Bytes(), &op.word},
+		{"position_embedding", w.Pos.Bytes(), &op.pos},
+		{"segment_embedding", w.Seg.Bytes(), &op.seg},
+		{"gamma+beta", gb, &op.gb},
+	}
+	for _, t := range tensors {
+		if t.data == nil {
+			continue
+		}
+		if err := b.checkBinding("PrepareEmbed", t.name, align4(uint64(len(t.data)))); err != nil {
+			op.release()
+			return nil, err
+		}
+	}
+	for _, t := range tensors {
+		if t.data == nil {
+			continue
+		}
+		buf, err := b.dev.CreateBuffer("fusednorm."+t.name, align4(uint64(len(t.data))), UsageStorage|UsageCopyDst)
+		if err != nil {
+			op.release()
+			return nil, deviceErr(fmt.Errorf("dawn: PrepareEmbed: %s: %w", t.name, err))
+		}
+		*t.dst = buf
+		if err := b.write(buf, 0, t.data); err != nil {
+			op.release()
+			return nil, fmt.Errorf("dawn: PrepareEmbed: %s: %w", t.name, err)
+		}
+	}
+	return op, nil
+}
+
+// concat joins gamma and beta (same dtype) into one buffer's bytes: beta starts at element H.
+func concat(gamma, beta ops.Buf) []byte {
+	g, bt := gamma.Bytes(), beta.Bytes()
+	out := make([]byte, 0, len(g)+len(bt))
+	return append(append(out, g...), bt...)
+}
+
+func (op *embedOp) release() {
+	for _, p := range []**Buffer{&op.word, &op.pos, &op.seg, &op.gb} {
+		if *p != nil {
+			(*p).Release()
+			*p = nil
+		}
+	}
+}
+
+// Close releases the resident weights after the runs in flight have finished.
+func (op *embedOp) Close() error {
+	op.life.Lock()
+	defer op.life.Unlock()
+	if !op.closed {
+		op.closed = true
+		op.release()
+	}
+	return nil
+}
+
+// embedParamsSize is the byte size of the kernel's Params struct.
+const embedParamsSize = 64
+
+// Run computes one batch in one dispatch and reads back the requested outputs.
+func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
+	const name = "EmbedLayerNorm"
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	op.life.RLock()
+	defer op.life.RUnlock()
+	if op.closed {
+		return fmt.Errorf("dawn: %s: %w", name, ops.ErrClosed)
+	}
+	b := op.b
+	leave, err := b.enter(name)
+	if err != nil {
+		return err
+	}
+	defer leave()
+
+	w := &op.w
+	H, rows := w.H, in.B*in.S
+	es := uint64(w.DType.Size())
+	outBytes := align4(uint64(rows) * uint64(H) * es)
+	if err := b.checkBinding(name, "output", outBytes); err != nil {
+		return err
+	}
+	groups, nx, err := b.grid(name, rows)
+	if err != nil {
+		return err
+	}
+	k := shaders.Embed{
+		W:         op.plan.W,
+		Private:   privateFor(op.plan),
+		DType:     w.DType,
+		Segment:   w.G > 0,
+		SegIDs:    w.G > 0 && in.SegIDs != nil,
+		PosIDs:    in.PosIDs != nil,
+		MaskIndex: out.MaskIndex != nil && in.Mask != nil,
+		CountOnes: w.Rule == ops.MaskCountOnes,
+		Sum:       out.Sum.Present(),
+		OddH:      w.DType == ops.F16 && H%2 == 1,
+	}
+	if !k.MaskIndex {
+		k.CountOnes = false
+	}
+	pipe, err := b.pipeline(k.Key(), func() (string, error) { return shaders.RenderEmbed(k) })
+	if err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+
+	// int32 inputs share one buffer: ids | segment ids | mask | position ids.
+	type section struct {
+		data []int32
+		off  uint32
+	}
+	secs := []*section{{data: in.IDs}, {data: in.SegIDs}, {data: in.Mask}, {data: in.PosIDs}}
+	if !k.SegIDs {
+		secs[1].data = nil
+	}
+	if !k.MaskIndex {
+		secs[2].data = nil
+	}
+	var nInts uint32
+	for _, s := range secs {
+		s.off = nInts
+		nInts += uint32(len(s.data))
+	}
+	if err := b.checkBinding(name, "int32 inputs", uint64(nInts)*4); err != nil {
+		return err
+	}
+
+	var u uniform
+	for _, v := range []uint32{uint32(rows), uint32(H), nx, uint32(in.S), uint32(w.V), uint32(w.P),
+		uint32(w.G), uint32(max(in.PosBatch, 1)), secs[0].off, secs[1].off, secs[2].off, secs[3].off} {
+		u.u32(v)
+	}
+	u.f32(op.plan.InvH)
+	u.f32(w.Epsilon)
+	u.u32(0) // zero
+	u.u32(uint32(in.B))
+
+	l := lease{p: &b.pool}
+	defer l.done()
+	params, err := l.get("fusednorm.embed.params", embedParamsSize, UsageUniform|UsageCopyDst)
+	if err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+	ints, err := l.get("fusednorm.embed.ints", uint64(nInts)*4, UsageStorage|UsageCopyDst)
+	if err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+	outBuf, err := l.get("fusednorm.embed.output", outBytes, UsageStorage|UsageCopySrc)
+	if err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+	var sumBuf *Buffer
+	if k.Sum {
+		if sumBuf, err = l.get("fusednorm.embed.sum", outBytes, UsageStorage|UsageCopySrc); err != nil {
+			return fmt.Errorf("dawn: %s: %w", name, err)
+		}
+	}
+	auxBytes := uint64(1+in.B) * 4
+	aux, err := l.get("fusednorm.embed.aux", auxBytes, UsageStorage|UsageCopySrc|UsageCopyDst)
+	if err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+
+	if err := b.write(params, 0, u.pad()); err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+	for _, s := range secs {
+		if len(s.data) > 0 {
+			if err := b.write(ints, uint64(s.off)*4, bytesOf(s.data)); err != nil {
+				return fmt.Errorf("dawn: %s: %w", name, err)
+			}
+		}
+	}
+	if err := b.write(aux, 0, make([]byte, 4)); err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, err)
+	}
+
+	binds := []Binding{
+		{Binding: 0, Buffer: params, Size: embedParamsSize},
+		{Binding: 1, Buffer: ints, Size: align4(uint64(max(nInts, 1)) * 4)},
+		{Binding: 2, Buffer: op.word, Size: op.word.Size()},
+		{Binding: 3, Buffer: op.pos, Size: op.pos.Size()},
+		{Binding: 5, Buffer: op.gb, Size: op.gb.Size()},
+		{Binding: 6, Buffer: outBuf, Size: outBytes},
+		{Binding: 8, Buffer: aux, Size: auxBytes},
+	}
+	if k.Segment {
+		binds = append(binds, Binding{Binding: 4, Buffer: op.seg, Size: op.seg.Size()})
+	}
+	if k.Sum {
+		binds = append(binds, Binding{Binding: 7, Buffer: sumBuf, Size: outBytes})
+	}
+
+	var status [4]byte
+	var rp readPlan
+	rp.add(outBuf, 0, out.Out.Bytes())
+	if k.Sum {
+		rp.add(sumBuf, 0, out.Sum.Bytes())
+	}
+	rp.add(aux, 0, status[:])
+	if k.MaskIndex {
+		rp.add(aux, 4, bytesOf(out.MaskIndex))
+	}
+	if err := b.run(ctx, pipe, binds, groups, rp.reads); err != nil {
+		return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
+	}
+	if out.MaskIndex != nil && !k.MaskIndex {
+		clear(out.MaskIndex) // no mask: mask_index is all zeros (SPEC A.4)
+	}
+	if binary.LittleEndian.Uint32(status[:]) != 0 {
+		return fmt.Errorf("dawn: %s: input index out of range (detected on the device): %w",
+			name, ops.ErrInvalidArgument)
+	}
+	return nil
+}

@@ -1,0 +1,243 @@
+// Package shaders holds the WGSL kernels of both ops as text/template templates, embedded in
+// the binary, and renders them from a parameter struct. Rendered source is cached per
+// parameter set, so a backend can ask for a kernel on every call.
+//
+// Every template includes common/common.wgsl.tmpl: the plan's halving-tree reduction
+// (internal/plan), the exact rstd routine of SPEC.md §C.4 and integer f16/bf16 conversions
+// (no shader-f16 needed). The binding layout of each op is documented in its template and
+// mirrored by the dawn backend.
+package shaders
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"sync"
+	"text/template"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+//go:embed common/*.wgsl.tmpl embedlayernorm/*.wgsl.tmpl addlayernorm/*.wgsl.tmpl probe/*.wgsl.tmpl
+var files embed.FS
+
+// Entry is the entry point of every kernel.
+const Entry = "main"
+
+// MaxPrivate is the most elements per invocation a kernel keeps in registers across the
+// passes; longer rows are re-read from memory in each pass (same order either way).
+const MaxPrivate = 16
+
+// Embed selects an EmbedLayerNormalization kernel.
+type Embed struct {
+	W         int       // invocations per row (plan.W)
+	Private   int       // elements per invocation kept in registers (ceil(H/W)), 0: re-read
+	DType     ops.DType // F32 or F16
+	Segment   bool      // a segment table is bound
+	SegIDs    bool      // segment_ids are given (else segment row 0)
+	PosIDs    bool      // position_ids are given (else position s)
+	MaskIndex bool      // mask given and mask_index requested
+	CountOnes bool      // mask_index rule ops.MaskCountOnes (else first zero)
+	Sum       bool      // embedding_sum requested
+	OddH      bool      // H odd: 16-bit rows may share a word with their neighbours
+}
+
+// AddLN selects an AddLayerNorm kernel.
+type AddLN struct {
+	W        int       // invocations per row (plan.W)
+	Private  int       // elements per invocation kept in registers (ceil(D/W)), 0: re-read
+	X1, X2   ops.DType // F32, F16 or BF16 each
+	Gamma    ops.DType // dtype of gamma and beta
+	Bias     ops.DType // ops.Invalid: no bias
+	BiasFull bool      // bias is (N, D) rather than (D)
+	Out      ops.DType // OutT of y and x
+	WriteX   bool      // the x output is requested
+	OddD     bool      // D odd: 16-bit rows may share a word with their neighbours
+}
+
+// PrivateFor is the Private parameter for rows of h elements over w invocations.
+func PrivateFor(h, w int) int {
+	if n := (h + w - 1) / w; n <= MaxPrivate {
+		return n
+	}
+	return 0
+}
+
+// Key is the cache key of the kernel, also usable as a pipeline key.
+func (p Embed) Key() string { return fmt.Sprintf("embed%+v", p) }
+
+// Key is the cache key of the kernel, also usable as a pipeline key.
+func (p AddLN) Key() string { return fmt.Sprintf("addln%+v", p) }
+
+func (p Embed) check() error {
+	if err := checkW(p.W, p.Private); err != nil {
+		return err
+	}
+	if p.DType != ops.F32 && p.DType != ops.F16 {
+		return fmt.Errorf("shaders: embed: dtype %v", p.DType)
+	}
+	if p.SegIDs && !p.Segment {
+		return fmt.Errorf("shaders: embed: segment ids without a segment table")
+	}
+	return nil
+}
+
+func (p AddLN) check() error {
+	if err := checkW(p.W, p.Private); err != nil {
+		return err
+	}
+	for _, d := range []ops.DType{p.X1, p.X2, p.Gamma, p.Out} {
+		if wgslName(d) == "" {
+			return fmt.Errorf("shaders: addln: dtype %v", d)
+		}
+	}
+	if p.Bias != ops.Invalid && wgslName(p.Bias) == "" {
+		return fmt.Errorf("shaders: addln: bias dtype %v", p.Bias)
+	}
+	return nil
+}
+
+func checkW(w, private int) error {
+	if w < 1 || w > 1024 || w&(w-1) != 0 {
+		return fmt.Errorf("shaders: W %d is not a power of two in [1, 1024]", w)
+	}
+	if private < 0 || private > MaxPrivate {
+		return fmt.Errorf("shaders: private %d outside [0, %d]", private, MaxPrivate)
+	}
+	return nil
+}
+
+// wgslName is the template's short name of a float dtype.
+func wgslName(d ops.DType) string {
+	switch d {
+	case ops.F32:
+		return "f32"
+	case ops.F16:
+		return "f16"
+	case ops.BF16:
+		return "bf16"
+	}
+	return ""
+}
+
+// elemType is the WGSL array element a tensor of dtype d is bound as.
+func elemType(d string) string {
+	if d == "f32" {
+		return "f32"
+	}
+	return "u32" // two 16-bit values per word
+}
+
+// outElem is the array element of a written tensor: 16-bit rows that can share a word with a
+// neighbour are written with atomics.
+func outElem(d string, odd bool) string {
+	switch {
+	case d == "f32":
+		return "f32"
+	case odd:
+		return "atomic<u32>"
+	}
+	return "u32"
+}
+
+type tensorArg struct{ Name, T string }
+
+type flushArg struct {
+	Name string
+	Odd  bool
+}
+
+var funcs = template.FuncMap{
+	"tensor": func(name, t string) tensorArg { return tensorArg{name, t} },
+	"flush":  func(name string, odd bool) flushArg { return flushArg{name, odd} },
+	"elem":   elemType,
+}
+
+// stageWords is the workgroup staging size for 16-bit rows of up to private·w elements:
+// such a row spans at most private·w/2 + 1 words. 0 when the kernel does not stage.
+func stageWords(out ops.DType, w, private int) int {
+	if !out.Is16() || private == 0 {
+		return 0
+	}
+	return private*w/2 + 1
+}
+
+// parse builds the template set of one op: the shared include plus the op's file.
+func parse(file string) *template.Template {
+	return template.Must(template.New("").Funcs(funcs).ParseFS(files, "common/*.wgsl.tmpl", file))
+}
+
+var (
+	embedTmpl = sync.OnceValue(func() *template.Template { return parse("embedlayernorm/embedlayernorm.wgsl.tmpl") })
+	addlnTmpl = sync.OnceValue(func() *template.Template { return parse("addlayernorm/addlayernorm.wgsl.tmpl") })
+	probeTmpl = sync.OnceValue(func() *template.Template { return parse("probe/probe.wgsl.tmpl") })
+	cache     sync.Map // key → string
+)
+
+func render(key string, t *template.Template, name string, data any) (string, error) {
+	if src, ok := cache.Load(key); ok {
+		return src.(string), nil
+	}
+	var b bytes.Buffer
+	if err := t.ExecuteTemplate(&b, name, data); err != nil {
+		return "", fmt.Errorf("shaders: %s: %w", key, err)
+	}
+	src, _ := cache.LoadOrStore(key, b.String())
+	return src.(string), nil
+}
+
+// RenderEmbed returns the WGSL of an EmbedLayerNormalization kernel.
+func RenderEmbed(p Embed) (string, error) {
+	if err := p.check(); err != nil {
+		return "", err
+	}
+	t := wgslName(p.DType)
+	sw := stageWords(p.DType, p.W, p.Private)
+	data := struct {
+		Embed
+		T, Elem, OutElem string
+		Half, Stage      bool
+		StageWords       int
+	}{p, t, elemType(t), outElem(t, p.OddH), p.DType == ops.F16, sw > 0, sw}
+	return render(p.Key(), embedTmpl(), "embedlayernorm.wgsl.tmpl", data)
+}
+
+// RenderAddLN returns the WGSL of an AddLayerNorm kernel.
+func RenderAddLN(p AddLN) (string, error) {
+	if err := p.check(); err != nil {
+		return "", err
+	}
+	out := wgslName(p.Out)
+	sw := stageWords(p.Out, p.W, p.Private)
+	data := struct {
+		W, Private               int
+		X1, X2, Gamma, Bias, Out string
+		BiasFull, WriteX, OddD   bool
+		OutElem                  string
+		Stage                    bool
+		StageWords               int
+	}{p.W, p.Private, wgslName(p.X1), wgslName(p.X2), wgslName(p.Gamma), wgslName(p.Bias), out,
+		p.BiasFull, p.WriteX, p.OddD, outElem(out, p.OddD), sw > 0, sw}
+	return render(p.Key(), addlnTmpl(), "addlayernorm.wgsl.tmpl", data)
+}
+
+// Probe modes: what the probe kernel applies to each input word.
+const (
+	ProbeRstd      = 0 // rstd_exact(f32) → f32 bits
+	ProbeToF16     = 1 // integer f32 → f16 (RNE)
+	ProbePackF16   = 2 // builtin pack2x16float, low half
+	ProbeFromF16   = 3 // integer f16 → f32
+	ProbeToBF16    = 4 // integer f32 → bf16 (RNE)
+	ProbeUnpackF16 = 5 // builtin unpack2x16float, low half
+	ProbeWorkgroup = 64
+)
+
+// RenderProbe returns the WGSL of the test kernel that exposes the shared helpers
+// (bindings: 0 uniform {n, mode, zero, pad}; 1 src array<u32>; 2 dst array<u32>;
+// workgroups of ProbeWorkgroup invocations, element = gid.x + gid.y·nwg.x·ProbeWorkgroup).
+func RenderProbe() (string, error) {
+	return render("probe", probeTmpl(), "probe.wgsl.tmpl", struct {
+		W     int
+		Stage bool
+	}{W: ProbeWorkgroup})
+}
