@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fusednorm/fusednorm/cpu"
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -153,6 +154,27 @@ func (e *Engine) Info() Info {
 
 // Plan returns the reduction plan the engine's backend uses for rows of h elements (h ≥ 1).
 func (e *Engine) Plan(h int) plan.Plan { return e.be.Plan(h) }
+
+// KernelTiming switches device-side timing of each dispatch on or off (timestamp queries on
+// the GPU). It returns an error wrapping ErrNotSupported on backends that cannot time their
+// kernels (the CPU, or a GPU without timestamps).
+func (e *Engine) KernelTiming(on bool) error {
+	kt, ok := e.be.(ops.KernelTimer)
+	if !ok {
+		return fmt.Errorf("fusednorm: KernelTiming: backend %s has no device timer: %w", e.be.Info().Name, ErrNotSupported)
+	}
+	return kt.SetKernelTiming(on)
+}
+
+// LastKernelTime is the device time of the engine's most recent dispatch while KernelTiming
+// is on; false when the backend has no timer.
+func (e *Engine) LastKernelTime() (time.Duration, bool) {
+	kt, ok := e.be.(ops.KernelTimer)
+	if !ok {
+		return 0, false
+	}
+	return kt.LastKernelTime(), true
+}
 
 // Close releases the backend; prepared ops of the engine stop working.
 func (e *Engine) Close() error {

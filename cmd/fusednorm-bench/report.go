@@ -15,14 +15,14 @@ import (
 // table prints one row per case as soon as it is measured (the largest cases take a while),
 // with column widths fixed up front from the case list.
 type table struct {
-	w          io.Writer
-	nameW      int
-	shapeW     int
-	probe, ort bool
+	w                  io.Writer
+	nameW              int
+	shapeW             int
+	probe, ort, kernel bool
 }
 
-func newTable(w io.Writer, cases []benchCase, probe, ort bool) *table {
-	t := &table{w: w, nameW: len("case"), shapeW: len("shape"), probe: probe, ort: ort}
+func newTable(w io.Writer, cases []benchCase, probe, ort, kernel bool) *table {
+	t := &table{w: w, nameW: len("case"), shapeW: len("shape"), probe: probe, ort: ort, kernel: kernel}
 	for i := range cases {
 		t.nameW = max(t.nameW, len(cases[i].Name))
 		t.shapeW = max(t.shapeW, len(cases[i].shapeString()))
@@ -32,6 +32,9 @@ func newTable(w io.Writer, cases []benchCase, probe, ort bool) *table {
 
 func (t *table) header() {
 	cols := []string{"dtype", "backend", "median ms", "min ms", "runs", "GB/s"}
+	if t.kernel {
+		cols = append(cols, "kernel ms", "kernel GB/s")
+	}
 	if t.probe {
 		cols = append(cols, "probe GB/s", "% probe")
 	}
@@ -43,9 +46,9 @@ func (t *table) header() {
 }
 
 var colW = map[string]int{"dtype": 5, "backend": 7, "median ms": 10, "min ms": 10, "runs": 5, "GB/s": 7,
-	"probe GB/s": 10, "% probe": 7, "ORT ms": 9, "speedup": 7}
+	"probe GB/s": 10, "% probe": 7, "ORT ms": 9, "speedup": 7, "kernel ms": 9, "kernel GB/s": 11}
 
-var colOrder = []string{"dtype", "backend", "median ms", "min ms", "runs", "GB/s", "probe GB/s", "% probe", "ORT ms", "speedup"}
+var colOrder = []string{"dtype", "backend", "median ms", "min ms", "runs", "GB/s", "kernel ms", "kernel GB/s", "probe GB/s", "% probe", "ORT ms", "speedup"}
 
 // line lays out a row; cells are the values of the columns in use, in colOrder.
 func (t *table) line(name, shape string, cells []string) string {
@@ -53,7 +56,8 @@ func (t *table) line(name, shape string, cells []string) string {
 	fmt.Fprintf(&b, "%-*s  %-*s", t.nameW, name, t.shapeW, shape)
 	i := 0
 	for _, c := range colOrder {
-		if (!t.probe && (c == "probe GB/s" || c == "% probe")) || (!t.ort && (c == "ORT ms" || c == "speedup")) {
+		if (!t.probe && (c == "probe GB/s" || c == "% probe")) || (!t.ort && (c == "ORT ms" || c == "speedup")) ||
+			(!t.kernel && (c == "kernel ms" || c == "kernel GB/s")) {
 			continue
 		}
 		if i >= len(cells) {
@@ -84,6 +88,9 @@ func (t *table) row(r *result) {
 	}
 	cells := []string{dt, r.Backend, fmt.Sprintf("%.3f", r.MedianMs), fmt.Sprintf("%.3f", r.MinMs),
 		fmt.Sprint(r.Runs), fmt.Sprintf("%.2f", r.GBps)}
+	if t.kernel {
+		cells = append(cells, fmt.Sprintf("%.4f", r.KernelMs), fmt.Sprintf("%.1f", r.KernelGBps))
+	}
 	if t.probe {
 		cells = append(cells, fmt.Sprintf("%.2f", r.Probe.CopyGBps), fmt.Sprintf("%.0f%%", r.PctOfProbe))
 	}

@@ -5,6 +5,7 @@ package ops
 
 import (
 	"context"
+	"time"
 	"unsafe"
 
 	"github.com/fusednorm/fusednorm/internal/plan"
@@ -170,6 +171,13 @@ type Info struct {
 	Detail  string // ISA level, driver, contraction profile
 	Level   string // CPU kernel level ("go", "avx2", …); empty for GPU backends
 	Profile plan.Contraction
+}
+
+// KernelTimer is implemented by backends that can time their kernels on the device
+// (timestamp queries): benchmarks read the device time of the last dispatch.
+type KernelTimer interface {
+	SetKernelTiming(on bool) error
+	LastKernelTime() time.Duration
 }
 
 // Backend computes both ops. Implementations: cpu.Backend and dawn.Backend.
