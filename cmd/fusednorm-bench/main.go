@@ -174,6 +174,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// On a GPU with timestamps, also report the kernel's own device time: the wall time of a
 	// call includes uploading the per-call inputs and reading the outputs back.
 	timed := eng.KernelTiming(true) == nil
+	if timed {
+		fmt.Fprintln(stdout, "kernel: device time of the compute pass (timestamp queries, rounded by Dawn to 65.536 us steps)")
+	}
 	info := eng.Info()
 	fmt.Fprintf(stdout, "engine: %s\n", info)
 	fmt.Fprintf(stdout, "timing: median of ≥%d runs and ≥%v after %d warm-up; threads %d; max-bytes %s; cases from %s\n",

@@ -131,6 +131,7 @@ func writeJSON(path string, info fusednorm.Info, o *options, results []*result) 
 		Notes: []string{
 			"GBps = (bytes_read + bytes_written) / median; 1 GB = 1e9 B; bytes follow bytes_rule in shaders/<op>/bench.json",
 			"probe: Go copy and read kernels over the case's byte count with the same thread count, right after the case; pct_of_probe_copy uses copy_GBps",
+			"kernel_ms_median: the compute pass's device time from timestamp queries; this Dawn build rounds timestamps to multiples of 65.536 us (its timing-attack defence could not be switched off through toggles), so kernels shorter than a few hundred us are only coarsely timed",
 			"ort: bench_ort.js row for the same thread count; kernel_ms_median is ORT's profiler time of the op",
 		},
 		Results: results,
