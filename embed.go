@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
@@ -139,17 +140,7 @@ func checkTensor(op, name string, t *Tensor) error {
 	return nil
 }
 
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+func sameShape(a, b []int) bool { return slices.Equal(a, b) }
 
 // checkEmbedInputShapes is SPEC A.2 rules 1–4: the input-side shape rules that ORT checks
 // before the weights.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -89,17 +90,7 @@ func (p prediction) matches(y, stats []uint32) bool {
 	return equalBits(y, p.y) && (stats == nil || equalBits(stats, p.stats))
 }
 
-func equalBits(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+func equalBits(a, b []uint32) bool { return slices.Equal(a, b) }
 
 // calibrate runs the real kernels on the calibration data and returns the one profile that
 // reproduces all of them. known is false (and the profile unfused) when none, or more than

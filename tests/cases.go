@@ -9,7 +9,6 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/x448/float16"
 
 	fn "github.com/fusednorm/fusednorm"
+	"github.com/fusednorm/fusednorm/internal/reference"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
@@ -132,7 +132,7 @@ func makeTensor(dt fn.DType, shape []int, data []float64) fn.Tensor {
 	case fn.BFloat16:
 		v := make([]uint16, len(data))
 		for i, d := range data {
-			v[i] = toBF16(float32(d))
+			v[i] = reference.ToBF16(float32(d))
 		}
 		return fn.FromBFloat16Bits(v, shape...)
 	default:
@@ -142,15 +142,6 @@ func makeTensor(dt fn.DType, shape []int, data []float64) fn.Tensor {
 		}
 		return fn.FromInt32(v, shape...)
 	}
-}
-
-func toBF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
 }
 
 // expectation is a list of expected values for an output, optionally over a [lo:hi) slice
