@@ -16,6 +16,13 @@ import (
 // engine picks one at Open; Engine.Info says which and why.
 type Backend = ops.Backend
 
+// Contraction is a device's contraction profile: which multiply-adds of the reduction plan
+// it fuses (SPEC §C.4). Engine.Info reports it; WithContraction makes the CPU mirror it.
+type Contraction = plan.Contraction
+
+// Plan is the reduction plan of SPEC §C.4 for one row length.
+type Plan = plan.Plan
+
 // Backend names accepted by WithBackend and FUSEDNORM_BACKEND.
 const (
 	BackendAuto = "auto" // Dawn when the library loads and a real adapter exists, else CPU
@@ -57,7 +64,7 @@ func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = l
 // WithContraction makes the CPU backend mirror a GPU's contraction profile (SPEC §C.4), so
 // its results are bit-identical to that GPU's. Ignored by the Dawn backend, which detects
 // its own.
-func WithContraction(p plan.Contraction) Option { return func(c *config) { c.profile = &p } }
+func WithContraction(p Contraction) Option { return func(c *config) { c.profile = &p } }
 
 // WithFaultInjection installs a hook the Dawn backend calls at each place the device can
 // fail; a non-nil return is treated as that failure. For tests of error paths.
@@ -67,12 +74,12 @@ func WithFaultInjection(hook func(site string) error) Option {
 
 // Info says which backend an engine runs and why it was chosen.
 type Info struct {
-	Backend string           // "cpu" or "dawn"
-	Device  string           // CPU model or GPU adapter line
-	Detail  string           // kernel level, threads, contraction profile, driver
-	Level   string           // CPU kernel level ("go", "avx2"); empty on a GPU
-	Reason  string           // why this backend: the option, the env var, or the auto fallback cause
-	Profile plan.Contraction // contraction profile of the reduction plan
+	Backend string      // "cpu" or "dawn"
+	Device  string      // CPU model or GPU adapter line
+	Detail  string      // kernel level, threads, contraction profile, driver
+	Level   string      // CPU kernel level ("go", "avx2"); empty on a GPU
+	Reason  string      // why this backend: the option, the env var, or the auto fallback cause
+	Profile Contraction // contraction profile of the reduction plan
 }
 
 // String is a one-line summary for logs.
@@ -153,7 +160,7 @@ func (e *Engine) Info() Info {
 }
 
 // Plan returns the reduction plan the engine's backend uses for rows of h elements (h ≥ 1).
-func (e *Engine) Plan(h int) plan.Plan { return e.be.Plan(h) }
+func (e *Engine) Plan(h int) Plan { return e.be.Plan(h) }
 
 // KernelTiming switches device-side timing of each dispatch on or off (timestamp queries on
 // the GPU). It returns an error wrapping ErrNotSupported on backends that cannot time their
