@@ -80,37 +80,78 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	if a.Bias.Present() && !a.BiasFull {
 		biasRow = widen(k, a.Bias)
 	}
+	// Past the caches, the inputs are prefetched a row ahead and f32 outputs are stored
+	// non-temporally.
+	big := a.N*D*4 >= bigBytes
+	prefetch := big && prefetchAhead > 0
+	piece := prefetchPiece(4 * D)
+	ntY := big && a.Y.DType == ops.F32
+	ntX := big && a.X.Present() && a.X.DType == ops.F32
 	forRows(a.N, D, p.W, b.opts.Threads, func(lo, hi int, sc *scratch) {
-		s := sc.x[:D]
 		for r := lo; r < hi; r++ {
 			off := r * D
-			// x1 may live in sc.y and x2 in sc.t; s = (x1 + x2) + bias in one pass when
-			// the bias needs no widening into scratch.
+			var pf *rowPrefetch
+			if prefetch && r+prefetchAhead < hi {
+				next := newRowPrefetch(k, piece)
+				ahead := off + prefetchAhead*D
+				next.add(a.X1, ahead, D)
+				next.add(a.X2, ahead, D)
+				if a.BiasFull {
+					next.add(a.Bias, ahead, D)
+				}
+				pf = &next
+			}
+			// s goes straight into an f32 x output (no copy), unless x is streamed out.
+			s := sc.x[:D]
+			direct := a.X.Present() && a.X.DType == ops.F32 && !ntX
+			if direct {
+				s = a.X.F32[off : off+D]
+			}
+			// x1 may live in sc.y and x2 in sc.t.
 			x1 := rowF32(k, a.X1, off, D, sc.y)
 			x2 := rowF32(k, a.X2, off, D, sc.t)
-			switch {
-			case biasRow != nil:
-				k.add3(s, x1, x2, biasRow)
-			case a.BiasFull && a.Bias.DType == ops.F32:
-				k.add3(s, x1, x2, a.Bias.F32[off:off+D])
-			default:
-				k.add2(s, x1, x2)
-				if a.BiasFull {
-					k.addTo(s, rowF32(k, a.Bias, off, D, sc.t)) // x2 is used up: sc.t is free
-				}
+			var xs []float32 // the x output, streamed out by the first pass
+			if ntX {
+				xs = a.X.F32[off : off+D]
 			}
-			if a.X.Present() {
+			part := sc.part[:p.W]
+			var mean, rstd float32
+			if a.BiasFull && a.Bias.DType != ops.F32 {
+				k.add2(s, x1, x2)
+				k.addTo(s, rowF32(k, a.Bias, off, D, sc.t)) // x2 is used up: sc.t is free
+				if ntX {
+					k.copyNT(xs, s)
+				}
+				pf.step()
+				mean, rstd = rowStats(k, &p, s, part, a.Epsilon, pf)
+			} else {
+				// s = (x1 + x2) + bias (x1 + x2 without one) and its partial sums in one pass.
+				var bias []float32
+				switch {
+				case biasRow != nil:
+					bias = biasRow
+				case a.BiasFull:
+					bias = a.Bias.F32[off : off+D]
+				}
+				k.addSum(part, s, xs, x1, x2, bias)
+				pf.step()
+				mean, rstd = rowStatsSummed(k, &p, s, part, a.Epsilon, pf)
+			}
+			if a.X.Present() && !direct && !ntX {
 				store(k, a.X, off, s)
 			}
-			mean, rstd := rowStats(k, &p, s, sc.part, a.Epsilon)
 			a.Mean[r], a.Rstd[r] = mean, rstd
 			if a.Y.DType == ops.F32 {
-				normalize(k, &p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd)
+				normalize(k, &p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY)
 			} else {
 				y := sc.y[:D]
-				normalize(k, &p, y, s, gamma, beta, mean, rstd)
+				normalize(k, &p, y, s, gamma, beta, mean, rstd, false)
 				store(k, a.Y, off, y)
 			}
+			pf.rest()
+		}
+		if ntX || ntY {
+			k.fence()
 		}
 	})
 	return nil

@@ -97,9 +97,29 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		return err
 	}
 	H := op.w.H
-	forRows(in.B*in.S, H, op.plan.W, op.be.opts.Threads, func(lo, hi int, sc *scratch) {
+	tokens := in.B * in.S
+	// f32 outputs past the caches are stored non-temporally.
+	nt := op.w.DType == ops.F32 && tokens*H*4 >= bigBytes
+	// The word rows are random reads from a table past the caches: each token prefetches
+	// the row of a token ahead while it works on its own.
+	prefetch := op.w.V*H*op.w.DType.Size() >= bigBytes
+	piece := prefetchPiece(H * op.w.DType.Size())
+	forRows(tokens, H, op.plan.W, op.be.opts.Threads, func(lo, hi int, sc *scratch) {
+		for t := lo; prefetch && t < min(lo+prefetchAhead, hi); t++ {
+			first := op.wordRow(in, t, piece)
+			first.rest()
+		}
 		for t := lo; t < hi; t++ {
-			op.token(t, in, out, sc)
+			var next *rowPrefetch
+			if prefetch && t+prefetchAhead < hi {
+				pf := op.wordRow(in, t+prefetchAhead, piece)
+				next = &pf
+			}
+			op.token(t, in, out, sc, nt, next)
+			next.rest()
+		}
+		if nt {
+			op.k.fence()
 		}
 	})
 	if out.MaskIndex != nil {
@@ -108,8 +128,21 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	return nil
 }
 
-// token computes one output row.
-func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *scratch) {
+// wordRow returns the prefetch of the word row of token t (empty for an id out of range:
+// token reports those).
+func (op *embedOp) wordRow(in *ops.EmbedInputs, t, piece int) rowPrefetch {
+	w := &op.w
+	H := w.H
+	pf := newRowPrefetch(op.k, piece)
+	if wi := int(in.IDs[t]); wi >= 0 && wi < w.V {
+		pf.add(w.Word, wi*H, H)
+	}
+	return pf
+}
+
+// token computes one output row; nt stores the f32 outputs non-temporally (the caller
+// fences); pf takes a step after each pass over the row.
+func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *scratch, nt bool, pf *rowPrefetch) {
 	w := &op.w
 	H := w.H
 	s := t % in.S
@@ -137,12 +170,22 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		if gi >= 0 {
 			g = w.Seg.F32[gi*H : gi*H+H]
 		}
-		op.k.embedSumF32(x, w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H], g)
-		if out.Sum.Present() {
-			copy(out.Sum.F32[row:row+H], x)
+		// The sum and its partial sums in one pass, into x, or straight into
+		// embedding_sum (read back from there), or into x and streamed out to it.
+		var xs []float32
+		switch {
+		case !out.Sum.Present():
+		case !nt:
+			x = out.Sum.F32[row : row+H]
+		default:
+			xs = out.Sum.F32[row : row+H]
 		}
-		mean, rstd := rowStats(op.k, &op.plan, x, sc.part, w.Epsilon)
-		normalize(op.k, &op.plan, out.Out.F32[row:row+H], x, op.gamma, op.beta, mean, rstd)
+		part := sc.part[:op.plan.W]
+		op.k.addSum(part, x, xs, w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H], g)
+		pf.step()
+		mean, rstd := rowStatsSummed(op.k, &op.plan, x, part, w.Epsilon, pf)
+		normalize(op.k, &op.plan, out.Out.F32[row:row+H], x, op.gamma, op.beta, mean, rstd, nt)
+		pf.step()
 	case ops.F16:
 		var g []uint16
 		if gi >= 0 {
@@ -150,10 +193,12 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		}
 		bits := sumBits(out, row, H, sc)
 		op.k.embedSumF16(x, bits, w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H], g)
-		mean, rstd := rowStats(op.k, &op.plan, x, sc.part, w.Epsilon)
+		pf.step()
+		mean, rstd := rowStats(op.k, &op.plan, x, sc.part, w.Epsilon, pf)
 		y := sc.y[:H]
-		normalize(op.k, &op.plan, y, x, op.gamma, op.beta, mean, rstd)
+		normalize(op.k, &op.plan, y, x, op.gamma, op.beta, mean, rstd, false)
 		op.k.narrowF16(out.Out.U16[row:row+H], y)
+		pf.step()
 	}
 }
 

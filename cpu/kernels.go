@@ -24,6 +24,22 @@ type kernelSet struct {
 	widenBF16          func(dst []float32, src []uint16)
 	narrowF16          func(dst []uint16, src []float32)
 	narrowBF16         func(dst []uint16, src []float32)
+
+	// Memory-system variants (stream.go): the same values as their twins, stored or
+	// fetched differently. The NT stores are weakly ordered: a worker that used them calls
+	// fence before its rows are shared.
+	affineNT    func(y, x, gamma, beta []float32, mean, rstd float32)
+	affineFMANT func(y, x, gamma, beta []float32, mean, rstd float32)
+	copyNT      func(dst, src []float32)
+	prefetch    func(b []byte)
+	fence       func()
+
+	// Fewer passes over a row (rowstats.go): the three accumulations on partials that start
+	// at zero (no clear first), and a row's first pass fused with its first accumulation.
+	sumZero      func(part, x []float32)
+	sqDevZero    func(part, x []float32, mean float32)
+	sqDevFMAZero func(part, x []float32, mean float32)
+	addSum       func(part, s, x, a, b, c []float32)
 }
 
 // goKernels is the pure-Go level, present on every build.
@@ -43,6 +59,15 @@ var goKernels = kernelSet{
 	widenBF16:          widenBF16Go,
 	narrowF16:          narrowF16Go,
 	narrowBF16:         narrowBF16Go,
+	affineNT:           affineGo,
+	affineFMANT:        affineFMAGo,
+	copyNT:             copyGo,
+	prefetch:           func([]byte) {},
+	fence:              func() {},
+	sumZero:            sumZeroGo,
+	sqDevZero:          sqDevZeroGo,
+	sqDevFMAZero:       sqDevFMAZeroGo,
+	addSum:             addSumGo,
 }
 
 // tree is the plan's halving tree over W = len(part) partials (plan.Plan.Tree); SIMD

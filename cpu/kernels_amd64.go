@@ -2,7 +2,11 @@
 
 package cpu
 
-import "github.com/klauspost/cpuid/v2"
+import (
+	"unsafe"
+
+	"github.com/klauspost/cpuid/v2"
+)
 
 //go:generate go run -C ../internal/cmd/asmgen . -out ../../../cpu/kernels_amd64.s
 
@@ -35,6 +39,15 @@ var avx2Kernels = kernelSet{
 	widenBF16:          widenBF16AVX2,
 	narrowF16:          narrowF16AVX2,
 	narrowBF16:         narrowBF16AVX2,
+	affineNT:           affineNTAVX2,
+	affineFMANT:        affineFMANTAVX2,
+	copyNT:             copyNTAVX2,
+	prefetch:           avx2Prefetch,
+	fence:              avx2Fence,
+	sumZero:            sumZeroAVX2,
+	sqDevZero:          sqDevZeroAVX2,
+	sqDevFMAZero:       sqDevFMAZeroAVX2,
+	addSum:             addSumAVX2,
 }
 
 // avx2Add2 matches, for i < len(s)&^7 (len(a), len(b) ≥ that):
@@ -145,6 +158,187 @@ func avx2EmbedSumF16Seg(x []float32, bits []uint16, w, p, g []uint16)
 //
 //go:noescape
 func avx2EmbedSumF16(x []float32, bits []uint16, w, p []uint16)
+
+// avx2AffineNT and avx2AffineFMANT are avx2Affine and avx2AffineFMA with non-temporal
+// stores: y must be 32-byte aligned.
+//
+//go:noescape
+func avx2AffineNT(y, x, gamma, beta []float32, mean, rstd float32)
+
+//go:noescape
+func avx2AffineFMANT(y, x, gamma, beta []float32, mean, rstd float32)
+
+// avx2CopyNT matches, for i < len(dst)&^7, dst[i] = src[i], with non-temporal stores: dst
+// must be 32-byte aligned.
+//
+//go:noescape
+func avx2CopyNT(dst, src []float32)
+
+// avx2Prefetch issues PREFETCHT0 for every cache line of b; it has no other effect.
+//
+//go:noescape
+func avx2Prefetch(b []byte)
+
+// avx2Fence is SFENCE: it orders the non-temporal stores before it.
+func avx2Fence()
+
+// ntHead is how many elements of y come before its first 32-byte boundary (the part the
+// NT kernels leave to the twins), or len(y) when y is not even 4-byte aligned.
+func ntHead(y []float32) int {
+	if len(y) == 0 {
+		return 0
+	}
+	a := uintptr(unsafe.Pointer(&y[0]))
+	if a&3 != 0 {
+		return len(y)
+	}
+	return min(len(y), int((32-a&31)&31)/4)
+}
+
+func affineNTAVX2(y, x, gamma, beta []float32, mean, rstd float32) {
+	x, gamma, beta = x[:len(y)], gamma[:len(y)], beta[:len(y)]
+	h := ntHead(y)
+	if h > 0 {
+		affineGo(y[:h], x[:h], gamma[:h], beta[:h], mean, rstd)
+	}
+	y, x, gamma, beta = y[h:], x[h:], gamma[h:], beta[h:]
+	n := len(y) &^ 7
+	if n > 0 {
+		avx2AffineNT(y, x, gamma, beta, mean, rstd)
+	}
+	if n < len(y) {
+		affineGo(y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+	}
+}
+
+func affineFMANTAVX2(y, x, gamma, beta []float32, mean, rstd float32) {
+	x, gamma, beta = x[:len(y)], gamma[:len(y)], beta[:len(y)]
+	h := ntHead(y)
+	if h > 0 {
+		affineFMAGo(y[:h], x[:h], gamma[:h], beta[:h], mean, rstd)
+	}
+	y, x, gamma, beta = y[h:], x[h:], gamma[h:], beta[h:]
+	n := len(y) &^ 7
+	if n > 0 {
+		avx2AffineFMANT(y, x, gamma, beta, mean, rstd)
+	}
+	if n < len(y) {
+		affineFMAGo(y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+	}
+}
+
+// avx2Add3NT matches, for i < len(s)&^7, s[i] = (a[i] + b[i]) + d[i]; x[i] = s[i], with
+// non-temporal stores to x: x must be 32-byte aligned.
+//
+//go:noescape
+func avx2Add3NT(s, x, a, b, d []float32)
+
+func add3NTAVX2(s, x, a, b, c []float32) {
+	x, a, b, c = x[:len(s)], a[:len(s)], b[:len(s)], c[:len(s)]
+	h := ntHead(x)
+	add3NTGo(s[:h], x[:h], a[:h], b[:h], c[:h])
+	s, x, a, b, c = s[h:], x[h:], a[h:], b[h:], c[h:]
+	n := len(s) &^ 7
+	if n > 0 {
+		avx2Add3NT(s, x, a, b, c)
+	}
+	add3NTGo(s[n:], x[n:], a[n:], b[n:], c[n:])
+}
+
+// avx2Add2Sum, avx2Add3Sum, avx2Add2SumNT and avx2Add3SumNT match, with W = len(part) a
+// multiple of 8 and len(s) a positive multiple of W,
+//
+//	s[i] = a[i] + b[i]  (Add2)  or  (a[i] + b[i]) + d[i]  (Add3)
+//	x[i] = s[i]         (NT, non-temporal stores: x must be 32-byte aligned)
+//	sumZeroGo(part, s)
+//
+// computing each s[i] once, in the chunk order the plan adds it in.
+//
+//go:noescape
+func avx2Add2Sum(part, s, a, b []float32)
+
+//go:noescape
+func avx2Add3Sum(part, s, a, b, d []float32)
+
+//go:noescape
+func avx2Add2SumNT(part, s, x, a, b []float32)
+
+//go:noescape
+func avx2Add3SumNT(part, s, x, a, b, d []float32)
+
+// addSumAVX2 runs the fused kernel over the whole chunks and the separate passes over the
+// shorter last chunk (which the plan adds last); shapes the kernel does not take (W not a
+// multiple of 8, no whole chunk, an x that does not start on 32 bytes) run the separate
+// passes throughout.
+func addSumAVX2(part, s, x, a, b, c []float32) {
+	n := len(s)
+	a, b = a[:n], b[:n]
+	if c != nil {
+		c = c[:n]
+	}
+	if x != nil {
+		x = x[:n]
+	}
+	w := len(part)
+	full := n
+	if w > 0 {
+		full = n - n%w
+	}
+	if w&7 != 0 || full == 0 || ntHead(x) != 0 {
+		addRowAVX2(s, x, a, b, c)
+		sumZeroAVX2(part, s)
+		return
+	}
+	switch {
+	case c == nil && x == nil:
+		avx2Add2Sum(part, s[:full], a, b)
+	case c == nil:
+		avx2Add2SumNT(part, s[:full], x, a, b)
+	case x == nil:
+		avx2Add3Sum(part, s[:full], a, b, c)
+	default:
+		avx2Add3SumNT(part, s[:full], x, a, b, c)
+	}
+	if full < n {
+		var xt, ct []float32
+		if x != nil {
+			xt = x[full:]
+		}
+		if c != nil {
+			ct = c[full:]
+		}
+		addRowAVX2(s[full:], xt, a[full:], b[full:], ct)
+		accumulateAVX2(part, s[full:])
+	}
+}
+
+// addRowAVX2 is the separate first pass of addSumAVX2.
+func addRowAVX2(s, x, a, b, c []float32) {
+	switch {
+	case c != nil && x != nil:
+		add3NTAVX2(s, x, a, b, c)
+		return
+	case c != nil:
+		add3AVX2(s, a, b, c)
+	default:
+		add2AVX2(s, a, b)
+	}
+	if x != nil {
+		copyNTAVX2(x, s)
+	}
+}
+
+func copyNTAVX2(dst, src []float32) {
+	src = src[:len(dst)]
+	h := ntHead(dst)
+	copy(dst[:h], src[:h])
+	dst, src = dst[h:], src[h:]
+	n := len(dst) &^ 7
+	if n > 0 {
+		avx2CopyNT(dst, src)
+	}
+	copy(dst[n:], src[n:])
+}
 
 func add2AVX2(s, a, b []float32) {
 	a, b = a[:len(s)], b[:len(s)]
@@ -339,12 +533,74 @@ func accumulateSqDevFMAAVX2(part, x []float32, mean float32) {
 	}
 }
 
-// treeAVX2 runs the halving steps with off ≥ 8 as vector adds (each step is addTo of the
-// upper half onto the lower half: the same adds in the same order) and the last three in Go.
+// avx2Tree matches treeGo for len(part) a power of two ≥ 8 (the plan's W from 8 up):
+// the same adds in the same order, leaving part as treeGo does.
+//
+//go:noescape
+func avx2Tree(part []float32) float32
+
+// avx2AccumulateZero, avx2AccumulateSqDevZero and avx2AccumulateSqDevFMAZero are the three
+// accumulations with the partials starting at +0 instead of being read (clear, then
+// accumulate), same shapes.
+//
+//go:noescape
+func avx2AccumulateZero(part, x []float32)
+
+//go:noescape
+func avx2AccumulateSqDevZero(part, x []float32, mean float32)
+
+//go:noescape
+func avx2AccumulateSqDevFMAZero(part, x []float32, mean float32)
+
+// The zero-start kernels take the whole chunks (which write every partial); the shorter
+// last chunk adds on as in the plain wrappers. Without a whole chunk, part is cleared.
+
+func sumZeroAVX2(part, x []float32) {
+	w := len(part)
+	if w&7 != 0 || len(x) < w {
+		clear(part)
+		accumulateAVX2(part, x)
+		return
+	}
+	full := len(x) - len(x)%w
+	avx2AccumulateZero(part, x[:full])
+	accumulateAVX2(part, x[full:])
+}
+
+func sqDevZeroAVX2(part, x []float32, mean float32) {
+	w := len(part)
+	if w&7 != 0 || len(x) < w {
+		clear(part)
+		accumulateSqDevAVX2(part, x, mean)
+		return
+	}
+	full := len(x) - len(x)%w
+	avx2AccumulateSqDevZero(part, x[:full], mean)
+	accumulateSqDevAVX2(part, x[full:], mean)
+}
+
+func sqDevFMAZeroAVX2(part, x []float32, mean float32) {
+	w := len(part)
+	if w&7 != 0 || len(x) < w {
+		clear(part)
+		accumulateSqDevFMAAVX2(part, x, mean)
+		return
+	}
+	full := len(x) - len(x)%w
+	avx2AccumulateSqDevFMAZero(part, x[:full], mean)
+	accumulateSqDevFMAAVX2(part, x[full:], mean)
+}
+
+// treeAVX2 runs the whole tree in one kernel for the plan's widths (powers of two ≥ 8);
+// other lengths run the halving steps with off ≥ 8 as vector adds (each step is addTo of
+// the upper half onto the lower half: the same adds in the same order) and the rest in Go.
 func treeAVX2(part []float32) float32 {
+	if n := len(part); n >= 8 && n&(n-1) == 0 {
+		return avx2Tree(part)
+	}
 	off := len(part) / 2
 	for ; off >= 8; off /= 2 {
-		avx2AddTo(part[:off], part[off:2*off])
+		addToAVX2(part[:off], part[off:2*off])
 	}
 	return treeGo(part[:2*off+len(part)%2])
 }

@@ -106,6 +106,66 @@ add3_done:
 	VZEROUPPER
 	RET
 
+// func avx2Add3NT(s []float32, x []float32, a []float32, b []float32, d []float32)
+// Requires: AVX
+TEXT ·avx2Add3NT(SB), NOSPLIT, $0-120
+	MOVQ s_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ s_len+8(FP), DI
+	XORQ R8, R8
+	MOVQ DI, R9
+	ANDQ $-32, R9
+	CMPQ R8, R9
+	JAE  add3NT_single
+
+add3NT_unrolled:
+	VMOVUPS  (DX)(R8*4), Y0
+	VADDPS   (BX)(R8*4), Y0, Y0
+	VADDPS   (SI)(R8*4), Y0, Y0
+	VMOVUPS  Y0, (AX)(R8*4)
+	VMOVNTPS Y0, (CX)(R8*4)
+	VMOVUPS  32(DX)(R8*4), Y0
+	VADDPS   32(BX)(R8*4), Y0, Y0
+	VADDPS   32(SI)(R8*4), Y0, Y0
+	VMOVUPS  Y0, 32(AX)(R8*4)
+	VMOVNTPS Y0, 32(CX)(R8*4)
+	VMOVUPS  64(DX)(R8*4), Y0
+	VADDPS   64(BX)(R8*4), Y0, Y0
+	VADDPS   64(SI)(R8*4), Y0, Y0
+	VMOVUPS  Y0, 64(AX)(R8*4)
+	VMOVNTPS Y0, 64(CX)(R8*4)
+	VMOVUPS  96(DX)(R8*4), Y0
+	VADDPS   96(BX)(R8*4), Y0, Y0
+	VADDPS   96(SI)(R8*4), Y0, Y0
+	VMOVUPS  Y0, 96(AX)(R8*4)
+	VMOVNTPS Y0, 96(CX)(R8*4)
+	ADDQ     $0x00000020, R8
+	CMPQ     R8, R9
+	JB       add3NT_unrolled
+
+add3NT_single:
+	MOVQ DI, R9
+	ANDQ $-8, R9
+	CMPQ R8, R9
+	JAE  add3NT_done
+
+add3NT_loop:
+	VMOVUPS  (DX)(R8*4), Y0
+	VADDPS   (BX)(R8*4), Y0, Y0
+	VADDPS   (SI)(R8*4), Y0, Y0
+	VMOVUPS  Y0, (AX)(R8*4)
+	VMOVNTPS Y0, (CX)(R8*4)
+	ADDQ     $0x00000008, R8
+	CMPQ     R8, R9
+	JB       add3NT_loop
+
+add3NT_done:
+	VZEROUPPER
+	RET
+
 // func avx2AddTo(s []float32, b []float32)
 // Requires: AVX
 TEXT ·avx2AddTo(SB), NOSPLIT, $0-48
@@ -282,6 +342,138 @@ avx2AffineFMA_loop:
 	JB          avx2AffineFMA_loop
 
 avx2AffineFMA_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineNT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX
+TEXT ·avx2AffineNT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineNT_single
+
+avx2AffineNT_unrolled:
+	VMOVUPS  (CX)(DI*4), Y2
+	VSUBPS   Y0, Y2, Y2
+	VMULPS   Y1, Y2, Y2
+	VMULPS   (DX)(DI*4), Y2, Y2
+	VADDPS   (BX)(DI*4), Y2, Y2
+	VMOVNTPS Y2, (AX)(DI*4)
+	VMOVUPS  32(CX)(DI*4), Y2
+	VSUBPS   Y0, Y2, Y2
+	VMULPS   Y1, Y2, Y2
+	VMULPS   32(DX)(DI*4), Y2, Y2
+	VADDPS   32(BX)(DI*4), Y2, Y2
+	VMOVNTPS Y2, 32(AX)(DI*4)
+	VMOVUPS  64(CX)(DI*4), Y2
+	VSUBPS   Y0, Y2, Y2
+	VMULPS   Y1, Y2, Y2
+	VMULPS   64(DX)(DI*4), Y2, Y2
+	VADDPS   64(BX)(DI*4), Y2, Y2
+	VMOVNTPS Y2, 64(AX)(DI*4)
+	VMOVUPS  96(CX)(DI*4), Y2
+	VSUBPS   Y0, Y2, Y2
+	VMULPS   Y1, Y2, Y2
+	VMULPS   96(DX)(DI*4), Y2, Y2
+	VADDPS   96(BX)(DI*4), Y2, Y2
+	VMOVNTPS Y2, 96(AX)(DI*4)
+	ADDQ     $0x00000020, DI
+	CMPQ     DI, R8
+	JB       avx2AffineNT_unrolled
+
+avx2AffineNT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineNT_done
+
+avx2AffineNT_loop:
+	VMOVUPS  (CX)(DI*4), Y2
+	VSUBPS   Y0, Y2, Y2
+	VMULPS   Y1, Y2, Y2
+	VMULPS   (DX)(DI*4), Y2, Y2
+	VADDPS   (BX)(DI*4), Y2, Y2
+	VMOVNTPS Y2, (AX)(DI*4)
+	ADDQ     $0x00000008, DI
+	CMPQ     DI, R8
+	JB       avx2AffineNT_loop
+
+avx2AffineNT_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, FMA3
+TEXT ·avx2AffineFMANT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineFMANT_single
+
+avx2AffineFMANT_unrolled:
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VMOVNTPS    Y2, (AX)(DI*4)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     32(DX)(DI*4), Y3
+	VFMADD213PS 32(BX)(DI*4), Y3, Y2
+	VMOVNTPS    Y2, 32(AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     64(DX)(DI*4), Y3
+	VFMADD213PS 64(BX)(DI*4), Y3, Y2
+	VMOVNTPS    Y2, 64(AX)(DI*4)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     96(DX)(DI*4), Y3
+	VFMADD213PS 96(BX)(DI*4), Y3, Y2
+	VMOVNTPS    Y2, 96(AX)(DI*4)
+	ADDQ        $0x00000020, DI
+	CMPQ        DI, R8
+	JB          avx2AffineFMANT_unrolled
+
+avx2AffineFMANT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineFMANT_done
+
+avx2AffineFMANT_loop:
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VMOVNTPS    Y2, (AX)(DI*4)
+	ADDQ        $0x00000008, DI
+	CMPQ        DI, R8
+	JB          avx2AffineFMANT_loop
+
+avx2AffineFMANT_done:
 	VZEROUPPER
 	RET
 
@@ -703,6 +895,803 @@ avx2AccumulateSqDevFMA_by8_done:
 	VZEROUPPER
 	RET
 
+// func avx2AccumulateZero(part []float32, x []float32)
+// Requires: AVX
+TEXT ·avx2AccumulateZero(SB), NOSPLIT, $0-48
+	MOVQ part_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ part_len+8(FP), DX
+	MOVQ DX, BX
+	SHLQ $0x02, BX
+	MOVQ x_len+32(FP), SI
+	LEAQ (CX)(SI*4), SI
+	XORQ DI, DI
+	MOVQ DX, R8
+	ANDQ $-32, R8
+
+avx2AccumulateZero_by32:
+	CMPQ   DI, R8
+	JAE    avx2AccumulateZero_by32_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (CX)(DI*4), R9
+
+avx2AccumulateZero_by32_chunk:
+	VADDPS  (R9), Y0, Y0
+	VADDPS  32(R9), Y1, Y1
+	VADDPS  64(R9), Y2, Y2
+	VADDPS  96(R9), Y3, Y3
+	ADDQ    BX, R9
+	CMPQ    R9, SI
+	JB      avx2AccumulateZero_by32_chunk
+	VMOVUPS Y0, (AX)(DI*4)
+	VMOVUPS Y1, 32(AX)(DI*4)
+	VMOVUPS Y2, 64(AX)(DI*4)
+	VMOVUPS Y3, 96(AX)(DI*4)
+	ADDQ    $0x00000020, DI
+	JMP     avx2AccumulateZero_by32
+
+avx2AccumulateZero_by32_done:
+avx2AccumulateZero_by8:
+	CMPQ   DI, DX
+	JAE    avx2AccumulateZero_by8_done
+	VXORPS Y0, Y0, Y0
+	LEAQ   (CX)(DI*4), R8
+
+avx2AccumulateZero_by8_chunk:
+	VADDPS  (R8), Y0, Y0
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx2AccumulateZero_by8_chunk
+	VMOVUPS Y0, (AX)(DI*4)
+	ADDQ    $0x00000008, DI
+	JMP     avx2AccumulateZero_by8
+
+avx2AccumulateZero_by8_done:
+	VZEROUPPER
+	RET
+
+// func avx2AccumulateSqDevZero(part []float32, x []float32, mean float32)
+// Requires: AVX
+TEXT ·avx2AccumulateSqDevZero(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS mean+48(FP), Y0
+	MOVQ         DX, BX
+	SHLQ         $0x02, BX
+	MOVQ         x_len+32(FP), SI
+	LEAQ         (CX)(SI*4), SI
+	XORQ         DI, DI
+	MOVQ         DX, R8
+	ANDQ         $-32, R8
+
+avx2AccumulateSqDevZero_by32:
+	CMPQ   DI, R8
+	JAE    avx2AccumulateSqDevZero_by32_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	LEAQ   (CX)(DI*4), R9
+
+avx2AccumulateSqDevZero_by32_chunk:
+	VMOVUPS (R9), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(R9), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(R9), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(R9), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y4, Y4
+	ADDQ    BX, R9
+	CMPQ    R9, SI
+	JB      avx2AccumulateSqDevZero_by32_chunk
+	VMOVUPS Y1, (AX)(DI*4)
+	VMOVUPS Y2, 32(AX)(DI*4)
+	VMOVUPS Y3, 64(AX)(DI*4)
+	VMOVUPS Y4, 96(AX)(DI*4)
+	ADDQ    $0x00000020, DI
+	JMP     avx2AccumulateSqDevZero_by32
+
+avx2AccumulateSqDevZero_by32_done:
+avx2AccumulateSqDevZero_by8:
+	CMPQ   DI, DX
+	JAE    avx2AccumulateSqDevZero_by8_done
+	VXORPS Y1, Y1, Y1
+	LEAQ   (CX)(DI*4), R8
+
+avx2AccumulateSqDevZero_by8_chunk:
+	VMOVUPS (R8), Y2
+	VSUBPS  Y0, Y2, Y2
+	VMULPS  Y2, Y2, Y2
+	VADDPS  Y2, Y1, Y1
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx2AccumulateSqDevZero_by8_chunk
+	VMOVUPS Y1, (AX)(DI*4)
+	ADDQ    $0x00000008, DI
+	JMP     avx2AccumulateSqDevZero_by8
+
+avx2AccumulateSqDevZero_by8_done:
+	VZEROUPPER
+	RET
+
+// func avx2AccumulateSqDevFMAZero(part []float32, x []float32, mean float32)
+// Requires: AVX, FMA3
+TEXT ·avx2AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS mean+48(FP), Y0
+	MOVQ         DX, BX
+	SHLQ         $0x02, BX
+	MOVQ         x_len+32(FP), SI
+	LEAQ         (CX)(SI*4), SI
+	XORQ         DI, DI
+	MOVQ         DX, R8
+	ANDQ         $-32, R8
+
+avx2AccumulateSqDevFMAZero_by32:
+	CMPQ   DI, R8
+	JAE    avx2AccumulateSqDevFMAZero_by32_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	LEAQ   (CX)(DI*4), R9
+
+avx2AccumulateSqDevFMAZero_by32_chunk:
+	VMOVUPS     (R9), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y1
+	VMOVUPS     32(R9), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y2
+	VMOVUPS     64(R9), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y3
+	VMOVUPS     96(R9), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y4
+	ADDQ        BX, R9
+	CMPQ        R9, SI
+	JB          avx2AccumulateSqDevFMAZero_by32_chunk
+	VMOVUPS     Y1, (AX)(DI*4)
+	VMOVUPS     Y2, 32(AX)(DI*4)
+	VMOVUPS     Y3, 64(AX)(DI*4)
+	VMOVUPS     Y4, 96(AX)(DI*4)
+	ADDQ        $0x00000020, DI
+	JMP         avx2AccumulateSqDevFMAZero_by32
+
+avx2AccumulateSqDevFMAZero_by32_done:
+avx2AccumulateSqDevFMAZero_by8:
+	CMPQ   DI, DX
+	JAE    avx2AccumulateSqDevFMAZero_by8_done
+	VXORPS Y1, Y1, Y1
+	LEAQ   (CX)(DI*4), R8
+
+avx2AccumulateSqDevFMAZero_by8_chunk:
+	VMOVUPS     (R8), Y2
+	VSUBPS      Y0, Y2, Y2
+	VFMADD231PS Y2, Y2, Y1
+	ADDQ        BX, R8
+	CMPQ        R8, SI
+	JB          avx2AccumulateSqDevFMAZero_by8_chunk
+	VMOVUPS     Y1, (AX)(DI*4)
+	ADDQ        $0x00000008, DI
+	JMP         avx2AccumulateSqDevFMAZero_by8
+
+avx2AccumulateSqDevFMAZero_by8_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add2Sum(part []float32, s []float32, a []float32, b []float32)
+// Requires: AVX
+TEXT ·avx2Add2Sum(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ SI, DI
+	SHLQ $0x02, DI
+	MOVQ s_len+32(FP), R8
+	SHLQ $0x02, R8
+	XORQ R9, R9
+	MOVQ SI, R10
+	ANDQ $-32, R10
+
+avx2Add2Sum_by32:
+	CMPQ   R9, R10
+	JAE    avx2Add2Sum_by32_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R9, R11
+	SHLQ   $0x02, R11
+
+avx2Add2Sum_by32_chunk:
+	VMOVUPS (DX)(R11*1), Y4
+	VADDPS  (BX)(R11*1), Y4, Y4
+	VMOVUPS Y4, (CX)(R11*1)
+	VADDPS  Y4, Y0, Y0
+	VMOVUPS 32(DX)(R11*1), Y4
+	VADDPS  32(BX)(R11*1), Y4, Y4
+	VMOVUPS Y4, 32(CX)(R11*1)
+	VADDPS  Y4, Y1, Y1
+	VMOVUPS 64(DX)(R11*1), Y4
+	VADDPS  64(BX)(R11*1), Y4, Y4
+	VMOVUPS Y4, 64(CX)(R11*1)
+	VADDPS  Y4, Y2, Y2
+	VMOVUPS 96(DX)(R11*1), Y4
+	VADDPS  96(BX)(R11*1), Y4, Y4
+	VMOVUPS Y4, 96(CX)(R11*1)
+	VADDPS  Y4, Y3, Y3
+	ADDQ    DI, R11
+	CMPQ    R11, R8
+	JB      avx2Add2Sum_by32_chunk
+	VMOVUPS Y0, (AX)(R9*4)
+	VMOVUPS Y1, 32(AX)(R9*4)
+	VMOVUPS Y2, 64(AX)(R9*4)
+	VMOVUPS Y3, 96(AX)(R9*4)
+	ADDQ    $0x00000020, R9
+	JMP     avx2Add2Sum_by32
+
+avx2Add2Sum_by32_done:
+avx2Add2Sum_by8:
+	CMPQ   R9, SI
+	JAE    avx2Add2Sum_by8_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R9, R10
+	SHLQ   $0x02, R10
+
+avx2Add2Sum_by8_chunk:
+	VMOVUPS (DX)(R10*1), Y1
+	VADDPS  (BX)(R10*1), Y1, Y1
+	VMOVUPS Y1, (CX)(R10*1)
+	VADDPS  Y1, Y0, Y0
+	ADDQ    DI, R10
+	CMPQ    R10, R8
+	JB      avx2Add2Sum_by8_chunk
+	VMOVUPS Y0, (AX)(R9*4)
+	ADDQ    $0x00000008, R9
+	JMP     avx2Add2Sum_by8
+
+avx2Add2Sum_by8_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32)
+// Requires: AVX
+TEXT ·avx2Add3Sum(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ DI, R8
+	SHLQ $0x02, R8
+	MOVQ s_len+32(FP), R9
+	SHLQ $0x02, R9
+	XORQ R10, R10
+	MOVQ DI, R11
+	ANDQ $-32, R11
+
+avx2Add3Sum_by32:
+	CMPQ   R10, R11
+	JAE    avx2Add3Sum_by32_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R10, R12
+	SHLQ   $0x02, R12
+
+avx2Add3Sum_by32_chunk:
+	VMOVUPS (DX)(R12*1), Y4
+	VADDPS  (BX)(R12*1), Y4, Y4
+	VADDPS  (SI)(R12*1), Y4, Y4
+	VMOVUPS Y4, (CX)(R12*1)
+	VADDPS  Y4, Y0, Y0
+	VMOVUPS 32(DX)(R12*1), Y4
+	VADDPS  32(BX)(R12*1), Y4, Y4
+	VADDPS  32(SI)(R12*1), Y4, Y4
+	VMOVUPS Y4, 32(CX)(R12*1)
+	VADDPS  Y4, Y1, Y1
+	VMOVUPS 64(DX)(R12*1), Y4
+	VADDPS  64(BX)(R12*1), Y4, Y4
+	VADDPS  64(SI)(R12*1), Y4, Y4
+	VMOVUPS Y4, 64(CX)(R12*1)
+	VADDPS  Y4, Y2, Y2
+	VMOVUPS 96(DX)(R12*1), Y4
+	VADDPS  96(BX)(R12*1), Y4, Y4
+	VADDPS  96(SI)(R12*1), Y4, Y4
+	VMOVUPS Y4, 96(CX)(R12*1)
+	VADDPS  Y4, Y3, Y3
+	ADDQ    R8, R12
+	CMPQ    R12, R9
+	JB      avx2Add3Sum_by32_chunk
+	VMOVUPS Y0, (AX)(R10*4)
+	VMOVUPS Y1, 32(AX)(R10*4)
+	VMOVUPS Y2, 64(AX)(R10*4)
+	VMOVUPS Y3, 96(AX)(R10*4)
+	ADDQ    $0x00000020, R10
+	JMP     avx2Add3Sum_by32
+
+avx2Add3Sum_by32_done:
+avx2Add3Sum_by8:
+	CMPQ   R10, DI
+	JAE    avx2Add3Sum_by8_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R10, R11
+	SHLQ   $0x02, R11
+
+avx2Add3Sum_by8_chunk:
+	VMOVUPS (DX)(R11*1), Y1
+	VADDPS  (BX)(R11*1), Y1, Y1
+	VADDPS  (SI)(R11*1), Y1, Y1
+	VMOVUPS Y1, (CX)(R11*1)
+	VADDPS  Y1, Y0, Y0
+	ADDQ    R8, R11
+	CMPQ    R11, R9
+	JB      avx2Add3Sum_by8_chunk
+	VMOVUPS Y0, (AX)(R10*4)
+	ADDQ    $0x00000008, R10
+	JMP     avx2Add3Sum_by8
+
+avx2Add3Sum_by8_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32)
+// Requires: AVX
+TEXT ·avx2Add2SumNT(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ DI, R8
+	SHLQ $0x02, R8
+	MOVQ s_len+32(FP), R9
+	SHLQ $0x02, R9
+	XORQ R10, R10
+	MOVQ DI, R11
+	ANDQ $-32, R11
+
+avx2Add2SumNT_by32:
+	CMPQ   R10, R11
+	JAE    avx2Add2SumNT_by32_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R10, R12
+	SHLQ   $0x02, R12
+
+avx2Add2SumNT_by32_chunk:
+	VMOVUPS  (BX)(R12*1), Y4
+	VADDPS   (SI)(R12*1), Y4, Y4
+	VMOVUPS  Y4, (CX)(R12*1)
+	VMOVNTPS Y4, (DX)(R12*1)
+	VADDPS   Y4, Y0, Y0
+	VMOVUPS  32(BX)(R12*1), Y4
+	VADDPS   32(SI)(R12*1), Y4, Y4
+	VMOVUPS  Y4, 32(CX)(R12*1)
+	VMOVNTPS Y4, 32(DX)(R12*1)
+	VADDPS   Y4, Y1, Y1
+	VMOVUPS  64(BX)(R12*1), Y4
+	VADDPS   64(SI)(R12*1), Y4, Y4
+	VMOVUPS  Y4, 64(CX)(R12*1)
+	VMOVNTPS Y4, 64(DX)(R12*1)
+	VADDPS   Y4, Y2, Y2
+	VMOVUPS  96(BX)(R12*1), Y4
+	VADDPS   96(SI)(R12*1), Y4, Y4
+	VMOVUPS  Y4, 96(CX)(R12*1)
+	VMOVNTPS Y4, 96(DX)(R12*1)
+	VADDPS   Y4, Y3, Y3
+	ADDQ     R8, R12
+	CMPQ     R12, R9
+	JB       avx2Add2SumNT_by32_chunk
+	VMOVUPS  Y0, (AX)(R10*4)
+	VMOVUPS  Y1, 32(AX)(R10*4)
+	VMOVUPS  Y2, 64(AX)(R10*4)
+	VMOVUPS  Y3, 96(AX)(R10*4)
+	ADDQ     $0x00000020, R10
+	JMP      avx2Add2SumNT_by32
+
+avx2Add2SumNT_by32_done:
+avx2Add2SumNT_by8:
+	CMPQ   R10, DI
+	JAE    avx2Add2SumNT_by8_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R10, R11
+	SHLQ   $0x02, R11
+
+avx2Add2SumNT_by8_chunk:
+	VMOVUPS  (BX)(R11*1), Y1
+	VADDPS   (SI)(R11*1), Y1, Y1
+	VMOVUPS  Y1, (CX)(R11*1)
+	VMOVNTPS Y1, (DX)(R11*1)
+	VADDPS   Y1, Y0, Y0
+	ADDQ     R8, R11
+	CMPQ     R11, R9
+	JB       avx2Add2SumNT_by8_chunk
+	VMOVUPS  Y0, (AX)(R10*4)
+	ADDQ     $0x00000008, R10
+	JMP      avx2Add2SumNT_by8
+
+avx2Add2SumNT_by8_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32)
+// Requires: AVX
+TEXT ·avx2Add3SumNT(SB), NOSPLIT, $0-144
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ d_base+120(FP), DI
+	MOVQ part_len+8(FP), R8
+	MOVQ R8, R9
+	SHLQ $0x02, R9
+	MOVQ s_len+32(FP), R10
+	SHLQ $0x02, R10
+	XORQ R11, R11
+	MOVQ R8, R12
+	ANDQ $-32, R12
+
+avx2Add3SumNT_by32:
+	CMPQ   R11, R12
+	JAE    avx2Add3SumNT_by32_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R11, R13
+	SHLQ   $0x02, R13
+
+avx2Add3SumNT_by32_chunk:
+	VMOVUPS  (BX)(R13*1), Y4
+	VADDPS   (SI)(R13*1), Y4, Y4
+	VADDPS   (DI)(R13*1), Y4, Y4
+	VMOVUPS  Y4, (CX)(R13*1)
+	VMOVNTPS Y4, (DX)(R13*1)
+	VADDPS   Y4, Y0, Y0
+	VMOVUPS  32(BX)(R13*1), Y4
+	VADDPS   32(SI)(R13*1), Y4, Y4
+	VADDPS   32(DI)(R13*1), Y4, Y4
+	VMOVUPS  Y4, 32(CX)(R13*1)
+	VMOVNTPS Y4, 32(DX)(R13*1)
+	VADDPS   Y4, Y1, Y1
+	VMOVUPS  64(BX)(R13*1), Y4
+	VADDPS   64(SI)(R13*1), Y4, Y4
+	VADDPS   64(DI)(R13*1), Y4, Y4
+	VMOVUPS  Y4, 64(CX)(R13*1)
+	VMOVNTPS Y4, 64(DX)(R13*1)
+	VADDPS   Y4, Y2, Y2
+	VMOVUPS  96(BX)(R13*1), Y4
+	VADDPS   96(SI)(R13*1), Y4, Y4
+	VADDPS   96(DI)(R13*1), Y4, Y4
+	VMOVUPS  Y4, 96(CX)(R13*1)
+	VMOVNTPS Y4, 96(DX)(R13*1)
+	VADDPS   Y4, Y3, Y3
+	ADDQ     R9, R13
+	CMPQ     R13, R10
+	JB       avx2Add3SumNT_by32_chunk
+	VMOVUPS  Y0, (AX)(R11*4)
+	VMOVUPS  Y1, 32(AX)(R11*4)
+	VMOVUPS  Y2, 64(AX)(R11*4)
+	VMOVUPS  Y3, 96(AX)(R11*4)
+	ADDQ     $0x00000020, R11
+	JMP      avx2Add3SumNT_by32
+
+avx2Add3SumNT_by32_done:
+avx2Add3SumNT_by8:
+	CMPQ   R11, R8
+	JAE    avx2Add3SumNT_by8_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R11, R12
+	SHLQ   $0x02, R12
+
+avx2Add3SumNT_by8_chunk:
+	VMOVUPS  (BX)(R12*1), Y1
+	VADDPS   (SI)(R12*1), Y1, Y1
+	VADDPS   (DI)(R12*1), Y1, Y1
+	VMOVUPS  Y1, (CX)(R12*1)
+	VMOVNTPS Y1, (DX)(R12*1)
+	VADDPS   Y1, Y0, Y0
+	ADDQ     R9, R12
+	CMPQ     R12, R10
+	JB       avx2Add3SumNT_by8_chunk
+	VMOVUPS  Y0, (AX)(R11*4)
+	ADDQ     $0x00000008, R11
+	JMP      avx2Add3SumNT_by8
+
+avx2Add3SumNT_by8_done:
+	VZEROUPPER
+	RET
+
+// func avx2Tree(part []float32) float32
+// Requires: AVX
+TEXT ·avx2Tree(SB), NOSPLIT, $0-28
+	MOVQ part_base+0(FP), AX
+	MOVQ part_len+8(FP), CX
+	MOVQ CX, DX
+	SHRQ $0x01, DX
+
+tree_mem:
+	CMPQ DX, $0x00000080
+	JBE  tree_256
+	LEAQ (AX)(DX*4), BX
+	XORQ SI, SI
+
+tree_mem_add:
+	VMOVUPS (AX)(SI*4), Y0
+	VADDPS  (BX)(SI*4), Y0, Y0
+	VMOVUPS Y0, (AX)(SI*4)
+	ADDQ    $0x00000008, SI
+	CMPQ    SI, DX
+	JB      tree_mem_add
+	SHRQ    $0x01, DX
+	JMP     tree_mem
+
+tree_256:
+	CMPQ         CX, $0x00000100
+	JB           tree_128
+	VMOVUPS      256(AX), Y0
+	VADDPS       768(AX), Y0, Y0
+	VMOVUPS      Y0, 256(AX)
+	VMOVUPS      288(AX), Y1
+	VADDPS       800(AX), Y1, Y1
+	VMOVUPS      Y1, 288(AX)
+	VMOVUPS      320(AX), Y2
+	VADDPS       832(AX), Y2, Y2
+	VMOVUPS      Y2, 320(AX)
+	VMOVUPS      352(AX), Y3
+	VADDPS       864(AX), Y3, Y3
+	VMOVUPS      Y3, 352(AX)
+	VMOVUPS      384(AX), Y4
+	VADDPS       896(AX), Y4, Y4
+	VMOVUPS      Y4, 384(AX)
+	VMOVUPS      416(AX), Y5
+	VADDPS       928(AX), Y5, Y5
+	VMOVUPS      Y5, 416(AX)
+	VMOVUPS      448(AX), Y6
+	VADDPS       960(AX), Y6, Y6
+	VMOVUPS      Y6, 448(AX)
+	VMOVUPS      480(AX), Y7
+	VADDPS       992(AX), Y7, Y7
+	VMOVUPS      Y7, 480(AX)
+	VMOVUPS      (AX), Y8
+	VADDPS       512(AX), Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VADDPS       Y0, Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VMOVUPS      32(AX), Y0
+	VADDPS       544(AX), Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VADDPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(AX), Y1
+	VADDPS       576(AX), Y1, Y1
+	VMOVUPS      Y1, 64(AX)
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      Y1, 64(AX)
+	VMOVUPS      96(AX), Y2
+	VADDPS       608(AX), Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	VMOVUPS      128(AX), Y3
+	VADDPS       640(AX), Y3, Y3
+	VMOVUPS      Y3, 128(AX)
+	VADDPS       Y4, Y3, Y3
+	VMOVUPS      Y3, 128(AX)
+	VMOVUPS      160(AX), Y4
+	VADDPS       672(AX), Y4, Y4
+	VMOVUPS      Y4, 160(AX)
+	VADDPS       Y5, Y4, Y4
+	VMOVUPS      Y4, 160(AX)
+	VMOVUPS      192(AX), Y5
+	VADDPS       704(AX), Y5, Y5
+	VMOVUPS      Y5, 192(AX)
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      Y5, 192(AX)
+	VMOVUPS      224(AX), Y6
+	VADDPS       736(AX), Y6, Y6
+	VMOVUPS      Y6, 224(AX)
+	VADDPS       Y7, Y6, Y6
+	VMOVUPS      Y6, 224(AX)
+	VADDPS       Y3, Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VADDPS       Y4, Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VADDPS       Y5, Y1, Y1
+	VMOVUPS      Y1, 64(AX)
+	VADDPS       Y6, Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	VADDPS       Y1, Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VADDPS       Y0, Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X1
+	VMOVUPS      X1, (AX)
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVLPS      X1, (AX)
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	VMOVSS       X1, ret+24(FP)
+	RET
+
+tree_128:
+	CMPQ         CX, $0x00000080
+	JB           tree_64
+	VMOVUPS      128(AX), Y0
+	VADDPS       384(AX), Y0, Y0
+	VMOVUPS      Y0, 128(AX)
+	VMOVUPS      160(AX), Y1
+	VADDPS       416(AX), Y1, Y1
+	VMOVUPS      Y1, 160(AX)
+	VMOVUPS      192(AX), Y2
+	VADDPS       448(AX), Y2, Y2
+	VMOVUPS      Y2, 192(AX)
+	VMOVUPS      224(AX), Y3
+	VADDPS       480(AX), Y3, Y3
+	VMOVUPS      Y3, 224(AX)
+	VMOVUPS      (AX), Y4
+	VADDPS       256(AX), Y4, Y4
+	VMOVUPS      Y4, (AX)
+	VADDPS       Y0, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      32(AX), Y0
+	VADDPS       288(AX), Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VADDPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(AX), Y1
+	VADDPS       320(AX), Y1, Y1
+	VMOVUPS      Y1, 64(AX)
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      Y1, 64(AX)
+	VMOVUPS      96(AX), Y2
+	VADDPS       352(AX), Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	VADDPS       Y1, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VADDPS       Y0, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X1
+	VMOVUPS      X1, (AX)
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVLPS      X1, (AX)
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	VMOVSS       X1, ret+24(FP)
+	RET
+
+tree_64:
+	CMPQ         CX, $0x00000040
+	JB           tree_32
+	VMOVUPS      64(AX), Y0
+	VADDPS       192(AX), Y0, Y0
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(AX), Y1
+	VADDPS       224(AX), Y1, Y1
+	VMOVUPS      Y1, 96(AX)
+	VMOVUPS      (AX), Y2
+	VADDPS       128(AX), Y2, Y2
+	VMOVUPS      Y2, (AX)
+	VADDPS       Y0, Y2, Y2
+	VMOVUPS      Y2, (AX)
+	VMOVUPS      32(AX), Y0
+	VADDPS       160(AX), Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VADDPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VADDPS       Y0, Y2, Y2
+	VMOVUPS      Y2, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X1
+	VMOVUPS      X1, (AX)
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVLPS      X1, (AX)
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	VMOVSS       X1, ret+24(FP)
+	RET
+
+tree_32:
+	CMPQ         CX, $0x00000020
+	JB           tree_16
+	VMOVUPS      32(AX), Y0
+	VADDPS       96(AX), Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      (AX), Y1
+	VADDPS       64(AX), Y1, Y1
+	VMOVUPS      Y1, (AX)
+	VADDPS       Y0, Y1, Y1
+	VMOVUPS      Y1, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VMOVUPS      X1, (AX)
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVLPS      X1, (AX)
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	VMOVSS       X1, ret+24(FP)
+	RET
+
+tree_16:
+	CMPQ         CX, $0x00000010
+	JB           tree_8
+	VMOVUPS      (AX), Y0
+	VADDPS       32(AX), Y0, Y0
+	VMOVUPS      Y0, (AX)
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, (AX)
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVLPS      X0, (AX)
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	VMOVSS       X0, ret+24(FP)
+	RET
+
+tree_8:
+	VMOVUPS      (AX), Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, (AX)
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVLPS      X0, (AX)
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	VMOVSS       X0, ret+24(FP)
+	RET
+
 // func avx2EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
 // Requires: AVX, F16C
 TEXT ·avx2EmbedSumF16Seg(SB), NOSPLIT, $0-120
@@ -824,4 +1813,71 @@ embedF16_loop:
 
 embedF16_done:
 	VZEROUPPER
+	RET
+
+// func avx2Prefetch(b []byte)
+// Requires: MMX+
+TEXT ·avx2Prefetch(SB), NOSPLIT, $0-24
+	MOVQ  b_base+0(FP), AX
+	MOVQ  b_len+8(FP), CX
+	TESTQ CX, CX
+	JZ    prefetch_done
+	LEAQ  -1(AX)(CX*1), CX
+
+prefetch_loop:
+	PREFETCHT0 (AX)
+	ADDQ       $0x00000040, AX
+	CMPQ       AX, CX
+	JBE        prefetch_loop
+	PREFETCHT0 (CX)
+
+prefetch_done:
+	RET
+
+// func avx2CopyNT(dst []float32, src []float32)
+// Requires: AVX
+TEXT ·avx2CopyNT(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+	XORQ BX, BX
+	MOVQ DX, SI
+	ANDQ $-32, SI
+	CMPQ BX, SI
+	JAE  copyNT_single
+
+copyNT_unrolled:
+	VMOVUPS  (CX)(BX*4), Y0
+	VMOVNTPS Y0, (AX)(BX*4)
+	VMOVUPS  32(CX)(BX*4), Y0
+	VMOVNTPS Y0, 32(AX)(BX*4)
+	VMOVUPS  64(CX)(BX*4), Y0
+	VMOVNTPS Y0, 64(AX)(BX*4)
+	VMOVUPS  96(CX)(BX*4), Y0
+	VMOVNTPS Y0, 96(AX)(BX*4)
+	ADDQ     $0x00000020, BX
+	CMPQ     BX, SI
+	JB       copyNT_unrolled
+
+copyNT_single:
+	MOVQ DX, SI
+	ANDQ $-8, SI
+	CMPQ BX, SI
+	JAE  copyNT_done
+
+copyNT_loop:
+	VMOVUPS  (CX)(BX*4), Y0
+	VMOVNTPS Y0, (AX)(BX*4)
+	ADDQ     $0x00000008, BX
+	CMPQ     BX, SI
+	JB       copyNT_loop
+
+copyNT_done:
+	VZEROUPPER
+	RET
+
+// func avx2Fence()
+// Requires: MMX+
+TEXT ·avx2Fence(SB), NOSPLIT, $0
+	SFENCE
 	RET

@@ -97,9 +97,15 @@ func checkGuards16(t *testing.T, what string, s []uint16) {
 	}
 }
 
+// same32 requires identical bits, except that any NaN matches any NaN: which operand's
+// payload an arithmetic NaN carries is up to the compiler's operand order (it differs under
+// -race), and neither IEEE 754 nor Go fixes it.
 func same32(t *testing.T, what string, got, want []float32) {
 	t.Helper()
 	for i := range want {
+		if got[i] != got[i] && want[i] != want[i] {
+			continue
+		}
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 			t.Fatalf("%s: [%d] = %g (%#08x), Go twin %g (%#08x)", what, i,
 				got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
@@ -108,9 +114,14 @@ func same32(t *testing.T, what string, got, want []float32) {
 	checkGuards32(t, what, got)
 }
 
+// same16 is same32 for binary16 patterns (NaN: all-ones exponent, non-zero mantissa).
 func same16(t *testing.T, what string, got, want []uint16) {
 	t.Helper()
+	isNaN := func(h uint16) bool { return h&0x7c00 == 0x7c00 && h&0x3ff != 0 }
 	for i := range want {
+		if isNaN(got[i]) && isNaN(want[i]) {
+			continue
+		}
 		if got[i] != want[i] {
 			t.Fatalf("%s: [%d] = %#04x, Go twin %#04x", what, i, got[i], want[i])
 		}
@@ -358,6 +369,31 @@ func TestAccumulateKernels(t *testing.T) {
 					k.accumulateSqDevFMA(got, x, mean)
 					g.accumulateSqDevFMA(want, x, mean)
 					same32(t, tag("accumulateSqDevFMA"), got, want)
+
+					// The zero-start variants ignore what part held.
+					got, want = out32(w, start), out32(w, start)
+					k.sumZero(got, x)
+					g.sumZero(want, x)
+					same32(t, tag("sumZero"), got, want)
+					clear(want)
+					g.accumulate(want, x)
+					same32(t, tag("sumZero/accumulate"), got, want)
+
+					got, want = out32(w, start), out32(w, start)
+					k.sqDevZero(got, x, mean)
+					g.sqDevZero(want, x, mean)
+					same32(t, tag("sqDevZero"), got, want)
+					clear(want)
+					g.accumulateSqDev(want, x, mean)
+					same32(t, tag("sqDevZero/accumulateSqDev"), got, want)
+
+					got, want = out32(w, start), out32(w, start)
+					k.sqDevFMAZero(got, x, mean)
+					g.sqDevFMAZero(want, x, mean)
+					same32(t, tag("sqDevFMAZero"), got, want)
+					clear(want)
+					g.accumulateSqDevFMA(want, x, mean)
+					same32(t, tag("sqDevFMAZero/accumulateSqDevFMA"), got, want)
 				}
 			}
 		}
@@ -377,7 +413,7 @@ func TestAccumulateFollowsPlan(t *testing.T) {
 				p := plan.For(h, prof)
 				x := values(r, h, false)
 				part := make([]float32, p.W)
-				mean, rstd := rowStats(kernelsOf(name), &p, x, part, 1e-5)
+				mean, rstd := rowStats(kernelsOf(name), &p, x, part, 1e-5, nil)
 				wantMean, wantRstd := p.Stats(x, 1e-5, make([]float32, p.W))
 				if math.Float32bits(mean) != math.Float32bits(wantMean) || math.Float32bits(rstd) != math.Float32bits(wantRstd) {
 					t.Fatalf("%s: H=%d %v: rowStats = (%g, %g), plan.Stats = (%g, %g)", name, h, prof, mean, rstd, wantMean, wantRstd)
@@ -555,6 +591,116 @@ func TestTreeKernel(t *testing.T) {
 				tag := fmt.Sprintf("%s/tree/W=%d/special=%v", name, w, special)
 				same32(t, tag, []float32{sum}, []float32{wantSum})
 				same32(t, tag+"/part", got, want)
+			}
+		}
+		// Lengths outside the plan's widths follow treeGo too (powers of two past MaxW run
+		// the one-kernel tree, the others the step-by-step path).
+		for _, w := range []int{3, 12, 24, 48, 200, 512, 1024} {
+			init := values(r, w, true)
+			got, want := out32(w, func(i int) float32 { return init[i] }), slices.Clone(init)
+			sum, wantSum := k.tree(got), treeGo(want)
+			tag := fmt.Sprintf("%s/tree/len=%d", name, w)
+			same32(t, tag, []float32{sum}, []float32{wantSum})
+			same32(t, tag+"/part", got, want)
+		}
+	}
+}
+
+// TestMemoryKernels checks the non-temporal kernels against their twins at every start
+// alignment (the NT stores need 32-byte aligned addresses: the wrappers hand the head and
+// tail to the twins), and that the prefetches and the fence change nothing.
+func TestMemoryKernels(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	g := &goKernels
+	for _, name := range simdLevels() {
+		k := mustKernels(t, name)
+		for _, n := range kernelSizes {
+			for off := range 8 {
+				tag := func(op string) string { return fmt.Sprintf("%s/%s/n=%d/off=%d", name, op, n, off) }
+				a, b, c := values(r, n, true), values(r, n, false), values(r, n, false)
+				// off elements before the output: its start moves through the 32-byte grid.
+				shifted := func() []float32 { return out32(n+off, nil)[off:] }
+				got, want := shifted(), shifted()
+
+				mean, rstd := float32(r.NormFloat64()), float32(math.Exp(r.NormFloat64()*3))
+				k.affineNT(got, a, b, c, mean, rstd)
+				g.affineNT(want, a, b, c, mean, rstd)
+				k.fence()
+				same32(t, tag("affineNT"), got, want)
+				g.affine(want, a, b, c, mean, rstd)
+				same32(t, tag("affineNT/affine"), got, want)
+
+				k.affineFMANT(got, a, b, c, mean, rstd)
+				g.affineFMANT(want, a, b, c, mean, rstd)
+				k.fence()
+				same32(t, tag("affineFMANT"), got, want)
+				g.affineFMA(want, a, b, c, mean, rstd)
+				same32(t, tag("affineFMANT/affineFMA"), got, want)
+
+				got = shifted()
+				k.copyNT(got, a)
+				k.fence()
+				same32(t, tag("copyNT"), got, a)
+
+				// The prefetches change nothing, whatever the start and length.
+				before := slices.Clone(a)
+				k.prefetch(bytesOf(a[off%max(1, n):]))
+				k.prefetch(bytesOf(a)[min(off, 4*n):])
+				k.prefetch(nil)
+				same32(t, tag("prefetch"), a, before)
+			}
+		}
+	}
+}
+
+// TestNonTemporalLevels reruns the whole-op comparisons with the non-temporal stores and
+// deeper prefetching switched on at every size.
+func TestNonTemporalLevels(t *testing.T) {
+	nt, pf := bigBytes, prefetchAhead
+	defer func() { bigBytes, prefetchAhead = nt, pf }()
+	bigBytes, prefetchAhead = 0, 3
+	t.Run("AddLayerNorm", TestAddLayerNormLevels)
+	t.Run("EmbedLayerNorm", TestEmbedLayerNormLevels)
+}
+
+// TestAddSumKernel checks the fused first pass (s, the optional streamed copy x, and the
+// partial sums) against its twin for every plan width, with and without the third addend
+// and x, x at every start alignment.
+func TestAddSumKernel(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 20))
+	g := &goKernels
+	for _, name := range simdLevels() {
+		k := mustKernels(t, name)
+		for _, w := range append(planWidths, 32, 64, 128) {
+			for _, n := range append(kernelSizes, 768, 3*w, 3*w+5) {
+				for _, special := range []bool{false, true} {
+					a, b, c := values(r, n, special), values(r, n, false), values(r, n, special)
+					init := values(r, w, false)
+					for _, three := range []bool{false, true} {
+						cc := c
+						if !three {
+							cc = nil
+						}
+						for off := range 9 { // off = 8: no x
+							tag := fmt.Sprintf("%s/addSum/W=%d/n=%d/special=%v/three=%v/off=%d", name, w, n, special, three, off)
+							start := func(i int) float32 { return init[i] }
+							gotP, wantP := out32(w, start), out32(w, start)
+							gotS, wantS := out32(n, nil), out32(n, nil)
+							var gotX, wantX []float32
+							if off < 8 {
+								gotX, wantX = out32(n+off, nil)[off:], out32(n+off, nil)[off:]
+							}
+							k.addSum(gotP, gotS, gotX, a, b, cc)
+							g.addSum(wantP, wantS, wantX, a, b, cc)
+							k.fence()
+							same32(t, tag+"/s", gotS, wantS)
+							same32(t, tag+"/part", gotP, wantP)
+							if off < 8 {
+								same32(t, tag+"/x", gotX, wantX)
+							}
+						}
+					}
+				}
 			}
 		}
 	}

@@ -74,27 +74,72 @@ func affineFMAGo(y, x, gamma, beta []float32, mean, rstd float32) {
 	}
 }
 
-// rowStats returns mean and rstd of x under plan p; part is scratch of p.W elements.
-func rowStats(k *kernelSet, p *plan.Plan, x, part []float32, eps float32) (mean, rstd float32) {
-	part = part[:p.W]
+// sumZeroGo, sqDevZeroGo and sqDevFMAZeroGo clear the partials, then accumulate.
+func sumZeroGo(part, x []float32) {
 	clear(part)
-	k.accumulate(part, x)
-	mean = k.tree(part) * p.InvH
+	accumulateGo(part, x)
+}
+
+func sqDevZeroGo(part, x []float32, mean float32) {
 	clear(part)
-	if p.Profile.FuseVariance {
-		k.accumulateSqDevFMA(part, x, mean)
+	accumulateSqDevGo(part, x, mean)
+}
+
+func sqDevFMAZeroGo(part, x []float32, mean float32) {
+	clear(part)
+	accumulateSqDevFMAGo(part, x, mean)
+}
+
+// addSumGo is the twin of addSum: s = a + b, or (a + b) + c when c is not nil; x = s when
+// x is not nil (the SIMD kernels store x non-temporally: the caller fences); then part =
+// the plan's partial sums of s, from zero (len(part) = W).
+func addSumGo(part, s, x, a, b, c []float32) {
+	if c == nil {
+		add2Go(s, a, b)
 	} else {
-		k.accumulateSqDev(part, x, mean)
+		add3Go(s, a, b, c)
 	}
+	if x != nil {
+		copy(x[:len(s)], s)
+	}
+	sumZeroGo(part, s)
+}
+
+// rowStats returns mean and rstd of x under plan p; part is scratch of p.W elements. pf
+// (nil for none) takes a step after each pass over x.
+func rowStats(k *kernelSet, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) (mean, rstd float32) {
+	part = part[:p.W]
+	k.sumZero(part, x)
+	pf.step()
+	return rowStatsSummed(k, p, x, part, eps, pf)
+}
+
+// rowStatsSummed is rowStats after the first accumulation: part[:p.W] holds the partial
+// sums of x (from addSum).
+func rowStatsSummed(k *kernelSet, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) (mean, rstd float32) {
+	part = part[:p.W]
+	mean = k.tree(part) * p.InvH
+	if p.Profile.FuseVariance {
+		k.sqDevFMAZero(part, x, mean)
+	} else {
+		k.sqDevZero(part, x, mean)
+	}
+	pf.step()
 	variance := k.tree(part) * p.InvH
 	return mean, plan.Rstd(variance + eps)
 }
 
-// normalize writes the affine step under the plan's profile.
-func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rstd float32) {
-	if p.Profile.FuseAffine {
+// normalize writes the affine step under the plan's profile; nt stores y non-temporally
+// (the caller fences).
+func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rstd float32, nt bool) {
+	switch {
+	case nt && p.Profile.FuseAffine:
+		k.affineFMANT(y, x, gamma, beta, mean, rstd)
+	case nt:
+		k.affineNT(y, x, gamma, beta, mean, rstd)
+	case p.Profile.FuseAffine:
 		k.affineFMA(y, x, gamma, beta, mean, rstd)
-	} else {
+	default:
 		k.affine(y, x, gamma, beta, mean, rstd)
 	}
 }

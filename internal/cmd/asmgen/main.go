@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
@@ -38,7 +39,10 @@ func main() {
 	elementwise()
 	conversions()
 	reductions()
+	sums()
+	tree()
 	embedF16()
+	memory()
 
 	f, err := c.Result()
 	if err != nil {
@@ -160,6 +164,22 @@ func elementwise() {
 		})
 	}
 
+	text("avx2Add3NT", "func(s, x, a, b, d []float32)",
+		"avx2Add3NT writes s[i] = (a[i] + b[i]) + d[i] and the same value to x[i], with a",
+		"non-temporal store, for i < len(s)&^7: x must be 32-byte aligned, and the caller runs",
+		"avx2Fence before the values are shared.")
+	{
+		s, x, a, b, d := base("s"), base("x"), base("a"), base("b"), base("d")
+		loop("add3NT", length("s"), 4, func(i reg.Register, off int) {
+			v := c.YMM()
+			c.VMOVUPS(f32(a, i, off), v)
+			c.VADDPS(f32(b, i, off), v, v)
+			c.VADDPS(f32(d, i, off), v, v)
+			c.VMOVUPS(v, f32(s, i, off))
+			c.VMOVNTPS(v, f32(x, i, off))
+		})
+	}
+
 	text("avx2AddTo", "func(s, b []float32)",
 		"avx2AddTo writes s[i] += b[i] for i < len(s)&^7.")
 	{
@@ -172,13 +192,19 @@ func elementwise() {
 		})
 	}
 
-	for _, fused := range []bool{false, true} {
+	for _, variant := range []struct{ fused, nt bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		fused, nt := variant.fused, variant.nt
 		name, what := "avx2Affine", "f32(n·gamma[i]) + beta[i] (unfused)"
 		if fused {
 			name, what = "avx2AffineFMA", "fma(n, gamma[i], beta[i])"
 		}
-		text(name, "func(y, x, gamma, beta []float32, mean, rstd float32)",
-			name+" writes y[i] = "+what+", n = f32((x[i] − mean)·rstd), for i < len(y)&^7.")
+		doc := []string{name + " writes y[i] = " + what + ", n = f32((x[i] − mean)·rstd), for i < len(y)&^7."}
+		if nt {
+			name += "NT"
+			doc = []string{name + " is " + name[:len(name)-2] + " with non-temporal stores (VMOVNTPS): y must be",
+				"32-byte aligned, and the caller runs avx2Fence before the values are shared."}
+		}
+		text(name, "func(y, x, gamma, beta []float32, mean, rstd float32)", doc...)
 		y, x, g, b := base("y"), base("x"), base("gamma"), base("beta")
 		mean, rstd := broadcastParam("mean"), broadcastParam("rstd")
 		loop(name, length("y"), 4, func(i reg.Register, off int) {
@@ -194,7 +220,11 @@ func elementwise() {
 				c.VMULPS(f32(g, i, off), v, v)
 				c.VADDPS(f32(b, i, off), v, v)
 			}
-			c.VMOVUPS(v, f32(y, i, off))
+			if nt {
+				c.VMOVNTPS(v, f32(y, i, off))
+			} else {
+				c.VMOVUPS(v, f32(y, i, off))
+			}
 		})
 	}
 }
@@ -291,9 +321,19 @@ func reductions() {
 				c.VFMADD231PS(d, d, acc)
 			}},
 	}
-	for _, v := range variants {
-		text(v.name, v.sig, v.name+" does "+v.doc+" for every chunk c;",
-			"len(part) = W must be a multiple of 8 and len(x) a positive multiple of W.")
+	for _, vz := range []struct {
+		variant
+		zero bool
+	}{{variants[0], false}, {variants[1], false}, {variants[2], false}, {variants[0], true}, {variants[1], true}, {variants[2], true}} {
+		v, zero := vz.variant, vz.zero
+		if zero {
+			v.name += "Zero"
+			text(v.name, v.sig, v.name+" is "+v.name[:len(v.name)-4]+" on partials that start at +0 (part is",
+				"not read): the same as clearing part first, in one pass.")
+		} else {
+			text(v.name, v.sig, v.name+" does "+v.doc+" for every chunk c;",
+				"len(part) = W must be a multiple of 8 and len(x) a positive multiple of W.")
+		}
 		part, x := base("part"), base("x")
 		w := length("part")
 		var mean reg.VecVirtual
@@ -319,7 +359,11 @@ func reductions() {
 			accs := make([]reg.VecVirtual, lanes/8)
 			for j := range accs {
 				accs[j] = c.YMM()
-				c.VMOVUPS(f32(part, k, 8*j), accs[j])
+				if zero {
+					c.VXORPS(accs[j], accs[j], accs[j]) // +0, as clear leaves it
+				} else {
+					c.VMOVUPS(f32(part, k, 8*j), accs[j])
+				}
 			}
 			q := c.GP64()
 			c.LEAQ(Mem{Base: x, Index: k, Scale: 4}, q)
@@ -340,6 +384,194 @@ func reductions() {
 		block("by32", 32, w32)
 		block("by8", 8, w)
 		c.VZEROUPPER()
+		c.RET()
+	}
+}
+
+// sums emits the first pass of a row fused with the plan's first accumulation: s = a + b
+// or (a + b) + d, optionally also stored non-temporally to x, and part = the partial sums
+// of s from +0 (what sumZero gives). Like reductions, blocks of 32 (or 8) partials stay in
+// registers while the loop walks the chunks c·W + k of the inputs, so every s[i] is
+// computed once and added to its partial in the plan's order.
+func sums() {
+	for _, v := range []struct{ three, nt bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		name, sig, what := "avx2Add2Sum", "func(part, s, a, b []float32)", "a[i] + b[i]"
+		if v.three {
+			name, sig, what = "avx2Add3Sum", "func(part, s, a, b, d []float32)", "(a[i] + b[i]) + d[i]"
+		}
+		if v.nt {
+			name += "NT"
+			sig = strings.Replace(sig, "s, ", "s, x, ", 1)
+		}
+		doc := []string{name + " writes s[i] = " + what + " and part[k] = Σ_c s[c·W+k] from +0 (chunks in order),"}
+		if v.nt {
+			doc = append(doc, "and x[i] = s[i] with non-temporal stores (x 32-byte aligned; the caller fences),")
+		}
+		doc = append(doc, "for i < len(s); len(part) = W must be a multiple of 8 and len(s) a positive multiple of W.")
+		text(name, sig, doc...)
+		part, sp := base("part"), base("s")
+		var x, d reg.GPVirtual
+		if v.nt {
+			x = base("x")
+		}
+		a, b := base("a"), base("b")
+		if v.three {
+			d = base("d")
+		}
+		w := length("part")
+		stride := c.GP64() // W·4 bytes
+		c.MOVQ(w, stride)
+		c.SHLQ(U8(2), stride)
+		end := c.GP64() // len(s)·4 bytes
+		c.MOVQ(length("s"), end)
+		c.SHLQ(U8(2), end)
+		k := c.GP64() // element index of the block
+		c.XORQ(k, k)
+		w32 := c.GP64()
+		c.MOVQ(w, w32)
+		c.ANDQ(I32(-32), w32)
+
+		block := func(label string, lanes int, limit reg.Register) {
+			c.Label(name + "_" + label)
+			c.CMPQ(k, limit)
+			c.JAE(LabelRef(name + "_" + label + "_done"))
+			accs := make([]reg.VecVirtual, lanes/8)
+			for j := range accs {
+				accs[j] = c.YMM()
+				c.VXORPS(accs[j], accs[j], accs[j]) // +0, as clear leaves it
+			}
+			q := c.GP64() // byte offset of the block in chunk c
+			c.MOVQ(k, q)
+			c.SHLQ(U8(2), q)
+			c.Label(name + "_" + label + "_chunk")
+			for j, acc := range accs {
+				m := func(base reg.Register) Mem { return Mem{Base: base, Index: q, Scale: 1, Disp: 32 * j} }
+				t := c.YMM()
+				c.VMOVUPS(m(a), t)
+				c.VADDPS(m(b), t, t)
+				if v.three {
+					c.VADDPS(m(d), t, t)
+				}
+				c.VMOVUPS(t, m(sp))
+				if v.nt {
+					c.VMOVNTPS(t, m(x))
+				}
+				c.VADDPS(t, acc, acc) // part[k] + s
+			}
+			c.ADDQ(stride, q)
+			c.CMPQ(q, end)
+			c.JB(LabelRef(name + "_" + label + "_chunk"))
+			for j, acc := range accs {
+				c.VMOVUPS(acc, f32(part, k, 8*j))
+			}
+			c.ADDQ(U32(lanes), k)
+			c.JMP(LabelRef(name + "_" + label))
+			c.Label(name + "_" + label + "_done")
+		}
+		block("by32", 32, w32)
+		block("by8", 8, w)
+		c.VZEROUPPER()
+		c.RET()
+	}
+}
+
+// tree emits the plan's halving tree for W = len(part), a power of two ≥ 8: for off = W/2
+// … 1, part[k] += part[k+off] for k < off, in place, and returns part[0]. The steps form a
+// dependency chain, so for W ≤ 256 the partials stay in registers after the first loads
+// (one path per W); every step still stores what it wrote, so part ends as the Go tree
+// leaves it. Longer parts first halve in memory down to 256.
+func tree() {
+	text("avx2Tree", "func(part []float32) float32",
+		"avx2Tree runs part[k] += part[k+off] for k < off, off = len(part)/2 … 1, and returns part[0];",
+		"len(part) must be a power of two ≥ 8.")
+	p := base("part")
+	n := length("part")
+	ret, err := c.ReturnIndex(0).Resolve()
+	if err != nil {
+		fail(err)
+	}
+	vec := func(j int) Mem { return Mem{Base: p, Disp: 32 * j} } // part[8j : 8j+8]
+
+	// W > 256: in-memory steps until off = 128.
+	off, hi, i := c.GP64(), c.GP64(), c.GP64()
+	c.MOVQ(n, off)
+	c.SHRQ(U8(1), off)
+	c.Label("tree_mem")
+	c.CMPQ(off, U32(128))
+	c.JBE(LabelRef("tree_256"))
+	c.LEAQ(Mem{Base: p, Index: off, Scale: 4}, hi) // &part[off]
+	c.XORQ(i, i)
+	c.Label("tree_mem_add")
+	v := c.YMM()
+	c.VMOVUPS(f32(p, i, 0), v)
+	c.VADDPS(f32(hi, i, 0), v, v) // lo + hi
+	c.VMOVUPS(v, f32(p, i, 0))
+	c.ADDQ(U32(8), i)
+	c.CMPQ(i, off)
+	c.JB(LabelRef("tree_mem_add"))
+	c.SHRQ(U8(1), off)
+	c.JMP(LabelRef("tree_mem"))
+
+	widths := []int{256, 128, 64, 32, 16, 8}
+	for _, w := range widths {
+		c.Label(fmt.Sprintf("tree_%d", w))
+		if w > 8 {
+			c.CMPQ(n, U32(w))
+			c.JB(LabelRef(fmt.Sprintf("tree_%d", w/2)))
+		}
+		nv := w / 8 // vectors
+		var r []reg.VecVirtual
+		switch {
+		case nv == 1:
+			r = []reg.VecVirtual{c.YMM()}
+			c.VMOVUPS(vec(0), r[0])
+		case nv == 2:
+			r = []reg.VecVirtual{c.YMM()}
+			c.VMOVUPS(vec(0), r[0])
+			c.VADDPS(vec(1), r[0], r[0])
+			c.VMOVUPS(r[0], vec(0))
+		default:
+			// The first step from memory; its upper quarter waits in registers for the
+			// second step, which the lower quarter takes at once.
+			half, quarter := nv/2, nv/4
+			r = make([]reg.VecVirtual, half)
+			for q := quarter; q < half; q++ {
+				r[q] = c.YMM()
+				c.VMOVUPS(vec(q), r[q])
+				c.VADDPS(vec(half+q), r[q], r[q])
+				c.VMOVUPS(r[q], vec(q))
+			}
+			for q := 0; q < quarter; q++ {
+				r[q] = c.YMM()
+				c.VMOVUPS(vec(q), r[q])
+				c.VADDPS(vec(half+q), r[q], r[q])
+				c.VMOVUPS(r[q], vec(q))
+				c.VADDPS(r[q+quarter], r[q], r[q])
+				c.VMOVUPS(r[q], vec(q))
+			}
+			r = r[:quarter]
+			for len(r) > 1 {
+				h := len(r) / 2
+				for q := 0; q < h; q++ {
+					c.VADDPS(r[q+h], r[q], r[q])
+					c.VMOVUPS(r[q], vec(q))
+				}
+				r = r[:h]
+			}
+		}
+		// The last three steps on part[0:8].
+		lo, t := c.XMM(), c.XMM()
+		c.VEXTRACTF128(U8(1), r[0], t)
+		c.VADDPS(t, r[0].AsX(), lo) // off = 4: part[0:4] + part[4:8]
+		c.VMOVUPS(lo, Mem{Base: p})
+		c.VMOVHLPS(lo, lo, t) // t[0:2] = part[2:4]
+		c.VADDPS(t, lo, lo)   // off = 2
+		c.VMOVLPS(lo, Mem{Base: p})
+		c.VMOVSHDUP(lo, t)  // t[0] = part[1]
+		c.VADDSS(t, lo, lo) // off = 1
+		c.VMOVSS(lo, Mem{Base: p})
+		c.VZEROUPPER()
+		c.VMOVSS(lo, ret.Addr)
 		c.RET()
 	}
 }
@@ -383,4 +615,46 @@ func embedF16() {
 			c.VMOVUPS(a, f32(x, i, off))
 		})
 	}
+}
+
+// memory emits the kernels that only steer the memory system: software prefetch of a
+// row that is about to be read, non-temporal copies of output rows and the store fence
+// that orders non-temporal stores before the result is shared.
+func memory() {
+	text("avx2Prefetch", "func(b []byte)",
+		"avx2Prefetch issues PREFETCHT0 for every 64-byte line that b covers; it reads and writes",
+		"nothing architecturally (prefetches never fault).")
+	{
+		p := base("b")
+		end := c.GP64() // &b[len(b)-1]
+		c.MOVQ(length("b"), end)
+		c.TESTQ(end, end)
+		c.JZ(LabelRef("prefetch_done"))
+		c.LEAQ(Mem{Base: p, Index: end, Scale: 1, Disp: -1}, end)
+		c.Label("prefetch_loop")
+		c.PREFETCHT0(Mem{Base: p})
+		c.ADDQ(U32(64), p)
+		c.CMPQ(p, end)
+		c.JBE(LabelRef("prefetch_loop"))
+		c.PREFETCHT0(Mem{Base: end}) // the last line, when b does not start on a line
+		c.Label("prefetch_done")
+		c.RET()
+	}
+
+	text("avx2CopyNT", "func(dst, src []float32)",
+		"avx2CopyNT writes dst[i] = src[i] for i < len(dst)&^7 with non-temporal stores:",
+		"dst must be 32-byte aligned, and the caller runs avx2Fence before the values are shared.")
+	{
+		d, s := base("dst"), base("src")
+		loop("copyNT", length("dst"), 4, func(i reg.Register, off int) {
+			v := c.YMM()
+			c.VMOVUPS(f32(s, i, off), v)
+			c.VMOVNTPS(v, f32(d, i, off))
+		})
+	}
+
+	text("avx2Fence", "func()",
+		"avx2Fence is SFENCE: non-temporal stores before it are globally visible before any store after it.")
+	c.SFENCE()
+	c.RET()
 }

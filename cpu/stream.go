@@ -1,0 +1,109 @@
+package cpu
+
+import (
+	"unsafe"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+// Memory-level work of the big ops. A row of the ops is a few KiB and every kernel on it
+// is cheap, so at the bench shapes the time goes to DRAM: the latency of the gathered word
+// rows (EmbedLayerNorm) and the write-allocate reads of the outputs. Nothing here changes a
+// value: prefetches fetch, and non-temporal stores write the bits the normal kernels would.
+
+// bigBytes is the size from which data counts as past the caches (well past a core's L2):
+// f32 outputs that large are stored non-temporally (bypassing the caches, which saves the
+// read of every written line: the output would leave the cache before anyone reads it), and
+// streamed or gathered inputs that large are prefetched. A variable so tests can lower it.
+var bigBytes = 4 << 20
+
+// copyGo is the twin of copyNT.
+func copyGo(dst, src []float32) { copy(dst, src[:len(dst)]) }
+
+// add3NTGo is the twin of add3NTAVX2 (the separate first pass of addSum with x and c): s =
+// (a + b) + c, and x = s.
+func add3NTGo(s, x, a, b, c []float32) {
+	add3Go(s, a, b, c)
+	copy(x[:len(s)], s)
+}
+
+// prefetchAhead is how many rows (tokens) ahead of the one being computed the ops
+// prefetch their streamed inputs: the gathered word rows of EmbedLayerNorm, and x1, x2 and
+// a full bias of AddLayerNorm.
+var prefetchAhead = 1
+
+// prefetchSteps is how many pieces a row prefetch is cut into: one after each pass the
+// current row makes (the sum with its partial sums, the variance pass, the affine step).
+// Issued at once, a 3 KiB row's 48 lines would fill the core's miss buffers and stall the
+// work they should overlap; spread out they overlap it.
+var prefetchSteps = 3
+
+// rowPrefetch is up to three rows being prefetched a piece at a time. The zero value and
+// nil prefetch nothing.
+type rowPrefetch struct {
+	k     *kernelSet
+	rows  [3][]byte
+	piece int // bytes per step and row, a whole number of 64-byte lines
+}
+
+// prefetchPiece is the piece (bytes per step) for rows of up to rowBytes bytes: computed
+// once per call, not per row.
+func prefetchPiece(rowBytes int) int {
+	return max((rowBytes/max(1, prefetchSteps)+63)&^63, 64)
+}
+
+// newRowPrefetch starts a prefetch, piece bytes of each row a step (from prefetchPiece).
+func newRowPrefetch(k *kernelSet, piece int) rowPrefetch {
+	return rowPrefetch{k: k, piece: piece}
+}
+
+// add queues elements [off, off+n) of b (the first three rows added count).
+func (p *rowPrefetch) add(b ops.Buf, off, n int) {
+	var r []byte
+	if b.DType == ops.F32 {
+		r = bytesOf(b.F32[off : off+n])
+	} else {
+		r = bytesOf(b.U16[off : off+n])
+	}
+	for i := range p.rows {
+		if len(p.rows[i]) == 0 {
+			p.rows[i] = r
+			return
+		}
+	}
+}
+
+// bytesOf views a slice's elements as bytes.
+func bytesOf[E float32 | uint16](s []E) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+// step prefetches the next piece of every row.
+func (p *rowPrefetch) step() {
+	if p == nil {
+		return
+	}
+	for i, r := range p.rows {
+		if len(r) > 0 {
+			n := min(p.piece, len(r))
+			p.k.prefetch(r[:n])
+			p.rows[i] = r[n:]
+		}
+	}
+}
+
+// rest prefetches what is left.
+func (p *rowPrefetch) rest() {
+	if p == nil {
+		return
+	}
+	for i, r := range p.rows {
+		if len(r) > 0 {
+			p.k.prefetch(r)
+			p.rows[i] = nil
+		}
+	}
+}
