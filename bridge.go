@@ -25,7 +25,7 @@ type Plan = plan.Plan
 
 // Backend names accepted by WithBackend and FUSEDNORM_BACKEND.
 const (
-	BackendAuto = "auto" // Dawn when the library loads and a real adapter exists, else CPU
+	BackendAuto = "auto" // Dawn when the library loads and a hardware adapter exists, else CPU
 	BackendCPU  = "cpu"
 	BackendDawn = "dawn"
 )
@@ -128,6 +128,12 @@ func Open(opts ...Option) (*Engine, error) {
 		return &Engine{be: be, reason: "dawn requested by " + source}, nil
 	case BackendAuto:
 		be, err := openDawn(&c)
+		if err == nil && be.Info().Software {
+			// A CPU rasterizer (lavapipe) runs the shaders correctly but far slower than the
+			// CPU backend: auto takes the CPU; WithBackend("dawn") still gets the adapter.
+			err = fmt.Errorf("dawn: only a software adapter (%s); the CPU backend is faster", be.Info().Device)
+			be.Close()
+		}
 		if err != nil {
 			cb, cerr := newCPU(&c)
 			if cerr != nil {

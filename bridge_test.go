@@ -112,3 +112,22 @@ func TestDawnFaultInjection(t *testing.T) {
 		})
 	}
 }
+
+// TestAutoPassesOverSoftwareAdapters: with only lavapipe, auto runs on the CPU backend and
+// says why, while an explicit dawn request still gets lavapipe (that is how CI tests Dawn).
+func TestAutoPassesOverSoftwareAdapters(t *testing.T) {
+	d, err := Open(WithBackend(BackendDawn))
+	if err != nil {
+		t.Skipf("Dawn unavailable: %v", err)
+	}
+	software := d.be.Info().Software
+	d.Close()
+	if !software {
+		t.Skip("the adapter is a GPU: auto rightly picks it")
+	}
+	e, err := Open(WithBackend(BackendAuto))
+	require.NoError(t, err)
+	defer e.Close()
+	require.Equal(t, "cpu", e.Info().Backend)
+	require.Contains(t, e.Info().Reason, "software adapter")
+}

@@ -8,7 +8,8 @@
 //
 // Open picks one at run time: the WithBackend option, else FUSEDNORM_BACKEND, else "auto" —
 // Dawn (WGSL compute shaders on native WebGPU, loaded with dlopen) when the library loads and
-// a real adapter exists, otherwise the CPU. Engine.Info says which runs and why. Both follow
+// a hardware adapter exists, otherwise the CPU (a software Vulkan such as lavapipe only
+// serves an explicit "dawn" request). Engine.Info says which runs and why. Both follow
 // one reduction plan (internal/plan, SPEC §C.4), so the CPU reproduces a GPU's results bit
 // for bit once it mirrors that GPU's contraction profile (WithContraction).
 //

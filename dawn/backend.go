@@ -76,10 +76,11 @@ func (b *Backend) Info() ops.Info {
 	}
 	info := b.dev.Info()
 	return ops.Info{
-		Name:    "dawn",
-		Device:  info.String(),
-		Detail:  fmt.Sprintf("backend %v, profile: %s", info.Backend, prof),
-		Profile: b.prof,
+		Name:     "dawn",
+		Device:   info.String(),
+		Detail:   fmt.Sprintf("backend %v, profile: %s", info.Backend, prof),
+		Profile:  b.prof,
+		Software: info.AdapterType == "CPU",
 	}
 }
 

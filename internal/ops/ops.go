@@ -166,11 +166,14 @@ type PreparedEmbed interface {
 
 // Info says what a backend is and why it was chosen.
 type Info struct {
-	Name    string // "cpu" or "dawn"
-	Device  string // adapter or CPU model
-	Detail  string // ISA level, driver, contraction profile
-	Level   string // CPU kernel level ("go", "avx2", …); empty for GPU backends
-	Profile plan.Contraction
+	Name   string // "cpu" or "dawn"
+	Device string // adapter or CPU model
+	Detail string // ISA level, driver, contraction profile
+	Level  string // CPU kernel level ("go", "avx2", …); empty for GPU backends
+	// Software: the device is a CPU rasterizer (lavapipe, SwiftShader): right for testing
+	// the GPU path, never faster than the CPU backend.
+	Software bool
+	Profile  plan.Contraction
 }
 
 // KernelTimer is implemented by backends that can time their kernels on the device
