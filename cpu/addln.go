@@ -84,7 +84,13 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	// non-temporally.
 	big := a.N*D*4 >= bigBytes
 	prefetch := big && prefetchAhead > 0
+	// Long rows spread the prefetch over chunks of the variance and affine passes (the
+	// add pass streams from DRAM already).
+	long := prefetch && D >= longRow
 	piece := prefetchPiece(4 * D)
+	if long {
+		piece = max((4*D/chunkSteps(D, p.W)+63)&^63, 64)
+	}
 	ntY := big && a.Y.DType == ops.F32
 	ntX := big && a.X.Present() && a.X.DType == ops.F32
 	forRows(a.N, D, p.W, b.opts.Threads, func(lo, hi int, sc *scratch) {
@@ -134,16 +140,23 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 					bias = a.Bias.F32[off : off+D]
 				}
 				k.addSum(part, s, xs, x1, x2, bias)
-				pf.step()
-				mean, rstd = rowStatsSummed(k, &p, s, part, a.Epsilon, pf)
+				if long {
+					mean, rstd = rowStatsChunked(k, &p, s, part, a.Epsilon, pf)
+				} else {
+					pf.step()
+					mean, rstd = rowStatsSummed(k, &p, s, part, a.Epsilon, pf)
+				}
 			}
 			if a.X.Present() && !direct && !ntX {
 				store(k, a.X, off, s)
 			}
 			a.Mean[r], a.Rstd[r] = mean, rstd
-			if a.Y.DType == ops.F32 {
+			switch {
+			case a.Y.DType == ops.F32 && long:
+				normalizeChunked(k, &p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY, pf)
+			case a.Y.DType == ops.F32:
 				normalize(k, &p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY)
-			} else {
+			default:
 				y := sc.y[:D]
 				normalize(k, &p, y, s, gamma, beta, mean, rstd, false)
 				store(k, a.Y, off, y)

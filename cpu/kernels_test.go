@@ -515,7 +515,13 @@ func TestAddLayerNormLevels(t *testing.T) {
 							})
 							return c
 						}
-						got, want := run(name), run("go")
+						got := run(name)
+						// The reference runs the passes over whole rows (TestNonTemporalLevels
+						// runs the others chunked).
+						long := longRow
+						longRow = math.MaxInt
+						want := run("go")
+						longRow = long
 						tag := fmt.Sprintf("%s/%v/%v/D=%d/bias=%d", name, prof, cb, d, bias)
 						sameBuf(t, tag+"/y", got.Y, want.Y)
 						sameBuf(t, tag+"/x", got.X, want.X)
@@ -656,11 +662,14 @@ func TestMemoryKernels(t *testing.T) {
 // TestNonTemporalLevels reruns the whole-op comparisons with the non-temporal stores and
 // deeper prefetching switched on at every size.
 func TestNonTemporalLevels(t *testing.T) {
-	nt, pf := bigBytes, prefetchAhead
-	defer func() { bigBytes, prefetchAhead = nt, pf }()
+	nt, pf, long, chunk := bigBytes, prefetchAhead, longRow, passChunk
+	defer func() { bigBytes, prefetchAhead, longRow, passChunk = nt, pf, long, chunk }()
 	bigBytes, prefetchAhead = 0, 3
 	t.Run("AddLayerNorm", TestAddLayerNormLevels)
 	t.Run("EmbedLayerNorm", TestEmbedLayerNormLevels)
+	// Every row long, in chunks of a few plan widths (rounded up to W).
+	longRow, passChunk = 1, 16
+	t.Run("AddLayerNormChunked", TestAddLayerNormLevels)
 }
 
 // TestAddSumKernel checks the fused first pass (s, the optional streamed copy x, and the

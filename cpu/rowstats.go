@@ -143,3 +143,53 @@ func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rs
 		k.affine(y, x, gamma, beta, mean, rstd)
 	}
 }
+
+// passChunk is how many elements of a long row a pass works on between two prefetch steps
+// (1 KiB of f32), rounded up to a multiple of the plan width W (passChunkOf), so the
+// chunked accumulations add the same elements into the same partials in the same order.
+var passChunk = 256
+
+// passChunkOf is passChunk rounded up to a multiple of w.
+func passChunkOf(w int) int { return (passChunk + w - 1) / w * w }
+
+// longRow is the row length (elements) from which the ops chunk their passes over a row
+// to spread the next row's prefetch over them (see rowStatsChunked).
+var longRow = 2048
+
+// chunkSteps is how many prefetch steps rowStatsChunked and normalizeChunked take on a
+// row of n elements together (plan width w).
+func chunkSteps(n, w int) int { return 2 * ((n + passChunkOf(w) - 1) / passChunkOf(w)) }
+
+// rowStatsChunked is rowStatsSummed for long rows: the variance pass runs a chunk at a time
+// with a prefetch step after each, so the next row's lines are requested a few at a time
+// while the current row is worked on in the caches, instead of hundreds at once.
+func rowStatsChunked(k *kernelSet, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) (mean, rstd float32) {
+	part = part[:p.W]
+	mean = k.tree(part) * p.InvH
+	zero, acc := k.sqDevZero, k.accumulateSqDev
+	if p.Profile.FuseVariance {
+		zero, acc = k.sqDevFMAZero, k.accumulateSqDevFMA
+	}
+	n := passChunkOf(p.W)
+	for lo := 0; lo < len(x); lo += n {
+		c := x[lo:min(lo+n, len(x))]
+		if lo == 0 {
+			zero(part, c, mean)
+		} else {
+			acc(part, c, mean)
+		}
+		pf.step()
+	}
+	variance := k.tree(part) * p.InvH
+	return mean, plan.Rstd(variance + eps)
+}
+
+// normalizeChunked is normalize a chunk at a time, with a prefetch step after each.
+func normalizeChunked(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rstd float32, nt bool, pf *rowPrefetch) {
+	n := passChunkOf(p.W)
+	for lo := 0; lo < len(y); lo += n {
+		hi := min(lo+n, len(y))
+		normalize(k, p, y[lo:hi], x[lo:hi], gamma[lo:hi], beta[lo:hi], mean, rstd, nt)
+		pf.step()
+	}
+}
