@@ -28,27 +28,14 @@ type AddLayerNormOutputs struct {
 	X    Tensor // x1 + x2 (+ bias) in OutT
 }
 
-// addDTypes is SPEC B.2: the allowed (x1, x2, gamma=beta, bias) combinations → OutT.
-var addDTypes = []struct{ x1, x2, gamma, bias, out DType }{
-	{Float32, Float32, Float32, Float32, Float32},
-	{Float16, Float16, Float16, Float16, Float16},
-	{BFloat16, BFloat16, BFloat16, BFloat16, BFloat16},
-	{Float16, Float16, Float32, Float16, Float16},
-	{BFloat16, BFloat16, Float32, BFloat16, BFloat16},
-	{Float32, Float16, Float32, Float32, Float32},
-	{Float32, BFloat16, Float32, Float32, Float32},
-	{Float16, Float32, Float32, Float32, Float32},
-	{BFloat16, Float32, Float32, Float32, Float32},
-}
-
 // addOutDType returns OutT for a dtype combination, or false when B.2 does not allow it.
 func addOutDType(x1, x2, gamma, beta, bias DType, hasBias bool) (DType, bool) {
 	if gamma != beta {
 		return 0, false
 	}
-	for _, r := range addDTypes {
-		if r.x1 == x1 && r.x2 == x2 && r.gamma == gamma && (!hasBias || r.bias == bias) {
-			return r.out, true
+	for _, r := range ops.AddDTypeRows {
+		if r[0] == x1 && r[1] == x2 && r[2] == gamma && (!hasBias || r[3] == bias) {
+			return r[3], true
 		}
 	}
 	return 0, false

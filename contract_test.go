@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
 // TestContractMatchesManifest keeps the Go contract and shaders/<op>/manifest.json in
@@ -71,11 +73,11 @@ func TestDTypeCombinationsMatchManifest(t *testing.T) {
 		Combos []struct{ X1, X2, Gamma, Bias, Out string } `json:"dtypeCombinations"`
 	}
 	require.NoError(t, json.Unmarshal(b, &m))
-	require.Len(t, m.Combos, len(addDTypes))
-	for i, r := range addDTypes {
+	require.Len(t, m.Combos, len(ops.AddDTypeRows))
+	for i, r := range ops.AddDTypeRows {
 		c := m.Combos[i]
 		got := []DType{dtypeNamed(t, c.X1), dtypeNamed(t, c.X2), dtypeNamed(t, c.Gamma), dtypeNamed(t, c.Bias), dtypeNamed(t, c.Out)}
-		require.True(t, slices.Equal(got, []DType{r.x1, r.x2, r.gamma, r.bias, r.out}), "row %d: %v", i, c)
+		require.True(t, slices.Equal(got, []DType{r[0], r[1], r[2], r[3], r[3]}), "row %d: %v", i, c)
 	}
 }
 

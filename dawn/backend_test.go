@@ -641,17 +641,7 @@ func TestBindingLimit(t *testing.T) {
 // ---- AddLayerNorm -----------------------------------------------------------------------
 
 // addlnRows are SPEC §B.2's dtype rows: x1, x2, gamma(=beta), OutT (= bias dtype).
-var addlnRows = [][4]ops.DType{
-	{ops.F32, ops.F32, ops.F32, ops.F32},
-	{ops.F16, ops.F16, ops.F16, ops.F16},
-	{ops.BF16, ops.BF16, ops.BF16, ops.BF16},
-	{ops.F16, ops.F16, ops.F32, ops.F16},
-	{ops.BF16, ops.BF16, ops.F32, ops.BF16},
-	{ops.F32, ops.F16, ops.F32, ops.F32},
-	{ops.F32, ops.BF16, ops.F32, ops.F32},
-	{ops.F16, ops.F32, ops.F32, ops.F32},
-	{ops.BF16, ops.F32, ops.F32, ops.F32},
-}
+var addlnRows = ops.AddDTypeRows
 
 type addlnCase struct {
 	row    [4]ops.DType

@@ -44,17 +44,7 @@ func embedParams() []Embed {
 }
 
 // dtypeRows are the dtype combinations of SPEC §B.2: x1, x2, gamma(=beta), bias(=OutT).
-var dtypeRows = [][4]ops.DType{
-	{ops.F32, ops.F32, ops.F32, ops.F32},
-	{ops.F16, ops.F16, ops.F16, ops.F16},
-	{ops.BF16, ops.BF16, ops.BF16, ops.BF16},
-	{ops.F16, ops.F16, ops.F32, ops.F16},
-	{ops.BF16, ops.BF16, ops.F32, ops.BF16},
-	{ops.F32, ops.F16, ops.F32, ops.F32},
-	{ops.F32, ops.BF16, ops.F32, ops.F32},
-	{ops.F16, ops.F32, ops.F32, ops.F32},
-	{ops.BF16, ops.F32, ops.F32, ops.F32},
-}
+var dtypeRows = ops.AddDTypeRows
 
 func addlnParams() []AddLN {
 	type shape struct{ w, private int }

@@ -110,6 +110,20 @@ const (
 	MaskCountOnes
 )
 
+// AddDTypeRows is SPEC B.2: the dtype rows AddLayerNorm allows, as x1, x2, gamma (= beta),
+// bias (= OutT, the dtype of y and x). The API, the manifest test and the kernel tests share it.
+var AddDTypeRows = [][4]DType{
+	{F32, F32, F32, F32},
+	{F16, F16, F16, F16},
+	{BF16, BF16, BF16, BF16},
+	{F16, F16, F32, F16},
+	{BF16, BF16, F32, BF16},
+	{F32, F16, F32, F32},
+	{F32, BF16, F32, F32},
+	{F16, F32, F32, F32},
+	{BF16, F32, F32, F32},
+}
+
 // EmbedWeights are the bound, validated weights of an EmbedLayerNorm op.
 type EmbedWeights struct {
 	DType   DType // F32 or F16
