@@ -6,16 +6,6 @@ import (
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
-// Element-wise adds of AddLayerNorm's first stage; SIMD builds replace them.
-var (
-	// add2 writes s = a + b.
-	add2 = add2Go
-	// add3 writes s = (a + b) + c: one pass for x1 + x2 + bias.
-	add3 = add3Go
-	// addTo writes s += b.
-	addTo = addToGo
-)
-
 func add2Go(s, a, b []float32) {
 	a = a[:len(s)]
 	b = b[:len(s)]

@@ -39,18 +39,6 @@ func F32ToBF16(f float32) uint16 {
 	return uint16(u >> 16)
 }
 
-// The bulk conversions; SIMD builds replace them (F16C for binary16).
-var (
-	// widenF16 writes dst[i] = float32 of binary16 src[i].
-	widenF16 = widenF16Go
-	// widenBF16 writes dst[i] = float32 of bfloat16 src[i].
-	widenBF16 = widenBF16Go
-	// narrowF16 writes dst[i] = src[i] rounded to binary16, nearest-even.
-	narrowF16 = narrowF16Go
-	// narrowBF16 writes dst[i] = F32ToBF16(src[i]).
-	narrowBF16 = narrowBF16Go
-)
-
 func widenF16Go(dst []float32, src []uint16) {
 	t := f16Table()
 	src = src[:len(dst)]

@@ -8,15 +8,6 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// Gather-and-sum kernels for one token (SPEC §A.3 addition orders); SIMD builds replace them.
-var (
-	// embedSumF32 writes x = (w + p) + g, or w + p when g is nil.
-	embedSumF32 = embedSumF32Go
-	// embedSumF16 writes the staged f16 sum rnd16(rnd16(w + g) + p) (rnd16(w + p) without g)
-	// as float32 into x and as binary16 bits into bits.
-	embedSumF16 = embedSumF16Go
-)
-
 func embedSumF32Go(x, w, p, g []float32) {
 	w = w[:len(x)]
 	p = p[:len(x)]

@@ -5,25 +5,24 @@ import (
 	"slices"
 )
 
-// kernelSet is one complete set of the hot loops, all giving the bits of the pure-Go twins.
-// The package works through the function values (accumulate, affine, add2, widenF16, …);
-// install points them at one set.
+// kernelSet is one complete set of the hot loops, all giving the bits of the pure-Go twins
+// (the …Go functions). Each Backend holds the set of its level.
 type kernelSet struct {
-	accumulate         func(part, x []float32)
-	accumulateSqDev    func(part, x []float32, mean float32)
-	accumulateSqDevFMA func(part, x []float32, mean float32)
-	tree               func(part []float32) float32
-	affine             func(y, x, gamma, beta []float32, mean, rstd float32)
-	affineFMA          func(y, x, gamma, beta []float32, mean, rstd float32)
-	embedSumF32        func(x, w, p, g []float32)
-	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)
-	add2               func(s, a, b []float32)
-	add3               func(s, a, b, c []float32)
-	addTo              func(s, b []float32)
-	widenF16           func(dst []float32, src []uint16)
-	widenBF16          func(dst []float32, src []uint16)
-	narrowF16          func(dst []uint16, src []float32)
-	narrowBF16         func(dst []uint16, src []float32)
+	accumulate         func(part, x []float32)                               // part[k] += x[c·W+k], the plan's order
+	accumulateSqDev    func(part, x []float32, mean float32)                 // part[k] += f32(d·d), d = x−mean
+	accumulateSqDevFMA func(part, x []float32, mean float32)                 // part[k] = fma(d, d, part[k])
+	tree               func(part []float32) float32                          // the halving tree (plan.Plan.Tree)
+	affine             func(y, x, gamma, beta []float32, mean, rstd float32) // f32((x−mean)·rstd)·gamma + beta
+	affineFMA          func(y, x, gamma, beta []float32, mean, rstd float32) // fma((x−mean)·rstd, gamma, beta)
+	embedSumF32        func(x, w, p, g []float32)                            // (w + p) + g, or w + p without g
+	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)    // rnd16(rnd16(w + g) + p), as f32 and bits
+	add2               func(s, a, b []float32)                               // s = a + b
+	add3               func(s, a, b, c []float32)                            // s = (a + b) + c
+	addTo              func(s, b []float32)                                  // s += b
+	widenF16           func(dst []float32, src []uint16)                     // binary16 → float32
+	widenBF16          func(dst []float32, src []uint16)                     // bfloat16 → float32
+	narrowF16          func(dst []uint16, src []float32)                     // float32 → binary16, nearest-even
+	narrowBF16         func(dst []uint16, src []float32)                     // float32 → bfloat16 (F32ToBF16)
 
 	// Memory-system variants (stream.go): the same values as their twins, stored or
 	// fetched differently. The NT stores are weakly ordered: a worker that used them calls
@@ -70,10 +69,6 @@ var goKernels = kernelSet{
 	addSum:             addSumGo,
 }
 
-// tree is the plan's halving tree over W = len(part) partials (plan.Plan.Tree); SIMD
-// builds replace it.
-var tree = treeGo
-
 // treeGo is plan.Plan.Tree for W = len(part): part[k] += part[k+off], off = W/2 … 1.
 func treeGo(part []float32) float32 {
 	for off := len(part) / 2; off >= 1; off /= 2 {
@@ -93,22 +88,11 @@ type namedLevel struct {
 // levels are the kernel sets this processor can run, widest first; "go" is always last.
 var levels = []namedLevel{{"go", &goKernels}}
 
-// addLevel registers a SIMD level (from an init that has checked cpuid) and installs it:
-// the widest level registered wins.
+// addLevel registers a SIMD level (from an init that has checked cpuid) and makes it the
+// default: the widest level registered wins.
 func addLevel(name string, k *kernelSet) {
 	levels = slices.Insert(levels, 0, namedLevel{name, k})
-	install(levels[0])
-}
-
-func install(l namedLevel) {
-	k := l.k
-	accumulate, accumulateSqDev, accumulateSqDevFMA = k.accumulate, k.accumulateSqDev, k.accumulateSqDevFMA
-	tree = k.tree
-	affine, affineFMA = k.affine, k.affineFMA
-	embedSumF32, embedSumF16 = k.embedSumF32, k.embedSumF16
-	add2, add3, addTo = k.add2, k.add3, k.addTo
-	widenF16, widenBF16, narrowF16, narrowBF16 = k.widenF16, k.widenBF16, k.narrowF16, k.narrowBF16
-	level = l.name
+	level = name
 }
 
 // Levels names the kernel levels this processor can run, widest first ("avx2", "go" on an
@@ -122,18 +106,17 @@ func Levels() []string {
 }
 
 // SetLevel makes the named kernel level (one of Levels) the default of backends created from
-// now on, and of the package-level kernel functions the tests call,
-// e.g. "go" to take the SIMD kernels out of play, and returns a func that restores the
-// previous level. All levels give identical bits; this is for tests, benchmarks and bug
-// hunts. It must not be called while an op is running.
+// now on, e.g. "go" to take the SIMD kernels out of play, and returns a func that restores
+// the previous default. All levels give identical bits; this is for tests, benchmarks and
+// bug hunts (Options.Level chooses per backend).
 func SetLevel(name string) (restore func(), err error) {
 	i := slices.IndexFunc(levels, func(l namedLevel) bool { return l.name == name })
 	if i < 0 {
 		return nil, fmt.Errorf("cpu: kernel level %q not available (have %v)", name, Levels())
 	}
 	prev := slices.IndexFunc(levels, func(l namedLevel) bool { return l.name == level })
-	install(levels[i])
-	return func() { install(levels[prev]) }, nil
+	level = levels[i].name
+	return func() { level = levels[prev].name }, nil
 }
 
 // kernelsOf returns the named level's kernels, or nil when this processor or build lacks it.

@@ -51,29 +51,30 @@ func BenchmarkKernels(b *testing.B) {
 	kernels := []struct {
 		name  string
 		bytes int
-		fn    func()
+		fn    func(k *kernelSet)
 	}{
-		{"accumulate", 4 * n, func() { accumulate(part, x) }},
-		{"accumulateSqDev", 4 * n, func() { accumulateSqDev(part, x, 0.5) }},
-		{"accumulateSqDevFMA", 4 * n, func() { accumulateSqDevFMA(part, x, 0.5) }},
-		{"affine", 16 * n, func() { affine(y, x, g, be, 0.5, 1.5) }},
-		{"affineFMA", 16 * n, func() { affineFMA(y, x, g, be, 0.5, 1.5) }},
-		{"embedSumF32", 16 * n, func() { embedSumF32(y, x, g, be) }},
-		{"embedSumF16", 12 * n, func() { embedSumF16(y, bits, h1, h2, h3) }},
-		{"add2", 12 * n, func() { add2(y, x, g) }},
-		{"add3", 16 * n, func() { add3(y, x, g, be) }},
-		{"addTo", 12 * n, func() { addTo(y, x) }},
-		{"widenF16", 6 * n, func() { widenF16(y, h1) }},
-		{"widenBF16", 6 * n, func() { widenBF16(y, h1) }},
-		{"narrowF16", 6 * n, func() { narrowF16(bits, x) }},
-		{"narrowBF16", 6 * n, func() { narrowBF16(bits, x) }},
+		{"accumulate", 4 * n, func(k *kernelSet) { k.accumulate(part, x) }},
+		{"accumulateSqDev", 4 * n, func(k *kernelSet) { k.accumulateSqDev(part, x, 0.5) }},
+		{"accumulateSqDevFMA", 4 * n, func(k *kernelSet) { k.accumulateSqDevFMA(part, x, 0.5) }},
+		{"affine", 16 * n, func(k *kernelSet) { k.affine(y, x, g, be, 0.5, 1.5) }},
+		{"affineFMA", 16 * n, func(k *kernelSet) { k.affineFMA(y, x, g, be, 0.5, 1.5) }},
+		{"embedSumF32", 16 * n, func(k *kernelSet) { k.embedSumF32(y, x, g, be) }},
+		{"embedSumF16", 12 * n, func(k *kernelSet) { k.embedSumF16(y, bits, h1, h2, h3) }},
+		{"add2", 12 * n, func(k *kernelSet) { k.add2(y, x, g) }},
+		{"add3", 16 * n, func(k *kernelSet) { k.add3(y, x, g, be) }},
+		{"addTo", 12 * n, func(k *kernelSet) { k.addTo(y, x) }},
+		{"widenF16", 6 * n, func(k *kernelSet) { k.widenF16(y, h1) }},
+		{"widenBF16", 6 * n, func(k *kernelSet) { k.widenBF16(y, h1) }},
+		{"narrowF16", 6 * n, func(k *kernelSet) { k.narrowF16(bits, x) }},
+		{"narrowBF16", 6 * n, func(k *kernelSet) { k.narrowBF16(bits, x) }},
 	}
 	for _, k := range kernels {
 		b.Run(k.name, func(b *testing.B) {
 			atLevels(b, func(b *testing.B) {
 				b.SetBytes(int64(k.bytes))
+				ks := mustKernels(b, Level())
 				for b.Loop() {
-					k.fn()
+					k.fn(ks)
 				}
 			})
 		})

@@ -4,21 +4,6 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// The hot loops of the plan (SPEC §C.4). Each has a pure-Go body here; SIMD builds replace
-// the function values at init with kernels that give the same bits.
-var (
-	// accumulate adds x into the W partials in the plan's order: part[k] += x[c·W+k].
-	accumulate = accumulateGo
-	// accumulateSqDev adds (x−mean)² into the partials, unfused: part[k] += f32(d·d).
-	accumulateSqDev = accumulateSqDevGo
-	// accumulateSqDevFMA is the fused variant: part[k] = fma(d, d, part[k]).
-	accumulateSqDevFMA = accumulateSqDevFMAGo
-	// affine writes y = f32((x−mean)·rstd)·gamma + beta, unfused.
-	affine = affineGo
-	// affineFMA writes y = fma((x−mean)·rstd, gamma, beta).
-	affineFMA = affineFMAGo
-)
-
 func accumulateGo(part, x []float32) {
 	w := len(part)
 	for base := 0; base < len(x); base += w {
