@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/fusednorm/fusednorm/shaders"
 )
@@ -121,7 +122,15 @@ func contractJSON(folder string) ([]byte, error) {
 	return shaders.ContractFile(folder, "manifest.json")
 }
 
+// manifests parses each op's embedded manifest once; GetKernel is called per request.
+var manifests sync.Map // *opContract → func() (*manifest, error)
+
 func loadManifest(c *opContract) (*manifest, error) {
+	load, _ := manifests.LoadOrStore(c, sync.OnceValues(func() (*manifest, error) { return parseManifest(c) }))
+	return load.(func() (*manifest, error))()
+}
+
+func parseManifest(c *opContract) (*manifest, error) {
 	b, err := contractJSON(c.Folder)
 	if err != nil {
 		return nil, err
