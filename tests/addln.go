@@ -86,14 +86,7 @@ func addOps(in map[string]fn.Tensor, attrs map[string]any, outT fn.DType) (*ops.
 }
 
 func (s *Suite) addCases(t *testing.T) {
-	f, err := loadCases(shaders.OpAddLayerNorm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := s.Engine.GetKernel(addKernel, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, k := s.casesAndKernel(t, shaders.OpAddLayerNorm, addKernel)
 	for i := range f.Cases {
 		c := &f.Cases[i]
 		for _, row := range c.DTypeRows {

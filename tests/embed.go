@@ -185,14 +185,7 @@ func embedOps(in map[string]fn.Tensor, attrs map[string]any) (*ops.EmbedWeights,
 }
 
 func (s *Suite) embedCases(t *testing.T) {
-	f, err := loadCases(shaders.OpEmbedLayerNorm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := s.Engine.GetKernel(embedKernel, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, k := s.casesAndKernel(t, shaders.OpEmbedLayerNorm, embedKernel)
 	for i := range f.Cases {
 		c := &f.Cases[i]
 		vs, err := embedVariants(c)

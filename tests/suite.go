@@ -43,6 +43,20 @@ func Run(t *testing.T, eng *fn.Engine) {
 // PureGo reports whether a CPU engine runs the pure-Go kernels (its own plan reference).
 func PureGo(eng *fn.Engine) bool { return eng.Info().Level == "go" }
 
+// casesAndKernel loads an op's test.json and the engine's kernel for it.
+func (s *Suite) casesAndKernel(t *testing.T, op, kernel string) (*fileJSON, *fn.Kernel) {
+	t.Helper()
+	f, err := loadCases(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := s.Engine.GetKernel(kernel, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, k
+}
+
 // crossCheck runs the same call on the plan engine and requires identical bits for every
 // output, skipping rows in skip (non-finite rows, whose GPU results are indeterminate).
 func (s *Suite) crossCheck(t *testing.T, op string, dt fn.DType, got map[string]fn.Tensor, rowLen int, skip map[int]bool,
