@@ -8,21 +8,25 @@ import (
 // kernelSet is one complete set of the hot loops, all giving the bits of the pure-Go twins
 // (the …Go functions). Each Backend holds the set of its level.
 type kernelSet struct {
-	accumulate         func(part, x []float32)                               // part[k] += x[c·W+k], the plan's order
-	accumulateSqDev    func(part, x []float32, mean float32)                 // part[k] += f32(d·d), d = x−mean
-	accumulateSqDevFMA func(part, x []float32, mean float32)                 // part[k] = fma(d, d, part[k])
-	tree               func(part []float32) float32                          // the halving tree (plan.Plan.Tree)
-	affine             func(y, x, gamma, beta []float32, mean, rstd float32) // f32((x−mean)·rstd)·gamma + beta
-	affineFMA          func(y, x, gamma, beta []float32, mean, rstd float32) // fma((x−mean)·rstd, gamma, beta)
-	embedSumF32        func(x, w, p, g []float32)                            // (w + p) + g, or w + p without g
-	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)    // rnd16(rnd16(w + g) + p), as f32 and bits
-	add2               func(s, a, b []float32)                               // s = a + b
-	add3               func(s, a, b, c []float32)                            // s = (a + b) + c
-	addTo              func(s, b []float32)                                  // s += b
-	widenF16           func(dst []float32, src []uint16)                     // binary16 → float32
-	widenBF16          func(dst []float32, src []uint16)                     // bfloat16 → float32
-	narrowF16          func(dst []uint16, src []float32)                     // float32 → binary16, nearest-even
-	narrowBF16         func(dst []uint16, src []float32)                     // float32 → bfloat16 (F32ToBF16)
+	accumulate         func(part, x []float32)                                        // part[k] += x[c·W+k], the plan's order
+	accumulateSqDev    func(part, x []float32, mean float32)                          // part[k] += f32(d·d), d = x−mean
+	accumulateSqDevFMA func(part, x []float32, mean float32)                          // part[k] = fma(d, d, part[k])
+	tree               func(part []float32) float32                                   // the halving tree (plan.Plan.Tree)
+	affine             func(y, x, gamma, beta []float32, mean, rstd float32)          // f32((x−mean)·rstd)·gamma + beta
+	affineFMA          func(y, x, gamma, beta []float32, mean, rstd float32)          // fma((x−mean)·rstd, gamma, beta)
+	affineF16          func(y []uint16, x, gamma, beta []float32, mean, rstd float32) // affine, rounded to binary16
+	affineFMAF16       func(y []uint16, x, gamma, beta []float32, mean, rstd float32) // affineFMA, rounded to binary16
+	affineBF16         func(y []uint16, x, gamma, beta []float32, mean, rstd float32) // affine, rounded to bfloat16
+	affineFMABF16      func(y []uint16, x, gamma, beta []float32, mean, rstd float32) // affineFMA, rounded to bfloat16
+	embedSumF32        func(x, w, p, g []float32)                                     // (w + p) + g, or w + p without g
+	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)             // rnd16(rnd16(w + g) + p), as f32 and bits
+	add2               func(s, a, b []float32)                                        // s = a + b
+	add3               func(s, a, b, c []float32)                                     // s = (a + b) + c
+	addTo              func(s, b []float32)                                           // s += b
+	widenF16           func(dst []float32, src []uint16)                              // binary16 → float32
+	widenBF16          func(dst []float32, src []uint16)                              // bfloat16 → float32
+	narrowF16          func(dst []uint16, src []float32)                              // float32 → binary16, nearest-even
+	narrowBF16         func(dst []uint16, src []float32)                              // float32 → bfloat16 (F32ToBF16)
 
 	// Memory-system variants (stream.go): the same values as their twins, stored or
 	// fetched differently. The NT stores are weakly ordered: a worker that used them calls
@@ -39,6 +43,7 @@ type kernelSet struct {
 	sqDevZero    func(part, x []float32, mean float32)
 	sqDevFMAZero func(part, x []float32, mean float32)
 	addSum       func(part, s, x, a, b, c []float32)
+	addSumAcc    func(part, s, a, b, c []float32) // addSum without x, onto the partials as they are
 }
 
 // goKernels is the pure-Go level, present on every build.
@@ -49,6 +54,10 @@ var goKernels = kernelSet{
 	tree:               treeGo,
 	affine:             affineGo,
 	affineFMA:          affineFMAGo,
+	affineF16:          func(y []uint16, x, g, b []float32, m, r float32) { affine16Go(false, false, y, x, g, b, m, r) },
+	affineFMAF16:       func(y []uint16, x, g, b []float32, m, r float32) { affine16Go(false, true, y, x, g, b, m, r) },
+	affineBF16:         func(y []uint16, x, g, b []float32, m, r float32) { affine16Go(true, false, y, x, g, b, m, r) },
+	affineFMABF16:      func(y []uint16, x, g, b []float32, m, r float32) { affine16Go(true, true, y, x, g, b, m, r) },
 	embedSumF32:        embedSumF32Go,
 	embedSumF16:        embedSumF16Go,
 	add2:               add2Go,
@@ -67,6 +76,7 @@ var goKernels = kernelSet{
 	sqDevZero:          sqDevZeroGo,
 	sqDevFMAZero:       sqDevFMAZeroGo,
 	addSum:             addSumGo,
+	addSumAcc:          addSumAccGo,
 }
 
 // treeGo is plan.Plan.Tree for W = len(part): part[k] += part[k+off], off = W/2 … 1.
@@ -95,8 +105,9 @@ func addLevel(name string, k *kernelSet) {
 	level = name
 }
 
-// Levels names the kernel levels this processor can run, widest first ("avx2", "go" on an
-// AVX2+FMA+F16C machine; "go" alone in noasm and purego builds and on other architectures).
+// Levels names the kernel levels this processor can run, widest first: "avx512", "avx2",
+// "go" on a machine with AVX-512 F/BW/VL; "avx2", "go" on an AVX2+FMA+F16C machine; "go"
+// alone in noasm and purego builds and on other architectures.
 func Levels() []string {
 	names := make([]string, len(levels))
 	for i, l := range levels {

@@ -15,9 +15,9 @@ TEXT ·avx2Add2(SB), NOSPLIT, $0-72
 	MOVQ BX, DI
 	ANDQ $-32, DI
 	CMPQ SI, DI
-	JAE  add2_single
+	JAE  avx2Add2_single
 
-add2_unrolled:
+avx2Add2_unrolled:
 	VMOVUPS (CX)(SI*4), Y0
 	VADDPS  (DX)(SI*4), Y0, Y0
 	VMOVUPS Y0, (AX)(SI*4)
@@ -32,23 +32,23 @@ add2_unrolled:
 	VMOVUPS Y0, 96(AX)(SI*4)
 	ADDQ    $0x00000020, SI
 	CMPQ    SI, DI
-	JB      add2_unrolled
+	JB      avx2Add2_unrolled
 
-add2_single:
+avx2Add2_single:
 	MOVQ BX, DI
 	ANDQ $-8, DI
 	CMPQ SI, DI
-	JAE  add2_done
+	JAE  avx2Add2_done
 
-add2_loop:
+avx2Add2_loop:
 	VMOVUPS (CX)(SI*4), Y0
 	VADDPS  (DX)(SI*4), Y0, Y0
 	VMOVUPS Y0, (AX)(SI*4)
 	ADDQ    $0x00000008, SI
 	CMPQ    SI, DI
-	JB      add2_loop
+	JB      avx2Add2_loop
 
-add2_done:
+avx2Add2_done:
 	VZEROUPPER
 	RET
 
@@ -64,9 +64,9 @@ TEXT ·avx2Add3(SB), NOSPLIT, $0-96
 	MOVQ SI, R8
 	ANDQ $-32, R8
 	CMPQ DI, R8
-	JAE  add3_single
+	JAE  avx2Add3_single
 
-add3_unrolled:
+avx2Add3_unrolled:
 	VMOVUPS (CX)(DI*4), Y0
 	VADDPS  (DX)(DI*4), Y0, Y0
 	VADDPS  (BX)(DI*4), Y0, Y0
@@ -85,24 +85,24 @@ add3_unrolled:
 	VMOVUPS Y0, 96(AX)(DI*4)
 	ADDQ    $0x00000020, DI
 	CMPQ    DI, R8
-	JB      add3_unrolled
+	JB      avx2Add3_unrolled
 
-add3_single:
+avx2Add3_single:
 	MOVQ SI, R8
 	ANDQ $-8, R8
 	CMPQ DI, R8
-	JAE  add3_done
+	JAE  avx2Add3_done
 
-add3_loop:
+avx2Add3_loop:
 	VMOVUPS (CX)(DI*4), Y0
 	VADDPS  (DX)(DI*4), Y0, Y0
 	VADDPS  (BX)(DI*4), Y0, Y0
 	VMOVUPS Y0, (AX)(DI*4)
 	ADDQ    $0x00000008, DI
 	CMPQ    DI, R8
-	JB      add3_loop
+	JB      avx2Add3_loop
 
-add3_done:
+avx2Add3_done:
 	VZEROUPPER
 	RET
 
@@ -119,9 +119,9 @@ TEXT ·avx2Add3NT(SB), NOSPLIT, $0-120
 	MOVQ DI, R9
 	ANDQ $-32, R9
 	CMPQ R8, R9
-	JAE  add3NT_single
+	JAE  avx2Add3NT_single
 
-add3NT_unrolled:
+avx2Add3NT_unrolled:
 	VMOVUPS  (DX)(R8*4), Y0
 	VADDPS   (BX)(R8*4), Y0, Y0
 	VADDPS   (SI)(R8*4), Y0, Y0
@@ -144,15 +144,15 @@ add3NT_unrolled:
 	VMOVNTPS Y0, 96(CX)(R8*4)
 	ADDQ     $0x00000020, R8
 	CMPQ     R8, R9
-	JB       add3NT_unrolled
+	JB       avx2Add3NT_unrolled
 
-add3NT_single:
+avx2Add3NT_single:
 	MOVQ DI, R9
 	ANDQ $-8, R9
 	CMPQ R8, R9
-	JAE  add3NT_done
+	JAE  avx2Add3NT_done
 
-add3NT_loop:
+avx2Add3NT_loop:
 	VMOVUPS  (DX)(R8*4), Y0
 	VADDPS   (BX)(R8*4), Y0, Y0
 	VADDPS   (SI)(R8*4), Y0, Y0
@@ -160,9 +160,9 @@ add3NT_loop:
 	VMOVNTPS Y0, (CX)(R8*4)
 	ADDQ     $0x00000008, R8
 	CMPQ     R8, R9
-	JB       add3NT_loop
+	JB       avx2Add3NT_loop
 
-add3NT_done:
+avx2Add3NT_done:
 	VZEROUPPER
 	RET
 
@@ -176,9 +176,9 @@ TEXT ·avx2AddTo(SB), NOSPLIT, $0-48
 	MOVQ DX, SI
 	ANDQ $-32, SI
 	CMPQ BX, SI
-	JAE  addTo_single
+	JAE  avx2AddTo_single
 
-addTo_unrolled:
+avx2AddTo_unrolled:
 	VMOVUPS (AX)(BX*4), Y0
 	VADDPS  (CX)(BX*4), Y0, Y0
 	VMOVUPS Y0, (AX)(BX*4)
@@ -193,23 +193,23 @@ addTo_unrolled:
 	VMOVUPS Y0, 96(AX)(BX*4)
 	ADDQ    $0x00000020, BX
 	CMPQ    BX, SI
-	JB      addTo_unrolled
+	JB      avx2AddTo_unrolled
 
-addTo_single:
+avx2AddTo_single:
 	MOVQ DX, SI
 	ANDQ $-8, SI
 	CMPQ BX, SI
-	JAE  addTo_done
+	JAE  avx2AddTo_done
 
-addTo_loop:
+avx2AddTo_loop:
 	VMOVUPS (AX)(BX*4), Y0
 	VADDPS  (CX)(BX*4), Y0, Y0
 	VMOVUPS Y0, (AX)(BX*4)
 	ADDQ    $0x00000008, BX
 	CMPQ    BX, SI
-	JB      addTo_loop
+	JB      avx2AddTo_loop
 
-addTo_done:
+avx2AddTo_done:
 	VZEROUPPER
 	RET
 
@@ -477,6 +477,342 @@ avx2AffineFMANT_done:
 	VZEROUPPER
 	RET
 
+// func avx2AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, F16C
+TEXT ·avx2AffineF16(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineF16_single
+
+avx2AffineF16_unrolled:
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    (DX)(DI*4), Y2, Y2
+	VADDPS    (BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    32(DX)(DI*4), Y2, Y2
+	VADDPS    32(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    64(DX)(DI*4), Y2, Y2
+	VADDPS    64(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    96(DX)(DI*4), Y2, Y2
+	VADDPS    96(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, 48(AX)(DI*2)
+	ADDQ      $0x00000020, DI
+	CMPQ      DI, R8
+	JB        avx2AffineF16_unrolled
+
+avx2AffineF16_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineF16_done
+
+avx2AffineF16_loop:
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    (DX)(DI*4), Y2, Y2
+	VADDPS    (BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, (AX)(DI*2)
+	ADDQ      $0x00000008, DI
+	CMPQ      DI, R8
+	JB        avx2AffineF16_loop
+
+avx2AffineF16_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, F16C, FMA3
+TEXT ·avx2AffineFMAF16(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineFMAF16_single
+
+avx2AffineFMAF16_unrolled:
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     32(DX)(DI*4), Y3
+	VFMADD213PS 32(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     64(DX)(DI*4), Y3
+	VFMADD213PS 64(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     96(DX)(DI*4), Y3
+	VFMADD213PS 96(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, 48(AX)(DI*2)
+	ADDQ        $0x00000020, DI
+	CMPQ        DI, R8
+	JB          avx2AffineFMAF16_unrolled
+
+avx2AffineFMAF16_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineFMAF16_done
+
+avx2AffineFMAF16_loop:
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, (AX)(DI*2)
+	ADDQ        $0x00000008, DI
+	CMPQ        DI, R8
+	JB          avx2AffineFMAF16_loop
+
+avx2AffineFMAF16_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX2
+TEXT ·avx2AffineBF16(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-16, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineBF16_single
+
+avx2AffineBF16_unrolled:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       (DX)(DI*4), Y7, Y7
+	VADDPS       (BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVDQU      X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       32(DX)(DI*4), Y7, Y7
+	VADDPS       32(BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVDQU      X7, 16(AX)(DI*2)
+	ADDQ         $0x00000010, DI
+	CMPQ         DI, R8
+	JB           avx2AffineBF16_unrolled
+
+avx2AffineBF16_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineBF16_done
+
+avx2AffineBF16_loop:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       (DX)(DI*4), Y7, Y7
+	VADDPS       (BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVDQU      X7, (AX)(DI*2)
+	ADDQ         $0x00000008, DI
+	CMPQ         DI, R8
+	JB           avx2AffineBF16_loop
+
+avx2AffineBF16_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·avx2AffineFMABF16(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-16, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineFMABF16_single
+
+avx2AffineFMABF16_unrolled:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      (DX)(DI*4), Y8
+	VFMADD213PS  (BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVDQU      X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      32(DX)(DI*4), Y8
+	VFMADD213PS  32(BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVDQU      X7, 16(AX)(DI*2)
+	ADDQ         $0x00000010, DI
+	CMPQ         DI, R8
+	JB           avx2AffineFMABF16_unrolled
+
+avx2AffineFMABF16_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineFMABF16_done
+
+avx2AffineFMABF16_loop:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      (DX)(DI*4), Y8
+	VFMADD213PS  (BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVDQU      X7, (AX)(DI*2)
+	ADDQ         $0x00000008, DI
+	CMPQ         DI, R8
+	JB           avx2AffineFMABF16_loop
+
+avx2AffineFMABF16_done:
+	VZEROUPPER
+	RET
+
 // func avx2WidenF16(dst []float32, src []uint16)
 // Requires: AVX, F16C
 TEXT ·avx2WidenF16(SB), NOSPLIT, $0-48
@@ -487,9 +823,9 @@ TEXT ·avx2WidenF16(SB), NOSPLIT, $0-48
 	MOVQ DX, SI
 	ANDQ $-32, SI
 	CMPQ BX, SI
-	JAE  widenF16_single
+	JAE  avx2WidenF16_single
 
-widenF16_unrolled:
+avx2WidenF16_unrolled:
 	VCVTPH2PS (CX)(BX*2), Y0
 	VMOVUPS   Y0, (AX)(BX*4)
 	VCVTPH2PS 16(CX)(BX*2), Y0
@@ -500,22 +836,22 @@ widenF16_unrolled:
 	VMOVUPS   Y0, 96(AX)(BX*4)
 	ADDQ      $0x00000020, BX
 	CMPQ      BX, SI
-	JB        widenF16_unrolled
+	JB        avx2WidenF16_unrolled
 
-widenF16_single:
+avx2WidenF16_single:
 	MOVQ DX, SI
 	ANDQ $-8, SI
 	CMPQ BX, SI
-	JAE  widenF16_done
+	JAE  avx2WidenF16_done
 
-widenF16_loop:
+avx2WidenF16_loop:
 	VCVTPH2PS (CX)(BX*2), Y0
 	VMOVUPS   Y0, (AX)(BX*4)
 	ADDQ      $0x00000008, BX
 	CMPQ      BX, SI
-	JB        widenF16_loop
+	JB        avx2WidenF16_loop
 
-widenF16_done:
+avx2WidenF16_done:
 	VZEROUPPER
 	RET
 
@@ -529,40 +865,40 @@ TEXT ·avx2WidenBF16(SB), NOSPLIT, $0-48
 	MOVQ DX, SI
 	ANDQ $-32, SI
 	CMPQ BX, SI
-	JAE  widenBF16_single
+	JAE  avx2WidenBF16_single
 
-widenBF16_unrolled:
+avx2WidenBF16_unrolled:
 	VPMOVZXWD (CX)(BX*2), Y0
 	VPSLLD    $0x10, Y0, Y0
-	VMOVDQU   Y0, (AX)(BX*4)
+	VMOVUPS   Y0, (AX)(BX*4)
 	VPMOVZXWD 16(CX)(BX*2), Y0
 	VPSLLD    $0x10, Y0, Y0
-	VMOVDQU   Y0, 32(AX)(BX*4)
+	VMOVUPS   Y0, 32(AX)(BX*4)
 	VPMOVZXWD 32(CX)(BX*2), Y0
 	VPSLLD    $0x10, Y0, Y0
-	VMOVDQU   Y0, 64(AX)(BX*4)
+	VMOVUPS   Y0, 64(AX)(BX*4)
 	VPMOVZXWD 48(CX)(BX*2), Y0
 	VPSLLD    $0x10, Y0, Y0
-	VMOVDQU   Y0, 96(AX)(BX*4)
+	VMOVUPS   Y0, 96(AX)(BX*4)
 	ADDQ      $0x00000020, BX
 	CMPQ      BX, SI
-	JB        widenBF16_unrolled
+	JB        avx2WidenBF16_unrolled
 
-widenBF16_single:
+avx2WidenBF16_single:
 	MOVQ DX, SI
 	ANDQ $-8, SI
 	CMPQ BX, SI
-	JAE  widenBF16_done
+	JAE  avx2WidenBF16_done
 
-widenBF16_loop:
+avx2WidenBF16_loop:
 	VPMOVZXWD (CX)(BX*2), Y0
 	VPSLLD    $0x10, Y0, Y0
-	VMOVDQU   Y0, (AX)(BX*4)
+	VMOVUPS   Y0, (AX)(BX*4)
 	ADDQ      $0x00000008, BX
 	CMPQ      BX, SI
-	JB        widenBF16_loop
+	JB        avx2WidenBF16_loop
 
-widenBF16_done:
+avx2WidenBF16_done:
 	VZEROUPPER
 	RET
 
@@ -576,9 +912,9 @@ TEXT ·avx2NarrowF16(SB), NOSPLIT, $0-48
 	MOVQ DX, SI
 	ANDQ $-32, SI
 	CMPQ BX, SI
-	JAE  narrowF16_single
+	JAE  avx2NarrowF16_single
 
-narrowF16_unrolled:
+avx2NarrowF16_unrolled:
 	VMOVUPS   (CX)(BX*4), Y0
 	VCVTPS2PH $0x00, Y0, (AX)(BX*2)
 	VMOVUPS   32(CX)(BX*4), Y0
@@ -589,22 +925,22 @@ narrowF16_unrolled:
 	VCVTPS2PH $0x00, Y0, 48(AX)(BX*2)
 	ADDQ      $0x00000020, BX
 	CMPQ      BX, SI
-	JB        narrowF16_unrolled
+	JB        avx2NarrowF16_unrolled
 
-narrowF16_single:
+avx2NarrowF16_single:
 	MOVQ DX, SI
 	ANDQ $-8, SI
 	CMPQ BX, SI
-	JAE  narrowF16_done
+	JAE  avx2NarrowF16_done
 
-narrowF16_loop:
+avx2NarrowF16_loop:
 	VMOVUPS   (CX)(BX*4), Y0
 	VCVTPS2PH $0x00, Y0, (AX)(BX*2)
 	ADDQ      $0x00000008, BX
 	CMPQ      BX, SI
-	JB        narrowF16_loop
+	JB        avx2NarrowF16_loop
 
-narrowF16_done:
+avx2NarrowF16_done:
 	VZEROUPPER
 	RET
 
@@ -633,10 +969,10 @@ TEXT ·avx2NarrowBF16(SB), NOSPLIT, $0-48
 	MOVQ         DX, SI
 	ANDQ         $-16, SI
 	CMPQ         BX, SI
-	JAE          narrowBF16_single
+	JAE          avx2NarrowBF16_single
 
-narrowBF16_unrolled:
-	VMOVDQU      (CX)(BX*4), Y5
+avx2NarrowBF16_unrolled:
+	VMOVUPS      (CX)(BX*4), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VPAND        Y0, Y6, Y7
 	VPADDD       Y1, Y7, Y7
@@ -649,7 +985,7 @@ narrowBF16_unrolled:
 	VEXTRACTI128 $0x01, Y7, X5
 	VPACKUSDW    X5, X7, X5
 	VMOVDQU      X5, (AX)(BX*2)
-	VMOVDQU      32(CX)(BX*4), Y5
+	VMOVUPS      32(CX)(BX*4), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VPAND        Y0, Y6, Y7
 	VPADDD       Y1, Y7, Y7
@@ -664,16 +1000,16 @@ narrowBF16_unrolled:
 	VMOVDQU      X5, 16(AX)(BX*2)
 	ADDQ         $0x00000010, BX
 	CMPQ         BX, SI
-	JB           narrowBF16_unrolled
+	JB           avx2NarrowBF16_unrolled
 
-narrowBF16_single:
+avx2NarrowBF16_single:
 	MOVQ DX, SI
 	ANDQ $-8, SI
 	CMPQ BX, SI
-	JAE  narrowBF16_done
+	JAE  avx2NarrowBF16_done
 
-narrowBF16_loop:
-	VMOVDQU      (CX)(BX*4), Y5
+avx2NarrowBF16_loop:
+	VMOVUPS      (CX)(BX*4), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VPAND        Y0, Y6, Y7
 	VPADDD       Y1, Y7, Y7
@@ -688,9 +1024,9 @@ narrowBF16_loop:
 	VMOVDQU      X5, (AX)(BX*2)
 	ADDQ         $0x00000008, BX
 	CMPQ         BX, SI
-	JB           narrowBF16_loop
+	JB           avx2NarrowBF16_loop
 
-narrowBF16_done:
+avx2NarrowBF16_done:
 	VZEROUPPER
 	RET
 
@@ -708,47 +1044,47 @@ TEXT ·avx2Accumulate(SB), NOSPLIT, $0-48
 	MOVQ DX, R8
 	ANDQ $-32, R8
 
-avx2Accumulate_by32:
+avx2Accumulate_block:
 	CMPQ    DI, R8
-	JAE     avx2Accumulate_by32_done
+	JAE     avx2Accumulate_block_done
 	VMOVUPS (AX)(DI*4), Y0
 	VMOVUPS 32(AX)(DI*4), Y1
 	VMOVUPS 64(AX)(DI*4), Y2
 	VMOVUPS 96(AX)(DI*4), Y3
 	LEAQ    (CX)(DI*4), R9
 
-avx2Accumulate_by32_chunk:
+avx2Accumulate_block_chunk:
 	VADDPS  (R9), Y0, Y0
 	VADDPS  32(R9), Y1, Y1
 	VADDPS  64(R9), Y2, Y2
 	VADDPS  96(R9), Y3, Y3
 	ADDQ    BX, R9
 	CMPQ    R9, SI
-	JB      avx2Accumulate_by32_chunk
+	JB      avx2Accumulate_block_chunk
 	VMOVUPS Y0, (AX)(DI*4)
 	VMOVUPS Y1, 32(AX)(DI*4)
 	VMOVUPS Y2, 64(AX)(DI*4)
 	VMOVUPS Y3, 96(AX)(DI*4)
 	ADDQ    $0x00000020, DI
-	JMP     avx2Accumulate_by32
+	JMP     avx2Accumulate_block
 
-avx2Accumulate_by32_done:
-avx2Accumulate_by8:
+avx2Accumulate_block_done:
+avx2Accumulate_vec:
 	CMPQ    DI, DX
-	JAE     avx2Accumulate_by8_done
+	JAE     avx2Accumulate_vec_done
 	VMOVUPS (AX)(DI*4), Y0
 	LEAQ    (CX)(DI*4), R8
 
-avx2Accumulate_by8_chunk:
+avx2Accumulate_vec_chunk:
 	VADDPS  (R8), Y0, Y0
 	ADDQ    BX, R8
 	CMPQ    R8, SI
-	JB      avx2Accumulate_by8_chunk
+	JB      avx2Accumulate_vec_chunk
 	VMOVUPS Y0, (AX)(DI*4)
 	ADDQ    $0x00000008, DI
-	JMP     avx2Accumulate_by8
+	JMP     avx2Accumulate_vec
 
-avx2Accumulate_by8_done:
+avx2Accumulate_vec_done:
 	VZEROUPPER
 	RET
 
@@ -767,16 +1103,16 @@ TEXT ·avx2AccumulateSqDev(SB), NOSPLIT, $0-52
 	MOVQ         DX, R8
 	ANDQ         $-32, R8
 
-avx2AccumulateSqDev_by32:
+avx2AccumulateSqDev_block:
 	CMPQ    DI, R8
-	JAE     avx2AccumulateSqDev_by32_done
+	JAE     avx2AccumulateSqDev_block_done
 	VMOVUPS (AX)(DI*4), Y1
 	VMOVUPS 32(AX)(DI*4), Y2
 	VMOVUPS 64(AX)(DI*4), Y3
 	VMOVUPS 96(AX)(DI*4), Y4
 	LEAQ    (CX)(DI*4), R9
 
-avx2AccumulateSqDev_by32_chunk:
+avx2AccumulateSqDev_block_chunk:
 	VMOVUPS (R9), Y5
 	VSUBPS  Y0, Y5, Y5
 	VMULPS  Y5, Y5, Y5
@@ -795,34 +1131,34 @@ avx2AccumulateSqDev_by32_chunk:
 	VADDPS  Y5, Y4, Y4
 	ADDQ    BX, R9
 	CMPQ    R9, SI
-	JB      avx2AccumulateSqDev_by32_chunk
+	JB      avx2AccumulateSqDev_block_chunk
 	VMOVUPS Y1, (AX)(DI*4)
 	VMOVUPS Y2, 32(AX)(DI*4)
 	VMOVUPS Y3, 64(AX)(DI*4)
 	VMOVUPS Y4, 96(AX)(DI*4)
 	ADDQ    $0x00000020, DI
-	JMP     avx2AccumulateSqDev_by32
+	JMP     avx2AccumulateSqDev_block
 
-avx2AccumulateSqDev_by32_done:
-avx2AccumulateSqDev_by8:
+avx2AccumulateSqDev_block_done:
+avx2AccumulateSqDev_vec:
 	CMPQ    DI, DX
-	JAE     avx2AccumulateSqDev_by8_done
+	JAE     avx2AccumulateSqDev_vec_done
 	VMOVUPS (AX)(DI*4), Y1
 	LEAQ    (CX)(DI*4), R8
 
-avx2AccumulateSqDev_by8_chunk:
+avx2AccumulateSqDev_vec_chunk:
 	VMOVUPS (R8), Y2
 	VSUBPS  Y0, Y2, Y2
 	VMULPS  Y2, Y2, Y2
 	VADDPS  Y2, Y1, Y1
 	ADDQ    BX, R8
 	CMPQ    R8, SI
-	JB      avx2AccumulateSqDev_by8_chunk
+	JB      avx2AccumulateSqDev_vec_chunk
 	VMOVUPS Y1, (AX)(DI*4)
 	ADDQ    $0x00000008, DI
-	JMP     avx2AccumulateSqDev_by8
+	JMP     avx2AccumulateSqDev_vec
 
-avx2AccumulateSqDev_by8_done:
+avx2AccumulateSqDev_vec_done:
 	VZEROUPPER
 	RET
 
@@ -841,16 +1177,16 @@ TEXT ·avx2AccumulateSqDevFMA(SB), NOSPLIT, $0-52
 	MOVQ         DX, R8
 	ANDQ         $-32, R8
 
-avx2AccumulateSqDevFMA_by32:
+avx2AccumulateSqDevFMA_block:
 	CMPQ    DI, R8
-	JAE     avx2AccumulateSqDevFMA_by32_done
+	JAE     avx2AccumulateSqDevFMA_block_done
 	VMOVUPS (AX)(DI*4), Y1
 	VMOVUPS 32(AX)(DI*4), Y2
 	VMOVUPS 64(AX)(DI*4), Y3
 	VMOVUPS 96(AX)(DI*4), Y4
 	LEAQ    (CX)(DI*4), R9
 
-avx2AccumulateSqDevFMA_by32_chunk:
+avx2AccumulateSqDevFMA_block_chunk:
 	VMOVUPS     (R9), Y5
 	VSUBPS      Y0, Y5, Y5
 	VFMADD231PS Y5, Y5, Y1
@@ -865,33 +1201,33 @@ avx2AccumulateSqDevFMA_by32_chunk:
 	VFMADD231PS Y5, Y5, Y4
 	ADDQ        BX, R9
 	CMPQ        R9, SI
-	JB          avx2AccumulateSqDevFMA_by32_chunk
+	JB          avx2AccumulateSqDevFMA_block_chunk
 	VMOVUPS     Y1, (AX)(DI*4)
 	VMOVUPS     Y2, 32(AX)(DI*4)
 	VMOVUPS     Y3, 64(AX)(DI*4)
 	VMOVUPS     Y4, 96(AX)(DI*4)
 	ADDQ        $0x00000020, DI
-	JMP         avx2AccumulateSqDevFMA_by32
+	JMP         avx2AccumulateSqDevFMA_block
 
-avx2AccumulateSqDevFMA_by32_done:
-avx2AccumulateSqDevFMA_by8:
+avx2AccumulateSqDevFMA_block_done:
+avx2AccumulateSqDevFMA_vec:
 	CMPQ    DI, DX
-	JAE     avx2AccumulateSqDevFMA_by8_done
+	JAE     avx2AccumulateSqDevFMA_vec_done
 	VMOVUPS (AX)(DI*4), Y1
 	LEAQ    (CX)(DI*4), R8
 
-avx2AccumulateSqDevFMA_by8_chunk:
+avx2AccumulateSqDevFMA_vec_chunk:
 	VMOVUPS     (R8), Y2
 	VSUBPS      Y0, Y2, Y2
 	VFMADD231PS Y2, Y2, Y1
 	ADDQ        BX, R8
 	CMPQ        R8, SI
-	JB          avx2AccumulateSqDevFMA_by8_chunk
+	JB          avx2AccumulateSqDevFMA_vec_chunk
 	VMOVUPS     Y1, (AX)(DI*4)
 	ADDQ        $0x00000008, DI
-	JMP         avx2AccumulateSqDevFMA_by8
+	JMP         avx2AccumulateSqDevFMA_vec
 
-avx2AccumulateSqDevFMA_by8_done:
+avx2AccumulateSqDevFMA_vec_done:
 	VZEROUPPER
 	RET
 
@@ -909,47 +1245,47 @@ TEXT ·avx2AccumulateZero(SB), NOSPLIT, $0-48
 	MOVQ DX, R8
 	ANDQ $-32, R8
 
-avx2AccumulateZero_by32:
+avx2AccumulateZero_block:
 	CMPQ   DI, R8
-	JAE    avx2AccumulateZero_by32_done
+	JAE    avx2AccumulateZero_block_done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	LEAQ   (CX)(DI*4), R9
 
-avx2AccumulateZero_by32_chunk:
+avx2AccumulateZero_block_chunk:
 	VADDPS  (R9), Y0, Y0
 	VADDPS  32(R9), Y1, Y1
 	VADDPS  64(R9), Y2, Y2
 	VADDPS  96(R9), Y3, Y3
 	ADDQ    BX, R9
 	CMPQ    R9, SI
-	JB      avx2AccumulateZero_by32_chunk
+	JB      avx2AccumulateZero_block_chunk
 	VMOVUPS Y0, (AX)(DI*4)
 	VMOVUPS Y1, 32(AX)(DI*4)
 	VMOVUPS Y2, 64(AX)(DI*4)
 	VMOVUPS Y3, 96(AX)(DI*4)
 	ADDQ    $0x00000020, DI
-	JMP     avx2AccumulateZero_by32
+	JMP     avx2AccumulateZero_block
 
-avx2AccumulateZero_by32_done:
-avx2AccumulateZero_by8:
+avx2AccumulateZero_block_done:
+avx2AccumulateZero_vec:
 	CMPQ   DI, DX
-	JAE    avx2AccumulateZero_by8_done
+	JAE    avx2AccumulateZero_vec_done
 	VXORPS Y0, Y0, Y0
 	LEAQ   (CX)(DI*4), R8
 
-avx2AccumulateZero_by8_chunk:
+avx2AccumulateZero_vec_chunk:
 	VADDPS  (R8), Y0, Y0
 	ADDQ    BX, R8
 	CMPQ    R8, SI
-	JB      avx2AccumulateZero_by8_chunk
+	JB      avx2AccumulateZero_vec_chunk
 	VMOVUPS Y0, (AX)(DI*4)
 	ADDQ    $0x00000008, DI
-	JMP     avx2AccumulateZero_by8
+	JMP     avx2AccumulateZero_vec
 
-avx2AccumulateZero_by8_done:
+avx2AccumulateZero_vec_done:
 	VZEROUPPER
 	RET
 
@@ -968,16 +1304,16 @@ TEXT ·avx2AccumulateSqDevZero(SB), NOSPLIT, $0-52
 	MOVQ         DX, R8
 	ANDQ         $-32, R8
 
-avx2AccumulateSqDevZero_by32:
+avx2AccumulateSqDevZero_block:
 	CMPQ   DI, R8
-	JAE    avx2AccumulateSqDevZero_by32_done
+	JAE    avx2AccumulateSqDevZero_block_done
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	LEAQ   (CX)(DI*4), R9
 
-avx2AccumulateSqDevZero_by32_chunk:
+avx2AccumulateSqDevZero_block_chunk:
 	VMOVUPS (R9), Y5
 	VSUBPS  Y0, Y5, Y5
 	VMULPS  Y5, Y5, Y5
@@ -996,34 +1332,34 @@ avx2AccumulateSqDevZero_by32_chunk:
 	VADDPS  Y5, Y4, Y4
 	ADDQ    BX, R9
 	CMPQ    R9, SI
-	JB      avx2AccumulateSqDevZero_by32_chunk
+	JB      avx2AccumulateSqDevZero_block_chunk
 	VMOVUPS Y1, (AX)(DI*4)
 	VMOVUPS Y2, 32(AX)(DI*4)
 	VMOVUPS Y3, 64(AX)(DI*4)
 	VMOVUPS Y4, 96(AX)(DI*4)
 	ADDQ    $0x00000020, DI
-	JMP     avx2AccumulateSqDevZero_by32
+	JMP     avx2AccumulateSqDevZero_block
 
-avx2AccumulateSqDevZero_by32_done:
-avx2AccumulateSqDevZero_by8:
+avx2AccumulateSqDevZero_block_done:
+avx2AccumulateSqDevZero_vec:
 	CMPQ   DI, DX
-	JAE    avx2AccumulateSqDevZero_by8_done
+	JAE    avx2AccumulateSqDevZero_vec_done
 	VXORPS Y1, Y1, Y1
 	LEAQ   (CX)(DI*4), R8
 
-avx2AccumulateSqDevZero_by8_chunk:
+avx2AccumulateSqDevZero_vec_chunk:
 	VMOVUPS (R8), Y2
 	VSUBPS  Y0, Y2, Y2
 	VMULPS  Y2, Y2, Y2
 	VADDPS  Y2, Y1, Y1
 	ADDQ    BX, R8
 	CMPQ    R8, SI
-	JB      avx2AccumulateSqDevZero_by8_chunk
+	JB      avx2AccumulateSqDevZero_vec_chunk
 	VMOVUPS Y1, (AX)(DI*4)
 	ADDQ    $0x00000008, DI
-	JMP     avx2AccumulateSqDevZero_by8
+	JMP     avx2AccumulateSqDevZero_vec
 
-avx2AccumulateSqDevZero_by8_done:
+avx2AccumulateSqDevZero_vec_done:
 	VZEROUPPER
 	RET
 
@@ -1042,16 +1378,16 @@ TEXT ·avx2AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
 	MOVQ         DX, R8
 	ANDQ         $-32, R8
 
-avx2AccumulateSqDevFMAZero_by32:
+avx2AccumulateSqDevFMAZero_block:
 	CMPQ   DI, R8
-	JAE    avx2AccumulateSqDevFMAZero_by32_done
+	JAE    avx2AccumulateSqDevFMAZero_block_done
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	LEAQ   (CX)(DI*4), R9
 
-avx2AccumulateSqDevFMAZero_by32_chunk:
+avx2AccumulateSqDevFMAZero_block_chunk:
 	VMOVUPS     (R9), Y5
 	VSUBPS      Y0, Y5, Y5
 	VFMADD231PS Y5, Y5, Y1
@@ -1066,33 +1402,33 @@ avx2AccumulateSqDevFMAZero_by32_chunk:
 	VFMADD231PS Y5, Y5, Y4
 	ADDQ        BX, R9
 	CMPQ        R9, SI
-	JB          avx2AccumulateSqDevFMAZero_by32_chunk
+	JB          avx2AccumulateSqDevFMAZero_block_chunk
 	VMOVUPS     Y1, (AX)(DI*4)
 	VMOVUPS     Y2, 32(AX)(DI*4)
 	VMOVUPS     Y3, 64(AX)(DI*4)
 	VMOVUPS     Y4, 96(AX)(DI*4)
 	ADDQ        $0x00000020, DI
-	JMP         avx2AccumulateSqDevFMAZero_by32
+	JMP         avx2AccumulateSqDevFMAZero_block
 
-avx2AccumulateSqDevFMAZero_by32_done:
-avx2AccumulateSqDevFMAZero_by8:
+avx2AccumulateSqDevFMAZero_block_done:
+avx2AccumulateSqDevFMAZero_vec:
 	CMPQ   DI, DX
-	JAE    avx2AccumulateSqDevFMAZero_by8_done
+	JAE    avx2AccumulateSqDevFMAZero_vec_done
 	VXORPS Y1, Y1, Y1
 	LEAQ   (CX)(DI*4), R8
 
-avx2AccumulateSqDevFMAZero_by8_chunk:
+avx2AccumulateSqDevFMAZero_vec_chunk:
 	VMOVUPS     (R8), Y2
 	VSUBPS      Y0, Y2, Y2
 	VFMADD231PS Y2, Y2, Y1
 	ADDQ        BX, R8
 	CMPQ        R8, SI
-	JB          avx2AccumulateSqDevFMAZero_by8_chunk
+	JB          avx2AccumulateSqDevFMAZero_vec_chunk
 	VMOVUPS     Y1, (AX)(DI*4)
 	ADDQ        $0x00000008, DI
-	JMP         avx2AccumulateSqDevFMAZero_by8
+	JMP         avx2AccumulateSqDevFMAZero_vec
 
-avx2AccumulateSqDevFMAZero_by8_done:
+avx2AccumulateSqDevFMAZero_vec_done:
 	VZEROUPPER
 	RET
 
@@ -1112,9 +1448,9 @@ TEXT ·avx2Add2Sum(SB), NOSPLIT, $0-96
 	MOVQ SI, R10
 	ANDQ $-32, R10
 
-avx2Add2Sum_by32:
+avx2Add2Sum_block:
 	CMPQ   R9, R10
-	JAE    avx2Add2Sum_by32_done
+	JAE    avx2Add2Sum_block_done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -1122,7 +1458,7 @@ avx2Add2Sum_by32:
 	MOVQ   R9, R11
 	SHLQ   $0x02, R11
 
-avx2Add2Sum_by32_chunk:
+avx2Add2Sum_block_chunk:
 	VMOVUPS (DX)(R11*1), Y4
 	VADDPS  (BX)(R11*1), Y4, Y4
 	VMOVUPS Y4, (CX)(R11*1)
@@ -1141,35 +1477,35 @@ avx2Add2Sum_by32_chunk:
 	VADDPS  Y4, Y3, Y3
 	ADDQ    DI, R11
 	CMPQ    R11, R8
-	JB      avx2Add2Sum_by32_chunk
+	JB      avx2Add2Sum_block_chunk
 	VMOVUPS Y0, (AX)(R9*4)
 	VMOVUPS Y1, 32(AX)(R9*4)
 	VMOVUPS Y2, 64(AX)(R9*4)
 	VMOVUPS Y3, 96(AX)(R9*4)
 	ADDQ    $0x00000020, R9
-	JMP     avx2Add2Sum_by32
+	JMP     avx2Add2Sum_block
 
-avx2Add2Sum_by32_done:
-avx2Add2Sum_by8:
+avx2Add2Sum_block_done:
+avx2Add2Sum_vec:
 	CMPQ   R9, SI
-	JAE    avx2Add2Sum_by8_done
+	JAE    avx2Add2Sum_vec_done
 	VXORPS Y0, Y0, Y0
 	MOVQ   R9, R10
 	SHLQ   $0x02, R10
 
-avx2Add2Sum_by8_chunk:
+avx2Add2Sum_vec_chunk:
 	VMOVUPS (DX)(R10*1), Y1
 	VADDPS  (BX)(R10*1), Y1, Y1
 	VMOVUPS Y1, (CX)(R10*1)
 	VADDPS  Y1, Y0, Y0
 	ADDQ    DI, R10
 	CMPQ    R10, R8
-	JB      avx2Add2Sum_by8_chunk
+	JB      avx2Add2Sum_vec_chunk
 	VMOVUPS Y0, (AX)(R9*4)
 	ADDQ    $0x00000008, R9
-	JMP     avx2Add2Sum_by8
+	JMP     avx2Add2Sum_vec
 
-avx2Add2Sum_by8_done:
+avx2Add2Sum_vec_done:
 	VZEROUPPER
 	RET
 
@@ -1190,9 +1526,9 @@ TEXT ·avx2Add3Sum(SB), NOSPLIT, $0-120
 	MOVQ DI, R11
 	ANDQ $-32, R11
 
-avx2Add3Sum_by32:
+avx2Add3Sum_block:
 	CMPQ   R10, R11
-	JAE    avx2Add3Sum_by32_done
+	JAE    avx2Add3Sum_block_done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -1200,7 +1536,7 @@ avx2Add3Sum_by32:
 	MOVQ   R10, R12
 	SHLQ   $0x02, R12
 
-avx2Add3Sum_by32_chunk:
+avx2Add3Sum_block_chunk:
 	VMOVUPS (DX)(R12*1), Y4
 	VADDPS  (BX)(R12*1), Y4, Y4
 	VADDPS  (SI)(R12*1), Y4, Y4
@@ -1223,23 +1559,23 @@ avx2Add3Sum_by32_chunk:
 	VADDPS  Y4, Y3, Y3
 	ADDQ    R8, R12
 	CMPQ    R12, R9
-	JB      avx2Add3Sum_by32_chunk
+	JB      avx2Add3Sum_block_chunk
 	VMOVUPS Y0, (AX)(R10*4)
 	VMOVUPS Y1, 32(AX)(R10*4)
 	VMOVUPS Y2, 64(AX)(R10*4)
 	VMOVUPS Y3, 96(AX)(R10*4)
 	ADDQ    $0x00000020, R10
-	JMP     avx2Add3Sum_by32
+	JMP     avx2Add3Sum_block
 
-avx2Add3Sum_by32_done:
-avx2Add3Sum_by8:
+avx2Add3Sum_block_done:
+avx2Add3Sum_vec:
 	CMPQ   R10, DI
-	JAE    avx2Add3Sum_by8_done
+	JAE    avx2Add3Sum_vec_done
 	VXORPS Y0, Y0, Y0
 	MOVQ   R10, R11
 	SHLQ   $0x02, R11
 
-avx2Add3Sum_by8_chunk:
+avx2Add3Sum_vec_chunk:
 	VMOVUPS (DX)(R11*1), Y1
 	VADDPS  (BX)(R11*1), Y1, Y1
 	VADDPS  (SI)(R11*1), Y1, Y1
@@ -1247,12 +1583,12 @@ avx2Add3Sum_by8_chunk:
 	VADDPS  Y1, Y0, Y0
 	ADDQ    R8, R11
 	CMPQ    R11, R9
-	JB      avx2Add3Sum_by8_chunk
+	JB      avx2Add3Sum_vec_chunk
 	VMOVUPS Y0, (AX)(R10*4)
 	ADDQ    $0x00000008, R10
-	JMP     avx2Add3Sum_by8
+	JMP     avx2Add3Sum_vec
 
-avx2Add3Sum_by8_done:
+avx2Add3Sum_vec_done:
 	VZEROUPPER
 	RET
 
@@ -1273,9 +1609,9 @@ TEXT ·avx2Add2SumNT(SB), NOSPLIT, $0-120
 	MOVQ DI, R11
 	ANDQ $-32, R11
 
-avx2Add2SumNT_by32:
+avx2Add2SumNT_block:
 	CMPQ   R10, R11
-	JAE    avx2Add2SumNT_by32_done
+	JAE    avx2Add2SumNT_block_done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -1283,7 +1619,7 @@ avx2Add2SumNT_by32:
 	MOVQ   R10, R12
 	SHLQ   $0x02, R12
 
-avx2Add2SumNT_by32_chunk:
+avx2Add2SumNT_block_chunk:
 	VMOVUPS  (BX)(R12*1), Y4
 	VADDPS   (SI)(R12*1), Y4, Y4
 	VMOVUPS  Y4, (CX)(R12*1)
@@ -1306,23 +1642,23 @@ avx2Add2SumNT_by32_chunk:
 	VADDPS   Y4, Y3, Y3
 	ADDQ     R8, R12
 	CMPQ     R12, R9
-	JB       avx2Add2SumNT_by32_chunk
+	JB       avx2Add2SumNT_block_chunk
 	VMOVUPS  Y0, (AX)(R10*4)
 	VMOVUPS  Y1, 32(AX)(R10*4)
 	VMOVUPS  Y2, 64(AX)(R10*4)
 	VMOVUPS  Y3, 96(AX)(R10*4)
 	ADDQ     $0x00000020, R10
-	JMP      avx2Add2SumNT_by32
+	JMP      avx2Add2SumNT_block
 
-avx2Add2SumNT_by32_done:
-avx2Add2SumNT_by8:
+avx2Add2SumNT_block_done:
+avx2Add2SumNT_vec:
 	CMPQ   R10, DI
-	JAE    avx2Add2SumNT_by8_done
+	JAE    avx2Add2SumNT_vec_done
 	VXORPS Y0, Y0, Y0
 	MOVQ   R10, R11
 	SHLQ   $0x02, R11
 
-avx2Add2SumNT_by8_chunk:
+avx2Add2SumNT_vec_chunk:
 	VMOVUPS  (BX)(R11*1), Y1
 	VADDPS   (SI)(R11*1), Y1, Y1
 	VMOVUPS  Y1, (CX)(R11*1)
@@ -1330,12 +1666,12 @@ avx2Add2SumNT_by8_chunk:
 	VADDPS   Y1, Y0, Y0
 	ADDQ     R8, R11
 	CMPQ     R11, R9
-	JB       avx2Add2SumNT_by8_chunk
+	JB       avx2Add2SumNT_vec_chunk
 	VMOVUPS  Y0, (AX)(R10*4)
 	ADDQ     $0x00000008, R10
-	JMP      avx2Add2SumNT_by8
+	JMP      avx2Add2SumNT_vec
 
-avx2Add2SumNT_by8_done:
+avx2Add2SumNT_vec_done:
 	VZEROUPPER
 	RET
 
@@ -1357,9 +1693,9 @@ TEXT ·avx2Add3SumNT(SB), NOSPLIT, $0-144
 	MOVQ R8, R12
 	ANDQ $-32, R12
 
-avx2Add3SumNT_by32:
+avx2Add3SumNT_block:
 	CMPQ   R11, R12
-	JAE    avx2Add3SumNT_by32_done
+	JAE    avx2Add3SumNT_block_done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -1367,7 +1703,7 @@ avx2Add3SumNT_by32:
 	MOVQ   R11, R13
 	SHLQ   $0x02, R13
 
-avx2Add3SumNT_by32_chunk:
+avx2Add3SumNT_block_chunk:
 	VMOVUPS  (BX)(R13*1), Y4
 	VADDPS   (SI)(R13*1), Y4, Y4
 	VADDPS   (DI)(R13*1), Y4, Y4
@@ -1394,23 +1730,23 @@ avx2Add3SumNT_by32_chunk:
 	VADDPS   Y4, Y3, Y3
 	ADDQ     R9, R13
 	CMPQ     R13, R10
-	JB       avx2Add3SumNT_by32_chunk
+	JB       avx2Add3SumNT_block_chunk
 	VMOVUPS  Y0, (AX)(R11*4)
 	VMOVUPS  Y1, 32(AX)(R11*4)
 	VMOVUPS  Y2, 64(AX)(R11*4)
 	VMOVUPS  Y3, 96(AX)(R11*4)
 	ADDQ     $0x00000020, R11
-	JMP      avx2Add3SumNT_by32
+	JMP      avx2Add3SumNT_block
 
-avx2Add3SumNT_by32_done:
-avx2Add3SumNT_by8:
+avx2Add3SumNT_block_done:
+avx2Add3SumNT_vec:
 	CMPQ   R11, R8
-	JAE    avx2Add3SumNT_by8_done
+	JAE    avx2Add3SumNT_vec_done
 	VXORPS Y0, Y0, Y0
 	MOVQ   R11, R12
 	SHLQ   $0x02, R12
 
-avx2Add3SumNT_by8_chunk:
+avx2Add3SumNT_vec_chunk:
 	VMOVUPS  (BX)(R12*1), Y1
 	VADDPS   (SI)(R12*1), Y1, Y1
 	VADDPS   (DI)(R12*1), Y1, Y1
@@ -1419,12 +1755,2680 @@ avx2Add3SumNT_by8_chunk:
 	VADDPS   Y1, Y0, Y0
 	ADDQ     R9, R12
 	CMPQ     R12, R10
-	JB       avx2Add3SumNT_by8_chunk
+	JB       avx2Add3SumNT_vec_chunk
 	VMOVUPS  Y0, (AX)(R11*4)
 	ADDQ     $0x00000008, R11
-	JMP      avx2Add3SumNT_by8
+	JMP      avx2Add3SumNT_vec
 
-avx2Add3SumNT_by8_done:
+avx2Add3SumNT_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add2SumAcc(part []float32, s []float32, a []float32, b []float32)
+// Requires: AVX
+TEXT ·avx2Add2SumAcc(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ SI, DI
+	SHLQ $0x02, DI
+	MOVQ s_len+32(FP), R8
+	SHLQ $0x02, R8
+	XORQ R9, R9
+	MOVQ SI, R10
+	ANDQ $-32, R10
+
+avx2Add2SumAcc_block:
+	CMPQ    R9, R10
+	JAE     avx2Add2SumAcc_block_done
+	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS 32(AX)(R9*4), Y1
+	VMOVUPS 64(AX)(R9*4), Y2
+	VMOVUPS 96(AX)(R9*4), Y3
+	MOVQ    R9, R11
+	SHLQ    $0x02, R11
+
+avx2Add2SumAcc_block_chunk:
+	VMOVUPS (DX)(R11*1), Y4
+	VADDPS  (BX)(R11*1), Y4, Y4
+	VMOVUPS Y4, (CX)(R11*1)
+	VADDPS  Y4, Y0, Y0
+	VMOVUPS 32(DX)(R11*1), Y4
+	VADDPS  32(BX)(R11*1), Y4, Y4
+	VMOVUPS Y4, 32(CX)(R11*1)
+	VADDPS  Y4, Y1, Y1
+	VMOVUPS 64(DX)(R11*1), Y4
+	VADDPS  64(BX)(R11*1), Y4, Y4
+	VMOVUPS Y4, 64(CX)(R11*1)
+	VADDPS  Y4, Y2, Y2
+	VMOVUPS 96(DX)(R11*1), Y4
+	VADDPS  96(BX)(R11*1), Y4, Y4
+	VMOVUPS Y4, 96(CX)(R11*1)
+	VADDPS  Y4, Y3, Y3
+	ADDQ    DI, R11
+	CMPQ    R11, R8
+	JB      avx2Add2SumAcc_block_chunk
+	VMOVUPS Y0, (AX)(R9*4)
+	VMOVUPS Y1, 32(AX)(R9*4)
+	VMOVUPS Y2, 64(AX)(R9*4)
+	VMOVUPS Y3, 96(AX)(R9*4)
+	ADDQ    $0x00000020, R9
+	JMP     avx2Add2SumAcc_block
+
+avx2Add2SumAcc_block_done:
+avx2Add2SumAcc_vec:
+	CMPQ    R9, SI
+	JAE     avx2Add2SumAcc_vec_done
+	VMOVUPS (AX)(R9*4), Y0
+	MOVQ    R9, R10
+	SHLQ    $0x02, R10
+
+avx2Add2SumAcc_vec_chunk:
+	VMOVUPS (DX)(R10*1), Y1
+	VADDPS  (BX)(R10*1), Y1, Y1
+	VMOVUPS Y1, (CX)(R10*1)
+	VADDPS  Y1, Y0, Y0
+	ADDQ    DI, R10
+	CMPQ    R10, R8
+	JB      avx2Add2SumAcc_vec_chunk
+	VMOVUPS Y0, (AX)(R9*4)
+	ADDQ    $0x00000008, R9
+	JMP     avx2Add2SumAcc_vec
+
+avx2Add2SumAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32)
+// Requires: AVX
+TEXT ·avx2Add3SumAcc(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ DI, R8
+	SHLQ $0x02, R8
+	MOVQ s_len+32(FP), R9
+	SHLQ $0x02, R9
+	XORQ R10, R10
+	MOVQ DI, R11
+	ANDQ $-32, R11
+
+avx2Add3SumAcc_block:
+	CMPQ    R10, R11
+	JAE     avx2Add3SumAcc_block_done
+	VMOVUPS (AX)(R10*4), Y0
+	VMOVUPS 32(AX)(R10*4), Y1
+	VMOVUPS 64(AX)(R10*4), Y2
+	VMOVUPS 96(AX)(R10*4), Y3
+	MOVQ    R10, R12
+	SHLQ    $0x02, R12
+
+avx2Add3SumAcc_block_chunk:
+	VMOVUPS (DX)(R12*1), Y4
+	VADDPS  (BX)(R12*1), Y4, Y4
+	VADDPS  (SI)(R12*1), Y4, Y4
+	VMOVUPS Y4, (CX)(R12*1)
+	VADDPS  Y4, Y0, Y0
+	VMOVUPS 32(DX)(R12*1), Y4
+	VADDPS  32(BX)(R12*1), Y4, Y4
+	VADDPS  32(SI)(R12*1), Y4, Y4
+	VMOVUPS Y4, 32(CX)(R12*1)
+	VADDPS  Y4, Y1, Y1
+	VMOVUPS 64(DX)(R12*1), Y4
+	VADDPS  64(BX)(R12*1), Y4, Y4
+	VADDPS  64(SI)(R12*1), Y4, Y4
+	VMOVUPS Y4, 64(CX)(R12*1)
+	VADDPS  Y4, Y2, Y2
+	VMOVUPS 96(DX)(R12*1), Y4
+	VADDPS  96(BX)(R12*1), Y4, Y4
+	VADDPS  96(SI)(R12*1), Y4, Y4
+	VMOVUPS Y4, 96(CX)(R12*1)
+	VADDPS  Y4, Y3, Y3
+	ADDQ    R8, R12
+	CMPQ    R12, R9
+	JB      avx2Add3SumAcc_block_chunk
+	VMOVUPS Y0, (AX)(R10*4)
+	VMOVUPS Y1, 32(AX)(R10*4)
+	VMOVUPS Y2, 64(AX)(R10*4)
+	VMOVUPS Y3, 96(AX)(R10*4)
+	ADDQ    $0x00000020, R10
+	JMP     avx2Add3SumAcc_block
+
+avx2Add3SumAcc_block_done:
+avx2Add3SumAcc_vec:
+	CMPQ    R10, DI
+	JAE     avx2Add3SumAcc_vec_done
+	VMOVUPS (AX)(R10*4), Y0
+	MOVQ    R10, R11
+	SHLQ    $0x02, R11
+
+avx2Add3SumAcc_vec_chunk:
+	VMOVUPS (DX)(R11*1), Y1
+	VADDPS  (BX)(R11*1), Y1, Y1
+	VADDPS  (SI)(R11*1), Y1, Y1
+	VMOVUPS Y1, (CX)(R11*1)
+	VADDPS  Y1, Y0, Y0
+	ADDQ    R8, R11
+	CMPQ    R11, R9
+	JB      avx2Add3SumAcc_vec_chunk
+	VMOVUPS Y0, (AX)(R10*4)
+	ADDQ    $0x00000008, R10
+	JMP     avx2Add3SumAcc_vec
+
+avx2Add3SumAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
+// Requires: AVX, F16C
+TEXT ·avx2EmbedSumF16Seg(SB), NOSPLIT, $0-120
+	MOVQ x_base+0(FP), AX
+	MOVQ bits_base+24(FP), CX
+	MOVQ w_base+48(FP), DX
+	MOVQ p_base+72(FP), BX
+	MOVQ g_base+96(FP), SI
+	MOVQ x_len+8(FP), DI
+	XORQ R8, R8
+	MOVQ DI, R9
+	ANDQ $-16, R9
+	CMPQ R8, R9
+	JAE  avx2EmbedSumF16Seg_single
+
+avx2EmbedSumF16Seg_unrolled:
+	VCVTPH2PS (DX)(R8*2), Y0
+	VCVTPH2PS (SI)(R8*2), Y1
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VCVTPH2PS X0, Y0
+	VCVTPH2PS (BX)(R8*2), Y1
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, (CX)(R8*2)
+	VCVTPH2PS X0, Y0
+	VMOVUPS   Y0, (AX)(R8*4)
+	VCVTPH2PS 16(DX)(R8*2), Y0
+	VCVTPH2PS 16(SI)(R8*2), Y1
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VCVTPH2PS X0, Y0
+	VCVTPH2PS 16(BX)(R8*2), Y1
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, 16(CX)(R8*2)
+	VCVTPH2PS X0, Y0
+	VMOVUPS   Y0, 32(AX)(R8*4)
+	ADDQ      $0x00000010, R8
+	CMPQ      R8, R9
+	JB        avx2EmbedSumF16Seg_unrolled
+
+avx2EmbedSumF16Seg_single:
+	MOVQ DI, R9
+	ANDQ $-8, R9
+	CMPQ R8, R9
+	JAE  avx2EmbedSumF16Seg_done
+
+avx2EmbedSumF16Seg_loop:
+	VCVTPH2PS (DX)(R8*2), Y0
+	VCVTPH2PS (SI)(R8*2), Y1
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VCVTPH2PS X0, Y0
+	VCVTPH2PS (BX)(R8*2), Y1
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, (CX)(R8*2)
+	VCVTPH2PS X0, Y0
+	VMOVUPS   Y0, (AX)(R8*4)
+	ADDQ      $0x00000008, R8
+	CMPQ      R8, R9
+	JB        avx2EmbedSumF16Seg_loop
+
+avx2EmbedSumF16Seg_done:
+	VZEROUPPER
+	RET
+
+// func avx2EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
+// Requires: AVX, F16C
+TEXT ·avx2EmbedSumF16(SB), NOSPLIT, $0-96
+	MOVQ x_base+0(FP), AX
+	MOVQ bits_base+24(FP), CX
+	MOVQ w_base+48(FP), DX
+	MOVQ p_base+72(FP), BX
+	MOVQ x_len+8(FP), SI
+	XORQ DI, DI
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx2EmbedSumF16_single
+
+avx2EmbedSumF16_unrolled:
+	VCVTPH2PS (DX)(DI*2), Y0
+	VCVTPH2PS (BX)(DI*2), Y1
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, (CX)(DI*2)
+	VCVTPH2PS X0, Y0
+	VMOVUPS   Y0, (AX)(DI*4)
+	VCVTPH2PS 16(DX)(DI*2), Y0
+	VCVTPH2PS 16(BX)(DI*2), Y1
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, 16(CX)(DI*2)
+	VCVTPH2PS X0, Y0
+	VMOVUPS   Y0, 32(AX)(DI*4)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx2EmbedSumF16_unrolled
+
+avx2EmbedSumF16_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2EmbedSumF16_done
+
+avx2EmbedSumF16_loop:
+	VCVTPH2PS (DX)(DI*2), Y0
+	VCVTPH2PS (BX)(DI*2), Y1
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, (CX)(DI*2)
+	VCVTPH2PS X0, Y0
+	VMOVUPS   Y0, (AX)(DI*4)
+	ADDQ      $0x00000008, DI
+	CMPQ      DI, R8
+	JB        avx2EmbedSumF16_loop
+
+avx2EmbedSumF16_done:
+	VZEROUPPER
+	RET
+
+// func avx2CopyNT(dst []float32, src []float32)
+// Requires: AVX
+TEXT ·avx2CopyNT(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+	XORQ BX, BX
+	MOVQ DX, SI
+	ANDQ $-32, SI
+	CMPQ BX, SI
+	JAE  avx2CopyNT_single
+
+avx2CopyNT_unrolled:
+	VMOVUPS  (CX)(BX*4), Y0
+	VMOVNTPS Y0, (AX)(BX*4)
+	VMOVUPS  32(CX)(BX*4), Y0
+	VMOVNTPS Y0, 32(AX)(BX*4)
+	VMOVUPS  64(CX)(BX*4), Y0
+	VMOVNTPS Y0, 64(AX)(BX*4)
+	VMOVUPS  96(CX)(BX*4), Y0
+	VMOVNTPS Y0, 96(AX)(BX*4)
+	ADDQ     $0x00000020, BX
+	CMPQ     BX, SI
+	JB       avx2CopyNT_unrolled
+
+avx2CopyNT_single:
+	MOVQ DX, SI
+	ANDQ $-8, SI
+	CMPQ BX, SI
+	JAE  avx2CopyNT_done
+
+avx2CopyNT_loop:
+	VMOVUPS  (CX)(BX*4), Y0
+	VMOVNTPS Y0, (AX)(BX*4)
+	ADDQ     $0x00000008, BX
+	CMPQ     BX, SI
+	JB       avx2CopyNT_loop
+
+avx2CopyNT_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add2(s []float32, a []float32, b []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add2(SB), NOSPLIT, $0-72
+	MOVQ s_base+0(FP), AX
+	MOVQ a_base+24(FP), CX
+	MOVQ b_base+48(FP), DX
+	MOVQ s_len+8(FP), BX
+	XORQ SI, SI
+	MOVQ BX, DI
+	ANDQ $-64, DI
+	CMPQ SI, DI
+	JAE  avx512Add2_single
+
+avx512Add2_unrolled:
+	VMOVUPS (CX)(SI*4), Z0
+	VADDPS  (DX)(SI*4), Z0, Z0
+	VMOVUPS Z0, (AX)(SI*4)
+	VMOVUPS 64(CX)(SI*4), Z0
+	VADDPS  64(DX)(SI*4), Z0, Z0
+	VMOVUPS Z0, 64(AX)(SI*4)
+	VMOVUPS 128(CX)(SI*4), Z0
+	VADDPS  128(DX)(SI*4), Z0, Z0
+	VMOVUPS Z0, 128(AX)(SI*4)
+	VMOVUPS 192(CX)(SI*4), Z0
+	VADDPS  192(DX)(SI*4), Z0, Z0
+	VMOVUPS Z0, 192(AX)(SI*4)
+	ADDQ    $0x00000040, SI
+	CMPQ    SI, DI
+	JB      avx512Add2_unrolled
+
+avx512Add2_single:
+	MOVQ BX, DI
+	ANDQ $-16, DI
+	CMPQ SI, DI
+	JAE  avx512Add2_done
+
+avx512Add2_loop:
+	VMOVUPS (CX)(SI*4), Z0
+	VADDPS  (DX)(SI*4), Z0, Z0
+	VMOVUPS Z0, (AX)(SI*4)
+	ADDQ    $0x00000010, SI
+	CMPQ    SI, DI
+	JB      avx512Add2_loop
+
+avx512Add2_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add3(s []float32, a []float32, b []float32, d []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add3(SB), NOSPLIT, $0-96
+	MOVQ s_base+0(FP), AX
+	MOVQ a_base+24(FP), CX
+	MOVQ b_base+48(FP), DX
+	MOVQ d_base+72(FP), BX
+	MOVQ s_len+8(FP), SI
+	XORQ DI, DI
+	MOVQ SI, R8
+	ANDQ $-64, R8
+	CMPQ DI, R8
+	JAE  avx512Add3_single
+
+avx512Add3_unrolled:
+	VMOVUPS (CX)(DI*4), Z0
+	VADDPS  (DX)(DI*4), Z0, Z0
+	VADDPS  (BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, (AX)(DI*4)
+	VMOVUPS 64(CX)(DI*4), Z0
+	VADDPS  64(DX)(DI*4), Z0, Z0
+	VADDPS  64(BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, 64(AX)(DI*4)
+	VMOVUPS 128(CX)(DI*4), Z0
+	VADDPS  128(DX)(DI*4), Z0, Z0
+	VADDPS  128(BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, 128(AX)(DI*4)
+	VMOVUPS 192(CX)(DI*4), Z0
+	VADDPS  192(DX)(DI*4), Z0, Z0
+	VADDPS  192(BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, 192(AX)(DI*4)
+	ADDQ    $0x00000040, DI
+	CMPQ    DI, R8
+	JB      avx512Add3_unrolled
+
+avx512Add3_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512Add3_done
+
+avx512Add3_loop:
+	VMOVUPS (CX)(DI*4), Z0
+	VADDPS  (DX)(DI*4), Z0, Z0
+	VADDPS  (BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, (AX)(DI*4)
+	ADDQ    $0x00000010, DI
+	CMPQ    DI, R8
+	JB      avx512Add3_loop
+
+avx512Add3_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add3NT(s []float32, x []float32, a []float32, b []float32, d []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add3NT(SB), NOSPLIT, $0-120
+	MOVQ s_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ s_len+8(FP), DI
+	XORQ R8, R8
+	MOVQ DI, R9
+	ANDQ $-64, R9
+	CMPQ R8, R9
+	JAE  avx512Add3NT_single
+
+avx512Add3NT_unrolled:
+	VMOVUPS  (DX)(R8*4), Z0
+	VADDPS   (BX)(R8*4), Z0, Z0
+	VADDPS   (SI)(R8*4), Z0, Z0
+	VMOVUPS  Z0, (AX)(R8*4)
+	VMOVNTPS Z0, (CX)(R8*4)
+	VMOVUPS  64(DX)(R8*4), Z0
+	VADDPS   64(BX)(R8*4), Z0, Z0
+	VADDPS   64(SI)(R8*4), Z0, Z0
+	VMOVUPS  Z0, 64(AX)(R8*4)
+	VMOVNTPS Z0, 64(CX)(R8*4)
+	VMOVUPS  128(DX)(R8*4), Z0
+	VADDPS   128(BX)(R8*4), Z0, Z0
+	VADDPS   128(SI)(R8*4), Z0, Z0
+	VMOVUPS  Z0, 128(AX)(R8*4)
+	VMOVNTPS Z0, 128(CX)(R8*4)
+	VMOVUPS  192(DX)(R8*4), Z0
+	VADDPS   192(BX)(R8*4), Z0, Z0
+	VADDPS   192(SI)(R8*4), Z0, Z0
+	VMOVUPS  Z0, 192(AX)(R8*4)
+	VMOVNTPS Z0, 192(CX)(R8*4)
+	ADDQ     $0x00000040, R8
+	CMPQ     R8, R9
+	JB       avx512Add3NT_unrolled
+
+avx512Add3NT_single:
+	MOVQ DI, R9
+	ANDQ $-16, R9
+	CMPQ R8, R9
+	JAE  avx512Add3NT_done
+
+avx512Add3NT_loop:
+	VMOVUPS  (DX)(R8*4), Z0
+	VADDPS   (BX)(R8*4), Z0, Z0
+	VADDPS   (SI)(R8*4), Z0, Z0
+	VMOVUPS  Z0, (AX)(R8*4)
+	VMOVNTPS Z0, (CX)(R8*4)
+	ADDQ     $0x00000010, R8
+	CMPQ     R8, R9
+	JB       avx512Add3NT_loop
+
+avx512Add3NT_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddTo(s []float32, b []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddTo(SB), NOSPLIT, $0-48
+	MOVQ s_base+0(FP), AX
+	MOVQ b_base+24(FP), CX
+	MOVQ s_len+8(FP), DX
+	XORQ BX, BX
+	MOVQ DX, SI
+	ANDQ $-64, SI
+	CMPQ BX, SI
+	JAE  avx512AddTo_single
+
+avx512AddTo_unrolled:
+	VMOVUPS (AX)(BX*4), Z0
+	VADDPS  (CX)(BX*4), Z0, Z0
+	VMOVUPS Z0, (AX)(BX*4)
+	VMOVUPS 64(AX)(BX*4), Z0
+	VADDPS  64(CX)(BX*4), Z0, Z0
+	VMOVUPS Z0, 64(AX)(BX*4)
+	VMOVUPS 128(AX)(BX*4), Z0
+	VADDPS  128(CX)(BX*4), Z0, Z0
+	VMOVUPS Z0, 128(AX)(BX*4)
+	VMOVUPS 192(AX)(BX*4), Z0
+	VADDPS  192(CX)(BX*4), Z0, Z0
+	VMOVUPS Z0, 192(AX)(BX*4)
+	ADDQ    $0x00000040, BX
+	CMPQ    BX, SI
+	JB      avx512AddTo_unrolled
+
+avx512AddTo_single:
+	MOVQ DX, SI
+	ANDQ $-16, SI
+	CMPQ BX, SI
+	JAE  avx512AddTo_done
+
+avx512AddTo_loop:
+	VMOVUPS (AX)(BX*4), Z0
+	VADDPS  (CX)(BX*4), Z0, Z0
+	VMOVUPS Z0, (AX)(BX*4)
+	ADDQ    $0x00000010, BX
+	CMPQ    BX, SI
+	JB      avx512AddTo_loop
+
+avx512AddTo_done:
+	VZEROUPPER
+	RET
+
+// func avx512Affine(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Affine(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512Affine_single
+
+avx512Affine_unrolled:
+	VMOVUPS (CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  (DX)(DI*4), Z2, Z2
+	VADDPS  (BX)(DI*4), Z2, Z2
+	VMOVUPS Z2, (AX)(DI*4)
+	VMOVUPS 64(CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  64(DX)(DI*4), Z2, Z2
+	VADDPS  64(BX)(DI*4), Z2, Z2
+	VMOVUPS Z2, 64(AX)(DI*4)
+	VMOVUPS 128(CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  128(DX)(DI*4), Z2, Z2
+	VADDPS  128(BX)(DI*4), Z2, Z2
+	VMOVUPS Z2, 128(AX)(DI*4)
+	VMOVUPS 192(CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  192(DX)(DI*4), Z2, Z2
+	VADDPS  192(BX)(DI*4), Z2, Z2
+	VMOVUPS Z2, 192(AX)(DI*4)
+	ADDQ    $0x00000040, DI
+	CMPQ    DI, R8
+	JB      avx512Affine_unrolled
+
+avx512Affine_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512Affine_done
+
+avx512Affine_loop:
+	VMOVUPS (CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  (DX)(DI*4), Z2, Z2
+	VADDPS  (BX)(DI*4), Z2, Z2
+	VMOVUPS Z2, (AX)(DI*4)
+	ADDQ    $0x00000010, DI
+	CMPQ    DI, R8
+	JB      avx512Affine_loop
+
+avx512Affine_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineFMA(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineFMA_single
+
+avx512AffineFMA_unrolled:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VMOVUPS     Z2, (AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     64(DX)(DI*4), Z3
+	VFMADD213PS 64(BX)(DI*4), Z3, Z2
+	VMOVUPS     Z2, 64(AX)(DI*4)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     128(DX)(DI*4), Z3
+	VFMADD213PS 128(BX)(DI*4), Z3, Z2
+	VMOVUPS     Z2, 128(AX)(DI*4)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     192(DX)(DI*4), Z3
+	VFMADD213PS 192(BX)(DI*4), Z3, Z2
+	VMOVUPS     Z2, 192(AX)(DI*4)
+	ADDQ        $0x00000040, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMA_unrolled
+
+avx512AffineFMA_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineFMA_done
+
+avx512AffineFMA_loop:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VMOVUPS     Z2, (AX)(DI*4)
+	ADDQ        $0x00000010, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMA_loop
+
+avx512AffineFMA_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineNT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineNT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineNT_single
+
+avx512AffineNT_unrolled:
+	VMOVUPS  (CX)(DI*4), Z2
+	VSUBPS   Z0, Z2, Z2
+	VMULPS   Z1, Z2, Z2
+	VMULPS   (DX)(DI*4), Z2, Z2
+	VADDPS   (BX)(DI*4), Z2, Z2
+	VMOVNTPS Z2, (AX)(DI*4)
+	VMOVUPS  64(CX)(DI*4), Z2
+	VSUBPS   Z0, Z2, Z2
+	VMULPS   Z1, Z2, Z2
+	VMULPS   64(DX)(DI*4), Z2, Z2
+	VADDPS   64(BX)(DI*4), Z2, Z2
+	VMOVNTPS Z2, 64(AX)(DI*4)
+	VMOVUPS  128(CX)(DI*4), Z2
+	VSUBPS   Z0, Z2, Z2
+	VMULPS   Z1, Z2, Z2
+	VMULPS   128(DX)(DI*4), Z2, Z2
+	VADDPS   128(BX)(DI*4), Z2, Z2
+	VMOVNTPS Z2, 128(AX)(DI*4)
+	VMOVUPS  192(CX)(DI*4), Z2
+	VSUBPS   Z0, Z2, Z2
+	VMULPS   Z1, Z2, Z2
+	VMULPS   192(DX)(DI*4), Z2, Z2
+	VADDPS   192(BX)(DI*4), Z2, Z2
+	VMOVNTPS Z2, 192(AX)(DI*4)
+	ADDQ     $0x00000040, DI
+	CMPQ     DI, R8
+	JB       avx512AffineNT_unrolled
+
+avx512AffineNT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineNT_done
+
+avx512AffineNT_loop:
+	VMOVUPS  (CX)(DI*4), Z2
+	VSUBPS   Z0, Z2, Z2
+	VMULPS   Z1, Z2, Z2
+	VMULPS   (DX)(DI*4), Z2, Z2
+	VADDPS   (BX)(DI*4), Z2, Z2
+	VMOVNTPS Z2, (AX)(DI*4)
+	ADDQ     $0x00000010, DI
+	CMPQ     DI, R8
+	JB       avx512AffineNT_loop
+
+avx512AffineNT_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineFMANT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineFMANT_single
+
+avx512AffineFMANT_unrolled:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VMOVNTPS    Z2, (AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     64(DX)(DI*4), Z3
+	VFMADD213PS 64(BX)(DI*4), Z3, Z2
+	VMOVNTPS    Z2, 64(AX)(DI*4)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     128(DX)(DI*4), Z3
+	VFMADD213PS 128(BX)(DI*4), Z3, Z2
+	VMOVNTPS    Z2, 128(AX)(DI*4)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     192(DX)(DI*4), Z3
+	VFMADD213PS 192(BX)(DI*4), Z3, Z2
+	VMOVNTPS    Z2, 192(AX)(DI*4)
+	ADDQ        $0x00000040, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMANT_unrolled
+
+avx512AffineFMANT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineFMANT_done
+
+avx512AffineFMANT_loop:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VMOVNTPS    Z2, (AX)(DI*4)
+	ADDQ        $0x00000010, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMANT_loop
+
+avx512AffineFMANT_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineF16(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineF16_single
+
+avx512AffineF16_unrolled:
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    (DX)(DI*4), Z2, Z2
+	VADDPS    (BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    64(DX)(DI*4), Z2, Z2
+	VADDPS    64(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    128(DX)(DI*4), Z2, Z2
+	VADDPS    128(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    192(DX)(DI*4), Z2, Z2
+	VADDPS    192(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, 96(AX)(DI*2)
+	ADDQ      $0x00000040, DI
+	CMPQ      DI, R8
+	JB        avx512AffineF16_unrolled
+
+avx512AffineF16_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineF16_done
+
+avx512AffineF16_loop:
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    (DX)(DI*4), Z2, Z2
+	VADDPS    (BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, (AX)(DI*2)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx512AffineF16_loop
+
+avx512AffineF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineFMAF16(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineFMAF16_single
+
+avx512AffineFMAF16_unrolled:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     64(DX)(DI*4), Z3
+	VFMADD213PS 64(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     128(DX)(DI*4), Z3
+	VFMADD213PS 128(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     192(DX)(DI*4), Z3
+	VFMADD213PS 192(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, 96(AX)(DI*2)
+	ADDQ        $0x00000040, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMAF16_unrolled
+
+avx512AffineFMAF16_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineFMAF16_done
+
+avx512AffineFMAF16_loop:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, (AX)(DI*2)
+	ADDQ        $0x00000010, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMAF16_loop
+
+avx512AffineFMAF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineBF16(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Z4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Z5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Z6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineBF16_single
+
+avx512AffineBF16_unrolled:
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    (DX)(DI*4), Z7, Z7
+	VADDPS    (BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    64(DX)(DI*4), Z7, Z7
+	VADDPS    64(BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, 32(AX)(DI*2)
+	ADDQ      $0x00000020, DI
+	CMPQ      DI, R8
+	JB        avx512AffineBF16_unrolled
+
+avx512AffineBF16_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineBF16_done
+
+avx512AffineBF16_loop:
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    (DX)(DI*4), Z7, Z7
+	VADDPS    (BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, (AX)(DI*2)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx512AffineBF16_loop
+
+avx512AffineBF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineFMABF16(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Z4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Z5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Z6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineFMABF16_single
+
+avx512AffineFMABF16_unrolled:
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     (DX)(DI*4), Z8
+	VFMADD213PS (BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     64(DX)(DI*4), Z8
+	VFMADD213PS 64(BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, 32(AX)(DI*2)
+	ADDQ        $0x00000020, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMABF16_unrolled
+
+avx512AffineFMABF16_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineFMABF16_done
+
+avx512AffineFMABF16_loop:
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     (DX)(DI*4), Z8
+	VFMADD213PS (BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, (AX)(DI*2)
+	ADDQ        $0x00000010, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMABF16_loop
+
+avx512AffineFMABF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512WidenF16(dst []float32, src []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512WidenF16(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+	XORQ BX, BX
+	MOVQ DX, SI
+	ANDQ $-64, SI
+	CMPQ BX, SI
+	JAE  avx512WidenF16_single
+
+avx512WidenF16_unrolled:
+	VCVTPH2PS (CX)(BX*2), Z0
+	VMOVUPS   Z0, (AX)(BX*4)
+	VCVTPH2PS 32(CX)(BX*2), Z0
+	VMOVUPS   Z0, 64(AX)(BX*4)
+	VCVTPH2PS 64(CX)(BX*2), Z0
+	VMOVUPS   Z0, 128(AX)(BX*4)
+	VCVTPH2PS 96(CX)(BX*2), Z0
+	VMOVUPS   Z0, 192(AX)(BX*4)
+	ADDQ      $0x00000040, BX
+	CMPQ      BX, SI
+	JB        avx512WidenF16_unrolled
+
+avx512WidenF16_single:
+	MOVQ DX, SI
+	ANDQ $-16, SI
+	CMPQ BX, SI
+	JAE  avx512WidenF16_done
+
+avx512WidenF16_loop:
+	VCVTPH2PS (CX)(BX*2), Z0
+	VMOVUPS   Z0, (AX)(BX*4)
+	ADDQ      $0x00000010, BX
+	CMPQ      BX, SI
+	JB        avx512WidenF16_loop
+
+avx512WidenF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512WidenBF16(dst []float32, src []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512WidenBF16(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+	XORQ BX, BX
+	MOVQ DX, SI
+	ANDQ $-64, SI
+	CMPQ BX, SI
+	JAE  avx512WidenBF16_single
+
+avx512WidenBF16_unrolled:
+	VPMOVZXWD (CX)(BX*2), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, (AX)(BX*4)
+	VPMOVZXWD 32(CX)(BX*2), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, 64(AX)(BX*4)
+	VPMOVZXWD 64(CX)(BX*2), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, 128(AX)(BX*4)
+	VPMOVZXWD 96(CX)(BX*2), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, 192(AX)(BX*4)
+	ADDQ      $0x00000040, BX
+	CMPQ      BX, SI
+	JB        avx512WidenBF16_unrolled
+
+avx512WidenBF16_single:
+	MOVQ DX, SI
+	ANDQ $-16, SI
+	CMPQ BX, SI
+	JAE  avx512WidenBF16_done
+
+avx512WidenBF16_loop:
+	VPMOVZXWD (CX)(BX*2), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, (AX)(BX*4)
+	ADDQ      $0x00000010, BX
+	CMPQ      BX, SI
+	JB        avx512WidenBF16_loop
+
+avx512WidenBF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512NarrowF16(dst []uint16, src []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512NarrowF16(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+	XORQ BX, BX
+	MOVQ DX, SI
+	ANDQ $-64, SI
+	CMPQ BX, SI
+	JAE  avx512NarrowF16_single
+
+avx512NarrowF16_unrolled:
+	VMOVUPS   (CX)(BX*4), Z0
+	VCVTPS2PH $0x00, Z0, (AX)(BX*2)
+	VMOVUPS   64(CX)(BX*4), Z0
+	VCVTPS2PH $0x00, Z0, 32(AX)(BX*2)
+	VMOVUPS   128(CX)(BX*4), Z0
+	VCVTPS2PH $0x00, Z0, 64(AX)(BX*2)
+	VMOVUPS   192(CX)(BX*4), Z0
+	VCVTPS2PH $0x00, Z0, 96(AX)(BX*2)
+	ADDQ      $0x00000040, BX
+	CMPQ      BX, SI
+	JB        avx512NarrowF16_unrolled
+
+avx512NarrowF16_single:
+	MOVQ DX, SI
+	ANDQ $-16, SI
+	CMPQ BX, SI
+	JAE  avx512NarrowF16_done
+
+avx512NarrowF16_loop:
+	VMOVUPS   (CX)(BX*4), Z0
+	VCVTPS2PH $0x00, Z0, (AX)(BX*2)
+	ADDQ      $0x00000010, BX
+	CMPQ      BX, SI
+	JB        avx512NarrowF16_loop
+
+avx512NarrowF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512NarrowBF16(dst []uint16, src []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512NarrowBF16(SB), NOSPLIT, $0-48
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVL         $0x00000001, DX
+	VMOVD        DX, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, DX
+	VMOVD        DX, X1
+	VPBROADCASTD X1, Z1
+	MOVL         $0x7fffffff, DX
+	VMOVD        DX, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x7f800000, DX
+	VMOVD        DX, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x00000040, DX
+	VMOVD        DX, X4
+	VPBROADCASTD X4, Z4
+	MOVQ         dst_len+8(FP), DX
+	XORQ         BX, BX
+	MOVQ         DX, SI
+	ANDQ         $-32, SI
+	CMPQ         BX, SI
+	JAE          avx512NarrowBF16_single
+
+avx512NarrowBF16_unrolled:
+	VMOVUPS   (CX)(BX*4), Z5
+	VPSRLD    $0x10, Z5, Z6
+	VPANDD    Z0, Z6, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z5, Z7, Z7
+	VPSRLD    $0x10, Z7, Z7
+	VPANDD    Z2, Z5, Z5
+	VPCMPGTD  Z3, Z5, K1
+	VPORD     Z4, Z6, Z6
+	VPBLENDMD Z6, Z7, K1, Z7
+	VPMOVDW   Z7, (AX)(BX*2)
+	VMOVUPS   64(CX)(BX*4), Z5
+	VPSRLD    $0x10, Z5, Z6
+	VPANDD    Z0, Z6, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z5, Z7, Z7
+	VPSRLD    $0x10, Z7, Z7
+	VPANDD    Z2, Z5, Z5
+	VPCMPGTD  Z3, Z5, K1
+	VPORD     Z4, Z6, Z6
+	VPBLENDMD Z6, Z7, K1, Z7
+	VPMOVDW   Z7, 32(AX)(BX*2)
+	ADDQ      $0x00000020, BX
+	CMPQ      BX, SI
+	JB        avx512NarrowBF16_unrolled
+
+avx512NarrowBF16_single:
+	MOVQ DX, SI
+	ANDQ $-16, SI
+	CMPQ BX, SI
+	JAE  avx512NarrowBF16_done
+
+avx512NarrowBF16_loop:
+	VMOVUPS   (CX)(BX*4), Z5
+	VPSRLD    $0x10, Z5, Z6
+	VPANDD    Z0, Z6, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z5, Z7, Z7
+	VPSRLD    $0x10, Z7, Z7
+	VPANDD    Z2, Z5, Z5
+	VPCMPGTD  Z3, Z5, K1
+	VPORD     Z4, Z6, Z6
+	VPBLENDMD Z6, Z7, K1, Z7
+	VPMOVDW   Z7, (AX)(BX*2)
+	ADDQ      $0x00000010, BX
+	CMPQ      BX, SI
+	JB        avx512NarrowBF16_loop
+
+avx512NarrowBF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512Accumulate(part []float32, x []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Accumulate(SB), NOSPLIT, $0-48
+	MOVQ part_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ part_len+8(FP), DX
+	MOVQ DX, BX
+	SHLQ $0x02, BX
+	MOVQ x_len+32(FP), SI
+	LEAQ (CX)(SI*4), SI
+	XORQ DI, DI
+	MOVQ DX, R8
+	ANDQ $-128, R8
+
+avx512Accumulate_block:
+	CMPQ    DI, R8
+	JAE     avx512Accumulate_block_done
+	VMOVUPS (AX)(DI*4), Z0
+	VMOVUPS 64(AX)(DI*4), Z1
+	VMOVUPS 128(AX)(DI*4), Z2
+	VMOVUPS 192(AX)(DI*4), Z3
+	VMOVUPS 256(AX)(DI*4), Z4
+	VMOVUPS 320(AX)(DI*4), Z5
+	VMOVUPS 384(AX)(DI*4), Z6
+	VMOVUPS 448(AX)(DI*4), Z7
+	LEAQ    (CX)(DI*4), R9
+
+avx512Accumulate_block_chunk:
+	VADDPS  (R9), Z0, Z0
+	VADDPS  64(R9), Z1, Z1
+	VADDPS  128(R9), Z2, Z2
+	VADDPS  192(R9), Z3, Z3
+	VADDPS  256(R9), Z4, Z4
+	VADDPS  320(R9), Z5, Z5
+	VADDPS  384(R9), Z6, Z6
+	VADDPS  448(R9), Z7, Z7
+	ADDQ    BX, R9
+	CMPQ    R9, SI
+	JB      avx512Accumulate_block_chunk
+	VMOVUPS Z0, (AX)(DI*4)
+	VMOVUPS Z1, 64(AX)(DI*4)
+	VMOVUPS Z2, 128(AX)(DI*4)
+	VMOVUPS Z3, 192(AX)(DI*4)
+	VMOVUPS Z4, 256(AX)(DI*4)
+	VMOVUPS Z5, 320(AX)(DI*4)
+	VMOVUPS Z6, 384(AX)(DI*4)
+	VMOVUPS Z7, 448(AX)(DI*4)
+	ADDQ    $0x00000080, DI
+	JMP     avx512Accumulate_block
+
+avx512Accumulate_block_done:
+avx512Accumulate_vec:
+	CMPQ    DI, DX
+	JAE     avx512Accumulate_vec_done
+	VMOVUPS (AX)(DI*4), Z0
+	LEAQ    (CX)(DI*4), R8
+
+avx512Accumulate_vec_chunk:
+	VADDPS  (R8), Z0, Z0
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx512Accumulate_vec_chunk
+	VMOVUPS Z0, (AX)(DI*4)
+	ADDQ    $0x00000010, DI
+	JMP     avx512Accumulate_vec
+
+avx512Accumulate_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateSqDev(part []float32, x []float32, mean float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateSqDev(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS mean+48(FP), Z0
+	MOVQ         DX, BX
+	SHLQ         $0x02, BX
+	MOVQ         x_len+32(FP), SI
+	LEAQ         (CX)(SI*4), SI
+	XORQ         DI, DI
+	MOVQ         DX, R8
+	ANDQ         $-128, R8
+
+avx512AccumulateSqDev_block:
+	CMPQ    DI, R8
+	JAE     avx512AccumulateSqDev_block_done
+	VMOVUPS (AX)(DI*4), Z1
+	VMOVUPS 64(AX)(DI*4), Z2
+	VMOVUPS 128(AX)(DI*4), Z3
+	VMOVUPS 192(AX)(DI*4), Z4
+	VMOVUPS 256(AX)(DI*4), Z5
+	VMOVUPS 320(AX)(DI*4), Z6
+	VMOVUPS 384(AX)(DI*4), Z7
+	VMOVUPS 448(AX)(DI*4), Z8
+	LEAQ    (CX)(DI*4), R9
+
+avx512AccumulateSqDev_block_chunk:
+	VMOVUPS (R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z8, Z8
+	ADDQ    BX, R9
+	CMPQ    R9, SI
+	JB      avx512AccumulateSqDev_block_chunk
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS Z2, 64(AX)(DI*4)
+	VMOVUPS Z3, 128(AX)(DI*4)
+	VMOVUPS Z4, 192(AX)(DI*4)
+	VMOVUPS Z5, 256(AX)(DI*4)
+	VMOVUPS Z6, 320(AX)(DI*4)
+	VMOVUPS Z7, 384(AX)(DI*4)
+	VMOVUPS Z8, 448(AX)(DI*4)
+	ADDQ    $0x00000080, DI
+	JMP     avx512AccumulateSqDev_block
+
+avx512AccumulateSqDev_block_done:
+avx512AccumulateSqDev_vec:
+	CMPQ    DI, DX
+	JAE     avx512AccumulateSqDev_vec_done
+	VMOVUPS (AX)(DI*4), Z1
+	LEAQ    (CX)(DI*4), R8
+
+avx512AccumulateSqDev_vec_chunk:
+	VMOVUPS (R8), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z2, Z2, Z2
+	VADDPS  Z2, Z1, Z1
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx512AccumulateSqDev_vec_chunk
+	VMOVUPS Z1, (AX)(DI*4)
+	ADDQ    $0x00000010, DI
+	JMP     avx512AccumulateSqDev_vec
+
+avx512AccumulateSqDev_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateSqDevFMA(part []float32, x []float32, mean float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateSqDevFMA(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS mean+48(FP), Z0
+	MOVQ         DX, BX
+	SHLQ         $0x02, BX
+	MOVQ         x_len+32(FP), SI
+	LEAQ         (CX)(SI*4), SI
+	XORQ         DI, DI
+	MOVQ         DX, R8
+	ANDQ         $-128, R8
+
+avx512AccumulateSqDevFMA_block:
+	CMPQ    DI, R8
+	JAE     avx512AccumulateSqDevFMA_block_done
+	VMOVUPS (AX)(DI*4), Z1
+	VMOVUPS 64(AX)(DI*4), Z2
+	VMOVUPS 128(AX)(DI*4), Z3
+	VMOVUPS 192(AX)(DI*4), Z4
+	VMOVUPS 256(AX)(DI*4), Z5
+	VMOVUPS 320(AX)(DI*4), Z6
+	VMOVUPS 384(AX)(DI*4), Z7
+	VMOVUPS 448(AX)(DI*4), Z8
+	LEAQ    (CX)(DI*4), R9
+
+avx512AccumulateSqDevFMA_block_chunk:
+	VMOVUPS     (R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z1
+	VMOVUPS     64(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z2
+	VMOVUPS     128(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z3
+	VMOVUPS     192(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z4
+	VMOVUPS     256(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z5
+	VMOVUPS     320(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z6
+	VMOVUPS     384(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z7
+	VMOVUPS     448(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z8
+	ADDQ        BX, R9
+	CMPQ        R9, SI
+	JB          avx512AccumulateSqDevFMA_block_chunk
+	VMOVUPS     Z1, (AX)(DI*4)
+	VMOVUPS     Z2, 64(AX)(DI*4)
+	VMOVUPS     Z3, 128(AX)(DI*4)
+	VMOVUPS     Z4, 192(AX)(DI*4)
+	VMOVUPS     Z5, 256(AX)(DI*4)
+	VMOVUPS     Z6, 320(AX)(DI*4)
+	VMOVUPS     Z7, 384(AX)(DI*4)
+	VMOVUPS     Z8, 448(AX)(DI*4)
+	ADDQ        $0x00000080, DI
+	JMP         avx512AccumulateSqDevFMA_block
+
+avx512AccumulateSqDevFMA_block_done:
+avx512AccumulateSqDevFMA_vec:
+	CMPQ    DI, DX
+	JAE     avx512AccumulateSqDevFMA_vec_done
+	VMOVUPS (AX)(DI*4), Z1
+	LEAQ    (CX)(DI*4), R8
+
+avx512AccumulateSqDevFMA_vec_chunk:
+	VMOVUPS     (R8), Z2
+	VSUBPS      Z0, Z2, Z2
+	VFMADD231PS Z2, Z2, Z1
+	ADDQ        BX, R8
+	CMPQ        R8, SI
+	JB          avx512AccumulateSqDevFMA_vec_chunk
+	VMOVUPS     Z1, (AX)(DI*4)
+	ADDQ        $0x00000010, DI
+	JMP         avx512AccumulateSqDevFMA_vec
+
+avx512AccumulateSqDevFMA_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateZero(part []float32, x []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateZero(SB), NOSPLIT, $0-48
+	MOVQ part_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ part_len+8(FP), DX
+	MOVQ DX, BX
+	SHLQ $0x02, BX
+	MOVQ x_len+32(FP), SI
+	LEAQ (CX)(SI*4), SI
+	XORQ DI, DI
+	MOVQ DX, R8
+	ANDQ $-128, R8
+
+avx512AccumulateZero_block:
+	CMPQ   DI, R8
+	JAE    avx512AccumulateZero_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	LEAQ   (CX)(DI*4), R9
+
+avx512AccumulateZero_block_chunk:
+	VADDPS  (R9), Z0, Z0
+	VADDPS  64(R9), Z1, Z1
+	VADDPS  128(R9), Z2, Z2
+	VADDPS  192(R9), Z3, Z3
+	VADDPS  256(R9), Z4, Z4
+	VADDPS  320(R9), Z5, Z5
+	VADDPS  384(R9), Z6, Z6
+	VADDPS  448(R9), Z7, Z7
+	ADDQ    BX, R9
+	CMPQ    R9, SI
+	JB      avx512AccumulateZero_block_chunk
+	VMOVUPS Z0, (AX)(DI*4)
+	VMOVUPS Z1, 64(AX)(DI*4)
+	VMOVUPS Z2, 128(AX)(DI*4)
+	VMOVUPS Z3, 192(AX)(DI*4)
+	VMOVUPS Z4, 256(AX)(DI*4)
+	VMOVUPS Z5, 320(AX)(DI*4)
+	VMOVUPS Z6, 384(AX)(DI*4)
+	VMOVUPS Z7, 448(AX)(DI*4)
+	ADDQ    $0x00000080, DI
+	JMP     avx512AccumulateZero_block
+
+avx512AccumulateZero_block_done:
+avx512AccumulateZero_vec:
+	CMPQ   DI, DX
+	JAE    avx512AccumulateZero_vec_done
+	VPXORD Z8, Z8, Z8
+	LEAQ   (CX)(DI*4), R8
+
+avx512AccumulateZero_vec_chunk:
+	VADDPS  (R8), Z8, Z8
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx512AccumulateZero_vec_chunk
+	VMOVUPS Z8, (AX)(DI*4)
+	ADDQ    $0x00000010, DI
+	JMP     avx512AccumulateZero_vec
+
+avx512AccumulateZero_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateSqDevZero(part []float32, x []float32, mean float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateSqDevZero(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS mean+48(FP), Z0
+	MOVQ         DX, BX
+	SHLQ         $0x02, BX
+	MOVQ         x_len+32(FP), SI
+	LEAQ         (CX)(SI*4), SI
+	XORQ         DI, DI
+	MOVQ         DX, R8
+	ANDQ         $-128, R8
+
+avx512AccumulateSqDevZero_block:
+	CMPQ   DI, R8
+	JAE    avx512AccumulateSqDevZero_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	LEAQ   (CX)(DI*4), R9
+
+avx512AccumulateSqDevZero_block_chunk:
+	VMOVUPS (R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(R9), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z8, Z8
+	ADDQ    BX, R9
+	CMPQ    R9, SI
+	JB      avx512AccumulateSqDevZero_block_chunk
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS Z2, 64(AX)(DI*4)
+	VMOVUPS Z3, 128(AX)(DI*4)
+	VMOVUPS Z4, 192(AX)(DI*4)
+	VMOVUPS Z5, 256(AX)(DI*4)
+	VMOVUPS Z6, 320(AX)(DI*4)
+	VMOVUPS Z7, 384(AX)(DI*4)
+	VMOVUPS Z8, 448(AX)(DI*4)
+	ADDQ    $0x00000080, DI
+	JMP     avx512AccumulateSqDevZero_block
+
+avx512AccumulateSqDevZero_block_done:
+avx512AccumulateSqDevZero_vec:
+	CMPQ   DI, DX
+	JAE    avx512AccumulateSqDevZero_vec_done
+	VPXORD Z10, Z10, Z10
+	LEAQ   (CX)(DI*4), R8
+
+avx512AccumulateSqDevZero_vec_chunk:
+	VMOVUPS (R8), Z1
+	VSUBPS  Z0, Z1, Z1
+	VMULPS  Z1, Z1, Z1
+	VADDPS  Z1, Z10, Z10
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx512AccumulateSqDevZero_vec_chunk
+	VMOVUPS Z10, (AX)(DI*4)
+	ADDQ    $0x00000010, DI
+	JMP     avx512AccumulateSqDevZero_vec
+
+avx512AccumulateSqDevZero_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateSqDevFMAZero(part []float32, x []float32, mean float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS mean+48(FP), Z0
+	MOVQ         DX, BX
+	SHLQ         $0x02, BX
+	MOVQ         x_len+32(FP), SI
+	LEAQ         (CX)(SI*4), SI
+	XORQ         DI, DI
+	MOVQ         DX, R8
+	ANDQ         $-128, R8
+
+avx512AccumulateSqDevFMAZero_block:
+	CMPQ   DI, R8
+	JAE    avx512AccumulateSqDevFMAZero_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	LEAQ   (CX)(DI*4), R9
+
+avx512AccumulateSqDevFMAZero_block_chunk:
+	VMOVUPS     (R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z1
+	VMOVUPS     64(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z2
+	VMOVUPS     128(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z3
+	VMOVUPS     192(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z4
+	VMOVUPS     256(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z5
+	VMOVUPS     320(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z6
+	VMOVUPS     384(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z7
+	VMOVUPS     448(R9), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z8
+	ADDQ        BX, R9
+	CMPQ        R9, SI
+	JB          avx512AccumulateSqDevFMAZero_block_chunk
+	VMOVUPS     Z1, (AX)(DI*4)
+	VMOVUPS     Z2, 64(AX)(DI*4)
+	VMOVUPS     Z3, 128(AX)(DI*4)
+	VMOVUPS     Z4, 192(AX)(DI*4)
+	VMOVUPS     Z5, 256(AX)(DI*4)
+	VMOVUPS     Z6, 320(AX)(DI*4)
+	VMOVUPS     Z7, 384(AX)(DI*4)
+	VMOVUPS     Z8, 448(AX)(DI*4)
+	ADDQ        $0x00000080, DI
+	JMP         avx512AccumulateSqDevFMAZero_block
+
+avx512AccumulateSqDevFMAZero_block_done:
+avx512AccumulateSqDevFMAZero_vec:
+	CMPQ   DI, DX
+	JAE    avx512AccumulateSqDevFMAZero_vec_done
+	VPXORD Z10, Z10, Z10
+	LEAQ   (CX)(DI*4), R8
+
+avx512AccumulateSqDevFMAZero_vec_chunk:
+	VMOVUPS     (R8), Z1
+	VSUBPS      Z0, Z1, Z1
+	VFMADD231PS Z1, Z1, Z10
+	ADDQ        BX, R8
+	CMPQ        R8, SI
+	JB          avx512AccumulateSqDevFMAZero_vec_chunk
+	VMOVUPS     Z10, (AX)(DI*4)
+	ADDQ        $0x00000010, DI
+	JMP         avx512AccumulateSqDevFMAZero_vec
+
+avx512AccumulateSqDevFMAZero_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add2Sum(part []float32, s []float32, a []float32, b []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add2Sum(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ SI, DI
+	SHLQ $0x02, DI
+	MOVQ s_len+32(FP), R8
+	SHLQ $0x02, R8
+	XORQ R9, R9
+	MOVQ SI, R10
+	ANDQ $-128, R10
+
+avx512Add2Sum_block:
+	CMPQ   R9, R10
+	JAE    avx512Add2Sum_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R9, R11
+	SHLQ   $0x02, R11
+
+avx512Add2Sum_block_chunk:
+	VMOVUPS (DX)(R11*1), Z8
+	VADDPS  (BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, (CX)(R11*1)
+	VADDPS  Z8, Z0, Z0
+	VMOVUPS 64(DX)(R11*1), Z8
+	VADDPS  64(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 64(CX)(R11*1)
+	VADDPS  Z8, Z1, Z1
+	VMOVUPS 128(DX)(R11*1), Z8
+	VADDPS  128(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 128(CX)(R11*1)
+	VADDPS  Z8, Z2, Z2
+	VMOVUPS 192(DX)(R11*1), Z8
+	VADDPS  192(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 192(CX)(R11*1)
+	VADDPS  Z8, Z3, Z3
+	VMOVUPS 256(DX)(R11*1), Z8
+	VADDPS  256(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 256(CX)(R11*1)
+	VADDPS  Z8, Z4, Z4
+	VMOVUPS 320(DX)(R11*1), Z8
+	VADDPS  320(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 320(CX)(R11*1)
+	VADDPS  Z8, Z5, Z5
+	VMOVUPS 384(DX)(R11*1), Z8
+	VADDPS  384(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 384(CX)(R11*1)
+	VADDPS  Z8, Z6, Z6
+	VMOVUPS 448(DX)(R11*1), Z8
+	VADDPS  448(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 448(CX)(R11*1)
+	VADDPS  Z8, Z7, Z7
+	ADDQ    DI, R11
+	CMPQ    R11, R8
+	JB      avx512Add2Sum_block_chunk
+	VMOVUPS Z0, (AX)(R9*4)
+	VMOVUPS Z1, 64(AX)(R9*4)
+	VMOVUPS Z2, 128(AX)(R9*4)
+	VMOVUPS Z3, 192(AX)(R9*4)
+	VMOVUPS Z4, 256(AX)(R9*4)
+	VMOVUPS Z5, 320(AX)(R9*4)
+	VMOVUPS Z6, 384(AX)(R9*4)
+	VMOVUPS Z7, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512Add2Sum_block
+
+avx512Add2Sum_block_done:
+avx512Add2Sum_vec:
+	CMPQ   R9, SI
+	JAE    avx512Add2Sum_vec_done
+	VPXORD Z9, Z9, Z9
+	MOVQ   R9, R10
+	SHLQ   $0x02, R10
+
+avx512Add2Sum_vec_chunk:
+	VMOVUPS (DX)(R10*1), Z0
+	VADDPS  (BX)(R10*1), Z0, Z0
+	VMOVUPS Z0, (CX)(R10*1)
+	VADDPS  Z0, Z9, Z9
+	ADDQ    DI, R10
+	CMPQ    R10, R8
+	JB      avx512Add2Sum_vec_chunk
+	VMOVUPS Z9, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512Add2Sum_vec
+
+avx512Add2Sum_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add3Sum(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ DI, R8
+	SHLQ $0x02, R8
+	MOVQ s_len+32(FP), R9
+	SHLQ $0x02, R9
+	XORQ R10, R10
+	MOVQ DI, R11
+	ANDQ $-128, R11
+
+avx512Add3Sum_block:
+	CMPQ   R10, R11
+	JAE    avx512Add3Sum_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R10, R12
+	SHLQ   $0x02, R12
+
+avx512Add3Sum_block_chunk:
+	VMOVUPS (DX)(R12*1), Z8
+	VADDPS  (BX)(R12*1), Z8, Z8
+	VADDPS  (SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, (CX)(R12*1)
+	VADDPS  Z8, Z0, Z0
+	VMOVUPS 64(DX)(R12*1), Z8
+	VADDPS  64(BX)(R12*1), Z8, Z8
+	VADDPS  64(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 64(CX)(R12*1)
+	VADDPS  Z8, Z1, Z1
+	VMOVUPS 128(DX)(R12*1), Z8
+	VADDPS  128(BX)(R12*1), Z8, Z8
+	VADDPS  128(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 128(CX)(R12*1)
+	VADDPS  Z8, Z2, Z2
+	VMOVUPS 192(DX)(R12*1), Z8
+	VADDPS  192(BX)(R12*1), Z8, Z8
+	VADDPS  192(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 192(CX)(R12*1)
+	VADDPS  Z8, Z3, Z3
+	VMOVUPS 256(DX)(R12*1), Z8
+	VADDPS  256(BX)(R12*1), Z8, Z8
+	VADDPS  256(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 256(CX)(R12*1)
+	VADDPS  Z8, Z4, Z4
+	VMOVUPS 320(DX)(R12*1), Z8
+	VADDPS  320(BX)(R12*1), Z8, Z8
+	VADDPS  320(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 320(CX)(R12*1)
+	VADDPS  Z8, Z5, Z5
+	VMOVUPS 384(DX)(R12*1), Z8
+	VADDPS  384(BX)(R12*1), Z8, Z8
+	VADDPS  384(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 384(CX)(R12*1)
+	VADDPS  Z8, Z6, Z6
+	VMOVUPS 448(DX)(R12*1), Z8
+	VADDPS  448(BX)(R12*1), Z8, Z8
+	VADDPS  448(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 448(CX)(R12*1)
+	VADDPS  Z8, Z7, Z7
+	ADDQ    R8, R12
+	CMPQ    R12, R9
+	JB      avx512Add3Sum_block_chunk
+	VMOVUPS Z0, (AX)(R10*4)
+	VMOVUPS Z1, 64(AX)(R10*4)
+	VMOVUPS Z2, 128(AX)(R10*4)
+	VMOVUPS Z3, 192(AX)(R10*4)
+	VMOVUPS Z4, 256(AX)(R10*4)
+	VMOVUPS Z5, 320(AX)(R10*4)
+	VMOVUPS Z6, 384(AX)(R10*4)
+	VMOVUPS Z7, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512Add3Sum_block
+
+avx512Add3Sum_block_done:
+avx512Add3Sum_vec:
+	CMPQ   R10, DI
+	JAE    avx512Add3Sum_vec_done
+	VPXORD Z9, Z9, Z9
+	MOVQ   R10, R11
+	SHLQ   $0x02, R11
+
+avx512Add3Sum_vec_chunk:
+	VMOVUPS (DX)(R11*1), Z0
+	VADDPS  (BX)(R11*1), Z0, Z0
+	VADDPS  (SI)(R11*1), Z0, Z0
+	VMOVUPS Z0, (CX)(R11*1)
+	VADDPS  Z0, Z9, Z9
+	ADDQ    R8, R11
+	CMPQ    R11, R9
+	JB      avx512Add3Sum_vec_chunk
+	VMOVUPS Z9, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512Add3Sum_vec
+
+avx512Add3Sum_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add2SumNT(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ DI, R8
+	SHLQ $0x02, R8
+	MOVQ s_len+32(FP), R9
+	SHLQ $0x02, R9
+	XORQ R10, R10
+	MOVQ DI, R11
+	ANDQ $-128, R11
+
+avx512Add2SumNT_block:
+	CMPQ   R10, R11
+	JAE    avx512Add2SumNT_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R10, R12
+	SHLQ   $0x02, R12
+
+avx512Add2SumNT_block_chunk:
+	VMOVUPS  (BX)(R12*1), Z8
+	VADDPS   (SI)(R12*1), Z8, Z8
+	VMOVUPS  Z8, (CX)(R12*1)
+	VMOVNTPS Z8, (DX)(R12*1)
+	VADDPS   Z8, Z0, Z0
+	VMOVUPS  64(BX)(R12*1), Z8
+	VADDPS   64(SI)(R12*1), Z8, Z8
+	VMOVUPS  Z8, 64(CX)(R12*1)
+	VMOVNTPS Z8, 64(DX)(R12*1)
+	VADDPS   Z8, Z1, Z1
+	VMOVUPS  128(BX)(R12*1), Z8
+	VADDPS   128(SI)(R12*1), Z8, Z8
+	VMOVUPS  Z8, 128(CX)(R12*1)
+	VMOVNTPS Z8, 128(DX)(R12*1)
+	VADDPS   Z8, Z2, Z2
+	VMOVUPS  192(BX)(R12*1), Z8
+	VADDPS   192(SI)(R12*1), Z8, Z8
+	VMOVUPS  Z8, 192(CX)(R12*1)
+	VMOVNTPS Z8, 192(DX)(R12*1)
+	VADDPS   Z8, Z3, Z3
+	VMOVUPS  256(BX)(R12*1), Z8
+	VADDPS   256(SI)(R12*1), Z8, Z8
+	VMOVUPS  Z8, 256(CX)(R12*1)
+	VMOVNTPS Z8, 256(DX)(R12*1)
+	VADDPS   Z8, Z4, Z4
+	VMOVUPS  320(BX)(R12*1), Z8
+	VADDPS   320(SI)(R12*1), Z8, Z8
+	VMOVUPS  Z8, 320(CX)(R12*1)
+	VMOVNTPS Z8, 320(DX)(R12*1)
+	VADDPS   Z8, Z5, Z5
+	VMOVUPS  384(BX)(R12*1), Z8
+	VADDPS   384(SI)(R12*1), Z8, Z8
+	VMOVUPS  Z8, 384(CX)(R12*1)
+	VMOVNTPS Z8, 384(DX)(R12*1)
+	VADDPS   Z8, Z6, Z6
+	VMOVUPS  448(BX)(R12*1), Z8
+	VADDPS   448(SI)(R12*1), Z8, Z8
+	VMOVUPS  Z8, 448(CX)(R12*1)
+	VMOVNTPS Z8, 448(DX)(R12*1)
+	VADDPS   Z8, Z7, Z7
+	ADDQ     R8, R12
+	CMPQ     R12, R9
+	JB       avx512Add2SumNT_block_chunk
+	VMOVUPS  Z0, (AX)(R10*4)
+	VMOVUPS  Z1, 64(AX)(R10*4)
+	VMOVUPS  Z2, 128(AX)(R10*4)
+	VMOVUPS  Z3, 192(AX)(R10*4)
+	VMOVUPS  Z4, 256(AX)(R10*4)
+	VMOVUPS  Z5, 320(AX)(R10*4)
+	VMOVUPS  Z6, 384(AX)(R10*4)
+	VMOVUPS  Z7, 448(AX)(R10*4)
+	ADDQ     $0x00000080, R10
+	JMP      avx512Add2SumNT_block
+
+avx512Add2SumNT_block_done:
+avx512Add2SumNT_vec:
+	CMPQ   R10, DI
+	JAE    avx512Add2SumNT_vec_done
+	VPXORD Z9, Z9, Z9
+	MOVQ   R10, R11
+	SHLQ   $0x02, R11
+
+avx512Add2SumNT_vec_chunk:
+	VMOVUPS  (BX)(R11*1), Z0
+	VADDPS   (SI)(R11*1), Z0, Z0
+	VMOVUPS  Z0, (CX)(R11*1)
+	VMOVNTPS Z0, (DX)(R11*1)
+	VADDPS   Z0, Z9, Z9
+	ADDQ     R8, R11
+	CMPQ     R11, R9
+	JB       avx512Add2SumNT_vec_chunk
+	VMOVUPS  Z9, (AX)(R10*4)
+	ADDQ     $0x00000010, R10
+	JMP      avx512Add2SumNT_vec
+
+avx512Add2SumNT_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add3SumNT(SB), NOSPLIT, $0-144
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ d_base+120(FP), DI
+	MOVQ part_len+8(FP), R8
+	MOVQ R8, R9
+	SHLQ $0x02, R9
+	MOVQ s_len+32(FP), R10
+	SHLQ $0x02, R10
+	XORQ R11, R11
+	MOVQ R8, R12
+	ANDQ $-128, R12
+
+avx512Add3SumNT_block:
+	CMPQ   R11, R12
+	JAE    avx512Add3SumNT_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R11, R13
+	SHLQ   $0x02, R13
+
+avx512Add3SumNT_block_chunk:
+	VMOVUPS  (BX)(R13*1), Z8
+	VADDPS   (SI)(R13*1), Z8, Z8
+	VADDPS   (DI)(R13*1), Z8, Z8
+	VMOVUPS  Z8, (CX)(R13*1)
+	VMOVNTPS Z8, (DX)(R13*1)
+	VADDPS   Z8, Z0, Z0
+	VMOVUPS  64(BX)(R13*1), Z8
+	VADDPS   64(SI)(R13*1), Z8, Z8
+	VADDPS   64(DI)(R13*1), Z8, Z8
+	VMOVUPS  Z8, 64(CX)(R13*1)
+	VMOVNTPS Z8, 64(DX)(R13*1)
+	VADDPS   Z8, Z1, Z1
+	VMOVUPS  128(BX)(R13*1), Z8
+	VADDPS   128(SI)(R13*1), Z8, Z8
+	VADDPS   128(DI)(R13*1), Z8, Z8
+	VMOVUPS  Z8, 128(CX)(R13*1)
+	VMOVNTPS Z8, 128(DX)(R13*1)
+	VADDPS   Z8, Z2, Z2
+	VMOVUPS  192(BX)(R13*1), Z8
+	VADDPS   192(SI)(R13*1), Z8, Z8
+	VADDPS   192(DI)(R13*1), Z8, Z8
+	VMOVUPS  Z8, 192(CX)(R13*1)
+	VMOVNTPS Z8, 192(DX)(R13*1)
+	VADDPS   Z8, Z3, Z3
+	VMOVUPS  256(BX)(R13*1), Z8
+	VADDPS   256(SI)(R13*1), Z8, Z8
+	VADDPS   256(DI)(R13*1), Z8, Z8
+	VMOVUPS  Z8, 256(CX)(R13*1)
+	VMOVNTPS Z8, 256(DX)(R13*1)
+	VADDPS   Z8, Z4, Z4
+	VMOVUPS  320(BX)(R13*1), Z8
+	VADDPS   320(SI)(R13*1), Z8, Z8
+	VADDPS   320(DI)(R13*1), Z8, Z8
+	VMOVUPS  Z8, 320(CX)(R13*1)
+	VMOVNTPS Z8, 320(DX)(R13*1)
+	VADDPS   Z8, Z5, Z5
+	VMOVUPS  384(BX)(R13*1), Z8
+	VADDPS   384(SI)(R13*1), Z8, Z8
+	VADDPS   384(DI)(R13*1), Z8, Z8
+	VMOVUPS  Z8, 384(CX)(R13*1)
+	VMOVNTPS Z8, 384(DX)(R13*1)
+	VADDPS   Z8, Z6, Z6
+	VMOVUPS  448(BX)(R13*1), Z8
+	VADDPS   448(SI)(R13*1), Z8, Z8
+	VADDPS   448(DI)(R13*1), Z8, Z8
+	VMOVUPS  Z8, 448(CX)(R13*1)
+	VMOVNTPS Z8, 448(DX)(R13*1)
+	VADDPS   Z8, Z7, Z7
+	ADDQ     R9, R13
+	CMPQ     R13, R10
+	JB       avx512Add3SumNT_block_chunk
+	VMOVUPS  Z0, (AX)(R11*4)
+	VMOVUPS  Z1, 64(AX)(R11*4)
+	VMOVUPS  Z2, 128(AX)(R11*4)
+	VMOVUPS  Z3, 192(AX)(R11*4)
+	VMOVUPS  Z4, 256(AX)(R11*4)
+	VMOVUPS  Z5, 320(AX)(R11*4)
+	VMOVUPS  Z6, 384(AX)(R11*4)
+	VMOVUPS  Z7, 448(AX)(R11*4)
+	ADDQ     $0x00000080, R11
+	JMP      avx512Add3SumNT_block
+
+avx512Add3SumNT_block_done:
+avx512Add3SumNT_vec:
+	CMPQ   R11, R8
+	JAE    avx512Add3SumNT_vec_done
+	VPXORD Z9, Z9, Z9
+	MOVQ   R11, R12
+	SHLQ   $0x02, R12
+
+avx512Add3SumNT_vec_chunk:
+	VMOVUPS  (BX)(R12*1), Z0
+	VADDPS   (SI)(R12*1), Z0, Z0
+	VADDPS   (DI)(R12*1), Z0, Z0
+	VMOVUPS  Z0, (CX)(R12*1)
+	VMOVNTPS Z0, (DX)(R12*1)
+	VADDPS   Z0, Z9, Z9
+	ADDQ     R9, R12
+	CMPQ     R12, R10
+	JB       avx512Add3SumNT_vec_chunk
+	VMOVUPS  Z9, (AX)(R11*4)
+	ADDQ     $0x00000010, R11
+	JMP      avx512Add3SumNT_vec
+
+avx512Add3SumNT_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add2SumAcc(part []float32, s []float32, a []float32, b []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add2SumAcc(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ SI, DI
+	SHLQ $0x02, DI
+	MOVQ s_len+32(FP), R8
+	SHLQ $0x02, R8
+	XORQ R9, R9
+	MOVQ SI, R10
+	ANDQ $-128, R10
+
+avx512Add2SumAcc_block:
+	CMPQ    R9, R10
+	JAE     avx512Add2SumAcc_block_done
+	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS 64(AX)(R9*4), Z1
+	VMOVUPS 128(AX)(R9*4), Z2
+	VMOVUPS 192(AX)(R9*4), Z3
+	VMOVUPS 256(AX)(R9*4), Z4
+	VMOVUPS 320(AX)(R9*4), Z5
+	VMOVUPS 384(AX)(R9*4), Z6
+	VMOVUPS 448(AX)(R9*4), Z7
+	MOVQ    R9, R11
+	SHLQ    $0x02, R11
+
+avx512Add2SumAcc_block_chunk:
+	VMOVUPS (DX)(R11*1), Z8
+	VADDPS  (BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, (CX)(R11*1)
+	VADDPS  Z8, Z0, Z0
+	VMOVUPS 64(DX)(R11*1), Z8
+	VADDPS  64(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 64(CX)(R11*1)
+	VADDPS  Z8, Z1, Z1
+	VMOVUPS 128(DX)(R11*1), Z8
+	VADDPS  128(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 128(CX)(R11*1)
+	VADDPS  Z8, Z2, Z2
+	VMOVUPS 192(DX)(R11*1), Z8
+	VADDPS  192(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 192(CX)(R11*1)
+	VADDPS  Z8, Z3, Z3
+	VMOVUPS 256(DX)(R11*1), Z8
+	VADDPS  256(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 256(CX)(R11*1)
+	VADDPS  Z8, Z4, Z4
+	VMOVUPS 320(DX)(R11*1), Z8
+	VADDPS  320(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 320(CX)(R11*1)
+	VADDPS  Z8, Z5, Z5
+	VMOVUPS 384(DX)(R11*1), Z8
+	VADDPS  384(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 384(CX)(R11*1)
+	VADDPS  Z8, Z6, Z6
+	VMOVUPS 448(DX)(R11*1), Z8
+	VADDPS  448(BX)(R11*1), Z8, Z8
+	VMOVUPS Z8, 448(CX)(R11*1)
+	VADDPS  Z8, Z7, Z7
+	ADDQ    DI, R11
+	CMPQ    R11, R8
+	JB      avx512Add2SumAcc_block_chunk
+	VMOVUPS Z0, (AX)(R9*4)
+	VMOVUPS Z1, 64(AX)(R9*4)
+	VMOVUPS Z2, 128(AX)(R9*4)
+	VMOVUPS Z3, 192(AX)(R9*4)
+	VMOVUPS Z4, 256(AX)(R9*4)
+	VMOVUPS Z5, 320(AX)(R9*4)
+	VMOVUPS Z6, 384(AX)(R9*4)
+	VMOVUPS Z7, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512Add2SumAcc_block
+
+avx512Add2SumAcc_block_done:
+avx512Add2SumAcc_vec:
+	CMPQ    R9, SI
+	JAE     avx512Add2SumAcc_vec_done
+	VMOVUPS (AX)(R9*4), Z0
+	MOVQ    R9, R10
+	SHLQ    $0x02, R10
+
+avx512Add2SumAcc_vec_chunk:
+	VMOVUPS (DX)(R10*1), Z1
+	VADDPS  (BX)(R10*1), Z1, Z1
+	VMOVUPS Z1, (CX)(R10*1)
+	VADDPS  Z1, Z0, Z0
+	ADDQ    DI, R10
+	CMPQ    R10, R8
+	JB      avx512Add2SumAcc_vec_chunk
+	VMOVUPS Z0, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512Add2SumAcc_vec
+
+avx512Add2SumAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add3SumAcc(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ DI, R8
+	SHLQ $0x02, R8
+	MOVQ s_len+32(FP), R9
+	SHLQ $0x02, R9
+	XORQ R10, R10
+	MOVQ DI, R11
+	ANDQ $-128, R11
+
+avx512Add3SumAcc_block:
+	CMPQ    R10, R11
+	JAE     avx512Add3SumAcc_block_done
+	VMOVUPS (AX)(R10*4), Z0
+	VMOVUPS 64(AX)(R10*4), Z1
+	VMOVUPS 128(AX)(R10*4), Z2
+	VMOVUPS 192(AX)(R10*4), Z3
+	VMOVUPS 256(AX)(R10*4), Z4
+	VMOVUPS 320(AX)(R10*4), Z5
+	VMOVUPS 384(AX)(R10*4), Z6
+	VMOVUPS 448(AX)(R10*4), Z7
+	MOVQ    R10, R12
+	SHLQ    $0x02, R12
+
+avx512Add3SumAcc_block_chunk:
+	VMOVUPS (DX)(R12*1), Z8
+	VADDPS  (BX)(R12*1), Z8, Z8
+	VADDPS  (SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, (CX)(R12*1)
+	VADDPS  Z8, Z0, Z0
+	VMOVUPS 64(DX)(R12*1), Z8
+	VADDPS  64(BX)(R12*1), Z8, Z8
+	VADDPS  64(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 64(CX)(R12*1)
+	VADDPS  Z8, Z1, Z1
+	VMOVUPS 128(DX)(R12*1), Z8
+	VADDPS  128(BX)(R12*1), Z8, Z8
+	VADDPS  128(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 128(CX)(R12*1)
+	VADDPS  Z8, Z2, Z2
+	VMOVUPS 192(DX)(R12*1), Z8
+	VADDPS  192(BX)(R12*1), Z8, Z8
+	VADDPS  192(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 192(CX)(R12*1)
+	VADDPS  Z8, Z3, Z3
+	VMOVUPS 256(DX)(R12*1), Z8
+	VADDPS  256(BX)(R12*1), Z8, Z8
+	VADDPS  256(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 256(CX)(R12*1)
+	VADDPS  Z8, Z4, Z4
+	VMOVUPS 320(DX)(R12*1), Z8
+	VADDPS  320(BX)(R12*1), Z8, Z8
+	VADDPS  320(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 320(CX)(R12*1)
+	VADDPS  Z8, Z5, Z5
+	VMOVUPS 384(DX)(R12*1), Z8
+	VADDPS  384(BX)(R12*1), Z8, Z8
+	VADDPS  384(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 384(CX)(R12*1)
+	VADDPS  Z8, Z6, Z6
+	VMOVUPS 448(DX)(R12*1), Z8
+	VADDPS  448(BX)(R12*1), Z8, Z8
+	VADDPS  448(SI)(R12*1), Z8, Z8
+	VMOVUPS Z8, 448(CX)(R12*1)
+	VADDPS  Z8, Z7, Z7
+	ADDQ    R8, R12
+	CMPQ    R12, R9
+	JB      avx512Add3SumAcc_block_chunk
+	VMOVUPS Z0, (AX)(R10*4)
+	VMOVUPS Z1, 64(AX)(R10*4)
+	VMOVUPS Z2, 128(AX)(R10*4)
+	VMOVUPS Z3, 192(AX)(R10*4)
+	VMOVUPS Z4, 256(AX)(R10*4)
+	VMOVUPS Z5, 320(AX)(R10*4)
+	VMOVUPS Z6, 384(AX)(R10*4)
+	VMOVUPS Z7, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512Add3SumAcc_block
+
+avx512Add3SumAcc_block_done:
+avx512Add3SumAcc_vec:
+	CMPQ    R10, DI
+	JAE     avx512Add3SumAcc_vec_done
+	VMOVUPS (AX)(R10*4), Z0
+	MOVQ    R10, R11
+	SHLQ    $0x02, R11
+
+avx512Add3SumAcc_vec_chunk:
+	VMOVUPS (DX)(R11*1), Z1
+	VADDPS  (BX)(R11*1), Z1, Z1
+	VADDPS  (SI)(R11*1), Z1, Z1
+	VMOVUPS Z1, (CX)(R11*1)
+	VADDPS  Z1, Z0, Z0
+	ADDQ    R8, R11
+	CMPQ    R11, R9
+	JB      avx512Add3SumAcc_vec_chunk
+	VMOVUPS Z0, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512Add3SumAcc_vec
+
+avx512Add3SumAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512EmbedSumF16Seg(SB), NOSPLIT, $0-120
+	MOVQ x_base+0(FP), AX
+	MOVQ bits_base+24(FP), CX
+	MOVQ w_base+48(FP), DX
+	MOVQ p_base+72(FP), BX
+	MOVQ g_base+96(FP), SI
+	MOVQ x_len+8(FP), DI
+	XORQ R8, R8
+	MOVQ DI, R9
+	ANDQ $-32, R9
+	CMPQ R8, R9
+	JAE  avx512EmbedSumF16Seg_single
+
+avx512EmbedSumF16Seg_unrolled:
+	VCVTPH2PS (DX)(R8*2), Z0
+	VCVTPH2PS (SI)(R8*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VCVTPH2PS Y0, Z0
+	VCVTPH2PS (BX)(R8*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, (CX)(R8*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, (AX)(R8*4)
+	VCVTPH2PS 32(DX)(R8*2), Z0
+	VCVTPH2PS 32(SI)(R8*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VCVTPH2PS Y0, Z0
+	VCVTPH2PS 32(BX)(R8*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, 32(CX)(R8*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, 64(AX)(R8*4)
+	ADDQ      $0x00000020, R8
+	CMPQ      R8, R9
+	JB        avx512EmbedSumF16Seg_unrolled
+
+avx512EmbedSumF16Seg_single:
+	MOVQ DI, R9
+	ANDQ $-16, R9
+	CMPQ R8, R9
+	JAE  avx512EmbedSumF16Seg_done
+
+avx512EmbedSumF16Seg_loop:
+	VCVTPH2PS (DX)(R8*2), Z0
+	VCVTPH2PS (SI)(R8*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VCVTPH2PS Y0, Z0
+	VCVTPH2PS (BX)(R8*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, (CX)(R8*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, (AX)(R8*4)
+	ADDQ      $0x00000010, R8
+	CMPQ      R8, R9
+	JB        avx512EmbedSumF16Seg_loop
+
+avx512EmbedSumF16Seg_done:
+	VZEROUPPER
+	RET
+
+// func avx512EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512EmbedSumF16(SB), NOSPLIT, $0-96
+	MOVQ x_base+0(FP), AX
+	MOVQ bits_base+24(FP), CX
+	MOVQ w_base+48(FP), DX
+	MOVQ p_base+72(FP), BX
+	MOVQ x_len+8(FP), SI
+	XORQ DI, DI
+	MOVQ SI, R8
+	ANDQ $-32, R8
+	CMPQ DI, R8
+	JAE  avx512EmbedSumF16_single
+
+avx512EmbedSumF16_unrolled:
+	VCVTPH2PS (DX)(DI*2), Z0
+	VCVTPH2PS (BX)(DI*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, (CX)(DI*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, (AX)(DI*4)
+	VCVTPH2PS 32(DX)(DI*2), Z0
+	VCVTPH2PS 32(BX)(DI*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, 32(CX)(DI*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, 64(AX)(DI*4)
+	ADDQ      $0x00000020, DI
+	CMPQ      DI, R8
+	JB        avx512EmbedSumF16_unrolled
+
+avx512EmbedSumF16_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512EmbedSumF16_done
+
+avx512EmbedSumF16_loop:
+	VCVTPH2PS (DX)(DI*2), Z0
+	VCVTPH2PS (BX)(DI*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, (CX)(DI*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, (AX)(DI*4)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx512EmbedSumF16_loop
+
+avx512EmbedSumF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512CopyNT(dst []float32, src []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512CopyNT(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+	XORQ BX, BX
+	MOVQ DX, SI
+	ANDQ $-64, SI
+	CMPQ BX, SI
+	JAE  avx512CopyNT_single
+
+avx512CopyNT_unrolled:
+	VMOVUPS  (CX)(BX*4), Z0
+	VMOVNTPS Z0, (AX)(BX*4)
+	VMOVUPS  64(CX)(BX*4), Z0
+	VMOVNTPS Z0, 64(AX)(BX*4)
+	VMOVUPS  128(CX)(BX*4), Z0
+	VMOVNTPS Z0, 128(AX)(BX*4)
+	VMOVUPS  192(CX)(BX*4), Z0
+	VMOVNTPS Z0, 192(AX)(BX*4)
+	ADDQ     $0x00000040, BX
+	CMPQ     BX, SI
+	JB       avx512CopyNT_unrolled
+
+avx512CopyNT_single:
+	MOVQ DX, SI
+	ANDQ $-16, SI
+	CMPQ BX, SI
+	JAE  avx512CopyNT_done
+
+avx512CopyNT_loop:
+	VMOVUPS  (CX)(BX*4), Z0
+	VMOVNTPS Z0, (AX)(BX*4)
+	ADDQ     $0x00000010, BX
+	CMPQ     BX, SI
+	JB       avx512CopyNT_loop
+
+avx512CopyNT_done:
 	VZEROUPPER
 	RET
 
@@ -1692,129 +4696,6 @@ tree_8:
 	VMOVSS       X0, ret+24(FP)
 	RET
 
-// func avx2EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
-// Requires: AVX, F16C
-TEXT ·avx2EmbedSumF16Seg(SB), NOSPLIT, $0-120
-	MOVQ x_base+0(FP), AX
-	MOVQ bits_base+24(FP), CX
-	MOVQ w_base+48(FP), DX
-	MOVQ p_base+72(FP), BX
-	MOVQ g_base+96(FP), SI
-	MOVQ x_len+8(FP), DI
-	XORQ R8, R8
-	MOVQ DI, R9
-	ANDQ $-16, R9
-	CMPQ R8, R9
-	JAE  embedF16Seg_single
-
-embedF16Seg_unrolled:
-	VCVTPH2PS (DX)(R8*2), Y0
-	VCVTPH2PS (SI)(R8*2), Y1
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y0, X0
-	VCVTPH2PS X0, Y0
-	VCVTPH2PS (BX)(R8*2), Y1
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y0, X0
-	VMOVDQU   X0, (CX)(R8*2)
-	VCVTPH2PS X0, Y0
-	VMOVUPS   Y0, (AX)(R8*4)
-	VCVTPH2PS 16(DX)(R8*2), Y0
-	VCVTPH2PS 16(SI)(R8*2), Y1
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y0, X0
-	VCVTPH2PS X0, Y0
-	VCVTPH2PS 16(BX)(R8*2), Y1
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y0, X0
-	VMOVDQU   X0, 16(CX)(R8*2)
-	VCVTPH2PS X0, Y0
-	VMOVUPS   Y0, 32(AX)(R8*4)
-	ADDQ      $0x00000010, R8
-	CMPQ      R8, R9
-	JB        embedF16Seg_unrolled
-
-embedF16Seg_single:
-	MOVQ DI, R9
-	ANDQ $-8, R9
-	CMPQ R8, R9
-	JAE  embedF16Seg_done
-
-embedF16Seg_loop:
-	VCVTPH2PS (DX)(R8*2), Y0
-	VCVTPH2PS (SI)(R8*2), Y1
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y0, X0
-	VCVTPH2PS X0, Y0
-	VCVTPH2PS (BX)(R8*2), Y1
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y0, X0
-	VMOVDQU   X0, (CX)(R8*2)
-	VCVTPH2PS X0, Y0
-	VMOVUPS   Y0, (AX)(R8*4)
-	ADDQ      $0x00000008, R8
-	CMPQ      R8, R9
-	JB        embedF16Seg_loop
-
-embedF16Seg_done:
-	VZEROUPPER
-	RET
-
-// func avx2EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
-// Requires: AVX, F16C
-TEXT ·avx2EmbedSumF16(SB), NOSPLIT, $0-96
-	MOVQ x_base+0(FP), AX
-	MOVQ bits_base+24(FP), CX
-	MOVQ w_base+48(FP), DX
-	MOVQ p_base+72(FP), BX
-	MOVQ x_len+8(FP), SI
-	XORQ DI, DI
-	MOVQ SI, R8
-	ANDQ $-16, R8
-	CMPQ DI, R8
-	JAE  embedF16_single
-
-embedF16_unrolled:
-	VCVTPH2PS (DX)(DI*2), Y0
-	VCVTPH2PS (BX)(DI*2), Y1
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y0, X0
-	VMOVDQU   X0, (CX)(DI*2)
-	VCVTPH2PS X0, Y0
-	VMOVUPS   Y0, (AX)(DI*4)
-	VCVTPH2PS 16(DX)(DI*2), Y0
-	VCVTPH2PS 16(BX)(DI*2), Y1
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y0, X0
-	VMOVDQU   X0, 16(CX)(DI*2)
-	VCVTPH2PS X0, Y0
-	VMOVUPS   Y0, 32(AX)(DI*4)
-	ADDQ      $0x00000010, DI
-	CMPQ      DI, R8
-	JB        embedF16_unrolled
-
-embedF16_single:
-	MOVQ SI, R8
-	ANDQ $-8, R8
-	CMPQ DI, R8
-	JAE  embedF16_done
-
-embedF16_loop:
-	VCVTPH2PS (DX)(DI*2), Y0
-	VCVTPH2PS (BX)(DI*2), Y1
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y0, X0
-	VMOVDQU   X0, (CX)(DI*2)
-	VCVTPH2PS X0, Y0
-	VMOVUPS   Y0, (AX)(DI*4)
-	ADDQ      $0x00000008, DI
-	CMPQ      DI, R8
-	JB        embedF16_loop
-
-embedF16_done:
-	VZEROUPPER
-	RET
-
 // func avx2Prefetch(b []byte)
 // Requires: MMX+
 TEXT ·avx2Prefetch(SB), NOSPLIT, $0-24
@@ -1832,48 +4713,6 @@ prefetch_loop:
 	PREFETCHT0 (CX)
 
 prefetch_done:
-	RET
-
-// func avx2CopyNT(dst []float32, src []float32)
-// Requires: AVX
-TEXT ·avx2CopyNT(SB), NOSPLIT, $0-48
-	MOVQ dst_base+0(FP), AX
-	MOVQ src_base+24(FP), CX
-	MOVQ dst_len+8(FP), DX
-	XORQ BX, BX
-	MOVQ DX, SI
-	ANDQ $-32, SI
-	CMPQ BX, SI
-	JAE  copyNT_single
-
-copyNT_unrolled:
-	VMOVUPS  (CX)(BX*4), Y0
-	VMOVNTPS Y0, (AX)(BX*4)
-	VMOVUPS  32(CX)(BX*4), Y0
-	VMOVNTPS Y0, 32(AX)(BX*4)
-	VMOVUPS  64(CX)(BX*4), Y0
-	VMOVNTPS Y0, 64(AX)(BX*4)
-	VMOVUPS  96(CX)(BX*4), Y0
-	VMOVNTPS Y0, 96(AX)(BX*4)
-	ADDQ     $0x00000020, BX
-	CMPQ     BX, SI
-	JB       copyNT_unrolled
-
-copyNT_single:
-	MOVQ DX, SI
-	ANDQ $-8, SI
-	CMPQ BX, SI
-	JAE  copyNT_done
-
-copyNT_loop:
-	VMOVUPS  (CX)(BX*4), Y0
-	VMOVNTPS Y0, (AX)(BX*4)
-	ADDQ     $0x00000008, BX
-	CMPQ     BX, SI
-	JB       copyNT_loop
-
-copyNT_done:
-	VZEROUPPER
 	RET
 
 // func avx2Fence()

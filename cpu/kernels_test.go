@@ -8,29 +8,42 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// -cpu.noavx2 takes the AVX2 level out of the tests (and out of the package while they run),
-// so the pure-Go path is what every other test in the package exercises.
-var noAVX2 = flag.Bool("cpu.noavx2", false, "do not use or test the AVX2+FMA+F16C kernels")
+// -cpu.off takes SIMD levels out of the tests (and out of the package while they run), e.g.
+// -cpu.off=avx512 to test the AVX2 kernels as the default on an AVX-512 machine. The avx512
+// level finishes its tails with the avx2 kernels, so switching avx2 off switches it off too;
+// -cpu.off=avx2 leaves the pure-Go path as what every other test in the package exercises.
+var offLevels = flag.String("cpu.off", "", "comma-separated SIMD levels not to use or test (avx512, avx2)")
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if *noAVX2 {
-		if _, err := SetLevel("go"); err != nil {
+	if name := testLevels()[0]; name != Level() {
+		if _, err := SetLevel(name); err != nil {
 			panic(err)
 		}
 	}
 	os.Exit(m.Run())
 }
 
-// testLevels are the kernel levels to test: what the machine has, less those switched off.
+// switchedOff reports whether -cpu.off takes the level out.
+func switchedOff(level string) bool {
+	off := strings.Split(*offLevels, ",")
+	if slices.Contains(off, "avx2") {
+		off = append(off, "avx512")
+	}
+	return slices.Contains(off, level)
+}
+
+// testLevels are the kernel levels to test, widest first: what the machine has, less those
+// switched off.
 func testLevels() []string {
-	return slices.DeleteFunc(Levels(), func(l string) bool { return l == "avx2" && *noAVX2 })
+	return slices.DeleteFunc(Levels(), switchedOff)
 }
 
 // simdLevels are testLevels without "go" (the reference every level is compared with).
@@ -47,8 +60,10 @@ func mustKernels(t testing.TB, name string) *kernelSet {
 }
 
 var (
-	kernelSizes = []int{0, 1, 7, 8, 9, 15, 16, 17, 255, 256, 257, 1000, 4099}
-	planWidths  = []int{1, 2, 4, 8, 16, 256}
+	// Sizes around both vector widths (8 and 16 lanes), their unrolled loops and the blocks
+	// the reductions keep in registers (32 and 128 partials), and odd large ones.
+	kernelSizes = []int{0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 1000, 4099}
+	planWidths  = []int{1, 2, 4, 8, 16, 32, 128, 256}
 )
 
 const guards = 9 // guard elements after every output slice
@@ -215,11 +230,11 @@ func TestLevels(t *testing.T) {
 	if ls[len(ls)-1] != "go" {
 		t.Fatalf("Levels() = %v: go must be last", ls)
 	}
-	if Level() != ls[0] && !*noAVX2 {
-		t.Fatalf("Level() = %q, want the widest of %v", Level(), ls)
+	if want := testLevels()[0]; Level() != want {
+		t.Fatalf("Level() = %q, want %q, the widest of %v not switched off", Level(), want, ls)
 	}
-	if _, err := SetLevel("avx512"); err == nil {
-		t.Fatalf("SetLevel(avx512) succeeded on a build without it")
+	if _, err := SetLevel("avx1024"); err == nil {
+		t.Fatalf("SetLevel(avx1024) succeeded")
 	}
 	for _, name := range ls {
 		prev := Level()
@@ -274,6 +289,21 @@ func TestElementwiseKernels(t *testing.T) {
 			k.affineFMA(got, a, b, c, mean, rstd)
 			g.affineFMA(want, a, b, c, mean, rstd)
 			same32(t, tag("affineFMA"), got, want)
+
+			// The affine steps that round y to 16 bits; rstd large enough that values land
+			// on rounding boundaries, overflow and underflow.
+			got16, want16 := out16(n), out16(n)
+			for _, v := range []struct {
+				name string
+				k, g func(y []uint16, x, gamma, beta []float32, mean, rstd float32)
+			}{
+				{"affineF16", k.affineF16, g.affineF16}, {"affineFMAF16", k.affineFMAF16, g.affineFMAF16},
+				{"affineBF16", k.affineBF16, g.affineBF16}, {"affineFMABF16", k.affineFMABF16, g.affineFMABF16},
+			} {
+				v.k(got16, a, b, c, mean, rstd)
+				v.g(want16, a, b, c, mean, rstd)
+				same16(t, tag(v.name), got16, want16)
+			}
 		}
 	}
 }
@@ -690,13 +720,13 @@ func TestAddSumKernel(t *testing.T) {
 						if !three {
 							cc = nil
 						}
-						for off := range 9 { // off = 8: no x
+						for off := range 17 { // off = 16: no x
 							tag := fmt.Sprintf("%s/addSum/W=%d/n=%d/special=%v/three=%v/off=%d", name, w, n, special, three, off)
 							start := func(i int) float32 { return init[i] }
 							gotP, wantP := out32(w, start), out32(w, start)
 							gotS, wantS := out32(n, nil), out32(n, nil)
 							var gotX, wantX []float32
-							if off < 8 {
+							if off < 16 {
 								gotX, wantX = out32(n+off, nil)[off:], out32(n+off, nil)[off:]
 							}
 							k.addSum(gotP, gotS, gotX, a, b, cc)
@@ -704,9 +734,29 @@ func TestAddSumKernel(t *testing.T) {
 							k.fence()
 							same32(t, tag+"/s", gotS, wantS)
 							same32(t, tag+"/part", gotP, wantP)
-							if off < 8 {
+							if off < 16 {
 								same32(t, tag+"/x", gotX, wantX)
 							}
+							if off != 16 {
+								continue
+							}
+							// The same row summed a piece at a time: pieces of a few W onto
+							// the partials, as the 16-bit paths of the ops run it.
+							tag = fmt.Sprintf("%s/addSumAcc/W=%d/n=%d/special=%v/three=%v", name, w, n, special, three)
+							gotP, wantP = out32(w, start), out32(w, start)
+							gotS, wantS = out32(n, nil), out32(n, nil)
+							step := w * (1 + r.IntN(3))
+							for lo := 0; lo < n; lo += step {
+								hi := min(lo+step, n)
+								var cp []float32
+								if three {
+									cp = cc[lo:hi]
+								}
+								k.addSumAcc(gotP, gotS[lo:hi], a[lo:hi], b[lo:hi], cp)
+							}
+							g.addSumAcc(wantP, wantS, a, b, cc)
+							same32(t, tag+"/s", gotS, wantS)
+							same32(t, tag+"/part", gotP, wantP)
 						}
 					}
 				}

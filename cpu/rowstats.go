@@ -59,6 +59,28 @@ func affineFMAGo(y, x, gamma, beta []float32, mean, rstd float32) {
 	}
 }
 
+// affine16Go is the twin of the affine steps that round y to bfloat16 (bf) or binary16:
+// the float32 affine value, narrowed.
+func affine16Go(bf, fused bool, y []uint16, x, gamma, beta []float32, mean, rstd float32) {
+	x = x[:len(y)]
+	gamma = gamma[:len(y)]
+	beta = beta[:len(y)]
+	for i, v := range x {
+		n := float32((v - mean) * rstd)
+		var f float32
+		if fused {
+			f = plan.FMA32(n, gamma[i], beta[i])
+		} else {
+			f = float32(n*gamma[i]) + beta[i]
+		}
+		if bf {
+			y[i] = F32ToBF16(f)
+		} else {
+			y[i] = F32ToF16(f)
+		}
+	}
+}
+
 // sumZeroGo, sqDevZeroGo and sqDevFMAZeroGo clear the partials, then accumulate.
 func sumZeroGo(part, x []float32) {
 	clear(part)
@@ -88,6 +110,17 @@ func addSumGo(part, s, x, a, b, c []float32) {
 		copy(x[:len(s)], s)
 	}
 	sumZeroGo(part, s)
+}
+
+// addSumAccGo is the twin of addSumAcc: s = a + b, or (a + b) + c, then the partial sums
+// of s added onto part (a later piece of a row summed a piece at a time).
+func addSumAccGo(part, s, a, b, c []float32) {
+	if c == nil {
+		add2Go(s, a, b)
+	} else {
+		add3Go(s, a, b, c)
+	}
+	accumulateGo(part, s)
 }
 
 // rowStats returns mean and rstd of x under plan p; part is scratch of p.W elements. pf

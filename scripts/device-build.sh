@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a GPU machine without Go or network needs, into carry/ (git-ignored): the
-# conformance suite and the root package's tests as test binaries, and the benchmark. Then
+# conformance suite, the root package's and the cpu package's tests as test binaries, and
+# the benchmark. Then
 # carry carry/, third_party/dawn, third_party/env.sh and .gl (Vulkan loader and glvnd debs,
 # see the device tool's README) and run scripts/device-run.sh there.
 set -euo pipefail
@@ -15,5 +16,6 @@ fi
 mkdir -p carry
 go test -c -ldflags='-s -w' -o carry/conformance.test ./tests
 go test -c -ldflags='-s -w' -o carry/root.test .
+go test -c -ldflags='-s -w' -o carry/cpu.test ./cpu
 go build -ldflags='-s -w' -o carry/fusednorm-bench ./cmd/fusednorm-bench
 ls -la carry

@@ -2,9 +2,28 @@
 # Runs on the GPU machine, from the repository root, after scripts/device-build.sh here:
 # the conformance suite on Dawn (Dawn required), the root package's tests (fault injection on
 # the real device), and the benchmark with the backend left to auto. Results go to $OUT.
+# With the argument "cpu" it runs the CPU part instead: that machine's processor has
+# AVX-512, so it is where the avx512 kernels are tested (the kernel tests and the whole
+# conformance suite at every level, bit for bit against the pure-Go plan) and timed.
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+if [ "${1:-}" = cpu ]; then
+	{ lscpu | grep "Model name"; grep -o 'avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } >"$OUT/cpu.txt"
+	(cd cpu && timeout 150 ../carry/cpu.test -test.v >"$OUT/cpu-test.log" 2>&1; echo "rc=$?" >>"$OUT/cpu-test.log")
+	grep -E "^(--- |ok|FAIL|rc=)" "$OUT/cpu-test.log" | grep -v "^--- PASS" | tail -5
+	(cd tests && timeout 200 ../carry/conformance.test -test.run TestCPU -test.v >"$OUT/conformance-cpu.log" 2>&1; echo "rc=$?" >>"$OUT/conformance-cpu.log")
+	grep -E "^(--- |ok|FAIL|rc=)" "$OUT/conformance-cpu.log" | tail -8
+	for lv in avx512 avx2; do
+		timeout 150 carry/fusednorm-bench -cases shaders -backend cpu -level $lv -threads 1 -reps 3 -min-time 0.3s \
+			-json "$OUT/bench-cpu-$lv-1thread.json" >"$OUT/bench-cpu-$lv-1thread.txt" 2>&1
+		echo "bench $lv 1 thread rc=$?"; tail -14 "$OUT/bench-cpu-$lv-1thread.txt"
+	done
+	timeout 100 carry/fusednorm-bench -cases shaders -backend cpu -reps 3 -min-time 0.3s \
+		-json "$OUT/bench-cpu-avx512-all.json" >"$OUT/bench-cpu-avx512-all.txt" 2>&1
+	echo "bench all threads rc=$?"; tail -14 "$OUT/bench-cpu-avx512-all.txt"
+	exit 0
+fi
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp

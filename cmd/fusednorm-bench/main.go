@@ -48,6 +48,7 @@ type options struct {
 	only       string
 	dtype      string
 	threads    int
+	level      string
 	reps       int
 	minTime    time.Duration
 	warmup     int
@@ -72,6 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.only, "only", "", "run only the cases whose name contains this")
 	fs.StringVar(&o.dtype, "dtype", "all", "f32, f16 or all")
 	fs.IntVar(&o.threads, "threads", runtime.GOMAXPROCS(0), "goroutines per CPU call, and for the bandwidth probe")
+	fs.StringVar(&o.level, "level", "", "CPU kernel level: avx512, avx2 or go (default: the widest this processor runs)")
 	fs.IntVar(&o.reps, "reps", 3, "timed runs per case, at least")
 	fs.DurationVar(&o.minTime, "min-time", time.Second, "time each case for at least this long (and -reps runs)")
 	fs.IntVar(&o.warmup, "warmup", 1, "untimed runs before timing")
@@ -163,6 +165,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	opts := []fusednorm.Option{fusednorm.WithThreads(o.threads)}
+	if o.level != "" {
+		opts = append(opts, fusednorm.WithCPULevel(o.level))
+	}
 	if o.backendSet {
 		opts = append(opts, fusednorm.WithBackend(o.backend))
 	}

@@ -1,16 +1,19 @@
-// Command asmgen writes cpu/kernels_amd64.s: the AVX2+FMA+F16C kernels of the CPU backend.
+// Command asmgen writes cpu/kernels_amd64.s: the SIMD kernels of the CPU backend, once for
+// AVX2+FMA+F16C (8 lanes, YMM) and once for AVX-512 F/BW/VL (16 lanes, ZMM).
 //
-// Run it through go generate in the cpu package (see cpu/kernels_amd64.go), or from the
-// repository root:
+// It also writes the kernels' Go declarations, cpu/kernels_amd64.go. Run it through go
+// generate in the cpu package (see cpu/simd_amd64.go), or from the repository root:
 //
-//	go run -C internal/cmd/asmgen . -out ../../../cpu/kernels_amd64.s
+//	go run -C internal/cmd/asmgen . -out ../../../cpu/kernels_amd64.s -stubs ../../../cpu/kernels_amd64.go
 //
 // It lives in its own module so that the library does not depend on avo.
 //
-// Every kernel handles the multiple-of-8 prefix of its slices; the Go wrappers in
-// cpu/kernels_amd64.go check lengths, finish the tails with the pure-Go twins and document
-// the Go loop each kernel matches. Operand order follows the Go twins (x − mean, p + v, …),
-// so even NaN payloads agree; no operation is fused unless its twin calls plan.FMA32.
+// Every kernel handles the multiple-of-lanes prefix of its slices; the Go wrappers in
+// cpu/simd_amd64.go check lengths, finish the tails with narrower kernels or the pure-Go
+// twins, and document the Go loop each kernel matches. Operand order follows the Go twins
+// (x − mean, p + v, …), so even NaN payloads agree; no operation is fused unless its twin
+// calls plan.FMA32. The two widths run the same operations on each element in the same
+// order: only how many elements one instruction covers differs.
 package main
 
 import (
@@ -29,19 +32,63 @@ import (
 
 var c = build.NewContext()
 
+// isa is one vector width the kernels are written for.
+type isa struct {
+	name  string // function-name prefix
+	lanes int    // float32 lanes per vector register
+	block int    // partials a reduction keeps in registers while it walks the chunks
+}
+
+var (
+	avx2   = isa{name: "avx2", lanes: 8, block: 32}
+	avx512 = isa{name: "avx512", lanes: 16, block: 128}
+)
+
+// vec allocates a vector register of the width: YMM or ZMM.
+func (v isa) vec() reg.VecVirtual {
+	if v.lanes == 16 {
+		return c.ZMM()
+	}
+	return c.YMM()
+}
+
+// half allocates the register that holds one vector's worth of 16-bit values: XMM or YMM.
+func (v isa) half() reg.VecVirtual {
+	if v.lanes == 16 {
+		return c.YMM()
+	}
+	return c.XMM()
+}
+
+// zero sets r to +0 in every lane.
+func (v isa) zero(r reg.VecVirtual) {
+	if v.lanes == 16 {
+		c.VPXORD(r, r, r)
+		return
+	}
+	c.VXORPS(r, r, r)
+}
+
+// bytes is the size of one vector in bytes.
+func (v isa) bytes() int { return 4 * v.lanes }
+
 func main() {
 	// Own flag set: importing avo's build package registers its flags on the default one.
 	fs := flag.NewFlagSet("asmgen", flag.ExitOnError)
 	out := fs.String("out", "kernels_amd64.s", "assembly output file")
+	stubs := fs.String("stubs", "kernels_amd64.go", "Go declarations output file")
 	fs.Parse(os.Args[1:])
 
 	c.ConstraintExpr("amd64,!noasm,!purego")
-	elementwise()
-	conversions()
-	reductions()
-	sums()
+	for _, v := range []isa{avx2, avx512} {
+		elementwise(v)
+		conversions(v)
+		reductions(v)
+		sums(v)
+		embedF16(v)
+		copyNT(v)
+	}
 	tree()
-	embedF16()
 	memory()
 
 	f, err := c.Result()
@@ -53,12 +100,14 @@ func main() {
 	}
 	// A fixed command line in the header, so regenerating into any path gives the same file.
 	cfg := printer.Config{Argv: []string{"go", "generate", "./cpu"}, Pkg: "cpu"}
-	b, err := printer.NewGoAsm(cfg).Print(f)
-	if err != nil {
-		fail(err)
-	}
-	if err := os.WriteFile(*out, b, 0o644); err != nil {
-		fail(err)
+	for path, p := range map[string]printer.Printer{*out: printer.NewGoAsm(cfg), *stubs: printer.NewStubs(cfg)} {
+		b, err := p.Print(f)
+		if err != nil {
+			fail(err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			fail(err)
+		}
 	}
 }
 
@@ -70,6 +119,7 @@ func fail(err error) {
 func text(name, sig string, doc ...string) {
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
+	c.Pragma("noescape")
 	c.SignatureExpr(sig)
 	c.Doc(doc...)
 }
@@ -81,56 +131,56 @@ func length(name string) reg.Register { return c.Load(c.Param(name).Len(), c.GP6
 func f32(p, i reg.Register, off int) Mem { return Mem{Base: p, Index: i, Scale: 4, Disp: 4 * off} }
 func u16(p, i reg.Register, off int) Mem { return Mem{Base: p, Index: i, Scale: 2, Disp: 2 * off} }
 
-// broadcast32 returns a YMM register with v in every 32-bit lane.
-func broadcast32(v uint32) reg.VecVirtual {
+// broadcast32 returns a vector register with v in every 32-bit lane.
+func (v isa) broadcast32(x uint32) reg.VecVirtual {
 	g := c.GP32()
-	c.MOVL(U32(v), g)
-	x := c.XMM()
-	c.VMOVD(g, x)
-	y := c.YMM()
-	c.VPBROADCASTD(x, y)
+	c.MOVL(U32(x), g)
+	t := c.XMM()
+	c.VMOVD(g, t)
+	y := v.vec()
+	c.VPBROADCASTD(t, y)
 	return y
 }
 
-// broadcastParam returns a YMM register with the float32 parameter in every lane.
-func broadcastParam(name string) reg.VecVirtual {
+// broadcastParam returns a vector register with the float32 parameter in every lane.
+func (v isa) broadcastParam(name string) reg.VecVirtual {
 	p, err := c.Param(name).Resolve()
 	if err != nil {
 		fail(err)
 	}
-	y := c.YMM()
-	c.VBROADCASTSS(p.Addr, y) // VEX only: no SSE/AVX transition
+	y := v.vec()
+	c.VBROADCASTSS(p.Addr, y) // VEX/EVEX only: no SSE/AVX transition
 	return y
 }
 
-// loop emits "for i := 0; i < n&^7; i += 8 { body(i, 0) }", unrolled `unroll` times while
-// enough elements remain, then VZEROUPPER and RET. body(i, off) handles elements
-// i+off … i+off+7.
-func loop(name string, n reg.Register, unroll int, body func(i reg.Register, off int)) {
+// loop emits "for i := 0; i < n&^(lanes−1); i += lanes { body(i, 0) }", unrolled `unroll`
+// times while enough elements remain, then VZEROUPPER and RET. body(i, off) handles
+// elements i+off … i+off+lanes−1. Labels take the function's name.
+func (v isa) loop(name string, n reg.Register, unroll int, body func(i reg.Register, off int)) {
 	i := c.GP64()
 	end := c.GP64()
 	c.XORQ(i, i)
 	if unroll > 1 {
 		c.MOVQ(n, end)
-		c.ANDQ(I32(-8*unroll), end)
+		c.ANDQ(I32(-v.lanes*unroll), end)
 		c.CMPQ(i, end)
 		c.JAE(LabelRef(name + "_single"))
 		c.Label(name + "_unrolled")
 		for u := 0; u < unroll; u++ {
-			body(i, 8*u)
+			body(i, v.lanes*u)
 		}
-		c.ADDQ(U32(8*unroll), i)
+		c.ADDQ(U32(v.lanes*unroll), i)
 		c.CMPQ(i, end)
 		c.JB(LabelRef(name + "_unrolled"))
 		c.Label(name + "_single")
 	}
 	c.MOVQ(n, end)
-	c.ANDQ(I32(-8), end)
+	c.ANDQ(I32(-v.lanes), end)
 	c.CMPQ(i, end)
 	c.JAE(LabelRef(name + "_done"))
 	c.Label(name + "_loop")
 	body(i, 0)
-	c.ADDQ(U32(8), i)
+	c.ADDQ(U32(v.lanes), i)
 	c.CMPQ(i, end)
 	c.JB(LabelRef(name + "_loop"))
 	c.Label(name + "_done")
@@ -138,284 +188,357 @@ func loop(name string, n reg.Register, unroll int, body func(i reg.Register, off
 	c.RET()
 }
 
-func elementwise() {
-	text("avx2Add2", "func(s, a, b []float32)",
-		"avx2Add2 writes s[i] = a[i] + b[i] for i < len(s)&^7.")
+// widen16 loads one vector of 16-bit values (binary16 or bfloat16) from m as float32.
+func (v isa) widen16(bf bool, m Mem) reg.VecVirtual {
+	r := v.vec()
+	if !bf {
+		c.VCVTPH2PS(m, r)
+		return r
+	}
+	c.VPMOVZXWD(m, r)
+	c.VPSLLD(U8(16), r, r)
+	return r
+}
+
+// narrowF16 stores one vector as binary16 to m, nearest-even (VCVTPS2PH imm 0).
+func (v isa) narrowF16(r reg.VecVirtual, m Mem) { c.VCVTPS2PH(U8(0), r, m) }
+
+// bf16Consts are the constants of narrowBF16, loaded once per kernel.
+type bf16Consts struct{ one, bias, abs, inf, quiet reg.VecVirtual }
+
+func (v isa) bf16Consts() bf16Consts {
+	return bf16Consts{v.broadcast32(1), v.broadcast32(0x7fff), v.broadcast32(0x7fffffff),
+		v.broadcast32(0x7f800000), v.broadcast32(0x40)}
+}
+
+// narrowBF16 stores one vector as bfloat16 to m the way F32ToBF16 rounds: the top half of
+// u + 0x7fff + (u>>16)&1, and (u>>16) | 0x40 for NaN. (VCVTNEPS2BF16 would flush
+// subnormals, so the rounding is done in integers.) It clobbers u.
+func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem) {
+	hi, r, nan := v.vec(), v.vec(), v.vec()
+	c.VPSRLD(U8(16), u, hi)
+	if v.lanes == 16 {
+		c.VPANDD(k.one, hi, r)
+		c.VPADDD(k.bias, r, r)
+		c.VPADDD(u, r, r)
+		c.VPSRLD(U8(16), r, r)
+		c.VPANDD(k.abs, u, nan)
+		isNaN := c.K()
+		c.VPCMPGTD(k.inf, nan, isNaN) // |u| > inf bits: NaN
+		c.VPORD(k.quiet, hi, hi)
+		c.VPBLENDMD(hi, r, isNaN, r)
+		c.VPMOVDW(r, m) // values ≤ 0xffff: truncation is exact
+		return
+	}
+	c.VPAND(k.one, hi, r)
+	c.VPADDD(k.bias, r, r)
+	c.VPADDD(u, r, r)
+	c.VPSRLD(U8(16), r, r)
+	c.VPAND(k.abs, u, nan)
+	c.VPCMPGTD(k.inf, nan, nan) // |u| > inf bits: NaN
+	c.VPOR(k.quiet, hi, hi)
+	c.VPBLENDVB(nan, hi, r, r)
+	lo, top := c.XMM(), c.XMM()
+	c.VEXTRACTI128(U8(1), r, top)
+	c.VPACKUSDW(top, r.AsX(), lo) // values ≤ 0xffff: no saturation
+	c.VMOVDQU(lo, m)
+}
+
+func elementwise(v isa) {
+	n := v.name
+	text(n+"Add2", "func(s, a, b []float32)",
+		n+"Add2 writes s[i] = a[i] + b[i] for i < len(s)&^"+fmt.Sprint(v.lanes-1)+".")
 	{
 		s, a, b := base("s"), base("a"), base("b")
-		loop("add2", length("s"), 4, func(i reg.Register, off int) {
-			v := c.YMM()
-			c.VMOVUPS(f32(a, i, off), v)
-			c.VADDPS(f32(b, i, off), v, v)
-			c.VMOVUPS(v, f32(s, i, off))
+		v.loop(n+"Add2", length("s"), 4, func(i reg.Register, off int) {
+			t := v.vec()
+			c.VMOVUPS(f32(a, i, off), t)
+			c.VADDPS(f32(b, i, off), t, t)
+			c.VMOVUPS(t, f32(s, i, off))
 		})
 	}
 
-	text("avx2Add3", "func(s, a, b, d []float32)",
-		"avx2Add3 writes s[i] = (a[i] + b[i]) + d[i] for i < len(s)&^7.")
+	text(n+"Add3", "func(s, a, b, d []float32)",
+		n+"Add3 writes s[i] = (a[i] + b[i]) + d[i] for i < len(s)&^"+fmt.Sprint(v.lanes-1)+".")
 	{
 		s, a, b, d := base("s"), base("a"), base("b"), base("d")
-		loop("add3", length("s"), 4, func(i reg.Register, off int) {
-			v := c.YMM()
-			c.VMOVUPS(f32(a, i, off), v)
-			c.VADDPS(f32(b, i, off), v, v)
-			c.VADDPS(f32(d, i, off), v, v)
-			c.VMOVUPS(v, f32(s, i, off))
+		v.loop(n+"Add3", length("s"), 4, func(i reg.Register, off int) {
+			t := v.vec()
+			c.VMOVUPS(f32(a, i, off), t)
+			c.VADDPS(f32(b, i, off), t, t)
+			c.VADDPS(f32(d, i, off), t, t)
+			c.VMOVUPS(t, f32(s, i, off))
 		})
 	}
 
-	text("avx2Add3NT", "func(s, x, a, b, d []float32)",
-		"avx2Add3NT writes s[i] = (a[i] + b[i]) + d[i] and the same value to x[i], with a",
-		"non-temporal store, for i < len(s)&^7: x must be 32-byte aligned, and the caller runs",
-		"avx2Fence before the values are shared.")
+	text(n+"Add3NT", "func(s, x, a, b, d []float32)",
+		n+"Add3NT writes s[i] = (a[i] + b[i]) + d[i] and the same value to x[i], with a",
+		"non-temporal store, for whole vectors of s: x must be aligned to the vector, and the",
+		"caller fences before the values are shared.")
 	{
 		s, x, a, b, d := base("s"), base("x"), base("a"), base("b"), base("d")
-		loop("add3NT", length("s"), 4, func(i reg.Register, off int) {
-			v := c.YMM()
-			c.VMOVUPS(f32(a, i, off), v)
-			c.VADDPS(f32(b, i, off), v, v)
-			c.VADDPS(f32(d, i, off), v, v)
-			c.VMOVUPS(v, f32(s, i, off))
-			c.VMOVNTPS(v, f32(x, i, off))
+		v.loop(n+"Add3NT", length("s"), 4, func(i reg.Register, off int) {
+			t := v.vec()
+			c.VMOVUPS(f32(a, i, off), t)
+			c.VADDPS(f32(b, i, off), t, t)
+			c.VADDPS(f32(d, i, off), t, t)
+			c.VMOVUPS(t, f32(s, i, off))
+			c.VMOVNTPS(t, f32(x, i, off))
 		})
 	}
 
-	text("avx2AddTo", "func(s, b []float32)",
-		"avx2AddTo writes s[i] += b[i] for i < len(s)&^7.")
+	text(n+"AddTo", "func(s, b []float32)",
+		n+"AddTo writes s[i] += b[i] for whole vectors of s.")
 	{
 		s, b := base("s"), base("b")
-		loop("addTo", length("s"), 4, func(i reg.Register, off int) {
-			v := c.YMM()
-			c.VMOVUPS(f32(s, i, off), v)
-			c.VADDPS(f32(b, i, off), v, v)
-			c.VMOVUPS(v, f32(s, i, off))
+		v.loop(n+"AddTo", length("s"), 4, func(i reg.Register, off int) {
+			t := v.vec()
+			c.VMOVUPS(f32(s, i, off), t)
+			c.VADDPS(f32(b, i, off), t, t)
+			c.VMOVUPS(t, f32(s, i, off))
 		})
 	}
 
-	for _, variant := range []struct{ fused, nt bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
-		fused, nt := variant.fused, variant.nt
-		name, what := "avx2Affine", "f32(n·gamma[i]) + beta[i] (unfused)"
-		if fused {
-			name, what = "avx2AffineFMA", "fma(n, gamma[i], beta[i])"
-		}
-		doc := []string{name + " writes y[i] = " + what + ", n = f32((x[i] − mean)·rstd), for i < len(y)&^7."}
-		if nt {
-			name += "NT"
-			doc = []string{name + " is " + name[:len(name)-2] + " with non-temporal stores (VMOVNTPS): y must be",
-				"32-byte aligned, and the caller runs avx2Fence before the values are shared."}
-		}
-		text(name, "func(y, x, gamma, beta []float32, mean, rstd float32)", doc...)
-		y, x, g, b := base("y"), base("x"), base("gamma"), base("beta")
-		mean, rstd := broadcastParam("mean"), broadcastParam("rstd")
-		loop(name, length("y"), 4, func(i reg.Register, off int) {
-			v := c.YMM()
-			c.VMOVUPS(f32(x, i, off), v)
-			c.VSUBPS(mean, v, v)
-			c.VMULPS(rstd, v, v)
+	// The affine step, with y in float32 (plain or non-temporal stores), binary16 or
+	// bfloat16: the 16-bit forms round what the float32 form would store.
+	for _, out := range []string{"", "NT", "F16", "BF16"} {
+		for _, fused := range []bool{false, true} {
+			name, what := n+"Affine", "f32(n·gamma[i]) + beta[i] (unfused)"
 			if fused {
-				gv := c.YMM()
-				c.VMOVUPS(f32(g, i, off), gv)
-				c.VFMADD213PS(f32(b, i, off), gv, v) // v = gamma·v + beta, one rounding
-			} else {
-				c.VMULPS(f32(g, i, off), v, v)
-				c.VADDPS(f32(b, i, off), v, v)
+				name, what = n+"AffineFMA", "fma(n, gamma[i], beta[i])"
 			}
-			if nt {
-				c.VMOVNTPS(v, f32(y, i, off))
-			} else {
-				c.VMOVUPS(v, f32(y, i, off))
+			name += out
+			yT, doc := "[]float32", []string{name + " writes y[i] = " + what + ", n = f32((x[i] − mean)·rstd),"}
+			switch out {
+			case "":
+				doc = append(doc, "for whole vectors of y.")
+			case "NT":
+				doc = append(doc, "for whole vectors of y, with non-temporal stores: y must be aligned to the",
+					"vector, and the caller fences before the values are shared.")
+			case "F16":
+				yT = "[]uint16"
+				doc = append(doc, "rounded to binary16 (nearest-even), for whole vectors of y.")
+			case "BF16":
+				yT = "[]uint16"
+				doc = append(doc, "rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.")
 			}
-		})
+			text(name, "func(y "+yT+", x, gamma, beta []float32, mean, rstd float32)", doc...)
+			y, x, g, b := base("y"), base("x"), base("gamma"), base("beta")
+			mean, rstd := v.broadcastParam("mean"), v.broadcastParam("rstd")
+			var bk bf16Consts
+			unroll := 4
+			if out == "BF16" {
+				bk = v.bf16Consts()
+				unroll = 2
+			}
+			v.loop(name, length("y"), unroll, func(i reg.Register, off int) {
+				t := v.vec()
+				c.VMOVUPS(f32(x, i, off), t)
+				c.VSUBPS(mean, t, t)
+				c.VMULPS(rstd, t, t)
+				if fused {
+					gv := v.vec()
+					c.VMOVUPS(f32(g, i, off), gv)
+					c.VFMADD213PS(f32(b, i, off), gv, t) // t = gamma·t + beta, one rounding
+				} else {
+					c.VMULPS(f32(g, i, off), t, t)
+					c.VADDPS(f32(b, i, off), t, t)
+				}
+				switch out {
+				case "":
+					c.VMOVUPS(t, f32(y, i, off))
+				case "NT":
+					c.VMOVNTPS(t, f32(y, i, off))
+				case "F16":
+					v.narrowF16(t, u16(y, i, off))
+				case "BF16":
+					v.narrowBF16(bk, t, u16(y, i, off))
+				}
+			})
+		}
 	}
 }
 
-func conversions() {
-	text("avx2WidenF16", "func(dst []float32, src []uint16)",
-		"avx2WidenF16 writes dst[i] = float32(binary16 src[i]) for i < len(dst)&^7.")
+func conversions(v isa) {
+	n := v.name
+	text(n+"WidenF16", "func(dst []float32, src []uint16)",
+		n+"WidenF16 writes dst[i] = float32(binary16 src[i]) for whole vectors of dst.")
 	{
 		d, s := base("dst"), base("src")
-		loop("widenF16", length("dst"), 4, func(i reg.Register, off int) {
-			v := c.YMM()
-			c.VCVTPH2PS(u16(s, i, off), v)
-			c.VMOVUPS(v, f32(d, i, off))
+		v.loop(n+"WidenF16", length("dst"), 4, func(i reg.Register, off int) {
+			c.VMOVUPS(v.widen16(false, u16(s, i, off)), f32(d, i, off))
 		})
 	}
 
-	text("avx2WidenBF16", "func(dst []float32, src []uint16)",
-		"avx2WidenBF16 writes dst[i] = float32frombits(src[i] << 16) for i < len(dst)&^7.")
+	text(n+"WidenBF16", "func(dst []float32, src []uint16)",
+		n+"WidenBF16 writes dst[i] = float32frombits(src[i] << 16) for whole vectors of dst.")
 	{
 		d, s := base("dst"), base("src")
-		loop("widenBF16", length("dst"), 4, func(i reg.Register, off int) {
-			v := c.YMM()
-			c.VPMOVZXWD(u16(s, i, off), v)
-			c.VPSLLD(U8(16), v, v)
-			c.VMOVDQU(v, f32(d, i, off))
+		v.loop(n+"WidenBF16", length("dst"), 4, func(i reg.Register, off int) {
+			c.VMOVUPS(v.widen16(true, u16(s, i, off)), f32(d, i, off))
 		})
 	}
 
-	text("avx2NarrowF16", "func(dst []uint16, src []float32)",
-		"avx2NarrowF16 writes dst[i] = binary16(src[i]), nearest-even, for i < len(dst)&^7.")
+	text(n+"NarrowF16", "func(dst []uint16, src []float32)",
+		n+"NarrowF16 writes dst[i] = binary16(src[i]), nearest-even, for whole vectors of dst.")
 	{
 		d, s := base("dst"), base("src")
-		loop("narrowF16", length("dst"), 4, func(i reg.Register, off int) {
-			v := c.YMM()
-			c.VMOVUPS(f32(s, i, off), v)
-			c.VCVTPS2PH(U8(0), v, u16(d, i, off))
+		v.loop(n+"NarrowF16", length("dst"), 4, func(i reg.Register, off int) {
+			t := v.vec()
+			c.VMOVUPS(f32(s, i, off), t)
+			v.narrowF16(t, u16(d, i, off))
 		})
 	}
 
-	text("avx2NarrowBF16", "func(dst []uint16, src []float32)",
-		"avx2NarrowBF16 writes dst[i] = F32ToBF16(src[i]) for i < len(dst)&^7:",
+	text(n+"NarrowBF16", "func(dst []uint16, src []float32)",
+		n+"NarrowBF16 writes dst[i] = F32ToBF16(src[i]) for whole vectors of dst:",
 		"u + 0x7fff + (u>>16)&1, top half; NaN: (u>>16) | 0x40.")
 	{
 		d, s := base("dst"), base("src")
-		one, bias := broadcast32(1), broadcast32(0x7fff)
-		abs, inf, quiet := broadcast32(0x7fffffff), broadcast32(0x7f800000), broadcast32(0x40)
-		loop("narrowBF16", length("dst"), 2, func(i reg.Register, off int) {
-			u, hi, r, nan := c.YMM(), c.YMM(), c.YMM(), c.YMM()
-			c.VMOVDQU(f32(s, i, off), u)
-			c.VPSRLD(U8(16), u, hi)
-			c.VPAND(one, hi, r)
-			c.VPADDD(bias, r, r)
-			c.VPADDD(u, r, r)
-			c.VPSRLD(U8(16), r, r)
-			c.VPAND(abs, u, nan)
-			c.VPCMPGTD(inf, nan, nan) // |u| > inf bits: NaN
-			c.VPOR(quiet, hi, hi)
-			c.VPBLENDVB(nan, hi, r, r)
-			lo, top := c.XMM(), c.XMM()
-			c.VEXTRACTI128(U8(1), r, top)
-			c.VPACKUSDW(top, r.AsX(), lo) // values ≤ 0xffff: no saturation
-			c.VMOVDQU(lo, u16(d, i, off))
+		k := v.bf16Consts()
+		v.loop(n+"NarrowBF16", length("dst"), 2, func(i reg.Register, off int) {
+			u := v.vec()
+			c.VMOVUPS(f32(s, i, off), u)
+			v.narrowBF16(k, u, u16(d, i, off))
 		})
 	}
 }
 
-// reductions emits the plan's partial accumulation: len(part) = W, a multiple of 8, and
-// len(x) a positive multiple of W. Blocks of 32 (or 8) partials stay in registers while the
-// loop walks the chunks x[c·W + k], c = 0, 1, …, so each partial sees its elements in the
-// plan's order.
-func reductions() {
+// reductions emits the plan's partial accumulation: len(part) = W, a multiple of the lanes,
+// and len(x) a positive multiple of W. Blocks of v.block (or v.lanes) partials stay in
+// registers while the loop walks the chunks x[c·W + k], c = 0, 1, …, so each partial sees
+// its elements in the plan's order.
+func reductions(v isa) {
 	type variant struct {
 		name, sig, doc string
 		step           func(acc reg.VecVirtual, m Mem, mean reg.VecVirtual)
 	}
 	variants := []variant{
-		{"avx2Accumulate", "func(part, x []float32)", "part[k] += x[c·W+k]",
+		{v.name + "Accumulate", "func(part, x []float32)", "part[k] += x[c·W+k]",
 			func(acc reg.VecVirtual, m Mem, _ reg.VecVirtual) {
 				c.VADDPS(m, acc, acc)
 			}},
-		{"avx2AccumulateSqDev", "func(part, x []float32, mean float32)", "part[k] += f32(d·d), d = x[c·W+k] − mean",
+		{v.name + "AccumulateSqDev", "func(part, x []float32, mean float32)", "part[k] += f32(d·d), d = x[c·W+k] − mean",
 			func(acc reg.VecVirtual, m Mem, mean reg.VecVirtual) {
-				d := c.YMM()
+				d := v.vec()
 				c.VMOVUPS(m, d)
 				c.VSUBPS(mean, d, d)
 				c.VMULPS(d, d, d)
 				c.VADDPS(d, acc, acc)
 			}},
-		{"avx2AccumulateSqDevFMA", "func(part, x []float32, mean float32)", "part[k] = fma(d, d, part[k]), d = x[c·W+k] − mean",
+		{v.name + "AccumulateSqDevFMA", "func(part, x []float32, mean float32)", "part[k] = fma(d, d, part[k]), d = x[c·W+k] − mean",
 			func(acc reg.VecVirtual, m Mem, mean reg.VecVirtual) {
-				d := c.YMM()
+				d := v.vec()
 				c.VMOVUPS(m, d)
 				c.VSUBPS(mean, d, d)
 				c.VFMADD231PS(d, d, acc)
 			}},
 	}
-	for _, vz := range []struct {
-		variant
-		zero bool
-	}{{variants[0], false}, {variants[1], false}, {variants[2], false}, {variants[0], true}, {variants[1], true}, {variants[2], true}} {
-		v, zero := vz.variant, vz.zero
-		if zero {
-			v.name += "Zero"
-			text(v.name, v.sig, v.name+" is "+v.name[:len(v.name)-4]+" on partials that start at +0 (part is",
-				"not read): the same as clearing part first, in one pass.")
-		} else {
-			text(v.name, v.sig, v.name+" does "+v.doc+" for every chunk c;",
-				"len(part) = W must be a multiple of 8 and len(x) a positive multiple of W.")
-		}
-		part, x := base("part"), base("x")
-		w := length("part")
-		var mean reg.VecVirtual
-		if v.sig != "func(part, x []float32)" {
-			mean = broadcastParam("mean")
-		}
-		stride := c.GP64() // W·4 bytes
-		c.MOVQ(w, stride)
-		c.SHLQ(U8(2), stride)
-		end := c.GP64() // &x[len(x)]
-		c.MOVQ(length("x"), end)
-		c.LEAQ(Mem{Base: x, Index: end, Scale: 4}, end)
-		k := c.GP64() // element index of the block
-		c.XORQ(k, k)
-		w32 := c.GP64()
-		c.MOVQ(w, w32)
-		c.ANDQ(I32(-32), w32)
+	for _, zero := range []bool{false, true} {
+		for _, vr := range variants {
+			name := vr.name
+			if zero {
+				name += "Zero"
+				text(name, vr.sig, name+" is "+vr.name+" on partials that start at +0 (part is",
+					"not read): the same as clearing part first, in one pass.")
+			} else {
+				text(name, vr.sig, name+" does "+vr.doc+" for every chunk c;",
+					"len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.")
+			}
+			part, x := base("part"), base("x")
+			w := length("part")
+			var mean reg.VecVirtual
+			if vr.sig != "func(part, x []float32)" {
+				mean = v.broadcastParam("mean")
+			}
+			stride := c.GP64() // W·4 bytes
+			c.MOVQ(w, stride)
+			c.SHLQ(U8(2), stride)
+			end := c.GP64() // &x[len(x)]
+			c.MOVQ(length("x"), end)
+			c.LEAQ(Mem{Base: x, Index: end, Scale: 4}, end)
+			k := c.GP64() // element index of the block
+			c.XORQ(k, k)
+			wBlock := c.GP64()
+			c.MOVQ(w, wBlock)
+			c.ANDQ(I32(-v.block), wBlock)
 
-		block := func(label string, lanes int, limit reg.Register) {
-			c.Label(v.name + "_" + label)
-			c.CMPQ(k, limit)
-			c.JAE(LabelRef(v.name + "_" + label + "_done"))
-			accs := make([]reg.VecVirtual, lanes/8)
-			for j := range accs {
-				accs[j] = c.YMM()
-				if zero {
-					c.VXORPS(accs[j], accs[j], accs[j]) // +0, as clear leaves it
-				} else {
-					c.VMOVUPS(f32(part, k, 8*j), accs[j])
+			block := func(label string, lanes int, limit reg.Register) {
+				c.Label(name + "_" + label)
+				c.CMPQ(k, limit)
+				c.JAE(LabelRef(name + "_" + label + "_done"))
+				accs := make([]reg.VecVirtual, lanes/v.lanes)
+				for j := range accs {
+					accs[j] = v.vec()
+					if zero {
+						v.zero(accs[j]) // +0, as clear leaves it
+					} else {
+						c.VMOVUPS(f32(part, k, v.lanes*j), accs[j])
+					}
 				}
+				q := c.GP64()
+				c.LEAQ(Mem{Base: x, Index: k, Scale: 4}, q)
+				c.Label(name + "_" + label + "_chunk")
+				for j, acc := range accs {
+					vr.step(acc, Mem{Base: q, Disp: v.bytes() * j}, mean)
+				}
+				c.ADDQ(stride, q)
+				c.CMPQ(q, end)
+				c.JB(LabelRef(name + "_" + label + "_chunk"))
+				for j, acc := range accs {
+					c.VMOVUPS(acc, f32(part, k, v.lanes*j))
+				}
+				c.ADDQ(U32(lanes), k)
+				c.JMP(LabelRef(name + "_" + label))
+				c.Label(name + "_" + label + "_done")
 			}
-			q := c.GP64()
-			c.LEAQ(Mem{Base: x, Index: k, Scale: 4}, q)
-			c.Label(v.name + "_" + label + "_chunk")
-			for j, acc := range accs {
-				v.step(acc, Mem{Base: q, Disp: 32 * j}, mean)
-			}
-			c.ADDQ(stride, q)
-			c.CMPQ(q, end)
-			c.JB(LabelRef(v.name + "_" + label + "_chunk"))
-			for j, acc := range accs {
-				c.VMOVUPS(acc, f32(part, k, 8*j))
-			}
-			c.ADDQ(U32(lanes), k)
-			c.JMP(LabelRef(v.name + "_" + label))
-			c.Label(v.name + "_" + label + "_done")
+			block("block", v.block, wBlock)
+			block("vec", v.lanes, w)
+			c.VZEROUPPER()
+			c.RET()
 		}
-		block("by32", 32, w32)
-		block("by8", 8, w)
-		c.VZEROUPPER()
-		c.RET()
 	}
 }
 
 // sums emits the first pass of a row fused with the plan's first accumulation: s = a + b
 // or (a + b) + d, optionally also stored non-temporally to x, and part = the partial sums
-// of s from +0 (what sumZero gives). Like reductions, blocks of 32 (or 8) partials stay in
+// of s from +0 (what sumZero gives), or added onto part as it is (Acc: a later piece of a
+// row that is summed a piece at a time). Like reductions, blocks of partials stay in
 // registers while the loop walks the chunks c·W + k of the inputs, so every s[i] is
 // computed once and added to its partial in the plan's order.
-func sums() {
-	for _, v := range []struct{ three, nt bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
-		name, sig, what := "avx2Add2Sum", "func(part, s, a, b []float32)", "a[i] + b[i]"
-		if v.three {
-			name, sig, what = "avx2Add3Sum", "func(part, s, a, b, d []float32)", "(a[i] + b[i]) + d[i]"
+func sums(v isa) {
+	for _, vr := range []struct{ three, nt, acc bool }{
+		{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false},
+		{false, false, true}, {true, false, true},
+	} {
+		name, sig, what := v.name+"Add2Sum", "func(part, s, a, b []float32)", "a[i] + b[i]"
+		if vr.three {
+			name, sig, what = v.name+"Add3Sum", "func(part, s, a, b, d []float32)", "(a[i] + b[i]) + d[i]"
 		}
-		if v.nt {
+		switch {
+		case vr.nt:
 			name += "NT"
 			sig = strings.Replace(sig, "s, ", "s, x, ", 1)
+		case vr.acc:
+			name += "Acc"
 		}
-		doc := []string{name + " writes s[i] = " + what + " and part[k] = Σ_c s[c·W+k] from +0 (chunks in order),"}
-		if v.nt {
-			doc = append(doc, "and x[i] = s[i] with non-temporal stores (x 32-byte aligned; the caller fences),")
+		from := "from +0"
+		if vr.acc {
+			from = "added onto part"
 		}
-		doc = append(doc, "for i < len(s); len(part) = W must be a multiple of 8 and len(s) a positive multiple of W.")
+		doc := []string{name + " writes s[i] = " + what + " and part[k] = Σ_c s[c·W+k] " + from + " (chunks in order),"}
+		if vr.nt {
+			doc = append(doc, "and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),")
+		}
+		doc = append(doc, "for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.")
 		text(name, sig, doc...)
 		part, sp := base("part"), base("s")
 		var x, d reg.GPVirtual
-		if v.nt {
+		if vr.nt {
 			x = base("x")
 		}
 		a, b := base("a"), base("b")
-		if v.three {
+		if vr.three {
 			d = base("d")
 		}
 		w := length("part")
@@ -427,33 +550,37 @@ func sums() {
 		c.SHLQ(U8(2), end)
 		k := c.GP64() // element index of the block
 		c.XORQ(k, k)
-		w32 := c.GP64()
-		c.MOVQ(w, w32)
-		c.ANDQ(I32(-32), w32)
+		wBlock := c.GP64()
+		c.MOVQ(w, wBlock)
+		c.ANDQ(I32(-v.block), wBlock)
 
 		block := func(label string, lanes int, limit reg.Register) {
 			c.Label(name + "_" + label)
 			c.CMPQ(k, limit)
 			c.JAE(LabelRef(name + "_" + label + "_done"))
-			accs := make([]reg.VecVirtual, lanes/8)
+			accs := make([]reg.VecVirtual, lanes/v.lanes)
 			for j := range accs {
-				accs[j] = c.YMM()
-				c.VXORPS(accs[j], accs[j], accs[j]) // +0, as clear leaves it
+				accs[j] = v.vec()
+				if vr.acc {
+					c.VMOVUPS(f32(part, k, v.lanes*j), accs[j])
+				} else {
+					v.zero(accs[j]) // +0, as clear leaves it
+				}
 			}
 			q := c.GP64() // byte offset of the block in chunk c
 			c.MOVQ(k, q)
 			c.SHLQ(U8(2), q)
 			c.Label(name + "_" + label + "_chunk")
 			for j, acc := range accs {
-				m := func(base reg.Register) Mem { return Mem{Base: base, Index: q, Scale: 1, Disp: 32 * j} }
-				t := c.YMM()
+				m := func(base reg.Register) Mem { return Mem{Base: base, Index: q, Scale: 1, Disp: v.bytes() * j} }
+				t := v.vec()
 				c.VMOVUPS(m(a), t)
 				c.VADDPS(m(b), t, t)
-				if v.three {
+				if vr.three {
 					c.VADDPS(m(d), t, t)
 				}
 				c.VMOVUPS(t, m(sp))
-				if v.nt {
+				if vr.nt {
 					c.VMOVNTPS(t, m(x))
 				}
 				c.VADDPS(t, acc, acc) // part[k] + s
@@ -462,14 +589,14 @@ func sums() {
 			c.CMPQ(q, end)
 			c.JB(LabelRef(name + "_" + label + "_chunk"))
 			for j, acc := range accs {
-				c.VMOVUPS(acc, f32(part, k, 8*j))
+				c.VMOVUPS(acc, f32(part, k, v.lanes*j))
 			}
 			c.ADDQ(U32(lanes), k)
 			c.JMP(LabelRef(name + "_" + label))
 			c.Label(name + "_" + label + "_done")
 		}
-		block("by32", 32, w32)
-		block("by8", 8, w)
+		block("block", v.block, wBlock)
+		block("vec", v.lanes, w)
 		c.VZEROUPPER()
 		c.RET()
 	}
@@ -576,15 +703,16 @@ func tree() {
 	}
 }
 
-func embedF16() {
-	text("avx2EmbedSumF16Seg", "func(x []float32, bits []uint16, w, p, g []uint16)",
-		"avx2EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i],",
-		"for i < len(x)&^7 (VCVTPS2PH imm 0: nearest-even).")
+func embedF16(v isa) {
+	n := v.name
+	text(n+"EmbedSumF16Seg", "func(x []float32, bits []uint16, w, p, g []uint16)",
+		n+"EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i],",
+		"for whole vectors of x (VCVTPS2PH imm 0: nearest-even).")
 	{
 		x, bits, w, p, g := base("x"), base("bits"), base("w"), base("p"), base("g")
-		loop("embedF16Seg", length("x"), 2, func(i reg.Register, off int) {
-			a, b := c.YMM(), c.YMM()
-			h := c.XMM()
+		v.loop(n+"EmbedSumF16Seg", length("x"), 2, func(i reg.Register, off int) {
+			a, b := v.vec(), v.vec()
+			h := v.half()
 			c.VCVTPH2PS(u16(w, i, off), a)
 			c.VCVTPH2PS(u16(g, i, off), b)
 			c.VADDPS(b, a, a)
@@ -593,33 +721,46 @@ func embedF16() {
 			c.VCVTPH2PS(u16(p, i, off), b)
 			c.VADDPS(b, a, a)
 			c.VCVTPS2PH(U8(0), a, h)
-			c.VMOVDQU(h, u16(bits, i, off))
+			c.VMOVUPS(h, u16(bits, i, off))
 			c.VCVTPH2PS(h, a)
 			c.VMOVUPS(a, f32(x, i, off))
 		})
 	}
 
-	text("avx2EmbedSumF16", "func(x []float32, bits []uint16, w, p []uint16)",
-		"avx2EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for i < len(x)&^7.")
+	text(n+"EmbedSumF16", "func(x []float32, bits []uint16, w, p []uint16)",
+		n+"EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x.")
 	{
 		x, bits, w, p := base("x"), base("bits"), base("w"), base("p")
-		loop("embedF16", length("x"), 2, func(i reg.Register, off int) {
-			a, b := c.YMM(), c.YMM()
-			h := c.XMM()
+		v.loop(n+"EmbedSumF16", length("x"), 2, func(i reg.Register, off int) {
+			a, b := v.vec(), v.vec()
+			h := v.half()
 			c.VCVTPH2PS(u16(w, i, off), a)
 			c.VCVTPH2PS(u16(p, i, off), b)
 			c.VADDPS(b, a, a)
 			c.VCVTPS2PH(U8(0), a, h)
-			c.VMOVDQU(h, u16(bits, i, off))
+			c.VMOVUPS(h, u16(bits, i, off))
 			c.VCVTPH2PS(h, a)
 			c.VMOVUPS(a, f32(x, i, off))
 		})
 	}
 }
 
-// memory emits the kernels that only steer the memory system: software prefetch of a
-// row that is about to be read, non-temporal copies of output rows and the store fence
-// that orders non-temporal stores before the result is shared.
+func copyNT(v isa) {
+	n := v.name
+	text(n+"CopyNT", "func(dst, src []float32)",
+		n+"CopyNT writes dst[i] = src[i] for whole vectors of dst with non-temporal stores: dst",
+		"must be aligned to the vector, and the caller fences before the values are shared.")
+	d, s := base("dst"), base("src")
+	v.loop(n+"CopyNT", length("dst"), 4, func(i reg.Register, off int) {
+		t := v.vec()
+		c.VMOVUPS(f32(s, i, off), t)
+		c.VMOVNTPS(t, f32(d, i, off))
+	})
+}
+
+// memory emits the kernels that only steer the memory system, for every level: software
+// prefetch of a row that is about to be read, and the store fence that orders
+// non-temporal stores before the result is shared.
 func memory() {
 	text("avx2Prefetch", "func(b []byte)",
 		"avx2Prefetch issues PREFETCHT0 for every 64-byte line that b covers; it reads and writes",
@@ -639,18 +780,6 @@ func memory() {
 		c.PREFETCHT0(Mem{Base: end}) // the last line, when b does not start on a line
 		c.Label("prefetch_done")
 		c.RET()
-	}
-
-	text("avx2CopyNT", "func(dst, src []float32)",
-		"avx2CopyNT writes dst[i] = src[i] for i < len(dst)&^7 with non-temporal stores:",
-		"dst must be 32-byte aligned, and the caller runs avx2Fence before the values are shared.")
-	{
-		d, s := base("dst"), base("src")
-		loop("copyNT", length("dst"), 4, func(i reg.Register, off int) {
-			v := c.YMM()
-			c.VMOVUPS(f32(s, i, off), v)
-			c.VMOVNTPS(v, f32(d, i, off))
-		})
 	}
 
 	text("avx2Fence", "func()",
