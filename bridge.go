@@ -36,6 +36,9 @@ const EnvBackend = "FUSEDNORM_BACKEND"
 // EnvDawnLib names the Dawn library to load, before the built-in search list.
 const EnvDawnLib = "FUSEDNORM_DAWN_LIB"
 
+// EnvCPULevel caps the CPU kernels when WithCPULevel is not given: "go", "avx2" or "avx512".
+const EnvCPULevel = "FUSEDNORM_CPU_LEVEL"
+
 // Option configures Open.
 type Option func(*config)
 
@@ -58,7 +61,8 @@ func WithDawnLibrary(path string) Option { return func(c *config) { c.dawnLib = 
 func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
 
 // WithCPULevel caps the CPU kernels at a level: "go" (the pure-Go twins) or a SIMD level
-// the processor has ("avx2"); empty means the best available.
+// the processor has ("avx2", "avx512"); empty means FUSEDNORM_CPU_LEVEL, else the best
+// available. Every level gives the same bits.
 func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = level } }
 
 // WithContraction makes the CPU backend mirror a GPU's contraction profile (SPEC §C.4), so
@@ -112,6 +116,9 @@ func Open(opts ...Option) (*Engine, error) {
 	name = strings.ToLower(strings.TrimSpace(name))
 	if c.dawnLib == "" {
 		c.dawnLib = os.Getenv(EnvDawnLib)
+	}
+	if c.cpuLevel == "" {
+		c.cpuLevel = os.Getenv(EnvCPULevel)
 	}
 	switch name {
 	case BackendCPU:
@@ -200,12 +207,17 @@ func (e *Engine) Close() error {
 	return e.be.Close()
 }
 
-// use holds the engine open for the duration of a call.
-func (e *Engine) use() (release func(), err error) {
+// use holds the engine open for the duration of a call: on success the caller calls
+// e.done() when the call ends. (Not a release func returned: the method value e.mu.RUnlock
+// would be allocated on every call.)
+func (e *Engine) use() error {
 	e.mu.RLock()
 	if e.closed {
 		e.mu.RUnlock()
-		return nil, fmt.Errorf("fusednorm: engine: %w", ErrClosed)
+		return fmt.Errorf("fusednorm: engine: %w", ErrClosed)
 	}
-	return e.mu.RUnlock, nil
+	return nil
 }
+
+// done ends a call that use admitted.
+func (e *Engine) done() { e.mu.RUnlock() }

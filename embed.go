@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
@@ -52,11 +53,10 @@ type EmbedLayerNorm struct {
 // NewEmbedLayerNorm validates and binds the weights. Options: Epsilon (default 1e-12) and
 // WithMaskRule. The weight tensors must not be modified while the op is in use.
 func (e *Engine) NewEmbedLayerNorm(w EmbedWeights, opts ...OpOption) (*EmbedLayerNorm, error) {
-	release, err := e.use()
-	if err != nil {
+	if err := e.use(); err != nil {
 		return nil, err
 	}
-	defer release()
+	defer e.done()
 	c := newOpConfig(DefaultEmbedEpsilon, opts)
 	ow, err := checkEmbedWeights(&w, &c)
 	if err != nil {
@@ -85,24 +85,34 @@ func (op *EmbedLayerNorm) Run(ctx context.Context, in EmbedInputs, out *EmbedOut
 }
 
 func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOutputs) error {
-	release, err := op.eng.use()
-	if err != nil {
+	if err := op.eng.use(); err != nil {
 		return err
 	}
-	defer release()
-	oin, err := checkEmbedInputs(in, &op.w)
-	if err != nil {
-		return err
+	defer op.eng.done()
+	// The backend's inputs and outputs come from a pool: their pointers escape through
+	// the PreparedEmbed interface, and a call must not allocate.
+	f := embedFrames.Get().(*embedFrame)
+	err := checkEmbedInputs(in, &op.w, &f.in)
+	if err == nil {
+		err = embedOutputs(out, &f.in, &op.w, &f.out)
 	}
-	oout, err := embedOutputs(out, oin, &op.w)
-	if err != nil {
-		return err
+	if err == nil {
+		if err = op.prep.Run(ctx, &f.in, &f.out); err != nil {
+			err = fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+		}
 	}
-	if err := op.prep.Run(ctx, oin, oout); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
-	}
-	return nil
+	*f = embedFrame{} // keep no reference to the caller's data
+	embedFrames.Put(f)
+	return err
 }
+
+// embedFrame is the backend's view of one EmbedLayerNorm call.
+type embedFrame struct {
+	in  ops.EmbedInputs
+	out ops.EmbedOutputs
+}
+
+var embedFrames = sync.Pool{New: func() any { return new(embedFrame) }}
 
 // EmbedLayerNormOnce binds the weights, runs once and releases them: for one-off calls. It
 // checks in SPEC A.2's order (input shapes before weights).
@@ -142,14 +152,15 @@ func checkTensor(op, name string, t *Tensor) error {
 
 func sameShape(a, b []int) bool { return slices.Equal(a, b) }
 
+// embedInputNames names the tensors of EmbedInputs in field order.
+var embedInputNames = [...]string{"input_ids", "segment_ids", "mask", "position_ids"}
+
 // checkEmbedInputShapes is SPEC A.2 rules 1–4: the input-side shape rules that ORT checks
 // before the weights.
 func checkEmbedInputShapes(in *EmbedInputs) error {
-	for _, t := range []struct {
-		name string
-		t    *Tensor
-	}{{"input_ids", &in.InputIDs}, {"segment_ids", &in.SegmentIDs}, {"mask", &in.Mask}, {"position_ids", &in.PositionIDs}} {
-		if err := checkTensor(opEmbed, t.name, t.t); err != nil {
+	// Names and tensors in separate arrays, as in checkAddLayerNorm: keeps in on the stack.
+	for i, t := range [...]*Tensor{&in.InputIDs, &in.SegmentIDs, &in.Mask, &in.PositionIDs} {
+		if err := checkTensor(opEmbed, embedInputNames[i], t); err != nil {
 			return err
 		}
 	}
@@ -261,46 +272,44 @@ func checkEmbedWeights(w *EmbedWeights, c *opConfig) (*ops.EmbedWeights, error) 
 
 // checkEmbedInputs is the rest of SPEC A.2 once weights are bound: rule 11's input parts
 // (segment pairing, empty batch/sequence, int32 ids) and the data-dependent rules 13–16.
-func checkEmbedInputs(in *EmbedInputs, w *ops.EmbedWeights) (*ops.EmbedInputs, error) {
+// It fills oin.
+func checkEmbedInputs(in *EmbedInputs, w *ops.EmbedWeights, oin *ops.EmbedInputs) error {
 	if !in.SegmentIDs.IsZero() && !w.Seg.Present() {
-		return nil, argErr(opEmbed, "segment_ids", "segment_ids requires segment_embedding")
+		return argErr(opEmbed, "segment_ids", "segment_ids requires segment_embedding")
 	}
 	B, S := in.InputIDs.shape[0], in.InputIDs.shape[1]
 	if B == 0 || S == 0 {
-		return nil, argErr(opEmbed, "input_ids", "batch and sequence dimensions must be non-empty, got (%d, %d)", B, S)
+		return argErr(opEmbed, "input_ids", "batch and sequence dimensions must be non-empty, got (%d, %d)", B, S)
 	}
-	for _, t := range []struct {
-		name string
-		t    *Tensor
-	}{{"input_ids", &in.InputIDs}, {"segment_ids", &in.SegmentIDs}, {"mask", &in.Mask}, {"position_ids", &in.PositionIDs}} {
-		if !t.t.IsZero() && t.t.DType() != Int32 {
-			return nil, argErr(opEmbed, t.name, "type error: %s must be int32, got %v", t.name, t.t.DType())
+	for i, t := range [...]*Tensor{&in.InputIDs, &in.SegmentIDs, &in.Mask, &in.PositionIDs} {
+		if name := embedInputNames[i]; !t.IsZero() && t.DType() != Int32 {
+			return argErr(opEmbed, name, "type error: %s must be int32, got %v", name, t.DType())
 		}
 	}
-	oin := &ops.EmbedInputs{B: B, S: S, IDs: in.InputIDs.buf.I32}
+	*oin = ops.EmbedInputs{B: B, S: S, IDs: in.InputIDs.buf.I32}
 	if err := idsInRange(in.InputIDs.buf.I32, w.V, "input_ids", "word_embedding"); err != nil {
-		return nil, err
+		return err
 	}
 	if p := in.PositionIDs; !p.IsZero() {
 		oin.PosIDs, oin.PosBatch = p.buf.I32, p.shape[0]
 		if err := idsInRange(p.buf.I32, w.P, "position_ids", "position_embedding"); err != nil {
-			return nil, err
+			return err
 		}
 	} else if S > w.P {
-		return nil, argErr(opEmbed, "position_ids", "input index out of range: position_ids is absent and sequence length %d exceeds position_embedding rows %d", S, w.P)
+		return argErr(opEmbed, "position_ids", "input index out of range: position_ids is absent and sequence length %d exceeds position_embedding rows %d", S, w.P)
 	}
 	if s := in.SegmentIDs; !s.IsZero() {
 		oin.SegIDs = s.buf.I32
 		if err := idsInRange(s.buf.I32, w.G, "segment_ids", "segment_embedding"); err != nil {
-			return nil, err
+			return err
 		}
 	} else if w.Seg.Present() && w.G == 0 {
-		return nil, argErr(opEmbed, "segment_embedding", "segment_embedding has no rows; row 0 is used when segment_ids is absent")
+		return argErr(opEmbed, "segment_embedding", "segment_embedding has no rows; row 0 is used when segment_ids is absent")
 	}
 	if m := in.Mask; !m.IsZero() {
 		oin.Mask = m.buf.I32
 	}
-	return oin, nil
+	return nil
 }
 
 func idsInRange(ids []int32, n int, name, table string) error {
@@ -312,35 +321,37 @@ func idsInRange(ids []int32, n int, name, table string) error {
 	return nil
 }
 
-// embedOutputs checks caller outputs and allocates the missing wanted ones.
-func embedOutputs(out *EmbedOutputs, in *ops.EmbedInputs, w *ops.EmbedWeights) (*ops.EmbedOutputs, error) {
-	full := []int{in.B, in.S, w.H}
-	o := &ops.EmbedOutputs{}
+// embedOutputs checks caller outputs and allocates the missing wanted ones, into o.
+func embedOutputs(out *EmbedOutputs, in *ops.EmbedInputs, w *ops.EmbedWeights, o *ops.EmbedOutputs) error {
+	full, batch := [3]int{in.B, in.S, w.H}, [1]int{in.B}
 	var err error
-	if o.Out, err = outputBuf(opEmbed, "output", &out.Output, w.DType, full, true); err != nil {
-		return nil, err
+	if o.Out, err = outputBuf(opEmbed, "output", &out.Output, w.DType, full[:], true); err != nil {
+		return err
 	}
 	var mi ops.Buf
-	if mi, err = outputBuf(opEmbed, "mask_index", &out.MaskIndex, Int32, []int{in.B}, out.WantMaskIndex); err != nil {
-		return nil, err
+	if mi, err = outputBuf(opEmbed, "mask_index", &out.MaskIndex, Int32, batch[:], out.WantMaskIndex); err != nil {
+		return err
 	}
 	o.MaskIndex = mi.I32
-	if o.Sum, err = outputBuf(opEmbed, "embedding_sum", &out.EmbeddingSum, w.DType, full, out.WantEmbeddingSum); err != nil {
-		return nil, err
+	if o.Sum, err = outputBuf(opEmbed, "embedding_sum", &out.EmbeddingSum, w.DType, full[:], out.WantEmbeddingSum); err != nil {
+		return err
 	}
-	return o, nil
+	return nil
 }
 
 // outputBuf checks a caller tensor against the contract, or allocates it when wanted and
-// absent. It returns a zero Buf when the output is neither given nor wanted.
+// absent. It returns a zero Buf when the output is neither given nor wanted. shape does not
+// escape (the paths that keep or print it take a copy), so callers may build it on the
+// stack.
 func outputBuf(op, name string, t *Tensor, dt DType, shape []int, want bool) (ops.Buf, error) {
 	if t.IsZero() {
 		if !want {
 			return ops.Buf{}, nil
 		}
-		nt, err := NewTensor(dt, shape...)
+		sh := slices.Clone(shape)
+		nt, err := NewTensor(dt, sh...)
 		if err != nil {
-			return ops.Buf{}, argErr(op, name, "cannot allocate shape %v", shape)
+			return ops.Buf{}, argErr(op, name, "cannot allocate shape %v", sh)
 		}
 		*t = nt
 		return nt.buf, nil
@@ -352,7 +363,7 @@ func outputBuf(op, name string, t *Tensor, dt DType, shape []int, want bool) (op
 		return ops.Buf{}, argErr(op, name, "%s must be %v, got %v", name, dt, t.DType())
 	}
 	if !sameShape(t.shape, shape) {
-		return ops.Buf{}, argErr(op, name, "%s must have shape %v, got %v", name, shape, t.shape)
+		return ops.Buf{}, argErr(op, name, "%s must have shape %v, got %v", name, slices.Clone(shape), t.shape)
 	}
 	return t.buf, nil
 }

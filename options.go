@@ -1,6 +1,10 @@
 package fusednorm
 
-import "github.com/fusednorm/fusednorm/internal/ops"
+import (
+	"sync"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
 
 // Default epsilons of the two ops (SPEC A.1 and B.1).
 const (
@@ -40,9 +44,19 @@ func WithMaskRule(r MaskRule) OpOption { return func(c *opConfig) { c.rule = r }
 func AdditionalOutput(on bool) OpOption { return func(c *opConfig) { c.additional = on } }
 
 func newOpConfig(defEps float32, opts []OpOption) opConfig {
-	c := opConfig{eps: defEps}
-	for _, o := range opts {
-		o(&c)
+	if len(opts) == 0 {
+		return opConfig{eps: defEps}
 	}
-	return c
+	// The options write through a pointer the compiler cannot follow, so the config they
+	// write to would be allocated on every call: it comes from a pool instead.
+	c := opConfigs.Get().(*opConfig)
+	*c = opConfig{eps: defEps}
+	for _, o := range opts {
+		o(c)
+	}
+	v := *c
+	opConfigs.Put(c)
+	return v
 }
+
+var opConfigs = sync.Pool{New: func() any { return new(opConfig) }}

@@ -2,8 +2,10 @@ package cpu
 
 import (
 	"context"
+	"sync"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
 func add2Go(s, a, b []float32) {
@@ -63,99 +65,150 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 		return err
 	}
 	D := a.D
-	p := b.Plan(D)
-	k := b.k
-	gamma, beta := widen(k, a.Gamma), widen(k, a.Beta)
-	var biasRow []float32
+	c := addCalls.Get().(*addCall)
+	c.k, c.a, c.p = b.k, *a, b.Plan(D)
+	// f32 weights are used in place; others are widened into the call's pooled buffers.
+	c.gamma = widenTo(c.k, a.Gamma, &c.gammaBuf)
+	c.beta = widenTo(c.k, a.Beta, &c.betaBuf)
 	if a.Bias.Present() && !a.BiasFull {
-		biasRow = widen(k, a.Bias)
+		c.biasRow = widenTo(c.k, a.Bias, &c.biasBuf)
 	}
 	// Past the caches, the inputs are prefetched a row ahead and f32 outputs are stored
 	// non-temporally.
 	big := a.N*D*4 >= bigBytes
-	prefetch := big && prefetchAhead > 0
+	c.prefetch = big && prefetchAhead > 0
 	// Long rows spread the prefetch over chunks of the variance and affine passes (the
 	// add pass streams from DRAM already).
-	long := prefetch && D >= longRow
-	piece := prefetchPiece(4 * D)
-	if long {
-		piece = max((4*D/chunkSteps(D, p.W)+63)&^63, 64)
+	c.long = c.prefetch && D >= longRow
+	c.piece = prefetchPiece(4 * D)
+	if c.long {
+		c.piece = max((4*D/chunkSteps(D, c.p.W)+63)&^63, 64)
 	}
-	ntY := big && a.Y.DType == ops.F32
-	ntX := big && a.X.Present() && a.X.DType == ops.F32
-	forRows(a.N, D, p.W, b.opts.Threads, func(lo, hi int, sc *scratch) {
-		for r := lo; r < hi; r++ {
-			off := r * D
-			var pf *rowPrefetch
-			if prefetch && r+prefetchAhead < hi {
-				next := newRowPrefetch(k, piece)
-				ahead := off + prefetchAhead*D
-				next.add(a.X1, ahead, D)
-				next.add(a.X2, ahead, D)
-				if a.BiasFull {
-					next.add(a.Bias, ahead, D)
-				}
-				pf = &next
-			}
-			// s goes straight into an f32 x output (no copy), unless x is streamed out.
-			s := sc.x[:D]
-			direct := a.X.Present() && a.X.DType == ops.F32 && !ntX
-			if direct {
-				s = a.X.F32[off : off+D]
-			}
-			// x1 may live in sc.y and x2 in sc.t.
-			x1 := rowF32(k, a.X1, off, D, sc.y)
-			x2 := rowF32(k, a.X2, off, D, sc.t)
-			var xs []float32 // the x output, streamed out by the first pass
-			if ntX {
-				xs = a.X.F32[off : off+D]
-			}
-			part := sc.part[:p.W]
-			var mean, rstd float32
-			if a.BiasFull && a.Bias.DType != ops.F32 {
-				k.add2(s, x1, x2)
-				k.addTo(s, rowF32(k, a.Bias, off, D, sc.t)) // x2 is used up: sc.t is free
-				if ntX {
-					k.copyNT(xs, s)
-				}
-				pf.step()
-				mean, rstd = rowStats(k, &p, s, part, a.Epsilon, pf)
-			} else {
-				// s = (x1 + x2) + bias (x1 + x2 without one) and its partial sums in one pass.
-				var bias []float32
-				switch {
-				case biasRow != nil:
-					bias = biasRow
-				case a.BiasFull:
-					bias = a.Bias.F32[off : off+D]
-				}
-				k.addSum(part, s, xs, x1, x2, bias)
-				if long {
-					mean, rstd = rowStatsChunked(k, &p, s, part, a.Epsilon, pf)
-				} else {
-					pf.step()
-					mean, rstd = rowStatsSummed(k, &p, s, part, a.Epsilon, pf)
-				}
-			}
-			if a.X.Present() && !direct && !ntX {
-				store(k, a.X, off, s)
-			}
-			a.Mean[r], a.Rstd[r] = mean, rstd
-			switch {
-			case a.Y.DType == ops.F32 && long:
-				normalizeChunked(k, &p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY, pf)
-			case a.Y.DType == ops.F32:
-				normalize(k, &p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY)
-			default:
-				y := sc.y[:D]
-				normalize(k, &p, y, s, gamma, beta, mean, rstd, false)
-				store(k, a.Y, off, y)
-			}
-			pf.rest()
-		}
-		if ntX || ntY {
-			k.fence()
-		}
-	})
+	c.ntY = big && a.Y.DType == ops.F32
+	c.ntX = big && a.X.Present() && a.X.DType == ops.F32
+	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
+	c.reset()
+	addCalls.Put(c)
 	return nil
+}
+
+// addCall is the state of one AddLayerNorm call, shared by its workers; pooled, so a call
+// allocates nothing. It copies the caller's descriptor (not the data), and keeps the
+// buffers that f16 and bf16 weights are widened into; reset drops every reference to the
+// caller's memory before it goes back to the pool.
+type addCall struct {
+	k                          *kernelSet
+	a                          ops.AddLN
+	p                          plan.Plan
+	gamma, beta, biasRow       []float32 // float32 weights: the caller's, or a buffer below
+	gammaBuf, betaBuf, biasBuf []float32
+	prefetch, long, ntY, ntX   bool
+	piece                      int
+	wg                         sync.WaitGroup
+}
+
+var addCalls = sync.Pool{New: func() any { return new(addCall) }}
+
+func (c *addCall) reset() {
+	c.k, c.a = nil, ops.AddLN{}
+	c.gamma, c.beta, c.biasRow = nil, nil, nil
+}
+
+// widenTo returns a 1-D weight as float32: the slice itself for f32, else widened into
+// *buf, which grows as needed.
+func widenTo(k *kernelSet, b ops.Buf, buf *[]float32) []float32 {
+	switch b.DType {
+	case ops.F32:
+		return b.F32
+	case ops.F16:
+		*buf = grow(*buf, len(b.U16))
+		k.widenF16(*buf, b.U16)
+		return *buf
+	case ops.BF16:
+		*buf = grow(*buf, len(b.U16))
+		k.widenBF16(*buf, b.U16)
+		return *buf
+	}
+	return nil
+}
+
+// rows computes rows [lo, hi).
+func (c *addCall) rows(lo, hi int, sc *scratch) {
+	k, a, p := c.k, &c.a, &c.p
+	D := a.D
+	prefetch, long, ntX, ntY := c.prefetch, c.long, c.ntX, c.ntY
+	gamma, beta := c.gamma, c.beta
+	for r := lo; r < hi; r++ {
+		off := r * D
+		var pf *rowPrefetch
+		var next rowPrefetch
+		if prefetch && r+prefetchAhead < hi {
+			next = newRowPrefetch(k, c.piece)
+			ahead := off + prefetchAhead*D
+			next.add(a.X1, ahead, D)
+			next.add(a.X2, ahead, D)
+			if a.BiasFull {
+				next.add(a.Bias, ahead, D)
+			}
+			pf = &next
+		}
+		// s goes straight into an f32 x output (no copy), unless x is streamed out.
+		s := sc.x[:D]
+		direct := a.X.Present() && a.X.DType == ops.F32 && !ntX
+		if direct {
+			s = a.X.F32[off : off+D]
+		}
+		// x1 may live in sc.y and x2 in sc.t.
+		x1 := rowF32(k, a.X1, off, D, sc.y)
+		x2 := rowF32(k, a.X2, off, D, sc.t)
+		var xs []float32 // the x output, streamed out by the first pass
+		if ntX {
+			xs = a.X.F32[off : off+D]
+		}
+		part := sc.part[:p.W]
+		var mean, rstd float32
+		if a.BiasFull && a.Bias.DType != ops.F32 {
+			k.add2(s, x1, x2)
+			k.addTo(s, rowF32(k, a.Bias, off, D, sc.t)) // x2 is used up: sc.t is free
+			if ntX {
+				k.copyNT(xs, s)
+			}
+			pf.step()
+			mean, rstd = rowStats(k, p, s, part, a.Epsilon, pf)
+		} else {
+			// s = (x1 + x2) + bias (x1 + x2 without one) and its partial sums in one pass.
+			var bias []float32
+			switch {
+			case c.biasRow != nil:
+				bias = c.biasRow
+			case a.BiasFull:
+				bias = a.Bias.F32[off : off+D]
+			}
+			k.addSum(part, s, xs, x1, x2, bias)
+			if long {
+				mean, rstd = rowStatsChunked(k, p, s, part, a.Epsilon, pf)
+			} else {
+				pf.step()
+				mean, rstd = rowStatsSummed(k, p, s, part, a.Epsilon, pf)
+			}
+		}
+		if a.X.Present() && !direct && !ntX {
+			store(k, a.X, off, s)
+		}
+		a.Mean[r], a.Rstd[r] = mean, rstd
+		switch {
+		case a.Y.DType == ops.F32 && long:
+			normalizeChunked(k, p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY, pf)
+		case a.Y.DType == ops.F32:
+			normalize(k, p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY)
+		default:
+			y := sc.y[:D]
+			normalize(k, p, y, s, gamma, beta, mean, rstd, false)
+			store(k, a.Y, off, y)
+		}
+		pf.rest()
+	}
+	if ntX || ntY {
+		k.fence()
+	}
 }

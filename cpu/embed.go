@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -89,34 +90,61 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	}
 	H := op.w.H
 	tokens := in.B * in.S
+	c := embedCalls.Get().(*embedCall)
+	c.op, c.in, c.out = op, *in, *out
 	// f32 outputs past the caches are stored non-temporally.
-	nt := op.w.DType == ops.F32 && tokens*H*4 >= bigBytes
+	c.nt = op.w.DType == ops.F32 && tokens*H*4 >= bigBytes
 	// The word rows are random reads from a table past the caches: each token prefetches
 	// the row of a token ahead while it works on its own.
-	prefetch := op.w.V*H*op.w.DType.Size() >= bigBytes
-	piece := prefetchPiece(H * op.w.DType.Size())
-	forRows(tokens, H, op.plan.W, op.be.opts.Threads, func(lo, hi int, sc *scratch) {
-		for t := lo; prefetch && t < min(lo+prefetchAhead, hi); t++ {
-			first := op.wordRow(in, t, piece)
-			first.rest()
-		}
-		for t := lo; t < hi; t++ {
-			var next *rowPrefetch
-			if prefetch && t+prefetchAhead < hi {
-				pf := op.wordRow(in, t+prefetchAhead, piece)
-				next = &pf
-			}
-			op.token(t, in, out, sc, nt, next)
-			next.rest()
-		}
-		if nt {
-			op.k.fence()
-		}
-	})
+	c.prefetch = op.w.V*H*op.w.DType.Size() >= bigBytes
+	c.piece = prefetchPiece(H * op.w.DType.Size())
+	forRows(tokens, H, op.plan.W, op.be.opts.Threads, c, &c.wg)
+	c.reset()
+	embedCalls.Put(c)
 	if out.MaskIndex != nil {
 		maskIndex(out.MaskIndex, in.Mask, in.B, in.S, op.w.Rule)
 	}
 	return nil
+}
+
+// embedCall is the state of one EmbedLayerNorm call, shared by its workers; pooled, so a
+// call allocates nothing. It copies the caller's input and output descriptors (not the
+// data), and reset drops them before it goes back to the pool.
+type embedCall struct {
+	op           *embedOp
+	in           ops.EmbedInputs
+	out          ops.EmbedOutputs
+	nt, prefetch bool
+	piece        int
+	wg           sync.WaitGroup
+}
+
+var embedCalls = sync.Pool{New: func() any { return new(embedCall) }}
+
+func (c *embedCall) reset() {
+	c.op, c.in, c.out = nil, ops.EmbedInputs{}, ops.EmbedOutputs{}
+}
+
+// rows computes tokens [lo, hi).
+func (c *embedCall) rows(lo, hi int, sc *scratch) {
+	op, in, out := c.op, &c.in, &c.out
+	for t := lo; c.prefetch && t < min(lo+prefetchAhead, hi); t++ {
+		first := op.wordRow(in, t, c.piece)
+		first.rest()
+	}
+	for t := lo; t < hi; t++ {
+		var next *rowPrefetch
+		var pf rowPrefetch
+		if c.prefetch && t+prefetchAhead < hi {
+			pf = op.wordRow(in, t+prefetchAhead, c.piece)
+			next = &pf
+		}
+		op.token(t, in, out, sc, c.nt, next)
+		next.rest()
+	}
+	if c.nt {
+		op.k.fence()
+	}
 }
 
 // wordRow returns the prefetch of the word row of token t (empty for an id out of range:

@@ -1,0 +1,102 @@
+package fusednorm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/fusednorm/fusednorm/cpu"
+)
+
+// allocTensor is a tensor of the dtype with random values (ids in [0, n) for Int32).
+func allocTensor(r *rand.Rand, dt DType, n int, shape ...int) Tensor {
+	t, err := NewTensor(dt, shape...)
+	if err != nil {
+		panic(err)
+	}
+	for i := range t.Len() {
+		v := float32(r.NormFloat64())
+		switch dt {
+		case Float32:
+			t.buf.F32[i] = v
+		case Float16:
+			t.buf.U16[i] = cpu.F32ToF16(v)
+		case BFloat16:
+			t.buf.U16[i] = cpu.F32ToBF16(v)
+		case Int32:
+			t.buf.I32[i] = int32(r.IntN(n))
+		}
+	}
+	return t
+}
+
+// TestNoAllocsPerCall checks that a public call on the CPU backend allocates nothing in
+// steady state when the caller provides every output, on one goroutine and on two.
+func TestNoAllocsPerCall(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(31, 32))
+	shapes := []struct {
+		name    string
+		b, s, h int
+		threads int
+	}{{"small", 1, 8, 64, 0}, {"large", 2, 64, 768, 2}}
+	for _, sh := range shapes {
+		eng, err := Open(WithBackend(BackendCPU), WithThreads(sh.threads))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer eng.Close()
+		B, S, H := sh.b, sh.s, sh.h
+		for _, dt := range []DType{Float32, Float16} {
+			const V, G = 50, 2
+			op, err := eng.NewEmbedLayerNorm(EmbedWeights{
+				Word: allocTensor(r, dt, 0, V, H), Position: allocTensor(r, dt, 0, S, H), Segment: allocTensor(r, dt, 0, G, H),
+				Gamma: allocTensor(r, dt, 0, H), Beta: allocTensor(r, dt, 0, H)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer op.Close()
+			in := EmbedInputs{InputIDs: allocTensor(r, Int32, V, B, S), SegmentIDs: allocTensor(r, Int32, G, B, S),
+				Mask: allocTensor(r, Int32, 2, B, S), PositionIDs: allocTensor(r, Int32, S, 1, S)}
+			out := EmbedOutputs{Output: allocTensor(r, dt, 0, B, S, H), MaskIndex: allocTensor(r, Int32, 1, B),
+				EmbeddingSum: allocTensor(r, dt, 0, B, S, H)}
+			noAllocs(t, fmt.Sprintf("EmbedLayerNorm/%s/%v", sh.name, dt), func() {
+				if err := op.Run(ctx, in, &out); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+		for _, row := range [][4]DType{{Float32, Float32, Float32, Float32}, {Float16, Float16, Float16, Float16}, {BFloat16, BFloat16, Float32, BFloat16}} {
+			in := AddLayerNormInputs{X1: allocTensor(r, row[0], 0, B, S, H), X2: allocTensor(r, row[1], 0, B, S, H),
+				Gamma: allocTensor(r, row[2], 0, H), Beta: allocTensor(r, row[2], 0, H), Bias: allocTensor(r, row[3], 0, H)}
+			out := AddLayerNormOutputs{Y: allocTensor(r, row[3], 0, B, S, H), Mean: allocTensor(r, Float32, 0, B, S, 1),
+				Rstd: allocTensor(r, Float32, 0, B, S, 1), X: allocTensor(r, row[3], 0, B, S, H)}
+			noAllocs(t, fmt.Sprintf("AddLayerNorm/%s/%v", sh.name, row), func() {
+				if err := eng.AddLayerNorm(ctx, in, &out); err != nil {
+					t.Fatal(err)
+				}
+			})
+			noAllocs(t, fmt.Sprintf("AddLayerNorm/%s/%v/options", sh.name, row), func() {
+				if err := eng.AddLayerNorm(ctx, in, &out, Epsilon(1e-6), AdditionalOutput(true)); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// noAllocs warms fn up (pools filled, workers started), then requires that a call
+// allocates nothing.
+func noAllocs(t *testing.T, what string, fn func()) {
+	t.Helper()
+	for range 5 {
+		fn()
+	}
+	if n := testing.AllocsPerRun(50, fn); n != 0 {
+		t.Errorf("%s: %v allocations per call, want 0", what, n)
+	}
+}
