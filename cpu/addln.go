@@ -86,6 +86,8 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	}
 	c.ntY = big && a.Y.DType == ops.F32
 	c.ntX = big && a.X.Present() && a.X.DType == ops.F32
+	c.nt16 = big && a.Y.DType != ops.F32
+	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32 || (a.BiasFull && a.Bias.DType != ops.F32)
 	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
 	c.reset()
 	addCalls.Put(c)
@@ -103,6 +105,8 @@ type addCall struct {
 	gamma, beta, biasRow       []float32 // float32 weights: the caller's, or a buffer below
 	gammaBuf, betaBuf, biasBuf []float32
 	prefetch, long, ntY, ntX   bool
+	pieces                     bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
+	nt16                       bool // 16-bit outputs stored non-temporally
 	piece                      int
 	wg                         sync.WaitGroup
 }
@@ -132,6 +136,42 @@ func widenTo(k *kernelSet, b ops.Buf, buf *[]float32) []float32 {
 	return nil
 }
 
+// sumPieces is the first pass of a row with 16-bit inputs (or a 16-bit full bias): s =
+// (x1 + x2) + bias in float32 and its partial sums, a piece of sumPiece elements (a
+// multiple of W) at a time, so the widened inputs and the piece of s stay in L1; the x
+// output is written from each piece while it is there (xs: streamed, f32).
+func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
+	k, a := c.k, &c.a
+	D := a.D
+	n := sumPieceOf(len(part))
+	for lo := 0; lo < D; lo += n {
+		hi := min(lo+n, D)
+		m := hi - lo
+		x1 := rowF32(k, a.X1, off+lo, m, sc.y)
+		x2 := rowF32(k, a.X2, off+lo, m, sc.t)
+		var bias []float32
+		switch {
+		case c.biasRow != nil:
+			bias = c.biasRow[lo:hi]
+		case a.BiasFull:
+			bias = rowF32(k, a.Bias, off+lo, m, sc.u)
+		}
+		if lo == 0 {
+			k.addSum(part, s[lo:hi], nil, x1, x2, bias)
+		} else {
+			k.addSumAcc(part, s[lo:hi], x1, x2, bias)
+		}
+		switch {
+		case xs != nil:
+			k.copyNT(xs[lo:hi], s[lo:hi])
+		case a.X.Present() && a.X.DType != ops.F32 && c.nt16:
+			k.narrow16NT(a.X.DType == ops.BF16, a.X.U16[off+lo:off+hi], s[lo:hi])
+		case a.X.Present() && a.X.DType != ops.F32:
+			store(k, a.X, off+lo, s[lo:hi])
+		}
+	}
+}
+
 // rows computes rows [lo, hi).
 func (c *addCall) rows(lo, hi int, sc *scratch) {
 	k, a, p := c.k, &c.a, &c.p
@@ -158,23 +198,20 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 		if direct {
 			s = a.X.F32[off : off+D]
 		}
-		// x1 may live in sc.y and x2 in sc.t.
-		x1 := rowF32(k, a.X1, off, D, sc.y)
-		x2 := rowF32(k, a.X2, off, D, sc.t)
 		var xs []float32 // the x output, streamed out by the first pass
 		if ntX {
 			xs = a.X.F32[off : off+D]
 		}
 		part := sc.part[:p.W]
 		var mean, rstd float32
-		if a.BiasFull && a.Bias.DType != ops.F32 {
-			k.add2(s, x1, x2)
-			k.addTo(s, rowF32(k, a.Bias, off, D, sc.t)) // x2 is used up: sc.t is free
-			if ntX {
-				k.copyNT(xs, s)
+		if c.pieces {
+			c.sumPieces(s, xs, part, off, sc)
+			if long {
+				mean, rstd = rowStatsChunked(k, p, s, part, a.Epsilon, pf)
+			} else {
+				pf.step()
+				mean, rstd = rowStatsSummed(k, p, s, part, a.Epsilon, pf)
 			}
-			pf.step()
-			mean, rstd = rowStats(k, p, s, part, a.Epsilon, pf)
 		} else {
 			// s = (x1 + x2) + bias (x1 + x2 without one) and its partial sums in one pass.
 			var bias []float32
@@ -184,7 +221,7 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			case a.BiasFull:
 				bias = a.Bias.F32[off : off+D]
 			}
-			k.addSum(part, s, xs, x1, x2, bias)
+			k.addSum(part, s, xs, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias)
 			if long {
 				mean, rstd = rowStatsChunked(k, p, s, part, a.Epsilon, pf)
 			} else {
@@ -192,23 +229,20 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 				mean, rstd = rowStatsSummed(k, p, s, part, a.Epsilon, pf)
 			}
 		}
-		if a.X.Present() && !direct && !ntX {
-			store(k, a.X, off, s)
-		}
 		a.Mean[r], a.Rstd[r] = mean, rstd
 		switch {
 		case a.Y.DType == ops.F32 && long:
 			normalizeChunked(k, p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY, pf)
 		case a.Y.DType == ops.F32:
 			normalize(k, p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY)
+		case long:
+			normalize16Chunked(k, p, a.Y, off, s, gamma, beta, mean, rstd, c.nt16, pf)
 		default:
-			y := sc.y[:D]
-			normalize(k, p, y, s, gamma, beta, mean, rstd, false)
-			store(k, a.Y, off, y)
+			normalize16(k, p, a.Y, off, s, gamma, beta, mean, rstd, c.nt16)
 		}
 		pf.rest()
 	}
-	if ntX || ntY {
+	if ntX || ntY || c.nt16 {
 		k.fence()
 	}
 }

@@ -67,3 +67,12 @@ func narrowBF16Go(dst []uint16, src []float32) {
 		dst[i] = F32ToBF16(f)
 	}
 }
+
+// narrow16Go is narrowBF16Go (bf) or narrowF16Go.
+func narrow16Go(bf bool, dst []uint16, src []float32) {
+	if bf {
+		narrowBF16Go(dst, src)
+		return
+	}
+	narrowF16Go(dst, src)
+}

@@ -92,8 +92,8 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	tokens := in.B * in.S
 	c := embedCalls.Get().(*embedCall)
 	c.op, c.in, c.out = op, *in, *out
-	// f32 outputs past the caches are stored non-temporally.
-	c.nt = op.w.DType == ops.F32 && tokens*H*4 >= bigBytes
+	// Outputs past the caches are stored non-temporally.
+	c.nt = tokens*H*4 >= bigBytes
 	// The word rows are random reads from a table past the caches: each token prefetches
 	// the row of a token ahead while it works on its own.
 	c.prefetch = op.w.V*H*op.w.DType.Size() >= bigBytes
@@ -211,12 +211,27 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			g = w.Seg.U16[gi*H : gi*H+H]
 		}
 		bits := sumBits(out, row, H, sc)
-		op.k.embedSumF16(x, bits, w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H], g)
+		word, pos := w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H]
+		// The staged sum and its partial sums a piece at a time, so each piece of x is
+		// summed while it is in L1.
+		part := sc.part[:op.plan.W]
+		n := sumPieceOf(op.plan.W)
+		for lo := 0; lo < H; lo += n {
+			hi := min(lo+n, H)
+			var gp []uint16
+			if g != nil {
+				gp = g[lo:hi]
+			}
+			op.k.embedSumF16(x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
+			if lo == 0 {
+				op.k.sumZero(part, x[lo:hi])
+			} else {
+				op.k.accumulate(part, x[lo:hi])
+			}
+		}
 		pf.step()
-		mean, rstd := rowStats(op.k, &op.plan, x, sc.part, w.Epsilon, pf)
-		y := sc.y[:H]
-		normalize(op.k, &op.plan, y, x, op.gamma, op.beta, mean, rstd, false)
-		op.k.narrowF16(out.Out.U16[row:row+H], y)
+		mean, rstd := rowStatsSummed(op.k, &op.plan, x, part, w.Epsilon, pf)
+		normalize16(op.k, &op.plan, out.Out, row, x, op.gamma, op.beta, mean, rstd, nt)
 		pf.step()
 	}
 }

@@ -8,25 +8,23 @@ import (
 // kernelSet is one complete set of the hot loops, all giving the bits of the pure-Go twins
 // (the …Go functions). Each Backend holds the set of its level.
 type kernelSet struct {
-	accumulate         func(part, x []float32)                                        // part[k] += x[c·W+k], the plan's order
-	accumulateSqDev    func(part, x []float32, mean float32)                          // part[k] += f32(d·d), d = x−mean
-	accumulateSqDevFMA func(part, x []float32, mean float32)                          // part[k] = fma(d, d, part[k])
-	tree               func(part []float32) float32                                   // the halving tree (plan.Plan.Tree)
-	affine             func(y, x, gamma, beta []float32, mean, rstd float32)          // f32((x−mean)·rstd)·gamma + beta
-	affineFMA          func(y, x, gamma, beta []float32, mean, rstd float32)          // fma((x−mean)·rstd, gamma, beta)
-	affineF16          func(y []uint16, x, gamma, beta []float32, mean, rstd float32) // affine, rounded to binary16
-	affineFMAF16       func(y []uint16, x, gamma, beta []float32, mean, rstd float32) // affineFMA, rounded to binary16
-	affineBF16         func(y []uint16, x, gamma, beta []float32, mean, rstd float32) // affine, rounded to bfloat16
-	affineFMABF16      func(y []uint16, x, gamma, beta []float32, mean, rstd float32) // affineFMA, rounded to bfloat16
-	embedSumF32        func(x, w, p, g []float32)                                     // (w + p) + g, or w + p without g
-	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)             // rnd16(rnd16(w + g) + p), as f32 and bits
-	add2               func(s, a, b []float32)                                        // s = a + b
-	add3               func(s, a, b, c []float32)                                     // s = (a + b) + c
-	addTo              func(s, b []float32)                                           // s += b
-	widenF16           func(dst []float32, src []uint16)                              // binary16 → float32
-	widenBF16          func(dst []float32, src []uint16)                              // bfloat16 → float32
-	narrowF16          func(dst []uint16, src []float32)                              // float32 → binary16, nearest-even
-	narrowBF16         func(dst []uint16, src []float32)                              // float32 → bfloat16 (F32ToBF16)
+	accumulate         func(part, x []float32)                                                  // part[k] += x[c·W+k], the plan's order
+	accumulateSqDev    func(part, x []float32, mean float32)                                    // part[k] += f32(d·d), d = x−mean
+	accumulateSqDevFMA func(part, x []float32, mean float32)                                    // part[k] = fma(d, d, part[k])
+	tree               func(part []float32) float32                                             // the halving tree (plan.Plan.Tree)
+	affine             func(y, x, gamma, beta []float32, mean, rstd float32)                    // f32((x−mean)·rstd)·gamma + beta
+	affineFMA          func(y, x, gamma, beta []float32, mean, rstd float32)                    // fma((x−mean)·rstd, gamma, beta)
+	affine16           func(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32) // affine or affineFMA, rounded to 16 bits
+	embedSumF32        func(x, w, p, g []float32)                                               // (w + p) + g, or w + p without g
+	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)                       // rnd16(rnd16(w + g) + p), as f32 and bits
+	add2               func(s, a, b []float32)                                                  // s = a + b
+	add3               func(s, a, b, c []float32)                                               // s = (a + b) + c
+	addTo              func(s, b []float32)                                                     // s += b
+	widenF16           func(dst []float32, src []uint16)                                        // binary16 → float32
+	widenBF16          func(dst []float32, src []uint16)                                        // bfloat16 → float32
+	narrowF16          func(dst []uint16, src []float32)                                        // float32 → binary16, nearest-even
+	narrowBF16         func(dst []uint16, src []float32)                                        // float32 → bfloat16 (F32ToBF16)
+	narrow16NT         func(bf bool, dst []uint16, src []float32)                               // narrowBF16 (bf) or narrowF16, NT stores
 
 	// Memory-system variants (stream.go): the same values as their twins, stored or
 	// fetched differently. The NT stores are weakly ordered: a worker that used them calls
@@ -46,6 +44,13 @@ type kernelSet struct {
 	addSumAcc    func(part, s, a, b, c []float32) // addSum without x, onto the partials as they are
 }
 
+// form16 is how an affine step stores 16-bit values.
+type form16 struct {
+	bf    bool // bfloat16 (F32ToBF16), else binary16 (F32ToF16)
+	fused bool // fma(n, gamma, beta), else f32(n·gamma) + beta
+	nt    bool // non-temporal stores (the caller fences): the same values
+}
+
 // goKernels is the pure-Go level, present on every build.
 var goKernels = kernelSet{
 	accumulate:         accumulateGo,
@@ -54,10 +59,7 @@ var goKernels = kernelSet{
 	tree:               treeGo,
 	affine:             affineGo,
 	affineFMA:          affineFMAGo,
-	affineF16:          func(y []uint16, x, g, b []float32, m, r float32) { affine16Go(false, false, y, x, g, b, m, r) },
-	affineFMAF16:       func(y []uint16, x, g, b []float32, m, r float32) { affine16Go(false, true, y, x, g, b, m, r) },
-	affineBF16:         func(y []uint16, x, g, b []float32, m, r float32) { affine16Go(true, false, y, x, g, b, m, r) },
-	affineFMABF16:      func(y []uint16, x, g, b []float32, m, r float32) { affine16Go(true, true, y, x, g, b, m, r) },
+	affine16:           affine16Go,
 	embedSumF32:        embedSumF32Go,
 	embedSumF16:        embedSumF16Go,
 	add2:               add2Go,
@@ -67,6 +69,7 @@ var goKernels = kernelSet{
 	widenBF16:          widenBF16Go,
 	narrowF16:          narrowF16Go,
 	narrowBF16:         narrowBF16Go,
+	narrow16NT:         narrow16Go,
 	affineNT:           affineGo,
 	affineFMANT:        affineFMAGo,
 	copyNT:             copyGo,

@@ -64,6 +64,20 @@ func avx2AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, mea
 //go:noescape
 func avx2AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
 
+// avx2AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+
+// avx2AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+
 // avx2AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 //
@@ -75,6 +89,20 @@ func avx2AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, me
 //
 //go:noescape
 func avx2AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+
+// avx2AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+
+// avx2AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
 
 // avx2WidenF16 writes dst[i] = float32(binary16 src[i]) for whole vectors of dst.
 //
@@ -96,6 +124,17 @@ func avx2NarrowF16(dst []uint16, src []float32)
 //
 //go:noescape
 func avx2NarrowBF16(dst []uint16, src []float32)
+
+// avx2NarrowF16NT writes dst[i] = binary16(src[i]), nearest-even, for whole vectors of dst. Non-temporal stores: dst aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2NarrowF16NT(dst []uint16, src []float32)
+
+// avx2NarrowBF16NT writes dst[i] = F32ToBF16(src[i]) for whole vectors of dst:
+// u + 0x7fff + (u>>16)&1, top half; NaN: (u>>16) | 0x40. Non-temporal stores: dst aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2NarrowBF16NT(dst []uint16, src []float32)
 
 // avx2Accumulate does part[k] += x[c·W+k] for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
@@ -248,6 +287,20 @@ func avx512AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, m
 //go:noescape
 func avx512AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
 
+// avx512AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+
+// avx512AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+
 // avx512AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 //
@@ -259,6 +312,20 @@ func avx512AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, 
 //
 //go:noescape
 func avx512AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+
+// avx512AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+
+// avx512AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
 
 // avx512WidenF16 writes dst[i] = float32(binary16 src[i]) for whole vectors of dst.
 //
@@ -280,6 +347,17 @@ func avx512NarrowF16(dst []uint16, src []float32)
 //
 //go:noescape
 func avx512NarrowBF16(dst []uint16, src []float32)
+
+// avx512NarrowF16NT writes dst[i] = binary16(src[i]), nearest-even, for whole vectors of dst. Non-temporal stores: dst aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512NarrowF16NT(dst []uint16, src []float32)
+
+// avx512NarrowBF16NT writes dst[i] = F32ToBF16(src[i]) for whole vectors of dst:
+// u + 0x7fff + (u>>16)&1, top half; NaN: (u>>16) | 0x40. Non-temporal stores: dst aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512NarrowBF16NT(dst []uint16, src []float32)
 
 // avx512Accumulate does part[k] += x[c·W+k] for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.

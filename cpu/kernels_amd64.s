@@ -499,25 +499,29 @@ avx2AffineF16_unrolled:
 	VMULPS    Y1, Y2, Y2
 	VMULPS    (DX)(DI*4), Y2, Y2
 	VADDPS    (BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, (AX)(DI*2)
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (AX)(DI*2)
 	VMOVUPS   32(CX)(DI*4), Y2
 	VSUBPS    Y0, Y2, Y2
 	VMULPS    Y1, Y2, Y2
 	VMULPS    32(DX)(DI*4), Y2, Y2
 	VADDPS    32(BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, 16(AX)(DI*2)
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 16(AX)(DI*2)
 	VMOVUPS   64(CX)(DI*4), Y2
 	VSUBPS    Y0, Y2, Y2
 	VMULPS    Y1, Y2, Y2
 	VMULPS    64(DX)(DI*4), Y2, Y2
 	VADDPS    64(BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, 32(AX)(DI*2)
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 32(AX)(DI*2)
 	VMOVUPS   96(CX)(DI*4), Y2
 	VSUBPS    Y0, Y2, Y2
 	VMULPS    Y1, Y2, Y2
 	VMULPS    96(DX)(DI*4), Y2, Y2
 	VADDPS    96(BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, 48(AX)(DI*2)
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 48(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16_unrolled
@@ -534,7 +538,8 @@ avx2AffineF16_loop:
 	VMULPS    Y1, Y2, Y2
 	VMULPS    (DX)(DI*4), Y2, Y2
 	VADDPS    (BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, (AX)(DI*2)
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (AX)(DI*2)
 	ADDQ      $0x00000008, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16_loop
@@ -565,25 +570,29 @@ avx2AffineFMAF16_unrolled:
 	VMULPS      Y1, Y2, Y2
 	VMOVUPS     (DX)(DI*4), Y3
 	VFMADD213PS (BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, (AX)(DI*2)
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, (AX)(DI*2)
 	VMOVUPS     32(CX)(DI*4), Y2
 	VSUBPS      Y0, Y2, Y2
 	VMULPS      Y1, Y2, Y2
 	VMOVUPS     32(DX)(DI*4), Y3
 	VFMADD213PS 32(BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, 16(AX)(DI*2)
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 16(AX)(DI*2)
 	VMOVUPS     64(CX)(DI*4), Y2
 	VSUBPS      Y0, Y2, Y2
 	VMULPS      Y1, Y2, Y2
 	VMOVUPS     64(DX)(DI*4), Y3
 	VFMADD213PS 64(BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, 32(AX)(DI*2)
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 32(AX)(DI*2)
 	VMOVUPS     96(CX)(DI*4), Y2
 	VSUBPS      Y0, Y2, Y2
 	VMULPS      Y1, Y2, Y2
 	VMOVUPS     96(DX)(DI*4), Y3
 	VFMADD213PS 96(BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, 48(AX)(DI*2)
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 48(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16_unrolled
@@ -600,12 +609,155 @@ avx2AffineFMAF16_loop:
 	VMULPS      Y1, Y2, Y2
 	VMOVUPS     (DX)(DI*4), Y3
 	VFMADD213PS (BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, (AX)(DI*2)
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, (AX)(DI*2)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16_loop
 
 avx2AffineFMAF16_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, F16C
+TEXT ·avx2AffineF16NT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineF16NT_single
+
+avx2AffineF16NT_unrolled:
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    (DX)(DI*4), Y2, Y2
+	VADDPS    (BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    32(DX)(DI*4), Y2, Y2
+	VADDPS    32(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    64(DX)(DI*4), Y2, Y2
+	VADDPS    64(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    96(DX)(DI*4), Y2, Y2
+	VADDPS    96(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 48(AX)(DI*2)
+	ADDQ      $0x00000020, DI
+	CMPQ      DI, R8
+	JB        avx2AffineF16NT_unrolled
+
+avx2AffineF16NT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineF16NT_done
+
+avx2AffineF16NT_loop:
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    (DX)(DI*4), Y2, Y2
+	VADDPS    (BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (AX)(DI*2)
+	ADDQ      $0x00000008, DI
+	CMPQ      DI, R8
+	JB        avx2AffineF16NT_loop
+
+avx2AffineF16NT_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, F16C, FMA3
+TEXT ·avx2AffineFMAF16NT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineFMAF16NT_single
+
+avx2AffineFMAF16NT_unrolled:
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     32(DX)(DI*4), Y3
+	VFMADD213PS 32(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     64(DX)(DI*4), Y3
+	VFMADD213PS 64(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     96(DX)(DI*4), Y3
+	VFMADD213PS 96(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 48(AX)(DI*2)
+	ADDQ        $0x00000020, DI
+	CMPQ        DI, R8
+	JB          avx2AffineFMAF16NT_unrolled
+
+avx2AffineFMAF16NT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineFMAF16NT_done
+
+avx2AffineFMAF16NT_loop:
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, (AX)(DI*2)
+	ADDQ        $0x00000008, DI
+	CMPQ        DI, R8
+	JB          avx2AffineFMAF16NT_loop
+
+avx2AffineFMAF16NT_done:
 	VZEROUPPER
 	RET
 
@@ -657,7 +809,7 @@ avx2AffineBF16_unrolled:
 	VPBLENDVB    Y7, Y8, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X7
 	VPACKUSDW    X7, X9, X7
-	VMOVDQU      X7, (AX)(DI*2)
+	VMOVUPS      X7, (AX)(DI*2)
 	VMOVUPS      32(CX)(DI*4), Y7
 	VSUBPS       Y0, Y7, Y7
 	VMULPS       Y1, Y7, Y7
@@ -674,7 +826,7 @@ avx2AffineBF16_unrolled:
 	VPBLENDVB    Y7, Y8, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X7
 	VPACKUSDW    X7, X9, X7
-	VMOVDQU      X7, 16(AX)(DI*2)
+	VMOVUPS      X7, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16_unrolled
@@ -702,7 +854,7 @@ avx2AffineBF16_loop:
 	VPBLENDVB    Y7, Y8, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X7
 	VPACKUSDW    X7, X9, X7
-	VMOVDQU      X7, (AX)(DI*2)
+	VMOVUPS      X7, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16_loop
@@ -759,7 +911,7 @@ avx2AffineFMABF16_unrolled:
 	VPBLENDVB    Y7, Y8, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X7
 	VPACKUSDW    X7, X9, X7
-	VMOVDQU      X7, (AX)(DI*2)
+	VMOVUPS      X7, (AX)(DI*2)
 	VMOVUPS      32(CX)(DI*4), Y7
 	VSUBPS       Y0, Y7, Y7
 	VMULPS       Y1, Y7, Y7
@@ -776,7 +928,7 @@ avx2AffineFMABF16_unrolled:
 	VPBLENDVB    Y7, Y8, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X7
 	VPACKUSDW    X7, X9, X7
-	VMOVDQU      X7, 16(AX)(DI*2)
+	VMOVUPS      X7, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16_unrolled
@@ -804,12 +956,216 @@ avx2AffineFMABF16_loop:
 	VPBLENDVB    Y7, Y8, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X7
 	VPACKUSDW    X7, X9, X7
-	VMOVDQU      X7, (AX)(DI*2)
+	VMOVUPS      X7, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16_loop
 
 avx2AffineFMABF16_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX2
+TEXT ·avx2AffineBF16NT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-16, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineBF16NT_single
+
+avx2AffineBF16NT_unrolled:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       (DX)(DI*4), Y7, Y7
+	VADDPS       (BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       32(DX)(DI*4), Y7, Y7
+	VADDPS       32(BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, 16(AX)(DI*2)
+	ADDQ         $0x00000010, DI
+	CMPQ         DI, R8
+	JB           avx2AffineBF16NT_unrolled
+
+avx2AffineBF16NT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineBF16NT_done
+
+avx2AffineBF16NT_loop:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       (DX)(DI*4), Y7, Y7
+	VADDPS       (BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	ADDQ         $0x00000008, DI
+	CMPQ         DI, R8
+	JB           avx2AffineBF16NT_loop
+
+avx2AffineBF16NT_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·avx2AffineFMABF16NT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-16, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineFMABF16NT_single
+
+avx2AffineFMABF16NT_unrolled:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      (DX)(DI*4), Y8
+	VFMADD213PS  (BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      32(DX)(DI*4), Y8
+	VFMADD213PS  32(BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, 16(AX)(DI*2)
+	ADDQ         $0x00000010, DI
+	CMPQ         DI, R8
+	JB           avx2AffineFMABF16NT_unrolled
+
+avx2AffineFMABF16NT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineFMABF16NT_done
+
+avx2AffineFMABF16NT_loop:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      (DX)(DI*4), Y8
+	VFMADD213PS  (BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	ADDQ         $0x00000008, DI
+	CMPQ         DI, R8
+	JB           avx2AffineFMABF16NT_loop
+
+avx2AffineFMABF16NT_done:
 	VZEROUPPER
 	RET
 
@@ -916,13 +1272,17 @@ TEXT ·avx2NarrowF16(SB), NOSPLIT, $0-48
 
 avx2NarrowF16_unrolled:
 	VMOVUPS   (CX)(BX*4), Y0
-	VCVTPS2PH $0x00, Y0, (AX)(BX*2)
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, (AX)(BX*2)
 	VMOVUPS   32(CX)(BX*4), Y0
-	VCVTPS2PH $0x00, Y0, 16(AX)(BX*2)
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, 16(AX)(BX*2)
 	VMOVUPS   64(CX)(BX*4), Y0
-	VCVTPS2PH $0x00, Y0, 32(AX)(BX*2)
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, 32(AX)(BX*2)
 	VMOVUPS   96(CX)(BX*4), Y0
-	VCVTPS2PH $0x00, Y0, 48(AX)(BX*2)
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, 48(AX)(BX*2)
 	ADDQ      $0x00000020, BX
 	CMPQ      BX, SI
 	JB        avx2NarrowF16_unrolled
@@ -935,7 +1295,8 @@ avx2NarrowF16_single:
 
 avx2NarrowF16_loop:
 	VMOVUPS   (CX)(BX*4), Y0
-	VCVTPS2PH $0x00, Y0, (AX)(BX*2)
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVUPS   X0, (AX)(BX*2)
 	ADDQ      $0x00000008, BX
 	CMPQ      BX, SI
 	JB        avx2NarrowF16_loop
@@ -984,7 +1345,7 @@ avx2NarrowBF16_unrolled:
 	VPBLENDVB    Y5, Y6, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X5
 	VPACKUSDW    X5, X7, X5
-	VMOVDQU      X5, (AX)(BX*2)
+	VMOVUPS      X5, (AX)(BX*2)
 	VMOVUPS      32(CX)(BX*4), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VPAND        Y0, Y6, Y7
@@ -997,7 +1358,7 @@ avx2NarrowBF16_unrolled:
 	VPBLENDVB    Y5, Y6, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X5
 	VPACKUSDW    X5, X7, X5
-	VMOVDQU      X5, 16(AX)(BX*2)
+	VMOVUPS      X5, 16(AX)(BX*2)
 	ADDQ         $0x00000010, BX
 	CMPQ         BX, SI
 	JB           avx2NarrowBF16_unrolled
@@ -1021,12 +1382,145 @@ avx2NarrowBF16_loop:
 	VPBLENDVB    Y5, Y6, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X5
 	VPACKUSDW    X5, X7, X5
-	VMOVDQU      X5, (AX)(BX*2)
+	VMOVUPS      X5, (AX)(BX*2)
 	ADDQ         $0x00000008, BX
 	CMPQ         BX, SI
 	JB           avx2NarrowBF16_loop
 
 avx2NarrowBF16_done:
+	VZEROUPPER
+	RET
+
+// func avx2NarrowF16NT(dst []uint16, src []float32)
+// Requires: AVX, F16C
+TEXT ·avx2NarrowF16NT(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+	XORQ BX, BX
+	MOVQ DX, SI
+	ANDQ $-32, SI
+	CMPQ BX, SI
+	JAE  avx2NarrowF16NT_single
+
+avx2NarrowF16NT_unrolled:
+	VMOVUPS   (CX)(BX*4), Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVNTDQ  X0, (AX)(BX*2)
+	VMOVUPS   32(CX)(BX*4), Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVNTDQ  X0, 16(AX)(BX*2)
+	VMOVUPS   64(CX)(BX*4), Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVNTDQ  X0, 32(AX)(BX*2)
+	VMOVUPS   96(CX)(BX*4), Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVNTDQ  X0, 48(AX)(BX*2)
+	ADDQ      $0x00000020, BX
+	CMPQ      BX, SI
+	JB        avx2NarrowF16NT_unrolled
+
+avx2NarrowF16NT_single:
+	MOVQ DX, SI
+	ANDQ $-8, SI
+	CMPQ BX, SI
+	JAE  avx2NarrowF16NT_done
+
+avx2NarrowF16NT_loop:
+	VMOVUPS   (CX)(BX*4), Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVNTDQ  X0, (AX)(BX*2)
+	ADDQ      $0x00000008, BX
+	CMPQ      BX, SI
+	JB        avx2NarrowF16NT_loop
+
+avx2NarrowF16NT_done:
+	VZEROUPPER
+	RET
+
+// func avx2NarrowBF16NT(dst []uint16, src []float32)
+// Requires: AVX, AVX2
+TEXT ·avx2NarrowBF16NT(SB), NOSPLIT, $0-48
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVL         $0x00000001, DX
+	VMOVD        DX, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, DX
+	VMOVD        DX, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, DX
+	VMOVD        DX, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, DX
+	VMOVD        DX, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00000040, DX
+	VMOVD        DX, X4
+	VPBROADCASTD X4, Y4
+	MOVQ         dst_len+8(FP), DX
+	XORQ         BX, BX
+	MOVQ         DX, SI
+	ANDQ         $-16, SI
+	CMPQ         BX, SI
+	JAE          avx2NarrowBF16NT_single
+
+avx2NarrowBF16NT_unrolled:
+	VMOVUPS      (CX)(BX*4), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        Y0, Y6, Y7
+	VPADDD       Y1, Y7, Y7
+	VPADDD       Y5, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPAND        Y2, Y5, Y5
+	VPCMPGTD     Y3, Y5, Y5
+	VPOR         Y4, Y6, Y6
+	VPBLENDVB    Y5, Y6, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X5
+	VPACKUSDW    X5, X7, X5
+	VMOVNTDQ     X5, (AX)(BX*2)
+	VMOVUPS      32(CX)(BX*4), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        Y0, Y6, Y7
+	VPADDD       Y1, Y7, Y7
+	VPADDD       Y5, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPAND        Y2, Y5, Y5
+	VPCMPGTD     Y3, Y5, Y5
+	VPOR         Y4, Y6, Y6
+	VPBLENDVB    Y5, Y6, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X5
+	VPACKUSDW    X5, X7, X5
+	VMOVNTDQ     X5, 16(AX)(BX*2)
+	ADDQ         $0x00000010, BX
+	CMPQ         BX, SI
+	JB           avx2NarrowBF16NT_unrolled
+
+avx2NarrowBF16NT_single:
+	MOVQ DX, SI
+	ANDQ $-8, SI
+	CMPQ BX, SI
+	JAE  avx2NarrowBF16NT_done
+
+avx2NarrowBF16NT_loop:
+	VMOVUPS      (CX)(BX*4), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        Y0, Y6, Y7
+	VPADDD       Y1, Y7, Y7
+	VPADDD       Y5, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPAND        Y2, Y5, Y5
+	VPCMPGTD     Y3, Y5, Y5
+	VPOR         Y4, Y6, Y6
+	VPBLENDVB    Y5, Y6, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X5
+	VPACKUSDW    X5, X7, X5
+	VMOVNTDQ     X5, (AX)(BX*2)
+	ADDQ         $0x00000008, BX
+	CMPQ         BX, SI
+	JB           avx2NarrowBF16NT_loop
+
+avx2NarrowBF16NT_done:
 	VZEROUPPER
 	RET
 
@@ -2584,25 +3078,29 @@ avx512AffineF16_unrolled:
 	VMULPS    Z1, Z2, Z2
 	VMULPS    (DX)(DI*4), Z2, Z2
 	VADDPS    (BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, (AX)(DI*2)
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (AX)(DI*2)
 	VMOVUPS   64(CX)(DI*4), Z2
 	VSUBPS    Z0, Z2, Z2
 	VMULPS    Z1, Z2, Z2
 	VMULPS    64(DX)(DI*4), Z2, Z2
 	VADDPS    64(BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, 32(AX)(DI*2)
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 32(AX)(DI*2)
 	VMOVUPS   128(CX)(DI*4), Z2
 	VSUBPS    Z0, Z2, Z2
 	VMULPS    Z1, Z2, Z2
 	VMULPS    128(DX)(DI*4), Z2, Z2
 	VADDPS    128(BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, 64(AX)(DI*2)
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 64(AX)(DI*2)
 	VMOVUPS   192(CX)(DI*4), Z2
 	VSUBPS    Z0, Z2, Z2
 	VMULPS    Z1, Z2, Z2
 	VMULPS    192(DX)(DI*4), Z2, Z2
 	VADDPS    192(BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, 96(AX)(DI*2)
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 96(AX)(DI*2)
 	ADDQ      $0x00000040, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16_unrolled
@@ -2619,7 +3117,8 @@ avx512AffineF16_loop:
 	VMULPS    Z1, Z2, Z2
 	VMULPS    (DX)(DI*4), Z2, Z2
 	VADDPS    (BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, (AX)(DI*2)
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16_loop
@@ -2650,25 +3149,29 @@ avx512AffineFMAF16_unrolled:
 	VMULPS      Z1, Z2, Z2
 	VMOVUPS     (DX)(DI*4), Z3
 	VFMADD213PS (BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, (AX)(DI*2)
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, (AX)(DI*2)
 	VMOVUPS     64(CX)(DI*4), Z2
 	VSUBPS      Z0, Z2, Z2
 	VMULPS      Z1, Z2, Z2
 	VMOVUPS     64(DX)(DI*4), Z3
 	VFMADD213PS 64(BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, 32(AX)(DI*2)
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 32(AX)(DI*2)
 	VMOVUPS     128(CX)(DI*4), Z2
 	VSUBPS      Z0, Z2, Z2
 	VMULPS      Z1, Z2, Z2
 	VMOVUPS     128(DX)(DI*4), Z3
 	VFMADD213PS 128(BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, 64(AX)(DI*2)
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 64(AX)(DI*2)
 	VMOVUPS     192(CX)(DI*4), Z2
 	VSUBPS      Z0, Z2, Z2
 	VMULPS      Z1, Z2, Z2
 	VMOVUPS     192(DX)(DI*4), Z3
 	VFMADD213PS 192(BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, 96(AX)(DI*2)
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 96(AX)(DI*2)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16_unrolled
@@ -2685,12 +3188,155 @@ avx512AffineFMAF16_loop:
 	VMULPS      Z1, Z2, Z2
 	VMOVUPS     (DX)(DI*4), Z3
 	VFMADD213PS (BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, (AX)(DI*2)
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16_loop
 
 avx512AffineFMAF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineF16NT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineF16NT_single
+
+avx512AffineF16NT_unrolled:
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    (DX)(DI*4), Z2, Z2
+	VADDPS    (BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    64(DX)(DI*4), Z2, Z2
+	VADDPS    64(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    128(DX)(DI*4), Z2, Z2
+	VADDPS    128(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    192(DX)(DI*4), Z2, Z2
+	VADDPS    192(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 96(AX)(DI*2)
+	ADDQ      $0x00000040, DI
+	CMPQ      DI, R8
+	JB        avx512AffineF16NT_unrolled
+
+avx512AffineF16NT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineF16NT_done
+
+avx512AffineF16NT_loop:
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    (DX)(DI*4), Z2, Z2
+	VADDPS    (BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, (AX)(DI*2)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx512AffineF16NT_loop
+
+avx512AffineF16NT_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineFMAF16NT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineFMAF16NT_single
+
+avx512AffineFMAF16NT_unrolled:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     64(DX)(DI*4), Z3
+	VFMADD213PS 64(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     128(DX)(DI*4), Z3
+	VFMADD213PS 128(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     192(DX)(DI*4), Z3
+	VFMADD213PS 192(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 96(AX)(DI*2)
+	ADDQ        $0x00000040, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMAF16NT_unrolled
+
+avx512AffineFMAF16NT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineFMAF16NT_done
+
+avx512AffineFMAF16NT_loop:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, (AX)(DI*2)
+	ADDQ        $0x00000010, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMAF16NT_loop
+
+avx512AffineFMAF16NT_done:
 	VZEROUPPER
 	RET
 
@@ -2740,7 +3386,8 @@ avx512AffineBF16_unrolled:
 	VPCMPGTD  Z5, Z7, K1
 	VPORD     Z6, Z8, Z8
 	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, (AX)(DI*2)
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, (AX)(DI*2)
 	VMOVUPS   64(CX)(DI*4), Z7
 	VSUBPS    Z0, Z7, Z7
 	VMULPS    Z1, Z7, Z7
@@ -2755,7 +3402,8 @@ avx512AffineBF16_unrolled:
 	VPCMPGTD  Z5, Z7, K1
 	VPORD     Z6, Z8, Z8
 	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, 32(AX)(DI*2)
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, 32(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16_unrolled
@@ -2781,7 +3429,8 @@ avx512AffineBF16_loop:
 	VPCMPGTD  Z5, Z7, K1
 	VPORD     Z6, Z8, Z8
 	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, (AX)(DI*2)
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16_loop
@@ -2836,7 +3485,8 @@ avx512AffineFMABF16_unrolled:
 	VPCMPGTD    Z5, Z7, K1
 	VPORD       Z6, Z8, Z8
 	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, (AX)(DI*2)
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, (AX)(DI*2)
 	VMOVUPS     64(CX)(DI*4), Z7
 	VSUBPS      Z0, Z7, Z7
 	VMULPS      Z1, Z7, Z7
@@ -2851,7 +3501,8 @@ avx512AffineFMABF16_unrolled:
 	VPCMPGTD    Z5, Z7, K1
 	VPORD       Z6, Z8, Z8
 	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, 32(AX)(DI*2)
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, 32(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16_unrolled
@@ -2877,12 +3528,211 @@ avx512AffineFMABF16_loop:
 	VPCMPGTD    Z5, Z7, K1
 	VPORD       Z6, Z8, Z8
 	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, (AX)(DI*2)
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16_loop
 
 avx512AffineFMABF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineBF16NT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Z4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Z5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Z6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineBF16NT_single
+
+avx512AffineBF16NT_unrolled:
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    (DX)(DI*4), Z7, Z7
+	VADDPS    (BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    64(DX)(DI*4), Z7, Z7
+	VADDPS    64(BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, 32(AX)(DI*2)
+	ADDQ      $0x00000020, DI
+	CMPQ      DI, R8
+	JB        avx512AffineBF16NT_unrolled
+
+avx512AffineBF16NT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineBF16NT_done
+
+avx512AffineBF16NT_loop:
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    (DX)(DI*4), Z7, Z7
+	VADDPS    (BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, (AX)(DI*2)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx512AffineBF16NT_loop
+
+avx512AffineBF16NT_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineFMABF16NT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Z4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Z5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Z6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineFMABF16NT_single
+
+avx512AffineFMABF16NT_unrolled:
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     (DX)(DI*4), Z8
+	VFMADD213PS (BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     64(DX)(DI*4), Z8
+	VFMADD213PS 64(BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, 32(AX)(DI*2)
+	ADDQ        $0x00000020, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMABF16NT_unrolled
+
+avx512AffineFMABF16NT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineFMABF16NT_done
+
+avx512AffineFMABF16NT_loop:
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     (DX)(DI*4), Z8
+	VFMADD213PS (BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, (AX)(DI*2)
+	ADDQ        $0x00000010, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMABF16NT_loop
+
+avx512AffineFMABF16NT_done:
 	VZEROUPPER
 	RET
 
@@ -2989,13 +3839,17 @@ TEXT ·avx512NarrowF16(SB), NOSPLIT, $0-48
 
 avx512NarrowF16_unrolled:
 	VMOVUPS   (CX)(BX*4), Z0
-	VCVTPS2PH $0x00, Z0, (AX)(BX*2)
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, (AX)(BX*2)
 	VMOVUPS   64(CX)(BX*4), Z0
-	VCVTPS2PH $0x00, Z0, 32(AX)(BX*2)
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, 32(AX)(BX*2)
 	VMOVUPS   128(CX)(BX*4), Z0
-	VCVTPS2PH $0x00, Z0, 64(AX)(BX*2)
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, 64(AX)(BX*2)
 	VMOVUPS   192(CX)(BX*4), Z0
-	VCVTPS2PH $0x00, Z0, 96(AX)(BX*2)
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, 96(AX)(BX*2)
 	ADDQ      $0x00000040, BX
 	CMPQ      BX, SI
 	JB        avx512NarrowF16_unrolled
@@ -3008,7 +3862,8 @@ avx512NarrowF16_single:
 
 avx512NarrowF16_loop:
 	VMOVUPS   (CX)(BX*4), Z0
-	VCVTPS2PH $0x00, Z0, (AX)(BX*2)
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVUPS   Y0, (AX)(BX*2)
 	ADDQ      $0x00000010, BX
 	CMPQ      BX, SI
 	JB        avx512NarrowF16_loop
@@ -3055,7 +3910,8 @@ avx512NarrowBF16_unrolled:
 	VPCMPGTD  Z3, Z5, K1
 	VPORD     Z4, Z6, Z6
 	VPBLENDMD Z6, Z7, K1, Z7
-	VPMOVDW   Z7, (AX)(BX*2)
+	VPMOVDW   Z7, Y5
+	VMOVUPS   Y5, (AX)(BX*2)
 	VMOVUPS   64(CX)(BX*4), Z5
 	VPSRLD    $0x10, Z5, Z6
 	VPANDD    Z0, Z6, Z7
@@ -3066,7 +3922,8 @@ avx512NarrowBF16_unrolled:
 	VPCMPGTD  Z3, Z5, K1
 	VPORD     Z4, Z6, Z6
 	VPBLENDMD Z6, Z7, K1, Z7
-	VPMOVDW   Z7, 32(AX)(BX*2)
+	VPMOVDW   Z7, Y5
+	VMOVUPS   Y5, 32(AX)(BX*2)
 	ADDQ      $0x00000020, BX
 	CMPQ      BX, SI
 	JB        avx512NarrowBF16_unrolled
@@ -3088,12 +3945,143 @@ avx512NarrowBF16_loop:
 	VPCMPGTD  Z3, Z5, K1
 	VPORD     Z4, Z6, Z6
 	VPBLENDMD Z6, Z7, K1, Z7
-	VPMOVDW   Z7, (AX)(BX*2)
+	VPMOVDW   Z7, Y5
+	VMOVUPS   Y5, (AX)(BX*2)
 	ADDQ      $0x00000010, BX
 	CMPQ      BX, SI
 	JB        avx512NarrowBF16_loop
 
 avx512NarrowBF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512NarrowF16NT(dst []uint16, src []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512NarrowF16NT(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+	XORQ BX, BX
+	MOVQ DX, SI
+	ANDQ $-64, SI
+	CMPQ BX, SI
+	JAE  avx512NarrowF16NT_single
+
+avx512NarrowF16NT_unrolled:
+	VMOVUPS   (CX)(BX*4), Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVNTDQ  Y0, (AX)(BX*2)
+	VMOVUPS   64(CX)(BX*4), Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVNTDQ  Y0, 32(AX)(BX*2)
+	VMOVUPS   128(CX)(BX*4), Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVNTDQ  Y0, 64(AX)(BX*2)
+	VMOVUPS   192(CX)(BX*4), Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVNTDQ  Y0, 96(AX)(BX*2)
+	ADDQ      $0x00000040, BX
+	CMPQ      BX, SI
+	JB        avx512NarrowF16NT_unrolled
+
+avx512NarrowF16NT_single:
+	MOVQ DX, SI
+	ANDQ $-16, SI
+	CMPQ BX, SI
+	JAE  avx512NarrowF16NT_done
+
+avx512NarrowF16NT_loop:
+	VMOVUPS   (CX)(BX*4), Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVNTDQ  Y0, (AX)(BX*2)
+	ADDQ      $0x00000010, BX
+	CMPQ      BX, SI
+	JB        avx512NarrowF16NT_loop
+
+avx512NarrowF16NT_done:
+	VZEROUPPER
+	RET
+
+// func avx512NarrowBF16NT(dst []uint16, src []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512NarrowBF16NT(SB), NOSPLIT, $0-48
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVL         $0x00000001, DX
+	VMOVD        DX, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, DX
+	VMOVD        DX, X1
+	VPBROADCASTD X1, Z1
+	MOVL         $0x7fffffff, DX
+	VMOVD        DX, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x7f800000, DX
+	VMOVD        DX, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x00000040, DX
+	VMOVD        DX, X4
+	VPBROADCASTD X4, Z4
+	MOVQ         dst_len+8(FP), DX
+	XORQ         BX, BX
+	MOVQ         DX, SI
+	ANDQ         $-32, SI
+	CMPQ         BX, SI
+	JAE          avx512NarrowBF16NT_single
+
+avx512NarrowBF16NT_unrolled:
+	VMOVUPS   (CX)(BX*4), Z5
+	VPSRLD    $0x10, Z5, Z6
+	VPANDD    Z0, Z6, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z5, Z7, Z7
+	VPSRLD    $0x10, Z7, Z7
+	VPANDD    Z2, Z5, Z5
+	VPCMPGTD  Z3, Z5, K1
+	VPORD     Z4, Z6, Z6
+	VPBLENDMD Z6, Z7, K1, Z7
+	VPMOVDW   Z7, Y5
+	VMOVNTDQ  Y5, (AX)(BX*2)
+	VMOVUPS   64(CX)(BX*4), Z5
+	VPSRLD    $0x10, Z5, Z6
+	VPANDD    Z0, Z6, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z5, Z7, Z7
+	VPSRLD    $0x10, Z7, Z7
+	VPANDD    Z2, Z5, Z5
+	VPCMPGTD  Z3, Z5, K1
+	VPORD     Z4, Z6, Z6
+	VPBLENDMD Z6, Z7, K1, Z7
+	VPMOVDW   Z7, Y5
+	VMOVNTDQ  Y5, 32(AX)(BX*2)
+	ADDQ      $0x00000020, BX
+	CMPQ      BX, SI
+	JB        avx512NarrowBF16NT_unrolled
+
+avx512NarrowBF16NT_single:
+	MOVQ DX, SI
+	ANDQ $-16, SI
+	CMPQ BX, SI
+	JAE  avx512NarrowBF16NT_done
+
+avx512NarrowBF16NT_loop:
+	VMOVUPS   (CX)(BX*4), Z5
+	VPSRLD    $0x10, Z5, Z6
+	VPANDD    Z0, Z6, Z7
+	VPADDD    Z1, Z7, Z7
+	VPADDD    Z5, Z7, Z7
+	VPSRLD    $0x10, Z7, Z7
+	VPANDD    Z2, Z5, Z5
+	VPCMPGTD  Z3, Z5, K1
+	VPORD     Z4, Z6, Z6
+	VPBLENDMD Z6, Z7, K1, Z7
+	VPMOVDW   Z7, Y5
+	VMOVNTDQ  Y5, (AX)(BX*2)
+	ADDQ      $0x00000010, BX
+	CMPQ      BX, SI
+	JB        avx512NarrowBF16NT_loop
+
+avx512NarrowBF16NT_done:
 	VZEROUPPER
 	RET
 

@@ -292,18 +292,27 @@ func TestElementwiseKernels(t *testing.T) {
 
 			// The affine steps that round y to 16 bits; rstd large enough that values land
 			// on rounding boundaries, overflow and underflow.
-			got16, want16 := out16(n), out16(n)
-			for _, v := range []struct {
-				name string
-				k, g func(y []uint16, x, gamma, beta []float32, mean, rstd float32)
-			}{
-				{"affineF16", k.affineF16, g.affineF16}, {"affineFMAF16", k.affineFMAF16, g.affineFMAF16},
-				{"affineBF16", k.affineBF16, g.affineBF16}, {"affineFMABF16", k.affineFMABF16, g.affineFMABF16},
-			} {
-				v.k(got16, a, b, c, mean, rstd)
-				v.g(want16, a, b, c, mean, rstd)
-				same16(t, tag(v.name), got16, want16)
+			want16 := out16(n)
+			for _, f := range []form16{{}, {fused: true}, {bf: true}, {bf: true, fused: true},
+				{nt: true}, {fused: true, nt: true}, {bf: true, nt: true}, {bf: true, fused: true, nt: true}} {
+				for _, off := range []int{0, 1, 3, 8} { // y's start within a vector of halves
+					y := out16(n + off)[off:]
+					k.affine16(f, y, a, b, c, mean, rstd)
+					k.fence()
+					g.affine16(f, want16, a, b, c, mean, rstd)
+					same16(t, tag(fmt.Sprintf("affine16%+v/off=%d", f, off)), y, want16)
+				}
 			}
+			for _, bf := range []bool{false, true} {
+				for _, off := range []int{0, 1, 5, 8} {
+					y := out16(n + off)[off:]
+					k.narrow16NT(bf, y, a)
+					k.fence()
+					g.narrow16NT(bf, want16, a)
+					same16(t, tag(fmt.Sprintf("narrow16NT/bf=%v/off=%d", bf, off)), y, want16)
+				}
+			}
+
 		}
 	}
 }
@@ -547,11 +556,11 @@ func TestAddLayerNormLevels(t *testing.T) {
 						}
 						got := run(name)
 						// The reference runs the passes over whole rows (TestNonTemporalLevels
-						// runs the others chunked).
-						long := longRow
-						longRow = math.MaxInt
+						// runs the others chunked and in pieces).
+						long, piece := longRow, sumPiece
+						longRow, sumPiece = math.MaxInt, 1<<30
 						want := run("go")
-						longRow = long
+						longRow, sumPiece = long, piece
 						tag := fmt.Sprintf("%s/%v/%v/D=%d/bias=%d", name, prof, cb, d, bias)
 						sameBuf(t, tag+"/y", got.Y, want.Y)
 						sameBuf(t, tag+"/x", got.X, want.X)
@@ -603,7 +612,11 @@ func TestEmbedLayerNormLevels(t *testing.T) {
 							})
 							return out
 						}
-						got, want := run(name), run("go")
+						got := run(name)
+						piece := sumPiece
+						sumPiece = 1 << 30 // the reference sums whole rows
+						want := run("go")
+						sumPiece = piece
 						tag := fmt.Sprintf("%s/%v/%v/H=%d/segs=%d", name, prof, dt, h, segs)
 						sameBuf(t, tag+"/out", got.Out, want.Out)
 						sameBuf(t, tag+"/sum", got.Sum, want.Sum)
@@ -692,14 +705,16 @@ func TestMemoryKernels(t *testing.T) {
 // TestNonTemporalLevels reruns the whole-op comparisons with the non-temporal stores and
 // deeper prefetching switched on at every size.
 func TestNonTemporalLevels(t *testing.T) {
-	nt, pf, long, chunk := bigBytes, prefetchAhead, longRow, passChunk
-	defer func() { bigBytes, prefetchAhead, longRow, passChunk = nt, pf, long, chunk }()
+	nt, pf, long, chunk, piece := bigBytes, prefetchAhead, longRow, passChunk, sumPiece
+	defer func() { bigBytes, prefetchAhead, longRow, passChunk, sumPiece = nt, pf, long, chunk, piece }()
 	bigBytes, prefetchAhead = 0, 3
 	t.Run("AddLayerNorm", TestAddLayerNormLevels)
 	t.Run("EmbedLayerNorm", TestEmbedLayerNormLevels)
-	// Every row long, in chunks of a few plan widths (rounded up to W).
-	longRow, passChunk = 1, 16
+	// Every row long, in chunks of a few plan widths (rounded up to W), and the 16-bit
+	// first passes in pieces of one W.
+	longRow, passChunk, sumPiece = 1, 16, 1
 	t.Run("AddLayerNormChunked", TestAddLayerNormLevels)
+	t.Run("EmbedLayerNormPieces", TestEmbedLayerNormLevels)
 }
 
 // TestAddSumKernel checks the fused first pass (s, the optional streamed copy x, and the

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
@@ -59,9 +60,10 @@ func affineFMAGo(y, x, gamma, beta []float32, mean, rstd float32) {
 	}
 }
 
-// affine16Go is the twin of the affine steps that round y to bfloat16 (bf) or binary16:
-// the float32 affine value, narrowed.
-func affine16Go(bf, fused bool, y []uint16, x, gamma, beta []float32, mean, rstd float32) {
+// affine16Go is the twin of the affine steps that round y to 16 bits: the float32 affine
+// value, narrowed.
+func affine16Go(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32) {
+	bf, fused := f.bf, f.fused
 	x = x[:len(y)]
 	gamma = gamma[:len(y)]
 	beta = beta[:len(y)]
@@ -161,6 +163,31 @@ func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rs
 		k.affine(y, x, gamma, beta, mean, rstd)
 	}
 }
+
+// normalize16 writes the affine step into elements [off, off+len(x)) of a 16-bit y,
+// rounding in the kernel's store.
+func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x, gamma, beta []float32, mean, rstd float32, nt bool) {
+	f := form16{bf: y.DType == ops.BF16, fused: p.Profile.FuseAffine, nt: nt}
+	k.affine16(f, y.U16[off:off+len(x)], x, gamma, beta, mean, rstd)
+}
+
+// normalize16Chunked is normalize16 a chunk at a time, with a prefetch step after each.
+func normalize16Chunked(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x, gamma, beta []float32, mean, rstd float32, nt bool, pf *rowPrefetch) {
+	n := passChunkOf(p.W)
+	for lo := 0; lo < len(x); lo += n {
+		hi := min(lo+n, len(x))
+		normalize16(k, p, y, off+lo, x[lo:hi], gamma[lo:hi], beta[lo:hi], mean, rstd, nt)
+		pf.step()
+	}
+}
+
+// sumPiece is how many elements of a row the 16-bit first passes work on at a time (4 KiB
+// of f32), rounded up to a multiple of the plan width (sumPieceOf) so that pieces add
+// whole chunks onto the partials, in the plan's order.
+var sumPiece = 1024
+
+// sumPieceOf is sumPiece rounded up to a multiple of w.
+func sumPieceOf(w int) int { return (sumPiece + w - 1) / w * w }
 
 // passChunk is how many elements of a long row a pass works on between two prefetch steps
 // (1 KiB of f32), rounded up to a multiple of the plan width W (passChunkOf), so the

@@ -47,7 +47,7 @@ type (
 	embed3Fn  func(x []float32, bits []uint16, w, p, g []uint16)
 	accumFn   func(part, x []float32)
 	affineSet struct{ plain, fma affineFn }
-	affine16s struct{ plain, fma affine16 }
+	affine16s [2][2][2]affine16 // [bf][fused][nt]
 )
 
 // vecKernels are one width's assembly kernels, each of which handles the whole vectors of
@@ -61,7 +61,8 @@ type vecKernels struct {
 	add3NT                     add3NTFn
 	addTo, copyNT              binaryFn
 	affine, affineNT           affineSet
-	affineF16, affineBF16      affine16s
+	affine16                   affine16s
+	narrow16NT                 [2]narrowFn // [bf]
 	widenF16, widenBF16        widenFn
 	narrowF16, narrowBF16      narrowFn
 	accumulate, accumulateZero accumFn
@@ -76,16 +77,19 @@ type vecKernels struct {
 }
 
 var avx2Vec = &vecKernels{
-	lanes:          8,
-	add2:           avx2Add2,
-	add3:           avx2Add3,
-	add3NT:         avx2Add3NT,
-	addTo:          avx2AddTo,
-	copyNT:         avx2CopyNT,
-	affine:         affineSet{avx2Affine, avx2AffineFMA},
-	affineNT:       affineSet{avx2AffineNT, avx2AffineFMANT},
-	affineF16:      affine16s{avx2AffineF16, avx2AffineFMAF16},
-	affineBF16:     affine16s{avx2AffineBF16, avx2AffineFMABF16},
+	lanes:    8,
+	add2:     avx2Add2,
+	add3:     avx2Add3,
+	add3NT:   avx2Add3NT,
+	addTo:    avx2AddTo,
+	copyNT:   avx2CopyNT,
+	affine:   affineSet{avx2Affine, avx2AffineFMA},
+	affineNT: affineSet{avx2AffineNT, avx2AffineFMANT},
+	affine16: affine16s{
+		{{avx2AffineF16, avx2AffineF16NT}, {avx2AffineFMAF16, avx2AffineFMAF16NT}},
+		{{avx2AffineBF16, avx2AffineBF16NT}, {avx2AffineFMABF16, avx2AffineFMABF16NT}},
+	},
+	narrow16NT:     [2]narrowFn{avx2NarrowF16NT, avx2NarrowBF16NT},
 	widenF16:       avx2WidenF16,
 	widenBF16:      avx2WidenBF16,
 	narrowF16:      avx2NarrowF16,
@@ -107,17 +111,20 @@ var avx2Vec = &vecKernels{
 }
 
 var avx512Vec = &vecKernels{
-	lanes:          16,
-	narrower:       avx2Vec,
-	add2:           avx512Add2,
-	add3:           avx512Add3,
-	add3NT:         avx512Add3NT,
-	addTo:          avx512AddTo,
-	copyNT:         avx512CopyNT,
-	affine:         affineSet{avx512Affine, avx512AffineFMA},
-	affineNT:       affineSet{avx512AffineNT, avx512AffineFMANT},
-	affineF16:      affine16s{avx512AffineF16, avx512AffineFMAF16},
-	affineBF16:     affine16s{avx512AffineBF16, avx512AffineFMABF16},
+	lanes:    16,
+	narrower: avx2Vec,
+	add2:     avx512Add2,
+	add3:     avx512Add3,
+	add3NT:   avx512Add3NT,
+	addTo:    avx512AddTo,
+	copyNT:   avx512CopyNT,
+	affine:   affineSet{avx512Affine, avx512AffineFMA},
+	affineNT: affineSet{avx512AffineNT, avx512AffineFMANT},
+	affine16: affine16s{
+		{{avx512AffineF16, avx512AffineF16NT}, {avx512AffineFMAF16, avx512AffineFMAF16NT}},
+		{{avx512AffineBF16, avx512AffineBF16NT}, {avx512AffineFMABF16, avx512AffineFMABF16NT}},
+	},
+	narrow16NT:     [2]narrowFn{avx512NarrowF16NT, avx512NarrowBF16NT},
 	widenF16:       avx512WidenF16,
 	widenBF16:      avx512WidenBF16,
 	narrowF16:      avx512NarrowF16,
@@ -147,10 +154,8 @@ func (v *vecKernels) kernelSet() *kernelSet {
 		tree:               treeAVX2,
 		affine:             func(y, x, g, b []float32, m, r float32) { v.affineRow(false, y, x, g, b, m, r) },
 		affineFMA:          func(y, x, g, b []float32, m, r float32) { v.affineRow(true, y, x, g, b, m, r) },
-		affineF16:          func(y []uint16, x, g, b []float32, m, r float32) { v.affine16Row(false, false, y, x, g, b, m, r) },
-		affineFMAF16:       func(y []uint16, x, g, b []float32, m, r float32) { v.affine16Row(false, true, y, x, g, b, m, r) },
-		affineBF16:         func(y []uint16, x, g, b []float32, m, r float32) { v.affine16Row(true, false, y, x, g, b, m, r) },
-		affineFMABF16:      func(y []uint16, x, g, b []float32, m, r float32) { v.affine16Row(true, true, y, x, g, b, m, r) },
+		affine16:           v.affine16Row,
+		narrow16NT:         v.narrow16NTRow,
 		embedSumF32:        v.embedSumF32,
 		embedSumF16:        v.embedSumF16Row,
 		add2:               v.add2Row,
@@ -285,28 +290,70 @@ func (v *vecKernels) affineNTRow(fused bool, y, x, gamma, beta []float32, mean, 
 	}
 }
 
-// affine16Row is the affine step with y rounded to bfloat16 (bf) or binary16.
-func (v *vecKernels) affine16Row(bf, fused bool, y []uint16, x, gamma, beta []float32, mean, rstd float32) {
+// affine16Row is the affine step with y rounded to 16 bits; with f.nt, the whole vectors
+// from y's first aligned address on are stored non-temporally.
+func (v *vecKernels) affine16Row(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32) {
 	x, gamma, beta = x[:len(y)], gamma[:len(y)], beta[:len(y)]
+	h := 0
+	if f.nt {
+		h = v.nt16Head(y)
+	}
+	plain := f
+	plain.nt = false
+	if h > 0 {
+		v.affine16Row(plain, y[:h], x[:h], gamma[:h], beta[:h], mean, rstd)
+	}
+	y, x, gamma, beta = y[h:], x[h:], gamma[h:], beta[h:]
 	n := v.whole(len(y))
 	if n > 0 {
-		k := v.affineF16
-		if bf {
-			k = v.affineBF16
-		}
-		if fused {
-			k.fma(y[:n], x, gamma, beta, mean, rstd)
-		} else {
-			k.plain(y[:n], x, gamma, beta, mean, rstd)
-		}
+		v.affine16[b2i(f.bf)][b2i(f.fused)][b2i(f.nt)](y[:n], x, gamma, beta, mean, rstd)
 	}
 	switch {
 	case n == len(y):
 	case v.narrower != nil:
-		v.narrower.affine16Row(bf, fused, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+		v.narrower.affine16Row(plain, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
 	default:
-		affine16Go(bf, fused, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+		affine16Go(plain, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
 	}
+}
+
+// narrow16NTRow is narrowF16Row or narrowBF16Row (bf) with non-temporal stores for the
+// whole vectors from dst's first aligned address on.
+func (v *vecKernels) narrow16NTRow(bf bool, dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	narrow := v.narrowF16Row
+	if bf {
+		narrow = v.narrowBF16Row
+	}
+	h := v.nt16Head(dst)
+	narrow(dst[:h], src[:h])
+	dst, src = dst[h:], src[h:]
+	n := v.whole(len(dst))
+	if n > 0 {
+		v.narrow16NT[b2i(bf)](dst[:n], src)
+	}
+	narrow(dst[n:], src[n:])
+}
+
+// nt16Head is ntHead for 16-bit values: the elements of y before its first address aligned
+// to one vector of them.
+func (v *vecKernels) nt16Head(y []uint16) int {
+	if len(y) == 0 {
+		return 0
+	}
+	a := uintptr(unsafe.Pointer(&y[0]))
+	if a&1 != 0 {
+		return len(y)
+	}
+	align := uintptr(2 * v.lanes)
+	return min(len(y), int((align-a%align)%align)/2)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (v *vecKernels) copyNTRow(dst, src []float32) {

@@ -200,8 +200,24 @@ func (v isa) widen16(bf bool, m Mem) reg.VecVirtual {
 	return r
 }
 
-// narrowF16 stores one vector as binary16 to m, nearest-even (VCVTPS2PH imm 0).
-func (v isa) narrowF16(r reg.VecVirtual, m Mem) { c.VCVTPS2PH(U8(0), r, m) }
+// narrowF16 stores one vector as binary16 to m, nearest-even (VCVTPS2PH imm 0). It converts
+// into a register and stores that: AMD's Zen cores microcode VCVTPS2PH with a memory
+// destination, several times slower than the two instructions.
+func (v isa) narrowF16(r reg.VecVirtual, m Mem, nt bool) {
+	h := v.half()
+	c.VCVTPS2PH(U8(0), r, h)
+	v.store16(h, m, nt)
+}
+
+// store16 stores one vector's worth of 16-bit values; nt: non-temporally (m aligned to
+// their size).
+func (v isa) store16(h reg.VecVirtual, m Mem, nt bool) {
+	if nt {
+		c.VMOVNTDQ(h, m)
+		return
+	}
+	c.VMOVUPS(h, m)
+}
 
 // bf16Consts are the constants of narrowBF16, loaded once per kernel.
 type bf16Consts struct{ one, bias, abs, inf, quiet reg.VecVirtual }
@@ -214,7 +230,7 @@ func (v isa) bf16Consts() bf16Consts {
 // narrowBF16 stores one vector as bfloat16 to m the way F32ToBF16 rounds: the top half of
 // u + 0x7fff + (u>>16)&1, and (u>>16) | 0x40 for NaN. (VCVTNEPS2BF16 would flush
 // subnormals, so the rounding is done in integers.) It clobbers u.
-func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem) {
+func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem, nt bool) {
 	hi, r, nan := v.vec(), v.vec(), v.vec()
 	c.VPSRLD(U8(16), u, hi)
 	if v.lanes == 16 {
@@ -227,7 +243,9 @@ func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem) {
 		c.VPCMPGTD(k.inf, nan, isNaN) // |u| > inf bits: NaN
 		c.VPORD(k.quiet, hi, hi)
 		c.VPBLENDMD(hi, r, isNaN, r)
-		c.VPMOVDW(r, m) // values ≤ 0xffff: truncation is exact
+		h := c.YMM()
+		c.VPMOVDW(r, h) // values ≤ 0xffff: truncation is exact
+		v.store16(h, m, nt)
 		return
 	}
 	c.VPAND(k.one, hi, r)
@@ -241,7 +259,7 @@ func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem) {
 	lo, top := c.XMM(), c.XMM()
 	c.VEXTRACTI128(U8(1), r, top)
 	c.VPACKUSDW(top, r.AsX(), lo) // values ≤ 0xffff: no saturation
-	c.VMOVDQU(lo, m)
+	v.store16(lo, m, nt)
 }
 
 func elementwise(v isa) {
@@ -301,7 +319,7 @@ func elementwise(v isa) {
 
 	// The affine step, with y in float32 (plain or non-temporal stores), binary16 or
 	// bfloat16: the 16-bit forms round what the float32 form would store.
-	for _, out := range []string{"", "NT", "F16", "BF16"} {
+	for _, out := range []string{"", "NT", "F16", "F16NT", "BF16", "BF16NT"} {
 		for _, fused := range []bool{false, true} {
 			name, what := n+"Affine", "f32(n·gamma[i]) + beta[i] (unfused)"
 			if fused {
@@ -315,19 +333,23 @@ func elementwise(v isa) {
 			case "NT":
 				doc = append(doc, "for whole vectors of y, with non-temporal stores: y must be aligned to the",
 					"vector, and the caller fences before the values are shared.")
-			case "F16":
+			case "F16", "F16NT":
 				yT = "[]uint16"
 				doc = append(doc, "rounded to binary16 (nearest-even), for whole vectors of y.")
-			case "BF16":
+			case "BF16", "BF16NT":
 				yT = "[]uint16"
 				doc = append(doc, "rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.")
+			}
+			if strings.HasSuffix(out, "16NT") {
+				doc = append(doc, "Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.")
 			}
 			text(name, "func(y "+yT+", x, gamma, beta []float32, mean, rstd float32)", doc...)
 			y, x, g, b := base("y"), base("x"), base("gamma"), base("beta")
 			mean, rstd := v.broadcastParam("mean"), v.broadcastParam("rstd")
 			var bk bf16Consts
 			unroll := 4
-			if out == "BF16" {
+			nt16 := strings.HasSuffix(out, "16NT")
+			if strings.HasPrefix(out, "BF16") {
 				bk = v.bf16Consts()
 				unroll = 2
 			}
@@ -349,10 +371,10 @@ func elementwise(v isa) {
 					c.VMOVUPS(t, f32(y, i, off))
 				case "NT":
 					c.VMOVNTPS(t, f32(y, i, off))
-				case "F16":
-					v.narrowF16(t, u16(y, i, off))
-				case "BF16":
-					v.narrowBF16(bk, t, u16(y, i, off))
+				case "F16", "F16NT":
+					v.narrowF16(t, u16(y, i, off), nt16)
+				default:
+					v.narrowBF16(bk, t, u16(y, i, off), nt16)
 				}
 			})
 		}
@@ -379,28 +401,34 @@ func conversions(v isa) {
 		})
 	}
 
-	text(n+"NarrowF16", "func(dst []uint16, src []float32)",
-		n+"NarrowF16 writes dst[i] = binary16(src[i]), nearest-even, for whole vectors of dst.")
-	{
-		d, s := base("dst"), base("src")
-		v.loop(n+"NarrowF16", length("dst"), 4, func(i reg.Register, off int) {
-			t := v.vec()
-			c.VMOVUPS(f32(s, i, off), t)
-			v.narrowF16(t, u16(d, i, off))
-		})
-	}
+	for _, nt := range []bool{false, true} {
+		sfx, doc := "", ""
+		if nt {
+			sfx, doc = "NT", " Non-temporal stores: dst aligned to the vector's 16-bit size; the caller fences."
+		}
+		text(n+"NarrowF16"+sfx, "func(dst []uint16, src []float32)",
+			n+"NarrowF16"+sfx+" writes dst[i] = binary16(src[i]), nearest-even, for whole vectors of dst."+doc)
+		{
+			d, s := base("dst"), base("src")
+			v.loop(n+"NarrowF16"+sfx, length("dst"), 4, func(i reg.Register, off int) {
+				t := v.vec()
+				c.VMOVUPS(f32(s, i, off), t)
+				v.narrowF16(t, u16(d, i, off), nt)
+			})
+		}
 
-	text(n+"NarrowBF16", "func(dst []uint16, src []float32)",
-		n+"NarrowBF16 writes dst[i] = F32ToBF16(src[i]) for whole vectors of dst:",
-		"u + 0x7fff + (u>>16)&1, top half; NaN: (u>>16) | 0x40.")
-	{
-		d, s := base("dst"), base("src")
-		k := v.bf16Consts()
-		v.loop(n+"NarrowBF16", length("dst"), 2, func(i reg.Register, off int) {
-			u := v.vec()
-			c.VMOVUPS(f32(s, i, off), u)
-			v.narrowBF16(k, u, u16(d, i, off))
-		})
+		text(n+"NarrowBF16"+sfx, "func(dst []uint16, src []float32)",
+			n+"NarrowBF16"+sfx+" writes dst[i] = F32ToBF16(src[i]) for whole vectors of dst:",
+			"u + 0x7fff + (u>>16)&1, top half; NaN: (u>>16) | 0x40."+doc)
+		{
+			d, s := base("dst"), base("src")
+			k := v.bf16Consts()
+			v.loop(n+"NarrowBF16"+sfx, length("dst"), 2, func(i reg.Register, off int) {
+				u := v.vec()
+				c.VMOVUPS(f32(s, i, off), u)
+				v.narrowBF16(k, u, u16(d, i, off), nt)
+			})
+		}
 	}
 }
 
