@@ -87,6 +87,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.ntY = big && a.Y.DType == ops.F32
 	c.ntX = big && a.X.Present() && a.X.DType == ops.F32
 	c.nt16 = big && a.Y.DType != ops.F32
+	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType && (!a.BiasFull || a.Bias.DType == a.X1.DType)
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32 || (a.BiasFull && a.Bias.DType != ops.F32)
 	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
 	c.reset()
@@ -107,6 +108,7 @@ type addCall struct {
 	prefetch, long, ntY, ntX   bool
 	pieces                     bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
 	nt16                       bool // 16-bit outputs stored non-temporally
+	sum16                      bool // x1, x2 (and a full bias) of one 16-bit format: addSum16
 	piece                      int
 	wg                         sync.WaitGroup
 }
@@ -147,19 +149,33 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 	for lo := 0; lo < D; lo += n {
 		hi := min(lo+n, D)
 		m := hi - lo
-		x1 := rowF32(k, a.X1, off+lo, m, sc.y)
-		x2 := rowF32(k, a.X2, off+lo, m, sc.t)
-		var bias []float32
-		switch {
-		case c.biasRow != nil:
-			bias = c.biasRow[lo:hi]
-		case a.BiasFull:
-			bias = rowF32(k, a.Bias, off+lo, m, sc.u)
-		}
-		if lo == 0 {
-			k.addSum(part, s[lo:hi], nil, x1, x2, bias)
+		if c.sum16 {
+			// Both inputs (and a full bias) of one 16-bit format: widened in the kernel.
+			var bias []float32
+			var biasHalf []uint16
+			switch {
+			case c.biasRow != nil:
+				bias = c.biasRow[lo:hi]
+			case a.BiasFull:
+				biasHalf = a.Bias.U16[off+lo : off+hi]
+			}
+			f := sum16{bf: a.X1.DType == ops.BF16, acc: lo > 0}
+			k.addSum16(f, part, s[lo:hi], a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias, biasHalf)
 		} else {
-			k.addSumAcc(part, s[lo:hi], x1, x2, bias)
+			x1 := rowF32(k, a.X1, off+lo, m, sc.y)
+			x2 := rowF32(k, a.X2, off+lo, m, sc.t)
+			var bias []float32
+			switch {
+			case c.biasRow != nil:
+				bias = c.biasRow[lo:hi]
+			case a.BiasFull:
+				bias = rowF32(k, a.Bias, off+lo, m, sc.u)
+			}
+			if lo == 0 {
+				k.addSum(part, s[lo:hi], nil, x1, x2, bias)
+			} else {
+				k.addSumAcc(part, s[lo:hi], x1, x2, bias)
+			}
 		}
 		switch {
 		case xs != nil:

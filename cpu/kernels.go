@@ -42,6 +42,16 @@ type kernelSet struct {
 	sqDevFMAZero func(part, x []float32, mean float32)
 	addSum       func(part, s, x, a, b, c []float32)
 	addSumAcc    func(part, s, a, b, c []float32) // addSum without x, onto the partials as they are
+	// addSum16 is addSum (f.acc: addSumAcc) without x for 16-bit a and b of one format (f.bf:
+	// bfloat16), widened as they are loaded; c is a float32 row (cRow) or a row of that
+	// format (cHalf), or neither.
+	addSum16 func(f sum16, part, s []float32, a, b []uint16, cRow []float32, cHalf []uint16)
+}
+
+// sum16 is the form of an addSum16 call.
+type sum16 struct {
+	bf  bool // bfloat16 inputs, else binary16
+	acc bool // onto the partials as they are, else from +0
 }
 
 // form16 is how an affine step stores 16-bit values.
@@ -80,6 +90,7 @@ var goKernels = kernelSet{
 	sqDevFMAZero:       sqDevFMAZeroGo,
 	addSum:             addSumGo,
 	addSumAcc:          addSumAccGo,
+	addSum16:           addSum16Go,
 }
 
 // treeGo is plan.Plan.Tree for W = len(part): part[k] += part[k+off], off = W/2 … 1.

@@ -2418,6 +2418,1068 @@ avx2Add3SumAcc_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx2AddSumF16(part []float32, s []float32, a []uint16, b []uint16)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-32, R9
+
+avx2AddSumF16_block:
+	CMPQ   R8, R9
+	JAE    avx2AddSumF16_block_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R8, R10
+
+avx2AddSumF16_block_chunk:
+	VCVTPH2PS (DX)(R10*2), Y4
+	VCVTPH2PS (BX)(R10*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R10*4)
+	VADDPS    Y4, Y0, Y0
+	VCVTPH2PS 16(DX)(R10*2), Y4
+	VCVTPH2PS 16(BX)(R10*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R10*4)
+	VADDPS    Y4, Y1, Y1
+	VCVTPH2PS 32(DX)(R10*2), Y4
+	VCVTPH2PS 32(BX)(R10*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R10*4)
+	VADDPS    Y4, Y2, Y2
+	VCVTPH2PS 48(DX)(R10*2), Y4
+	VCVTPH2PS 48(BX)(R10*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R10*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      SI, R10
+	CMPQ      R10, DI
+	JB        avx2AddSumF16_block_chunk
+	VMOVUPS   Y0, (AX)(R8*4)
+	VMOVUPS   Y1, 32(AX)(R8*4)
+	VMOVUPS   Y2, 64(AX)(R8*4)
+	VMOVUPS   Y3, 96(AX)(R8*4)
+	ADDQ      $0x00000020, R8
+	JMP       avx2AddSumF16_block
+
+avx2AddSumF16_block_done:
+avx2AddSumF16_vec:
+	CMPQ   R8, SI
+	JAE    avx2AddSumF16_vec_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R8, R9
+
+avx2AddSumF16_vec_chunk:
+	VCVTPH2PS (DX)(R9*2), Y1
+	VCVTPH2PS (BX)(R9*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R9*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      SI, R9
+	CMPQ      R9, DI
+	JB        avx2AddSumF16_vec_chunk
+	VMOVUPS   Y0, (AX)(R8*4)
+	ADDQ      $0x00000008, R8
+	JMP       avx2AddSumF16_vec
+
+avx2AddSumF16_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16Acc(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-32, R9
+
+avx2AddSumF16Acc_block:
+	CMPQ    R8, R9
+	JAE     avx2AddSumF16Acc_block_done
+	VMOVUPS (AX)(R8*4), Y0
+	VMOVUPS 32(AX)(R8*4), Y1
+	VMOVUPS 64(AX)(R8*4), Y2
+	VMOVUPS 96(AX)(R8*4), Y3
+	MOVQ    R8, R10
+
+avx2AddSumF16Acc_block_chunk:
+	VCVTPH2PS (DX)(R10*2), Y4
+	VCVTPH2PS (BX)(R10*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R10*4)
+	VADDPS    Y4, Y0, Y0
+	VCVTPH2PS 16(DX)(R10*2), Y4
+	VCVTPH2PS 16(BX)(R10*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R10*4)
+	VADDPS    Y4, Y1, Y1
+	VCVTPH2PS 32(DX)(R10*2), Y4
+	VCVTPH2PS 32(BX)(R10*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R10*4)
+	VADDPS    Y4, Y2, Y2
+	VCVTPH2PS 48(DX)(R10*2), Y4
+	VCVTPH2PS 48(BX)(R10*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R10*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      SI, R10
+	CMPQ      R10, DI
+	JB        avx2AddSumF16Acc_block_chunk
+	VMOVUPS   Y0, (AX)(R8*4)
+	VMOVUPS   Y1, 32(AX)(R8*4)
+	VMOVUPS   Y2, 64(AX)(R8*4)
+	VMOVUPS   Y3, 96(AX)(R8*4)
+	ADDQ      $0x00000020, R8
+	JMP       avx2AddSumF16Acc_block
+
+avx2AddSumF16Acc_block_done:
+avx2AddSumF16Acc_vec:
+	CMPQ    R8, SI
+	JAE     avx2AddSumF16Acc_vec_done
+	VMOVUPS (AX)(R8*4), Y0
+	MOVQ    R8, R9
+
+avx2AddSumF16Acc_vec_chunk:
+	VCVTPH2PS (DX)(R9*2), Y1
+	VCVTPH2PS (BX)(R9*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R9*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      SI, R9
+	CMPQ      R9, DI
+	JB        avx2AddSumF16Acc_vec_chunk
+	VMOVUPS   Y0, (AX)(R8*4)
+	ADDQ      $0x00000008, R8
+	JMP       avx2AddSumF16Acc_vec
+
+avx2AddSumF16Acc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16Row(part []float32, s []float32, a []uint16, b []uint16, d []float32)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16Row(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
+
+avx2AddSumF16Row_block:
+	CMPQ   R9, R10
+	JAE    avx2AddSumF16Row_block_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R9, R11
+
+avx2AddSumF16Row_block_chunk:
+	VCVTPH2PS (DX)(R11*2), Y4
+	VCVTPH2PS (BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    (SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, (CX)(R11*4)
+	VADDPS    Y4, Y0, Y0
+	VCVTPH2PS 16(DX)(R11*2), Y4
+	VCVTPH2PS 16(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    32(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R11*4)
+	VADDPS    Y4, Y1, Y1
+	VCVTPH2PS 32(DX)(R11*2), Y4
+	VCVTPH2PS 32(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    64(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R11*4)
+	VADDPS    Y4, Y2, Y2
+	VCVTPH2PS 48(DX)(R11*2), Y4
+	VCVTPH2PS 48(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    96(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R11*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumF16Row_block_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, 32(AX)(R9*4)
+	VMOVUPS   Y2, 64(AX)(R9*4)
+	VMOVUPS   Y3, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumF16Row_block
+
+avx2AddSumF16Row_block_done:
+avx2AddSumF16Row_vec:
+	CMPQ   R9, DI
+	JAE    avx2AddSumF16Row_vec_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R9, R10
+
+avx2AddSumF16Row_vec_chunk:
+	VCVTPH2PS (DX)(R10*2), Y1
+	VCVTPH2PS (BX)(R10*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VADDPS    (SI)(R10*4), Y1, Y1
+	VMOVUPS   Y1, (CX)(R10*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumF16Row_vec_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumF16Row_vec
+
+avx2AddSumF16Row_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16RowAcc(part []float32, s []float32, a []uint16, b []uint16, d []float32)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16RowAcc(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
+
+avx2AddSumF16RowAcc_block:
+	CMPQ    R9, R10
+	JAE     avx2AddSumF16RowAcc_block_done
+	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS 32(AX)(R9*4), Y1
+	VMOVUPS 64(AX)(R9*4), Y2
+	VMOVUPS 96(AX)(R9*4), Y3
+	MOVQ    R9, R11
+
+avx2AddSumF16RowAcc_block_chunk:
+	VCVTPH2PS (DX)(R11*2), Y4
+	VCVTPH2PS (BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    (SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, (CX)(R11*4)
+	VADDPS    Y4, Y0, Y0
+	VCVTPH2PS 16(DX)(R11*2), Y4
+	VCVTPH2PS 16(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    32(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R11*4)
+	VADDPS    Y4, Y1, Y1
+	VCVTPH2PS 32(DX)(R11*2), Y4
+	VCVTPH2PS 32(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    64(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R11*4)
+	VADDPS    Y4, Y2, Y2
+	VCVTPH2PS 48(DX)(R11*2), Y4
+	VCVTPH2PS 48(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    96(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R11*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumF16RowAcc_block_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, 32(AX)(R9*4)
+	VMOVUPS   Y2, 64(AX)(R9*4)
+	VMOVUPS   Y3, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumF16RowAcc_block
+
+avx2AddSumF16RowAcc_block_done:
+avx2AddSumF16RowAcc_vec:
+	CMPQ    R9, DI
+	JAE     avx2AddSumF16RowAcc_vec_done
+	VMOVUPS (AX)(R9*4), Y0
+	MOVQ    R9, R10
+
+avx2AddSumF16RowAcc_vec_chunk:
+	VCVTPH2PS (DX)(R10*2), Y1
+	VCVTPH2PS (BX)(R10*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VADDPS    (SI)(R10*4), Y1, Y1
+	VMOVUPS   Y1, (CX)(R10*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumF16RowAcc_vec_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumF16RowAcc_vec
+
+avx2AddSumF16RowAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16Full(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
+
+avx2AddSumF16Full_block:
+	CMPQ   R9, R10
+	JAE    avx2AddSumF16Full_block_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R9, R11
+
+avx2AddSumF16Full_block_chunk:
+	VCVTPH2PS (DX)(R11*2), Y4
+	VCVTPH2PS (BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS (SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R11*4)
+	VADDPS    Y4, Y0, Y0
+	VCVTPH2PS 16(DX)(R11*2), Y4
+	VCVTPH2PS 16(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 16(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R11*4)
+	VADDPS    Y4, Y1, Y1
+	VCVTPH2PS 32(DX)(R11*2), Y4
+	VCVTPH2PS 32(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 32(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R11*4)
+	VADDPS    Y4, Y2, Y2
+	VCVTPH2PS 48(DX)(R11*2), Y4
+	VCVTPH2PS 48(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 48(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R11*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumF16Full_block_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, 32(AX)(R9*4)
+	VMOVUPS   Y2, 64(AX)(R9*4)
+	VMOVUPS   Y3, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumF16Full_block
+
+avx2AddSumF16Full_block_done:
+avx2AddSumF16Full_vec:
+	CMPQ   R9, DI
+	JAE    avx2AddSumF16Full_vec_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R9, R10
+
+avx2AddSumF16Full_vec_chunk:
+	VCVTPH2PS (DX)(R10*2), Y1
+	VCVTPH2PS (BX)(R10*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VCVTPH2PS (SI)(R10*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R10*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumF16Full_vec_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumF16Full_vec
+
+avx2AddSumF16Full_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16FullAcc(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
+
+avx2AddSumF16FullAcc_block:
+	CMPQ    R9, R10
+	JAE     avx2AddSumF16FullAcc_block_done
+	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS 32(AX)(R9*4), Y1
+	VMOVUPS 64(AX)(R9*4), Y2
+	VMOVUPS 96(AX)(R9*4), Y3
+	MOVQ    R9, R11
+
+avx2AddSumF16FullAcc_block_chunk:
+	VCVTPH2PS (DX)(R11*2), Y4
+	VCVTPH2PS (BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS (SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R11*4)
+	VADDPS    Y4, Y0, Y0
+	VCVTPH2PS 16(DX)(R11*2), Y4
+	VCVTPH2PS 16(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 16(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R11*4)
+	VADDPS    Y4, Y1, Y1
+	VCVTPH2PS 32(DX)(R11*2), Y4
+	VCVTPH2PS 32(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 32(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R11*4)
+	VADDPS    Y4, Y2, Y2
+	VCVTPH2PS 48(DX)(R11*2), Y4
+	VCVTPH2PS 48(BX)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 48(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R11*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumF16FullAcc_block_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, 32(AX)(R9*4)
+	VMOVUPS   Y2, 64(AX)(R9*4)
+	VMOVUPS   Y3, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumF16FullAcc_block
+
+avx2AddSumF16FullAcc_block_done:
+avx2AddSumF16FullAcc_vec:
+	CMPQ    R9, DI
+	JAE     avx2AddSumF16FullAcc_vec_done
+	VMOVUPS (AX)(R9*4), Y0
+	MOVQ    R9, R10
+
+avx2AddSumF16FullAcc_vec_chunk:
+	VCVTPH2PS (DX)(R10*2), Y1
+	VCVTPH2PS (BX)(R10*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VCVTPH2PS (SI)(R10*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R10*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumF16FullAcc_vec_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumF16FullAcc_vec
+
+avx2AddSumF16FullAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16(part []float32, s []float32, a []uint16, b []uint16)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-32, R9
+
+avx2AddSumBF16_block:
+	CMPQ   R8, R9
+	JAE    avx2AddSumBF16_block_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R8, R10
+
+avx2AddSumBF16_block_chunk:
+	VPMOVZXWD (DX)(R10*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD (BX)(R10*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R10*4)
+	VADDPS    Y4, Y0, Y0
+	VPMOVZXWD 16(DX)(R10*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 16(BX)(R10*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R10*4)
+	VADDPS    Y4, Y1, Y1
+	VPMOVZXWD 32(DX)(R10*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 32(BX)(R10*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R10*4)
+	VADDPS    Y4, Y2, Y2
+	VPMOVZXWD 48(DX)(R10*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 48(BX)(R10*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R10*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      SI, R10
+	CMPQ      R10, DI
+	JB        avx2AddSumBF16_block_chunk
+	VMOVUPS   Y0, (AX)(R8*4)
+	VMOVUPS   Y1, 32(AX)(R8*4)
+	VMOVUPS   Y2, 64(AX)(R8*4)
+	VMOVUPS   Y3, 96(AX)(R8*4)
+	ADDQ      $0x00000020, R8
+	JMP       avx2AddSumBF16_block
+
+avx2AddSumBF16_block_done:
+avx2AddSumBF16_vec:
+	CMPQ   R8, SI
+	JAE    avx2AddSumBF16_vec_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R8, R9
+
+avx2AddSumBF16_vec_chunk:
+	VPMOVZXWD (DX)(R9*2), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VPMOVZXWD (BX)(R9*2), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R9*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      SI, R9
+	CMPQ      R9, DI
+	JB        avx2AddSumBF16_vec_chunk
+	VMOVUPS   Y0, (AX)(R8*4)
+	ADDQ      $0x00000008, R8
+	JMP       avx2AddSumBF16_vec
+
+avx2AddSumBF16_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16Acc(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-32, R9
+
+avx2AddSumBF16Acc_block:
+	CMPQ    R8, R9
+	JAE     avx2AddSumBF16Acc_block_done
+	VMOVUPS (AX)(R8*4), Y0
+	VMOVUPS 32(AX)(R8*4), Y1
+	VMOVUPS 64(AX)(R8*4), Y2
+	VMOVUPS 96(AX)(R8*4), Y3
+	MOVQ    R8, R10
+
+avx2AddSumBF16Acc_block_chunk:
+	VPMOVZXWD (DX)(R10*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD (BX)(R10*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R10*4)
+	VADDPS    Y4, Y0, Y0
+	VPMOVZXWD 16(DX)(R10*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 16(BX)(R10*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R10*4)
+	VADDPS    Y4, Y1, Y1
+	VPMOVZXWD 32(DX)(R10*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 32(BX)(R10*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R10*4)
+	VADDPS    Y4, Y2, Y2
+	VPMOVZXWD 48(DX)(R10*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 48(BX)(R10*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R10*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      SI, R10
+	CMPQ      R10, DI
+	JB        avx2AddSumBF16Acc_block_chunk
+	VMOVUPS   Y0, (AX)(R8*4)
+	VMOVUPS   Y1, 32(AX)(R8*4)
+	VMOVUPS   Y2, 64(AX)(R8*4)
+	VMOVUPS   Y3, 96(AX)(R8*4)
+	ADDQ      $0x00000020, R8
+	JMP       avx2AddSumBF16Acc_block
+
+avx2AddSumBF16Acc_block_done:
+avx2AddSumBF16Acc_vec:
+	CMPQ    R8, SI
+	JAE     avx2AddSumBF16Acc_vec_done
+	VMOVUPS (AX)(R8*4), Y0
+	MOVQ    R8, R9
+
+avx2AddSumBF16Acc_vec_chunk:
+	VPMOVZXWD (DX)(R9*2), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VPMOVZXWD (BX)(R9*2), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R9*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      SI, R9
+	CMPQ      R9, DI
+	JB        avx2AddSumBF16Acc_vec_chunk
+	VMOVUPS   Y0, (AX)(R8*4)
+	ADDQ      $0x00000008, R8
+	JMP       avx2AddSumBF16Acc_vec
+
+avx2AddSumBF16Acc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16Row(part []float32, s []float32, a []uint16, b []uint16, d []float32)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16Row(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
+
+avx2AddSumBF16Row_block:
+	CMPQ   R9, R10
+	JAE    avx2AddSumBF16Row_block_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R9, R11
+
+avx2AddSumBF16Row_block_chunk:
+	VPMOVZXWD (DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD (BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    (SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, (CX)(R11*4)
+	VADDPS    Y4, Y0, Y0
+	VPMOVZXWD 16(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 16(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    32(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R11*4)
+	VADDPS    Y4, Y1, Y1
+	VPMOVZXWD 32(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 32(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    64(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R11*4)
+	VADDPS    Y4, Y2, Y2
+	VPMOVZXWD 48(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 48(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    96(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R11*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumBF16Row_block_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, 32(AX)(R9*4)
+	VMOVUPS   Y2, 64(AX)(R9*4)
+	VMOVUPS   Y3, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumBF16Row_block
+
+avx2AddSumBF16Row_block_done:
+avx2AddSumBF16Row_vec:
+	CMPQ   R9, DI
+	JAE    avx2AddSumBF16Row_vec_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R9, R10
+
+avx2AddSumBF16Row_vec_chunk:
+	VPMOVZXWD (DX)(R10*2), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VPMOVZXWD (BX)(R10*2), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VADDPS    Y2, Y1, Y1
+	VADDPS    (SI)(R10*4), Y1, Y1
+	VMOVUPS   Y1, (CX)(R10*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumBF16Row_vec_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumBF16Row_vec
+
+avx2AddSumBF16Row_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16RowAcc(part []float32, s []float32, a []uint16, b []uint16, d []float32)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16RowAcc(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
+
+avx2AddSumBF16RowAcc_block:
+	CMPQ    R9, R10
+	JAE     avx2AddSumBF16RowAcc_block_done
+	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS 32(AX)(R9*4), Y1
+	VMOVUPS 64(AX)(R9*4), Y2
+	VMOVUPS 96(AX)(R9*4), Y3
+	MOVQ    R9, R11
+
+avx2AddSumBF16RowAcc_block_chunk:
+	VPMOVZXWD (DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD (BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    (SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, (CX)(R11*4)
+	VADDPS    Y4, Y0, Y0
+	VPMOVZXWD 16(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 16(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    32(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R11*4)
+	VADDPS    Y4, Y1, Y1
+	VPMOVZXWD 32(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 32(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    64(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R11*4)
+	VADDPS    Y4, Y2, Y2
+	VPMOVZXWD 48(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 48(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VADDPS    96(SI)(R11*4), Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R11*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumBF16RowAcc_block_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, 32(AX)(R9*4)
+	VMOVUPS   Y2, 64(AX)(R9*4)
+	VMOVUPS   Y3, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumBF16RowAcc_block
+
+avx2AddSumBF16RowAcc_block_done:
+avx2AddSumBF16RowAcc_vec:
+	CMPQ    R9, DI
+	JAE     avx2AddSumBF16RowAcc_vec_done
+	VMOVUPS (AX)(R9*4), Y0
+	MOVQ    R9, R10
+
+avx2AddSumBF16RowAcc_vec_chunk:
+	VPMOVZXWD (DX)(R10*2), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VPMOVZXWD (BX)(R10*2), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VADDPS    Y2, Y1, Y1
+	VADDPS    (SI)(R10*4), Y1, Y1
+	VMOVUPS   Y1, (CX)(R10*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumBF16RowAcc_vec_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumBF16RowAcc_vec
+
+avx2AddSumBF16RowAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16Full(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
+
+avx2AddSumBF16Full_block:
+	CMPQ   R9, R10
+	JAE    avx2AddSumBF16Full_block_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R9, R11
+
+avx2AddSumBF16Full_block_chunk:
+	VPMOVZXWD (DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD (BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VPMOVZXWD (SI)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R11*4)
+	VADDPS    Y4, Y0, Y0
+	VPMOVZXWD 16(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 16(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VPMOVZXWD 16(SI)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R11*4)
+	VADDPS    Y4, Y1, Y1
+	VPMOVZXWD 32(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 32(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VPMOVZXWD 32(SI)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R11*4)
+	VADDPS    Y4, Y2, Y2
+	VPMOVZXWD 48(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 48(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VPMOVZXWD 48(SI)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R11*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumBF16Full_block_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, 32(AX)(R9*4)
+	VMOVUPS   Y2, 64(AX)(R9*4)
+	VMOVUPS   Y3, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumBF16Full_block
+
+avx2AddSumBF16Full_block_done:
+avx2AddSumBF16Full_vec:
+	CMPQ   R9, DI
+	JAE    avx2AddSumBF16Full_vec_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R9, R10
+
+avx2AddSumBF16Full_vec_chunk:
+	VPMOVZXWD (DX)(R10*2), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VPMOVZXWD (BX)(R10*2), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VADDPS    Y2, Y1, Y1
+	VPMOVZXWD (SI)(R10*2), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R10*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumBF16Full_vec_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumBF16Full_vec
+
+avx2AddSumBF16Full_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16FullAcc(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
+
+avx2AddSumBF16FullAcc_block:
+	CMPQ    R9, R10
+	JAE     avx2AddSumBF16FullAcc_block_done
+	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS 32(AX)(R9*4), Y1
+	VMOVUPS 64(AX)(R9*4), Y2
+	VMOVUPS 96(AX)(R9*4), Y3
+	MOVQ    R9, R11
+
+avx2AddSumBF16FullAcc_block_chunk:
+	VPMOVZXWD (DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD (BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VPMOVZXWD (SI)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R11*4)
+	VADDPS    Y4, Y0, Y0
+	VPMOVZXWD 16(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 16(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VPMOVZXWD 16(SI)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R11*4)
+	VADDPS    Y4, Y1, Y1
+	VPMOVZXWD 32(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 32(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VPMOVZXWD 32(SI)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R11*4)
+	VADDPS    Y4, Y2, Y2
+	VPMOVZXWD 48(DX)(R11*2), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 48(BX)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VPMOVZXWD 48(SI)(R11*2), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R11*4)
+	VADDPS    Y4, Y3, Y3
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumBF16FullAcc_block_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, 32(AX)(R9*4)
+	VMOVUPS   Y2, 64(AX)(R9*4)
+	VMOVUPS   Y3, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumBF16FullAcc_block
+
+avx2AddSumBF16FullAcc_block_done:
+avx2AddSumBF16FullAcc_vec:
+	CMPQ    R9, DI
+	JAE     avx2AddSumBF16FullAcc_vec_done
+	VMOVUPS (AX)(R9*4), Y0
+	MOVQ    R9, R10
+
+avx2AddSumBF16FullAcc_vec_chunk:
+	VPMOVZXWD (DX)(R10*2), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VPMOVZXWD (BX)(R10*2), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VADDPS    Y2, Y1, Y1
+	VPMOVZXWD (SI)(R10*2), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R10*4)
+	VADDPS    Y1, Y0, Y0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumBF16FullAcc_vec_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumBF16FullAcc_vec
+
+avx2AddSumBF16FullAcc_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx2EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
 // Requires: AVX, F16C
 TEXT ·avx2EmbedSumF16Seg(SB), NOSPLIT, $0-120
@@ -5252,6 +6314,1508 @@ avx512Add3SumAcc_vec_chunk:
 	JMP     avx512Add3SumAcc_vec
 
 avx512Add3SumAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16(part []float32, s []float32, a []uint16, b []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-128, R9
+
+avx512AddSumF16_block:
+	CMPQ   R8, R9
+	JAE    avx512AddSumF16_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R8, R10
+
+avx512AddSumF16_block_chunk:
+	VCVTPH2PS (DX)(R10*2), Z8
+	VCVTPH2PS (BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R10*4)
+	VADDPS    Z8, Z0, Z0
+	VCVTPH2PS 32(DX)(R10*2), Z8
+	VCVTPH2PS 32(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R10*4)
+	VADDPS    Z8, Z1, Z1
+	VCVTPH2PS 64(DX)(R10*2), Z8
+	VCVTPH2PS 64(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R10*4)
+	VADDPS    Z8, Z2, Z2
+	VCVTPH2PS 96(DX)(R10*2), Z8
+	VCVTPH2PS 96(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R10*4)
+	VADDPS    Z8, Z3, Z3
+	VCVTPH2PS 128(DX)(R10*2), Z8
+	VCVTPH2PS 128(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R10*4)
+	VADDPS    Z8, Z4, Z4
+	VCVTPH2PS 160(DX)(R10*2), Z8
+	VCVTPH2PS 160(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R10*4)
+	VADDPS    Z8, Z5, Z5
+	VCVTPH2PS 192(DX)(R10*2), Z8
+	VCVTPH2PS 192(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R10*4)
+	VADDPS    Z8, Z6, Z6
+	VCVTPH2PS 224(DX)(R10*2), Z8
+	VCVTPH2PS 224(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R10*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      SI, R10
+	CMPQ      R10, DI
+	JB        avx512AddSumF16_block_chunk
+	VMOVUPS   Z0, (AX)(R8*4)
+	VMOVUPS   Z1, 64(AX)(R8*4)
+	VMOVUPS   Z2, 128(AX)(R8*4)
+	VMOVUPS   Z3, 192(AX)(R8*4)
+	VMOVUPS   Z4, 256(AX)(R8*4)
+	VMOVUPS   Z5, 320(AX)(R8*4)
+	VMOVUPS   Z6, 384(AX)(R8*4)
+	VMOVUPS   Z7, 448(AX)(R8*4)
+	ADDQ      $0x00000080, R8
+	JMP       avx512AddSumF16_block
+
+avx512AddSumF16_block_done:
+avx512AddSumF16_vec:
+	CMPQ   R8, SI
+	JAE    avx512AddSumF16_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   R8, R9
+
+avx512AddSumF16_vec_chunk:
+	VCVTPH2PS (DX)(R9*2), Z0
+	VCVTPH2PS (BX)(R9*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, (CX)(R9*4)
+	VADDPS    Z0, Z10, Z10
+	ADDQ      SI, R9
+	CMPQ      R9, DI
+	JB        avx512AddSumF16_vec_chunk
+	VMOVUPS   Z10, (AX)(R8*4)
+	ADDQ      $0x00000010, R8
+	JMP       avx512AddSumF16_vec
+
+avx512AddSumF16_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16Acc(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-128, R9
+
+avx512AddSumF16Acc_block:
+	CMPQ    R8, R9
+	JAE     avx512AddSumF16Acc_block_done
+	VMOVUPS (AX)(R8*4), Z0
+	VMOVUPS 64(AX)(R8*4), Z1
+	VMOVUPS 128(AX)(R8*4), Z2
+	VMOVUPS 192(AX)(R8*4), Z3
+	VMOVUPS 256(AX)(R8*4), Z4
+	VMOVUPS 320(AX)(R8*4), Z5
+	VMOVUPS 384(AX)(R8*4), Z6
+	VMOVUPS 448(AX)(R8*4), Z7
+	MOVQ    R8, R10
+
+avx512AddSumF16Acc_block_chunk:
+	VCVTPH2PS (DX)(R10*2), Z8
+	VCVTPH2PS (BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R10*4)
+	VADDPS    Z8, Z0, Z0
+	VCVTPH2PS 32(DX)(R10*2), Z8
+	VCVTPH2PS 32(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R10*4)
+	VADDPS    Z8, Z1, Z1
+	VCVTPH2PS 64(DX)(R10*2), Z8
+	VCVTPH2PS 64(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R10*4)
+	VADDPS    Z8, Z2, Z2
+	VCVTPH2PS 96(DX)(R10*2), Z8
+	VCVTPH2PS 96(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R10*4)
+	VADDPS    Z8, Z3, Z3
+	VCVTPH2PS 128(DX)(R10*2), Z8
+	VCVTPH2PS 128(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R10*4)
+	VADDPS    Z8, Z4, Z4
+	VCVTPH2PS 160(DX)(R10*2), Z8
+	VCVTPH2PS 160(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R10*4)
+	VADDPS    Z8, Z5, Z5
+	VCVTPH2PS 192(DX)(R10*2), Z8
+	VCVTPH2PS 192(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R10*4)
+	VADDPS    Z8, Z6, Z6
+	VCVTPH2PS 224(DX)(R10*2), Z8
+	VCVTPH2PS 224(BX)(R10*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R10*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      SI, R10
+	CMPQ      R10, DI
+	JB        avx512AddSumF16Acc_block_chunk
+	VMOVUPS   Z0, (AX)(R8*4)
+	VMOVUPS   Z1, 64(AX)(R8*4)
+	VMOVUPS   Z2, 128(AX)(R8*4)
+	VMOVUPS   Z3, 192(AX)(R8*4)
+	VMOVUPS   Z4, 256(AX)(R8*4)
+	VMOVUPS   Z5, 320(AX)(R8*4)
+	VMOVUPS   Z6, 384(AX)(R8*4)
+	VMOVUPS   Z7, 448(AX)(R8*4)
+	ADDQ      $0x00000080, R8
+	JMP       avx512AddSumF16Acc_block
+
+avx512AddSumF16Acc_block_done:
+avx512AddSumF16Acc_vec:
+	CMPQ    R8, SI
+	JAE     avx512AddSumF16Acc_vec_done
+	VMOVUPS (AX)(R8*4), Z0
+	MOVQ    R8, R9
+
+avx512AddSumF16Acc_vec_chunk:
+	VCVTPH2PS (DX)(R9*2), Z1
+	VCVTPH2PS (BX)(R9*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R9*4)
+	VADDPS    Z1, Z0, Z0
+	ADDQ      SI, R9
+	CMPQ      R9, DI
+	JB        avx512AddSumF16Acc_vec_chunk
+	VMOVUPS   Z0, (AX)(R8*4)
+	ADDQ      $0x00000010, R8
+	JMP       avx512AddSumF16Acc_vec
+
+avx512AddSumF16Acc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16Row(part []float32, s []float32, a []uint16, b []uint16, d []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16Row(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
+
+avx512AddSumF16Row_block:
+	CMPQ   R9, R10
+	JAE    avx512AddSumF16Row_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R9, R11
+
+avx512AddSumF16Row_block_chunk:
+	VCVTPH2PS (DX)(R11*2), Z8
+	VCVTPH2PS (BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    (SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z0, Z0
+	VCVTPH2PS 32(DX)(R11*2), Z8
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    64(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R11*4)
+	VADDPS    Z8, Z1, Z1
+	VCVTPH2PS 64(DX)(R11*2), Z8
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    128(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R11*4)
+	VADDPS    Z8, Z2, Z2
+	VCVTPH2PS 96(DX)(R11*2), Z8
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    192(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R11*4)
+	VADDPS    Z8, Z3, Z3
+	VCVTPH2PS 128(DX)(R11*2), Z8
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    256(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R11*4)
+	VADDPS    Z8, Z4, Z4
+	VCVTPH2PS 160(DX)(R11*2), Z8
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    320(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R11*4)
+	VADDPS    Z8, Z5, Z5
+	VCVTPH2PS 192(DX)(R11*2), Z8
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    384(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VCVTPH2PS 224(DX)(R11*2), Z8
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    448(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R11*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16Row_block_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, 64(AX)(R9*4)
+	VMOVUPS   Z2, 128(AX)(R9*4)
+	VMOVUPS   Z3, 192(AX)(R9*4)
+	VMOVUPS   Z4, 256(AX)(R9*4)
+	VMOVUPS   Z5, 320(AX)(R9*4)
+	VMOVUPS   Z6, 384(AX)(R9*4)
+	VMOVUPS   Z7, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16Row_block
+
+avx512AddSumF16Row_block_done:
+avx512AddSumF16Row_vec:
+	CMPQ   R9, DI
+	JAE    avx512AddSumF16Row_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   R9, R10
+
+avx512AddSumF16Row_vec_chunk:
+	VCVTPH2PS (DX)(R10*2), Z0
+	VCVTPH2PS (BX)(R10*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VADDPS    (SI)(R10*4), Z0, Z0
+	VMOVUPS   Z0, (CX)(R10*4)
+	VADDPS    Z0, Z10, Z10
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16Row_vec_chunk
+	VMOVUPS   Z10, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumF16Row_vec
+
+avx512AddSumF16Row_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16RowAcc(part []float32, s []float32, a []uint16, b []uint16, d []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16RowAcc(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
+
+avx512AddSumF16RowAcc_block:
+	CMPQ    R9, R10
+	JAE     avx512AddSumF16RowAcc_block_done
+	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS 64(AX)(R9*4), Z1
+	VMOVUPS 128(AX)(R9*4), Z2
+	VMOVUPS 192(AX)(R9*4), Z3
+	VMOVUPS 256(AX)(R9*4), Z4
+	VMOVUPS 320(AX)(R9*4), Z5
+	VMOVUPS 384(AX)(R9*4), Z6
+	VMOVUPS 448(AX)(R9*4), Z7
+	MOVQ    R9, R11
+
+avx512AddSumF16RowAcc_block_chunk:
+	VCVTPH2PS (DX)(R11*2), Z8
+	VCVTPH2PS (BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    (SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z0, Z0
+	VCVTPH2PS 32(DX)(R11*2), Z8
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    64(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R11*4)
+	VADDPS    Z8, Z1, Z1
+	VCVTPH2PS 64(DX)(R11*2), Z8
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    128(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R11*4)
+	VADDPS    Z8, Z2, Z2
+	VCVTPH2PS 96(DX)(R11*2), Z8
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    192(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R11*4)
+	VADDPS    Z8, Z3, Z3
+	VCVTPH2PS 128(DX)(R11*2), Z8
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    256(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R11*4)
+	VADDPS    Z8, Z4, Z4
+	VCVTPH2PS 160(DX)(R11*2), Z8
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    320(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R11*4)
+	VADDPS    Z8, Z5, Z5
+	VCVTPH2PS 192(DX)(R11*2), Z8
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    384(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VCVTPH2PS 224(DX)(R11*2), Z8
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    448(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R11*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16RowAcc_block_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, 64(AX)(R9*4)
+	VMOVUPS   Z2, 128(AX)(R9*4)
+	VMOVUPS   Z3, 192(AX)(R9*4)
+	VMOVUPS   Z4, 256(AX)(R9*4)
+	VMOVUPS   Z5, 320(AX)(R9*4)
+	VMOVUPS   Z6, 384(AX)(R9*4)
+	VMOVUPS   Z7, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16RowAcc_block
+
+avx512AddSumF16RowAcc_block_done:
+avx512AddSumF16RowAcc_vec:
+	CMPQ    R9, DI
+	JAE     avx512AddSumF16RowAcc_vec_done
+	VMOVUPS (AX)(R9*4), Z0
+	MOVQ    R9, R10
+
+avx512AddSumF16RowAcc_vec_chunk:
+	VCVTPH2PS (DX)(R10*2), Z1
+	VCVTPH2PS (BX)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VADDPS    (SI)(R10*4), Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VADDPS    Z1, Z0, Z0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16RowAcc_vec_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumF16RowAcc_vec
+
+avx512AddSumF16RowAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16Full(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
+
+avx512AddSumF16Full_block:
+	CMPQ   R9, R10
+	JAE    avx512AddSumF16Full_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R9, R11
+
+avx512AddSumF16Full_block_chunk:
+	VCVTPH2PS (DX)(R11*2), Z8
+	VCVTPH2PS (BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS (SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z0, Z0
+	VCVTPH2PS 32(DX)(R11*2), Z8
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 32(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R11*4)
+	VADDPS    Z8, Z1, Z1
+	VCVTPH2PS 64(DX)(R11*2), Z8
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 64(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R11*4)
+	VADDPS    Z8, Z2, Z2
+	VCVTPH2PS 96(DX)(R11*2), Z8
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 96(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R11*4)
+	VADDPS    Z8, Z3, Z3
+	VCVTPH2PS 128(DX)(R11*2), Z8
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 128(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R11*4)
+	VADDPS    Z8, Z4, Z4
+	VCVTPH2PS 160(DX)(R11*2), Z8
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 160(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R11*4)
+	VADDPS    Z8, Z5, Z5
+	VCVTPH2PS 192(DX)(R11*2), Z8
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 192(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VCVTPH2PS 224(DX)(R11*2), Z8
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 224(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R11*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16Full_block_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, 64(AX)(R9*4)
+	VMOVUPS   Z2, 128(AX)(R9*4)
+	VMOVUPS   Z3, 192(AX)(R9*4)
+	VMOVUPS   Z4, 256(AX)(R9*4)
+	VMOVUPS   Z5, 320(AX)(R9*4)
+	VMOVUPS   Z6, 384(AX)(R9*4)
+	VMOVUPS   Z7, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16Full_block
+
+avx512AddSumF16Full_block_done:
+avx512AddSumF16Full_vec:
+	CMPQ   R9, DI
+	JAE    avx512AddSumF16Full_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   R9, R10
+
+avx512AddSumF16Full_vec_chunk:
+	VCVTPH2PS (DX)(R10*2), Z0
+	VCVTPH2PS (BX)(R10*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPH2PS (SI)(R10*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, (CX)(R10*4)
+	VADDPS    Z0, Z10, Z10
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16Full_vec_chunk
+	VMOVUPS   Z10, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumF16Full_vec
+
+avx512AddSumF16Full_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16FullAcc(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
+
+avx512AddSumF16FullAcc_block:
+	CMPQ    R9, R10
+	JAE     avx512AddSumF16FullAcc_block_done
+	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS 64(AX)(R9*4), Z1
+	VMOVUPS 128(AX)(R9*4), Z2
+	VMOVUPS 192(AX)(R9*4), Z3
+	VMOVUPS 256(AX)(R9*4), Z4
+	VMOVUPS 320(AX)(R9*4), Z5
+	VMOVUPS 384(AX)(R9*4), Z6
+	VMOVUPS 448(AX)(R9*4), Z7
+	MOVQ    R9, R11
+
+avx512AddSumF16FullAcc_block_chunk:
+	VCVTPH2PS (DX)(R11*2), Z8
+	VCVTPH2PS (BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS (SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z0, Z0
+	VCVTPH2PS 32(DX)(R11*2), Z8
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 32(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R11*4)
+	VADDPS    Z8, Z1, Z1
+	VCVTPH2PS 64(DX)(R11*2), Z8
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 64(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R11*4)
+	VADDPS    Z8, Z2, Z2
+	VCVTPH2PS 96(DX)(R11*2), Z8
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 96(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R11*4)
+	VADDPS    Z8, Z3, Z3
+	VCVTPH2PS 128(DX)(R11*2), Z8
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 128(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R11*4)
+	VADDPS    Z8, Z4, Z4
+	VCVTPH2PS 160(DX)(R11*2), Z8
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 160(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R11*4)
+	VADDPS    Z8, Z5, Z5
+	VCVTPH2PS 192(DX)(R11*2), Z8
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 192(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VCVTPH2PS 224(DX)(R11*2), Z8
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 224(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R11*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16FullAcc_block_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, 64(AX)(R9*4)
+	VMOVUPS   Z2, 128(AX)(R9*4)
+	VMOVUPS   Z3, 192(AX)(R9*4)
+	VMOVUPS   Z4, 256(AX)(R9*4)
+	VMOVUPS   Z5, 320(AX)(R9*4)
+	VMOVUPS   Z6, 384(AX)(R9*4)
+	VMOVUPS   Z7, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16FullAcc_block
+
+avx512AddSumF16FullAcc_block_done:
+avx512AddSumF16FullAcc_vec:
+	CMPQ    R9, DI
+	JAE     avx512AddSumF16FullAcc_vec_done
+	VMOVUPS (AX)(R9*4), Z0
+	MOVQ    R9, R10
+
+avx512AddSumF16FullAcc_vec_chunk:
+	VCVTPH2PS (DX)(R10*2), Z1
+	VCVTPH2PS (BX)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPH2PS (SI)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VADDPS    Z1, Z0, Z0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16FullAcc_vec_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumF16FullAcc_vec
+
+avx512AddSumF16FullAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16(part []float32, s []float32, a []uint16, b []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-128, R9
+
+avx512AddSumBF16_block:
+	CMPQ   R8, R9
+	JAE    avx512AddSumBF16_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R8, R10
+
+avx512AddSumBF16_block_chunk:
+	VPMOVZXWD (DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD (BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R10*4)
+	VADDPS    Z8, Z0, Z0
+	VPMOVZXWD 32(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 32(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R10*4)
+	VADDPS    Z8, Z1, Z1
+	VPMOVZXWD 64(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 64(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R10*4)
+	VADDPS    Z8, Z2, Z2
+	VPMOVZXWD 96(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 96(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R10*4)
+	VADDPS    Z8, Z3, Z3
+	VPMOVZXWD 128(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 128(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R10*4)
+	VADDPS    Z8, Z4, Z4
+	VPMOVZXWD 160(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 160(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R10*4)
+	VADDPS    Z8, Z5, Z5
+	VPMOVZXWD 192(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 192(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R10*4)
+	VADDPS    Z8, Z6, Z6
+	VPMOVZXWD 224(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 224(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R10*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      SI, R10
+	CMPQ      R10, DI
+	JB        avx512AddSumBF16_block_chunk
+	VMOVUPS   Z0, (AX)(R8*4)
+	VMOVUPS   Z1, 64(AX)(R8*4)
+	VMOVUPS   Z2, 128(AX)(R8*4)
+	VMOVUPS   Z3, 192(AX)(R8*4)
+	VMOVUPS   Z4, 256(AX)(R8*4)
+	VMOVUPS   Z5, 320(AX)(R8*4)
+	VMOVUPS   Z6, 384(AX)(R8*4)
+	VMOVUPS   Z7, 448(AX)(R8*4)
+	ADDQ      $0x00000080, R8
+	JMP       avx512AddSumBF16_block
+
+avx512AddSumBF16_block_done:
+avx512AddSumBF16_vec:
+	CMPQ   R8, SI
+	JAE    avx512AddSumBF16_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   R8, R9
+
+avx512AddSumBF16_vec_chunk:
+	VPMOVZXWD (DX)(R9*2), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VPMOVZXWD (BX)(R9*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, (CX)(R9*4)
+	VADDPS    Z0, Z10, Z10
+	ADDQ      SI, R9
+	CMPQ      R9, DI
+	JB        avx512AddSumBF16_vec_chunk
+	VMOVUPS   Z10, (AX)(R8*4)
+	ADDQ      $0x00000010, R8
+	JMP       avx512AddSumBF16_vec
+
+avx512AddSumBF16_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16Acc(SB), NOSPLIT, $0-96
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ part_len+8(FP), SI
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-128, R9
+
+avx512AddSumBF16Acc_block:
+	CMPQ    R8, R9
+	JAE     avx512AddSumBF16Acc_block_done
+	VMOVUPS (AX)(R8*4), Z0
+	VMOVUPS 64(AX)(R8*4), Z1
+	VMOVUPS 128(AX)(R8*4), Z2
+	VMOVUPS 192(AX)(R8*4), Z3
+	VMOVUPS 256(AX)(R8*4), Z4
+	VMOVUPS 320(AX)(R8*4), Z5
+	VMOVUPS 384(AX)(R8*4), Z6
+	VMOVUPS 448(AX)(R8*4), Z7
+	MOVQ    R8, R10
+
+avx512AddSumBF16Acc_block_chunk:
+	VPMOVZXWD (DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD (BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R10*4)
+	VADDPS    Z8, Z0, Z0
+	VPMOVZXWD 32(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 32(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R10*4)
+	VADDPS    Z8, Z1, Z1
+	VPMOVZXWD 64(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 64(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R10*4)
+	VADDPS    Z8, Z2, Z2
+	VPMOVZXWD 96(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 96(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R10*4)
+	VADDPS    Z8, Z3, Z3
+	VPMOVZXWD 128(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 128(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R10*4)
+	VADDPS    Z8, Z4, Z4
+	VPMOVZXWD 160(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 160(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R10*4)
+	VADDPS    Z8, Z5, Z5
+	VPMOVZXWD 192(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 192(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R10*4)
+	VADDPS    Z8, Z6, Z6
+	VPMOVZXWD 224(DX)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 224(BX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R10*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      SI, R10
+	CMPQ      R10, DI
+	JB        avx512AddSumBF16Acc_block_chunk
+	VMOVUPS   Z0, (AX)(R8*4)
+	VMOVUPS   Z1, 64(AX)(R8*4)
+	VMOVUPS   Z2, 128(AX)(R8*4)
+	VMOVUPS   Z3, 192(AX)(R8*4)
+	VMOVUPS   Z4, 256(AX)(R8*4)
+	VMOVUPS   Z5, 320(AX)(R8*4)
+	VMOVUPS   Z6, 384(AX)(R8*4)
+	VMOVUPS   Z7, 448(AX)(R8*4)
+	ADDQ      $0x00000080, R8
+	JMP       avx512AddSumBF16Acc_block
+
+avx512AddSumBF16Acc_block_done:
+avx512AddSumBF16Acc_vec:
+	CMPQ    R8, SI
+	JAE     avx512AddSumBF16Acc_vec_done
+	VMOVUPS (AX)(R8*4), Z0
+	MOVQ    R8, R9
+
+avx512AddSumBF16Acc_vec_chunk:
+	VPMOVZXWD (DX)(R9*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VPMOVZXWD (BX)(R9*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R9*4)
+	VADDPS    Z1, Z0, Z0
+	ADDQ      SI, R9
+	CMPQ      R9, DI
+	JB        avx512AddSumBF16Acc_vec_chunk
+	VMOVUPS   Z0, (AX)(R8*4)
+	ADDQ      $0x00000010, R8
+	JMP       avx512AddSumBF16Acc_vec
+
+avx512AddSumBF16Acc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16Row(part []float32, s []float32, a []uint16, b []uint16, d []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16Row(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
+
+avx512AddSumBF16Row_block:
+	CMPQ   R9, R10
+	JAE    avx512AddSumBF16Row_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R9, R11
+
+avx512AddSumBF16Row_block_chunk:
+	VPMOVZXWD (DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD (BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    (SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z0, Z0
+	VPMOVZXWD 32(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 32(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    64(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R11*4)
+	VADDPS    Z8, Z1, Z1
+	VPMOVZXWD 64(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 64(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    128(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R11*4)
+	VADDPS    Z8, Z2, Z2
+	VPMOVZXWD 96(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 96(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    192(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R11*4)
+	VADDPS    Z8, Z3, Z3
+	VPMOVZXWD 128(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 128(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    256(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R11*4)
+	VADDPS    Z8, Z4, Z4
+	VPMOVZXWD 160(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 160(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    320(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R11*4)
+	VADDPS    Z8, Z5, Z5
+	VPMOVZXWD 192(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 192(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    384(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VPMOVZXWD 224(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 224(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    448(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R11*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16Row_block_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, 64(AX)(R9*4)
+	VMOVUPS   Z2, 128(AX)(R9*4)
+	VMOVUPS   Z3, 192(AX)(R9*4)
+	VMOVUPS   Z4, 256(AX)(R9*4)
+	VMOVUPS   Z5, 320(AX)(R9*4)
+	VMOVUPS   Z6, 384(AX)(R9*4)
+	VMOVUPS   Z7, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16Row_block
+
+avx512AddSumBF16Row_block_done:
+avx512AddSumBF16Row_vec:
+	CMPQ   R9, DI
+	JAE    avx512AddSumBF16Row_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   R9, R10
+
+avx512AddSumBF16Row_vec_chunk:
+	VPMOVZXWD (DX)(R10*2), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VPMOVZXWD (BX)(R10*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VADDPS    Z1, Z0, Z0
+	VADDPS    (SI)(R10*4), Z0, Z0
+	VMOVUPS   Z0, (CX)(R10*4)
+	VADDPS    Z0, Z10, Z10
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16Row_vec_chunk
+	VMOVUPS   Z10, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumBF16Row_vec
+
+avx512AddSumBF16Row_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16RowAcc(part []float32, s []float32, a []uint16, b []uint16, d []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16RowAcc(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
+
+avx512AddSumBF16RowAcc_block:
+	CMPQ    R9, R10
+	JAE     avx512AddSumBF16RowAcc_block_done
+	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS 64(AX)(R9*4), Z1
+	VMOVUPS 128(AX)(R9*4), Z2
+	VMOVUPS 192(AX)(R9*4), Z3
+	VMOVUPS 256(AX)(R9*4), Z4
+	VMOVUPS 320(AX)(R9*4), Z5
+	VMOVUPS 384(AX)(R9*4), Z6
+	VMOVUPS 448(AX)(R9*4), Z7
+	MOVQ    R9, R11
+
+avx512AddSumBF16RowAcc_block_chunk:
+	VPMOVZXWD (DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD (BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    (SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z0, Z0
+	VPMOVZXWD 32(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 32(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    64(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R11*4)
+	VADDPS    Z8, Z1, Z1
+	VPMOVZXWD 64(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 64(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    128(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R11*4)
+	VADDPS    Z8, Z2, Z2
+	VPMOVZXWD 96(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 96(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    192(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R11*4)
+	VADDPS    Z8, Z3, Z3
+	VPMOVZXWD 128(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 128(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    256(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R11*4)
+	VADDPS    Z8, Z4, Z4
+	VPMOVZXWD 160(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 160(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    320(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R11*4)
+	VADDPS    Z8, Z5, Z5
+	VPMOVZXWD 192(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 192(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    384(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VPMOVZXWD 224(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 224(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VADDPS    448(SI)(R11*4), Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R11*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16RowAcc_block_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, 64(AX)(R9*4)
+	VMOVUPS   Z2, 128(AX)(R9*4)
+	VMOVUPS   Z3, 192(AX)(R9*4)
+	VMOVUPS   Z4, 256(AX)(R9*4)
+	VMOVUPS   Z5, 320(AX)(R9*4)
+	VMOVUPS   Z6, 384(AX)(R9*4)
+	VMOVUPS   Z7, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16RowAcc_block
+
+avx512AddSumBF16RowAcc_block_done:
+avx512AddSumBF16RowAcc_vec:
+	CMPQ    R9, DI
+	JAE     avx512AddSumBF16RowAcc_vec_done
+	VMOVUPS (AX)(R9*4), Z0
+	MOVQ    R9, R10
+
+avx512AddSumBF16RowAcc_vec_chunk:
+	VPMOVZXWD (DX)(R10*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VPMOVZXWD (BX)(R10*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VADDPS    (SI)(R10*4), Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VADDPS    Z1, Z0, Z0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16RowAcc_vec_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumBF16RowAcc_vec
+
+avx512AddSumBF16RowAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16Full(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
+
+avx512AddSumBF16Full_block:
+	CMPQ   R9, R10
+	JAE    avx512AddSumBF16Full_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R9, R11
+
+avx512AddSumBF16Full_block_chunk:
+	VPMOVZXWD (DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD (BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD (SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z0, Z0
+	VPMOVZXWD 32(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 32(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 32(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R11*4)
+	VADDPS    Z8, Z1, Z1
+	VPMOVZXWD 64(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 64(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 64(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R11*4)
+	VADDPS    Z8, Z2, Z2
+	VPMOVZXWD 96(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 96(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 96(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R11*4)
+	VADDPS    Z8, Z3, Z3
+	VPMOVZXWD 128(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 128(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 128(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R11*4)
+	VADDPS    Z8, Z4, Z4
+	VPMOVZXWD 160(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 160(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 160(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R11*4)
+	VADDPS    Z8, Z5, Z5
+	VPMOVZXWD 192(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 192(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 192(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VPMOVZXWD 224(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 224(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 224(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R11*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16Full_block_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, 64(AX)(R9*4)
+	VMOVUPS   Z2, 128(AX)(R9*4)
+	VMOVUPS   Z3, 192(AX)(R9*4)
+	VMOVUPS   Z4, 256(AX)(R9*4)
+	VMOVUPS   Z5, 320(AX)(R9*4)
+	VMOVUPS   Z6, 384(AX)(R9*4)
+	VMOVUPS   Z7, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16Full_block
+
+avx512AddSumBF16Full_block_done:
+avx512AddSumBF16Full_vec:
+	CMPQ   R9, DI
+	JAE    avx512AddSumBF16Full_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   R9, R10
+
+avx512AddSumBF16Full_vec_chunk:
+	VPMOVZXWD (DX)(R10*2), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VPMOVZXWD (BX)(R10*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VADDPS    Z1, Z0, Z0
+	VPMOVZXWD (SI)(R10*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, (CX)(R10*4)
+	VADDPS    Z0, Z10, Z10
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16Full_vec_chunk
+	VMOVUPS   Z10, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumBF16Full_vec
+
+avx512AddSumBF16Full_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16FullAcc(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
+
+avx512AddSumBF16FullAcc_block:
+	CMPQ    R9, R10
+	JAE     avx512AddSumBF16FullAcc_block_done
+	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS 64(AX)(R9*4), Z1
+	VMOVUPS 128(AX)(R9*4), Z2
+	VMOVUPS 192(AX)(R9*4), Z3
+	VMOVUPS 256(AX)(R9*4), Z4
+	VMOVUPS 320(AX)(R9*4), Z5
+	VMOVUPS 384(AX)(R9*4), Z6
+	VMOVUPS 448(AX)(R9*4), Z7
+	MOVQ    R9, R11
+
+avx512AddSumBF16FullAcc_block_chunk:
+	VPMOVZXWD (DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD (BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD (SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z0, Z0
+	VPMOVZXWD 32(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 32(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 32(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R11*4)
+	VADDPS    Z8, Z1, Z1
+	VPMOVZXWD 64(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 64(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 64(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R11*4)
+	VADDPS    Z8, Z2, Z2
+	VPMOVZXWD 96(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 96(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 96(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R11*4)
+	VADDPS    Z8, Z3, Z3
+	VPMOVZXWD 128(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 128(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 128(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R11*4)
+	VADDPS    Z8, Z4, Z4
+	VPMOVZXWD 160(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 160(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 160(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R11*4)
+	VADDPS    Z8, Z5, Z5
+	VPMOVZXWD 192(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 192(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 192(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VPMOVZXWD 224(DX)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VPMOVZXWD 224(BX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPMOVZXWD 224(SI)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R11*4)
+	VADDPS    Z8, Z7, Z7
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16FullAcc_block_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, 64(AX)(R9*4)
+	VMOVUPS   Z2, 128(AX)(R9*4)
+	VMOVUPS   Z3, 192(AX)(R9*4)
+	VMOVUPS   Z4, 256(AX)(R9*4)
+	VMOVUPS   Z5, 320(AX)(R9*4)
+	VMOVUPS   Z6, 384(AX)(R9*4)
+	VMOVUPS   Z7, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16FullAcc_block
+
+avx512AddSumBF16FullAcc_block_done:
+avx512AddSumBF16FullAcc_vec:
+	CMPQ    R9, DI
+	JAE     avx512AddSumBF16FullAcc_vec_done
+	VMOVUPS (AX)(R9*4), Z0
+	MOVQ    R9, R10
+
+avx512AddSumBF16FullAcc_vec_chunk:
+	VPMOVZXWD (DX)(R10*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VPMOVZXWD (BX)(R10*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VPMOVZXWD (SI)(R10*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VADDPS    Z1, Z0, Z0
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16FullAcc_vec_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumBF16FullAcc_vec
+
+avx512AddSumBF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 

@@ -772,6 +772,43 @@ func TestAddSumKernel(t *testing.T) {
 							g.addSumAcc(wantP, wantS, a, b, cc)
 							same32(t, tag+"/s", gotS, wantS)
 							same32(t, tag+"/part", gotP, wantP)
+
+							// The 16-bit first pass against widening first, then the float32
+							// pass: binary16 and bfloat16, bias none, a float32 row or 16-bit.
+							h1, h2, h3 := halves(r, n), halves(r, n), halves(r, n)
+							for _, bf := range []bool{false, true} {
+								widen := g.widenF16
+								if bf {
+									widen = g.widenBF16
+								}
+								w1, w2, w3 := make([]float32, n), make([]float32, n), make([]float32, n)
+								widen(w1, h1)
+								widen(w2, h2)
+								widen(w3, h3)
+								for bias := range 3 {
+									for _, acc := range []bool{false, true} {
+										var row, wc []float32
+										var half []uint16
+										switch bias {
+										case 1:
+											row, wc = c, c
+										case 2:
+											half, wc = h3, w3
+										}
+										tag := fmt.Sprintf("%s/addSum16/W=%d/n=%d/bf=%v/bias=%d/acc=%v", name, w, n, bf, bias, acc)
+										gotP, wantP = out32(w, start), out32(w, start)
+										gotS, wantS = out32(n, nil), out32(n, nil)
+										k.addSum16(sum16{bf: bf, acc: acc}, gotP, gotS, h1, h2, row, half)
+										if acc {
+											g.addSumAcc(wantP, wantS, w1, w2, wc)
+										} else {
+											g.addSum(wantP, wantS, nil, w1, w2, wc)
+										}
+										same32(t, tag+"/s", gotS, wantS)
+										same32(t, tag+"/part", gotP, wantP)
+									}
+								}
+							}
 						}
 					}
 				}

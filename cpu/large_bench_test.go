@@ -50,3 +50,65 @@ func BenchmarkAddLayerNormLarge(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEmbedLayerNormShape runs one EmbedLayerNorm shape at every level, single-
+// threaded, for comparing levels and settings on one machine: SHAPE=B,S,H (default
+// 64,512,1024), DT=f16 or f32 (default f16), BIG (bigBytes: 1<<62 turns the non-temporal
+// stores and the row prefetch off), PIECE (sumPiece).
+func BenchmarkEmbedLayerNormShape(b *testing.B) {
+	B, S, H := 64, 512, 1024
+	if v := os.Getenv("SHAPE"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d,%d", &B, &S, &H); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dt := ops.F16
+	if os.Getenv("DT") == "f32" {
+		dt = ops.F32
+	}
+	for name, p := range map[string]*int{"BIG": &bigBytes, "PIECE": &sumPiece} {
+		if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+			old := *p
+			*p = v
+			defer func() { *p = old }()
+		}
+	}
+	const V, P, G = 30522, 512, 2
+	r := rand.New(rand.NewPCG(2, 2))
+	mk := func(n int) ops.Buf {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64() * 0.05)
+		}
+		if dt == ops.F32 {
+			return ops.Buf{DType: ops.F32, F32: v}
+		}
+		u := make([]uint16, n)
+		narrowF16Go(u, v)
+		return ops.Buf{DType: ops.F16, U16: u}
+	}
+	w := ops.EmbedWeights{DType: dt, H: H, V: V, P: P, G: G,
+		Word: mk(V * H), Pos: mk(P * H), Seg: mk(G * H), Gamma: mk(H), Beta: mk(H),
+		Epsilon: 1e-12, Rule: ops.MaskCountOnes}
+	in := ops.EmbedInputs{B: B, S: S, IDs: make([]int32, B*S), SegIDs: make([]int32, B*S), Mask: make([]int32, B*S)}
+	for i := range in.IDs {
+		in.IDs[i] = int32(r.IntN(V))
+		in.SegIDs[i] = int32(i % S * G / S)
+		in.Mask[i] = 1
+	}
+	out := ops.EmbedOutputs{Out: mk(B * S * H), MaskIndex: make([]int32, B)}
+	b.Run(fmt.Sprintf("%v_%dx%dx%d", dt, B, S, H), func(b *testing.B) {
+		atLevels(b, func(b *testing.B) {
+			op, err := newBackend(b, Options{Threads: 1}).PrepareEmbed(&w)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if err := op.Run(context.Background(), &in, &out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/float64(b.N), "ms/op")
+		})
+	})
+}

@@ -125,6 +125,30 @@ func addSumAccGo(part, s, a, b, c []float32) {
 	accumulateGo(part, s)
 }
 
+// addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo/addSumAccGo
+// sum them.
+func addSum16Go(f sum16, part, s []float32, a, b []uint16, cRow []float32, cHalf []uint16) {
+	widen := F16ToF32
+	if f.bf {
+		widen = BF16ToF32
+	}
+	a, b = a[:len(s)], b[:len(s)]
+	if !f.acc {
+		clear(part)
+	}
+	for i := range s {
+		v := widen(a[i]) + widen(b[i])
+		switch {
+		case cRow != nil:
+			v += cRow[i]
+		case cHalf != nil:
+			v += widen(cHalf[i])
+		}
+		s[i] = v
+	}
+	accumulateGo(part, s)
+}
+
 // rowStats returns mean and rstd of x under plan p; part is scratch of p.W elements. pf
 // (nil for none) takes a step after each pass over x.
 func rowStats(k *kernelSet, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) (mean, rstd float32) {

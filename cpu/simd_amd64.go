@@ -30,22 +30,27 @@ func init() {
 }
 
 type (
-	binaryFn  func(s, a []float32)
-	addFn     func(s, a, b []float32)
-	add3Fn    func(s, a, b, d []float32)
-	affineFn  func(y, x, gamma, beta []float32, mean, rstd float32)
-	affine16  func(y []uint16, x, gamma, beta []float32, mean, rstd float32)
-	widenFn   func(dst []float32, src []uint16)
-	narrowFn  func(dst []uint16, src []float32)
-	reduceFn  func(part, x []float32, mean float32)
-	sum2Fn    func(part, s, a, b []float32)
-	sum3Fn    func(part, s, a, b, d []float32)
-	sum2NTFn  func(part, s, x, a, b []float32)
-	sum3NTFn  func(part, s, x, a, b, d []float32)
-	add3NTFn  func(s, x, a, b, d []float32)
-	embed2Fn  func(x []float32, bits []uint16, w, p []uint16)
-	embed3Fn  func(x []float32, bits []uint16, w, p, g []uint16)
-	accumFn   func(part, x []float32)
+	binaryFn func(s, a []float32)
+	addFn    func(s, a, b []float32)
+	add3Fn   func(s, a, b, d []float32)
+	affineFn func(y, x, gamma, beta []float32, mean, rstd float32)
+	affine16 func(y []uint16, x, gamma, beta []float32, mean, rstd float32)
+	widenFn  func(dst []float32, src []uint16)
+	narrowFn func(dst []uint16, src []float32)
+	reduceFn func(part, x []float32, mean float32)
+	sum2Fn   func(part, s, a, b []float32)
+	sum3Fn   func(part, s, a, b, d []float32)
+	sum2NTFn func(part, s, x, a, b []float32)
+	sum3NTFn func(part, s, x, a, b, d []float32)
+	add3NTFn func(s, x, a, b, d []float32)
+	embed2Fn func(x []float32, bits []uint16, w, p []uint16)
+	embed3Fn func(x []float32, bits []uint16, w, p, g []uint16)
+	accumFn  func(part, x []float32)
+	sum16Fns struct {
+		two  func(part, s []float32, a, b []uint16)
+		row  func(part, s []float32, a, b []uint16, d []float32)
+		full func(part, s []float32, a, b, d []uint16)
+	}
 	affineSet struct{ plain, fma affineFn }
 	affine16s [2][2][2]affine16 // [bf][fused][nt]
 )
@@ -72,6 +77,7 @@ type vecKernels struct {
 	add3Sum, add3SumAcc        sum3Fn
 	add2SumNT                  sum2NTFn
 	add3SumNT                  sum3NTFn
+	addSum16                   [2][2]sum16Fns // [bf][acc]
 	embedF16                   embed2Fn
 	embedF16Seg                embed3Fn
 }
@@ -106,8 +112,12 @@ var avx2Vec = &vecKernels{
 	add3SumAcc:     avx2Add3SumAcc,
 	add2SumNT:      avx2Add2SumNT,
 	add3SumNT:      avx2Add3SumNT,
-	embedF16:       avx2EmbedSumF16,
-	embedF16Seg:    avx2EmbedSumF16Seg,
+	addSum16: [2][2]sum16Fns{
+		{{avx2AddSumF16, avx2AddSumF16Row, avx2AddSumF16Full}, {avx2AddSumF16Acc, avx2AddSumF16RowAcc, avx2AddSumF16FullAcc}},
+		{{avx2AddSumBF16, avx2AddSumBF16Row, avx2AddSumBF16Full}, {avx2AddSumBF16Acc, avx2AddSumBF16RowAcc, avx2AddSumBF16FullAcc}},
+	},
+	embedF16:    avx2EmbedSumF16,
+	embedF16Seg: avx2EmbedSumF16Seg,
 }
 
 var avx512Vec = &vecKernels{
@@ -141,8 +151,12 @@ var avx512Vec = &vecKernels{
 	add3SumAcc:     avx512Add3SumAcc,
 	add2SumNT:      avx512Add2SumNT,
 	add3SumNT:      avx512Add3SumNT,
-	embedF16:       avx512EmbedSumF16,
-	embedF16Seg:    avx512EmbedSumF16Seg,
+	addSum16: [2][2]sum16Fns{
+		{{avx512AddSumF16, avx512AddSumF16Row, avx512AddSumF16Full}, {avx512AddSumF16Acc, avx512AddSumF16RowAcc, avx512AddSumF16FullAcc}},
+		{{avx512AddSumBF16, avx512AddSumBF16Row, avx512AddSumBF16Full}, {avx512AddSumBF16Acc, avx512AddSumBF16RowAcc, avx512AddSumBF16FullAcc}},
+	},
+	embedF16:    avx512EmbedSumF16,
+	embedF16Seg: avx512EmbedSumF16Seg,
 }
 
 // kernelSet is the level built on these kernels.
@@ -175,6 +189,7 @@ func (v *vecKernels) kernelSet() *kernelSet {
 		sqDevFMAZero:       v.sqDevFMAZeroRow,
 		addSum:             v.addSumRow,
 		addSumAcc:          v.addSumAccRow,
+		addSum16:           v.addSum16Row,
 	}
 }
 
@@ -675,6 +690,54 @@ func (v *vecKernels) addSumAccRow(part, s, a, b, c []float32) {
 		}
 		v.addRow(s[full:], nil, a[full:], b[full:], ct)
 		v.accumulateRow(part, s[full:])
+	}
+}
+
+// addSum16Row runs the 16-bit kernel over the whole chunks and the twin over the shorter
+// last chunk; a W the width does not divide goes to the narrower width, or the twin.
+func (v *vecKernels) addSum16Row(f sum16, part, s []float32, a, b []uint16, cRow []float32, cHalf []uint16) {
+	n := len(s)
+	a, b = a[:n], b[:n]
+	if cRow != nil {
+		cRow = cRow[:n]
+	}
+	if cHalf != nil {
+		cHalf = cHalf[:n]
+	}
+	w := len(part)
+	full := n
+	if w > 0 {
+		full = n - n%w
+	}
+	if w%v.lanes != 0 || full == 0 {
+		if v.narrower != nil {
+			v.narrower.addSum16Row(f, part, s, a, b, cRow, cHalf)
+			return
+		}
+		addSum16Go(f, part, s, a, b, cRow, cHalf)
+		return
+	}
+	k := v.addSum16[b2i(f.bf)][b2i(f.acc)]
+	switch {
+	case cRow != nil:
+		k.row(part, s[:full], a, b, cRow)
+	case cHalf != nil:
+		k.full(part, s[:full], a, b, cHalf)
+	default:
+		k.two(part, s[:full], a, b)
+	}
+	if full < n {
+		var ct []float32
+		var ht []uint16
+		if cRow != nil {
+			ct = cRow[full:]
+		}
+		if cHalf != nil {
+			ht = cHalf[full:]
+		}
+		tail := f
+		tail.acc = true
+		addSum16Go(tail, part, s[full:], a[full:], b[full:], ct, ht)
 	}
 }
 

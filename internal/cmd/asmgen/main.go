@@ -85,6 +85,7 @@ func main() {
 		conversions(v)
 		reductions(v)
 		sums(v)
+		sums16(v)
 		embedF16(v)
 		copyNT(v)
 	}
@@ -627,6 +628,98 @@ func sums(v isa) {
 		block("vec", v.lanes, w)
 		c.VZEROUPPER()
 		c.RET()
+	}
+}
+
+// sums16 emits the first pass for 16-bit x1 and x2 of one format (binary16 F16, bfloat16
+// BF16), widened in the load: s = a + b, (a + b) + d with d a float32 row (Row) or a row of
+// the same 16-bit format (Full), and part = the partial sums of s, from +0 or added onto
+// part (Acc), in the plan's order as in sums. The caller writes the x output from s.
+func sums16(v isa) {
+	for _, bf := range []bool{false, true} {
+		for _, bias := range []string{"", "Row", "Full"} {
+			for _, acc := range []bool{false, true} {
+				t := "F16"
+				if bf {
+					t = "BF16"
+				}
+				name := v.name + "AddSum" + t + bias
+				if acc {
+					name += "Acc"
+				}
+				sig, what := "func(part, s []float32, a, b []uint16)", "a[i] + b[i]"
+				switch bias {
+				case "Row":
+					sig, what = "func(part, s []float32, a, b []uint16, d []float32)", "(a[i] + b[i]) + d[i]"
+				case "Full":
+					sig, what = "func(part, s []float32, a, b, d []uint16)", "(a[i] + b[i]) + d[i]"
+				}
+				from := "from +0"
+				if acc {
+					from = "added onto part"
+				}
+				text(name, sig,
+					name+" writes s[i] = "+what+", with the "+strings.ToLower(t)+" inputs widened exactly, and",
+					"part[k] = Σ_c s[c·W+k] "+from+" (chunks in order), for i < len(s); len(part) = W must",
+					"be a multiple of the lanes and len(s) a positive multiple of W.")
+				part, sp, a, b := base("part"), base("s"), base("a"), base("b")
+				var d reg.GPVirtual
+				if bias != "" {
+					d = base("d")
+				}
+				w := length("part")
+				end := length("s") // elements
+				k := c.GP64()      // element index of the block
+				c.XORQ(k, k)
+				wBlock := c.GP64()
+				c.MOVQ(w, wBlock)
+				c.ANDQ(I32(-v.block), wBlock)
+
+				block := func(label string, lanes int, limit reg.Register) {
+					c.Label(name + "_" + label)
+					c.CMPQ(k, limit)
+					c.JAE(LabelRef(name + "_" + label + "_done"))
+					accs := make([]reg.VecVirtual, lanes/v.lanes)
+					for j := range accs {
+						accs[j] = v.vec()
+						if acc {
+							c.VMOVUPS(f32(part, k, v.lanes*j), accs[j])
+						} else {
+							v.zero(accs[j]) // +0, as clear leaves it
+						}
+					}
+					e := c.GP64() // element index in chunk c
+					c.MOVQ(k, e)
+					c.Label(name + "_" + label + "_chunk")
+					for j, sum := range accs {
+						o := v.lanes * j
+						x := v.widen16(bf, u16(a, e, o))
+						c.VADDPS(v.widen16(bf, u16(b, e, o)), x, x)
+						switch bias {
+						case "Row":
+							c.VADDPS(f32(d, e, o), x, x)
+						case "Full":
+							c.VADDPS(v.widen16(bf, u16(d, e, o)), x, x)
+						}
+						c.VMOVUPS(x, f32(sp, e, o))
+						c.VADDPS(x, sum, sum) // part[k] + s
+					}
+					c.ADDQ(w, e)
+					c.CMPQ(e, end)
+					c.JB(LabelRef(name + "_" + label + "_chunk"))
+					for j, sum := range accs {
+						c.VMOVUPS(sum, f32(part, k, v.lanes*j))
+					}
+					c.ADDQ(U32(lanes), k)
+					c.JMP(LabelRef(name + "_" + label))
+					c.Label(name + "_" + label + "_done")
+				}
+				block("block", v.block, wBlock)
+				block("vec", v.lanes, w)
+				c.VZEROUPPER()
+				c.RET()
+			}
+		}
 	}
 }
 
