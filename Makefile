@@ -1,6 +1,7 @@
 # fusednorm — every target sets up what it needs (Dawn, and lavapipe on GPU-less machines).
 #   make bench   the main job: the benchmark table on the best backend here (CPU without GPU)
-#   make test    everything CI runs: vet, the CPU-only build and tests, the Dawn suite
+#   make test    everything CI runs: vet, the CPU-only build and tests, the race detector
+#                on the CPU path, the Dawn suite
 #                (lavapipe without a GPU), the C layer's native test, generated-code checks
 
 SHELL := /bin/bash
@@ -9,7 +10,7 @@ ENV := third_party/env.sh
 # Load the provisioned paths (FUSEDNORM_DAWN_LIB, VK_ICD_FILENAMES) into a recipe.
 WITH_ENV := set -a; source $(ENV); set +a;
 
-.PHONY: all provision bench bench-ort test test-cpu test-dawn test-native check-generated fuzz clean
+.PHONY: all provision bench bench-ort test test-cpu test-race test-dawn test-native check-generated fuzz clean
 
 all: test
 
@@ -27,7 +28,7 @@ bench-ort: provision
 	cd $(ORACLE) && npm ci --ignore-scripts --no-audit --no-fund >/dev/null
 	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench -backend cpu -threads 1 -ort $(ORACLE) $(BENCHFLAGS)
 
-test: check-generated test-cpu test-dawn test-native
+test: check-generated test-cpu test-race test-dawn test-native
 	@echo "make test: all passed"
 
 # The pure-Go build: no cgo, no Dawn; the CPU backend must carry every test on its own.
@@ -36,6 +37,10 @@ test-cpu:
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) test ./...
 	CGO_ENABLED=0 $(GO) test -tags purego ./cpu/ ./tests/
+
+# The race detector over the CPU backend's worker pool and the API's pooled call state.
+test-race:
+	$(GO) test -race -short ./cpu/ .
 
 # With cgo and the provisioned Dawn: Dawn must load here (FUSEDNORM_REQUIRE_DAWN=1).
 test-dawn: provision
