@@ -1530,52 +1530,49 @@ TEXT ·avx2Accumulate(SB), NOSPLIT, $0-48
 	MOVQ part_base+0(FP), AX
 	MOVQ x_base+24(FP), CX
 	MOVQ part_len+8(FP), DX
-	MOVQ DX, BX
-	SHLQ $0x02, BX
-	MOVQ x_len+32(FP), SI
-	LEAQ (CX)(SI*4), SI
-	XORQ DI, DI
-	MOVQ DX, R8
-	ANDQ $-32, R8
+	MOVQ x_len+32(FP), BX
+	XORQ SI, SI
+	MOVQ DX, DI
+	ANDQ $-32, DI
 
 avx2Accumulate_block:
-	CMPQ    DI, R8
+	CMPQ    SI, DI
 	JAE     avx2Accumulate_block_done
-	VMOVUPS (AX)(DI*4), Y0
-	VMOVUPS 32(AX)(DI*4), Y1
-	VMOVUPS 64(AX)(DI*4), Y2
-	VMOVUPS 96(AX)(DI*4), Y3
-	LEAQ    (CX)(DI*4), R9
+	VMOVUPS (AX)(SI*4), Y0
+	VMOVUPS 32(AX)(SI*4), Y1
+	VMOVUPS 64(AX)(SI*4), Y2
+	VMOVUPS 96(AX)(SI*4), Y3
+	MOVQ    SI, R8
 
 avx2Accumulate_block_chunk:
-	VADDPS  (R9), Y0, Y0
-	VADDPS  32(R9), Y1, Y1
-	VADDPS  64(R9), Y2, Y2
-	VADDPS  96(R9), Y3, Y3
-	ADDQ    BX, R9
-	CMPQ    R9, SI
+	VADDPS  (CX)(R8*4), Y0, Y0
+	VADDPS  32(CX)(R8*4), Y1, Y1
+	VADDPS  64(CX)(R8*4), Y2, Y2
+	VADDPS  96(CX)(R8*4), Y3, Y3
+	ADDQ    DX, R8
+	CMPQ    R8, BX
 	JB      avx2Accumulate_block_chunk
-	VMOVUPS Y0, (AX)(DI*4)
-	VMOVUPS Y1, 32(AX)(DI*4)
-	VMOVUPS Y2, 64(AX)(DI*4)
-	VMOVUPS Y3, 96(AX)(DI*4)
-	ADDQ    $0x00000020, DI
+	VMOVUPS Y0, (AX)(SI*4)
+	VMOVUPS Y1, 32(AX)(SI*4)
+	VMOVUPS Y2, 64(AX)(SI*4)
+	VMOVUPS Y3, 96(AX)(SI*4)
+	ADDQ    $0x00000020, SI
 	JMP     avx2Accumulate_block
 
 avx2Accumulate_block_done:
 avx2Accumulate_vec:
-	CMPQ    DI, DX
+	CMPQ    SI, DX
 	JAE     avx2Accumulate_vec_done
-	VMOVUPS (AX)(DI*4), Y0
-	LEAQ    (CX)(DI*4), R8
+	VMOVUPS (AX)(SI*4), Y0
+	MOVQ    SI, DI
 
 avx2Accumulate_vec_chunk:
-	VADDPS  (R8), Y0, Y0
-	ADDQ    BX, R8
-	CMPQ    R8, SI
+	VADDPS  (CX)(DI*4), Y0, Y0
+	ADDQ    DX, DI
+	CMPQ    DI, BX
 	JB      avx2Accumulate_vec_chunk
-	VMOVUPS Y0, (AX)(DI*4)
-	ADDQ    $0x00000008, DI
+	VMOVUPS Y0, (AX)(SI*4)
+	ADDQ    $0x00000008, SI
 	JMP     avx2Accumulate_vec
 
 avx2Accumulate_vec_done:
@@ -1589,67 +1586,64 @@ TEXT ·avx2AccumulateSqDev(SB), NOSPLIT, $0-52
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
 	VBROADCASTSS mean+48(FP), Y0
-	MOVQ         DX, BX
-	SHLQ         $0x02, BX
-	MOVQ         x_len+32(FP), SI
-	LEAQ         (CX)(SI*4), SI
-	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-32, R8
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-32, DI
 
 avx2AccumulateSqDev_block:
-	CMPQ    DI, R8
+	CMPQ    SI, DI
 	JAE     avx2AccumulateSqDev_block_done
-	VMOVUPS (AX)(DI*4), Y1
-	VMOVUPS 32(AX)(DI*4), Y2
-	VMOVUPS 64(AX)(DI*4), Y3
-	VMOVUPS 96(AX)(DI*4), Y4
-	LEAQ    (CX)(DI*4), R9
+	VMOVUPS (AX)(SI*4), Y1
+	VMOVUPS 32(AX)(SI*4), Y2
+	VMOVUPS 64(AX)(SI*4), Y3
+	VMOVUPS 96(AX)(SI*4), Y4
+	MOVQ    SI, R8
 
 avx2AccumulateSqDev_block_chunk:
-	VMOVUPS (R9), Y5
+	VMOVUPS (CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
 	VMULPS  Y5, Y5, Y5
 	VADDPS  Y5, Y1, Y1
-	VMOVUPS 32(R9), Y5
+	VMOVUPS 32(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
 	VMULPS  Y5, Y5, Y5
 	VADDPS  Y5, Y2, Y2
-	VMOVUPS 64(R9), Y5
+	VMOVUPS 64(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
 	VMULPS  Y5, Y5, Y5
 	VADDPS  Y5, Y3, Y3
-	VMOVUPS 96(R9), Y5
+	VMOVUPS 96(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
 	VMULPS  Y5, Y5, Y5
 	VADDPS  Y5, Y4, Y4
-	ADDQ    BX, R9
-	CMPQ    R9, SI
+	ADDQ    DX, R8
+	CMPQ    R8, BX
 	JB      avx2AccumulateSqDev_block_chunk
-	VMOVUPS Y1, (AX)(DI*4)
-	VMOVUPS Y2, 32(AX)(DI*4)
-	VMOVUPS Y3, 64(AX)(DI*4)
-	VMOVUPS Y4, 96(AX)(DI*4)
-	ADDQ    $0x00000020, DI
+	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS Y2, 32(AX)(SI*4)
+	VMOVUPS Y3, 64(AX)(SI*4)
+	VMOVUPS Y4, 96(AX)(SI*4)
+	ADDQ    $0x00000020, SI
 	JMP     avx2AccumulateSqDev_block
 
 avx2AccumulateSqDev_block_done:
 avx2AccumulateSqDev_vec:
-	CMPQ    DI, DX
+	CMPQ    SI, DX
 	JAE     avx2AccumulateSqDev_vec_done
-	VMOVUPS (AX)(DI*4), Y1
-	LEAQ    (CX)(DI*4), R8
+	VMOVUPS (AX)(SI*4), Y1
+	MOVQ    SI, DI
 
 avx2AccumulateSqDev_vec_chunk:
-	VMOVUPS (R8), Y2
+	VMOVUPS (CX)(DI*4), Y2
 	VSUBPS  Y0, Y2, Y2
 	VMULPS  Y2, Y2, Y2
 	VADDPS  Y2, Y1, Y1
-	ADDQ    BX, R8
-	CMPQ    R8, SI
+	ADDQ    DX, DI
+	CMPQ    DI, BX
 	JB      avx2AccumulateSqDev_vec_chunk
-	VMOVUPS Y1, (AX)(DI*4)
-	ADDQ    $0x00000008, DI
+	VMOVUPS Y1, (AX)(SI*4)
+	ADDQ    $0x00000008, SI
 	JMP     avx2AccumulateSqDev_vec
 
 avx2AccumulateSqDev_vec_done:
@@ -1663,62 +1657,59 @@ TEXT ·avx2AccumulateSqDevFMA(SB), NOSPLIT, $0-52
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
 	VBROADCASTSS mean+48(FP), Y0
-	MOVQ         DX, BX
-	SHLQ         $0x02, BX
-	MOVQ         x_len+32(FP), SI
-	LEAQ         (CX)(SI*4), SI
-	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-32, R8
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-32, DI
 
 avx2AccumulateSqDevFMA_block:
-	CMPQ    DI, R8
+	CMPQ    SI, DI
 	JAE     avx2AccumulateSqDevFMA_block_done
-	VMOVUPS (AX)(DI*4), Y1
-	VMOVUPS 32(AX)(DI*4), Y2
-	VMOVUPS 64(AX)(DI*4), Y3
-	VMOVUPS 96(AX)(DI*4), Y4
-	LEAQ    (CX)(DI*4), R9
+	VMOVUPS (AX)(SI*4), Y1
+	VMOVUPS 32(AX)(SI*4), Y2
+	VMOVUPS 64(AX)(SI*4), Y3
+	VMOVUPS 96(AX)(SI*4), Y4
+	MOVQ    SI, R8
 
 avx2AccumulateSqDevFMA_block_chunk:
-	VMOVUPS     (R9), Y5
+	VMOVUPS     (CX)(R8*4), Y5
 	VSUBPS      Y0, Y5, Y5
 	VFMADD231PS Y5, Y5, Y1
-	VMOVUPS     32(R9), Y5
+	VMOVUPS     32(CX)(R8*4), Y5
 	VSUBPS      Y0, Y5, Y5
 	VFMADD231PS Y5, Y5, Y2
-	VMOVUPS     64(R9), Y5
+	VMOVUPS     64(CX)(R8*4), Y5
 	VSUBPS      Y0, Y5, Y5
 	VFMADD231PS Y5, Y5, Y3
-	VMOVUPS     96(R9), Y5
+	VMOVUPS     96(CX)(R8*4), Y5
 	VSUBPS      Y0, Y5, Y5
 	VFMADD231PS Y5, Y5, Y4
-	ADDQ        BX, R9
-	CMPQ        R9, SI
+	ADDQ        DX, R8
+	CMPQ        R8, BX
 	JB          avx2AccumulateSqDevFMA_block_chunk
-	VMOVUPS     Y1, (AX)(DI*4)
-	VMOVUPS     Y2, 32(AX)(DI*4)
-	VMOVUPS     Y3, 64(AX)(DI*4)
-	VMOVUPS     Y4, 96(AX)(DI*4)
-	ADDQ        $0x00000020, DI
+	VMOVUPS     Y1, (AX)(SI*4)
+	VMOVUPS     Y2, 32(AX)(SI*4)
+	VMOVUPS     Y3, 64(AX)(SI*4)
+	VMOVUPS     Y4, 96(AX)(SI*4)
+	ADDQ        $0x00000020, SI
 	JMP         avx2AccumulateSqDevFMA_block
 
 avx2AccumulateSqDevFMA_block_done:
 avx2AccumulateSqDevFMA_vec:
-	CMPQ    DI, DX
+	CMPQ    SI, DX
 	JAE     avx2AccumulateSqDevFMA_vec_done
-	VMOVUPS (AX)(DI*4), Y1
-	LEAQ    (CX)(DI*4), R8
+	VMOVUPS (AX)(SI*4), Y1
+	MOVQ    SI, DI
 
 avx2AccumulateSqDevFMA_vec_chunk:
-	VMOVUPS     (R8), Y2
+	VMOVUPS     (CX)(DI*4), Y2
 	VSUBPS      Y0, Y2, Y2
 	VFMADD231PS Y2, Y2, Y1
-	ADDQ        BX, R8
-	CMPQ        R8, SI
+	ADDQ        DX, DI
+	CMPQ        DI, BX
 	JB          avx2AccumulateSqDevFMA_vec_chunk
-	VMOVUPS     Y1, (AX)(DI*4)
-	ADDQ        $0x00000008, DI
+	VMOVUPS     Y1, (AX)(SI*4)
+	ADDQ        $0x00000008, SI
 	JMP         avx2AccumulateSqDevFMA_vec
 
 avx2AccumulateSqDevFMA_vec_done:
@@ -1731,52 +1722,49 @@ TEXT ·avx2AccumulateZero(SB), NOSPLIT, $0-48
 	MOVQ part_base+0(FP), AX
 	MOVQ x_base+24(FP), CX
 	MOVQ part_len+8(FP), DX
-	MOVQ DX, BX
-	SHLQ $0x02, BX
-	MOVQ x_len+32(FP), SI
-	LEAQ (CX)(SI*4), SI
-	XORQ DI, DI
-	MOVQ DX, R8
-	ANDQ $-32, R8
+	MOVQ x_len+32(FP), BX
+	XORQ SI, SI
+	MOVQ DX, DI
+	ANDQ $-32, DI
 
 avx2AccumulateZero_block:
-	CMPQ   DI, R8
+	CMPQ   SI, DI
 	JAE    avx2AccumulateZero_block_done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	LEAQ   (CX)(DI*4), R9
+	MOVQ   SI, R8
 
 avx2AccumulateZero_block_chunk:
-	VADDPS  (R9), Y0, Y0
-	VADDPS  32(R9), Y1, Y1
-	VADDPS  64(R9), Y2, Y2
-	VADDPS  96(R9), Y3, Y3
-	ADDQ    BX, R9
-	CMPQ    R9, SI
+	VADDPS  (CX)(R8*4), Y0, Y0
+	VADDPS  32(CX)(R8*4), Y1, Y1
+	VADDPS  64(CX)(R8*4), Y2, Y2
+	VADDPS  96(CX)(R8*4), Y3, Y3
+	ADDQ    DX, R8
+	CMPQ    R8, BX
 	JB      avx2AccumulateZero_block_chunk
-	VMOVUPS Y0, (AX)(DI*4)
-	VMOVUPS Y1, 32(AX)(DI*4)
-	VMOVUPS Y2, 64(AX)(DI*4)
-	VMOVUPS Y3, 96(AX)(DI*4)
-	ADDQ    $0x00000020, DI
+	VMOVUPS Y0, (AX)(SI*4)
+	VMOVUPS Y1, 32(AX)(SI*4)
+	VMOVUPS Y2, 64(AX)(SI*4)
+	VMOVUPS Y3, 96(AX)(SI*4)
+	ADDQ    $0x00000020, SI
 	JMP     avx2AccumulateZero_block
 
 avx2AccumulateZero_block_done:
 avx2AccumulateZero_vec:
-	CMPQ   DI, DX
+	CMPQ   SI, DX
 	JAE    avx2AccumulateZero_vec_done
 	VXORPS Y0, Y0, Y0
-	LEAQ   (CX)(DI*4), R8
+	MOVQ   SI, DI
 
 avx2AccumulateZero_vec_chunk:
-	VADDPS  (R8), Y0, Y0
-	ADDQ    BX, R8
-	CMPQ    R8, SI
+	VADDPS  (CX)(DI*4), Y0, Y0
+	ADDQ    DX, DI
+	CMPQ    DI, BX
 	JB      avx2AccumulateZero_vec_chunk
-	VMOVUPS Y0, (AX)(DI*4)
-	ADDQ    $0x00000008, DI
+	VMOVUPS Y0, (AX)(SI*4)
+	ADDQ    $0x00000008, SI
 	JMP     avx2AccumulateZero_vec
 
 avx2AccumulateZero_vec_done:
@@ -1790,67 +1778,64 @@ TEXT ·avx2AccumulateSqDevZero(SB), NOSPLIT, $0-52
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
 	VBROADCASTSS mean+48(FP), Y0
-	MOVQ         DX, BX
-	SHLQ         $0x02, BX
-	MOVQ         x_len+32(FP), SI
-	LEAQ         (CX)(SI*4), SI
-	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-32, R8
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-32, DI
 
 avx2AccumulateSqDevZero_block:
-	CMPQ   DI, R8
+	CMPQ   SI, DI
 	JAE    avx2AccumulateSqDevZero_block_done
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	LEAQ   (CX)(DI*4), R9
+	MOVQ   SI, R8
 
 avx2AccumulateSqDevZero_block_chunk:
-	VMOVUPS (R9), Y5
+	VMOVUPS (CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
 	VMULPS  Y5, Y5, Y5
 	VADDPS  Y5, Y1, Y1
-	VMOVUPS 32(R9), Y5
+	VMOVUPS 32(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
 	VMULPS  Y5, Y5, Y5
 	VADDPS  Y5, Y2, Y2
-	VMOVUPS 64(R9), Y5
+	VMOVUPS 64(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
 	VMULPS  Y5, Y5, Y5
 	VADDPS  Y5, Y3, Y3
-	VMOVUPS 96(R9), Y5
+	VMOVUPS 96(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
 	VMULPS  Y5, Y5, Y5
 	VADDPS  Y5, Y4, Y4
-	ADDQ    BX, R9
-	CMPQ    R9, SI
+	ADDQ    DX, R8
+	CMPQ    R8, BX
 	JB      avx2AccumulateSqDevZero_block_chunk
-	VMOVUPS Y1, (AX)(DI*4)
-	VMOVUPS Y2, 32(AX)(DI*4)
-	VMOVUPS Y3, 64(AX)(DI*4)
-	VMOVUPS Y4, 96(AX)(DI*4)
-	ADDQ    $0x00000020, DI
+	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS Y2, 32(AX)(SI*4)
+	VMOVUPS Y3, 64(AX)(SI*4)
+	VMOVUPS Y4, 96(AX)(SI*4)
+	ADDQ    $0x00000020, SI
 	JMP     avx2AccumulateSqDevZero_block
 
 avx2AccumulateSqDevZero_block_done:
 avx2AccumulateSqDevZero_vec:
-	CMPQ   DI, DX
+	CMPQ   SI, DX
 	JAE    avx2AccumulateSqDevZero_vec_done
 	VXORPS Y1, Y1, Y1
-	LEAQ   (CX)(DI*4), R8
+	MOVQ   SI, DI
 
 avx2AccumulateSqDevZero_vec_chunk:
-	VMOVUPS (R8), Y2
+	VMOVUPS (CX)(DI*4), Y2
 	VSUBPS  Y0, Y2, Y2
 	VMULPS  Y2, Y2, Y2
 	VADDPS  Y2, Y1, Y1
-	ADDQ    BX, R8
-	CMPQ    R8, SI
+	ADDQ    DX, DI
+	CMPQ    DI, BX
 	JB      avx2AccumulateSqDevZero_vec_chunk
-	VMOVUPS Y1, (AX)(DI*4)
-	ADDQ    $0x00000008, DI
+	VMOVUPS Y1, (AX)(SI*4)
+	ADDQ    $0x00000008, SI
 	JMP     avx2AccumulateSqDevZero_vec
 
 avx2AccumulateSqDevZero_vec_done:
@@ -1864,62 +1849,59 @@ TEXT ·avx2AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
 	VBROADCASTSS mean+48(FP), Y0
-	MOVQ         DX, BX
-	SHLQ         $0x02, BX
-	MOVQ         x_len+32(FP), SI
-	LEAQ         (CX)(SI*4), SI
-	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-32, R8
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-32, DI
 
 avx2AccumulateSqDevFMAZero_block:
-	CMPQ   DI, R8
+	CMPQ   SI, DI
 	JAE    avx2AccumulateSqDevFMAZero_block_done
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	LEAQ   (CX)(DI*4), R9
+	MOVQ   SI, R8
 
 avx2AccumulateSqDevFMAZero_block_chunk:
-	VMOVUPS     (R9), Y5
+	VMOVUPS     (CX)(R8*4), Y5
 	VSUBPS      Y0, Y5, Y5
 	VFMADD231PS Y5, Y5, Y1
-	VMOVUPS     32(R9), Y5
+	VMOVUPS     32(CX)(R8*4), Y5
 	VSUBPS      Y0, Y5, Y5
 	VFMADD231PS Y5, Y5, Y2
-	VMOVUPS     64(R9), Y5
+	VMOVUPS     64(CX)(R8*4), Y5
 	VSUBPS      Y0, Y5, Y5
 	VFMADD231PS Y5, Y5, Y3
-	VMOVUPS     96(R9), Y5
+	VMOVUPS     96(CX)(R8*4), Y5
 	VSUBPS      Y0, Y5, Y5
 	VFMADD231PS Y5, Y5, Y4
-	ADDQ        BX, R9
-	CMPQ        R9, SI
+	ADDQ        DX, R8
+	CMPQ        R8, BX
 	JB          avx2AccumulateSqDevFMAZero_block_chunk
-	VMOVUPS     Y1, (AX)(DI*4)
-	VMOVUPS     Y2, 32(AX)(DI*4)
-	VMOVUPS     Y3, 64(AX)(DI*4)
-	VMOVUPS     Y4, 96(AX)(DI*4)
-	ADDQ        $0x00000020, DI
+	VMOVUPS     Y1, (AX)(SI*4)
+	VMOVUPS     Y2, 32(AX)(SI*4)
+	VMOVUPS     Y3, 64(AX)(SI*4)
+	VMOVUPS     Y4, 96(AX)(SI*4)
+	ADDQ        $0x00000020, SI
 	JMP         avx2AccumulateSqDevFMAZero_block
 
 avx2AccumulateSqDevFMAZero_block_done:
 avx2AccumulateSqDevFMAZero_vec:
-	CMPQ   DI, DX
+	CMPQ   SI, DX
 	JAE    avx2AccumulateSqDevFMAZero_vec_done
 	VXORPS Y1, Y1, Y1
-	LEAQ   (CX)(DI*4), R8
+	MOVQ   SI, DI
 
 avx2AccumulateSqDevFMAZero_vec_chunk:
-	VMOVUPS     (R8), Y2
+	VMOVUPS     (CX)(DI*4), Y2
 	VSUBPS      Y0, Y2, Y2
 	VFMADD231PS Y2, Y2, Y1
-	ADDQ        BX, R8
-	CMPQ        R8, SI
+	ADDQ        DX, DI
+	CMPQ        DI, BX
 	JB          avx2AccumulateSqDevFMAZero_vec_chunk
-	VMOVUPS     Y1, (AX)(DI*4)
-	ADDQ        $0x00000008, DI
+	VMOVUPS     Y1, (AX)(SI*4)
+	ADDQ        $0x00000008, SI
 	JMP         avx2AccumulateSqDevFMAZero_vec
 
 avx2AccumulateSqDevFMAZero_vec_done:
@@ -1934,69 +1916,64 @@ TEXT ·avx2Add2Sum(SB), NOSPLIT, $0-96
 	MOVQ a_base+48(FP), DX
 	MOVQ b_base+72(FP), BX
 	MOVQ part_len+8(FP), SI
-	MOVQ SI, DI
-	SHLQ $0x02, DI
-	MOVQ s_len+32(FP), R8
-	SHLQ $0x02, R8
-	XORQ R9, R9
-	MOVQ SI, R10
-	ANDQ $-32, R10
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-32, R9
 
 avx2Add2Sum_block:
-	CMPQ   R9, R10
+	CMPQ   R8, R9
 	JAE    avx2Add2Sum_block_done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVQ   R9, R11
-	SHLQ   $0x02, R11
+	MOVQ   R8, R10
 
 avx2Add2Sum_block_chunk:
-	VMOVUPS (DX)(R11*1), Y4
-	VADDPS  (BX)(R11*1), Y4, Y4
-	VMOVUPS Y4, (CX)(R11*1)
+	VMOVUPS (DX)(R10*4), Y4
+	VADDPS  (BX)(R10*4), Y4, Y4
+	VMOVUPS Y4, (CX)(R10*4)
 	VADDPS  Y4, Y0, Y0
-	VMOVUPS 32(DX)(R11*1), Y4
-	VADDPS  32(BX)(R11*1), Y4, Y4
-	VMOVUPS Y4, 32(CX)(R11*1)
+	VMOVUPS 32(DX)(R10*4), Y4
+	VADDPS  32(BX)(R10*4), Y4, Y4
+	VMOVUPS Y4, 32(CX)(R10*4)
 	VADDPS  Y4, Y1, Y1
-	VMOVUPS 64(DX)(R11*1), Y4
-	VADDPS  64(BX)(R11*1), Y4, Y4
-	VMOVUPS Y4, 64(CX)(R11*1)
+	VMOVUPS 64(DX)(R10*4), Y4
+	VADDPS  64(BX)(R10*4), Y4, Y4
+	VMOVUPS Y4, 64(CX)(R10*4)
 	VADDPS  Y4, Y2, Y2
-	VMOVUPS 96(DX)(R11*1), Y4
-	VADDPS  96(BX)(R11*1), Y4, Y4
-	VMOVUPS Y4, 96(CX)(R11*1)
+	VMOVUPS 96(DX)(R10*4), Y4
+	VADDPS  96(BX)(R10*4), Y4, Y4
+	VMOVUPS Y4, 96(CX)(R10*4)
 	VADDPS  Y4, Y3, Y3
-	ADDQ    DI, R11
-	CMPQ    R11, R8
+	ADDQ    SI, R10
+	CMPQ    R10, DI
 	JB      avx2Add2Sum_block_chunk
-	VMOVUPS Y0, (AX)(R9*4)
-	VMOVUPS Y1, 32(AX)(R9*4)
-	VMOVUPS Y2, 64(AX)(R9*4)
-	VMOVUPS Y3, 96(AX)(R9*4)
-	ADDQ    $0x00000020, R9
+	VMOVUPS Y0, (AX)(R8*4)
+	VMOVUPS Y1, 32(AX)(R8*4)
+	VMOVUPS Y2, 64(AX)(R8*4)
+	VMOVUPS Y3, 96(AX)(R8*4)
+	ADDQ    $0x00000020, R8
 	JMP     avx2Add2Sum_block
 
 avx2Add2Sum_block_done:
 avx2Add2Sum_vec:
-	CMPQ   R9, SI
+	CMPQ   R8, SI
 	JAE    avx2Add2Sum_vec_done
 	VXORPS Y0, Y0, Y0
-	MOVQ   R9, R10
-	SHLQ   $0x02, R10
+	MOVQ   R8, R9
 
 avx2Add2Sum_vec_chunk:
-	VMOVUPS (DX)(R10*1), Y1
-	VADDPS  (BX)(R10*1), Y1, Y1
-	VMOVUPS Y1, (CX)(R10*1)
+	VMOVUPS (DX)(R9*4), Y1
+	VADDPS  (BX)(R9*4), Y1, Y1
+	VMOVUPS Y1, (CX)(R9*4)
 	VADDPS  Y1, Y0, Y0
-	ADDQ    DI, R10
-	CMPQ    R10, R8
+	ADDQ    SI, R9
+	CMPQ    R9, DI
 	JB      avx2Add2Sum_vec_chunk
-	VMOVUPS Y0, (AX)(R9*4)
-	ADDQ    $0x00000008, R9
+	VMOVUPS Y0, (AX)(R8*4)
+	ADDQ    $0x00000008, R8
 	JMP     avx2Add2Sum_vec
 
 avx2Add2Sum_vec_done:
@@ -2012,74 +1989,69 @@ TEXT ·avx2Add3Sum(SB), NOSPLIT, $0-120
 	MOVQ b_base+72(FP), BX
 	MOVQ d_base+96(FP), SI
 	MOVQ part_len+8(FP), DI
-	MOVQ DI, R8
-	SHLQ $0x02, R8
-	MOVQ s_len+32(FP), R9
-	SHLQ $0x02, R9
-	XORQ R10, R10
-	MOVQ DI, R11
-	ANDQ $-32, R11
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
 
 avx2Add3Sum_block:
-	CMPQ   R10, R11
+	CMPQ   R9, R10
 	JAE    avx2Add3Sum_block_done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVQ   R10, R12
-	SHLQ   $0x02, R12
+	MOVQ   R9, R11
 
 avx2Add3Sum_block_chunk:
-	VMOVUPS (DX)(R12*1), Y4
-	VADDPS  (BX)(R12*1), Y4, Y4
-	VADDPS  (SI)(R12*1), Y4, Y4
-	VMOVUPS Y4, (CX)(R12*1)
+	VMOVUPS (DX)(R11*4), Y4
+	VADDPS  (BX)(R11*4), Y4, Y4
+	VADDPS  (SI)(R11*4), Y4, Y4
+	VMOVUPS Y4, (CX)(R11*4)
 	VADDPS  Y4, Y0, Y0
-	VMOVUPS 32(DX)(R12*1), Y4
-	VADDPS  32(BX)(R12*1), Y4, Y4
-	VADDPS  32(SI)(R12*1), Y4, Y4
-	VMOVUPS Y4, 32(CX)(R12*1)
+	VMOVUPS 32(DX)(R11*4), Y4
+	VADDPS  32(BX)(R11*4), Y4, Y4
+	VADDPS  32(SI)(R11*4), Y4, Y4
+	VMOVUPS Y4, 32(CX)(R11*4)
 	VADDPS  Y4, Y1, Y1
-	VMOVUPS 64(DX)(R12*1), Y4
-	VADDPS  64(BX)(R12*1), Y4, Y4
-	VADDPS  64(SI)(R12*1), Y4, Y4
-	VMOVUPS Y4, 64(CX)(R12*1)
+	VMOVUPS 64(DX)(R11*4), Y4
+	VADDPS  64(BX)(R11*4), Y4, Y4
+	VADDPS  64(SI)(R11*4), Y4, Y4
+	VMOVUPS Y4, 64(CX)(R11*4)
 	VADDPS  Y4, Y2, Y2
-	VMOVUPS 96(DX)(R12*1), Y4
-	VADDPS  96(BX)(R12*1), Y4, Y4
-	VADDPS  96(SI)(R12*1), Y4, Y4
-	VMOVUPS Y4, 96(CX)(R12*1)
+	VMOVUPS 96(DX)(R11*4), Y4
+	VADDPS  96(BX)(R11*4), Y4, Y4
+	VADDPS  96(SI)(R11*4), Y4, Y4
+	VMOVUPS Y4, 96(CX)(R11*4)
 	VADDPS  Y4, Y3, Y3
-	ADDQ    R8, R12
-	CMPQ    R12, R9
+	ADDQ    DI, R11
+	CMPQ    R11, R8
 	JB      avx2Add3Sum_block_chunk
-	VMOVUPS Y0, (AX)(R10*4)
-	VMOVUPS Y1, 32(AX)(R10*4)
-	VMOVUPS Y2, 64(AX)(R10*4)
-	VMOVUPS Y3, 96(AX)(R10*4)
-	ADDQ    $0x00000020, R10
+	VMOVUPS Y0, (AX)(R9*4)
+	VMOVUPS Y1, 32(AX)(R9*4)
+	VMOVUPS Y2, 64(AX)(R9*4)
+	VMOVUPS Y3, 96(AX)(R9*4)
+	ADDQ    $0x00000020, R9
 	JMP     avx2Add3Sum_block
 
 avx2Add3Sum_block_done:
 avx2Add3Sum_vec:
-	CMPQ   R10, DI
+	CMPQ   R9, DI
 	JAE    avx2Add3Sum_vec_done
 	VXORPS Y0, Y0, Y0
-	MOVQ   R10, R11
-	SHLQ   $0x02, R11
+	MOVQ   R9, R10
 
 avx2Add3Sum_vec_chunk:
-	VMOVUPS (DX)(R11*1), Y1
-	VADDPS  (BX)(R11*1), Y1, Y1
-	VADDPS  (SI)(R11*1), Y1, Y1
-	VMOVUPS Y1, (CX)(R11*1)
+	VMOVUPS (DX)(R10*4), Y1
+	VADDPS  (BX)(R10*4), Y1, Y1
+	VADDPS  (SI)(R10*4), Y1, Y1
+	VMOVUPS Y1, (CX)(R10*4)
 	VADDPS  Y1, Y0, Y0
-	ADDQ    R8, R11
-	CMPQ    R11, R9
+	ADDQ    DI, R10
+	CMPQ    R10, R8
 	JB      avx2Add3Sum_vec_chunk
-	VMOVUPS Y0, (AX)(R10*4)
-	ADDQ    $0x00000008, R10
+	VMOVUPS Y0, (AX)(R9*4)
+	ADDQ    $0x00000008, R9
 	JMP     avx2Add3Sum_vec
 
 avx2Add3Sum_vec_done:
@@ -2095,74 +2067,69 @@ TEXT ·avx2Add2SumNT(SB), NOSPLIT, $0-120
 	MOVQ a_base+72(FP), BX
 	MOVQ b_base+96(FP), SI
 	MOVQ part_len+8(FP), DI
-	MOVQ DI, R8
-	SHLQ $0x02, R8
-	MOVQ s_len+32(FP), R9
-	SHLQ $0x02, R9
-	XORQ R10, R10
-	MOVQ DI, R11
-	ANDQ $-32, R11
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
 
 avx2Add2SumNT_block:
-	CMPQ   R10, R11
+	CMPQ   R9, R10
 	JAE    avx2Add2SumNT_block_done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVQ   R10, R12
-	SHLQ   $0x02, R12
+	MOVQ   R9, R11
 
 avx2Add2SumNT_block_chunk:
-	VMOVUPS  (BX)(R12*1), Y4
-	VADDPS   (SI)(R12*1), Y4, Y4
-	VMOVUPS  Y4, (CX)(R12*1)
-	VMOVNTPS Y4, (DX)(R12*1)
+	VMOVUPS  (BX)(R11*4), Y4
+	VADDPS   (SI)(R11*4), Y4, Y4
+	VMOVUPS  Y4, (CX)(R11*4)
+	VMOVNTPS Y4, (DX)(R11*4)
 	VADDPS   Y4, Y0, Y0
-	VMOVUPS  32(BX)(R12*1), Y4
-	VADDPS   32(SI)(R12*1), Y4, Y4
-	VMOVUPS  Y4, 32(CX)(R12*1)
-	VMOVNTPS Y4, 32(DX)(R12*1)
+	VMOVUPS  32(BX)(R11*4), Y4
+	VADDPS   32(SI)(R11*4), Y4, Y4
+	VMOVUPS  Y4, 32(CX)(R11*4)
+	VMOVNTPS Y4, 32(DX)(R11*4)
 	VADDPS   Y4, Y1, Y1
-	VMOVUPS  64(BX)(R12*1), Y4
-	VADDPS   64(SI)(R12*1), Y4, Y4
-	VMOVUPS  Y4, 64(CX)(R12*1)
-	VMOVNTPS Y4, 64(DX)(R12*1)
+	VMOVUPS  64(BX)(R11*4), Y4
+	VADDPS   64(SI)(R11*4), Y4, Y4
+	VMOVUPS  Y4, 64(CX)(R11*4)
+	VMOVNTPS Y4, 64(DX)(R11*4)
 	VADDPS   Y4, Y2, Y2
-	VMOVUPS  96(BX)(R12*1), Y4
-	VADDPS   96(SI)(R12*1), Y4, Y4
-	VMOVUPS  Y4, 96(CX)(R12*1)
-	VMOVNTPS Y4, 96(DX)(R12*1)
+	VMOVUPS  96(BX)(R11*4), Y4
+	VADDPS   96(SI)(R11*4), Y4, Y4
+	VMOVUPS  Y4, 96(CX)(R11*4)
+	VMOVNTPS Y4, 96(DX)(R11*4)
 	VADDPS   Y4, Y3, Y3
-	ADDQ     R8, R12
-	CMPQ     R12, R9
+	ADDQ     DI, R11
+	CMPQ     R11, R8
 	JB       avx2Add2SumNT_block_chunk
-	VMOVUPS  Y0, (AX)(R10*4)
-	VMOVUPS  Y1, 32(AX)(R10*4)
-	VMOVUPS  Y2, 64(AX)(R10*4)
-	VMOVUPS  Y3, 96(AX)(R10*4)
-	ADDQ     $0x00000020, R10
+	VMOVUPS  Y0, (AX)(R9*4)
+	VMOVUPS  Y1, 32(AX)(R9*4)
+	VMOVUPS  Y2, 64(AX)(R9*4)
+	VMOVUPS  Y3, 96(AX)(R9*4)
+	ADDQ     $0x00000020, R9
 	JMP      avx2Add2SumNT_block
 
 avx2Add2SumNT_block_done:
 avx2Add2SumNT_vec:
-	CMPQ   R10, DI
+	CMPQ   R9, DI
 	JAE    avx2Add2SumNT_vec_done
 	VXORPS Y0, Y0, Y0
-	MOVQ   R10, R11
-	SHLQ   $0x02, R11
+	MOVQ   R9, R10
 
 avx2Add2SumNT_vec_chunk:
-	VMOVUPS  (BX)(R11*1), Y1
-	VADDPS   (SI)(R11*1), Y1, Y1
-	VMOVUPS  Y1, (CX)(R11*1)
-	VMOVNTPS Y1, (DX)(R11*1)
+	VMOVUPS  (BX)(R10*4), Y1
+	VADDPS   (SI)(R10*4), Y1, Y1
+	VMOVUPS  Y1, (CX)(R10*4)
+	VMOVNTPS Y1, (DX)(R10*4)
 	VADDPS   Y1, Y0, Y0
-	ADDQ     R8, R11
-	CMPQ     R11, R9
+	ADDQ     DI, R10
+	CMPQ     R10, R8
 	JB       avx2Add2SumNT_vec_chunk
-	VMOVUPS  Y0, (AX)(R10*4)
-	ADDQ     $0x00000008, R10
+	VMOVUPS  Y0, (AX)(R9*4)
+	ADDQ     $0x00000008, R9
 	JMP      avx2Add2SumNT_vec
 
 avx2Add2SumNT_vec_done:
@@ -2179,79 +2146,74 @@ TEXT ·avx2Add3SumNT(SB), NOSPLIT, $0-144
 	MOVQ b_base+96(FP), SI
 	MOVQ d_base+120(FP), DI
 	MOVQ part_len+8(FP), R8
-	MOVQ R8, R9
-	SHLQ $0x02, R9
-	MOVQ s_len+32(FP), R10
-	SHLQ $0x02, R10
-	XORQ R11, R11
-	MOVQ R8, R12
-	ANDQ $-32, R12
+	MOVQ s_len+32(FP), R9
+	XORQ R10, R10
+	MOVQ R8, R11
+	ANDQ $-32, R11
 
 avx2Add3SumNT_block:
-	CMPQ   R11, R12
+	CMPQ   R10, R11
 	JAE    avx2Add3SumNT_block_done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVQ   R11, R13
-	SHLQ   $0x02, R13
+	MOVQ   R10, R12
 
 avx2Add3SumNT_block_chunk:
-	VMOVUPS  (BX)(R13*1), Y4
-	VADDPS   (SI)(R13*1), Y4, Y4
-	VADDPS   (DI)(R13*1), Y4, Y4
-	VMOVUPS  Y4, (CX)(R13*1)
-	VMOVNTPS Y4, (DX)(R13*1)
+	VMOVUPS  (BX)(R12*4), Y4
+	VADDPS   (SI)(R12*4), Y4, Y4
+	VADDPS   (DI)(R12*4), Y4, Y4
+	VMOVUPS  Y4, (CX)(R12*4)
+	VMOVNTPS Y4, (DX)(R12*4)
 	VADDPS   Y4, Y0, Y0
-	VMOVUPS  32(BX)(R13*1), Y4
-	VADDPS   32(SI)(R13*1), Y4, Y4
-	VADDPS   32(DI)(R13*1), Y4, Y4
-	VMOVUPS  Y4, 32(CX)(R13*1)
-	VMOVNTPS Y4, 32(DX)(R13*1)
+	VMOVUPS  32(BX)(R12*4), Y4
+	VADDPS   32(SI)(R12*4), Y4, Y4
+	VADDPS   32(DI)(R12*4), Y4, Y4
+	VMOVUPS  Y4, 32(CX)(R12*4)
+	VMOVNTPS Y4, 32(DX)(R12*4)
 	VADDPS   Y4, Y1, Y1
-	VMOVUPS  64(BX)(R13*1), Y4
-	VADDPS   64(SI)(R13*1), Y4, Y4
-	VADDPS   64(DI)(R13*1), Y4, Y4
-	VMOVUPS  Y4, 64(CX)(R13*1)
-	VMOVNTPS Y4, 64(DX)(R13*1)
+	VMOVUPS  64(BX)(R12*4), Y4
+	VADDPS   64(SI)(R12*4), Y4, Y4
+	VADDPS   64(DI)(R12*4), Y4, Y4
+	VMOVUPS  Y4, 64(CX)(R12*4)
+	VMOVNTPS Y4, 64(DX)(R12*4)
 	VADDPS   Y4, Y2, Y2
-	VMOVUPS  96(BX)(R13*1), Y4
-	VADDPS   96(SI)(R13*1), Y4, Y4
-	VADDPS   96(DI)(R13*1), Y4, Y4
-	VMOVUPS  Y4, 96(CX)(R13*1)
-	VMOVNTPS Y4, 96(DX)(R13*1)
+	VMOVUPS  96(BX)(R12*4), Y4
+	VADDPS   96(SI)(R12*4), Y4, Y4
+	VADDPS   96(DI)(R12*4), Y4, Y4
+	VMOVUPS  Y4, 96(CX)(R12*4)
+	VMOVNTPS Y4, 96(DX)(R12*4)
 	VADDPS   Y4, Y3, Y3
-	ADDQ     R9, R13
-	CMPQ     R13, R10
+	ADDQ     R8, R12
+	CMPQ     R12, R9
 	JB       avx2Add3SumNT_block_chunk
-	VMOVUPS  Y0, (AX)(R11*4)
-	VMOVUPS  Y1, 32(AX)(R11*4)
-	VMOVUPS  Y2, 64(AX)(R11*4)
-	VMOVUPS  Y3, 96(AX)(R11*4)
-	ADDQ     $0x00000020, R11
+	VMOVUPS  Y0, (AX)(R10*4)
+	VMOVUPS  Y1, 32(AX)(R10*4)
+	VMOVUPS  Y2, 64(AX)(R10*4)
+	VMOVUPS  Y3, 96(AX)(R10*4)
+	ADDQ     $0x00000020, R10
 	JMP      avx2Add3SumNT_block
 
 avx2Add3SumNT_block_done:
 avx2Add3SumNT_vec:
-	CMPQ   R11, R8
+	CMPQ   R10, R8
 	JAE    avx2Add3SumNT_vec_done
 	VXORPS Y0, Y0, Y0
-	MOVQ   R11, R12
-	SHLQ   $0x02, R12
+	MOVQ   R10, R11
 
 avx2Add3SumNT_vec_chunk:
-	VMOVUPS  (BX)(R12*1), Y1
-	VADDPS   (SI)(R12*1), Y1, Y1
-	VADDPS   (DI)(R12*1), Y1, Y1
-	VMOVUPS  Y1, (CX)(R12*1)
-	VMOVNTPS Y1, (DX)(R12*1)
+	VMOVUPS  (BX)(R11*4), Y1
+	VADDPS   (SI)(R11*4), Y1, Y1
+	VADDPS   (DI)(R11*4), Y1, Y1
+	VMOVUPS  Y1, (CX)(R11*4)
+	VMOVNTPS Y1, (DX)(R11*4)
 	VADDPS   Y1, Y0, Y0
-	ADDQ     R9, R12
-	CMPQ     R12, R10
+	ADDQ     R8, R11
+	CMPQ     R11, R9
 	JB       avx2Add3SumNT_vec_chunk
-	VMOVUPS  Y0, (AX)(R11*4)
-	ADDQ     $0x00000008, R11
+	VMOVUPS  Y0, (AX)(R10*4)
+	ADDQ     $0x00000008, R10
 	JMP      avx2Add3SumNT_vec
 
 avx2Add3SumNT_vec_done:
@@ -2266,69 +2228,64 @@ TEXT ·avx2Add2SumAcc(SB), NOSPLIT, $0-96
 	MOVQ a_base+48(FP), DX
 	MOVQ b_base+72(FP), BX
 	MOVQ part_len+8(FP), SI
-	MOVQ SI, DI
-	SHLQ $0x02, DI
-	MOVQ s_len+32(FP), R8
-	SHLQ $0x02, R8
-	XORQ R9, R9
-	MOVQ SI, R10
-	ANDQ $-32, R10
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-32, R9
 
 avx2Add2SumAcc_block:
-	CMPQ    R9, R10
+	CMPQ    R8, R9
 	JAE     avx2Add2SumAcc_block_done
-	VMOVUPS (AX)(R9*4), Y0
-	VMOVUPS 32(AX)(R9*4), Y1
-	VMOVUPS 64(AX)(R9*4), Y2
-	VMOVUPS 96(AX)(R9*4), Y3
-	MOVQ    R9, R11
-	SHLQ    $0x02, R11
+	VMOVUPS (AX)(R8*4), Y0
+	VMOVUPS 32(AX)(R8*4), Y1
+	VMOVUPS 64(AX)(R8*4), Y2
+	VMOVUPS 96(AX)(R8*4), Y3
+	MOVQ    R8, R10
 
 avx2Add2SumAcc_block_chunk:
-	VMOVUPS (DX)(R11*1), Y4
-	VADDPS  (BX)(R11*1), Y4, Y4
-	VMOVUPS Y4, (CX)(R11*1)
+	VMOVUPS (DX)(R10*4), Y4
+	VADDPS  (BX)(R10*4), Y4, Y4
+	VMOVUPS Y4, (CX)(R10*4)
 	VADDPS  Y4, Y0, Y0
-	VMOVUPS 32(DX)(R11*1), Y4
-	VADDPS  32(BX)(R11*1), Y4, Y4
-	VMOVUPS Y4, 32(CX)(R11*1)
+	VMOVUPS 32(DX)(R10*4), Y4
+	VADDPS  32(BX)(R10*4), Y4, Y4
+	VMOVUPS Y4, 32(CX)(R10*4)
 	VADDPS  Y4, Y1, Y1
-	VMOVUPS 64(DX)(R11*1), Y4
-	VADDPS  64(BX)(R11*1), Y4, Y4
-	VMOVUPS Y4, 64(CX)(R11*1)
+	VMOVUPS 64(DX)(R10*4), Y4
+	VADDPS  64(BX)(R10*4), Y4, Y4
+	VMOVUPS Y4, 64(CX)(R10*4)
 	VADDPS  Y4, Y2, Y2
-	VMOVUPS 96(DX)(R11*1), Y4
-	VADDPS  96(BX)(R11*1), Y4, Y4
-	VMOVUPS Y4, 96(CX)(R11*1)
+	VMOVUPS 96(DX)(R10*4), Y4
+	VADDPS  96(BX)(R10*4), Y4, Y4
+	VMOVUPS Y4, 96(CX)(R10*4)
 	VADDPS  Y4, Y3, Y3
-	ADDQ    DI, R11
-	CMPQ    R11, R8
+	ADDQ    SI, R10
+	CMPQ    R10, DI
 	JB      avx2Add2SumAcc_block_chunk
-	VMOVUPS Y0, (AX)(R9*4)
-	VMOVUPS Y1, 32(AX)(R9*4)
-	VMOVUPS Y2, 64(AX)(R9*4)
-	VMOVUPS Y3, 96(AX)(R9*4)
-	ADDQ    $0x00000020, R9
+	VMOVUPS Y0, (AX)(R8*4)
+	VMOVUPS Y1, 32(AX)(R8*4)
+	VMOVUPS Y2, 64(AX)(R8*4)
+	VMOVUPS Y3, 96(AX)(R8*4)
+	ADDQ    $0x00000020, R8
 	JMP     avx2Add2SumAcc_block
 
 avx2Add2SumAcc_block_done:
 avx2Add2SumAcc_vec:
-	CMPQ    R9, SI
+	CMPQ    R8, SI
 	JAE     avx2Add2SumAcc_vec_done
-	VMOVUPS (AX)(R9*4), Y0
-	MOVQ    R9, R10
-	SHLQ    $0x02, R10
+	VMOVUPS (AX)(R8*4), Y0
+	MOVQ    R8, R9
 
 avx2Add2SumAcc_vec_chunk:
-	VMOVUPS (DX)(R10*1), Y1
-	VADDPS  (BX)(R10*1), Y1, Y1
-	VMOVUPS Y1, (CX)(R10*1)
+	VMOVUPS (DX)(R9*4), Y1
+	VADDPS  (BX)(R9*4), Y1, Y1
+	VMOVUPS Y1, (CX)(R9*4)
 	VADDPS  Y1, Y0, Y0
-	ADDQ    DI, R10
-	CMPQ    R10, R8
+	ADDQ    SI, R9
+	CMPQ    R9, DI
 	JB      avx2Add2SumAcc_vec_chunk
-	VMOVUPS Y0, (AX)(R9*4)
-	ADDQ    $0x00000008, R9
+	VMOVUPS Y0, (AX)(R8*4)
+	ADDQ    $0x00000008, R8
 	JMP     avx2Add2SumAcc_vec
 
 avx2Add2SumAcc_vec_done:
@@ -2344,74 +2301,69 @@ TEXT ·avx2Add3SumAcc(SB), NOSPLIT, $0-120
 	MOVQ b_base+72(FP), BX
 	MOVQ d_base+96(FP), SI
 	MOVQ part_len+8(FP), DI
-	MOVQ DI, R8
-	SHLQ $0x02, R8
-	MOVQ s_len+32(FP), R9
-	SHLQ $0x02, R9
-	XORQ R10, R10
-	MOVQ DI, R11
-	ANDQ $-32, R11
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
 
 avx2Add3SumAcc_block:
-	CMPQ    R10, R11
+	CMPQ    R9, R10
 	JAE     avx2Add3SumAcc_block_done
-	VMOVUPS (AX)(R10*4), Y0
-	VMOVUPS 32(AX)(R10*4), Y1
-	VMOVUPS 64(AX)(R10*4), Y2
-	VMOVUPS 96(AX)(R10*4), Y3
-	MOVQ    R10, R12
-	SHLQ    $0x02, R12
+	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS 32(AX)(R9*4), Y1
+	VMOVUPS 64(AX)(R9*4), Y2
+	VMOVUPS 96(AX)(R9*4), Y3
+	MOVQ    R9, R11
 
 avx2Add3SumAcc_block_chunk:
-	VMOVUPS (DX)(R12*1), Y4
-	VADDPS  (BX)(R12*1), Y4, Y4
-	VADDPS  (SI)(R12*1), Y4, Y4
-	VMOVUPS Y4, (CX)(R12*1)
+	VMOVUPS (DX)(R11*4), Y4
+	VADDPS  (BX)(R11*4), Y4, Y4
+	VADDPS  (SI)(R11*4), Y4, Y4
+	VMOVUPS Y4, (CX)(R11*4)
 	VADDPS  Y4, Y0, Y0
-	VMOVUPS 32(DX)(R12*1), Y4
-	VADDPS  32(BX)(R12*1), Y4, Y4
-	VADDPS  32(SI)(R12*1), Y4, Y4
-	VMOVUPS Y4, 32(CX)(R12*1)
+	VMOVUPS 32(DX)(R11*4), Y4
+	VADDPS  32(BX)(R11*4), Y4, Y4
+	VADDPS  32(SI)(R11*4), Y4, Y4
+	VMOVUPS Y4, 32(CX)(R11*4)
 	VADDPS  Y4, Y1, Y1
-	VMOVUPS 64(DX)(R12*1), Y4
-	VADDPS  64(BX)(R12*1), Y4, Y4
-	VADDPS  64(SI)(R12*1), Y4, Y4
-	VMOVUPS Y4, 64(CX)(R12*1)
+	VMOVUPS 64(DX)(R11*4), Y4
+	VADDPS  64(BX)(R11*4), Y4, Y4
+	VADDPS  64(SI)(R11*4), Y4, Y4
+	VMOVUPS Y4, 64(CX)(R11*4)
 	VADDPS  Y4, Y2, Y2
-	VMOVUPS 96(DX)(R12*1), Y4
-	VADDPS  96(BX)(R12*1), Y4, Y4
-	VADDPS  96(SI)(R12*1), Y4, Y4
-	VMOVUPS Y4, 96(CX)(R12*1)
+	VMOVUPS 96(DX)(R11*4), Y4
+	VADDPS  96(BX)(R11*4), Y4, Y4
+	VADDPS  96(SI)(R11*4), Y4, Y4
+	VMOVUPS Y4, 96(CX)(R11*4)
 	VADDPS  Y4, Y3, Y3
-	ADDQ    R8, R12
-	CMPQ    R12, R9
+	ADDQ    DI, R11
+	CMPQ    R11, R8
 	JB      avx2Add3SumAcc_block_chunk
-	VMOVUPS Y0, (AX)(R10*4)
-	VMOVUPS Y1, 32(AX)(R10*4)
-	VMOVUPS Y2, 64(AX)(R10*4)
-	VMOVUPS Y3, 96(AX)(R10*4)
-	ADDQ    $0x00000020, R10
+	VMOVUPS Y0, (AX)(R9*4)
+	VMOVUPS Y1, 32(AX)(R9*4)
+	VMOVUPS Y2, 64(AX)(R9*4)
+	VMOVUPS Y3, 96(AX)(R9*4)
+	ADDQ    $0x00000020, R9
 	JMP     avx2Add3SumAcc_block
 
 avx2Add3SumAcc_block_done:
 avx2Add3SumAcc_vec:
-	CMPQ    R10, DI
+	CMPQ    R9, DI
 	JAE     avx2Add3SumAcc_vec_done
-	VMOVUPS (AX)(R10*4), Y0
-	MOVQ    R10, R11
-	SHLQ    $0x02, R11
+	VMOVUPS (AX)(R9*4), Y0
+	MOVQ    R9, R10
 
 avx2Add3SumAcc_vec_chunk:
-	VMOVUPS (DX)(R11*1), Y1
-	VADDPS  (BX)(R11*1), Y1, Y1
-	VADDPS  (SI)(R11*1), Y1, Y1
-	VMOVUPS Y1, (CX)(R11*1)
+	VMOVUPS (DX)(R10*4), Y1
+	VADDPS  (BX)(R10*4), Y1, Y1
+	VADDPS  (SI)(R10*4), Y1, Y1
+	VMOVUPS Y1, (CX)(R10*4)
 	VADDPS  Y1, Y0, Y0
-	ADDQ    R8, R11
-	CMPQ    R11, R9
+	ADDQ    DI, R10
+	CMPQ    R10, R8
 	JB      avx2Add3SumAcc_vec_chunk
-	VMOVUPS Y0, (AX)(R10*4)
-	ADDQ    $0x00000008, R10
+	VMOVUPS Y0, (AX)(R9*4)
+	ADDQ    $0x00000008, R9
 	JMP     avx2Add3SumAcc_vec
 
 avx2Add3SumAcc_vec_done:
@@ -5153,64 +5105,61 @@ TEXT ·avx512Accumulate(SB), NOSPLIT, $0-48
 	MOVQ part_base+0(FP), AX
 	MOVQ x_base+24(FP), CX
 	MOVQ part_len+8(FP), DX
-	MOVQ DX, BX
-	SHLQ $0x02, BX
-	MOVQ x_len+32(FP), SI
-	LEAQ (CX)(SI*4), SI
-	XORQ DI, DI
-	MOVQ DX, R8
-	ANDQ $-128, R8
+	MOVQ x_len+32(FP), BX
+	XORQ SI, SI
+	MOVQ DX, DI
+	ANDQ $-128, DI
 
 avx512Accumulate_block:
-	CMPQ    DI, R8
+	CMPQ    SI, DI
 	JAE     avx512Accumulate_block_done
-	VMOVUPS (AX)(DI*4), Z0
-	VMOVUPS 64(AX)(DI*4), Z1
-	VMOVUPS 128(AX)(DI*4), Z2
-	VMOVUPS 192(AX)(DI*4), Z3
-	VMOVUPS 256(AX)(DI*4), Z4
-	VMOVUPS 320(AX)(DI*4), Z5
-	VMOVUPS 384(AX)(DI*4), Z6
-	VMOVUPS 448(AX)(DI*4), Z7
-	LEAQ    (CX)(DI*4), R9
+	VMOVUPS (AX)(SI*4), Z0
+	VMOVUPS 64(AX)(SI*4), Z1
+	VMOVUPS 128(AX)(SI*4), Z2
+	VMOVUPS 192(AX)(SI*4), Z3
+	VMOVUPS 256(AX)(SI*4), Z4
+	VMOVUPS 320(AX)(SI*4), Z5
+	VMOVUPS 384(AX)(SI*4), Z6
+	VMOVUPS 448(AX)(SI*4), Z7
+	MOVQ    SI, R8
 
 avx512Accumulate_block_chunk:
-	VADDPS  (R9), Z0, Z0
-	VADDPS  64(R9), Z1, Z1
-	VADDPS  128(R9), Z2, Z2
-	VADDPS  192(R9), Z3, Z3
-	VADDPS  256(R9), Z4, Z4
-	VADDPS  320(R9), Z5, Z5
-	VADDPS  384(R9), Z6, Z6
-	VADDPS  448(R9), Z7, Z7
-	ADDQ    BX, R9
-	CMPQ    R9, SI
+	VADDPS  (CX)(R8*4), Z0, Z0
+	VADDPS  64(CX)(R8*4), Z1, Z1
+	VADDPS  128(CX)(R8*4), Z2, Z2
+	VADDPS  192(CX)(R8*4), Z3, Z3
+	VADDPS  256(CX)(R8*4), Z4, Z4
+	VADDPS  320(CX)(R8*4), Z5, Z5
+	VADDPS  384(CX)(R8*4), Z6, Z6
+	VADDPS  448(CX)(R8*4), Z7, Z7
+	ADDQ    DX, R8
+	CMPQ    R8, BX
 	JB      avx512Accumulate_block_chunk
-	VMOVUPS Z0, (AX)(DI*4)
-	VMOVUPS Z1, 64(AX)(DI*4)
-	VMOVUPS Z2, 128(AX)(DI*4)
-	VMOVUPS Z3, 192(AX)(DI*4)
-	VMOVUPS Z4, 256(AX)(DI*4)
-	VMOVUPS Z5, 320(AX)(DI*4)
-	VMOVUPS Z6, 384(AX)(DI*4)
-	VMOVUPS Z7, 448(AX)(DI*4)
-	ADDQ    $0x00000080, DI
+	VMOVUPS Z0, (AX)(SI*4)
+	VMOVUPS Z1, 64(AX)(SI*4)
+	VMOVUPS Z2, 128(AX)(SI*4)
+	VMOVUPS Z3, 192(AX)(SI*4)
+	VMOVUPS Z4, 256(AX)(SI*4)
+	VMOVUPS Z5, 320(AX)(SI*4)
+	VMOVUPS Z6, 384(AX)(SI*4)
+	VMOVUPS Z7, 448(AX)(SI*4)
+	ADDQ    $0x00000080, SI
 	JMP     avx512Accumulate_block
 
 avx512Accumulate_block_done:
 avx512Accumulate_vec:
-	CMPQ    DI, DX
+	CMPQ    SI, DX
 	JAE     avx512Accumulate_vec_done
-	VMOVUPS (AX)(DI*4), Z0
-	LEAQ    (CX)(DI*4), R8
+	VMOVUPS (AX)(SI*4), Z0
+	MOVQ    SI, DI
 
 avx512Accumulate_vec_chunk:
-	VADDPS  (R8), Z0, Z0
-	ADDQ    BX, R8
-	CMPQ    R8, SI
+	VADDPS  (CX)(DI*4), Z0, Z0
+	ADDQ    DX, DI
+	CMPQ    DI, BX
 	JB      avx512Accumulate_vec_chunk
-	VMOVUPS Z0, (AX)(DI*4)
-	ADDQ    $0x00000010, DI
+	VMOVUPS Z0, (AX)(SI*4)
+	ADDQ    $0x00000010, SI
 	JMP     avx512Accumulate_vec
 
 avx512Accumulate_vec_done:
@@ -5224,91 +5173,88 @@ TEXT ·avx512AccumulateSqDev(SB), NOSPLIT, $0-52
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
 	VBROADCASTSS mean+48(FP), Z0
-	MOVQ         DX, BX
-	SHLQ         $0x02, BX
-	MOVQ         x_len+32(FP), SI
-	LEAQ         (CX)(SI*4), SI
-	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-128, R8
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-128, DI
 
 avx512AccumulateSqDev_block:
-	CMPQ    DI, R8
+	CMPQ    SI, DI
 	JAE     avx512AccumulateSqDev_block_done
-	VMOVUPS (AX)(DI*4), Z1
-	VMOVUPS 64(AX)(DI*4), Z2
-	VMOVUPS 128(AX)(DI*4), Z3
-	VMOVUPS 192(AX)(DI*4), Z4
-	VMOVUPS 256(AX)(DI*4), Z5
-	VMOVUPS 320(AX)(DI*4), Z6
-	VMOVUPS 384(AX)(DI*4), Z7
-	VMOVUPS 448(AX)(DI*4), Z8
-	LEAQ    (CX)(DI*4), R9
+	VMOVUPS (AX)(SI*4), Z1
+	VMOVUPS 64(AX)(SI*4), Z2
+	VMOVUPS 128(AX)(SI*4), Z3
+	VMOVUPS 192(AX)(SI*4), Z4
+	VMOVUPS 256(AX)(SI*4), Z5
+	VMOVUPS 320(AX)(SI*4), Z6
+	VMOVUPS 384(AX)(SI*4), Z7
+	VMOVUPS 448(AX)(SI*4), Z8
+	MOVQ    SI, R8
 
 avx512AccumulateSqDev_block_chunk:
-	VMOVUPS (R9), Z9
+	VMOVUPS (CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z1, Z1
-	VMOVUPS 64(R9), Z9
+	VMOVUPS 64(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z2, Z2
-	VMOVUPS 128(R9), Z9
+	VMOVUPS 128(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z3, Z3
-	VMOVUPS 192(R9), Z9
+	VMOVUPS 192(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z4, Z4
-	VMOVUPS 256(R9), Z9
+	VMOVUPS 256(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z5, Z5
-	VMOVUPS 320(R9), Z9
+	VMOVUPS 320(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z6, Z6
-	VMOVUPS 384(R9), Z9
+	VMOVUPS 384(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z7, Z7
-	VMOVUPS 448(R9), Z9
+	VMOVUPS 448(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z8, Z8
-	ADDQ    BX, R9
-	CMPQ    R9, SI
+	ADDQ    DX, R8
+	CMPQ    R8, BX
 	JB      avx512AccumulateSqDev_block_chunk
-	VMOVUPS Z1, (AX)(DI*4)
-	VMOVUPS Z2, 64(AX)(DI*4)
-	VMOVUPS Z3, 128(AX)(DI*4)
-	VMOVUPS Z4, 192(AX)(DI*4)
-	VMOVUPS Z5, 256(AX)(DI*4)
-	VMOVUPS Z6, 320(AX)(DI*4)
-	VMOVUPS Z7, 384(AX)(DI*4)
-	VMOVUPS Z8, 448(AX)(DI*4)
-	ADDQ    $0x00000080, DI
+	VMOVUPS Z1, (AX)(SI*4)
+	VMOVUPS Z2, 64(AX)(SI*4)
+	VMOVUPS Z3, 128(AX)(SI*4)
+	VMOVUPS Z4, 192(AX)(SI*4)
+	VMOVUPS Z5, 256(AX)(SI*4)
+	VMOVUPS Z6, 320(AX)(SI*4)
+	VMOVUPS Z7, 384(AX)(SI*4)
+	VMOVUPS Z8, 448(AX)(SI*4)
+	ADDQ    $0x00000080, SI
 	JMP     avx512AccumulateSqDev_block
 
 avx512AccumulateSqDev_block_done:
 avx512AccumulateSqDev_vec:
-	CMPQ    DI, DX
+	CMPQ    SI, DX
 	JAE     avx512AccumulateSqDev_vec_done
-	VMOVUPS (AX)(DI*4), Z1
-	LEAQ    (CX)(DI*4), R8
+	VMOVUPS (AX)(SI*4), Z1
+	MOVQ    SI, DI
 
 avx512AccumulateSqDev_vec_chunk:
-	VMOVUPS (R8), Z2
+	VMOVUPS (CX)(DI*4), Z2
 	VSUBPS  Z0, Z2, Z2
 	VMULPS  Z2, Z2, Z2
 	VADDPS  Z2, Z1, Z1
-	ADDQ    BX, R8
-	CMPQ    R8, SI
+	ADDQ    DX, DI
+	CMPQ    DI, BX
 	JB      avx512AccumulateSqDev_vec_chunk
-	VMOVUPS Z1, (AX)(DI*4)
-	ADDQ    $0x00000010, DI
+	VMOVUPS Z1, (AX)(SI*4)
+	ADDQ    $0x00000010, SI
 	JMP     avx512AccumulateSqDev_vec
 
 avx512AccumulateSqDev_vec_done:
@@ -5322,82 +5268,79 @@ TEXT ·avx512AccumulateSqDevFMA(SB), NOSPLIT, $0-52
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
 	VBROADCASTSS mean+48(FP), Z0
-	MOVQ         DX, BX
-	SHLQ         $0x02, BX
-	MOVQ         x_len+32(FP), SI
-	LEAQ         (CX)(SI*4), SI
-	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-128, R8
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-128, DI
 
 avx512AccumulateSqDevFMA_block:
-	CMPQ    DI, R8
+	CMPQ    SI, DI
 	JAE     avx512AccumulateSqDevFMA_block_done
-	VMOVUPS (AX)(DI*4), Z1
-	VMOVUPS 64(AX)(DI*4), Z2
-	VMOVUPS 128(AX)(DI*4), Z3
-	VMOVUPS 192(AX)(DI*4), Z4
-	VMOVUPS 256(AX)(DI*4), Z5
-	VMOVUPS 320(AX)(DI*4), Z6
-	VMOVUPS 384(AX)(DI*4), Z7
-	VMOVUPS 448(AX)(DI*4), Z8
-	LEAQ    (CX)(DI*4), R9
+	VMOVUPS (AX)(SI*4), Z1
+	VMOVUPS 64(AX)(SI*4), Z2
+	VMOVUPS 128(AX)(SI*4), Z3
+	VMOVUPS 192(AX)(SI*4), Z4
+	VMOVUPS 256(AX)(SI*4), Z5
+	VMOVUPS 320(AX)(SI*4), Z6
+	VMOVUPS 384(AX)(SI*4), Z7
+	VMOVUPS 448(AX)(SI*4), Z8
+	MOVQ    SI, R8
 
 avx512AccumulateSqDevFMA_block_chunk:
-	VMOVUPS     (R9), Z9
+	VMOVUPS     (CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z1
-	VMOVUPS     64(R9), Z9
+	VMOVUPS     64(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z2
-	VMOVUPS     128(R9), Z9
+	VMOVUPS     128(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z3
-	VMOVUPS     192(R9), Z9
+	VMOVUPS     192(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z4
-	VMOVUPS     256(R9), Z9
+	VMOVUPS     256(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z5
-	VMOVUPS     320(R9), Z9
+	VMOVUPS     320(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z6
-	VMOVUPS     384(R9), Z9
+	VMOVUPS     384(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z7
-	VMOVUPS     448(R9), Z9
+	VMOVUPS     448(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z8
-	ADDQ        BX, R9
-	CMPQ        R9, SI
+	ADDQ        DX, R8
+	CMPQ        R8, BX
 	JB          avx512AccumulateSqDevFMA_block_chunk
-	VMOVUPS     Z1, (AX)(DI*4)
-	VMOVUPS     Z2, 64(AX)(DI*4)
-	VMOVUPS     Z3, 128(AX)(DI*4)
-	VMOVUPS     Z4, 192(AX)(DI*4)
-	VMOVUPS     Z5, 256(AX)(DI*4)
-	VMOVUPS     Z6, 320(AX)(DI*4)
-	VMOVUPS     Z7, 384(AX)(DI*4)
-	VMOVUPS     Z8, 448(AX)(DI*4)
-	ADDQ        $0x00000080, DI
+	VMOVUPS     Z1, (AX)(SI*4)
+	VMOVUPS     Z2, 64(AX)(SI*4)
+	VMOVUPS     Z3, 128(AX)(SI*4)
+	VMOVUPS     Z4, 192(AX)(SI*4)
+	VMOVUPS     Z5, 256(AX)(SI*4)
+	VMOVUPS     Z6, 320(AX)(SI*4)
+	VMOVUPS     Z7, 384(AX)(SI*4)
+	VMOVUPS     Z8, 448(AX)(SI*4)
+	ADDQ        $0x00000080, SI
 	JMP         avx512AccumulateSqDevFMA_block
 
 avx512AccumulateSqDevFMA_block_done:
 avx512AccumulateSqDevFMA_vec:
-	CMPQ    DI, DX
+	CMPQ    SI, DX
 	JAE     avx512AccumulateSqDevFMA_vec_done
-	VMOVUPS (AX)(DI*4), Z1
-	LEAQ    (CX)(DI*4), R8
+	VMOVUPS (AX)(SI*4), Z1
+	MOVQ    SI, DI
 
 avx512AccumulateSqDevFMA_vec_chunk:
-	VMOVUPS     (R8), Z2
+	VMOVUPS     (CX)(DI*4), Z2
 	VSUBPS      Z0, Z2, Z2
 	VFMADD231PS Z2, Z2, Z1
-	ADDQ        BX, R8
-	CMPQ        R8, SI
+	ADDQ        DX, DI
+	CMPQ        DI, BX
 	JB          avx512AccumulateSqDevFMA_vec_chunk
-	VMOVUPS     Z1, (AX)(DI*4)
-	ADDQ        $0x00000010, DI
+	VMOVUPS     Z1, (AX)(SI*4)
+	ADDQ        $0x00000010, SI
 	JMP         avx512AccumulateSqDevFMA_vec
 
 avx512AccumulateSqDevFMA_vec_done:
@@ -5410,16 +5353,13 @@ TEXT ·avx512AccumulateZero(SB), NOSPLIT, $0-48
 	MOVQ part_base+0(FP), AX
 	MOVQ x_base+24(FP), CX
 	MOVQ part_len+8(FP), DX
-	MOVQ DX, BX
-	SHLQ $0x02, BX
-	MOVQ x_len+32(FP), SI
-	LEAQ (CX)(SI*4), SI
-	XORQ DI, DI
-	MOVQ DX, R8
-	ANDQ $-128, R8
+	MOVQ x_len+32(FP), BX
+	XORQ SI, SI
+	MOVQ DX, DI
+	ANDQ $-128, DI
 
 avx512AccumulateZero_block:
-	CMPQ   DI, R8
+	CMPQ   SI, DI
 	JAE    avx512AccumulateZero_block_done
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5429,45 +5369,45 @@ avx512AccumulateZero_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
-	LEAQ   (CX)(DI*4), R9
+	MOVQ   SI, R8
 
 avx512AccumulateZero_block_chunk:
-	VADDPS  (R9), Z0, Z0
-	VADDPS  64(R9), Z1, Z1
-	VADDPS  128(R9), Z2, Z2
-	VADDPS  192(R9), Z3, Z3
-	VADDPS  256(R9), Z4, Z4
-	VADDPS  320(R9), Z5, Z5
-	VADDPS  384(R9), Z6, Z6
-	VADDPS  448(R9), Z7, Z7
-	ADDQ    BX, R9
-	CMPQ    R9, SI
+	VADDPS  (CX)(R8*4), Z0, Z0
+	VADDPS  64(CX)(R8*4), Z1, Z1
+	VADDPS  128(CX)(R8*4), Z2, Z2
+	VADDPS  192(CX)(R8*4), Z3, Z3
+	VADDPS  256(CX)(R8*4), Z4, Z4
+	VADDPS  320(CX)(R8*4), Z5, Z5
+	VADDPS  384(CX)(R8*4), Z6, Z6
+	VADDPS  448(CX)(R8*4), Z7, Z7
+	ADDQ    DX, R8
+	CMPQ    R8, BX
 	JB      avx512AccumulateZero_block_chunk
-	VMOVUPS Z0, (AX)(DI*4)
-	VMOVUPS Z1, 64(AX)(DI*4)
-	VMOVUPS Z2, 128(AX)(DI*4)
-	VMOVUPS Z3, 192(AX)(DI*4)
-	VMOVUPS Z4, 256(AX)(DI*4)
-	VMOVUPS Z5, 320(AX)(DI*4)
-	VMOVUPS Z6, 384(AX)(DI*4)
-	VMOVUPS Z7, 448(AX)(DI*4)
-	ADDQ    $0x00000080, DI
+	VMOVUPS Z0, (AX)(SI*4)
+	VMOVUPS Z1, 64(AX)(SI*4)
+	VMOVUPS Z2, 128(AX)(SI*4)
+	VMOVUPS Z3, 192(AX)(SI*4)
+	VMOVUPS Z4, 256(AX)(SI*4)
+	VMOVUPS Z5, 320(AX)(SI*4)
+	VMOVUPS Z6, 384(AX)(SI*4)
+	VMOVUPS Z7, 448(AX)(SI*4)
+	ADDQ    $0x00000080, SI
 	JMP     avx512AccumulateZero_block
 
 avx512AccumulateZero_block_done:
 avx512AccumulateZero_vec:
-	CMPQ   DI, DX
+	CMPQ   SI, DX
 	JAE    avx512AccumulateZero_vec_done
 	VPXORD Z8, Z8, Z8
-	LEAQ   (CX)(DI*4), R8
+	MOVQ   SI, DI
 
 avx512AccumulateZero_vec_chunk:
-	VADDPS  (R8), Z8, Z8
-	ADDQ    BX, R8
-	CMPQ    R8, SI
+	VADDPS  (CX)(DI*4), Z8, Z8
+	ADDQ    DX, DI
+	CMPQ    DI, BX
 	JB      avx512AccumulateZero_vec_chunk
-	VMOVUPS Z8, (AX)(DI*4)
-	ADDQ    $0x00000010, DI
+	VMOVUPS Z8, (AX)(SI*4)
+	ADDQ    $0x00000010, SI
 	JMP     avx512AccumulateZero_vec
 
 avx512AccumulateZero_vec_done:
@@ -5481,16 +5421,13 @@ TEXT ·avx512AccumulateSqDevZero(SB), NOSPLIT, $0-52
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
 	VBROADCASTSS mean+48(FP), Z0
-	MOVQ         DX, BX
-	SHLQ         $0x02, BX
-	MOVQ         x_len+32(FP), SI
-	LEAQ         (CX)(SI*4), SI
-	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-128, R8
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-128, DI
 
 avx512AccumulateSqDevZero_block:
-	CMPQ   DI, R8
+	CMPQ   SI, DI
 	JAE    avx512AccumulateSqDevZero_block_done
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -5500,72 +5437,72 @@ avx512AccumulateSqDevZero_block:
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
-	LEAQ   (CX)(DI*4), R9
+	MOVQ   SI, R8
 
 avx512AccumulateSqDevZero_block_chunk:
-	VMOVUPS (R9), Z9
+	VMOVUPS (CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z1, Z1
-	VMOVUPS 64(R9), Z9
+	VMOVUPS 64(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z2, Z2
-	VMOVUPS 128(R9), Z9
+	VMOVUPS 128(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z3, Z3
-	VMOVUPS 192(R9), Z9
+	VMOVUPS 192(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z4, Z4
-	VMOVUPS 256(R9), Z9
+	VMOVUPS 256(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z5, Z5
-	VMOVUPS 320(R9), Z9
+	VMOVUPS 320(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z6, Z6
-	VMOVUPS 384(R9), Z9
+	VMOVUPS 384(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z7, Z7
-	VMOVUPS 448(R9), Z9
+	VMOVUPS 448(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z8, Z8
-	ADDQ    BX, R9
-	CMPQ    R9, SI
+	ADDQ    DX, R8
+	CMPQ    R8, BX
 	JB      avx512AccumulateSqDevZero_block_chunk
-	VMOVUPS Z1, (AX)(DI*4)
-	VMOVUPS Z2, 64(AX)(DI*4)
-	VMOVUPS Z3, 128(AX)(DI*4)
-	VMOVUPS Z4, 192(AX)(DI*4)
-	VMOVUPS Z5, 256(AX)(DI*4)
-	VMOVUPS Z6, 320(AX)(DI*4)
-	VMOVUPS Z7, 384(AX)(DI*4)
-	VMOVUPS Z8, 448(AX)(DI*4)
-	ADDQ    $0x00000080, DI
+	VMOVUPS Z1, (AX)(SI*4)
+	VMOVUPS Z2, 64(AX)(SI*4)
+	VMOVUPS Z3, 128(AX)(SI*4)
+	VMOVUPS Z4, 192(AX)(SI*4)
+	VMOVUPS Z5, 256(AX)(SI*4)
+	VMOVUPS Z6, 320(AX)(SI*4)
+	VMOVUPS Z7, 384(AX)(SI*4)
+	VMOVUPS Z8, 448(AX)(SI*4)
+	ADDQ    $0x00000080, SI
 	JMP     avx512AccumulateSqDevZero_block
 
 avx512AccumulateSqDevZero_block_done:
 avx512AccumulateSqDevZero_vec:
-	CMPQ   DI, DX
+	CMPQ   SI, DX
 	JAE    avx512AccumulateSqDevZero_vec_done
 	VPXORD Z10, Z10, Z10
-	LEAQ   (CX)(DI*4), R8
+	MOVQ   SI, DI
 
 avx512AccumulateSqDevZero_vec_chunk:
-	VMOVUPS (R8), Z1
+	VMOVUPS (CX)(DI*4), Z1
 	VSUBPS  Z0, Z1, Z1
 	VMULPS  Z1, Z1, Z1
 	VADDPS  Z1, Z10, Z10
-	ADDQ    BX, R8
-	CMPQ    R8, SI
+	ADDQ    DX, DI
+	CMPQ    DI, BX
 	JB      avx512AccumulateSqDevZero_vec_chunk
-	VMOVUPS Z10, (AX)(DI*4)
-	ADDQ    $0x00000010, DI
+	VMOVUPS Z10, (AX)(SI*4)
+	ADDQ    $0x00000010, SI
 	JMP     avx512AccumulateSqDevZero_vec
 
 avx512AccumulateSqDevZero_vec_done:
@@ -5579,16 +5516,13 @@ TEXT ·avx512AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
 	VBROADCASTSS mean+48(FP), Z0
-	MOVQ         DX, BX
-	SHLQ         $0x02, BX
-	MOVQ         x_len+32(FP), SI
-	LEAQ         (CX)(SI*4), SI
-	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-128, R8
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-128, DI
 
 avx512AccumulateSqDevFMAZero_block:
-	CMPQ   DI, R8
+	CMPQ   SI, DI
 	JAE    avx512AccumulateSqDevFMAZero_block_done
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -5598,63 +5532,63 @@ avx512AccumulateSqDevFMAZero_block:
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
-	LEAQ   (CX)(DI*4), R9
+	MOVQ   SI, R8
 
 avx512AccumulateSqDevFMAZero_block_chunk:
-	VMOVUPS     (R9), Z9
+	VMOVUPS     (CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z1
-	VMOVUPS     64(R9), Z9
+	VMOVUPS     64(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z2
-	VMOVUPS     128(R9), Z9
+	VMOVUPS     128(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z3
-	VMOVUPS     192(R9), Z9
+	VMOVUPS     192(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z4
-	VMOVUPS     256(R9), Z9
+	VMOVUPS     256(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z5
-	VMOVUPS     320(R9), Z9
+	VMOVUPS     320(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z6
-	VMOVUPS     384(R9), Z9
+	VMOVUPS     384(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z7
-	VMOVUPS     448(R9), Z9
+	VMOVUPS     448(CX)(R8*4), Z9
 	VSUBPS      Z0, Z9, Z9
 	VFMADD231PS Z9, Z9, Z8
-	ADDQ        BX, R9
-	CMPQ        R9, SI
+	ADDQ        DX, R8
+	CMPQ        R8, BX
 	JB          avx512AccumulateSqDevFMAZero_block_chunk
-	VMOVUPS     Z1, (AX)(DI*4)
-	VMOVUPS     Z2, 64(AX)(DI*4)
-	VMOVUPS     Z3, 128(AX)(DI*4)
-	VMOVUPS     Z4, 192(AX)(DI*4)
-	VMOVUPS     Z5, 256(AX)(DI*4)
-	VMOVUPS     Z6, 320(AX)(DI*4)
-	VMOVUPS     Z7, 384(AX)(DI*4)
-	VMOVUPS     Z8, 448(AX)(DI*4)
-	ADDQ        $0x00000080, DI
+	VMOVUPS     Z1, (AX)(SI*4)
+	VMOVUPS     Z2, 64(AX)(SI*4)
+	VMOVUPS     Z3, 128(AX)(SI*4)
+	VMOVUPS     Z4, 192(AX)(SI*4)
+	VMOVUPS     Z5, 256(AX)(SI*4)
+	VMOVUPS     Z6, 320(AX)(SI*4)
+	VMOVUPS     Z7, 384(AX)(SI*4)
+	VMOVUPS     Z8, 448(AX)(SI*4)
+	ADDQ        $0x00000080, SI
 	JMP         avx512AccumulateSqDevFMAZero_block
 
 avx512AccumulateSqDevFMAZero_block_done:
 avx512AccumulateSqDevFMAZero_vec:
-	CMPQ   DI, DX
+	CMPQ   SI, DX
 	JAE    avx512AccumulateSqDevFMAZero_vec_done
 	VPXORD Z10, Z10, Z10
-	LEAQ   (CX)(DI*4), R8
+	MOVQ   SI, DI
 
 avx512AccumulateSqDevFMAZero_vec_chunk:
-	VMOVUPS     (R8), Z1
+	VMOVUPS     (CX)(DI*4), Z1
 	VSUBPS      Z0, Z1, Z1
 	VFMADD231PS Z1, Z1, Z10
-	ADDQ        BX, R8
-	CMPQ        R8, SI
+	ADDQ        DX, DI
+	CMPQ        DI, BX
 	JB          avx512AccumulateSqDevFMAZero_vec_chunk
-	VMOVUPS     Z10, (AX)(DI*4)
-	ADDQ        $0x00000010, DI
+	VMOVUPS     Z10, (AX)(SI*4)
+	ADDQ        $0x00000010, SI
 	JMP         avx512AccumulateSqDevFMAZero_vec
 
 avx512AccumulateSqDevFMAZero_vec_done:
@@ -5669,16 +5603,13 @@ TEXT ·avx512Add2Sum(SB), NOSPLIT, $0-96
 	MOVQ a_base+48(FP), DX
 	MOVQ b_base+72(FP), BX
 	MOVQ part_len+8(FP), SI
-	MOVQ SI, DI
-	SHLQ $0x02, DI
-	MOVQ s_len+32(FP), R8
-	SHLQ $0x02, R8
-	XORQ R9, R9
-	MOVQ SI, R10
-	ANDQ $-128, R10
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-128, R9
 
 avx512Add2Sum_block:
-	CMPQ   R9, R10
+	CMPQ   R8, R9
 	JAE    avx512Add2Sum_block_done
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5688,74 +5619,72 @@ avx512Add2Sum_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
-	MOVQ   R9, R11
-	SHLQ   $0x02, R11
+	MOVQ   R8, R10
 
 avx512Add2Sum_block_chunk:
-	VMOVUPS (DX)(R11*1), Z8
-	VADDPS  (BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, (CX)(R11*1)
+	VMOVUPS (DX)(R10*4), Z8
+	VADDPS  (BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, (CX)(R10*4)
 	VADDPS  Z8, Z0, Z0
-	VMOVUPS 64(DX)(R11*1), Z8
-	VADDPS  64(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 64(CX)(R11*1)
+	VMOVUPS 64(DX)(R10*4), Z8
+	VADDPS  64(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 64(CX)(R10*4)
 	VADDPS  Z8, Z1, Z1
-	VMOVUPS 128(DX)(R11*1), Z8
-	VADDPS  128(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 128(CX)(R11*1)
+	VMOVUPS 128(DX)(R10*4), Z8
+	VADDPS  128(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 128(CX)(R10*4)
 	VADDPS  Z8, Z2, Z2
-	VMOVUPS 192(DX)(R11*1), Z8
-	VADDPS  192(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 192(CX)(R11*1)
+	VMOVUPS 192(DX)(R10*4), Z8
+	VADDPS  192(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 192(CX)(R10*4)
 	VADDPS  Z8, Z3, Z3
-	VMOVUPS 256(DX)(R11*1), Z8
-	VADDPS  256(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 256(CX)(R11*1)
+	VMOVUPS 256(DX)(R10*4), Z8
+	VADDPS  256(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 256(CX)(R10*4)
 	VADDPS  Z8, Z4, Z4
-	VMOVUPS 320(DX)(R11*1), Z8
-	VADDPS  320(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 320(CX)(R11*1)
+	VMOVUPS 320(DX)(R10*4), Z8
+	VADDPS  320(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 320(CX)(R10*4)
 	VADDPS  Z8, Z5, Z5
-	VMOVUPS 384(DX)(R11*1), Z8
-	VADDPS  384(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 384(CX)(R11*1)
+	VMOVUPS 384(DX)(R10*4), Z8
+	VADDPS  384(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 384(CX)(R10*4)
 	VADDPS  Z8, Z6, Z6
-	VMOVUPS 448(DX)(R11*1), Z8
-	VADDPS  448(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 448(CX)(R11*1)
+	VMOVUPS 448(DX)(R10*4), Z8
+	VADDPS  448(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 448(CX)(R10*4)
 	VADDPS  Z8, Z7, Z7
-	ADDQ    DI, R11
-	CMPQ    R11, R8
+	ADDQ    SI, R10
+	CMPQ    R10, DI
 	JB      avx512Add2Sum_block_chunk
-	VMOVUPS Z0, (AX)(R9*4)
-	VMOVUPS Z1, 64(AX)(R9*4)
-	VMOVUPS Z2, 128(AX)(R9*4)
-	VMOVUPS Z3, 192(AX)(R9*4)
-	VMOVUPS Z4, 256(AX)(R9*4)
-	VMOVUPS Z5, 320(AX)(R9*4)
-	VMOVUPS Z6, 384(AX)(R9*4)
-	VMOVUPS Z7, 448(AX)(R9*4)
-	ADDQ    $0x00000080, R9
+	VMOVUPS Z0, (AX)(R8*4)
+	VMOVUPS Z1, 64(AX)(R8*4)
+	VMOVUPS Z2, 128(AX)(R8*4)
+	VMOVUPS Z3, 192(AX)(R8*4)
+	VMOVUPS Z4, 256(AX)(R8*4)
+	VMOVUPS Z5, 320(AX)(R8*4)
+	VMOVUPS Z6, 384(AX)(R8*4)
+	VMOVUPS Z7, 448(AX)(R8*4)
+	ADDQ    $0x00000080, R8
 	JMP     avx512Add2Sum_block
 
 avx512Add2Sum_block_done:
 avx512Add2Sum_vec:
-	CMPQ   R9, SI
+	CMPQ   R8, SI
 	JAE    avx512Add2Sum_vec_done
 	VPXORD Z9, Z9, Z9
-	MOVQ   R9, R10
-	SHLQ   $0x02, R10
+	MOVQ   R8, R9
 
 avx512Add2Sum_vec_chunk:
-	VMOVUPS (DX)(R10*1), Z0
-	VADDPS  (BX)(R10*1), Z0, Z0
-	VMOVUPS Z0, (CX)(R10*1)
+	VMOVUPS (DX)(R9*4), Z0
+	VADDPS  (BX)(R9*4), Z0, Z0
+	VMOVUPS Z0, (CX)(R9*4)
 	VADDPS  Z0, Z9, Z9
-	ADDQ    DI, R10
-	CMPQ    R10, R8
+	ADDQ    SI, R9
+	CMPQ    R9, DI
 	JB      avx512Add2Sum_vec_chunk
-	VMOVUPS Z9, (AX)(R9*4)
-	ADDQ    $0x00000010, R9
+	VMOVUPS Z9, (AX)(R8*4)
+	ADDQ    $0x00000010, R8
 	JMP     avx512Add2Sum_vec
 
 avx512Add2Sum_vec_done:
@@ -5771,16 +5700,13 @@ TEXT ·avx512Add3Sum(SB), NOSPLIT, $0-120
 	MOVQ b_base+72(FP), BX
 	MOVQ d_base+96(FP), SI
 	MOVQ part_len+8(FP), DI
-	MOVQ DI, R8
-	SHLQ $0x02, R8
-	MOVQ s_len+32(FP), R9
-	SHLQ $0x02, R9
-	XORQ R10, R10
-	MOVQ DI, R11
-	ANDQ $-128, R11
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
 
 avx512Add3Sum_block:
-	CMPQ   R10, R11
+	CMPQ   R9, R10
 	JAE    avx512Add3Sum_block_done
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5790,83 +5716,81 @@ avx512Add3Sum_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
-	MOVQ   R10, R12
-	SHLQ   $0x02, R12
+	MOVQ   R9, R11
 
 avx512Add3Sum_block_chunk:
-	VMOVUPS (DX)(R12*1), Z8
-	VADDPS  (BX)(R12*1), Z8, Z8
-	VADDPS  (SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, (CX)(R12*1)
+	VMOVUPS (DX)(R11*4), Z8
+	VADDPS  (BX)(R11*4), Z8, Z8
+	VADDPS  (SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, (CX)(R11*4)
 	VADDPS  Z8, Z0, Z0
-	VMOVUPS 64(DX)(R12*1), Z8
-	VADDPS  64(BX)(R12*1), Z8, Z8
-	VADDPS  64(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 64(CX)(R12*1)
+	VMOVUPS 64(DX)(R11*4), Z8
+	VADDPS  64(BX)(R11*4), Z8, Z8
+	VADDPS  64(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 64(CX)(R11*4)
 	VADDPS  Z8, Z1, Z1
-	VMOVUPS 128(DX)(R12*1), Z8
-	VADDPS  128(BX)(R12*1), Z8, Z8
-	VADDPS  128(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 128(CX)(R12*1)
+	VMOVUPS 128(DX)(R11*4), Z8
+	VADDPS  128(BX)(R11*4), Z8, Z8
+	VADDPS  128(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 128(CX)(R11*4)
 	VADDPS  Z8, Z2, Z2
-	VMOVUPS 192(DX)(R12*1), Z8
-	VADDPS  192(BX)(R12*1), Z8, Z8
-	VADDPS  192(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 192(CX)(R12*1)
+	VMOVUPS 192(DX)(R11*4), Z8
+	VADDPS  192(BX)(R11*4), Z8, Z8
+	VADDPS  192(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 192(CX)(R11*4)
 	VADDPS  Z8, Z3, Z3
-	VMOVUPS 256(DX)(R12*1), Z8
-	VADDPS  256(BX)(R12*1), Z8, Z8
-	VADDPS  256(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 256(CX)(R12*1)
+	VMOVUPS 256(DX)(R11*4), Z8
+	VADDPS  256(BX)(R11*4), Z8, Z8
+	VADDPS  256(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 256(CX)(R11*4)
 	VADDPS  Z8, Z4, Z4
-	VMOVUPS 320(DX)(R12*1), Z8
-	VADDPS  320(BX)(R12*1), Z8, Z8
-	VADDPS  320(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 320(CX)(R12*1)
+	VMOVUPS 320(DX)(R11*4), Z8
+	VADDPS  320(BX)(R11*4), Z8, Z8
+	VADDPS  320(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 320(CX)(R11*4)
 	VADDPS  Z8, Z5, Z5
-	VMOVUPS 384(DX)(R12*1), Z8
-	VADDPS  384(BX)(R12*1), Z8, Z8
-	VADDPS  384(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 384(CX)(R12*1)
+	VMOVUPS 384(DX)(R11*4), Z8
+	VADDPS  384(BX)(R11*4), Z8, Z8
+	VADDPS  384(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 384(CX)(R11*4)
 	VADDPS  Z8, Z6, Z6
-	VMOVUPS 448(DX)(R12*1), Z8
-	VADDPS  448(BX)(R12*1), Z8, Z8
-	VADDPS  448(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 448(CX)(R12*1)
+	VMOVUPS 448(DX)(R11*4), Z8
+	VADDPS  448(BX)(R11*4), Z8, Z8
+	VADDPS  448(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 448(CX)(R11*4)
 	VADDPS  Z8, Z7, Z7
-	ADDQ    R8, R12
-	CMPQ    R12, R9
+	ADDQ    DI, R11
+	CMPQ    R11, R8
 	JB      avx512Add3Sum_block_chunk
-	VMOVUPS Z0, (AX)(R10*4)
-	VMOVUPS Z1, 64(AX)(R10*4)
-	VMOVUPS Z2, 128(AX)(R10*4)
-	VMOVUPS Z3, 192(AX)(R10*4)
-	VMOVUPS Z4, 256(AX)(R10*4)
-	VMOVUPS Z5, 320(AX)(R10*4)
-	VMOVUPS Z6, 384(AX)(R10*4)
-	VMOVUPS Z7, 448(AX)(R10*4)
-	ADDQ    $0x00000080, R10
+	VMOVUPS Z0, (AX)(R9*4)
+	VMOVUPS Z1, 64(AX)(R9*4)
+	VMOVUPS Z2, 128(AX)(R9*4)
+	VMOVUPS Z3, 192(AX)(R9*4)
+	VMOVUPS Z4, 256(AX)(R9*4)
+	VMOVUPS Z5, 320(AX)(R9*4)
+	VMOVUPS Z6, 384(AX)(R9*4)
+	VMOVUPS Z7, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
 	JMP     avx512Add3Sum_block
 
 avx512Add3Sum_block_done:
 avx512Add3Sum_vec:
-	CMPQ   R10, DI
+	CMPQ   R9, DI
 	JAE    avx512Add3Sum_vec_done
 	VPXORD Z9, Z9, Z9
-	MOVQ   R10, R11
-	SHLQ   $0x02, R11
+	MOVQ   R9, R10
 
 avx512Add3Sum_vec_chunk:
-	VMOVUPS (DX)(R11*1), Z0
-	VADDPS  (BX)(R11*1), Z0, Z0
-	VADDPS  (SI)(R11*1), Z0, Z0
-	VMOVUPS Z0, (CX)(R11*1)
+	VMOVUPS (DX)(R10*4), Z0
+	VADDPS  (BX)(R10*4), Z0, Z0
+	VADDPS  (SI)(R10*4), Z0, Z0
+	VMOVUPS Z0, (CX)(R10*4)
 	VADDPS  Z0, Z9, Z9
-	ADDQ    R8, R11
-	CMPQ    R11, R9
+	ADDQ    DI, R10
+	CMPQ    R10, R8
 	JB      avx512Add3Sum_vec_chunk
-	VMOVUPS Z9, (AX)(R10*4)
-	ADDQ    $0x00000010, R10
+	VMOVUPS Z9, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
 	JMP     avx512Add3Sum_vec
 
 avx512Add3Sum_vec_done:
@@ -5882,16 +5806,13 @@ TEXT ·avx512Add2SumNT(SB), NOSPLIT, $0-120
 	MOVQ a_base+72(FP), BX
 	MOVQ b_base+96(FP), SI
 	MOVQ part_len+8(FP), DI
-	MOVQ DI, R8
-	SHLQ $0x02, R8
-	MOVQ s_len+32(FP), R9
-	SHLQ $0x02, R9
-	XORQ R10, R10
-	MOVQ DI, R11
-	ANDQ $-128, R11
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
 
 avx512Add2SumNT_block:
-	CMPQ   R10, R11
+	CMPQ   R9, R10
 	JAE    avx512Add2SumNT_block_done
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5901,83 +5822,81 @@ avx512Add2SumNT_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
-	MOVQ   R10, R12
-	SHLQ   $0x02, R12
+	MOVQ   R9, R11
 
 avx512Add2SumNT_block_chunk:
-	VMOVUPS  (BX)(R12*1), Z8
-	VADDPS   (SI)(R12*1), Z8, Z8
-	VMOVUPS  Z8, (CX)(R12*1)
-	VMOVNTPS Z8, (DX)(R12*1)
+	VMOVUPS  (BX)(R11*4), Z8
+	VADDPS   (SI)(R11*4), Z8, Z8
+	VMOVUPS  Z8, (CX)(R11*4)
+	VMOVNTPS Z8, (DX)(R11*4)
 	VADDPS   Z8, Z0, Z0
-	VMOVUPS  64(BX)(R12*1), Z8
-	VADDPS   64(SI)(R12*1), Z8, Z8
-	VMOVUPS  Z8, 64(CX)(R12*1)
-	VMOVNTPS Z8, 64(DX)(R12*1)
+	VMOVUPS  64(BX)(R11*4), Z8
+	VADDPS   64(SI)(R11*4), Z8, Z8
+	VMOVUPS  Z8, 64(CX)(R11*4)
+	VMOVNTPS Z8, 64(DX)(R11*4)
 	VADDPS   Z8, Z1, Z1
-	VMOVUPS  128(BX)(R12*1), Z8
-	VADDPS   128(SI)(R12*1), Z8, Z8
-	VMOVUPS  Z8, 128(CX)(R12*1)
-	VMOVNTPS Z8, 128(DX)(R12*1)
+	VMOVUPS  128(BX)(R11*4), Z8
+	VADDPS   128(SI)(R11*4), Z8, Z8
+	VMOVUPS  Z8, 128(CX)(R11*4)
+	VMOVNTPS Z8, 128(DX)(R11*4)
 	VADDPS   Z8, Z2, Z2
-	VMOVUPS  192(BX)(R12*1), Z8
-	VADDPS   192(SI)(R12*1), Z8, Z8
-	VMOVUPS  Z8, 192(CX)(R12*1)
-	VMOVNTPS Z8, 192(DX)(R12*1)
+	VMOVUPS  192(BX)(R11*4), Z8
+	VADDPS   192(SI)(R11*4), Z8, Z8
+	VMOVUPS  Z8, 192(CX)(R11*4)
+	VMOVNTPS Z8, 192(DX)(R11*4)
 	VADDPS   Z8, Z3, Z3
-	VMOVUPS  256(BX)(R12*1), Z8
-	VADDPS   256(SI)(R12*1), Z8, Z8
-	VMOVUPS  Z8, 256(CX)(R12*1)
-	VMOVNTPS Z8, 256(DX)(R12*1)
+	VMOVUPS  256(BX)(R11*4), Z8
+	VADDPS   256(SI)(R11*4), Z8, Z8
+	VMOVUPS  Z8, 256(CX)(R11*4)
+	VMOVNTPS Z8, 256(DX)(R11*4)
 	VADDPS   Z8, Z4, Z4
-	VMOVUPS  320(BX)(R12*1), Z8
-	VADDPS   320(SI)(R12*1), Z8, Z8
-	VMOVUPS  Z8, 320(CX)(R12*1)
-	VMOVNTPS Z8, 320(DX)(R12*1)
+	VMOVUPS  320(BX)(R11*4), Z8
+	VADDPS   320(SI)(R11*4), Z8, Z8
+	VMOVUPS  Z8, 320(CX)(R11*4)
+	VMOVNTPS Z8, 320(DX)(R11*4)
 	VADDPS   Z8, Z5, Z5
-	VMOVUPS  384(BX)(R12*1), Z8
-	VADDPS   384(SI)(R12*1), Z8, Z8
-	VMOVUPS  Z8, 384(CX)(R12*1)
-	VMOVNTPS Z8, 384(DX)(R12*1)
+	VMOVUPS  384(BX)(R11*4), Z8
+	VADDPS   384(SI)(R11*4), Z8, Z8
+	VMOVUPS  Z8, 384(CX)(R11*4)
+	VMOVNTPS Z8, 384(DX)(R11*4)
 	VADDPS   Z8, Z6, Z6
-	VMOVUPS  448(BX)(R12*1), Z8
-	VADDPS   448(SI)(R12*1), Z8, Z8
-	VMOVUPS  Z8, 448(CX)(R12*1)
-	VMOVNTPS Z8, 448(DX)(R12*1)
+	VMOVUPS  448(BX)(R11*4), Z8
+	VADDPS   448(SI)(R11*4), Z8, Z8
+	VMOVUPS  Z8, 448(CX)(R11*4)
+	VMOVNTPS Z8, 448(DX)(R11*4)
 	VADDPS   Z8, Z7, Z7
-	ADDQ     R8, R12
-	CMPQ     R12, R9
+	ADDQ     DI, R11
+	CMPQ     R11, R8
 	JB       avx512Add2SumNT_block_chunk
-	VMOVUPS  Z0, (AX)(R10*4)
-	VMOVUPS  Z1, 64(AX)(R10*4)
-	VMOVUPS  Z2, 128(AX)(R10*4)
-	VMOVUPS  Z3, 192(AX)(R10*4)
-	VMOVUPS  Z4, 256(AX)(R10*4)
-	VMOVUPS  Z5, 320(AX)(R10*4)
-	VMOVUPS  Z6, 384(AX)(R10*4)
-	VMOVUPS  Z7, 448(AX)(R10*4)
-	ADDQ     $0x00000080, R10
+	VMOVUPS  Z0, (AX)(R9*4)
+	VMOVUPS  Z1, 64(AX)(R9*4)
+	VMOVUPS  Z2, 128(AX)(R9*4)
+	VMOVUPS  Z3, 192(AX)(R9*4)
+	VMOVUPS  Z4, 256(AX)(R9*4)
+	VMOVUPS  Z5, 320(AX)(R9*4)
+	VMOVUPS  Z6, 384(AX)(R9*4)
+	VMOVUPS  Z7, 448(AX)(R9*4)
+	ADDQ     $0x00000080, R9
 	JMP      avx512Add2SumNT_block
 
 avx512Add2SumNT_block_done:
 avx512Add2SumNT_vec:
-	CMPQ   R10, DI
+	CMPQ   R9, DI
 	JAE    avx512Add2SumNT_vec_done
 	VPXORD Z9, Z9, Z9
-	MOVQ   R10, R11
-	SHLQ   $0x02, R11
+	MOVQ   R9, R10
 
 avx512Add2SumNT_vec_chunk:
-	VMOVUPS  (BX)(R11*1), Z0
-	VADDPS   (SI)(R11*1), Z0, Z0
-	VMOVUPS  Z0, (CX)(R11*1)
-	VMOVNTPS Z0, (DX)(R11*1)
+	VMOVUPS  (BX)(R10*4), Z0
+	VADDPS   (SI)(R10*4), Z0, Z0
+	VMOVUPS  Z0, (CX)(R10*4)
+	VMOVNTPS Z0, (DX)(R10*4)
 	VADDPS   Z0, Z9, Z9
-	ADDQ     R8, R11
-	CMPQ     R11, R9
+	ADDQ     DI, R10
+	CMPQ     R10, R8
 	JB       avx512Add2SumNT_vec_chunk
-	VMOVUPS  Z9, (AX)(R10*4)
-	ADDQ     $0x00000010, R10
+	VMOVUPS  Z9, (AX)(R9*4)
+	ADDQ     $0x00000010, R9
 	JMP      avx512Add2SumNT_vec
 
 avx512Add2SumNT_vec_done:
@@ -5994,16 +5913,13 @@ TEXT ·avx512Add3SumNT(SB), NOSPLIT, $0-144
 	MOVQ b_base+96(FP), SI
 	MOVQ d_base+120(FP), DI
 	MOVQ part_len+8(FP), R8
-	MOVQ R8, R9
-	SHLQ $0x02, R9
-	MOVQ s_len+32(FP), R10
-	SHLQ $0x02, R10
-	XORQ R11, R11
-	MOVQ R8, R12
-	ANDQ $-128, R12
+	MOVQ s_len+32(FP), R9
+	XORQ R10, R10
+	MOVQ R8, R11
+	ANDQ $-128, R11
 
 avx512Add3SumNT_block:
-	CMPQ   R11, R12
+	CMPQ   R10, R11
 	JAE    avx512Add3SumNT_block_done
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -6013,92 +5929,90 @@ avx512Add3SumNT_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
-	MOVQ   R11, R13
-	SHLQ   $0x02, R13
+	MOVQ   R10, R12
 
 avx512Add3SumNT_block_chunk:
-	VMOVUPS  (BX)(R13*1), Z8
-	VADDPS   (SI)(R13*1), Z8, Z8
-	VADDPS   (DI)(R13*1), Z8, Z8
-	VMOVUPS  Z8, (CX)(R13*1)
-	VMOVNTPS Z8, (DX)(R13*1)
+	VMOVUPS  (BX)(R12*4), Z8
+	VADDPS   (SI)(R12*4), Z8, Z8
+	VADDPS   (DI)(R12*4), Z8, Z8
+	VMOVUPS  Z8, (CX)(R12*4)
+	VMOVNTPS Z8, (DX)(R12*4)
 	VADDPS   Z8, Z0, Z0
-	VMOVUPS  64(BX)(R13*1), Z8
-	VADDPS   64(SI)(R13*1), Z8, Z8
-	VADDPS   64(DI)(R13*1), Z8, Z8
-	VMOVUPS  Z8, 64(CX)(R13*1)
-	VMOVNTPS Z8, 64(DX)(R13*1)
+	VMOVUPS  64(BX)(R12*4), Z8
+	VADDPS   64(SI)(R12*4), Z8, Z8
+	VADDPS   64(DI)(R12*4), Z8, Z8
+	VMOVUPS  Z8, 64(CX)(R12*4)
+	VMOVNTPS Z8, 64(DX)(R12*4)
 	VADDPS   Z8, Z1, Z1
-	VMOVUPS  128(BX)(R13*1), Z8
-	VADDPS   128(SI)(R13*1), Z8, Z8
-	VADDPS   128(DI)(R13*1), Z8, Z8
-	VMOVUPS  Z8, 128(CX)(R13*1)
-	VMOVNTPS Z8, 128(DX)(R13*1)
+	VMOVUPS  128(BX)(R12*4), Z8
+	VADDPS   128(SI)(R12*4), Z8, Z8
+	VADDPS   128(DI)(R12*4), Z8, Z8
+	VMOVUPS  Z8, 128(CX)(R12*4)
+	VMOVNTPS Z8, 128(DX)(R12*4)
 	VADDPS   Z8, Z2, Z2
-	VMOVUPS  192(BX)(R13*1), Z8
-	VADDPS   192(SI)(R13*1), Z8, Z8
-	VADDPS   192(DI)(R13*1), Z8, Z8
-	VMOVUPS  Z8, 192(CX)(R13*1)
-	VMOVNTPS Z8, 192(DX)(R13*1)
+	VMOVUPS  192(BX)(R12*4), Z8
+	VADDPS   192(SI)(R12*4), Z8, Z8
+	VADDPS   192(DI)(R12*4), Z8, Z8
+	VMOVUPS  Z8, 192(CX)(R12*4)
+	VMOVNTPS Z8, 192(DX)(R12*4)
 	VADDPS   Z8, Z3, Z3
-	VMOVUPS  256(BX)(R13*1), Z8
-	VADDPS   256(SI)(R13*1), Z8, Z8
-	VADDPS   256(DI)(R13*1), Z8, Z8
-	VMOVUPS  Z8, 256(CX)(R13*1)
-	VMOVNTPS Z8, 256(DX)(R13*1)
+	VMOVUPS  256(BX)(R12*4), Z8
+	VADDPS   256(SI)(R12*4), Z8, Z8
+	VADDPS   256(DI)(R12*4), Z8, Z8
+	VMOVUPS  Z8, 256(CX)(R12*4)
+	VMOVNTPS Z8, 256(DX)(R12*4)
 	VADDPS   Z8, Z4, Z4
-	VMOVUPS  320(BX)(R13*1), Z8
-	VADDPS   320(SI)(R13*1), Z8, Z8
-	VADDPS   320(DI)(R13*1), Z8, Z8
-	VMOVUPS  Z8, 320(CX)(R13*1)
-	VMOVNTPS Z8, 320(DX)(R13*1)
+	VMOVUPS  320(BX)(R12*4), Z8
+	VADDPS   320(SI)(R12*4), Z8, Z8
+	VADDPS   320(DI)(R12*4), Z8, Z8
+	VMOVUPS  Z8, 320(CX)(R12*4)
+	VMOVNTPS Z8, 320(DX)(R12*4)
 	VADDPS   Z8, Z5, Z5
-	VMOVUPS  384(BX)(R13*1), Z8
-	VADDPS   384(SI)(R13*1), Z8, Z8
-	VADDPS   384(DI)(R13*1), Z8, Z8
-	VMOVUPS  Z8, 384(CX)(R13*1)
-	VMOVNTPS Z8, 384(DX)(R13*1)
+	VMOVUPS  384(BX)(R12*4), Z8
+	VADDPS   384(SI)(R12*4), Z8, Z8
+	VADDPS   384(DI)(R12*4), Z8, Z8
+	VMOVUPS  Z8, 384(CX)(R12*4)
+	VMOVNTPS Z8, 384(DX)(R12*4)
 	VADDPS   Z8, Z6, Z6
-	VMOVUPS  448(BX)(R13*1), Z8
-	VADDPS   448(SI)(R13*1), Z8, Z8
-	VADDPS   448(DI)(R13*1), Z8, Z8
-	VMOVUPS  Z8, 448(CX)(R13*1)
-	VMOVNTPS Z8, 448(DX)(R13*1)
+	VMOVUPS  448(BX)(R12*4), Z8
+	VADDPS   448(SI)(R12*4), Z8, Z8
+	VADDPS   448(DI)(R12*4), Z8, Z8
+	VMOVUPS  Z8, 448(CX)(R12*4)
+	VMOVNTPS Z8, 448(DX)(R12*4)
 	VADDPS   Z8, Z7, Z7
-	ADDQ     R9, R13
-	CMPQ     R13, R10
+	ADDQ     R8, R12
+	CMPQ     R12, R9
 	JB       avx512Add3SumNT_block_chunk
-	VMOVUPS  Z0, (AX)(R11*4)
-	VMOVUPS  Z1, 64(AX)(R11*4)
-	VMOVUPS  Z2, 128(AX)(R11*4)
-	VMOVUPS  Z3, 192(AX)(R11*4)
-	VMOVUPS  Z4, 256(AX)(R11*4)
-	VMOVUPS  Z5, 320(AX)(R11*4)
-	VMOVUPS  Z6, 384(AX)(R11*4)
-	VMOVUPS  Z7, 448(AX)(R11*4)
-	ADDQ     $0x00000080, R11
+	VMOVUPS  Z0, (AX)(R10*4)
+	VMOVUPS  Z1, 64(AX)(R10*4)
+	VMOVUPS  Z2, 128(AX)(R10*4)
+	VMOVUPS  Z3, 192(AX)(R10*4)
+	VMOVUPS  Z4, 256(AX)(R10*4)
+	VMOVUPS  Z5, 320(AX)(R10*4)
+	VMOVUPS  Z6, 384(AX)(R10*4)
+	VMOVUPS  Z7, 448(AX)(R10*4)
+	ADDQ     $0x00000080, R10
 	JMP      avx512Add3SumNT_block
 
 avx512Add3SumNT_block_done:
 avx512Add3SumNT_vec:
-	CMPQ   R11, R8
+	CMPQ   R10, R8
 	JAE    avx512Add3SumNT_vec_done
 	VPXORD Z9, Z9, Z9
-	MOVQ   R11, R12
-	SHLQ   $0x02, R12
+	MOVQ   R10, R11
 
 avx512Add3SumNT_vec_chunk:
-	VMOVUPS  (BX)(R12*1), Z0
-	VADDPS   (SI)(R12*1), Z0, Z0
-	VADDPS   (DI)(R12*1), Z0, Z0
-	VMOVUPS  Z0, (CX)(R12*1)
-	VMOVNTPS Z0, (DX)(R12*1)
+	VMOVUPS  (BX)(R11*4), Z0
+	VADDPS   (SI)(R11*4), Z0, Z0
+	VADDPS   (DI)(R11*4), Z0, Z0
+	VMOVUPS  Z0, (CX)(R11*4)
+	VMOVNTPS Z0, (DX)(R11*4)
 	VADDPS   Z0, Z9, Z9
-	ADDQ     R9, R12
-	CMPQ     R12, R10
+	ADDQ     R8, R11
+	CMPQ     R11, R9
 	JB       avx512Add3SumNT_vec_chunk
-	VMOVUPS  Z9, (AX)(R11*4)
-	ADDQ     $0x00000010, R11
+	VMOVUPS  Z9, (AX)(R10*4)
+	ADDQ     $0x00000010, R10
 	JMP      avx512Add3SumNT_vec
 
 avx512Add3SumNT_vec_done:
@@ -6113,93 +6027,88 @@ TEXT ·avx512Add2SumAcc(SB), NOSPLIT, $0-96
 	MOVQ a_base+48(FP), DX
 	MOVQ b_base+72(FP), BX
 	MOVQ part_len+8(FP), SI
-	MOVQ SI, DI
-	SHLQ $0x02, DI
-	MOVQ s_len+32(FP), R8
-	SHLQ $0x02, R8
-	XORQ R9, R9
-	MOVQ SI, R10
-	ANDQ $-128, R10
+	MOVQ s_len+32(FP), DI
+	XORQ R8, R8
+	MOVQ SI, R9
+	ANDQ $-128, R9
 
 avx512Add2SumAcc_block:
-	CMPQ    R9, R10
+	CMPQ    R8, R9
 	JAE     avx512Add2SumAcc_block_done
-	VMOVUPS (AX)(R9*4), Z0
-	VMOVUPS 64(AX)(R9*4), Z1
-	VMOVUPS 128(AX)(R9*4), Z2
-	VMOVUPS 192(AX)(R9*4), Z3
-	VMOVUPS 256(AX)(R9*4), Z4
-	VMOVUPS 320(AX)(R9*4), Z5
-	VMOVUPS 384(AX)(R9*4), Z6
-	VMOVUPS 448(AX)(R9*4), Z7
-	MOVQ    R9, R11
-	SHLQ    $0x02, R11
+	VMOVUPS (AX)(R8*4), Z0
+	VMOVUPS 64(AX)(R8*4), Z1
+	VMOVUPS 128(AX)(R8*4), Z2
+	VMOVUPS 192(AX)(R8*4), Z3
+	VMOVUPS 256(AX)(R8*4), Z4
+	VMOVUPS 320(AX)(R8*4), Z5
+	VMOVUPS 384(AX)(R8*4), Z6
+	VMOVUPS 448(AX)(R8*4), Z7
+	MOVQ    R8, R10
 
 avx512Add2SumAcc_block_chunk:
-	VMOVUPS (DX)(R11*1), Z8
-	VADDPS  (BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, (CX)(R11*1)
+	VMOVUPS (DX)(R10*4), Z8
+	VADDPS  (BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, (CX)(R10*4)
 	VADDPS  Z8, Z0, Z0
-	VMOVUPS 64(DX)(R11*1), Z8
-	VADDPS  64(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 64(CX)(R11*1)
+	VMOVUPS 64(DX)(R10*4), Z8
+	VADDPS  64(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 64(CX)(R10*4)
 	VADDPS  Z8, Z1, Z1
-	VMOVUPS 128(DX)(R11*1), Z8
-	VADDPS  128(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 128(CX)(R11*1)
+	VMOVUPS 128(DX)(R10*4), Z8
+	VADDPS  128(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 128(CX)(R10*4)
 	VADDPS  Z8, Z2, Z2
-	VMOVUPS 192(DX)(R11*1), Z8
-	VADDPS  192(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 192(CX)(R11*1)
+	VMOVUPS 192(DX)(R10*4), Z8
+	VADDPS  192(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 192(CX)(R10*4)
 	VADDPS  Z8, Z3, Z3
-	VMOVUPS 256(DX)(R11*1), Z8
-	VADDPS  256(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 256(CX)(R11*1)
+	VMOVUPS 256(DX)(R10*4), Z8
+	VADDPS  256(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 256(CX)(R10*4)
 	VADDPS  Z8, Z4, Z4
-	VMOVUPS 320(DX)(R11*1), Z8
-	VADDPS  320(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 320(CX)(R11*1)
+	VMOVUPS 320(DX)(R10*4), Z8
+	VADDPS  320(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 320(CX)(R10*4)
 	VADDPS  Z8, Z5, Z5
-	VMOVUPS 384(DX)(R11*1), Z8
-	VADDPS  384(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 384(CX)(R11*1)
+	VMOVUPS 384(DX)(R10*4), Z8
+	VADDPS  384(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 384(CX)(R10*4)
 	VADDPS  Z8, Z6, Z6
-	VMOVUPS 448(DX)(R11*1), Z8
-	VADDPS  448(BX)(R11*1), Z8, Z8
-	VMOVUPS Z8, 448(CX)(R11*1)
+	VMOVUPS 448(DX)(R10*4), Z8
+	VADDPS  448(BX)(R10*4), Z8, Z8
+	VMOVUPS Z8, 448(CX)(R10*4)
 	VADDPS  Z8, Z7, Z7
-	ADDQ    DI, R11
-	CMPQ    R11, R8
+	ADDQ    SI, R10
+	CMPQ    R10, DI
 	JB      avx512Add2SumAcc_block_chunk
-	VMOVUPS Z0, (AX)(R9*4)
-	VMOVUPS Z1, 64(AX)(R9*4)
-	VMOVUPS Z2, 128(AX)(R9*4)
-	VMOVUPS Z3, 192(AX)(R9*4)
-	VMOVUPS Z4, 256(AX)(R9*4)
-	VMOVUPS Z5, 320(AX)(R9*4)
-	VMOVUPS Z6, 384(AX)(R9*4)
-	VMOVUPS Z7, 448(AX)(R9*4)
-	ADDQ    $0x00000080, R9
+	VMOVUPS Z0, (AX)(R8*4)
+	VMOVUPS Z1, 64(AX)(R8*4)
+	VMOVUPS Z2, 128(AX)(R8*4)
+	VMOVUPS Z3, 192(AX)(R8*4)
+	VMOVUPS Z4, 256(AX)(R8*4)
+	VMOVUPS Z5, 320(AX)(R8*4)
+	VMOVUPS Z6, 384(AX)(R8*4)
+	VMOVUPS Z7, 448(AX)(R8*4)
+	ADDQ    $0x00000080, R8
 	JMP     avx512Add2SumAcc_block
 
 avx512Add2SumAcc_block_done:
 avx512Add2SumAcc_vec:
-	CMPQ    R9, SI
+	CMPQ    R8, SI
 	JAE     avx512Add2SumAcc_vec_done
-	VMOVUPS (AX)(R9*4), Z0
-	MOVQ    R9, R10
-	SHLQ    $0x02, R10
+	VMOVUPS (AX)(R8*4), Z0
+	MOVQ    R8, R9
 
 avx512Add2SumAcc_vec_chunk:
-	VMOVUPS (DX)(R10*1), Z1
-	VADDPS  (BX)(R10*1), Z1, Z1
-	VMOVUPS Z1, (CX)(R10*1)
+	VMOVUPS (DX)(R9*4), Z1
+	VADDPS  (BX)(R9*4), Z1, Z1
+	VMOVUPS Z1, (CX)(R9*4)
 	VADDPS  Z1, Z0, Z0
-	ADDQ    DI, R10
-	CMPQ    R10, R8
+	ADDQ    SI, R9
+	CMPQ    R9, DI
 	JB      avx512Add2SumAcc_vec_chunk
-	VMOVUPS Z0, (AX)(R9*4)
-	ADDQ    $0x00000010, R9
+	VMOVUPS Z0, (AX)(R8*4)
+	ADDQ    $0x00000010, R8
 	JMP     avx512Add2SumAcc_vec
 
 avx512Add2SumAcc_vec_done:
@@ -6215,102 +6124,97 @@ TEXT ·avx512Add3SumAcc(SB), NOSPLIT, $0-120
 	MOVQ b_base+72(FP), BX
 	MOVQ d_base+96(FP), SI
 	MOVQ part_len+8(FP), DI
-	MOVQ DI, R8
-	SHLQ $0x02, R8
-	MOVQ s_len+32(FP), R9
-	SHLQ $0x02, R9
-	XORQ R10, R10
-	MOVQ DI, R11
-	ANDQ $-128, R11
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
 
 avx512Add3SumAcc_block:
-	CMPQ    R10, R11
+	CMPQ    R9, R10
 	JAE     avx512Add3SumAcc_block_done
-	VMOVUPS (AX)(R10*4), Z0
-	VMOVUPS 64(AX)(R10*4), Z1
-	VMOVUPS 128(AX)(R10*4), Z2
-	VMOVUPS 192(AX)(R10*4), Z3
-	VMOVUPS 256(AX)(R10*4), Z4
-	VMOVUPS 320(AX)(R10*4), Z5
-	VMOVUPS 384(AX)(R10*4), Z6
-	VMOVUPS 448(AX)(R10*4), Z7
-	MOVQ    R10, R12
-	SHLQ    $0x02, R12
+	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS 64(AX)(R9*4), Z1
+	VMOVUPS 128(AX)(R9*4), Z2
+	VMOVUPS 192(AX)(R9*4), Z3
+	VMOVUPS 256(AX)(R9*4), Z4
+	VMOVUPS 320(AX)(R9*4), Z5
+	VMOVUPS 384(AX)(R9*4), Z6
+	VMOVUPS 448(AX)(R9*4), Z7
+	MOVQ    R9, R11
 
 avx512Add3SumAcc_block_chunk:
-	VMOVUPS (DX)(R12*1), Z8
-	VADDPS  (BX)(R12*1), Z8, Z8
-	VADDPS  (SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, (CX)(R12*1)
+	VMOVUPS (DX)(R11*4), Z8
+	VADDPS  (BX)(R11*4), Z8, Z8
+	VADDPS  (SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, (CX)(R11*4)
 	VADDPS  Z8, Z0, Z0
-	VMOVUPS 64(DX)(R12*1), Z8
-	VADDPS  64(BX)(R12*1), Z8, Z8
-	VADDPS  64(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 64(CX)(R12*1)
+	VMOVUPS 64(DX)(R11*4), Z8
+	VADDPS  64(BX)(R11*4), Z8, Z8
+	VADDPS  64(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 64(CX)(R11*4)
 	VADDPS  Z8, Z1, Z1
-	VMOVUPS 128(DX)(R12*1), Z8
-	VADDPS  128(BX)(R12*1), Z8, Z8
-	VADDPS  128(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 128(CX)(R12*1)
+	VMOVUPS 128(DX)(R11*4), Z8
+	VADDPS  128(BX)(R11*4), Z8, Z8
+	VADDPS  128(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 128(CX)(R11*4)
 	VADDPS  Z8, Z2, Z2
-	VMOVUPS 192(DX)(R12*1), Z8
-	VADDPS  192(BX)(R12*1), Z8, Z8
-	VADDPS  192(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 192(CX)(R12*1)
+	VMOVUPS 192(DX)(R11*4), Z8
+	VADDPS  192(BX)(R11*4), Z8, Z8
+	VADDPS  192(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 192(CX)(R11*4)
 	VADDPS  Z8, Z3, Z3
-	VMOVUPS 256(DX)(R12*1), Z8
-	VADDPS  256(BX)(R12*1), Z8, Z8
-	VADDPS  256(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 256(CX)(R12*1)
+	VMOVUPS 256(DX)(R11*4), Z8
+	VADDPS  256(BX)(R11*4), Z8, Z8
+	VADDPS  256(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 256(CX)(R11*4)
 	VADDPS  Z8, Z4, Z4
-	VMOVUPS 320(DX)(R12*1), Z8
-	VADDPS  320(BX)(R12*1), Z8, Z8
-	VADDPS  320(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 320(CX)(R12*1)
+	VMOVUPS 320(DX)(R11*4), Z8
+	VADDPS  320(BX)(R11*4), Z8, Z8
+	VADDPS  320(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 320(CX)(R11*4)
 	VADDPS  Z8, Z5, Z5
-	VMOVUPS 384(DX)(R12*1), Z8
-	VADDPS  384(BX)(R12*1), Z8, Z8
-	VADDPS  384(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 384(CX)(R12*1)
+	VMOVUPS 384(DX)(R11*4), Z8
+	VADDPS  384(BX)(R11*4), Z8, Z8
+	VADDPS  384(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 384(CX)(R11*4)
 	VADDPS  Z8, Z6, Z6
-	VMOVUPS 448(DX)(R12*1), Z8
-	VADDPS  448(BX)(R12*1), Z8, Z8
-	VADDPS  448(SI)(R12*1), Z8, Z8
-	VMOVUPS Z8, 448(CX)(R12*1)
+	VMOVUPS 448(DX)(R11*4), Z8
+	VADDPS  448(BX)(R11*4), Z8, Z8
+	VADDPS  448(SI)(R11*4), Z8, Z8
+	VMOVUPS Z8, 448(CX)(R11*4)
 	VADDPS  Z8, Z7, Z7
-	ADDQ    R8, R12
-	CMPQ    R12, R9
+	ADDQ    DI, R11
+	CMPQ    R11, R8
 	JB      avx512Add3SumAcc_block_chunk
-	VMOVUPS Z0, (AX)(R10*4)
-	VMOVUPS Z1, 64(AX)(R10*4)
-	VMOVUPS Z2, 128(AX)(R10*4)
-	VMOVUPS Z3, 192(AX)(R10*4)
-	VMOVUPS Z4, 256(AX)(R10*4)
-	VMOVUPS Z5, 320(AX)(R10*4)
-	VMOVUPS Z6, 384(AX)(R10*4)
-	VMOVUPS Z7, 448(AX)(R10*4)
-	ADDQ    $0x00000080, R10
+	VMOVUPS Z0, (AX)(R9*4)
+	VMOVUPS Z1, 64(AX)(R9*4)
+	VMOVUPS Z2, 128(AX)(R9*4)
+	VMOVUPS Z3, 192(AX)(R9*4)
+	VMOVUPS Z4, 256(AX)(R9*4)
+	VMOVUPS Z5, 320(AX)(R9*4)
+	VMOVUPS Z6, 384(AX)(R9*4)
+	VMOVUPS Z7, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
 	JMP     avx512Add3SumAcc_block
 
 avx512Add3SumAcc_block_done:
 avx512Add3SumAcc_vec:
-	CMPQ    R10, DI
+	CMPQ    R9, DI
 	JAE     avx512Add3SumAcc_vec_done
-	VMOVUPS (AX)(R10*4), Z0
-	MOVQ    R10, R11
-	SHLQ    $0x02, R11
+	VMOVUPS (AX)(R9*4), Z0
+	MOVQ    R9, R10
 
 avx512Add3SumAcc_vec_chunk:
-	VMOVUPS (DX)(R11*1), Z1
-	VADDPS  (BX)(R11*1), Z1, Z1
-	VADDPS  (SI)(R11*1), Z1, Z1
-	VMOVUPS Z1, (CX)(R11*1)
+	VMOVUPS (DX)(R10*4), Z1
+	VADDPS  (BX)(R10*4), Z1, Z1
+	VADDPS  (SI)(R10*4), Z1, Z1
+	VMOVUPS Z1, (CX)(R10*4)
 	VADDPS  Z1, Z0, Z0
-	ADDQ    R8, R11
-	CMPQ    R11, R9
+	ADDQ    DI, R10
+	CMPQ    R10, R8
 	JB      avx512Add3SumAcc_vec_chunk
-	VMOVUPS Z0, (AX)(R10*4)
-	ADDQ    $0x00000010, R10
+	VMOVUPS Z0, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
 	JMP     avx512Add3SumAcc_vec
 
 avx512Add3SumAcc_vec_done:

@@ -96,12 +96,7 @@ func BenchmarkEmbedLayerNorm(b *testing.B) {
 	w := ops.EmbedWeights{DType: ops.F32, H: H, V: V, P: P, G: G,
 		Word: f32(V * H), Pos: f32(P * H), Seg: f32(G * H), Gamma: f32(H), Beta: f32(H),
 		Epsilon: 1e-12, Rule: ops.MaskCountOnes}
-	in := ops.EmbedInputs{B: B, S: S, IDs: make([]int32, B*S), SegIDs: make([]int32, B*S), Mask: make([]int32, B*S)}
-	for i := range in.IDs {
-		in.IDs[i] = int32(r.IntN(V))
-		in.SegIDs[i] = int32(i % S * G / S)
-		in.Mask[i] = 1
-	}
+	in := benchEmbedInputs(r, B, S, V, G)
 	tokens := B * S
 	for _, withSum := range []bool{false, true} {
 		name := "f32_8x512x768"
@@ -130,6 +125,18 @@ func BenchmarkEmbedLayerNorm(b *testing.B) {
 			})
 		})
 	}
+}
+
+// benchEmbedInputs are the bench inputs: random word ids, the first half of each sequence
+// segment 0 and the second segment 1, every mask bit set.
+func benchEmbedInputs(r *rand.Rand, B, S, V, G int) ops.EmbedInputs {
+	in := ops.EmbedInputs{B: B, S: S, IDs: make([]int32, B*S), SegIDs: make([]int32, B*S), Mask: make([]int32, B*S)}
+	for i := range in.IDs {
+		in.IDs[i] = int32(r.IntN(V))
+		in.SegIDs[i] = int32(i % S * G / S)
+		in.Mask[i] = 1
+	}
+	return in
 }
 
 // BenchmarkAddLayerNorm is the bench shape: f32 (4096, 768) with a bias row (ORT's

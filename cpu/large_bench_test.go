@@ -90,12 +90,7 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 	w := ops.EmbedWeights{DType: dt, H: H, V: V, P: P, G: G,
 		Word: mk(V * H), Pos: mk(P * H), Seg: mk(G * H), Gamma: mk(H), Beta: mk(H),
 		Epsilon: 1e-12, Rule: ops.MaskCountOnes}
-	in := ops.EmbedInputs{B: B, S: S, IDs: make([]int32, B*S), SegIDs: make([]int32, B*S), Mask: make([]int32, B*S)}
-	for i := range in.IDs {
-		in.IDs[i] = int32(r.IntN(V))
-		in.SegIDs[i] = int32(i % S * G / S)
-		in.Mask[i] = 1
-	}
+	in := benchEmbedInputs(r, B, S, V, G)
 	out := ops.EmbedOutputs{Out: mk(B * S * H), MaskIndex: make([]int32, B)}
 	b.Run(fmt.Sprintf("%v_%dx%dx%d", dt, B, S, H), func(b *testing.B) {
 		atLevels(b, func(b *testing.B) {

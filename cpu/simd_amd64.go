@@ -422,64 +422,37 @@ func (v *vecKernels) embedSumF16Row(x []float32, bits []uint16, w, p, g []uint16
 	embedSumF16Go(x[n:], bits[n:], w[n:], p[n:], gt)
 }
 
-func (v *vecKernels) widenF16Row(dst []float32, src []uint16) {
+// convRow runs a conversion: the width's kernel (kern picks it) over the whole vectors of
+// dst, the narrower width's over what is left, the Go twin over the last few.
+func convRow[D, S float32 | uint16](v *vecKernels, dst []D, src []S, kern func(*vecKernels) func([]D, []S), twin func([]D, []S)) {
 	src = src[:len(dst)]
 	n := v.whole(len(dst))
 	if n > 0 {
-		v.widenF16(dst[:n], src)
+		kern(v)(dst[:n], src)
 	}
 	switch {
 	case n == len(dst):
 	case v.narrower != nil:
-		v.narrower.widenF16Row(dst[n:], src[n:])
+		convRow(v.narrower, dst[n:], src[n:], kern, twin)
 	default:
-		widenF16Go(dst[n:], src[n:])
+		twin(dst[n:], src[n:])
 	}
+}
+
+func (v *vecKernels) widenF16Row(dst []float32, src []uint16) {
+	convRow(v, dst, src, func(v *vecKernels) func([]float32, []uint16) { return v.widenF16 }, widenF16Go)
 }
 
 func (v *vecKernels) widenBF16Row(dst []float32, src []uint16) {
-	src = src[:len(dst)]
-	n := v.whole(len(dst))
-	if n > 0 {
-		v.widenBF16(dst[:n], src)
-	}
-	switch {
-	case n == len(dst):
-	case v.narrower != nil:
-		v.narrower.widenBF16Row(dst[n:], src[n:])
-	default:
-		widenBF16Go(dst[n:], src[n:])
-	}
+	convRow(v, dst, src, func(v *vecKernels) func([]float32, []uint16) { return v.widenBF16 }, widenBF16Go)
 }
 
 func (v *vecKernels) narrowF16Row(dst []uint16, src []float32) {
-	src = src[:len(dst)]
-	n := v.whole(len(dst))
-	if n > 0 {
-		v.narrowF16(dst[:n], src)
-	}
-	switch {
-	case n == len(dst):
-	case v.narrower != nil:
-		v.narrower.narrowF16Row(dst[n:], src[n:])
-	default:
-		narrowF16Go(dst[n:], src[n:])
-	}
+	convRow(v, dst, src, func(v *vecKernels) func([]uint16, []float32) { return v.narrowF16 }, narrowF16Go)
 }
 
 func (v *vecKernels) narrowBF16Row(dst []uint16, src []float32) {
-	src = src[:len(dst)]
-	n := v.whole(len(dst))
-	if n > 0 {
-		v.narrowBF16(dst[:n], src)
-	}
-	switch {
-	case n == len(dst):
-	case v.narrower != nil:
-		v.narrower.narrowBF16Row(dst[n:], src[n:])
-	default:
-		narrowBF16Go(dst[n:], src[n:])
-	}
+	convRow(v, dst, src, func(v *vecKernels) func([]uint16, []float32) { return v.narrowBF16 }, narrowBF16Go)
 }
 
 // The plan's accumulations: whole chunks of W = len(part) go to the assembly, which keeps

@@ -433,6 +433,53 @@ func conversions(v isa) {
 	}
 }
 
+// blocks emits the plan's register-blocked walk over a row of n elements with W = w
+// partials: for each block of v.block (then v.lanes) partials from element k, the
+// accumulators start at +0 (zero) or from part[k…], the loop walks the chunks with element
+// index e = k + c·W, c = 0, 1, … while e < n, calling step(e, j, acc) for vector j of the
+// block, and the accumulators go back to part. Each partial thus sees its elements in the
+// plan's order. Then VZEROUPPER and RET.
+func (v isa) blocks(name string, part reg.GPVirtual, w, n reg.Register, zero bool, step func(e reg.Register, j int, acc reg.VecVirtual)) {
+	k := c.GP64() // element index of the block
+	c.XORQ(k, k)
+	wBlock := c.GP64()
+	c.MOVQ(w, wBlock)
+	c.ANDQ(I32(-v.block), wBlock)
+	block := func(label string, lanes int, limit reg.Register) {
+		c.Label(name + "_" + label)
+		c.CMPQ(k, limit)
+		c.JAE(LabelRef(name + "_" + label + "_done"))
+		accs := make([]reg.VecVirtual, lanes/v.lanes)
+		for j := range accs {
+			accs[j] = v.vec()
+			if zero {
+				v.zero(accs[j]) // +0, as clear leaves it
+			} else {
+				c.VMOVUPS(f32(part, k, v.lanes*j), accs[j])
+			}
+		}
+		e := c.GP64()
+		c.MOVQ(k, e)
+		c.Label(name + "_" + label + "_chunk")
+		for j, acc := range accs {
+			step(e, j, acc)
+		}
+		c.ADDQ(w, e)
+		c.CMPQ(e, n)
+		c.JB(LabelRef(name + "_" + label + "_chunk"))
+		for j, acc := range accs {
+			c.VMOVUPS(acc, f32(part, k, v.lanes*j))
+		}
+		c.ADDQ(U32(lanes), k)
+		c.JMP(LabelRef(name + "_" + label))
+		c.Label(name + "_" + label + "_done")
+	}
+	block("block", v.block, wBlock)
+	block("vec", v.lanes, w)
+	c.VZEROUPPER()
+	c.RET()
+}
+
 // reductions emits the plan's partial accumulation: len(part) = W, a multiple of the lanes,
 // and len(x) a positive multiple of W. Blocks of v.block (or v.lanes) partials stay in
 // registers while the loop walks the chunks x[c·W + k], c = 0, 1, …, so each partial sees
@@ -480,51 +527,9 @@ func reductions(v isa) {
 			if vr.sig != "func(part, x []float32)" {
 				mean = v.broadcastParam("mean")
 			}
-			stride := c.GP64() // W·4 bytes
-			c.MOVQ(w, stride)
-			c.SHLQ(U8(2), stride)
-			end := c.GP64() // &x[len(x)]
-			c.MOVQ(length("x"), end)
-			c.LEAQ(Mem{Base: x, Index: end, Scale: 4}, end)
-			k := c.GP64() // element index of the block
-			c.XORQ(k, k)
-			wBlock := c.GP64()
-			c.MOVQ(w, wBlock)
-			c.ANDQ(I32(-v.block), wBlock)
-
-			block := func(label string, lanes int, limit reg.Register) {
-				c.Label(name + "_" + label)
-				c.CMPQ(k, limit)
-				c.JAE(LabelRef(name + "_" + label + "_done"))
-				accs := make([]reg.VecVirtual, lanes/v.lanes)
-				for j := range accs {
-					accs[j] = v.vec()
-					if zero {
-						v.zero(accs[j]) // +0, as clear leaves it
-					} else {
-						c.VMOVUPS(f32(part, k, v.lanes*j), accs[j])
-					}
-				}
-				q := c.GP64()
-				c.LEAQ(Mem{Base: x, Index: k, Scale: 4}, q)
-				c.Label(name + "_" + label + "_chunk")
-				for j, acc := range accs {
-					vr.step(acc, Mem{Base: q, Disp: v.bytes() * j}, mean)
-				}
-				c.ADDQ(stride, q)
-				c.CMPQ(q, end)
-				c.JB(LabelRef(name + "_" + label + "_chunk"))
-				for j, acc := range accs {
-					c.VMOVUPS(acc, f32(part, k, v.lanes*j))
-				}
-				c.ADDQ(U32(lanes), k)
-				c.JMP(LabelRef(name + "_" + label))
-				c.Label(name + "_" + label + "_done")
-			}
-			block("block", v.block, wBlock)
-			block("vec", v.lanes, w)
-			c.VZEROUPPER()
-			c.RET()
+			v.blocks(name, part, w, length("x"), zero, func(e reg.Register, j int, acc reg.VecVirtual) {
+				vr.step(acc, f32(x, e, v.lanes*j), mean)
+			})
 		}
 	}
 }
@@ -570,64 +575,20 @@ func sums(v isa) {
 		if vr.three {
 			d = base("d")
 		}
-		w := length("part")
-		stride := c.GP64() // W·4 bytes
-		c.MOVQ(w, stride)
-		c.SHLQ(U8(2), stride)
-		end := c.GP64() // len(s)·4 bytes
-		c.MOVQ(length("s"), end)
-		c.SHLQ(U8(2), end)
-		k := c.GP64() // element index of the block
-		c.XORQ(k, k)
-		wBlock := c.GP64()
-		c.MOVQ(w, wBlock)
-		c.ANDQ(I32(-v.block), wBlock)
-
-		block := func(label string, lanes int, limit reg.Register) {
-			c.Label(name + "_" + label)
-			c.CMPQ(k, limit)
-			c.JAE(LabelRef(name + "_" + label + "_done"))
-			accs := make([]reg.VecVirtual, lanes/v.lanes)
-			for j := range accs {
-				accs[j] = v.vec()
-				if vr.acc {
-					c.VMOVUPS(f32(part, k, v.lanes*j), accs[j])
-				} else {
-					v.zero(accs[j]) // +0, as clear leaves it
-				}
+		v.blocks(name, part, length("part"), length("s"), !vr.acc, func(e reg.Register, j int, acc reg.VecVirtual) {
+			o := v.lanes * j
+			t := v.vec()
+			c.VMOVUPS(f32(a, e, o), t)
+			c.VADDPS(f32(b, e, o), t, t)
+			if vr.three {
+				c.VADDPS(f32(d, e, o), t, t)
 			}
-			q := c.GP64() // byte offset of the block in chunk c
-			c.MOVQ(k, q)
-			c.SHLQ(U8(2), q)
-			c.Label(name + "_" + label + "_chunk")
-			for j, acc := range accs {
-				m := func(base reg.Register) Mem { return Mem{Base: base, Index: q, Scale: 1, Disp: v.bytes() * j} }
-				t := v.vec()
-				c.VMOVUPS(m(a), t)
-				c.VADDPS(m(b), t, t)
-				if vr.three {
-					c.VADDPS(m(d), t, t)
-				}
-				c.VMOVUPS(t, m(sp))
-				if vr.nt {
-					c.VMOVNTPS(t, m(x))
-				}
-				c.VADDPS(t, acc, acc) // part[k] + s
+			c.VMOVUPS(t, f32(sp, e, o))
+			if vr.nt {
+				c.VMOVNTPS(t, f32(x, e, o))
 			}
-			c.ADDQ(stride, q)
-			c.CMPQ(q, end)
-			c.JB(LabelRef(name + "_" + label + "_chunk"))
-			for j, acc := range accs {
-				c.VMOVUPS(acc, f32(part, k, v.lanes*j))
-			}
-			c.ADDQ(U32(lanes), k)
-			c.JMP(LabelRef(name + "_" + label))
-			c.Label(name + "_" + label + "_done")
-		}
-		block("block", v.block, wBlock)
-		block("vec", v.lanes, w)
-		c.VZEROUPPER()
-		c.RET()
+			c.VADDPS(t, acc, acc) // part[k] + s
+		})
 	}
 }
 
@@ -667,57 +628,19 @@ func sums16(v isa) {
 				if bias != "" {
 					d = base("d")
 				}
-				w := length("part")
-				end := length("s") // elements
-				k := c.GP64()      // element index of the block
-				c.XORQ(k, k)
-				wBlock := c.GP64()
-				c.MOVQ(w, wBlock)
-				c.ANDQ(I32(-v.block), wBlock)
-
-				block := func(label string, lanes int, limit reg.Register) {
-					c.Label(name + "_" + label)
-					c.CMPQ(k, limit)
-					c.JAE(LabelRef(name + "_" + label + "_done"))
-					accs := make([]reg.VecVirtual, lanes/v.lanes)
-					for j := range accs {
-						accs[j] = v.vec()
-						if acc {
-							c.VMOVUPS(f32(part, k, v.lanes*j), accs[j])
-						} else {
-							v.zero(accs[j]) // +0, as clear leaves it
-						}
+				v.blocks(name, part, length("part"), length("s"), !acc, func(e reg.Register, j int, sum reg.VecVirtual) {
+					o := v.lanes * j
+					x := v.widen16(bf, u16(a, e, o))
+					c.VADDPS(v.widen16(bf, u16(b, e, o)), x, x)
+					switch bias {
+					case "Row":
+						c.VADDPS(f32(d, e, o), x, x)
+					case "Full":
+						c.VADDPS(v.widen16(bf, u16(d, e, o)), x, x)
 					}
-					e := c.GP64() // element index in chunk c
-					c.MOVQ(k, e)
-					c.Label(name + "_" + label + "_chunk")
-					for j, sum := range accs {
-						o := v.lanes * j
-						x := v.widen16(bf, u16(a, e, o))
-						c.VADDPS(v.widen16(bf, u16(b, e, o)), x, x)
-						switch bias {
-						case "Row":
-							c.VADDPS(f32(d, e, o), x, x)
-						case "Full":
-							c.VADDPS(v.widen16(bf, u16(d, e, o)), x, x)
-						}
-						c.VMOVUPS(x, f32(sp, e, o))
-						c.VADDPS(x, sum, sum) // part[k] + s
-					}
-					c.ADDQ(w, e)
-					c.CMPQ(e, end)
-					c.JB(LabelRef(name + "_" + label + "_chunk"))
-					for j, sum := range accs {
-						c.VMOVUPS(sum, f32(part, k, v.lanes*j))
-					}
-					c.ADDQ(U32(lanes), k)
-					c.JMP(LabelRef(name + "_" + label))
-					c.Label(name + "_" + label + "_done")
-				}
-				block("block", v.block, wBlock)
-				block("vec", v.lanes, w)
-				c.VZEROUPPER()
-				c.RET()
+					c.VMOVUPS(x, f32(sp, e, o))
+					c.VADDPS(x, sum, sum) // part[k] + s
+				})
 			}
 		}
 	}
