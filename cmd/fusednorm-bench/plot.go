@@ -25,7 +25,7 @@ func writePlot(path string, info fusednorm.Info, results []*result) error {
 		names = append(names, r.Case)
 		ours = append(ours, r.GBps)
 		if r.Probe != nil {
-			probe = append(probe, r.Probe.CopyGBps)
+			probe = append(probe, r.Probe.Best())
 		} else {
 			probe = append(probe, 0)
 		}
@@ -54,7 +54,7 @@ func writePlot(path string, info fusednorm.Info, results []*result) error {
 	b.Offset = w / 2
 	p.Add(a, b)
 	p.Legend.Add(info.Backend, a)
-	p.Legend.Add("probe (copy)", b)
+	p.Legend.Add("probe (best copy)", b)
 	p.Legend.Top = true
 	p.NominalX(names...)
 	width := vg.Length(max(6, len(names))) * vg.Centimeter * 1.6

@@ -92,7 +92,7 @@ func (t *table) row(r *result) {
 		cells = append(cells, fmt.Sprintf("%.4f", r.KernelMs), fmt.Sprintf("%.1f", r.KernelGBps))
 	}
 	if t.probe {
-		cells = append(cells, fmt.Sprintf("%.2f", r.Probe.CopyGBps), fmt.Sprintf("%.0f%%", r.PctOfProbe))
+		cells = append(cells, fmt.Sprintf("%.2f", r.Probe.Best()), fmt.Sprintf("%.0f%%", r.PctOfProbe))
 	}
 	if t.ort {
 		switch {
@@ -130,7 +130,7 @@ func writeJSON(path string, info fusednorm.Info, o *options, results []*result) 
 			"quick": o.quick, "probe": o.probe, "max_bytes": o.maxBytes, "only": o.only, "dtype": o.dtype, "ort_dir": o.ortDir},
 		Notes: []string{
 			"GBps = (bytes_read + bytes_written) / median; 1 GB = 1e9 B; bytes follow bytes_rule in shaders/<op>/bench.json",
-			"probe: Go copy and read kernels over the case's byte count with the same thread count, right after the case; pct_of_probe_copy uses copy_GBps",
+			"probe: over the case's byte count with the same thread count, right after the case: Go's copy (copy_GBps), two copies interleaved a 16 KiB row at a time with the CPU kernels' non-temporal stores (stream_GBps), and a read (read_GBps); pct_of_probe divides by the higher of copy_GBps and stream_GBps",
 			"kernel_ms_median: the compute pass's device time from timestamp queries; this Dawn build rounds timestamps to multiples of 65.536 us (its timing-attack defence could not be switched off through toggles), so kernels shorter than a few hundred us are only coarsely timed",
 			"ort: bench_ort.js row for the same thread count; kernel_ms_median is ORT's profiler time of the op",
 		},
