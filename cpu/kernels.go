@@ -17,6 +17,7 @@ type kernelSet struct {
 	affine16           func(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32) // affine or affineFMA, rounded to 16 bits
 	embedSumF32        func(x, w, p, g []float32)                                               // (w + p) + g, or w + p without g
 	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)                       // rnd16(rnd16(w + g) + p), as f32 and bits
+	embedSumF16Sum     func(acc bool, part, x []float32, bits []uint16, w, p, g []uint16)       // embedSumF16, and the partial sums of x (acc: onto part)
 	add2               func(s, a, b []float32)                                                  // s = a + b
 	add3               func(s, a, b, c []float32)                                               // s = (a + b) + c
 	addTo              func(s, b []float32)                                                     // s += b
@@ -72,6 +73,7 @@ var goKernels = kernelSet{
 	affine16:           affine16Go,
 	embedSumF32:        embedSumF32Go,
 	embedSumF16:        embedSumF16Go,
+	embedSumF16Sum:     embedSumF16SumGo,
 	add2:               add2Go,
 	add3:               add3Go,
 	addTo:              addToGo,
