@@ -87,6 +87,9 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.ntY = big && a.Y.DType == ops.F32
 	c.ntX = big && a.X.Present() && a.X.DType == ops.F32
 	c.nt16 = big && a.Y.DType != ops.F32
+	if a.Y.DType != ops.F32 && a.Gamma.DType == a.Y.DType {
+		c.gammaH, c.betaH = a.Gamma.U16, a.Beta.U16
+	}
 	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType && (!a.BiasFull || a.Bias.DType == a.X1.DType)
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32 || (a.BiasFull && a.Bias.DType != ops.F32)
 	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
@@ -106,9 +109,10 @@ type addCall struct {
 	gamma, beta, biasRow       []float32 // float32 weights: the caller's, or a buffer below
 	gammaBuf, betaBuf, biasBuf []float32
 	prefetch, long, ntY, ntX   bool
-	pieces                     bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
-	nt16                       bool // 16-bit outputs stored non-temporally
-	sum16                      bool // x1, x2 (and a full bias) of one 16-bit format: addSum16
+	pieces                     bool     // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
+	nt16                       bool     // 16-bit outputs stored non-temporally
+	sum16                      bool     // x1, x2 (and a full bias) of one 16-bit format: addSum16
+	gammaH, betaH              []uint16 // gamma and beta when in y's 16-bit format, read as they are
 	piece                      int
 	wg                         sync.WaitGroup
 }
@@ -118,6 +122,7 @@ var addCalls = sync.Pool{New: func() any { return new(addCall) }}
 func (c *addCall) reset() {
 	c.k, c.a = nil, ops.AddLN{}
 	c.gamma, c.beta, c.biasRow = nil, nil, nil
+	c.gammaH, c.betaH = nil, nil
 }
 
 // widenTo returns a 1-D weight as float32: the slice itself for f32, else widened into
@@ -151,13 +156,17 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 		m := hi - lo
 		if c.sum16 {
 			// Both inputs (and a full bias) of one 16-bit format: widened in the kernel.
+			// A bias row of the inputs' format is read as it is (widening is exact):
+			// half the bytes of its widened copy.
 			var bias []float32
 			var biasHalf []uint16
 			switch {
-			case c.biasRow != nil:
-				bias = c.biasRow[lo:hi]
 			case a.BiasFull:
 				biasHalf = a.Bias.U16[off+lo : off+hi]
+			case a.Bias.Present() && a.Bias.DType == a.X1.DType:
+				biasHalf = a.Bias.U16[lo:hi]
+			case c.biasRow != nil:
+				bias = c.biasRow[lo:hi]
 			}
 			f := sum16{bf: a.X1.DType == ops.BF16, acc: lo > 0}
 			k.addSum16(f, part, s[lo:hi], a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias, biasHalf)
@@ -252,9 +261,9 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 		case a.Y.DType == ops.F32:
 			normalize(k, p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY)
 		case long:
-			normalize16Chunked(k, p, a.Y, off, s, gamma, beta, mean, rstd, c.nt16, pf)
+			normalize16Chunked(k, p, a.Y, off, s, gamma, beta, c.gammaH, c.betaH, mean, rstd, c.nt16, pf)
 		default:
-			normalize16(k, p, a.Y, off, s, gamma, beta, mean, rstd, c.nt16)
+			normalize16(k, p, a.Y, off, s, gamma, beta, c.gammaH, c.betaH, mean, rstd, c.nt16)
 		}
 		pf.rest()
 	}

@@ -236,7 +236,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		}
 		pf.step()
 		mean, rstd := rowStatsSummed(op.k, &op.plan, x, part, w.Epsilon, pf)
-		normalize16(op.k, &op.plan, out.Out, row, x, op.gamma, op.beta, mean, rstd, nt)
+		normalize16(op.k, &op.plan, out.Out, row, x, op.gamma, op.beta, w.Gamma.U16, w.Beta.U16, mean, rstd, nt)
 		pf.step()
 	}
 }

@@ -8,24 +8,25 @@ import (
 // kernelSet is one complete set of the hot loops, all giving the bits of the pure-Go twins
 // (the …Go functions). Each Backend holds the set of its level.
 type kernelSet struct {
-	accumulate         func(part, x []float32)                                                  // part[k] += x[c·W+k], the plan's order
-	accumulateSqDev    func(part, x []float32, mean float32)                                    // part[k] += f32(d·d), d = x−mean
-	accumulateSqDevFMA func(part, x []float32, mean float32)                                    // part[k] = fma(d, d, part[k])
-	tree               func(part []float32) float32                                             // the halving tree (plan.Plan.Tree)
-	affine             func(y, x, gamma, beta []float32, mean, rstd float32)                    // f32((x−mean)·rstd)·gamma + beta
-	affineFMA          func(y, x, gamma, beta []float32, mean, rstd float32)                    // fma((x−mean)·rstd, gamma, beta)
-	affine16           func(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32) // affine or affineFMA, rounded to 16 bits
-	embedSumF32        func(x, w, p, g []float32)                                               // (w + p) + g, or w + p without g
-	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)                       // rnd16(rnd16(w + g) + p), as f32 and bits
-	embedSumF16Sum     func(acc bool, part, x []float32, bits []uint16, w, p, g []uint16)       // embedSumF16, and the partial sums of x (acc: onto part)
-	add2               func(s, a, b []float32)                                                  // s = a + b
-	add3               func(s, a, b, c []float32)                                               // s = (a + b) + c
-	addTo              func(s, b []float32)                                                     // s += b
-	widenF16           func(dst []float32, src []uint16)                                        // binary16 → float32
-	widenBF16          func(dst []float32, src []uint16)                                        // bfloat16 → float32
-	narrowF16          func(dst []uint16, src []float32)                                        // float32 → binary16, nearest-even
-	narrowBF16         func(dst []uint16, src []float32)                                        // float32 → bfloat16 (F32ToBF16)
-	narrow16NT         func(bf bool, dst []uint16, src []float32)                               // narrowBF16 (bf) or narrowF16, NT stores
+	accumulate         func(part, x []float32)                                                           // part[k] += x[c·W+k], the plan's order
+	accumulateSqDev    func(part, x []float32, mean float32)                                             // part[k] += f32(d·d), d = x−mean
+	accumulateSqDevFMA func(part, x []float32, mean float32)                                             // part[k] = fma(d, d, part[k])
+	tree               func(part []float32) float32                                                      // the halving tree (plan.Plan.Tree)
+	affine             func(y, x, gamma, beta []float32, mean, rstd float32)                             // f32((x−mean)·rstd)·gamma + beta
+	affineFMA          func(y, x, gamma, beta []float32, mean, rstd float32)                             // fma((x−mean)·rstd, gamma, beta)
+	affine16           func(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32)          // affine or affineFMA, rounded to 16 bits
+	affine16H          func(f form16, y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32) // affine16, gamma and beta in y's format
+	embedSumF32        func(x, w, p, g []float32)                                                        // (w + p) + g, or w + p without g
+	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)                                // rnd16(rnd16(w + g) + p), as f32 and bits
+	embedSumF16Sum     func(acc bool, part, x []float32, bits []uint16, w, p, g []uint16)                // embedSumF16, and the partial sums of x (acc: onto part)
+	add2               func(s, a, b []float32)                                                           // s = a + b
+	add3               func(s, a, b, c []float32)                                                        // s = (a + b) + c
+	addTo              func(s, b []float32)                                                              // s += b
+	widenF16           func(dst []float32, src []uint16)                                                 // binary16 → float32
+	widenBF16          func(dst []float32, src []uint16)                                                 // bfloat16 → float32
+	narrowF16          func(dst []uint16, src []float32)                                                 // float32 → binary16, nearest-even
+	narrowBF16         func(dst []uint16, src []float32)                                                 // float32 → bfloat16 (F32ToBF16)
+	narrow16NT         func(bf bool, dst []uint16, src []float32)                                        // narrowBF16 (bf) or narrowF16, NT stores
 
 	// Memory-system variants (stream.go): the same values as their twins, stored or
 	// fetched differently. The NT stores are weakly ordered: a worker that used them calls
@@ -71,6 +72,7 @@ var goKernels = kernelSet{
 	affine:             affineGo,
 	affineFMA:          affineFMAGo,
 	affine16:           affine16Go,
+	affine16H:          affine16HGo,
 	embedSumF32:        embedSumF32Go,
 	embedSumF16:        embedSumF16Go,
 	embedSumF16Sum:     embedSumF16SumGo,

@@ -104,6 +104,66 @@ func avx2AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, 
 //go:noescape
 func avx2AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
 
+// avx2AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+//
+//go:noescape
+func avx2AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx2AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+//
+//go:noescape
+func avx2AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx2AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx2AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx2AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// gamma and beta are in y's format.
+//
+//go:noescape
+func avx2AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx2AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// gamma and beta are in y's format.
+//
+//go:noescape
+func avx2AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx2AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx2AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
 // avx2WidenF16 writes dst[i] = float32(binary16 src[i]) for whole vectors of dst.
 //
 //go:noescape
@@ -435,6 +495,66 @@ func avx512AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32
 //
 //go:noescape
 func avx512AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+
+// avx512AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+//
+//go:noescape
+func avx512AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx512AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+//
+//go:noescape
+func avx512AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx512AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx512AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx512AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// gamma and beta are in y's format.
+//
+//go:noescape
+func avx512AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx512AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// gamma and beta are in y's format.
+//
+//go:noescape
+func avx512AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx512AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+
+// avx512AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
 
 // avx512WidenF16 writes dst[i] = float32(binary16 src[i]) for whole vectors of dst.
 //

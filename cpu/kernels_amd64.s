@@ -1169,6 +1169,770 @@ avx2AffineFMABF16NT_done:
 	VZEROUPPER
 	RET
 
+// func avx2AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, F16C
+TEXT ·avx2AffineF16H(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineF16H_single
+
+avx2AffineF16H_unrolled:
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS (DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS (BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 16(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 16(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 32(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 32(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 48(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 48(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 48(AX)(DI*2)
+	ADDQ      $0x00000020, DI
+	CMPQ      DI, R8
+	JB        avx2AffineF16H_unrolled
+
+avx2AffineF16H_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineF16H_done
+
+avx2AffineF16H_loop:
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS (DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS (BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (AX)(DI*2)
+	ADDQ      $0x00000008, DI
+	CMPQ      DI, R8
+	JB        avx2AffineF16H_loop
+
+avx2AffineF16H_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, F16C, FMA3
+TEXT ·avx2AffineFMAF16H(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineFMAF16H_single
+
+avx2AffineFMAF16H_unrolled:
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   (BX)(DI*2), Y3
+	VCVTPH2PS   (DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   16(BX)(DI*2), Y3
+	VCVTPH2PS   16(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   32(BX)(DI*2), Y3
+	VCVTPH2PS   32(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   48(BX)(DI*2), Y3
+	VCVTPH2PS   48(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 48(AX)(DI*2)
+	ADDQ        $0x00000020, DI
+	CMPQ        DI, R8
+	JB          avx2AffineFMAF16H_unrolled
+
+avx2AffineFMAF16H_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineFMAF16H_done
+
+avx2AffineFMAF16H_loop:
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   (BX)(DI*2), Y3
+	VCVTPH2PS   (DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, (AX)(DI*2)
+	ADDQ        $0x00000008, DI
+	CMPQ        DI, R8
+	JB          avx2AffineFMAF16H_loop
+
+avx2AffineFMAF16H_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, F16C
+TEXT ·avx2AffineF16HNT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineF16HNT_single
+
+avx2AffineF16HNT_unrolled:
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS (DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS (BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 16(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 16(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 32(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 32(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 48(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 48(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 48(AX)(DI*2)
+	ADDQ      $0x00000020, DI
+	CMPQ      DI, R8
+	JB        avx2AffineF16HNT_unrolled
+
+avx2AffineF16HNT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineF16HNT_done
+
+avx2AffineF16HNT_loop:
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS (DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS (BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (AX)(DI*2)
+	ADDQ      $0x00000008, DI
+	CMPQ      DI, R8
+	JB        avx2AffineF16HNT_loop
+
+avx2AffineF16HNT_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, F16C, FMA3
+TEXT ·avx2AffineFMAF16HNT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineFMAF16HNT_single
+
+avx2AffineFMAF16HNT_unrolled:
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   (BX)(DI*2), Y3
+	VCVTPH2PS   (DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   16(BX)(DI*2), Y3
+	VCVTPH2PS   16(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   32(BX)(DI*2), Y3
+	VCVTPH2PS   32(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   48(BX)(DI*2), Y3
+	VCVTPH2PS   48(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 48(AX)(DI*2)
+	ADDQ        $0x00000020, DI
+	CMPQ        DI, R8
+	JB          avx2AffineFMAF16HNT_unrolled
+
+avx2AffineFMAF16HNT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineFMAF16HNT_done
+
+avx2AffineFMAF16HNT_loop:
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   (BX)(DI*2), Y3
+	VCVTPH2PS   (DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, (AX)(DI*2)
+	ADDQ        $0x00000008, DI
+	CMPQ        DI, R8
+	JB          avx2AffineFMAF16HNT_loop
+
+avx2AffineFMAF16HNT_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX2
+TEXT ·avx2AffineBF16H(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-16, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineBF16H_single
+
+avx2AffineBF16H_unrolled:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    16(DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    16(BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, 16(AX)(DI*2)
+	ADDQ         $0x00000010, DI
+	CMPQ         DI, R8
+	JB           avx2AffineBF16H_unrolled
+
+avx2AffineBF16H_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineBF16H_done
+
+avx2AffineBF16H_loop:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
+	ADDQ         $0x00000008, DI
+	CMPQ         DI, R8
+	JB           avx2AffineBF16H_loop
+
+avx2AffineBF16H_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·avx2AffineFMABF16H(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-16, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineFMABF16H_single
+
+avx2AffineFMABF16H_unrolled:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    16(BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, 16(AX)(DI*2)
+	ADDQ         $0x00000010, DI
+	CMPQ         DI, R8
+	JB           avx2AffineFMABF16H_unrolled
+
+avx2AffineFMABF16H_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineFMABF16H_done
+
+avx2AffineFMABF16H_loop:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
+	ADDQ         $0x00000008, DI
+	CMPQ         DI, R8
+	JB           avx2AffineFMABF16H_loop
+
+avx2AffineFMABF16H_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX2
+TEXT ·avx2AffineBF16HNT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-16, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineBF16HNT_single
+
+avx2AffineBF16HNT_unrolled:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    16(DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    16(BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, 16(AX)(DI*2)
+	ADDQ         $0x00000010, DI
+	CMPQ         DI, R8
+	JB           avx2AffineBF16HNT_unrolled
+
+avx2AffineBF16HNT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineBF16HNT_done
+
+avx2AffineBF16HNT_loop:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	ADDQ         $0x00000008, DI
+	CMPQ         DI, R8
+	JB           avx2AffineBF16HNT_loop
+
+avx2AffineBF16HNT_done:
+	VZEROUPPER
+	RET
+
+// func avx2AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·avx2AffineFMABF16HNT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-16, R8
+	CMPQ         DI, R8
+	JAE          avx2AffineFMABF16HNT_single
+
+avx2AffineFMABF16HNT_unrolled:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    16(BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, 16(AX)(DI*2)
+	ADDQ         $0x00000010, DI
+	CMPQ         DI, R8
+	JB           avx2AffineFMABF16HNT_unrolled
+
+avx2AffineFMABF16HNT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2AffineFMABF16HNT_done
+
+avx2AffineFMABF16HNT_loop:
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	ADDQ         $0x00000008, DI
+	CMPQ         DI, R8
+	JB           avx2AffineFMABF16HNT_loop
+
+avx2AffineFMABF16HNT_done:
+	VZEROUPPER
+	RET
+
 // func avx2WidenF16(dst []float32, src []uint16)
 // Requires: AVX, F16C
 TEXT ·avx2WidenF16(SB), NOSPLIT, $0-48
@@ -5161,6 +5925,758 @@ avx512AffineFMABF16NT_loop:
 	JB          avx512AffineFMABF16NT_loop
 
 avx512AffineFMABF16NT_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineF16H(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineF16H_single
+
+avx512AffineF16H_unrolled:
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS (DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS (BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 32(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 32(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 64(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 64(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 96(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 96(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 96(AX)(DI*2)
+	ADDQ      $0x00000040, DI
+	CMPQ      DI, R8
+	JB        avx512AffineF16H_unrolled
+
+avx512AffineF16H_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineF16H_done
+
+avx512AffineF16H_loop:
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS (DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS (BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (AX)(DI*2)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx512AffineF16H_loop
+
+avx512AffineF16H_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineFMAF16H(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineFMAF16H_single
+
+avx512AffineFMAF16H_unrolled:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   (BX)(DI*2), Z3
+	VCVTPH2PS   (DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   32(BX)(DI*2), Z3
+	VCVTPH2PS   32(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   64(BX)(DI*2), Z3
+	VCVTPH2PS   64(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   96(BX)(DI*2), Z3
+	VCVTPH2PS   96(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 96(AX)(DI*2)
+	ADDQ        $0x00000040, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMAF16H_unrolled
+
+avx512AffineFMAF16H_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineFMAF16H_done
+
+avx512AffineFMAF16H_loop:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   (BX)(DI*2), Z3
+	VCVTPH2PS   (DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, (AX)(DI*2)
+	ADDQ        $0x00000010, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMAF16H_loop
+
+avx512AffineFMAF16H_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineF16HNT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineF16HNT_single
+
+avx512AffineF16HNT_unrolled:
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS (DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS (BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 32(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 32(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 64(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 64(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 96(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 96(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 96(AX)(DI*2)
+	ADDQ      $0x00000040, DI
+	CMPQ      DI, R8
+	JB        avx512AffineF16HNT_unrolled
+
+avx512AffineF16HNT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineF16HNT_done
+
+avx512AffineF16HNT_loop:
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS (DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS (BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, (AX)(DI*2)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx512AffineF16HNT_loop
+
+avx512AffineF16HNT_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineFMAF16HNT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineFMAF16HNT_single
+
+avx512AffineFMAF16HNT_unrolled:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   (BX)(DI*2), Z3
+	VCVTPH2PS   (DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   32(BX)(DI*2), Z3
+	VCVTPH2PS   32(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   64(BX)(DI*2), Z3
+	VCVTPH2PS   64(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   96(BX)(DI*2), Z3
+	VCVTPH2PS   96(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 96(AX)(DI*2)
+	ADDQ        $0x00000040, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMAF16HNT_unrolled
+
+avx512AffineFMAF16HNT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineFMAF16HNT_done
+
+avx512AffineFMAF16HNT_loop:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   (BX)(DI*2), Z3
+	VCVTPH2PS   (DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, (AX)(DI*2)
+	ADDQ        $0x00000010, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMAF16HNT_loop
+
+avx512AffineFMAF16HNT_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineBF16H(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Z4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Z5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Z6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineBF16H_single
+
+avx512AffineBF16H_unrolled:
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD (DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD (BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD 32(DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD 32(BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, 32(AX)(DI*2)
+	ADDQ      $0x00000020, DI
+	CMPQ      DI, R8
+	JB        avx512AffineBF16H_unrolled
+
+avx512AffineBF16H_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineBF16H_done
+
+avx512AffineBF16H_loop:
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD (DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD (BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, (AX)(DI*2)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx512AffineBF16H_loop
+
+avx512AffineBF16H_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineFMABF16H(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Z4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Z5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Z6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineFMABF16H_single
+
+avx512AffineFMABF16H_unrolled:
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   (BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (DX)(DI*2), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   32(BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   32(DX)(DI*2), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, 32(AX)(DI*2)
+	ADDQ        $0x00000020, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMABF16H_unrolled
+
+avx512AffineFMABF16H_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineFMABF16H_done
+
+avx512AffineFMABF16H_loop:
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   (BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (DX)(DI*2), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, (AX)(DI*2)
+	ADDQ        $0x00000010, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMABF16H_loop
+
+avx512AffineFMABF16H_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineBF16HNT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Z4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Z5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Z6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineBF16HNT_single
+
+avx512AffineBF16HNT_unrolled:
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD (DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD (BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD 32(DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD 32(BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, 32(AX)(DI*2)
+	ADDQ      $0x00000020, DI
+	CMPQ      DI, R8
+	JB        avx512AffineBF16HNT_unrolled
+
+avx512AffineBF16HNT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineBF16HNT_done
+
+avx512AffineBF16HNT_loop:
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD (DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD (BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, (AX)(DI*2)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx512AffineBF16HNT_loop
+
+avx512AffineBF16HNT_done:
+	VZEROUPPER
+	RET
+
+// func avx512AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AffineFMABF16HNT(SB), NOSPLIT, $0-104
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         gamma_base+48(FP), DX
+	MOVQ         beta_base+72(FP), BX
+	VBROADCASTSS mean+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Z4
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Z5
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Z6
+	MOVQ         y_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx512AffineFMABF16HNT_single
+
+avx512AffineFMABF16HNT_unrolled:
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   (BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (DX)(DI*2), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   32(BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   32(DX)(DI*2), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, 32(AX)(DI*2)
+	ADDQ        $0x00000020, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMABF16HNT_unrolled
+
+avx512AffineFMABF16HNT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512AffineFMABF16HNT_done
+
+avx512AffineFMABF16HNT_loop:
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   (BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (DX)(DI*2), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, (AX)(DI*2)
+	ADDQ        $0x00000010, DI
+	CMPQ        DI, R8
+	JB          avx512AffineFMABF16HNT_loop
+
+avx512AffineFMABF16HNT_done:
 	VZEROUPPER
 	RET
 

@@ -302,6 +302,26 @@ func TestElementwiseKernels(t *testing.T) {
 					g.affine16(f, want16, a, b, c, mean, rstd)
 					same16(t, tag(fmt.Sprintf("affine16%+v/off=%d", f, off)), y, want16)
 				}
+				// gamma and beta in y's format, against their widened copies.
+				gh, bh := halves(r, n), halves(r, n)
+				if f.bf {
+					narrowBF16Go(gh, b)
+					narrowBF16Go(bh, c)
+				}
+				gw, bw := make([]float32, n), make([]float32, n)
+				widen := g.widenF16
+				if f.bf {
+					widen = g.widenBF16
+				}
+				widen(gw, gh)
+				widen(bw, bh)
+				for _, off := range []int{0, 1, 3, 8} {
+					y := out16(n + off)[off:]
+					k.affine16H(f, y, a, gh, bh, mean, rstd)
+					k.fence()
+					g.affine16(f, want16, a, gw, bw, mean, rstd)
+					same16(t, tag(fmt.Sprintf("affine16H%+v/off=%d", f, off)), y, want16)
+				}
 			}
 			for _, bf := range []bool{false, true} {
 				for _, off := range []int{0, 1, 5, 8} {

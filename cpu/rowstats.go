@@ -63,22 +63,34 @@ func affineFMAGo(y, x, gamma, beta []float32, mean, rstd float32) {
 // affine16Go is the twin of the affine steps that round y to 16 bits: the float32 affine
 // value, narrowed.
 func affine16Go(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32) {
-	bf, fused := f.bf, f.fused
+	affine16Twin(f, y, x, gamma, beta, mean, rstd, func(v float32) float32 { return v })
+}
+
+// affine16HGo is affine16Go with gamma and beta in y's 16-bit format.
+func affine16HGo(f form16, y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32) {
+	widen := F16ToF32
+	if f.bf {
+		widen = BF16ToF32
+	}
+	affine16Twin(f, y, x, gamma, beta, mean, rstd, widen)
+}
+
+func affine16Twin[G float32 | uint16](f form16, y []uint16, x []float32, gamma, beta []G, mean, rstd float32, widen func(G) float32) {
 	x = x[:len(y)]
 	gamma = gamma[:len(y)]
 	beta = beta[:len(y)]
 	for i, v := range x {
 		n := float32((v - mean) * rstd)
-		var f float32
-		if fused {
-			f = plan.FMA32(n, gamma[i], beta[i])
+		var r float32
+		if f.fused {
+			r = plan.FMA32(n, widen(gamma[i]), widen(beta[i]))
 		} else {
-			f = float32(n*gamma[i]) + beta[i]
+			r = float32(n*widen(gamma[i])) + widen(beta[i])
 		}
-		if bf {
-			y[i] = F32ToBF16(f)
+		if f.bf {
+			y[i] = F32ToBF16(r)
 		} else {
-			y[i] = F32ToF16(f)
+			y[i] = F32ToF16(r)
 		}
 	}
 }
@@ -189,18 +201,27 @@ func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rs
 }
 
 // normalize16 writes the affine step into elements [off, off+len(x)) of a 16-bit y,
-// rounding in the kernel's store.
-func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x, gamma, beta []float32, mean, rstd float32, nt bool) {
+// rounding in the kernel's store. gh and bh, when not nil, are gamma and beta in y's
+// format (read as they are: half the bytes of their float32 copies).
+func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x, gamma, beta []float32, gh, bh []uint16, mean, rstd float32, nt bool) {
 	f := form16{bf: y.DType == ops.BF16, fused: p.Profile.FuseAffine, nt: nt}
+	if gh != nil {
+		k.affine16H(f, y.U16[off:off+len(x)], x, gh, bh, mean, rstd)
+		return
+	}
 	k.affine16(f, y.U16[off:off+len(x)], x, gamma, beta, mean, rstd)
 }
 
 // normalize16Chunked is normalize16 a chunk at a time, with a prefetch step after each.
-func normalize16Chunked(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x, gamma, beta []float32, mean, rstd float32, nt bool, pf *rowPrefetch) {
+func normalize16Chunked(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x, gamma, beta []float32, gh, bh []uint16, mean, rstd float32, nt bool, pf *rowPrefetch) {
 	n := passChunkOf(p.W)
 	for lo := 0; lo < len(x); lo += n {
 		hi := min(lo+n, len(x))
-		normalize16(k, p, y, off+lo, x[lo:hi], gamma[lo:hi], beta[lo:hi], mean, rstd, nt)
+		var g, b []uint16
+		if gh != nil {
+			g, b = gh[lo:hi], bh[lo:hi]
+		}
+		normalize16(k, p, y, off+lo, x[lo:hi], gamma[lo:hi], beta[lo:hi], g, b, mean, rstd, nt)
 		pf.step()
 	}
 }

@@ -35,6 +35,7 @@ type (
 	add3Fn    func(s, a, b, d []float32)
 	affineFn  func(y, x, gamma, beta []float32, mean, rstd float32)
 	affine16  func(y []uint16, x, gamma, beta []float32, mean, rstd float32)
+	affineH   func(y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32)
 	widenFn   func(dst []float32, src []uint16)
 	narrowFn  func(dst []uint16, src []float32)
 	reduceFn  func(part, x []float32, mean float32)
@@ -56,7 +57,8 @@ type (
 		full func(part, s []float32, a, b, d []uint16)
 	}
 	affineSet struct{ plain, fma affineFn }
-	affine16s [2][2][2]affine16 // [bf][fused][nt]
+	affine16s = [2][2][2]affine16 // [bf][fused][nt]
+	affineHs  = [2][2][2]affineH  // [bf][fused][nt]
 )
 
 // vecKernels are one width's assembly kernels, each of which handles the whole vectors of
@@ -71,6 +73,7 @@ type vecKernels struct {
 	addTo, copyNT              binaryFn
 	affine, affineNT           affineSet
 	affine16                   affine16s
+	affine16H                  affineHs
 	narrow16NT                 [2]narrowFn // [bf]
 	widenF16, widenBF16        widenFn
 	narrowF16, narrowBF16      narrowFn
@@ -100,7 +103,11 @@ var avx2Vec = &vecKernels{
 		{{avx2AffineF16, avx2AffineF16NT}, {avx2AffineFMAF16, avx2AffineFMAF16NT}},
 		{{avx2AffineBF16, avx2AffineBF16NT}, {avx2AffineFMABF16, avx2AffineFMABF16NT}},
 	},
-	narrow16NT:     [2]narrowFn{avx2NarrowF16NT, avx2NarrowBF16NT},
+	narrow16NT: [2]narrowFn{avx2NarrowF16NT, avx2NarrowBF16NT},
+	affine16H: affineHs{
+		{{avx2AffineF16H, avx2AffineF16HNT}, {avx2AffineFMAF16H, avx2AffineFMAF16HNT}},
+		{{avx2AffineBF16H, avx2AffineBF16HNT}, {avx2AffineFMABF16H, avx2AffineFMABF16HNT}},
+	},
 	widenF16:       avx2WidenF16,
 	widenBF16:      avx2WidenBF16,
 	narrowF16:      avx2NarrowF16,
@@ -143,7 +150,11 @@ var avx512Vec = &vecKernels{
 		{{avx512AffineF16, avx512AffineF16NT}, {avx512AffineFMAF16, avx512AffineFMAF16NT}},
 		{{avx512AffineBF16, avx512AffineBF16NT}, {avx512AffineFMABF16, avx512AffineFMABF16NT}},
 	},
-	narrow16NT:     [2]narrowFn{avx512NarrowF16NT, avx512NarrowBF16NT},
+	narrow16NT: [2]narrowFn{avx512NarrowF16NT, avx512NarrowBF16NT},
+	affine16H: affineHs{
+		{{avx512AffineF16H, avx512AffineF16HNT}, {avx512AffineFMAF16H, avx512AffineFMAF16HNT}},
+		{{avx512AffineBF16H, avx512AffineBF16HNT}, {avx512AffineFMABF16H, avx512AffineFMABF16HNT}},
+	},
 	widenF16:       avx512WidenF16,
 	widenBF16:      avx512WidenBF16,
 	narrowF16:      avx512NarrowF16,
@@ -182,6 +193,7 @@ func (v *vecKernels) kernelSet() *kernelSet {
 		affine:             func(y, x, g, b []float32, m, r float32) { v.affineRow(false, y, x, g, b, m, r) },
 		affineFMA:          func(y, x, g, b []float32, m, r float32) { v.affineRow(true, y, x, g, b, m, r) },
 		affine16:           v.affine16Row,
+		affine16H:          v.affine16HRow,
 		narrow16NT:         v.narrow16NTRow,
 		embedSumF32:        v.embedSumF32,
 		embedSumF16:        v.embedSumF16Row,
@@ -322,6 +334,20 @@ func (v *vecKernels) affineNTRow(fused bool, y, x, gamma, beta []float32, mean, 
 // affine16Row is the affine step with y rounded to 16 bits; with f.nt, the whole vectors
 // from y's first aligned address on are stored non-temporally.
 func (v *vecKernels) affine16Row(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32) {
+	affine16Rows(v, f, y, x, gamma, beta, mean, rstd,
+		func(v *vecKernels) *affine16s { return &v.affine16 }, affine16Go)
+}
+
+// affine16HRow is affine16Row with gamma and beta in y's 16-bit format.
+func (v *vecKernels) affine16HRow(f form16, y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32) {
+	affine16Rows(v, f, y, x, gamma, beta, mean, rstd,
+		func(v *vecKernels) *affineHs { return &v.affine16H }, affine16HGo)
+}
+
+// affine16Rows is both: kerns picks a width's kernel table, twin is the Go twin.
+func affine16Rows[G float32 | uint16, K ~func([]uint16, []float32, []G, []G, float32, float32)](
+	v *vecKernels, f form16, y []uint16, x []float32, gamma, beta []G, mean, rstd float32,
+	kerns func(*vecKernels) *[2][2][2]K, twin func(form16, []uint16, []float32, []G, []G, float32, float32)) {
 	x, gamma, beta = x[:len(y)], gamma[:len(y)], beta[:len(y)]
 	h := 0
 	if f.nt {
@@ -330,19 +356,19 @@ func (v *vecKernels) affine16Row(f form16, y []uint16, x, gamma, beta []float32,
 	plain := f
 	plain.nt = false
 	if h > 0 {
-		v.affine16Row(plain, y[:h], x[:h], gamma[:h], beta[:h], mean, rstd)
+		affine16Rows(v, plain, y[:h], x[:h], gamma[:h], beta[:h], mean, rstd, kerns, twin)
 	}
 	y, x, gamma, beta = y[h:], x[h:], gamma[h:], beta[h:]
 	n := v.whole(len(y))
 	if n > 0 {
-		v.affine16[b2i(f.bf)][b2i(f.fused)][b2i(f.nt)](y[:n], x, gamma, beta, mean, rstd)
+		kerns(v)[b2i(f.bf)][b2i(f.fused)][b2i(f.nt)](y[:n], x, gamma, beta, mean, rstd)
 	}
 	switch {
 	case n == len(y):
 	case v.narrower != nil:
-		v.narrower.affine16Row(plain, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+		affine16Rows(v.narrower, plain, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd, kerns, twin)
 	default:
-		affine16Go(plain, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+		twin(plain, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
 	}
 }
 

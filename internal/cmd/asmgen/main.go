@@ -319,38 +319,48 @@ func elementwise(v isa) {
 	}
 
 	// The affine step, with y in float32 (plain or non-temporal stores), binary16 or
-	// bfloat16: the 16-bit forms round what the float32 form would store.
-	for _, out := range []string{"", "NT", "F16", "F16NT", "BF16", "BF16NT"} {
+	// bfloat16: the 16-bit forms round what the float32 form would store. The H forms read
+	// gamma and beta in y's 16-bit format, widened as they load (exactly).
+	for _, out := range []string{"", "NT", "F16", "F16NT", "BF16", "BF16NT", "F16H", "F16HNT", "BF16H", "BF16HNT"} {
 		for _, fused := range []bool{false, true} {
 			name, what := n+"Affine", "f32(n·gamma[i]) + beta[i] (unfused)"
 			if fused {
 				name, what = n+"AffineFMA", "fma(n, gamma[i], beta[i])"
 			}
 			name += out
+			bf, half := strings.HasPrefix(out, "BF16"), strings.Contains(out, "16H")
+			nt16 := strings.HasPrefix(out, "F16") || bf
+			nt16 = nt16 && strings.HasSuffix(out, "NT")
 			yT, doc := "[]float32", []string{name + " writes y[i] = " + what + ", n = f32((x[i] − mean)·rstd),"}
-			switch out {
-			case "":
+			switch {
+			case out == "":
 				doc = append(doc, "for whole vectors of y.")
-			case "NT":
+			case out == "NT":
 				doc = append(doc, "for whole vectors of y, with non-temporal stores: y must be aligned to the",
 					"vector, and the caller fences before the values are shared.")
-			case "F16", "F16NT":
-				yT = "[]uint16"
-				doc = append(doc, "rounded to binary16 (nearest-even), for whole vectors of y.")
-			case "BF16", "BF16NT":
+			case bf:
 				yT = "[]uint16"
 				doc = append(doc, "rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.")
+			default:
+				yT = "[]uint16"
+				doc = append(doc, "rounded to binary16 (nearest-even), for whole vectors of y.")
 			}
-			if strings.HasSuffix(out, "16NT") {
+			if half {
+				doc = append(doc, "gamma and beta are in y's format.")
+			}
+			if nt16 {
 				doc = append(doc, "Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.")
 			}
-			text(name, "func(y "+yT+", x, gamma, beta []float32, mean, rstd float32)", doc...)
+			gT := "[]float32"
+			if half {
+				gT = "[]uint16"
+			}
+			text(name, "func(y "+yT+", x []float32, gamma, beta "+gT+", mean, rstd float32)", doc...)
 			y, x, g, b := base("y"), base("x"), base("gamma"), base("beta")
 			mean, rstd := v.broadcastParam("mean"), v.broadcastParam("rstd")
 			var bk bf16Consts
 			unroll := 4
-			nt16 := strings.HasSuffix(out, "16NT")
-			if strings.HasPrefix(out, "BF16") {
+			if bf {
 				bk = v.bf16Consts()
 				unroll = 2
 			}
@@ -359,23 +369,29 @@ func elementwise(v isa) {
 				c.VMOVUPS(f32(x, i, off), t)
 				c.VSUBPS(mean, t, t)
 				c.VMULPS(rstd, t, t)
-				if fused {
+				switch {
+				case half && fused:
+					c.VFMADD213PS(v.widen16(bf, u16(b, i, off)), v.widen16(bf, u16(g, i, off)), t) // t = gamma·t + beta, one rounding
+				case half:
+					c.VMULPS(v.widen16(bf, u16(g, i, off)), t, t)
+					c.VADDPS(v.widen16(bf, u16(b, i, off)), t, t)
+				case fused:
 					gv := v.vec()
 					c.VMOVUPS(f32(g, i, off), gv)
 					c.VFMADD213PS(f32(b, i, off), gv, t) // t = gamma·t + beta, one rounding
-				} else {
+				default:
 					c.VMULPS(f32(g, i, off), t, t)
 					c.VADDPS(f32(b, i, off), t, t)
 				}
-				switch out {
-				case "":
+				switch {
+				case out == "":
 					c.VMOVUPS(t, f32(y, i, off))
-				case "NT":
+				case out == "NT":
 					c.VMOVNTPS(t, f32(y, i, off))
-				case "F16", "F16NT":
-					v.narrowF16(t, u16(y, i, off), nt16)
-				default:
+				case bf:
 					v.narrowBF16(bk, t, u16(y, i, off), nt16)
+				default:
+					v.narrowF16(t, u16(y, i, off), nt16)
 				}
 			})
 		}
