@@ -43,16 +43,6 @@ func embedSumF16Go(x []float32, bits []uint16, w, p, g []uint16) {
 	}
 }
 
-// embedSumF16SumGo is the twin of embedSumF16Sum: embedSumF16, then the partial sums of x
-// from zero, or onto part (acc: a later piece of the row).
-func embedSumF16SumGo(acc bool, part, x []float32, bits []uint16, w, p, g []uint16) {
-	embedSumF16Go(x, bits, w, p, g)
-	if !acc {
-		clear(part)
-	}
-	accumulateGo(part, x)
-}
-
 // embedOp is an EmbedLayerNorm op bound to the CPU. It keeps references to the caller's
 // tables (no copy) and gamma/beta widened to float32 once.
 type embedOp struct {
@@ -232,7 +222,12 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			if g != nil {
 				gp = g[lo:hi]
 			}
-			op.k.embedSumF16Sum(lo > 0, part, x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
+			op.k.embedSumF16(x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
+			if lo == 0 {
+				op.k.sumZero(part, x[lo:hi])
+			} else {
+				op.k.accumulate(part, x[lo:hi])
+			}
 		}
 		pf.step()
 		mean, rstd := rowStatsSummed(op.k, &op.plan, x, part, w.Epsilon, pf)

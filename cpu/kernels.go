@@ -18,7 +18,6 @@ type kernelSet struct {
 	affine16H          func(f form16, y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32) // affine16, gamma and beta in y's format
 	embedSumF32        func(x, w, p, g []float32)                                                        // (w + p) + g, or w + p without g
 	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)                                // rnd16(rnd16(w + g) + p), as f32 and bits
-	embedSumF16Sum     func(acc bool, part, x []float32, bits []uint16, w, p, g []uint16)                // embedSumF16, and the partial sums of x (acc: onto part)
 	add2               func(s, a, b []float32)                                                           // s = a + b
 	add3               func(s, a, b, c []float32)                                                        // s = (a + b) + c
 	addTo              func(s, b []float32)                                                              // s += b
@@ -75,7 +74,6 @@ var goKernels = kernelSet{
 	affine16H:          affine16HGo,
 	embedSumF32:        embedSumF32Go,
 	embedSumF16:        embedSumF16Go,
-	embedSumF16Sum:     embedSumF16SumGo,
 	add2:               add2Go,
 	add3:               add3Go,
 	addTo:              addToGo,

@@ -354,41 +354,16 @@ func avx2AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d [
 //go:noescape
 func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 
-// avx2EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
-// (VCVTPS2PH imm 0: nearest-even).
+// avx2EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i],
+// for whole vectors of x (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx2EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
 
-// avx2EmbedSumF16SegSum is avx2EmbedSumF16Seg over whole chunks of W = len(part) elements (a multiple of the lanes),
-// with part[k] = Σ_c x[c·W+k] from +0 (chunks in order); len(x) a positive multiple of W.
-//
-//go:noescape
-func avx2EmbedSumF16SegSum(part []float32, x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
-
-// avx2EmbedSumF16SegSumAcc is avx2EmbedSumF16Seg over whole chunks of W = len(part) elements (a multiple of the lanes),
-// with part[k] = Σ_c x[c·W+k] added onto part (chunks in order); len(x) a positive multiple of W.
-//
-//go:noescape
-func avx2EmbedSumF16SegSumAcc(part []float32, x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
-
-// avx2EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x
-// (VCVTPS2PH imm 0: nearest-even).
+// avx2EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x.
 //
 //go:noescape
 func avx2EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
-
-// avx2EmbedSumF16Sum is avx2EmbedSumF16 over whole chunks of W = len(part) elements (a multiple of the lanes),
-// with part[k] = Σ_c x[c·W+k] from +0 (chunks in order); len(x) a positive multiple of W.
-//
-//go:noescape
-func avx2EmbedSumF16Sum(part []float32, x []float32, bits []uint16, w []uint16, p []uint16)
-
-// avx2EmbedSumF16SumAcc is avx2EmbedSumF16 over whole chunks of W = len(part) elements (a multiple of the lanes),
-// with part[k] = Σ_c x[c·W+k] added onto part (chunks in order); len(x) a positive multiple of W.
-//
-//go:noescape
-func avx2EmbedSumF16SumAcc(part []float32, x []float32, bits []uint16, w []uint16, p []uint16)
 
 // avx2CopyNT writes dst[i] = src[i] for whole vectors of dst with non-temporal stores: dst
 // must be aligned to the vector, and the caller fences before the values are shared.
@@ -746,41 +721,16 @@ func avx512AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d
 //go:noescape
 func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 
-// avx512EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
-// (VCVTPS2PH imm 0: nearest-even).
+// avx512EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i],
+// for whole vectors of x (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx512EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
 
-// avx512EmbedSumF16SegSum is avx512EmbedSumF16Seg over whole chunks of W = len(part) elements (a multiple of the lanes),
-// with part[k] = Σ_c x[c·W+k] from +0 (chunks in order); len(x) a positive multiple of W.
-//
-//go:noescape
-func avx512EmbedSumF16SegSum(part []float32, x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
-
-// avx512EmbedSumF16SegSumAcc is avx512EmbedSumF16Seg over whole chunks of W = len(part) elements (a multiple of the lanes),
-// with part[k] = Σ_c x[c·W+k] added onto part (chunks in order); len(x) a positive multiple of W.
-//
-//go:noescape
-func avx512EmbedSumF16SegSumAcc(part []float32, x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
-
-// avx512EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x
-// (VCVTPS2PH imm 0: nearest-even).
+// avx512EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x.
 //
 //go:noescape
 func avx512EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
-
-// avx512EmbedSumF16Sum is avx512EmbedSumF16 over whole chunks of W = len(part) elements (a multiple of the lanes),
-// with part[k] = Σ_c x[c·W+k] from +0 (chunks in order); len(x) a positive multiple of W.
-//
-//go:noescape
-func avx512EmbedSumF16Sum(part []float32, x []float32, bits []uint16, w []uint16, p []uint16)
-
-// avx512EmbedSumF16SumAcc is avx512EmbedSumF16 over whole chunks of W = len(part) elements (a multiple of the lanes),
-// with part[k] = Σ_c x[c·W+k] added onto part (chunks in order); len(x) a positive multiple of W.
-//
-//go:noescape
-func avx512EmbedSumF16SumAcc(part []float32, x []float32, bits []uint16, w []uint16, p []uint16)
 
 // avx512CopyNT writes dst[i] = src[i] for whole vectors of dst with non-temporal stores: dst
 // must be aligned to the vector, and the caller fences before the values are shared.

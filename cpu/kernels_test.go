@@ -393,27 +393,6 @@ func TestEmbedSumF16Kernel(t *testing.T) {
 				g.embedSumF16(wantX, wantB, w, p, seg)
 				same32(t, tag+"/x", gotX, wantX)
 				same16(t, tag+"/bits", gotB, wantB)
-
-				// With the plan's partial sums, from zero and onto given partials.
-				for _, W := range planWidths {
-					init := values(r, W, false)
-					start := func(i int) float32 { return init[i] }
-					for _, acc := range []bool{false, true} {
-						tag := fmt.Sprintf("%s/W=%d/acc=%v", tag, W, acc)
-						gotP, wantP := out32(W, start), out32(W, start)
-						gotX, wantX := out32(n, nil), out32(n, nil)
-						gotB, wantB := out16(n), out16(n)
-						k.embedSumF16Sum(acc, gotP, gotX, gotB, w, p, seg)
-						g.embedSumF16(wantX, wantB, w, p, seg)
-						if !acc {
-							clear(wantP)
-						}
-						g.accumulate(wantP, wantX)
-						same32(t, tag+"/sum/x", gotX, wantX)
-						same16(t, tag+"/sum/bits", gotB, wantB)
-						same32(t, tag+"/sum/part", gotP, wantP)
-					}
-				}
 			}
 		}
 	}

@@ -30,27 +30,23 @@ func init() {
 }
 
 type (
-	binaryFn  func(s, a []float32)
-	addFn     func(s, a, b []float32)
-	add3Fn    func(s, a, b, d []float32)
-	affineFn  func(y, x, gamma, beta []float32, mean, rstd float32)
-	affine16  func(y []uint16, x, gamma, beta []float32, mean, rstd float32)
-	affineH   func(y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32)
-	widenFn   func(dst []float32, src []uint16)
-	narrowFn  func(dst []uint16, src []float32)
-	reduceFn  func(part, x []float32, mean float32)
-	sum2Fn    func(part, s, a, b []float32)
-	sum3Fn    func(part, s, a, b, d []float32)
-	sum2NTFn  func(part, s, x, a, b []float32)
-	sum3NTFn  func(part, s, x, a, b, d []float32)
-	add3NTFn  func(s, x, a, b, d []float32)
-	embed2Fn  func(x []float32, bits []uint16, w, p []uint16)
-	embed3Fn  func(x []float32, bits []uint16, w, p, g []uint16)
-	accumFn   func(part, x []float32)
-	embedSums struct {
-		two   func(part, x []float32, bits []uint16, w, p []uint16)
-		three func(part, x []float32, bits []uint16, w, p, g []uint16)
-	}
+	binaryFn func(s, a []float32)
+	addFn    func(s, a, b []float32)
+	add3Fn   func(s, a, b, d []float32)
+	affineFn func(y, x, gamma, beta []float32, mean, rstd float32)
+	affine16 func(y []uint16, x, gamma, beta []float32, mean, rstd float32)
+	affineH  func(y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32)
+	widenFn  func(dst []float32, src []uint16)
+	narrowFn func(dst []uint16, src []float32)
+	reduceFn func(part, x []float32, mean float32)
+	sum2Fn   func(part, s, a, b []float32)
+	sum3Fn   func(part, s, a, b, d []float32)
+	sum2NTFn func(part, s, x, a, b []float32)
+	sum3NTFn func(part, s, x, a, b, d []float32)
+	add3NTFn func(s, x, a, b, d []float32)
+	embed2Fn func(x []float32, bits []uint16, w, p []uint16)
+	embed3Fn func(x []float32, bits []uint16, w, p, g []uint16)
+	accumFn  func(part, x []float32)
 	sum16Fns struct {
 		two  func(part, s []float32, a, b []uint16)
 		row  func(part, s []float32, a, b []uint16, d []float32)
@@ -87,7 +83,6 @@ type vecKernels struct {
 	addSum16                   [2][2]sum16Fns // [bf][acc]
 	embedF16                   embed2Fn
 	embedF16Seg                embed3Fn
-	embedF16Sum                [2]embedSums // [acc]
 }
 
 var avx2Vec = &vecKernels{
@@ -130,10 +125,6 @@ var avx2Vec = &vecKernels{
 	},
 	embedF16:    avx2EmbedSumF16,
 	embedF16Seg: avx2EmbedSumF16Seg,
-	embedF16Sum: [2]embedSums{
-		{avx2EmbedSumF16Sum, avx2EmbedSumF16SegSum},
-		{avx2EmbedSumF16SumAcc, avx2EmbedSumF16SegSumAcc},
-	},
 }
 
 var avx512Vec = &vecKernels{
@@ -177,10 +168,6 @@ var avx512Vec = &vecKernels{
 	},
 	embedF16:    avx512EmbedSumF16,
 	embedF16Seg: avx512EmbedSumF16Seg,
-	embedF16Sum: [2]embedSums{
-		{avx512EmbedSumF16Sum, avx512EmbedSumF16SegSum},
-		{avx512EmbedSumF16SumAcc, avx512EmbedSumF16SegSumAcc},
-	},
 }
 
 // kernelSet is the level built on these kernels.
@@ -197,7 +184,6 @@ func (v *vecKernels) kernelSet() *kernelSet {
 		narrow16NT:         v.narrow16NTRow,
 		embedSumF32:        v.embedSumF32,
 		embedSumF16:        v.embedSumF16Row,
-		embedSumF16Sum:     v.embedSumF16SumRow,
 		add2:               v.add2Row,
 		add3:               v.add3Row,
 		addTo:              v.addToRow,
@@ -433,44 +419,6 @@ func (v *vecKernels) add3NTRow(s, x, a, b, c []float32) {
 		v.add3NT(s[:n], x, a, b, c)
 	}
 	add3NTGo(s[n:], x[n:], a[n:], b[n:], c[n:])
-}
-
-// embedSumF16SumRow runs the fused kernel over the whole chunks of W = len(part) and the
-// separate passes over the shorter last chunk; a W the width does not divide goes to the
-// narrower width, or the twin.
-func (v *vecKernels) embedSumF16SumRow(acc bool, part, x []float32, bits []uint16, w, p, g []uint16) {
-	n := len(x)
-	bits, w, p = bits[:n], w[:n], p[:n]
-	if g != nil {
-		g = g[:n]
-	}
-	W := len(part)
-	full := n
-	if W > 0 {
-		full = n - n%W
-	}
-	if W%v.lanes != 0 || full == 0 {
-		if v.narrower != nil {
-			v.narrower.embedSumF16SumRow(acc, part, x, bits, w, p, g)
-			return
-		}
-		embedSumF16SumGo(acc, part, x, bits, w, p, g)
-		return
-	}
-	k := v.embedF16Sum[b2i(acc)]
-	if g == nil {
-		k.two(part, x[:full], bits, w, p)
-	} else {
-		k.three(part, x[:full], bits, w, p, g)
-	}
-	if full < n {
-		var gt []uint16
-		if g != nil {
-			gt = g[full:]
-		}
-		v.embedSumF16Row(x[full:], bits[full:], w[full:], p[full:], gt)
-		v.accumulateRow(part, x[full:])
-	}
 }
 
 func (v *vecKernels) embedSumF16Row(x []float32, bits []uint16, w, p, g []uint16) {

@@ -765,64 +765,44 @@ func tree() {
 
 func embedF16(v isa) {
 	n := v.name
-	for _, seg := range []bool{true, false} {
-		name, sig, what := n+"EmbedSumF16Seg", "func(x []float32, bits []uint16, w, p, g []uint16)", "rnd16(rnd16(w[i] + g[i]) + p[i])"
-		if !seg {
-			name, sig, what = n+"EmbedSumF16", "func(x []float32, bits []uint16, w, p []uint16)", "rnd16(w[i] + p[i])"
-		}
-		text(name, sig, name+" writes h = "+what+" as bits[i] and float32 x[i], for whole vectors of x",
-			"(VCVTPS2PH imm 0: nearest-even).")
-		{
-			x, bits, w, p := base("x"), base("bits"), base("w"), base("p")
-			var g reg.GPVirtual
-			if seg {
-				g = base("g")
-			}
-			v.loop(name, length("x"), 2, func(i reg.Register, off int) {
-				v.embedStep(x, bits, w, p, g, i, off)
-			})
-		}
-
-		// The same a piece of a row at a time, with the plan's partial sums of x.
-		for _, acc := range []bool{false, true} {
-			sname, from := name+"Sum", "from +0"
-			if acc {
-				sname, from = name+"SumAcc", "added onto part"
-			}
-			text(sname, strings.Replace(sig, "func(", "func(part []float32, ", 1),
-				sname+" is "+name+" over whole chunks of W = len(part) elements (a multiple of the lanes),",
-				"with part[k] = Σ_c x[c·W+k] "+from+" (chunks in order); len(x) a positive multiple of W.")
-			part, x, bits, w, p := base("part"), base("x"), base("bits"), base("w"), base("p")
-			var g reg.GPVirtual
-			if seg {
-				g = base("g")
-			}
-			v.blocks(sname, part, length("part"), length("x"), !acc, func(e reg.Register, j int, sum reg.VecVirtual) {
-				c.VADDPS(v.embedStep(x, bits, w, p, g, e, v.lanes*j), sum, sum) // part[k] + x
-			})
-		}
+	text(n+"EmbedSumF16Seg", "func(x []float32, bits []uint16, w, p, g []uint16)",
+		n+"EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i],",
+		"for whole vectors of x (VCVTPS2PH imm 0: nearest-even).")
+	{
+		x, bits, w, p, g := base("x"), base("bits"), base("w"), base("p"), base("g")
+		v.loop(n+"EmbedSumF16Seg", length("x"), 2, func(i reg.Register, off int) {
+			a, b := v.vec(), v.vec()
+			h := v.half()
+			c.VCVTPH2PS(u16(w, i, off), a)
+			c.VCVTPH2PS(u16(g, i, off), b)
+			c.VADDPS(b, a, a)
+			c.VCVTPS2PH(U8(0), a, h)
+			c.VCVTPH2PS(h, a)
+			c.VCVTPH2PS(u16(p, i, off), b)
+			c.VADDPS(b, a, a)
+			c.VCVTPS2PH(U8(0), a, h)
+			c.VMOVUPS(h, u16(bits, i, off))
+			c.VCVTPH2PS(h, a)
+			c.VMOVUPS(a, f32(x, i, off))
+		})
 	}
-}
 
-// embedStep computes one vector of the staged f16 sum at element i+off (g: the segment
-// table's row, or none), stores it as bits and as float32 x, and returns the float32.
-func (v isa) embedStep(x, bits, w, p, g reg.Register, i reg.Register, off int) reg.VecVirtual {
-	a, b := v.vec(), v.vec()
-	h := v.half()
-	c.VCVTPH2PS(u16(w, i, off), a)
-	if g != nil {
-		c.VCVTPH2PS(u16(g, i, off), b)
-		c.VADDPS(b, a, a)
-		c.VCVTPS2PH(U8(0), a, h)
-		c.VCVTPH2PS(h, a)
+	text(n+"EmbedSumF16", "func(x []float32, bits []uint16, w, p []uint16)",
+		n+"EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x.")
+	{
+		x, bits, w, p := base("x"), base("bits"), base("w"), base("p")
+		v.loop(n+"EmbedSumF16", length("x"), 2, func(i reg.Register, off int) {
+			a, b := v.vec(), v.vec()
+			h := v.half()
+			c.VCVTPH2PS(u16(w, i, off), a)
+			c.VCVTPH2PS(u16(p, i, off), b)
+			c.VADDPS(b, a, a)
+			c.VCVTPS2PH(U8(0), a, h)
+			c.VMOVUPS(h, u16(bits, i, off))
+			c.VCVTPH2PS(h, a)
+			c.VMOVUPS(a, f32(x, i, off))
+		})
 	}
-	c.VCVTPH2PS(u16(p, i, off), b)
-	c.VADDPS(b, a, a)
-	c.VCVTPS2PH(U8(0), a, h)
-	c.VMOVUPS(h, u16(bits, i, off))
-	c.VCVTPH2PS(h, a)
-	c.VMOVUPS(a, f32(x, i, off))
-	return a
 }
 
 func copyNT(v isa) {
