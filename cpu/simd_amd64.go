@@ -17,7 +17,7 @@ import (
 // overrun), hand what is left to the next narrower width, and the last few elements to
 // the twin. Every kernel performs the twin's operations in the twin's order with the same
 // rounding: only the FMA variants fuse, and their twins use plan.FMA32. The kernels'
-// declarations, with the Go loop each matches, are in kernels_amd64.go.
+// declarations, each with what it computes, are in kernels_amd64.go (generated too).
 
 func init() {
 	if !cpuid.CPU.Supports(cpuid.AVX, cpuid.AVX2, cpuid.FMA3, cpuid.F16C) {

@@ -9,11 +9,11 @@
 // It lives in its own module so that the library does not depend on avo.
 //
 // Every kernel handles the multiple-of-lanes prefix of its slices; the Go wrappers in
-// cpu/simd_amd64.go check lengths, finish the tails with narrower kernels or the pure-Go
-// twins, and document the Go loop each kernel matches. Operand order follows the Go twins
-// (x − mean, p + v, …), so even NaN payloads agree; no operation is fused unless its twin
-// calls plan.FMA32. The two widths run the same operations on each element in the same
-// order: only how many elements one instruction covers differs.
+// cpu/simd_amd64.go check lengths and finish the tails with narrower kernels or the
+// pure-Go twins, which define what each kernel must compute. Operand order follows the
+// twins (x − mean, p + v, …), so even NaN payloads agree; no operation is fused unless its
+// twin calls plan.FMA32. The two widths run the same operations on each element in the
+// same order: only how many elements one instruction covers differs.
 package main
 
 import (
