@@ -67,13 +67,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	D := a.D
 	c := addCalls.Get().(*addCall)
 	c.k, c.a, c.p = b.k, *a, b.Plan(D)
-	// f32 weights are used in place; others are widened into the call's pooled buffers.
-	c.gamma = widenTo(c.k, a.Gamma, &c.gammaBuf)
-	c.beta = widenTo(c.k, a.Beta, &c.betaBuf)
-	if a.Bias.Present() && !a.BiasFull {
-		c.biasRow = widenTo(c.k, a.Bias, &c.biasBuf)
-	}
-	// Past the caches, the inputs are prefetched a row ahead and f32 outputs are stored
+	// Past the caches, the inputs are prefetched a row ahead and outputs are stored
 	// non-temporally.
 	big := a.N*D*4 >= bigBytes
 	c.prefetch = big && prefetchAhead > 0
@@ -87,11 +81,8 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.ntY = big && a.Y.DType == ops.F32
 	c.ntX = big && a.X.Present() && a.X.DType == ops.F32
 	c.nt16 = big && a.Y.DType != ops.F32
-	if a.Y.DType != ops.F32 && a.Gamma.DType == a.Y.DType {
-		c.gammaH, c.betaH = a.Gamma.U16, a.Beta.U16
-	}
-	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType && (!a.BiasFull || a.Bias.DType == a.X1.DType)
-	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32 || (a.BiasFull && a.Bias.DType != ops.F32)
+	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType
+	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32
 	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
 	c.reset()
 	addCalls.Put(c)
@@ -99,54 +90,34 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 }
 
 // addCall is the state of one AddLayerNorm call, shared by its workers; pooled, so a call
-// allocates nothing. It copies the caller's descriptor (not the data), and keeps the
-// buffers that f16 and bf16 weights are widened into; reset drops every reference to the
-// caller's memory before it goes back to the pool.
+// allocates nothing. It copies the caller's descriptor (not the data); reset drops every
+// reference to the caller's memory before it goes back to the pool.
+//
+// The weights are read as the caller gave them, never widened into copies: in the dtype
+// rows of SPEC B.2 (ops.AddDTypeRows), gamma and beta are float32 or in y's 16-bit format
+// (weights16), and the bias (OutT) is float32 or in the 16-bit format of x1 and x2, whose
+// first pass then widens it in its loads (addSum16).
 type addCall struct {
-	k                          *kernelSet
-	a                          ops.AddLN
-	p                          plan.Plan
-	gamma, beta, biasRow       []float32 // float32 weights: the caller's, or a buffer below
-	gammaBuf, betaBuf, biasBuf []float32
-	prefetch, long, ntY, ntX   bool
-	pieces                     bool     // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
-	nt16                       bool     // 16-bit outputs stored non-temporally
-	sum16                      bool     // x1, x2 (and a full bias) of one 16-bit format: addSum16
-	gammaH, betaH              []uint16 // gamma and beta when in y's 16-bit format, read as they are
-	piece                      int
-	wg                         sync.WaitGroup
+	k                        *kernelSet
+	a                        ops.AddLN
+	p                        plan.Plan
+	prefetch, long, ntY, ntX bool
+	pieces                   bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
+	sum16                    bool // x1 and x2 (and the bias) of one 16-bit format: addSum16
+	nt16                     bool // 16-bit outputs stored non-temporally
+	piece                    int
+	wg                       sync.WaitGroup
 }
 
 var addCalls = sync.Pool{New: func() any { return new(addCall) }}
 
-func (c *addCall) reset() {
-	c.k, c.a = nil, ops.AddLN{}
-	c.gamma, c.beta, c.biasRow = nil, nil, nil
-	c.gammaH, c.betaH = nil, nil
-}
+func (c *addCall) reset() { c.k, c.a = nil, ops.AddLN{} }
 
-// widenTo returns a 1-D weight as float32: the slice itself for f32, else widened into
-// *buf, which grows as needed.
-func widenTo(k *kernelSet, b ops.Buf, buf *[]float32) []float32 {
-	switch b.DType {
-	case ops.F32:
-		return b.F32
-	case ops.F16:
-		*buf = grow(*buf, len(b.U16))
-		k.widenF16(*buf, b.U16)
-		return *buf
-	case ops.BF16:
-		*buf = grow(*buf, len(b.U16))
-		k.widenBF16(*buf, b.U16)
-		return *buf
-	}
-	return nil
-}
-
-// sumPieces is the first pass of a row with 16-bit inputs (or a 16-bit full bias): s =
-// (x1 + x2) + bias in float32 and its partial sums, a piece of sumPiece elements (a
-// multiple of W) at a time, so the widened inputs and the piece of s stay in L1; the x
-// output is written from each piece while it is there (xs: streamed, f32).
+// sumPieces is the first pass of a row with 16-bit inputs: s = (x1 + x2) + bias in float32
+// and its partial sums, a piece of sumPiece elements (a multiple of W) at a time, so the
+// inputs (widened in addSum16's loads, or into scratch for mixed rows) and the piece of s
+// stay in L1; the x output is written from each piece while it is there (xs: streamed,
+// f32).
 func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 	k, a := c.k, &c.a
 	D := a.D
@@ -155,30 +126,24 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 		hi := min(lo+n, D)
 		m := hi - lo
 		if c.sum16 {
-			// Both inputs (and a full bias) of one 16-bit format: widened in the kernel.
-			// A bias row of the inputs' format is read as it is (widening is exact):
-			// half the bytes of its widened copy.
-			var bias []float32
-			var biasHalf []uint16
+			var bias []uint16
 			switch {
 			case a.BiasFull:
-				biasHalf = a.Bias.U16[off+lo : off+hi]
-			case a.Bias.Present() && a.Bias.DType == a.X1.DType:
-				biasHalf = a.Bias.U16[lo:hi]
-			case c.biasRow != nil:
-				bias = c.biasRow[lo:hi]
+				bias = a.Bias.U16[off+lo : off+hi]
+			case a.Bias.Present():
+				bias = a.Bias.U16[lo:hi]
 			}
 			f := sum16{bf: a.X1.DType == ops.BF16, acc: lo > 0}
-			k.addSum16(f, part, s[lo:hi], a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias, biasHalf)
+			k.addSum16(f, part, s[lo:hi], a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias)
 		} else {
 			x1 := rowF32(k, a.X1, off+lo, m, sc.y)
 			x2 := rowF32(k, a.X2, off+lo, m, sc.t)
 			var bias []float32
 			switch {
-			case c.biasRow != nil:
-				bias = c.biasRow[lo:hi]
 			case a.BiasFull:
-				bias = rowF32(k, a.Bias, off+lo, m, sc.u)
+				bias = a.Bias.F32[off+lo : off+hi]
+			case a.Bias.Present():
+				bias = a.Bias.F32[lo:hi]
 			}
 			if lo == 0 {
 				k.addSum(part, s[lo:hi], nil, x1, x2, bias)
@@ -202,7 +167,7 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 	k, a, p := c.k, &c.a, &c.p
 	D := a.D
 	prefetch, long, ntX, ntY := c.prefetch, c.long, c.ntX, c.ntY
-	gamma, beta := c.gamma, c.beta
+	w16 := weightsOf(a.Gamma, a.Beta)
 	for r := lo; r < hi; r++ {
 		off := r * D
 		var pf *rowPrefetch
@@ -228,42 +193,36 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			xs = a.X.F32[off : off+D]
 		}
 		part := sc.part[:p.W]
-		var mean, rstd float32
 		if c.pieces {
 			c.sumPieces(s, xs, part, off, sc)
-			if long {
-				mean, rstd = rowStatsChunked(k, p, s, part, a.Epsilon, pf)
-			} else {
-				pf.step()
-				mean, rstd = rowStatsSummed(k, p, s, part, a.Epsilon, pf)
-			}
 		} else {
 			// s = (x1 + x2) + bias (x1 + x2 without one) and its partial sums in one pass.
 			var bias []float32
 			switch {
-			case c.biasRow != nil:
-				bias = c.biasRow
 			case a.BiasFull:
 				bias = a.Bias.F32[off : off+D]
+			case a.Bias.Present():
+				bias = a.Bias.F32
 			}
 			k.addSum(part, s, xs, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias)
-			if long {
-				mean, rstd = rowStatsChunked(k, p, s, part, a.Epsilon, pf)
-			} else {
-				pf.step()
-				mean, rstd = rowStatsSummed(k, p, s, part, a.Epsilon, pf)
-			}
+		}
+		var mean, rstd float32
+		if long {
+			mean, rstd = rowStatsChunked(k, p, s, part, a.Epsilon, pf)
+		} else {
+			pf.step()
+			mean, rstd = rowStatsSummed(k, p, s, part, a.Epsilon, pf)
 		}
 		a.Mean[r], a.Rstd[r] = mean, rstd
 		switch {
 		case a.Y.DType == ops.F32 && long:
-			normalizeChunked(k, p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY, pf)
+			normalizeChunked(k, p, a.Y.F32[off:off+D], s, a.Gamma.F32, a.Beta.F32, mean, rstd, ntY, pf)
 		case a.Y.DType == ops.F32:
-			normalize(k, p, a.Y.F32[off:off+D], s, gamma, beta, mean, rstd, ntY)
+			normalize(k, p, a.Y.F32[off:off+D], s, a.Gamma.F32, a.Beta.F32, mean, rstd, ntY)
 		case long:
-			normalize16Chunked(k, p, a.Y, off, s, gamma, beta, c.gammaH, c.betaH, mean, rstd, c.nt16, pf)
+			normalize16Chunked(k, p, a.Y, off, s, w16, mean, rstd, c.nt16, pf)
 		default:
-			normalize16(k, p, a.Y, off, s, gamma, beta, c.gammaH, c.betaH, mean, rstd, c.nt16)
+			normalize16(k, p, a.Y, off, s, w16, mean, rstd, c.nt16)
 		}
 		pf.rest()
 	}

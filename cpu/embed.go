@@ -44,39 +44,18 @@ func embedSumF16Go(x []float32, bits []uint16, w, p, g []uint16) {
 }
 
 // embedOp is an EmbedLayerNorm op bound to the CPU. It keeps references to the caller's
-// tables (no copy) and gamma/beta widened to float32 once.
+// tables and weights (no copy): the f16 affine step reads gamma and beta as they are.
 type embedOp struct {
-	be          *Backend
-	k           *kernelSet
-	w           ops.EmbedWeights
-	gamma, beta []float32
-	plan        plan.Plan
-	closed      atomic.Bool
+	be     *Backend
+	k      *kernelSet
+	w      ops.EmbedWeights
+	plan   plan.Plan
+	closed atomic.Bool
 }
 
 // PrepareEmbed binds the weights. The tables must not change while the op is in use.
 func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
-	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H)}
-	op.gamma = widen(b.k, w.Gamma)
-	op.beta = widen(b.k, w.Beta)
-	return op, nil
-}
-
-// widen returns a float32 copy (or the slice itself for f32) of a 1-D weight.
-func widen(k *kernelSet, b ops.Buf) []float32 {
-	switch b.DType {
-	case ops.F32:
-		return b.F32
-	case ops.F16:
-		out := make([]float32, len(b.U16))
-		k.widenF16(out, b.U16)
-		return out
-	case ops.BF16:
-		out := make([]float32, len(b.U16))
-		k.widenBF16(out, b.U16)
-		return out
-	}
-	return nil
+	return &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H)}, nil
 }
 
 func (op *embedOp) Close() error { op.closed.Store(true); return nil }
@@ -203,7 +182,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		op.k.addSum(part, x, xs, w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H], g)
 		pf.step()
 		mean, rstd := rowStatsSummed(op.k, &op.plan, x, part, w.Epsilon, pf)
-		normalize(op.k, &op.plan, out.Out.F32[row:row+H], x, op.gamma, op.beta, mean, rstd, nt)
+		normalize(op.k, &op.plan, out.Out.F32[row:row+H], x, w.Gamma.F32, w.Beta.F32, mean, rstd, nt)
 		pf.step()
 	case ops.F16:
 		var g []uint16
@@ -231,7 +210,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		}
 		pf.step()
 		mean, rstd := rowStatsSummed(op.k, &op.plan, x, part, w.Epsilon, pf)
-		normalize16(op.k, &op.plan, out.Out, row, x, op.gamma, op.beta, w.Gamma.U16, w.Beta.U16, mean, rstd, nt)
+		normalize16(op.k, &op.plan, out.Out, row, x, weightsOf(w.Gamma, w.Beta), mean, rstd, nt)
 		pf.step()
 	}
 }

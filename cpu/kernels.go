@@ -44,9 +44,8 @@ type kernelSet struct {
 	addSum       func(part, s, x, a, b, c []float32)
 	addSumAcc    func(part, s, a, b, c []float32) // addSum without x, onto the partials as they are
 	// addSum16 is addSum (f.acc: addSumAcc) without x for 16-bit a and b of one format (f.bf:
-	// bfloat16), widened as they are loaded; c is a float32 row (cRow) or a row of that
-	// format (cHalf), or neither.
-	addSum16 func(f sum16, part, s []float32, a, b []uint16, cRow []float32, cHalf []uint16)
+	// bfloat16), widened as they are loaded, and c of that format too (nil: none).
+	addSum16 func(f sum16, part, s []float32, a, b, c []uint16)
 }
 
 // sum16 is the form of an addSum16 call.

@@ -284,20 +284,6 @@ func avx2AddSumF16(part []float32, s []float32, a []uint16, b []uint16)
 //go:noescape
 func avx2AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
 
-// avx2AddSumF16Row writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
-//
-//go:noescape
-func avx2AddSumF16Row(part []float32, s []float32, a []uint16, b []uint16, d []float32)
-
-// avx2AddSumF16RowAcc writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
-//
-//go:noescape
-func avx2AddSumF16RowAcc(part []float32, s []float32, a []uint16, b []uint16, d []float32)
-
 // avx2AddSumF16Full writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
 // part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
 // be a multiple of the lanes and len(s) a positive multiple of W.
@@ -325,20 +311,6 @@ func avx2AddSumBF16(part []float32, s []float32, a []uint16, b []uint16)
 //
 //go:noescape
 func avx2AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
-
-// avx2AddSumBF16Row writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
-//
-//go:noescape
-func avx2AddSumBF16Row(part []float32, s []float32, a []uint16, b []uint16, d []float32)
-
-// avx2AddSumBF16RowAcc writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
-//
-//go:noescape
-func avx2AddSumBF16RowAcc(part []float32, s []float32, a []uint16, b []uint16, d []float32)
 
 // avx2AddSumBF16Full writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
 // part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
@@ -651,20 +623,6 @@ func avx512AddSumF16(part []float32, s []float32, a []uint16, b []uint16)
 //go:noescape
 func avx512AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
 
-// avx512AddSumF16Row writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
-//
-//go:noescape
-func avx512AddSumF16Row(part []float32, s []float32, a []uint16, b []uint16, d []float32)
-
-// avx512AddSumF16RowAcc writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
-//
-//go:noescape
-func avx512AddSumF16RowAcc(part []float32, s []float32, a []uint16, b []uint16, d []float32)
-
 // avx512AddSumF16Full writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
 // part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
 // be a multiple of the lanes and len(s) a positive multiple of W.
@@ -692,20 +650,6 @@ func avx512AddSumBF16(part []float32, s []float32, a []uint16, b []uint16)
 //
 //go:noescape
 func avx512AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
-
-// avx512AddSumBF16Row writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
-//
-//go:noescape
-func avx512AddSumBF16Row(part []float32, s []float32, a []uint16, b []uint16, d []float32)
-
-// avx512AddSumBF16RowAcc writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
-//
-//go:noescape
-func avx512AddSumBF16RowAcc(part []float32, s []float32, a []uint16, b []uint16, d []float32)
 
 // avx512AddSumBF16Full writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
 // part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must

@@ -12,9 +12,9 @@ const minElemsPerWorker = 1 << 14
 
 // scratch is one worker's row buffers, reused across calls through scratchPool.
 type scratch struct {
-	x, y, t, u []float32
-	part       []float32
-	bits       []uint16
+	x, y, t []float32
+	part    []float32
+	bits    []uint16
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -30,7 +30,6 @@ func (s *scratch) size(h, w int) {
 	s.x = grow(s.x, h)
 	s.y = grow(s.y, h)
 	s.t = grow(s.t, h)
-	s.u = grow(s.u, h)
 	s.part = grow(s.part, w)
 }
 

@@ -139,7 +139,7 @@ func addSumAccGo(part, s, a, b, c []float32) {
 
 // addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo/addSumAccGo
 // sum them.
-func addSum16Go(f sum16, part, s []float32, a, b []uint16, cRow []float32, cHalf []uint16) {
+func addSum16Go(f sum16, part, s []float32, a, b, c []uint16) {
 	widen := F16ToF32
 	if f.bf {
 		widen = BF16ToF32
@@ -150,11 +150,8 @@ func addSum16Go(f sum16, part, s []float32, a, b []uint16, cRow []float32, cHalf
 	}
 	for i := range s {
 		v := widen(a[i]) + widen(b[i])
-		switch {
-		case cRow != nil:
-			v += cRow[i]
-		case cHalf != nil:
-			v += widen(cHalf[i])
+		if c != nil {
+			v += widen(c[i])
 		}
 		s[i] = v
 	}
@@ -200,28 +197,47 @@ func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rs
 	}
 }
 
+// weights16 are gamma and beta of a 16-bit affine step as the caller gave them: float32,
+// or in y's 16-bit format (gammaH and betaH: read as they are, widened in the kernel's
+// loads).
+type weights16 struct {
+	gamma, beta   []float32
+	gammaH, betaH []uint16
+}
+
+// weightsOf is gamma and beta as weights16 (either float32, or of the format of a 16-bit y).
+func weightsOf(gamma, beta ops.Buf) weights16 {
+	if gamma.DType == ops.F32 {
+		return weights16{gamma: gamma.F32, beta: beta.F32}
+	}
+	return weights16{gammaH: gamma.U16, betaH: beta.U16}
+}
+
+// slice is elements [lo, hi) of both.
+func (w weights16) slice(lo, hi int) weights16 {
+	if w.gammaH != nil {
+		return weights16{gammaH: w.gammaH[lo:hi], betaH: w.betaH[lo:hi]}
+	}
+	return weights16{gamma: w.gamma[lo:hi], beta: w.beta[lo:hi]}
+}
+
 // normalize16 writes the affine step into elements [off, off+len(x)) of a 16-bit y,
-// rounding in the kernel's store. gh and bh, when not nil, are gamma and beta in y's
-// format (read as they are: half the bytes of their float32 copies).
-func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x, gamma, beta []float32, gh, bh []uint16, mean, rstd float32, nt bool) {
+// rounding in the kernel's store.
+func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []float32, w weights16, mean, rstd float32, nt bool) {
 	f := form16{bf: y.DType == ops.BF16, fused: p.Profile.FuseAffine, nt: nt}
-	if gh != nil {
-		k.affine16H(f, y.U16[off:off+len(x)], x, gh, bh, mean, rstd)
+	if w.gammaH != nil {
+		k.affine16H(f, y.U16[off:off+len(x)], x, w.gammaH, w.betaH, mean, rstd)
 		return
 	}
-	k.affine16(f, y.U16[off:off+len(x)], x, gamma, beta, mean, rstd)
+	k.affine16(f, y.U16[off:off+len(x)], x, w.gamma, w.beta, mean, rstd)
 }
 
 // normalize16Chunked is normalize16 a chunk at a time, with a prefetch step after each.
-func normalize16Chunked(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x, gamma, beta []float32, gh, bh []uint16, mean, rstd float32, nt bool, pf *rowPrefetch) {
+func normalize16Chunked(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []float32, w weights16, mean, rstd float32, nt bool, pf *rowPrefetch) {
 	n := passChunkOf(p.W)
 	for lo := 0; lo < len(x); lo += n {
 		hi := min(lo+n, len(x))
-		var g, b []uint16
-		if gh != nil {
-			g, b = gh[lo:hi], bh[lo:hi]
-		}
-		normalize16(k, p, y, off+lo, x[lo:hi], gamma[lo:hi], beta[lo:hi], g, b, mean, rstd, nt)
+		normalize16(k, p, y, off+lo, x[lo:hi], w.slice(lo, hi), mean, rstd, nt)
 		pf.step()
 	}
 }

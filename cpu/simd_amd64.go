@@ -49,7 +49,6 @@ type (
 	accumFn  func(part, x []float32)
 	sum16Fns struct {
 		two  func(part, s []float32, a, b []uint16)
-		row  func(part, s []float32, a, b []uint16, d []float32)
 		full func(part, s []float32, a, b, d []uint16)
 	}
 	affineSet struct{ plain, fma affineFn }
@@ -120,8 +119,8 @@ var avx2Vec = &vecKernels{
 	add2SumNT:      avx2Add2SumNT,
 	add3SumNT:      avx2Add3SumNT,
 	addSum16: [2][2]sum16Fns{
-		{{avx2AddSumF16, avx2AddSumF16Row, avx2AddSumF16Full}, {avx2AddSumF16Acc, avx2AddSumF16RowAcc, avx2AddSumF16FullAcc}},
-		{{avx2AddSumBF16, avx2AddSumBF16Row, avx2AddSumBF16Full}, {avx2AddSumBF16Acc, avx2AddSumBF16RowAcc, avx2AddSumBF16FullAcc}},
+		{{avx2AddSumF16, avx2AddSumF16Full}, {avx2AddSumF16Acc, avx2AddSumF16FullAcc}},
+		{{avx2AddSumBF16, avx2AddSumBF16Full}, {avx2AddSumBF16Acc, avx2AddSumBF16FullAcc}},
 	},
 	embedF16:    avx2EmbedSumF16,
 	embedF16Seg: avx2EmbedSumF16Seg,
@@ -163,8 +162,8 @@ var avx512Vec = &vecKernels{
 	add2SumNT:      avx512Add2SumNT,
 	add3SumNT:      avx512Add3SumNT,
 	addSum16: [2][2]sum16Fns{
-		{{avx512AddSumF16, avx512AddSumF16Row, avx512AddSumF16Full}, {avx512AddSumF16Acc, avx512AddSumF16RowAcc, avx512AddSumF16FullAcc}},
-		{{avx512AddSumBF16, avx512AddSumBF16Row, avx512AddSumBF16Full}, {avx512AddSumBF16Acc, avx512AddSumBF16RowAcc, avx512AddSumBF16FullAcc}},
+		{{avx512AddSumF16, avx512AddSumF16Full}, {avx512AddSumF16Acc, avx512AddSumF16FullAcc}},
+		{{avx512AddSumBF16, avx512AddSumBF16Full}, {avx512AddSumBF16Acc, avx512AddSumBF16FullAcc}},
 	},
 	embedF16:    avx512EmbedSumF16,
 	embedF16Seg: avx512EmbedSumF16Seg,
@@ -694,14 +693,11 @@ func (v *vecKernels) addSumAccRow(part, s, a, b, c []float32) {
 
 // addSum16Row runs the 16-bit kernel over the whole chunks and the twin over the shorter
 // last chunk; a W the width does not divide goes to the narrower width, or the twin.
-func (v *vecKernels) addSum16Row(f sum16, part, s []float32, a, b []uint16, cRow []float32, cHalf []uint16) {
+func (v *vecKernels) addSum16Row(f sum16, part, s []float32, a, b, c []uint16) {
 	n := len(s)
 	a, b = a[:n], b[:n]
-	if cRow != nil {
-		cRow = cRow[:n]
-	}
-	if cHalf != nil {
-		cHalf = cHalf[:n]
+	if c != nil {
+		c = c[:n]
 	}
 	w := len(part)
 	full := n
@@ -710,33 +706,26 @@ func (v *vecKernels) addSum16Row(f sum16, part, s []float32, a, b []uint16, cRow
 	}
 	if w%v.lanes != 0 || full == 0 {
 		if v.narrower != nil {
-			v.narrower.addSum16Row(f, part, s, a, b, cRow, cHalf)
+			v.narrower.addSum16Row(f, part, s, a, b, c)
 			return
 		}
-		addSum16Go(f, part, s, a, b, cRow, cHalf)
+		addSum16Go(f, part, s, a, b, c)
 		return
 	}
 	k := v.addSum16[b2i(f.bf)][b2i(f.acc)]
-	switch {
-	case cRow != nil:
-		k.row(part, s[:full], a, b, cRow)
-	case cHalf != nil:
-		k.full(part, s[:full], a, b, cHalf)
-	default:
+	if c == nil {
 		k.two(part, s[:full], a, b)
+	} else {
+		k.full(part, s[:full], a, b, c)
 	}
 	if full < n {
-		var ct []float32
-		var ht []uint16
-		if cRow != nil {
-			ct = cRow[full:]
-		}
-		if cHalf != nil {
-			ht = cHalf[full:]
+		var ct []uint16
+		if c != nil {
+			ct = c[full:]
 		}
 		tail := f
 		tail.acc = true
-		addSum16Go(tail, part, s[full:], a[full:], b[full:], ct, ht)
+		addSum16Go(tail, part, s[full:], a[full:], b[full:], ct)
 	}
 }
 

@@ -609,12 +609,13 @@ func sums(v isa) {
 }
 
 // sums16 emits the first pass for 16-bit x1 and x2 of one format (binary16 F16, bfloat16
-// BF16), widened in the load: s = a + b, (a + b) + d with d a float32 row (Row) or a row of
-// the same 16-bit format (Full), and part = the partial sums of s, from +0 or added onto
-// part (Acc), in the plan's order as in sums. The caller writes the x output from s.
+// BF16), widened in the load: s = a + b, or (a + b) + d with d of the same format (Full:
+// a full bias, or the bias row the caller passes a piece of), and part = the partial sums
+// of s, from +0 or added onto part (Acc), in the plan's order as in sums. The caller
+// writes the x output from s.
 func sums16(v isa) {
 	for _, bf := range []bool{false, true} {
-		for _, bias := range []string{"", "Row", "Full"} {
+		for _, bias := range []string{"", "Full"} {
 			for _, acc := range []bool{false, true} {
 				t := "F16"
 				if bf {
@@ -625,10 +626,7 @@ func sums16(v isa) {
 					name += "Acc"
 				}
 				sig, what := "func(part, s []float32, a, b []uint16)", "a[i] + b[i]"
-				switch bias {
-				case "Row":
-					sig, what = "func(part, s []float32, a, b []uint16, d []float32)", "(a[i] + b[i]) + d[i]"
-				case "Full":
+				if bias == "Full" {
 					sig, what = "func(part, s []float32, a, b, d []uint16)", "(a[i] + b[i]) + d[i]"
 				}
 				from := "from +0"
@@ -648,10 +646,7 @@ func sums16(v isa) {
 					o := v.lanes * j
 					x := v.widen16(bf, u16(a, e, o))
 					c.VADDPS(v.widen16(bf, u16(b, e, o)), x, x)
-					switch bias {
-					case "Row":
-						c.VADDPS(f32(d, e, o), x, x)
-					case "Full":
+					if bias == "Full" {
 						c.VADDPS(v.widen16(bf, u16(d, e, o)), x, x)
 					}
 					c.VMOVUPS(x, f32(sp, e, o))
