@@ -248,7 +248,7 @@ func normalize16Chunked(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []floa
 var sumPiece = 1024
 
 // sumPieceOf is sumPiece rounded up to a multiple of w.
-func sumPieceOf(w int) int { return (sumPiece + w - 1) / w * w }
+func sumPieceOf(w int) int { return roundUp(sumPiece, w) }
 
 // passChunk is how many elements of a long row a pass works on between two prefetch steps
 // (1 KiB of f32), rounded up to a multiple of the plan width W (passChunkOf), so the
@@ -256,7 +256,10 @@ func sumPieceOf(w int) int { return (sumPiece + w - 1) / w * w }
 var passChunk = 256
 
 // passChunkOf is passChunk rounded up to a multiple of w.
-func passChunkOf(w int) int { return (passChunk + w - 1) / w * w }
+func passChunkOf(w int) int { return roundUp(passChunk, w) }
+
+// roundUp is n rounded up to a multiple of w.
+func roundUp(n, w int) int { return (n + w - 1) / w * w }
 
 // longRow is the row length (elements) from which the ops chunk their passes over a row
 // to spread the next row's prefetch over them (see rowStatsChunked).

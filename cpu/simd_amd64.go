@@ -519,60 +519,50 @@ func (v *vecKernels) sqDevRow(part, x []float32, mean float32) { v.sqDevAcc(fals
 
 func (v *vecKernels) sqDevFMARow(part, x []float32, mean float32) { v.sqDevAcc(true, part, x, mean) }
 
-// sqDevAcc is the squared-deviation accumulation in the reduce scheme (fused: FMA).
+// sqDevAcc is the squared-deviation accumulation (fused: FMA) in the reduce scheme.
 func (v *vecKernels) sqDevAcc(fused bool, part, x []float32, mean float32) {
 	kern := v.sqDev
 	if fused {
 		kern = v.sqDevFMA
 	}
+	v.reduce(part, x,
+		func(part, x []float32) { kern(part, x, mean) },
+		func(part, x []float32) {
+			switch {
+			case v.narrower != nil:
+				v.narrower.sqDevAcc(fused, part, x, mean)
+			case fused:
+				accumulateSqDevFMAGo(part, x, mean)
+			default:
+				accumulateSqDevGo(part, x, mean)
+			}
+		})
+}
+
+// reduceZero runs an accumulation on partials that start at +0: the zero-start kernel on
+// the whole chunks (which write every partial), then rest (the width's plain wrapper) on
+// the shorter last chunk. Without a whole chunk, or with a W the width does not divide,
+// fallback (the narrower width's zero-start wrapper, or clear and rest) does it all.
+func (v *vecKernels) reduceZero(part, x []float32, zero, rest, fallback func(part, x []float32)) {
 	w := len(part)
-	if w%v.lanes != 0 {
-		v.sqDevNext(fused, part, x, mean)
+	if w%v.lanes != 0 || len(x) < w {
+		fallback(part, x)
 		return
 	}
 	full := len(x) - len(x)%w
-	if full > 0 {
-		kern(part, x[:full], mean)
-	}
-	tail := x[full:]
-	m := v.whole(len(tail))
-	if m > 0 {
-		kern(part[:m], tail[:m], mean)
-	}
-	if m < len(tail) {
-		v.sqDevNext(fused, part[m:len(tail)], tail[m:], mean)
-	}
+	zero(part, x[:full])
+	rest(part, x[full:])
 }
-
-func (v *vecKernels) sqDevNext(fused bool, part, x []float32, mean float32) {
-	switch {
-	case v.narrower != nil:
-		v.narrower.sqDevAcc(fused, part, x, mean)
-	case fused:
-		accumulateSqDevFMAGo(part, x, mean)
-	default:
-		accumulateSqDevGo(part, x, mean)
-	}
-}
-
-// The zero-start kernels take the whole chunks (which write every partial); the shorter
-// last chunk adds on as in the plain wrappers. Without a whole chunk, or with a W the
-// width does not divide, the narrower width's wrapper does it all.
 
 func (v *vecKernels) sumZeroRow(part, x []float32) {
-	w := len(part)
-	if w%v.lanes != 0 || len(x) < w {
+	v.reduceZero(part, x, v.accumulateZero, v.accumulateRow, func(part, x []float32) {
 		if v.narrower != nil {
 			v.narrower.sumZeroRow(part, x)
 			return
 		}
 		clear(part)
 		v.accumulateRow(part, x)
-		return
-	}
-	full := len(x) - len(x)%w
-	v.accumulateZero(part, x[:full])
-	v.accumulateRow(part, x[full:])
+	})
 }
 
 func (v *vecKernels) sqDevZeroRow(part, x []float32, mean float32) {
@@ -584,30 +574,36 @@ func (v *vecKernels) sqDevFMAZeroRow(part, x []float32, mean float32) {
 }
 
 func (v *vecKernels) sqDevZeroAcc(fused bool, part, x []float32, mean float32) {
-	w := len(part)
-	if w%v.lanes != 0 || len(x) < w {
-		if v.narrower != nil {
-			v.narrower.sqDevZeroAcc(fused, part, x, mean)
-			return
-		}
-		clear(part)
-		v.sqDevAcc(fused, part, x, mean)
-		return
-	}
-	full := len(x) - len(x)%w
+	zero := v.sqDevZero
 	if fused {
-		v.sqDevFMAZero(part, x[:full], mean)
-	} else {
-		v.sqDevZero(part, x[:full], mean)
+		zero = v.sqDevFMAZero
 	}
-	v.sqDevAcc(fused, part, x[full:], mean)
+	v.reduceZero(part, x,
+		func(part, x []float32) { zero(part, x, mean) },
+		func(part, x []float32) { v.sqDevAcc(fused, part, x, mean) },
+		func(part, x []float32) {
+			if v.narrower != nil {
+				v.narrower.sqDevZeroAcc(fused, part, x, mean)
+				return
+			}
+			clear(part)
+			v.sqDevAcc(fused, part, x, mean)
+		})
 }
 
-// addSumRow runs the fused kernel over the whole chunks and the separate passes over the
+func (v *vecKernels) addSumRow(part, s, x, a, b, c []float32) { v.addSums(false, part, s, x, a, b, c) }
+
+// addSumAccRow is addSumRow without x, adding onto the partials instead of starting them
+// at zero: a later piece of a row summed a piece at a time (len(s) a multiple of W except
+// for the row's last piece).
+func (v *vecKernels) addSumAccRow(part, s, a, b, c []float32) { v.addSums(true, part, s, nil, a, b, c) }
+
+// addSums runs the fused kernel over the whole chunks and the separate passes over the
 // shorter last chunk (which the plan adds last); shapes the kernel does not take (W not a
 // multiple of the lanes, no whole chunk, an x that does not start on a vector boundary)
-// go to the narrower width, or run the separate passes.
-func (v *vecKernels) addSumRow(part, s, x, a, b, c []float32) {
+// go to the narrower width, or run the separate passes. acc: onto the partials as they
+// are (x is nil then), else from +0.
+func (v *vecKernels) addSums(acc bool, part, s, x, a, b, c []float32) {
 	n := len(s)
 	a, b = a[:n], b[:n]
 	if c != nil {
@@ -623,14 +619,22 @@ func (v *vecKernels) addSumRow(part, s, x, a, b, c []float32) {
 	}
 	if w%v.lanes != 0 || full == 0 || v.ntHead(x) != 0 {
 		if v.narrower != nil {
-			v.narrower.addSumRow(part, s, x, a, b, c)
+			v.narrower.addSums(acc, part, s, x, a, b, c)
 			return
 		}
 		v.addRow(s, x, a, b, c)
-		v.sumZeroRow(part, s)
+		if acc {
+			v.accumulateRow(part, s)
+		} else {
+			v.sumZeroRow(part, s)
+		}
 		return
 	}
 	switch {
+	case acc && c == nil:
+		v.add2SumAcc(part, s[:full], a, b)
+	case acc:
+		v.add3SumAcc(part, s[:full], a, b, c)
 	case c == nil && x == nil:
 		v.add2Sum(part, s[:full], a, b)
 	case c == nil:
@@ -649,44 +653,6 @@ func (v *vecKernels) addSumRow(part, s, x, a, b, c []float32) {
 			ct = c[full:]
 		}
 		v.addRow(s[full:], xt, a[full:], b[full:], ct)
-		v.accumulateRow(part, s[full:])
-	}
-}
-
-// addSumAccRow is addSumRow without x, adding onto the partials instead of starting them
-// at zero: a later piece of a row summed a piece at a time (len(s) a multiple of W except
-// for the row's last piece).
-func (v *vecKernels) addSumAccRow(part, s, a, b, c []float32) {
-	n := len(s)
-	a, b = a[:n], b[:n]
-	if c != nil {
-		c = c[:n]
-	}
-	w := len(part)
-	full := n
-	if w > 0 {
-		full = n - n%w
-	}
-	if w%v.lanes != 0 || full == 0 {
-		if v.narrower != nil {
-			v.narrower.addSumAccRow(part, s, a, b, c)
-			return
-		}
-		v.addRow(s, nil, a, b, c)
-		v.accumulateRow(part, s)
-		return
-	}
-	if c == nil {
-		v.add2SumAcc(part, s[:full], a, b)
-	} else {
-		v.add3SumAcc(part, s[:full], a, b, c)
-	}
-	if full < n {
-		var ct []float32
-		if c != nil {
-			ct = c[full:]
-		}
-		v.addRow(s[full:], nil, a[full:], b[full:], ct)
 		v.accumulateRow(part, s[full:])
 	}
 }
@@ -729,7 +695,7 @@ func (v *vecKernels) addSum16Row(f sum16, part, s []float32, a, b, c []uint16) {
 	}
 }
 
-// addRow is the separate first pass of addSumRow.
+// addRow is the separate first pass of addSums.
 func (v *vecKernels) addRow(s, x, a, b, c []float32) {
 	switch {
 	case c != nil && x != nil:
