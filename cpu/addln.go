@@ -67,10 +67,13 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	D := a.D
 	c := addCalls.Get().(*addCall)
 	c.k, c.a, c.p = b.k, *a, b.Plan(D)
-	// Past the caches, the inputs are prefetched a row ahead and outputs are stored
-	// non-temporally.
+	// Past the caches, outputs are stored non-temporally and float32 inputs are read in
+	// one sequential pass (addSumStream). Inputs are prefetched a row ahead, unless they
+	// are float32 rows long enough for the hardware prefetchers (see hwStreamRow).
 	big := a.N*D*4 >= bigBytes
-	c.prefetch = big && prefetchAhead > 0
+	c.stream = big
+	f32In := a.X1.DType == ops.F32 && a.X2.DType == ops.F32
+	c.prefetch = big && prefetchAhead > 0 && !(f32In && 4*D >= hwStreamRow)
 	// Long rows spread the prefetch over chunks of the variance and affine passes (the
 	// add pass streams from DRAM already).
 	c.long = c.prefetch && D >= longRow
@@ -102,6 +105,7 @@ type addCall struct {
 	a                        ops.AddLN
 	p                        plan.Plan
 	prefetch, long, ntY, ntX bool
+	stream                   bool // float32 inputs past the caches: addSumStream
 	pieces                   bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
 	sum16                    bool // x1 and x2 (and the bias) of one 16-bit format: addSum16
 	nt16                     bool // 16-bit outputs stored non-temporally
@@ -204,7 +208,11 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			case a.Bias.Present():
 				bias = a.Bias.F32
 			}
-			k.addSum(part, s, xs, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias)
+			addSum := k.addSum
+			if c.stream {
+				addSum = k.addSumStream
+			}
+			addSum(part, s, xs, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias)
 		}
 		var mean, rstd float32
 		if long {

@@ -118,7 +118,7 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 			pf = op.wordRow(in, t+prefetchAhead, c.piece)
 			next = &pf
 		}
-		op.token(t, in, out, sc, c.nt, next)
+		op.token(t, in, out, sc, c.nt, c.prefetch, next)
 		next.rest()
 	}
 	if c.nt {
@@ -140,7 +140,7 @@ func (op *embedOp) wordRow(in *ops.EmbedInputs, t, piece int) rowPrefetch {
 
 // token computes one output row; nt stores the f32 outputs non-temporally (the caller
 // fences); pf takes a step after each pass over the row.
-func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *scratch, nt bool, pf *rowPrefetch) {
+func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *scratch, nt, stream bool, pf *rowPrefetch) {
 	w := &op.w
 	H := w.H
 	s := t % in.S
@@ -179,7 +179,11 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			xs = out.Sum.F32[row : row+H]
 		}
 		part := sc.part[:op.plan.W]
-		op.k.addSum(part, x, xs, w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H], g)
+		addSum := op.k.addSum
+		if stream {
+			addSum = op.k.addSumStream
+		}
+		addSum(part, x, xs, w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H], g)
 		pf.step()
 		mean, rstd := rowStatsSummed(op.k, &op.plan, x, part, w.Epsilon, pf)
 		normalize(op.k, &op.plan, out.Out.F32[row:row+H], x, w.Gamma.F32, w.Beta.F32, mean, rstd, nt)

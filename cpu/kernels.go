@@ -43,6 +43,10 @@ type kernelSet struct {
 	sqDevFMAZero func(part, x []float32, mean float32)
 	addSum       func(part, s, x, a, b, c []float32)
 	addSumAcc    func(part, s, a, b, c []float32) // addSum without x, onto the partials as they are
+	// addSumStream is addSum for inputs streamed from DRAM: the sum in one sequential pass,
+	// then the partial sums from s in the caches. (addSum's register-blocked walk strides
+	// through a row W elements at a time, which leaves the hardware prefetchers behind.)
+	addSumStream func(part, s, x, a, b, c []float32)
 	// addSum16 is addSum (f.acc: addSumAcc) without x for 16-bit a and b of one format (f.bf:
 	// bfloat16), widened as they are loaded, and c of that format too (nil: none).
 	addSum16 func(f sum16, part, s []float32, a, b, c []uint16)
@@ -90,6 +94,7 @@ var goKernels = kernelSet{
 	sqDevZero:          sqDevZeroGo,
 	sqDevFMAZero:       sqDevFMAZeroGo,
 	addSum:             addSumGo,
+	addSumStream:       addSumGo,
 	addSumAcc:          addSumAccGo,
 	addSum16:           addSum16Go,
 }

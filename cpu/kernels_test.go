@@ -722,14 +722,20 @@ func TestMemoryKernels(t *testing.T) {
 	}
 }
 
-// TestNonTemporalLevels reruns the whole-op comparisons with the non-temporal stores and
-// deeper prefetching switched on at every size.
+// TestNonTemporalLevels reruns the whole-op comparisons with the non-temporal stores, the
+// streamed first passes and deeper prefetching switched on at every size.
 func TestNonTemporalLevels(t *testing.T) {
-	nt, pf, long, chunk, piece := bigBytes, prefetchAhead, longRow, passChunk, sumPiece
-	defer func() { bigBytes, prefetchAhead, longRow, passChunk, sumPiece = nt, pf, long, chunk, piece }()
-	bigBytes, prefetchAhead = 0, 3
+	nt, pf, long, chunk, piece, hw := bigBytes, prefetchAhead, longRow, passChunk, sumPiece, hwStreamRow
+	defer func() {
+		bigBytes, prefetchAhead, longRow, passChunk, sumPiece, hwStreamRow = nt, pf, long, chunk, piece, hw
+	}()
+	bigBytes, prefetchAhead, hwStreamRow = 0, 3, 1<<62
 	t.Run("AddLayerNorm", TestAddLayerNormLevels)
 	t.Run("EmbedLayerNorm", TestEmbedLayerNormLevels)
+	// Every float32 row left to the hardware prefetchers.
+	hwStreamRow = 1
+	t.Run("AddLayerNormHardwareStream", TestAddLayerNormLevels)
+	hwStreamRow = 1 << 62
 	// Every row long, in chunks of a few plan widths (rounded up to W), and the 16-bit
 	// first passes in pieces of one W.
 	longRow, passChunk, sumPiece = 1, 16, 1
@@ -771,6 +777,18 @@ func TestAddSumKernel(t *testing.T) {
 							same32(t, tag+"/part", gotP, wantP)
 							if off < 16 {
 								same32(t, tag+"/x", gotX, wantX)
+							}
+							// The two-pass form for streamed inputs: the same bits.
+							gotP, gotS = out32(w, start), out32(n, nil)
+							if off < 16 {
+								gotX = out32(n+off, nil)[off:]
+							}
+							k.addSumStream(gotP, gotS, gotX, a, b, cc)
+							k.fence()
+							same32(t, tag+"/stream/s", gotS, wantS)
+							same32(t, tag+"/stream/part", gotP, wantP)
+							if off < 16 {
+								same32(t, tag+"/stream/x", gotX, wantX)
 							}
 							if off != 16 {
 								continue

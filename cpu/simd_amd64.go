@@ -199,6 +199,7 @@ func (v *vecKernels) kernelSet() *kernelSet {
 		sqDevZero:          v.sqDevZeroRow,
 		sqDevFMAZero:       v.sqDevFMAZeroRow,
 		addSum:             v.addSumRow,
+		addSumStream:       v.addSumStreamRow,
 		addSumAcc:          v.addSumAccRow,
 		addSum16:           v.addSum16Row,
 	}
@@ -655,6 +656,13 @@ func (v *vecKernels) addSums(acc bool, part, s, x, a, b, c []float32) {
 		v.addRow(s[full:], xt, a[full:], b[full:], ct)
 		v.accumulateRow(part, s[full:])
 	}
+}
+
+// addSumStreamRow is addSumRow in two passes: the sequential first pass, then the blocked
+// sum of s.
+func (v *vecKernels) addSumStreamRow(part, s, x, a, b, c []float32) {
+	v.addRow(s, x, a, b, c)
+	v.sumZeroRow(part, s)
 }
 
 // addSum16Row runs the 16-bit kernel over the whole chunks and the twin over the shorter
