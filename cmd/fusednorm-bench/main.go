@@ -79,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.warmup, "warmup", 1, "untimed runs before timing")
 	maxBytes := fs.String("max-bytes", "auto", "skip a case that needs more memory than this (e.g. 8GiB, 500MB); auto: 75% of available memory")
 	fs.BoolVar(&o.quick, "quick", false, "small variants of every case (batch or rows divided by 16), shorter timing: a smoke run")
-	fs.BoolVar(&o.probe, "probe", true, "measure memory bandwidth over each case's byte count, in the same run")
+	fs.BoolVar(&o.probe, "probe", true, "measure memory bandwidth over each case's byte count, in the same run: between the case's timed runs when both fit in -max-bytes, else after it")
 	fs.StringVar(&o.jsonPath, "json", "", "write every result to this JSON file")
 	fs.StringVar(&o.plotPath, "plot", "", "draw effective and probe GB/s per case into this PNG file")
 	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of the shared oracle folder (with node_modules): also time ONNX Runtime's CPU kernel on the cases it has")
@@ -243,10 +243,17 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 		return r
 	}
 	r.Backend = eng.Info().Backend
-	if err := timeCase(ctx, eng, c, o, r); err != nil {
+	// The probe runs between the case's timed runs when both fit in memory together, else
+	// after the case.
+	var pr *prober
+	if o.probe && r.AllocBytes+r.bytes() <= o.maxBytes {
+		pr = newProber(r.bytes(), o.threads)
+	}
+	if err := timeCase(ctx, eng, c, o, r, pr); err != nil {
 		r.Error = err.Error()
 	}
-	// Give the case's memory back before the probe allocates its own.
+	pr = nil
+	// Give the memory back before the next allocation.
 	runtime.GC()
 	debug.FreeOSMemory()
 	if r.Error != "" {
@@ -257,11 +264,13 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 		r.KernelGBps = float64(r.bytes()) / (r.KernelMs * 1e6)
 	}
 	if o.probe {
-		p := probe(r.bytes(), o.threads)
-		r.Probe = &p
-		r.PctOfProbe = 100 * r.GBps / p.Best()
-		runtime.GC()
-		debug.FreeOSMemory()
+		if r.Probe == nil {
+			p := probe(r.bytes(), o.threads)
+			r.Probe = &p
+			runtime.GC()
+			debug.FreeOSMemory()
+		}
+		r.PctOfProbe = 100 * r.GBps / r.Probe.Best()
 	}
 	if ort != nil && c.ORT != "" {
 		if or, err := ort.run(ctx, c.ORT); err != nil {
@@ -277,7 +286,14 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 	return r
 }
 
-func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result) error {
+// rewarmBelow is the case size (bytes read and written) under which, with the probe
+// paired, an untimed run precedes each timed one: the probe's passes flush the caches,
+// and a case this small would otherwise be timed cold where it runs warm in a loop.
+const rewarmBelow = 1 << 30
+
+// timeCase times the case; with a prober (pr), each timed run is followed by one copy and
+// one stream pass of the probe, and r.Probe is set from those.
+func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result, pr *prober) error {
 	t0 := time.Now()
 	w, err := setup(eng, c, o.threads)
 	if err != nil {
@@ -290,20 +306,37 @@ func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 			return err
 		}
 	}
-	var ts, ks []time.Duration
-	start := time.Now()
-	for len(ts) < o.reps || time.Since(start) < o.minTime {
+	if pr != nil { // the passes' first run, after the pages were faulted in
+		pr.copyPass()
+		pr.streamPass()
+	}
+	var ts, ks, copies, streams []time.Duration
+	var timed time.Duration // the timed runs' total: what -min-time counts
+	for len(ts) < o.reps || timed < o.minTime {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if pr != nil && len(ts) > 0 && r.bytes() < rewarmBelow {
+			if err := w.run(ctx); err != nil {
+				return err
+			}
 		}
 		t := time.Now()
 		if err := w.run(ctx); err != nil {
 			return err
 		}
-		ts = append(ts, time.Since(t))
+		d := time.Since(t)
+		ts, timed = append(ts, d), timed+d
 		if k, ok := eng.LastKernelTime(); ok && k > 0 {
 			ks = append(ks, k)
 		}
+		if pr != nil {
+			copies, streams = append(copies, pr.copyPass()), append(streams, pr.streamPass())
+		}
+	}
+	if pr != nil {
+		p := pr.result(copies, streams, passes(3, pr.readPass), true)
+		r.Probe = &p
 	}
 	if len(ks) > 0 {
 		slices.Sort(ks)
