@@ -67,13 +67,14 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	D := a.D
 	c := addCalls.Get().(*addCall)
 	c.k, c.a, c.p = b.k, *a, b.Plan(D)
-	// Past the caches, outputs are stored non-temporally and float32 inputs are read in
-	// one sequential pass (addSumStream). Inputs are prefetched a row ahead, unless they
-	// are float32 rows long enough for the hardware prefetchers (see hwStreamRow).
+	// Past the caches, outputs are stored non-temporally, and the first pass reads the
+	// inputs in address order: float32 rows in one sequential pass (addSumStream), the
+	// pieces of 16-bit rows prefetched in order just before addSum16 walks them (touch).
+	// Inputs are prefetched a row ahead only in rows too short for the hardware
+	// prefetchers (hwStreamRow).
 	big := a.N*D*4 >= bigBytes
 	c.stream = big
-	f32In := a.X1.DType == ops.F32 && a.X2.DType == ops.F32
-	c.prefetch = big && prefetchAhead > 0 && !(f32In && 4*D >= hwStreamRow)
+	c.prefetch = big && prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < hwStreamRow
 	// Long rows spread the prefetch over chunks of the variance and affine passes (the
 	// add pass streams from DRAM already).
 	c.long = c.prefetch && D >= longRow
@@ -85,6 +86,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.ntX = big && a.X.Present() && a.X.DType == ops.F32
 	c.nt16 = big && a.Y.DType != ops.F32
 	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType
+	c.touch = big && c.sum16 && !c.prefetch
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32
 	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
 	c.reset()
@@ -106,6 +108,7 @@ type addCall struct {
 	p                        plan.Plan
 	prefetch, long, ntY, ntX bool
 	stream                   bool // float32 inputs past the caches: addSumStream
+	touch                    bool // 16-bit inputs past the caches, not prefetched ahead: each piece prefetched before addSum16
 	pieces                   bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
 	sum16                    bool // x1 and x2 (and the bias) of one 16-bit format: addSum16
 	nt16                     bool // 16-bit outputs stored non-temporally
@@ -136,6 +139,10 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 				bias = a.Bias.U16[off+lo : off+hi]
 			case a.Bias.Present():
 				bias = a.Bias.U16[lo:hi]
+			}
+			if c.touch {
+				k.prefetch(bytesOf(a.X1.U16[off+lo : off+hi]))
+				k.prefetch(bytesOf(a.X2.U16[off+lo : off+hi]))
 			}
 			f := sum16{bf: a.X1.DType == ops.BF16, acc: lo > 0}
 			k.addSum16(f, part, s[lo:hi], a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias)

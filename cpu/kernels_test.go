@@ -732,7 +732,7 @@ func TestNonTemporalLevels(t *testing.T) {
 	bigBytes, prefetchAhead, hwStreamRow = 0, 3, 1<<62
 	t.Run("AddLayerNorm", TestAddLayerNormLevels)
 	t.Run("EmbedLayerNorm", TestEmbedLayerNormLevels)
-	// Every float32 row left to the hardware prefetchers.
+	// Every row left to the hardware prefetchers (16-bit pieces prefetched just before use).
 	hwStreamRow = 1
 	t.Run("AddLayerNormHardwareStream", TestAddLayerNormLevels)
 	hwStreamRow = 1 << 62

@@ -32,12 +32,20 @@ func add3NTGo(s, x, a, b, c []float32) {
 // a full bias of AddLayerNorm.
 var prefetchAhead = 1
 
-// hwStreamRow is the row size (bytes) from which the float32 inputs of AddLayerNorm, which
-// follow each other row after row, are left to the hardware prefetchers: the first pass
-// reads a row sequentially (addSumStream), and the prefetchers run ahead along the pages
-// of the next one. On the AMD EPYC VM that this was measured on, software prefetches in
-// their place took 1.5-1.7x the bandwidth probe's time at rows of 8 and 16 KiB, against
-// 1.25-1.35x without; shorter rows gained from them (1.35x against 1.49x at 3 KiB).
+// hwStreamRow is the input row size (bytes) from which AddLayerNorm leaves its inputs,
+// which follow each other row after row, to the hardware prefetchers instead of
+// prefetching a row ahead: the first pass reads a row in address order, and the
+// prefetchers run ahead into the next one. Measured with the configurations alternated run
+// by run, as a multiple of the bandwidth probe's time (lower is better):
+//
+//	                         ahead   hardware
+//	f32, 16 KiB rows, EPYC   1.56    1.29
+//	f32, 16 KiB rows, Xeon   1.48    1.31  (avx512; 1.61 and 1.36 at avx2)
+//	f16,  8 KiB rows, Xeon   2.20    1.45  (avx512; 2.78 and 1.83 at avx2)
+//	f32,  3 KiB rows, EPYC   1.35    1.49
+//
+// (A plain read of two streams on the EPYC took 9.8 ms per 134 MB, 14.8 ms with a
+// software prefetch of the next row.)
 var hwStreamRow = 4096
 
 // prefetchSteps is how many pieces a row prefetch is cut into: one after each pass the
