@@ -1,12 +1,17 @@
 package cpu
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
@@ -109,4 +114,99 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/float64(b.N), "ms/op")
 		})
 	})
+}
+
+// BenchmarkStreamAB compares the memory-level settings of AddLayerNorm past the caches with
+// the configurations alternated run by run, so that a shared machine's drift (tens of
+// percent from one minute to the next) cancels out of the ratios. N×D rows (default
+// 4096×4096) of DT (f32 or f16, default f32), one thread, at the widest level (-cpu.off
+// to narrow it). CFGS lists the configurations, the first being the one the others are
+// divided by (default probe,now,ahead,hardware):
+//
+//	probe     two non-temporal copies over the same bytes, a row at a time (the bench's stream probe)
+//	now       the settings as they are
+//	ahead     every row's inputs prefetched a row ahead (hwStreamRow past any row)
+//	hardware  no row prefetched ahead (hwStreamRow 0)
+//
+// It reports, per configuration, the median over pairs of its time divided by the first
+// configuration's (…/first), and its median time in ms. REPS sets the pairs (default 9).
+func BenchmarkStreamAB(b *testing.B) {
+	N, D, reps := 4096, 4096, 9
+	for name, p := range map[string]*int{"N": &N, "D": &D, "REPS": &reps} {
+		if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+			*p = v
+		}
+	}
+	dt := ops.F32
+	if os.Getenv("DT") == "f16" {
+		dt = ops.F16
+	}
+	cfgs := strings.Split(cmp.Or(os.Getenv("CFGS"), "probe,now,ahead,hardware"), ",")
+	r := rand.New(rand.NewPCG(4, 4))
+	mk := func(n int) ops.Buf {
+		v := normal(r, n)
+		if dt == ops.F32 {
+			return ops.Buf{DType: ops.F32, F32: v}
+		}
+		u := make([]uint16, n)
+		narrowF16Go(u, v)
+		return ops.Buf{DType: ops.F16, U16: u}
+	}
+	a := ops.AddLN{N: N, D: D, X1: mk(N * D), X2: mk(N * D), Gamma: mk(D), Beta: mk(D), Bias: mk(D),
+		Epsilon: 1e-5, Y: mk(N * D), X: mk(N * D), Mean: make([]float32, N), Rstd: make([]float32, N)}
+	be := newBackend(b, Options{Threads: 1})
+	// The probe copies x1 → x and x2 → y as float32 words: the same bytes either dtype.
+	words := func(t ops.Buf) []float32 {
+		if t.DType == ops.F32 {
+			return t.F32
+		}
+		return unsafe.Slice((*float32)(unsafe.Pointer(&t.U16[0])), len(t.U16)/2)
+	}
+	x1, x2, x, y := words(a.X1), words(a.X2), words(a.X), words(a.Y)
+	row := len(x1) / N
+	hw := hwStreamRow
+	defer func() { hwStreamRow = hw }()
+	run := func(cfg string) time.Duration {
+		hwStreamRow = hw
+		switch cfg {
+		case "probe":
+			t := time.Now()
+			for o := 0; o < len(x1); o += row {
+				be.k.copyNT(x[o:o+row], x1[o:o+row])
+				be.k.copyNT(y[o:o+row], x2[o:o+row])
+			}
+			be.k.fence()
+			return time.Since(t)
+		case "now":
+		case "ahead":
+			hwStreamRow = 1 << 62
+		case "hardware":
+			hwStreamRow = 0
+		default:
+			b.Fatalf("CFGS: unknown configuration %q", cfg)
+		}
+		t := time.Now()
+		if err := be.AddLayerNorm(context.Background(), &a); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t)
+	}
+	times := make([][]float64, len(cfgs))
+	for b.Loop() {
+		for range reps {
+			for i, cfg := range cfgs {
+				run(cfg) // the same cache state before each timed run
+				times[i] = append(times[i], float64(run(cfg).Nanoseconds()))
+			}
+		}
+	}
+	median := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	for i, cfg := range cfgs {
+		ratio := make([]float64, len(times[i]))
+		for j := range ratio {
+			ratio[j] = times[i][j] / times[0][j]
+		}
+		b.ReportMetric(median(ratio), cfg+"/"+cfgs[0])
+		b.ReportMetric(median(times[i])/1e6, cfg+"-ms")
+	}
 }
