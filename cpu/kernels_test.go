@@ -725,17 +725,18 @@ func TestMemoryKernels(t *testing.T) {
 // TestNonTemporalLevels reruns the whole-op comparisons with the non-temporal stores, the
 // streamed first passes and deeper prefetching switched on at every size.
 func TestNonTemporalLevels(t *testing.T) {
-	nt, pf, long, chunk, piece, hw := bigBytes, prefetchAhead, longRow, passChunk, sumPiece, hwStreamRow
+	nt, pf, long, chunk, piece, hw, hwg := bigBytes, prefetchAhead, longRow, passChunk, sumPiece, hwStreamRow, hwGatherRow
 	defer func() {
-		bigBytes, prefetchAhead, longRow, passChunk, sumPiece, hwStreamRow = nt, pf, long, chunk, piece, hw
+		bigBytes, prefetchAhead, longRow, passChunk, sumPiece, hwStreamRow, hwGatherRow = nt, pf, long, chunk, piece, hw, hwg
 	}()
-	bigBytes, prefetchAhead, hwStreamRow = 0, 3, 1<<62
+	bigBytes, prefetchAhead, hwStreamRow, hwGatherRow = 0, 3, 1<<62, 1<<62
 	t.Run("AddLayerNorm", TestAddLayerNormLevels)
 	t.Run("EmbedLayerNorm", TestEmbedLayerNormLevels)
 	// Every row left to the hardware prefetchers (16-bit pieces prefetched just before use).
-	hwStreamRow = 1
+	hwStreamRow, hwGatherRow = 1, 1
 	t.Run("AddLayerNormHardwareStream", TestAddLayerNormLevels)
-	hwStreamRow = 1 << 62
+	t.Run("EmbedLayerNormHardwareStream", TestEmbedLayerNormLevels)
+	hwStreamRow, hwGatherRow = 1<<62, 1<<62
 	// Every row long, in chunks of a few plan widths (rounded up to W), and the 16-bit
 	// first passes in pieces of one W.
 	longRow, passChunk, sumPiece = 1, 16, 1

@@ -116,17 +116,19 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 	})
 }
 
-// BenchmarkStreamAB compares the memory-level settings of AddLayerNorm past the caches with
-// the configurations alternated run by run, so that a shared machine's drift (tens of
-// percent from one minute to the next) cancels out of the ratios. N×D rows (default
-// 4096×4096) of DT (f32 or f16, default f32), one thread, at the widest level (-cpu.off
-// to narrow it). CFGS lists the configurations, the first being the one the others are
-// divided by (default probe,now,ahead,hardware):
+// BenchmarkStreamAB compares the memory-level settings of the ops past the caches with the
+// configurations alternated run by run, so that a shared machine's drift (tens of percent
+// from one minute to the next) cancels out of the ratios. One thread, at the widest level
+// (-cpu.off to narrow it). OP=add (default): AddLayerNorm over N×D rows (default
+// 4096×4096) with a bias row and the x output; OP=embed: EmbedLayerNorm over SHAPE=B,S,H
+// (default 16,512,4096), vocabulary 30522. DT=f32 (default) or f16. CFGS lists the
+// configurations, the first being the one the others are divided by (default
+// probe,now,ahead,hardware):
 //
-//	probe     two non-temporal copies over the same bytes, a row at a time (the bench's stream probe)
+//	probe     two non-temporal copies over the bytes the op must move, a row at a time (the bench's stream probe)
 //	now       the settings as they are
-//	ahead     every row's inputs prefetched a row ahead (hwStreamRow past any row)
-//	hardware  no row prefetched ahead (hwStreamRow 0)
+//	ahead     every row's inputs prefetched a row ahead (hwStreamRow and hwGatherRow past any row)
+//	hardware  no row prefetched ahead (hwStreamRow and hwGatherRow 0)
 //
 // It reports, per configuration, the median over pairs of its time divided by the first
 // configuration's (…/first), and its median time in ms. REPS sets the pairs (default 9).
@@ -135,6 +137,12 @@ func BenchmarkStreamAB(b *testing.B) {
 	for name, p := range map[string]*int{"N": &N, "D": &D, "REPS": &reps} {
 		if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 			*p = v
+		}
+	}
+	B, S, H := 16, 512, 4096
+	if v := os.Getenv("SHAPE"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d,%d", &B, &S, &H); err != nil {
+			b.Fatal(err)
 		}
 	}
 	dt := ops.F32
@@ -152,41 +160,63 @@ func BenchmarkStreamAB(b *testing.B) {
 		narrowF16Go(u, v)
 		return ops.Buf{DType: ops.F16, U16: u}
 	}
-	a := ops.AddLN{N: N, D: D, X1: mk(N * D), X2: mk(N * D), Gamma: mk(D), Beta: mk(D), Bias: mk(D),
-		Epsilon: 1e-5, Y: mk(N * D), X: mk(N * D), Mean: make([]float32, N), Rstd: make([]float32, N)}
-	be := newBackend(b, Options{Threads: 1})
-	// The probe copies x1 → x and x2 → y as float32 words: the same bytes either dtype.
+	// The probe copies a → c and b → d as float32 words, rows of `row` words: as many bytes
+	// as the op must move (for EmbedLayerNorm: its three gathered rows per token and the
+	// output, as bench.json counts them).
 	words := func(t ops.Buf) []float32 {
 		if t.DType == ops.F32 {
 			return t.F32
 		}
 		return unsafe.Slice((*float32)(unsafe.Pointer(&t.U16[0])), len(t.U16)/2)
 	}
-	x1, x2, x, y := words(a.X1), words(a.X2), words(a.X), words(a.Y)
-	row := len(x1) / N
-	hw := hwStreamRow
-	defer func() { hwStreamRow = hw }()
+	be := newBackend(b, Options{Threads: 1})
+	var op func() error
+	var pa, pb, pc, pd []float32
+	var row int
+	switch os.Getenv("OP") {
+	case "", "add":
+		a := ops.AddLN{N: N, D: D, X1: mk(N * D), X2: mk(N * D), Gamma: mk(D), Beta: mk(D), Bias: mk(D),
+			Epsilon: 1e-5, Y: mk(N * D), X: mk(N * D), Mean: make([]float32, N), Rstd: make([]float32, N)}
+		op = func() error { return be.AddLayerNorm(context.Background(), &a) }
+		pa, pb, pc, pd, row = words(a.X1), words(a.X2), words(a.X), words(a.Y), D*dt.Size()/4
+	case "embed":
+		const V, P, G = 30522, 512, 2
+		w := ops.EmbedWeights{DType: dt, H: H, V: V, P: P, G: G, Word: mk(V * H), Pos: mk(P * H),
+			Seg: mk(G * H), Gamma: mk(H), Beta: mk(H), Epsilon: 1e-12, Rule: ops.MaskCountOnes}
+		in := benchEmbedInputs(r, B, S, V, G)
+		out := ops.EmbedOutputs{Out: mk(B * S * H), MaskIndex: make([]int32, B)}
+		e, err := be.PrepareEmbed(&w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		op = func() error { return e.Run(context.Background(), &in, &out) }
+		pa, pb, pc, pd, row = words(out.Out), words(mk(B*S*H)), words(mk(B*S*H)), words(mk(B*S*H)), H*dt.Size()/4
+	default:
+		b.Fatalf("OP=%q: want add or embed", os.Getenv("OP"))
+	}
+	hw, hwg := hwStreamRow, hwGatherRow
+	defer func() { hwStreamRow, hwGatherRow = hw, hwg }()
 	run := func(cfg string) time.Duration {
-		hwStreamRow = hw
+		hwStreamRow, hwGatherRow = hw, hwg
 		switch cfg {
 		case "probe":
 			t := time.Now()
-			for o := 0; o < len(x1); o += row {
-				be.k.copyNT(x[o:o+row], x1[o:o+row])
-				be.k.copyNT(y[o:o+row], x2[o:o+row])
+			for o := 0; o+row <= len(pa); o += row {
+				be.k.copyNT(pc[o:o+row], pa[o:o+row])
+				be.k.copyNT(pd[o:o+row], pb[o:o+row])
 			}
 			be.k.fence()
 			return time.Since(t)
 		case "now":
 		case "ahead":
-			hwStreamRow = 1 << 62
+			hwStreamRow, hwGatherRow = 1<<62, 1<<62
 		case "hardware":
-			hwStreamRow = 0
+			hwStreamRow, hwGatherRow = 0, 0
 		default:
 			b.Fatalf("CFGS: unknown configuration %q", cfg)
 		}
 		t := time.Now()
-		if err := be.AddLayerNorm(context.Background(), &a); err != nil {
+		if err := op(); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(t)

@@ -48,6 +48,21 @@ var prefetchAhead = 1
 // software prefetch of the next row.)
 var hwStreamRow = 4096
 
+// hwGatherRow is hwStreamRow for the gathered word rows of EmbedLayerNorm. A gathered row
+// starts at a random address, so its first lines wait out the whole latency without a
+// prefetch, and the rows must be longer before the hardware prefetchers pay. The table
+// is, like hwStreamRow's, a multiple of the probe's time, (B,S,H) = (16,512,4096) and
+// (64,512,1024):
+//
+//	                          ahead   hardware
+//	f32, 16 KiB rows, EPYC    1.62    1.58
+//	f32, 16 KiB rows, Xeon    1.37    1.29
+//	f16,  8 KiB rows, EPYC    2.75    2.51
+//	f16,  8 KiB rows, Xeon    2.46    2.08
+//	f32,  4 KiB rows, EPYC    1.81    2.16
+//	f16,  2 KiB rows, EPYC    3.32    3.50
+var hwGatherRow = 8192
+
 // prefetchSteps is how many pieces a row prefetch is cut into: one after each pass the
 // current row makes (the sum with its partial sums, the variance pass, the affine step).
 // Issued at once, a 3 KiB row's 48 lines would fill the core's miss buffers and stall the
