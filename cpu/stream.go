@@ -35,32 +35,31 @@ var prefetchAhead = 1
 // hwStreamRow is the input row size (bytes) from which AddLayerNorm leaves its inputs,
 // which follow each other row after row, to the hardware prefetchers instead of
 // prefetching a row ahead: the first pass reads a row in address order, and the
-// prefetchers run ahead into the next one. Measured with the configurations alternated run
-// by run, as a multiple of the bandwidth probe's time (lower is better):
+// prefetchers run ahead into the next one. BenchmarkStreamAB measures it, as a multiple of
+// the bandwidth probe's time (lower is better; docs/measurements/*-stream-ab.txt):
 //
-//	                         ahead   hardware
-//	f32, 16 KiB rows, EPYC   1.56    1.29
-//	f32, 16 KiB rows, Xeon   1.48    1.31  (avx512; 1.61 and 1.36 at avx2)
-//	f16,  8 KiB rows, Xeon   2.20    1.45  (avx512; 2.78 and 1.83 at avx2)
-//	f32,  3 KiB rows, EPYC   1.35    1.49
-//
-// (A plain read of two streams on the EPYC took 9.8 ms per 134 MB, 14.8 ms with a
-// software prefetch of the next row.)
+//	                   Xeon avx512        EPYC avx2
+//	                   ahead  hardware    ahead  hardware
+//	f32, 32 KiB rows   1.62   1.33        1.52   1.24
+//	f32, 16 KiB rows   1.48   1.31        1.60   1.26
+//	f32,  3 KiB rows   1.16   1.32        1.24   1.44
+//	f16, 16 KiB rows   2.80   1.83        2.95   2.22
+//	f16,  8 KiB rows   2.69   1.72        2.29   2.04
+//	f16,  1.5 KiB rows 1.94   1.86        2.10   2.35
 var hwStreamRow = 4096
 
 // hwGatherRow is hwStreamRow for the gathered word rows of EmbedLayerNorm. A gathered row
 // starts at a random address, so its first lines wait out the whole latency without a
-// prefetch, and the rows must be longer before the hardware prefetchers pay. The table
-// is, like hwStreamRow's, a multiple of the probe's time, (B,S,H) = (16,512,4096) and
-// (64,512,1024):
+// prefetch, and the rows must be longer before the hardware prefetchers pay
+// (BenchmarkStreamAB OP=embed, (B,S,H) = (16,512,4096) and (64,512,1024); at 8 KiB the
+// two machines disagree, by less than their noise):
 //
-//	                          ahead   hardware
-//	f32, 16 KiB rows, EPYC    1.62    1.58
-//	f32, 16 KiB rows, Xeon    1.37    1.29
-//	f16,  8 KiB rows, EPYC    2.75    2.51
-//	f16,  8 KiB rows, Xeon    2.46    2.08
-//	f32,  4 KiB rows, EPYC    1.81    2.16
-//	f16,  2 KiB rows, EPYC    3.32    3.50
+//	                   Xeon avx512        EPYC avx2
+//	                   ahead  hardware    ahead  hardware
+//	f32, 16 KiB rows   1.14   1.11        1.21   1.10
+//	f16,  8 KiB rows   1.51   1.58        2.04   1.84
+//	f32,  4 KiB rows   0.98   1.12        1.28   1.44
+//	f16,  2 KiB rows   1.43   1.60        1.99   2.21
 var hwGatherRow = 8192
 
 // prefetchSteps is how many pieces a row prefetch is cut into: one after each pass the
