@@ -1,8 +1,9 @@
 # fusednorm — every target sets up what it needs (Dawn, and lavapipe on GPU-less machines).
 #   make bench   the main job: the benchmark table on the best backend here (CPU without GPU)
 #   make test    everything CI runs: vet, the CPU-only build and tests, the race detector
-#                on the CPU path, the Dawn suite
-#                (lavapipe without a GPU), the C layer's native test, generated-code checks
+#                on the CPU path, the avx512 kernels (emulated where the processor has no
+#                AVX-512), the Dawn suite (lavapipe without a GPU), the C layer's native
+#                test, generated-code checks
 
 SHELL := /bin/bash
 GO ?= go
@@ -10,7 +11,7 @@ ENV := third_party/env.sh
 # Load the provisioned paths (FUSEDNORM_DAWN_LIB, VK_ICD_FILENAMES) into a recipe.
 WITH_ENV := set -a; source $(ENV); set +a;
 
-.PHONY: all provision bench bench-ort test test-cpu test-race test-dawn test-native check-generated fuzz clean
+.PHONY: all provision bench bench-ort test test-cpu test-race test-avx512emu test-dawn test-native check-generated fuzz clean
 
 all: test
 
@@ -28,7 +29,7 @@ bench-ort: provision
 	cd $(ORACLE) && npm ci --ignore-scripts --no-audit --no-fund >/dev/null
 	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench -backend cpu -threads 1 -ort $(ORACLE) $(BENCHFLAGS)
 
-test: check-generated test-cpu test-race test-dawn test-native
+test: check-generated test-cpu test-race test-avx512emu test-dawn test-native
 	@echo "make test: all passed"
 
 # The pure-Go build: no cgo, no Dawn; the CPU backend must carry every test on its own.
@@ -41,6 +42,24 @@ test-cpu:
 # The race detector over the CPU backend's worker pool and the API's pooled call state.
 test-race:
 	$(GO) test -race -short ./cpu/ .
+
+# The avx512 kernels against the pure-Go level on a processor without AVX-512: the cpu
+# tests under Bochs emulating a Skylake-X (scripts/avx512emu, ~80x slower than native).
+# Every output is compared bit for bit except the ones rounded to binary16, whose ties
+# Bochs 2.7's VCVTPS2PH rounds wrongly (the tests check that it does); the device's Xeon
+# compares those (docs/measurements/emr-cpu-tests.txt). On a processor with AVX-512,
+# test-cpu has already run the avx512 level natively, all outputs included. The allocation
+# and worker-pool tests, which do not depend on the level, run natively only: under the
+# emulator they took two thirds of the time.
+test-avx512emu:
+	@if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then \
+		echo "test-avx512emu: this processor has AVX-512; test-cpu tested the avx512 level natively"; \
+	else \
+		mkdir -p build && CGO_ENABLED=0 $(GO) test -c -o build/cpu-avx512emu.test ./cpu && \
+		AVX512EMU_TIMEOUT=1200 bash scripts/avx512emu/run.sh build/cpu-avx512emu.test \
+			-test.v -test.timeout=0 -test.skip='TestNoAllocsPerCall|TestForRows' \
+			-cpu.want=avx512 -cpu.simd=avx512 -cpu.skip-f16-rounding; \
+	fi
 
 # With cgo and the provisioned Dawn: Dawn must load here (FUSEDNORM_REQUIRE_DAWN=1).
 test-dawn: provision

@@ -1,0 +1,3 @@
+module avx512emu/guestinit
+
+go 1.22

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# run.sh — run a static linux/amd64 binary (e.g. a Go test binary built with CGO_ENABLED=0)
+# on an emulated AVX-512 CPU, on a machine that has none.
+#
+#   scripts/avx512emu/run.sh /tmp/cpu.test -test.run 'Kernel|Level' -test.short -test.v
+#
+# How: Bochs (Debian's bochs 2.7, built with EVEX) emulates a corei7_skylake_x CPU
+# (AVX-512 F/CD/BW/DQ/VL, AVX2, FMA, F16C) and boots Debian's linux-image-cloud-amd64
+# kernel (LZ4-compressed, so it unpacks in seconds inside the emulator) from an ISO made
+# with isolinux + xorriso. The initramfs holds a tiny Go init (guestinit/) and the
+# binary; init runs it, prints "AVX512EMU: EXIT <code>" on the serial console and powers
+# the guest off. This script streams the serial console and exits with the binary's code.
+#
+# Facts this depends on (found by trial, Debian bookworm, bochs 2.7+dfsg-4+deb12u1):
+#  - QEMU TCG (7.2 and 10.0) has no AVX-512 at all, hence Bochs.
+#  - bochs 2.7 reports a wrong CPUID.(EAX=0DH,ECX=1).EBX (standard, not compacted size),
+#    so Linux's XSAVE paranoia check fails and it turns XSAVE (and with it AVX) off,
+#    unless the kernel is told "clearcpuid=xsaves,xsavec" (standard XSAVE format).
+#  - the bx_generic CPU can not report CPUID leaf 7 (no AVX2/AVX-512 bits) in 2.7, and
+#    the tigerlake model hangs the kernel; corei7_skylake_x works.
+#  - Debian's bochs has no "nogui" display and starts in its debugger: we use the rfb
+#    display with timeout=0 (it listens on a VNC port 5900+ while running) and feed the
+#    debugger "c" from a file.
+# Guest clock readings (test durations) are meaningless; the emulator runs at roughly
+# 40 million x86 instructions per second on a Zen3 host, ~100x slower than native.
+#
+# Environment: AVX512EMU_WORK (scratch + cache dir, default /tmp/avx512emu),
+# AVX512EMU_TIMEOUT (seconds for the emulator, default 3000), AVX512EMU_MEGS (guest RAM,
+# default 2048), AVX512EMU_REQUIRE (default 1: fail with exit 3 when the guest kernel
+# does not report avx512f, avx512bw and avx512vl).
+# Needs root (apt-get) on Debian, and Go to build the init. Idempotent.
+set -euo pipefail
+
+if [ $# -lt 1 ]; then
+	echo "usage: $0 STATIC-BINARY [ARGS...]" >&2
+	exit 2
+fi
+BIN=$(readlink -f "$1")
+shift
+[ -x "$BIN" ] || { echo "avx512emu: $BIN is not an executable file" >&2; exit 2; }
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+WORK=${AVX512EMU_WORK:-/tmp/avx512emu}
+TMO=${AVX512EMU_TIMEOUT:-3000}
+MEGS=${AVX512EMU_MEGS:-2048}
+REQUIRE=${AVX512EMU_REQUIRE:-1}
+T0=$(date +%s)
+log() { echo "avx512emu: [$(($(date +%s) - T0))s] $*" >&2; }
+
+mkdir -p "$WORK/cache"
+
+# 1. Debian packages.
+PKGS="bochs bochs-term bochsbios vgabios isolinux syslinux-common xorriso cpio"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+done
+updated=0
+if [ -n "$missing" ]; then
+	log "installing$missing"
+	apt-get update -qq
+	updated=1
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# 2. The guest kernel (Debian's cloud kernel, downloaded once into the cache).
+KERNEL=$WORK/cache/vmlinuz
+if [ ! -s "$KERNEL" ]; then
+	[ $updated = 1 ] || apt-get update -qq
+	kpkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
+	[ -n "$kpkg" ] || { echo "avx512emu: cannot resolve linux-image-cloud-amd64" >&2; exit 2; }
+	log "downloading $kpkg"
+	d=$(mktemp -d "$WORK/kdl.XXXXXX")
+	(cd "$d" && apt-get download -qq "$kpkg" 2>&1 | grep -v 'unsandboxed' || true)
+	dpkg-deb --fsys-tarfile "$d"/"$kpkg"_*.deb | tar -x -C "$d" --wildcards './boot/vmlinuz-*'
+	cp "$d"/boot/vmlinuz-* "$KERNEL.tmp" && mv "$KERNEL.tmp" "$KERNEL"
+	rm -rf "$d"
+fi
+
+# 3. The init program.
+INIT=$WORK/cache/init
+if [ ! -x "$INIT" ] || [ "$HERE/guestinit/main.go" -nt "$INIT" ]; then
+	log "building guest init"
+	(cd "$HERE/guestinit" && GOWORK=off GOFLAGS= CGO_ENABLED=0 GOOS=linux GOARCH=amd64 \
+		go build -trimpath -ldflags=-s -o "$INIT.tmp" . && mv "$INIT.tmp" "$INIT")
+fi
+
+# 4. Initramfs + bootable ISO.
+RUN=$WORK/run
+rm -rf "$RUN"
+mkdir -p "$RUN/root/proc" "$RUN/root/sys" "$RUN/root/dev" "$RUN/root/tmp" "$RUN/iso/isolinux"
+cp "$INIT" "$RUN/root/init"
+cp "$BIN" "$RUN/root/payload"
+: >"$RUN/root/payload.args"
+for a in "$@"; do printf '%s\n' "$a" >>"$RUN/root/payload.args"; done
+(cd "$RUN/root" && find . | cpio -o -H newc --quiet) >"$RUN/iso/isolinux/initrd.img"
+cp "$KERNEL" "$RUN/iso/isolinux/vmlinuz"
+cp /usr/lib/ISOLINUX/isolinux.bin /usr/lib/syslinux/modules/bios/ldlinux.c32 "$RUN/iso/isolinux/"
+cat >"$RUN/iso/isolinux/isolinux.cfg" <<'EOF'
+DEFAULT linux
+PROMPT 0
+TIMEOUT 0
+LABEL linux
+  KERNEL vmlinuz
+  INITRD initrd.img
+  APPEND console=ttyS0,115200 quiet loglevel=3 mitigations=off clearcpuid=xsaves,xsavec lpj=4800000
+EOF
+xorriso -as mkisofs -quiet -o "$RUN/boot.iso" -b isolinux/isolinux.bin -c isolinux/boot.cat \
+	-no-emul-boot -boot-load-size 4 -boot-info-table "$RUN/iso" 2>/dev/null
+
+cat >"$RUN/bochsrc" <<EOF
+megs: $MEGS
+cpu: model=corei7_skylake_x, count=1, ips=200000000, reset_on_triple_fault=0
+romimage: file=/usr/share/bochs/BIOS-bochs-latest
+vgaromimage: file=/usr/share/vgabios/vgabios.bin
+ata0: enabled=1, ioaddr1=0x1f0, ioaddr2=0x3f0, irq=14
+ata0-master: type=cdrom, path=boot.iso, status=inserted
+boot: cdrom
+display_library: rfb, options="timeout=0"
+com1: enabled=1, mode=file, dev=serial.txt
+log: bochs.log
+panic: action=fatal
+error: action=ignore
+info: action=ignore
+clock: sync=none, time0=local
+EOF
+printf 'c\nquit\n' >"$RUN/dbgcmds"
+
+# 5. Boot, stream the serial console, collect the exit code.
+log "booting emulator (Bochs $(dpkg-query -W -f='${Version}' bochs), corei7_skylake_x)"
+cd "$RUN"
+: >serial.txt
+timeout "$TMO" bochs -q -f bochsrc -rc dbgcmds </dev/null >bochs.out 2>&1 &
+BPID=$!
+tail -n +1 -F --pid=$BPID serial.txt 2>/dev/null | while IFS= read -r line; do
+	line=${line%$'\r'}
+	printf '%s\n' "$line"
+	case $line in
+	*"Kernel panic"*) kill $BPID 2>/dev/null || true ;;
+	esac
+done &
+TPID=$!
+set +e
+wait $BPID
+brc=$?
+wait $TPID
+set -e
+log "emulator exited (rc $brc)"
+
+if [ $brc = 124 ]; then
+	echo "avx512emu: timed out after ${TMO}s" >&2
+	exit 124
+fi
+flags=$(tr -d '\r' <serial.txt | grep -a '^AVX512EMU: flags:' | tail -1 || true)
+if [ "$REQUIRE" = 1 ]; then
+	for f in avx512f avx512bw avx512vl; do
+		case " $flags " in
+		*" $f "*) ;;
+		*)
+			echo "avx512emu: guest kernel does not report $f ($flags); see $RUN/serial.txt" >&2
+			exit 3
+			;;
+		esac
+	done
+fi
+code=$(tr -d '\r' <serial.txt | grep -a -o '^AVX512EMU: EXIT [0-9]*' | tail -1 | awk '{print $3}' || true)
+if [ -z "$code" ]; then
+	echo "avx512emu: no exit marker from the guest; see $RUN/serial.txt, $RUN/bochs.out" >&2
+	tail -5 bochs.out >&2 || true
+	exit 125
+fi
+log "payload exit code $code"
+exit "$code"
