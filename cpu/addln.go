@@ -67,14 +67,15 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	D := a.D
 	c := addCalls.Get().(*addCall)
 	c.k, c.a, c.p = b.k, *a, b.Plan(D)
-	// Past the caches, outputs are stored non-temporally, and the first pass reads the
-	// inputs in address order: float32 rows in one sequential pass (addSumStream), the
-	// pieces of 16-bit rows prefetched in order just before addSum16 walks them (touch).
-	// Inputs are prefetched a row ahead only in rows too short for the hardware
-	// prefetchers (hwStreamRow).
+	// Past the caches, outputs are stored non-temporally. Rows too short for the hardware
+	// prefetchers (hwStreamRow) are prefetched a row ahead, and are in the caches when
+	// the fused first pass reads them. Longer rows are left to the hardware prefetchers,
+	// and the first pass reads them in address order: float32 rows in one sequential pass
+	// (addSumStream), the pieces of 16-bit rows prefetched in order just before addSum16
+	// walks them (touch).
 	big := a.N*D*4 >= bigBytes
-	c.stream = big
 	c.prefetch = big && prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < hwStreamRow
+	c.stream = big && !c.prefetch
 	// Long rows spread the prefetch over chunks of the variance and affine passes (the
 	// add pass streams from DRAM already).
 	c.long = c.prefetch && D >= longRow
@@ -86,7 +87,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.ntX = big && a.X.Present() && a.X.DType == ops.F32
 	c.nt16 = big && a.Y.DType != ops.F32
 	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType
-	c.touch = big && c.sum16 && !c.prefetch
+	c.touch = c.stream && c.sum16
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32
 	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
 	c.reset()
@@ -107,8 +108,8 @@ type addCall struct {
 	a                        ops.AddLN
 	p                        plan.Plan
 	prefetch, long, ntY, ntX bool
-	stream                   bool // float32 inputs past the caches: addSumStream
-	touch                    bool // 16-bit inputs past the caches, not prefetched ahead: each piece prefetched before addSum16
+	stream                   bool // inputs past the caches, not prefetched ahead: float32 rows through addSumStream
+	touch                    bool // stream for 16-bit rows: each piece prefetched before addSum16
 	pieces                   bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
 	sum16                    bool // x1 and x2 (and the bias) of one 16-bit format: addSum16
 	nt16                     bool // 16-bit outputs stored non-temporally

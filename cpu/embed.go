@@ -73,12 +73,13 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	c.op, c.in, c.out = op, *in, *out
 	// Outputs past the caches are stored non-temporally.
 	c.nt = tokens*H*4 >= bigBytes
-	// The word rows are random reads from a table past the caches (stream): short rows are
+	// The word rows are random reads from a table past the caches (big): short rows are
 	// prefetched a token ahead; rows of at least hwGatherRow bytes are read in address
-	// order, where the hardware prefetchers follow them (the float32 sum in one
-	// sequential pass, each 16-bit piece prefetched just before it is summed).
-	c.stream = op.w.V*H*op.w.DType.Size() >= bigBytes
-	c.prefetch = c.stream && prefetchAhead > 0 && H*op.w.DType.Size() < hwGatherRow
+	// order (inOrder), where the hardware prefetchers follow them: the float32 sum in one
+	// sequential pass, each 16-bit piece prefetched just before it is summed.
+	big := op.w.V*H*op.w.DType.Size() >= bigBytes
+	c.prefetch = big && prefetchAhead > 0 && H*op.w.DType.Size() < hwGatherRow
+	c.inOrder = big && !c.prefetch
 	c.piece = prefetchPiece(H * op.w.DType.Size())
 	forRows(tokens, H, op.plan.W, op.be.opts.Threads, c, &c.wg)
 	c.reset()
@@ -97,7 +98,7 @@ type embedCall struct {
 	in           ops.EmbedInputs
 	out          ops.EmbedOutputs
 	nt, prefetch bool
-	stream       bool // the word table past the caches
+	inOrder      bool // the word rows past the caches, not prefetched ahead: read in address order
 	piece        int
 	wg           sync.WaitGroup
 }
@@ -122,7 +123,7 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 			pf = op.wordRow(in, t+prefetchAhead, c.piece)
 			next = &pf
 		}
-		op.token(t, in, out, sc, c.nt, c.stream, c.stream && !c.prefetch, next)
+		op.token(t, in, out, sc, c.nt, c.inOrder, next)
 		next.rest()
 	}
 	if c.nt {
@@ -143,10 +144,10 @@ func (op *embedOp) wordRow(in *ops.EmbedInputs, t, piece int) rowPrefetch {
 }
 
 // token computes one output row; nt stores the f32 outputs non-temporally (the caller
-// fences); stream reads the float32 rows in one sequential pass (addSumStream); touch
-// prefetches each 16-bit piece of the word row just before it is summed; pf takes a step
-// after each pass over the row.
-func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *scratch, nt, stream, touch bool, pf *rowPrefetch) {
+// fences); inOrder reads the word row in address order (float32: addSumStream; 16-bit:
+// each piece prefetched just before it is summed); pf takes a step after each pass over
+// the row.
+func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *scratch, nt, inOrder bool, pf *rowPrefetch) {
 	w := &op.w
 	H := w.H
 	s := t % in.S
@@ -186,7 +187,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		}
 		part := sc.part[:op.plan.W]
 		addSum := op.k.addSum
-		if stream {
+		if inOrder {
 			addSum = op.k.addSumStream
 		}
 		addSum(part, x, xs, w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H], g)
@@ -211,7 +212,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			if g != nil {
 				gp = g[lo:hi]
 			}
-			if touch {
+			if inOrder {
 				op.k.prefetch(bytesOf(word[lo:hi]))
 			}
 			op.k.embedSumF16(x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
