@@ -851,25 +851,22 @@ func TestAddSumKernel(t *testing.T) {
 							if off < 16 {
 								gotX, wantX = out32(n+off, nil)[off:], out32(n+off, nil)[off:]
 							}
-							k.addSum(gotP, gotS, gotX, a, b, cc)
 							g.addSum(wantP, wantS, wantX, a, b, cc)
-							k.fence()
-							same32(t, tag+"/s", gotS, wantS)
-							same32(t, tag+"/part", gotP, wantP)
-							if off < 16 {
-								same32(t, tag+"/x", gotX, wantX)
-							}
-							// The two-pass form for streamed inputs: the same bits.
-							gotP, gotS = out32(w, start), out32(n, nil)
-							if off < 16 {
-								gotX = out32(n+off, nil)[off:]
-							}
-							k.addSumStream(gotP, gotS, gotX, a, b, cc)
-							k.fence()
-							same32(t, tag+"/stream/s", gotS, wantS)
-							same32(t, tag+"/stream/part", gotP, wantP)
-							if off < 16 {
-								same32(t, tag+"/stream/x", gotX, wantX)
+							// The fused pass, and the two-pass form for streamed inputs: the
+							// same bits.
+							for form, kern := range map[string]func(part, s, x, a, b, c []float32){
+								"": k.addSum, "/stream": k.addSumStream} {
+								gotP, gotS = out32(w, start), out32(n, nil)
+								if off < 16 {
+									gotX = out32(n+off, nil)[off:]
+								}
+								kern(gotP, gotS, gotX, a, b, cc)
+								k.fence()
+								same32(t, tag+form+"/s", gotS, wantS)
+								same32(t, tag+form+"/part", gotP, wantP)
+								if off < 16 {
+									same32(t, tag+form+"/x", gotX, wantX)
+								}
 							}
 							if off != 16 {
 								continue

@@ -61,16 +61,8 @@ func BenchmarkAddLayerNormLarge(b *testing.B) {
 // 64,512,1024), DT=f16 or f32 (default f16), BIG (bigBytes: 1<<62 turns the non-temporal
 // stores and the row prefetch off), PIECE (sumPiece), V (the vocabulary size).
 func BenchmarkEmbedLayerNormShape(b *testing.B) {
-	B, S, H := 64, 512, 1024
-	if v := os.Getenv("SHAPE"); v != "" {
-		if _, err := fmt.Sscanf(v, "%d,%d,%d", &B, &S, &H); err != nil {
-			b.Fatal(err)
-		}
-	}
-	dt := ops.F16
-	if os.Getenv("DT") == "f32" {
-		dt = ops.F32
-	}
+	B, S, H := envShape(b, 64, 512, 1024)
+	dt := envDType(ops.F16)
 	for name, p := range map[string]*int{"BIG": &bigBytes, "PIECE": &sumPiece} {
 		if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
 			old := *p
@@ -139,16 +131,8 @@ func BenchmarkStreamAB(b *testing.B) {
 			*p = v
 		}
 	}
-	B, S, H := 16, 512, 4096
-	if v := os.Getenv("SHAPE"); v != "" {
-		if _, err := fmt.Sscanf(v, "%d,%d,%d", &B, &S, &H); err != nil {
-			b.Fatal(err)
-		}
-	}
-	dt := ops.F32
-	if os.Getenv("DT") == "f16" {
-		dt = ops.F16
-	}
+	B, S, H := envShape(b, 16, 512, 4096)
+	dt := envDType(ops.F32)
 	cfgs := strings.Split(cmp.Or(os.Getenv("CFGS"), "probe,now,ahead,hardware"), ",")
 	r := rand.New(rand.NewPCG(4, 4))
 	mk := func(n int) ops.Buf {
@@ -239,4 +223,25 @@ func BenchmarkStreamAB(b *testing.B) {
 		b.ReportMetric(median(ratio), cfg+"/"+cfgs[0])
 		b.ReportMetric(median(times[i])/1e6, cfg+"-ms")
 	}
+}
+
+// envShape is SHAPE=B,S,H from the environment, else the defaults.
+func envShape(b *testing.B, B, S, H int) (int, int, int) {
+	if v := os.Getenv("SHAPE"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d,%d", &B, &S, &H); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return B, S, H
+}
+
+// envDType is DT=f32 or DT=f16 from the environment, else def.
+func envDType(def ops.DType) ops.DType {
+	switch os.Getenv("DT") {
+	case "f32":
+		return ops.F32
+	case "f16":
+		return ops.F16
+	}
+	return def
 }
