@@ -76,13 +76,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	big := a.N*D*4 >= bigBytes
 	c.prefetch = big && prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < hwStreamRow
 	c.stream = big && !c.prefetch
-	// Long rows spread the prefetch over chunks of the variance and affine passes (the
-	// add pass streams from DRAM already).
-	c.long = c.prefetch && D >= longRow
 	c.piece = prefetchPiece(4 * D)
-	if c.long {
-		c.piece = max((4*D/chunkSteps(D, c.p.W)+63)&^63, 64)
-	}
 	c.ntY = big && a.Y.DType == ops.F32
 	c.ntX = big && a.X.Present() && a.X.DType == ops.F32
 	c.nt16 = big && a.Y.DType != ops.F32
@@ -104,17 +98,17 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 // (weights16), and the bias (OutT) is float32 or in the 16-bit format of x1 and x2, whose
 // first pass then widens it in its loads (addSum16).
 type addCall struct {
-	k                        *kernelSet
-	a                        ops.AddLN
-	p                        plan.Plan
-	prefetch, long, ntY, ntX bool
-	stream                   bool // inputs past the caches, not prefetched ahead: float32 rows through addSumStream
-	touch                    bool // stream for 16-bit rows: each piece prefetched before addSum16
-	pieces                   bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
-	sum16                    bool // x1 and x2 (and the bias) of one 16-bit format: addSum16
-	nt16                     bool // 16-bit outputs stored non-temporally
-	piece                    int
-	wg                       sync.WaitGroup
+	k                  *kernelSet
+	a                  ops.AddLN
+	p                  plan.Plan
+	prefetch, ntY, ntX bool
+	stream             bool // inputs past the caches, not prefetched ahead: float32 rows through addSumStream
+	touch              bool // stream for 16-bit rows: each piece prefetched before addSum16
+	pieces             bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
+	sum16              bool // x1 and x2 (and the bias) of one 16-bit format: addSum16
+	nt16               bool // 16-bit outputs stored non-temporally
+	piece              int
+	wg                 sync.WaitGroup
 }
 
 var addCalls = sync.Pool{New: func() any { return new(addCall) }}
@@ -178,7 +172,7 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 func (c *addCall) rows(lo, hi int, sc *scratch) {
 	k, a, p := c.k, &c.a, &c.p
 	D := a.D
-	prefetch, long, ntX, ntY := c.prefetch, c.long, c.ntX, c.ntY
+	prefetch, ntX, ntY := c.prefetch, c.ntX, c.ntY
 	w16 := weightsOf(a.Gamma, a.Beta)
 	for r := lo; r < hi; r++ {
 		off := r * D
@@ -222,22 +216,12 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			}
 			addSum(part, s, xs, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias)
 		}
-		var mean, rstd float32
-		if long {
-			mean, rstd = rowStatsChunked(k, p, s, part, a.Epsilon, pf)
-		} else {
-			pf.step()
-			mean, rstd = rowStatsSummed(k, p, s, part, a.Epsilon, pf)
-		}
+		pf.step()
+		mean, rstd := rowStatsSummed(k, p, s, part, a.Epsilon, pf)
 		a.Mean[r], a.Rstd[r] = mean, rstd
-		switch {
-		case a.Y.DType == ops.F32 && long:
-			normalizeChunked(k, p, a.Y.F32[off:off+D], s, a.Gamma.F32, a.Beta.F32, mean, rstd, ntY, pf)
-		case a.Y.DType == ops.F32:
+		if a.Y.DType == ops.F32 {
 			normalize(k, p, a.Y.F32[off:off+D], s, a.Gamma.F32, a.Beta.F32, mean, rstd, ntY)
-		case long:
-			normalize16Chunked(k, p, a.Y, off, s, w16, mean, rstd, c.nt16, pf)
-		default:
+		} else {
 			normalize16(k, p, a.Y, off, s, w16, mean, rstd, c.nt16)
 		}
 		pf.rest()

@@ -651,12 +651,12 @@ func TestAddLayerNormLevels(t *testing.T) {
 							return c
 						}
 						got := run(name)
-						// The reference runs the passes over whole rows (TestNonTemporalLevels
-						// runs the others chunked and in pieces).
-						long, piece := longRow, sumPiece
-						longRow, sumPiece = math.MaxInt, 1<<30
+						// The reference runs the first pass over whole rows (TestNonTemporalLevels
+						// runs it in pieces too).
+						piece := sumPiece
+						sumPiece = 1 << 30
 						want := run("go")
-						longRow, sumPiece = long, piece
+						sumPiece = piece
 						tag := fmt.Sprintf("%s/%v/%v/D=%d/bias=%d", name, prof, cb, d, bias)
 						sameBuf(t, tag+"/y", got.Y, want.Y)
 						sameBuf(t, tag+"/x", got.X, want.X)
@@ -805,10 +805,8 @@ func TestMemoryKernels(t *testing.T) {
 // TestNonTemporalLevels reruns the whole-op comparisons with the non-temporal stores, the
 // streamed first passes and deeper prefetching switched on at every size.
 func TestNonTemporalLevels(t *testing.T) {
-	nt, pf, long, chunk, piece, hw, hwg := bigBytes, prefetchAhead, longRow, passChunk, sumPiece, hwStreamRow, hwGatherRow
-	defer func() {
-		bigBytes, prefetchAhead, longRow, passChunk, sumPiece, hwStreamRow, hwGatherRow = nt, pf, long, chunk, piece, hw, hwg
-	}()
+	nt, pf, piece, hw, hwg := bigBytes, prefetchAhead, sumPiece, hwStreamRow, hwGatherRow
+	defer func() { bigBytes, prefetchAhead, sumPiece, hwStreamRow, hwGatherRow = nt, pf, piece, hw, hwg }()
 	bigBytes, prefetchAhead, hwStreamRow, hwGatherRow = 0, 3, 1<<62, 1<<62
 	t.Run("AddLayerNorm", TestAddLayerNormLevels)
 	t.Run("EmbedLayerNorm", TestEmbedLayerNormLevels)
@@ -817,10 +815,9 @@ func TestNonTemporalLevels(t *testing.T) {
 	t.Run("AddLayerNormHardwareStream", TestAddLayerNormLevels)
 	t.Run("EmbedLayerNormHardwareStream", TestEmbedLayerNormLevels)
 	hwStreamRow, hwGatherRow = 1<<62, 1<<62
-	// Every row long, in chunks of a few plan widths (rounded up to W), and the 16-bit
-	// first passes in pieces of one W.
-	longRow, passChunk, sumPiece = 1, 16, 1
-	t.Run("AddLayerNormChunked", TestAddLayerNormLevels)
+	// The 16-bit first passes in pieces of one W.
+	sumPiece = 1
+	t.Run("AddLayerNormPieces", TestAddLayerNormLevels)
 	t.Run("EmbedLayerNormPieces", TestEmbedLayerNormLevels)
 }
 

@@ -17,24 +17,14 @@ import (
 )
 
 // BenchmarkAddLayerNormLarge is the long-row bench shapes (rows of 3, 16 and 32 KiB), f32
-// with a bias row and the x output, as the bench tool runs them (fewer rows). The knobs of
-// stream.go/rowstats.go can be set from the environment to compare settings in one build:
-// PFA (prefetchAhead), LONG (longRow: 1000000 = the unchunked passes), CHUNK (passChunk).
+// with a bias row and the x output, as the bench tool runs them (fewer rows). PFA sets
+// prefetchAhead from the environment, to compare settings in one build (BenchmarkStreamAB
+// compares them paired).
 func BenchmarkAddLayerNormLarge(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("PFA")); err == nil {
 		old := prefetchAhead
 		prefetchAhead = v
 		defer func() { prefetchAhead = old }()
-	}
-	if v, err := strconv.Atoi(os.Getenv("LONG")); err == nil {
-		old := longRow
-		longRow = v
-		defer func() { longRow = old }()
-	}
-	if v, err := strconv.Atoi(os.Getenv("CHUNK")); err == nil {
-		old := passChunk
-		passChunk = v
-		defer func() { passChunk = old }()
 	}
 	for _, sh := range [][2]int{{4096, 768}, {16384, 768}, {4096, 4096}, {2048, 8192}} {
 		N, D := sh[0], sh[1]

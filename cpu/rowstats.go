@@ -213,14 +213,6 @@ func weightsOf(gamma, beta ops.Buf) weights16 {
 	return weights16{gammaH: gamma.U16, betaH: beta.U16}
 }
 
-// slice is elements [lo, hi) of both.
-func (w weights16) slice(lo, hi int) weights16 {
-	if w.gammaH != nil {
-		return weights16{gammaH: w.gammaH[lo:hi], betaH: w.betaH[lo:hi]}
-	}
-	return weights16{gamma: w.gamma[lo:hi], beta: w.beta[lo:hi]}
-}
-
 // normalize16 writes the affine step into elements [off, off+len(x)) of a 16-bit y,
 // rounding in the kernel's store.
 func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []float32, w weights16, mean, rstd float32, nt bool) {
@@ -232,16 +224,6 @@ func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []float32, w 
 	k.affine16(f, y.U16[off:off+len(x)], x, w.gamma, w.beta, mean, rstd)
 }
 
-// normalize16Chunked is normalize16 a chunk at a time, with a prefetch step after each.
-func normalize16Chunked(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []float32, w weights16, mean, rstd float32, nt bool, pf *rowPrefetch) {
-	n := passChunkOf(p.W)
-	for lo := 0; lo < len(x); lo += n {
-		hi := min(lo+n, len(x))
-		normalize16(k, p, y, off+lo, x[lo:hi], w.slice(lo, hi), mean, rstd, nt)
-		pf.step()
-	}
-}
-
 // sumPiece is how many elements of a row the 16-bit first passes work on at a time (4 KiB
 // of f32), rounded up to a multiple of the plan width (sumPieceOf) so that pieces add
 // whole chunks onto the partials, in the plan's order.
@@ -250,55 +232,5 @@ var sumPiece = 1024
 // sumPieceOf is sumPiece rounded up to a multiple of w.
 func sumPieceOf(w int) int { return roundUp(sumPiece, w) }
 
-// passChunk is how many elements of a long row a pass works on between two prefetch steps
-// (1 KiB of f32), rounded up to a multiple of the plan width W (passChunkOf), so the
-// chunked accumulations add the same elements into the same partials in the same order.
-var passChunk = 256
-
-// passChunkOf is passChunk rounded up to a multiple of w.
-func passChunkOf(w int) int { return roundUp(passChunk, w) }
-
 // roundUp is n rounded up to a multiple of w.
 func roundUp(n, w int) int { return (n + w - 1) / w * w }
-
-// longRow is the row length (elements) from which the ops chunk their passes over a row
-// to spread the next row's prefetch over them (see rowStatsChunked).
-var longRow = 2048
-
-// chunkSteps is how many prefetch steps rowStatsChunked and normalizeChunked take on a
-// row of n elements together (plan width w).
-func chunkSteps(n, w int) int { return 2 * ((n + passChunkOf(w) - 1) / passChunkOf(w)) }
-
-// rowStatsChunked is rowStatsSummed for long rows: the variance pass runs a chunk at a time
-// with a prefetch step after each, so the next row's lines are requested a few at a time
-// while the current row is worked on in the caches, instead of hundreds at once.
-func rowStatsChunked(k *kernelSet, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) (mean, rstd float32) {
-	part = part[:p.W]
-	mean = k.tree(part) * p.InvH
-	zero, acc := k.sqDevZero, k.accumulateSqDev
-	if p.Profile.FuseVariance {
-		zero, acc = k.sqDevFMAZero, k.accumulateSqDevFMA
-	}
-	n := passChunkOf(p.W)
-	for lo := 0; lo < len(x); lo += n {
-		c := x[lo:min(lo+n, len(x))]
-		if lo == 0 {
-			zero(part, c, mean)
-		} else {
-			acc(part, c, mean)
-		}
-		pf.step()
-	}
-	variance := k.tree(part) * p.InvH
-	return mean, plan.Rstd(variance + eps)
-}
-
-// normalizeChunked is normalize a chunk at a time, with a prefetch step after each.
-func normalizeChunked(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rstd float32, nt bool, pf *rowPrefetch) {
-	n := passChunkOf(p.W)
-	for lo := 0; lo < len(y); lo += n {
-		hi := min(lo+n, len(y))
-		normalize(k, p, y[lo:hi], x[lo:hi], gamma[lo:hi], beta[lo:hi], mean, rstd, nt)
-		pf.step()
-	}
-}
