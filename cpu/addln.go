@@ -115,6 +115,19 @@ var addCalls = sync.Pool{New: func() any { return new(addCall) }}
 
 func (c *addCall) reset() { c.k, c.a = nil, ops.AddLN{} }
 
+// biasSpan is where the bias of elements [lo, hi) of the row at element off lies in the
+// bias tensor: the row's own elements of a full bias, or [lo, hi) of a bias row; ok is
+// false without a bias.
+func (c *addCall) biasSpan(off, lo, hi int) (start, end int, ok bool) {
+	switch {
+	case c.a.BiasFull:
+		return off + lo, off + hi, true
+	case c.a.Bias.Present():
+		return lo, hi, true
+	}
+	return 0, 0, false
+}
+
 // sumPieces is the first pass of a row with 16-bit inputs: s = (x1 + x2) + bias in float32
 // and its partial sums, a piece of sumPiece elements (a multiple of W) at a time, so the
 // inputs (widened in addSum16's loads, or into scratch for mixed rows) and the piece of s
@@ -129,11 +142,8 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 		m := hi - lo
 		if c.sum16 {
 			var bias []uint16
-			switch {
-			case a.BiasFull:
-				bias = a.Bias.U16[off+lo : off+hi]
-			case a.Bias.Present():
-				bias = a.Bias.U16[lo:hi]
+			if b0, b1, ok := c.biasSpan(off, lo, hi); ok {
+				bias = a.Bias.U16[b0:b1]
 			}
 			if c.touch {
 				k.prefetch(bytesOf(a.X1.U16[off+lo : off+hi]))
@@ -145,11 +155,8 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 			x1 := rowF32(k, a.X1, off+lo, m, sc.y)
 			x2 := rowF32(k, a.X2, off+lo, m, sc.t)
 			var bias []float32
-			switch {
-			case a.BiasFull:
-				bias = a.Bias.F32[off+lo : off+hi]
-			case a.Bias.Present():
-				bias = a.Bias.F32[lo:hi]
+			if b0, b1, ok := c.biasSpan(off, lo, hi); ok {
+				bias = a.Bias.F32[b0:b1]
 			}
 			if lo == 0 {
 				k.addSum(part, s[lo:hi], nil, x1, x2, bias)
@@ -204,11 +211,8 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 		} else {
 			// s = (x1 + x2) + bias (x1 + x2 without one) and its partial sums in one pass.
 			var bias []float32
-			switch {
-			case a.BiasFull:
-				bias = a.Bias.F32[off : off+D]
-			case a.Bias.Present():
-				bias = a.Bias.F32
+			if b0, b1, ok := c.biasSpan(off, 0, D); ok {
+				bias = a.Bias.F32[b0:b1]
 			}
 			addSum := k.addSum
 			if c.stream {
