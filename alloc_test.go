@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fusednorm/fusednorm/cpu"
+	"github.com/fusednorm/fusednorm/internal/testalloc"
 )
 
 // allocTensor is a tensor of the dtype with random values (ids in [0, n) for Int32).
@@ -34,9 +35,7 @@ func allocTensor(r *rand.Rand, dt DType, n int, shape ...int) Tensor {
 // TestNoAllocsPerCall checks that a public call on the CPU backend allocates nothing in
 // steady state when the caller provides every output, on one goroutine and on two.
 func TestNoAllocsPerCall(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are meaningless under the race detector")
-	}
+	testalloc.SkipUnderRace(t)
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(31, 32))
 	shapes := []struct {
@@ -64,7 +63,7 @@ func TestNoAllocsPerCall(t *testing.T) {
 				Mask: allocTensor(r, Int32, 2, B, S), PositionIDs: allocTensor(r, Int32, S, 1, S)}
 			out := EmbedOutputs{Output: allocTensor(r, dt, 0, B, S, H), MaskIndex: allocTensor(r, Int32, 1, B),
 				EmbeddingSum: allocTensor(r, dt, 0, B, S, H)}
-			noAllocs(t, fmt.Sprintf("EmbedLayerNorm/%s/%v", sh.name, dt), func() {
+			testalloc.None(t, fmt.Sprintf("EmbedLayerNorm/%s/%v", sh.name, dt), func() {
 				if err := op.Run(ctx, in, &out); err != nil {
 					t.Fatal(err)
 				}
@@ -75,28 +74,16 @@ func TestNoAllocsPerCall(t *testing.T) {
 				Gamma: allocTensor(r, row[2], 0, H), Beta: allocTensor(r, row[2], 0, H), Bias: allocTensor(r, row[3], 0, H)}
 			out := AddLayerNormOutputs{Y: allocTensor(r, row[3], 0, B, S, H), Mean: allocTensor(r, Float32, 0, B, S, 1),
 				Rstd: allocTensor(r, Float32, 0, B, S, 1), X: allocTensor(r, row[3], 0, B, S, H)}
-			noAllocs(t, fmt.Sprintf("AddLayerNorm/%s/%v", sh.name, row), func() {
+			testalloc.None(t, fmt.Sprintf("AddLayerNorm/%s/%v", sh.name, row), func() {
 				if err := eng.AddLayerNorm(ctx, in, &out); err != nil {
 					t.Fatal(err)
 				}
 			})
-			noAllocs(t, fmt.Sprintf("AddLayerNorm/%s/%v/options", sh.name, row), func() {
+			testalloc.None(t, fmt.Sprintf("AddLayerNorm/%s/%v/options", sh.name, row), func() {
 				if err := eng.AddLayerNorm(ctx, in, &out, Epsilon(1e-6), AdditionalOutput(true)); err != nil {
 					t.Fatal(err)
 				}
 			})
 		}
-	}
-}
-
-// noAllocs warms fn up (pools filled, workers started), then requires that a call
-// allocates nothing.
-func noAllocs(t *testing.T, what string, fn func()) {
-	t.Helper()
-	for range 5 {
-		fn()
-	}
-	if n := testing.AllocsPerRun(50, fn); n != 0 {
-		t.Errorf("%s: %v allocations per call, want 0", what, n)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/testalloc"
 )
 
 // allocShape is a problem size for TestNoAllocsPerCall: (B, S, H) for EmbedLayerNorm,
@@ -24,24 +25,10 @@ var allocShapes = []allocShape{
 	{"large", 2, 64, 768, 2, true},
 }
 
-// noAllocs warms fn up (pools filled, workers started), then requires that a call
-// allocates nothing.
-func noAllocs(t *testing.T, what string, fn func()) {
-	t.Helper()
-	for range 5 {
-		fn()
-	}
-	if n := testing.AllocsPerRun(50, fn); n != 0 {
-		t.Errorf("%s: %v allocations per call, want 0", what, n)
-	}
-}
-
 // TestNoAllocsPerCall checks that a call of either op allocates nothing in steady state,
 // on one goroutine and on several, and that the split result equals the one-goroutine one.
 func TestNoAllocsPerCall(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are meaningless under the race detector")
-	}
+	testalloc.SkipUnderRace(t)
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(21, 22))
 	for _, level := range testLevels() {
@@ -70,7 +57,7 @@ func TestNoAllocsPerCall(t *testing.T) {
 							t.Fatal(err)
 						}
 						tag := fmt.Sprintf("%s/embed/%s/%v/threads=%d", level, sh.name, dt, threads)
-						noAllocs(t, tag, func() {
+						testalloc.None(t, tag, func() {
 							if err := op.Run(ctx, &in, &out); err != nil {
 								t.Fatal(err)
 							}
@@ -96,7 +83,7 @@ func TestNoAllocsPerCall(t *testing.T) {
 					runAt(t, level, func() {
 						be := newBackend(t, Options{Threads: threads})
 						tag := fmt.Sprintf("%s/add/%s/%v/threads=%d", level, sh.name, row, threads)
-						noAllocs(t, tag, func() {
+						testalloc.None(t, tag, func() {
 							if err := be.AddLayerNorm(ctx, &c); err != nil {
 								t.Fatal(err)
 							}
