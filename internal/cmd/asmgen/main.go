@@ -277,32 +277,32 @@ func elementwise(v isa) {
 		})
 	}
 
-	text(n+"Add3", "func(s, a, b, d []float32)",
-		n+"Add3 writes s[i] = (a[i] + b[i]) + d[i] for i < len(s)&^"+fmt.Sprint(v.lanes-1)+".")
-	{
-		s, a, b, d := base("s"), base("a"), base("b"), base("d")
-		v.loop(n+"Add3", length("s"), 4, func(i reg.Register, off int) {
+	// Add3, and Add3NT, which also streams the sum to x.
+	for _, nt := range []bool{false, true} {
+		name, sig := n+"Add3", "func(s, a, b, d []float32)"
+		doc := []string{name + " writes s[i] = (a[i] + b[i]) + d[i] for i < len(s)&^" + fmt.Sprint(v.lanes-1) + "."}
+		if nt {
+			name, sig = n+"Add3NT", "func(s, x, a, b, d []float32)"
+			doc = []string{name + " writes s[i] = (a[i] + b[i]) + d[i] and the same value to x[i], with a",
+				"non-temporal store, for whole vectors of s: x must be aligned to the vector, and the",
+				"caller fences before the values are shared."}
+		}
+		text(name, sig, doc...)
+		s := base("s")
+		var x reg.GPVirtual
+		if nt {
+			x = base("x")
+		}
+		a, b, d := base("a"), base("b"), base("d")
+		v.loop(name, length("s"), 4, func(i reg.Register, off int) {
 			t := v.vec()
 			c.VMOVUPS(f32(a, i, off), t)
 			c.VADDPS(f32(b, i, off), t, t)
 			c.VADDPS(f32(d, i, off), t, t)
 			c.VMOVUPS(t, f32(s, i, off))
-		})
-	}
-
-	text(n+"Add3NT", "func(s, x, a, b, d []float32)",
-		n+"Add3NT writes s[i] = (a[i] + b[i]) + d[i] and the same value to x[i], with a",
-		"non-temporal store, for whole vectors of s: x must be aligned to the vector, and the",
-		"caller fences before the values are shared.")
-	{
-		s, x, a, b, d := base("s"), base("x"), base("a"), base("b"), base("d")
-		v.loop(n+"Add3NT", length("s"), 4, func(i reg.Register, off int) {
-			t := v.vec()
-			c.VMOVUPS(f32(a, i, off), t)
-			c.VADDPS(f32(b, i, off), t, t)
-			c.VADDPS(f32(d, i, off), t, t)
-			c.VMOVUPS(t, f32(s, i, off))
-			c.VMOVNTPS(t, f32(x, i, off))
+			if nt {
+				c.VMOVNTPS(t, f32(x, i, off))
+			}
 		})
 	}
 
