@@ -1,10 +1,11 @@
 // Command asmgen writes cpu/kernels_amd64.s: the SIMD kernels of the CPU backend, once for
 // AVX2+FMA+F16C (8 lanes, YMM) and once for AVX-512 F/BW/VL (16 lanes, ZMM).
 //
-// It also writes the kernels' Go declarations, cpu/kernels_amd64.go. Run it through go
+// It also writes the kernels' Go declarations, cpu/kernels_amd64.go, and each width's
+// table of them, cpu/vectables_amd64.go (tables.go). Run it through go
 // generate in the cpu package (see cpu/simd_amd64.go), or from the repository root:
 //
-//	go run -C internal/cmd/asmgen . -out ../../../cpu/kernels_amd64.s -stubs ../../../cpu/kernels_amd64.go
+//	go run -C internal/cmd/asmgen . -out ../../../cpu/kernels_amd64.s -stubs ../../../cpu/kernels_amd64.go -tables ../../../cpu/vectables_amd64.go
 //
 // It lives in its own module so that the library does not depend on avo.
 //
@@ -77,10 +78,12 @@ func main() {
 	fs := flag.NewFlagSet("asmgen", flag.ExitOnError)
 	out := fs.String("out", "kernels_amd64.s", "assembly output file")
 	stubs := fs.String("stubs", "kernels_amd64.go", "Go declarations output file")
+	tables := fs.String("tables", "vectables_amd64.go", "Go output file of each width's kernel table")
 	fs.Parse(os.Args[1:])
 
 	c.ConstraintExpr("amd64,!noasm,!purego")
-	for _, v := range []isa{avx2, avx512} {
+	widths := []isa{avx2, avx512} // narrowest first
+	for _, v := range widths {
 		elementwise(v)
 		conversions(v)
 		reductions(v)
@@ -109,6 +112,9 @@ func main() {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			fail(err)
 		}
+	}
+	if err := writeTables(*tables, widths); err != nil {
+		fail(err)
 	}
 }
 
