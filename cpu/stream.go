@@ -20,7 +20,7 @@ var bigBytes = 4 << 20
 // copyGo is the twin of copyNT.
 func copyGo(dst, src []float32) { copy(dst, src[:len(dst)]) }
 
-// add3NTGo is the twin of add3NTAVX2 (the separate first pass of addSum with x and c): s =
+// add3NTGo is the twin of the Add3NT kernels (the separate first pass of addSum with x and c): s =
 // (a + b) + c, and x = s.
 func add3NTGo(s, x, a, b, c []float32) {
 	add3Go(s, a, b, c)
