@@ -3,6 +3,8 @@ package cpu
 import (
 	"context"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -30,7 +32,14 @@ func atLevels(b *testing.B, fn func(b *testing.B)) {
 	}
 }
 
-const benchRow = 768 // BERT-base hidden size: one row is the unit every kernel sees
+// benchRow is BERT-base's hidden size: one row is the unit every kernel sees. ROW sets
+// another (ROW=4096: the long rows of the large bench shapes, which spill L1).
+func benchRow() int {
+	if v, err := strconv.Atoi(os.Getenv("ROW")); err == nil && v > 0 {
+		return v
+	}
+	return 768
+}
 
 // normal returns n float32 values from N(0, 1): realistic activations. (The test data's
 // subnormals would time the processor's microcode assists rather than the kernels.)
@@ -44,7 +53,7 @@ func normal(r *rand.Rand, n int) []float32 {
 
 func BenchmarkKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
-	n := benchRow
+	n := benchRow()
 	x, y, g, be := normal(r, n), make([]float32, n), normal(r, n), normal(r, n)
 	h1, h2, h3, bits := halves(r, n), halves(r, n), halves(r, n), make([]uint16, n)
 	part := make([]float32, plan.MaxW)
@@ -67,6 +76,11 @@ func BenchmarkKernels(b *testing.B) {
 		{"widenBF16", 6 * n, func(k *kernelSet) { k.widenBF16(y, h1) }},
 		{"narrowF16", 6 * n, func(k *kernelSet) { k.narrowF16(bits, x) }},
 		{"narrowBF16", 6 * n, func(k *kernelSet) { k.narrowBF16(bits, x) }},
+		// The 16-bit AddLayerNorm row: first pass with a bias row, x stored, affine step.
+		{"addSum16", 10 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, h1, h2, h3) }},
+		{"narrow16NT", 6 * n, func(k *kernelSet) { k.narrow16NT(false, bits, x) }},
+		{"affine16H", 10 * n, func(k *kernelSet) { k.affine16H(form16{}, bits, x, h1, h2, 0.5, 1.5) }},
+		{"affine16HFMA", 10 * n, func(k *kernelSet) { k.affine16H(form16{fused: true}, bits, x, h1, h2, 0.5, 1.5) }},
 	}
 	for _, k := range kernels {
 		b.Run(k.name, func(b *testing.B) {
