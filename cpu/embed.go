@@ -85,7 +85,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	c.reset()
 	embedCalls.Put(c)
 	if out.MaskIndex != nil {
-		maskIndex(out.MaskIndex, in.Mask, in.B, in.S, op.w.Rule)
+		maskIndex(op.k, out.MaskIndex, in.Mask, in.B, in.S, op.w.Rule)
 	}
 	return nil
 }
@@ -242,29 +242,37 @@ func sumBits(out *ops.EmbedOutputs, row, h int, sc *scratch) []uint16 {
 }
 
 // maskIndex fills mask_index[b] by the rule; zeros when there is no mask (SPEC A.4).
-func maskIndex(dst, mask []int32, B, S int, rule ops.MaskRule) {
+func maskIndex(k *kernelSet, dst, mask []int32, B, S int, rule ops.MaskRule) {
 	for b := 0; b < B; b++ {
-		if mask == nil {
+		switch {
+		case mask == nil:
 			dst[b] = 0
-			continue
+		case rule == ops.MaskCountOnes:
+			dst[b] = k.maskCountOnes(mask[b*S : b*S+S])
+		default:
+			dst[b] = int32(k.maskFirstZero(mask[b*S : b*S+S]))
 		}
-		row := mask[b*S : b*S+S]
-		var v int32
-		if rule == ops.MaskCountOnes {
-			for _, m := range row {
-				if m == 1 {
-					v++
-				}
-			}
-		} else {
-			v = int32(S)
-			for s, m := range row {
-				if m == 0 {
-					v = int32(s)
-					break
-				}
-			}
-		}
-		dst[b] = v
 	}
+}
+
+// maskCountOnesGo is the twin of the MaskCountOnes kernels: how many elements of m are 1.
+func maskCountOnesGo(m []int32) int32 {
+	var n int32
+	for _, v := range m {
+		if v == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// maskFirstZeroGo is the twin of the MaskFirstZero kernels: the index of the first 0 in
+// m, or len(m) when there is none.
+func maskFirstZeroGo(m []int32) int {
+	for i, v := range m {
+		if v == 0 {
+			return i
+		}
+	}
+	return len(m)
 }

@@ -26,6 +26,8 @@ type kernelSet struct {
 	narrowF16          func(dst []uint16, src []float32)                                                 // float32 → binary16, nearest-even
 	narrowBF16         func(dst []uint16, src []float32)                                                 // float32 → bfloat16 (F32ToBF16)
 	narrow16NT         func(bf bool, dst []uint16, src []float32)                                        // narrowBF16 (bf) or narrowF16, NT stores
+	maskCountOnes      func(m []int32) int32                                                             // how many of m are 1
+	maskFirstZero      func(m []int32) int                                                               // index of the first 0 in m, else len(m)
 
 	// Memory-system variants (stream.go): the same values as their twins, stored or
 	// fetched differently. The NT stores are weakly ordered: a worker that used them calls
@@ -85,6 +87,8 @@ var goKernels = kernelSet{
 	narrowF16:          narrowF16Go,
 	narrowBF16:         narrowBF16Go,
 	narrow16NT:         narrow16Go,
+	maskCountOnes:      maskCountOnesGo,
+	maskFirstZero:      maskFirstZeroGo,
 	affineNT:           affineGo,
 	affineFMANT:        affineFMAGo,
 	copyNT:             copyGo,

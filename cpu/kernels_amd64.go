@@ -337,6 +337,17 @@ func avx2EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []
 //go:noescape
 func avx2EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 
+// avx2MaskCountOnes returns how many of the whole vectors' elements of m are 1.
+//
+//go:noescape
+func avx2MaskCountOnes(m []int32) int32
+
+// avx2MaskFirstZero returns the index of the first 0 among the whole vectors' elements of m,
+// or their count when none is 0.
+//
+//go:noescape
+func avx2MaskFirstZero(m []int32) int
+
 // avx2CopyNT writes dst[i] = src[i] for whole vectors of dst with non-temporal stores: dst
 // must be aligned to the vector, and the caller fences before the values are shared.
 //
@@ -675,6 +686,17 @@ func avx512EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g 
 //
 //go:noescape
 func avx512EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
+
+// avx512MaskCountOnes returns how many of the whole vectors' elements of m are 1.
+//
+//go:noescape
+func avx512MaskCountOnes(m []int32) int32
+
+// avx512MaskFirstZero returns the index of the first 0 among the whole vectors' elements of m,
+// or their count when none is 0.
+//
+//go:noescape
+func avx512MaskFirstZero(m []int32) int
 
 // avx512CopyNT writes dst[i] = src[i] for whole vectors of dst with non-temporal stores: dst
 // must be aligned to the vector, and the caller fences before the values are shared.

@@ -3967,6 +3967,71 @@ avx2EmbedSumF16_done:
 	VZEROUPPER
 	RET
 
+// func avx2MaskCountOnes(m []int32) int32
+// Requires: AVX, AVX2
+TEXT ·avx2MaskCountOnes(SB), NOSPLIT, $0-28
+	MOVQ         m_base+0(FP), AX
+	MOVQ         m_len+8(FP), CX
+	ANDQ         $-8, CX
+	MOVL         $0x00000001, DX
+	VMOVD        DX, X0
+	VPBROADCASTD X0, Y0
+	VXORPS       Y1, Y1, Y1
+	XORQ         DX, DX
+	CMPQ         DX, CX
+	JAE          avx2MaskCountOnes_sum
+
+avx2MaskCountOnes_loop:
+	VPCMPEQD (AX)(DX*4), Y0, Y2
+	VPSUBD   Y2, Y1, Y1
+	ADDQ     $0x00000008, DX
+	CMPQ     DX, CX
+	JB       avx2MaskCountOnes_loop
+
+avx2MaskCountOnes_sum:
+	VEXTRACTI128 $0x01, Y1, X0
+	VPADDD       X0, X1, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPADDD       X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPADDD       X1, X0, X0
+	VMOVD        X0, AX
+	MOVL         AX, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func avx2MaskFirstZero(m []int32) int
+// Requires: AVX, AVX2
+TEXT ·avx2MaskFirstZero(SB), NOSPLIT, $0-32
+	MOVQ   m_base+0(FP), AX
+	MOVQ   m_len+8(FP), CX
+	ANDQ   $-8, CX
+	VXORPS Y0, Y0, Y0
+	XORQ   DX, DX
+	CMPQ   DX, CX
+	JAE    avx2MaskFirstZero_none
+
+avx2MaskFirstZero_loop:
+	VPCMPEQD  (AX)(DX*4), Y0, Y1
+	VMOVMSKPS Y1, BX
+	TESTL     BX, BX
+	JNZ       avx2MaskFirstZero_found
+	ADDQ      $0x00000008, DX
+	CMPQ      DX, CX
+	JB        avx2MaskFirstZero_loop
+
+avx2MaskFirstZero_none:
+	MOVQ CX, ret+24(FP)
+	VZEROUPPER
+	RET
+
+avx2MaskFirstZero_found:
+	BSFL BX, SI
+	ADDQ DX, SI
+	MOVQ SI, ret+24(FP)
+	VZEROUPPER
+	RET
+
 // func avx2CopyNT(dst []float32, src []float32)
 // Requires: AVX
 TEXT ·avx2CopyNT(SB), NOSPLIT, $0-48
@@ -8511,6 +8576,73 @@ avx512EmbedSumF16_loop:
 	JB        avx512EmbedSumF16_loop
 
 avx512EmbedSumF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512MaskCountOnes(m []int32) int32
+// Requires: AVX, AVX2, AVX512F
+TEXT ·avx512MaskCountOnes(SB), NOSPLIT, $0-28
+	MOVQ         m_base+0(FP), AX
+	MOVQ         m_len+8(FP), CX
+	ANDQ         $-16, CX
+	MOVL         $0x00000001, DX
+	VMOVD        DX, X0
+	VPBROADCASTD X0, Z0
+	VPXORD       Z1, Z1, Z1
+	XORQ         DX, DX
+	CMPQ         DX, CX
+	JAE          avx512MaskCountOnes_sum
+
+avx512MaskCountOnes_loop:
+	VPCMPEQD (AX)(DX*4), Z0, K1
+	VPADDD   Z0, Z1, K1, Z1
+	ADDQ     $0x00000010, DX
+	CMPQ     DX, CX
+	JB       avx512MaskCountOnes_loop
+
+avx512MaskCountOnes_sum:
+	VEXTRACTI64X4 $0x01, Z1, Y0
+	VPADDD        Y0, Y1, Y0
+	VEXTRACTI128  $0x01, Y0, X1
+	VPADDD        X1, X0, X1
+	VPSHUFD       $0x4e, X1, X0
+	VPADDD        X0, X1, X1
+	VPSHUFD       $0xb1, X1, X0
+	VPADDD        X0, X1, X1
+	VMOVD         X1, AX
+	MOVL          AX, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func avx512MaskFirstZero(m []int32) int
+// Requires: AVX, AVX512F
+TEXT ·avx512MaskFirstZero(SB), NOSPLIT, $0-32
+	MOVQ   m_base+0(FP), AX
+	MOVQ   m_len+8(FP), CX
+	ANDQ   $-16, CX
+	VPXORD Z0, Z0, Z0
+	XORQ   DX, DX
+	CMPQ   DX, CX
+	JAE    avx512MaskFirstZero_none
+
+avx512MaskFirstZero_loop:
+	VPCMPEQD (AX)(DX*4), Z0, K1
+	KMOVW    K1, BX
+	TESTL    BX, BX
+	JNZ      avx512MaskFirstZero_found
+	ADDQ     $0x00000010, DX
+	CMPQ     DX, CX
+	JB       avx512MaskFirstZero_loop
+
+avx512MaskFirstZero_none:
+	MOVQ CX, ret+24(FP)
+	VZEROUPPER
+	RET
+
+avx512MaskFirstZero_found:
+	BSFL BX, SI
+	ADDQ DX, SI
+	MOVQ SI, ret+24(FP)
 	VZEROUPPER
 	RET
 

@@ -57,6 +57,10 @@ func BenchmarkKernels(b *testing.B) {
 	x, y, g, be := normal(r, n), make([]float32, n), normal(r, n), normal(r, n)
 	h1, h2, h3, bits := halves(r, n), halves(r, n), halves(r, n), make([]uint16, n)
 	part := make([]float32, plan.MaxW)
+	mask := make([]int32, n) // all 1: both rules scan the whole row
+	for i := range mask {
+		mask[i] = 1
+	}
 	kernels := []struct {
 		name  string
 		bytes int
@@ -76,6 +80,8 @@ func BenchmarkKernels(b *testing.B) {
 		{"widenBF16", 6 * n, func(k *kernelSet) { k.widenBF16(y, h1) }},
 		{"narrowF16", 6 * n, func(k *kernelSet) { k.narrowF16(bits, x) }},
 		{"narrowBF16", 6 * n, func(k *kernelSet) { k.narrowBF16(bits, x) }},
+		{"maskCountOnes", 4 * n, func(k *kernelSet) { k.maskCountOnes(mask) }},
+		{"maskFirstZero", 4 * n, func(k *kernelSet) { k.maskFirstZero(mask) }},
 		// The 16-bit AddLayerNorm row: first pass with a bias row, x stored, affine step.
 		{"addSum16", 10 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, h1, h2, h3) }},
 		{"narrow16NT", 6 * n, func(k *kernelSet) { k.narrow16NT(false, bits, x) }},

@@ -47,6 +47,8 @@ type (
 	add3NTFn func(s, x, a, b, d []float32)
 	embed2Fn func(x []float32, bits []uint16, w, p []uint16)
 	embed3Fn func(x []float32, bits []uint16, w, p, g []uint16)
+	countFn  func(m []int32) int32
+	findFn   func(m []int32) int
 	accumFn  func(part, x []float32)
 	sum16Fns struct {
 		two  func(part, s []float32, a, b []uint16)
@@ -83,6 +85,8 @@ type vecKernels struct {
 	addSum16                   [2][2]sum16Fns // [bf][acc]
 	embedF16                   embed2Fn
 	embedF16Seg                embed3Fn
+	maskCountOnes              countFn
+	maskFirstZero              findFn
 }
 
 // kernelSet is the level built on these kernels.
@@ -97,6 +101,8 @@ func (v *vecKernels) kernelSet() *kernelSet {
 		affine16:           v.affine16Row,
 		affine16H:          v.affine16HRow,
 		narrow16NT:         v.narrow16NTRow,
+		maskCountOnes:      v.maskCountOnesRow,
+		maskFirstZero:      v.maskFirstZeroRow,
 		embedSumF32:        v.embedSumF32,
 		embedSumF16:        v.embedSumF16Row,
 		add2:               v.add2Row,
@@ -648,4 +654,27 @@ func treeAVX2(part []float32) float32 {
 		avx2Vec.addToRow(part[:off], part[off:2*off])
 	}
 	return treeGo(part[:2*off+len(part)%2])
+}
+
+// maskCountOnesRow counts the 1s of m: the whole vectors here, the rest narrower.
+func (v *vecKernels) maskCountOnesRow(m []int32) int32 {
+	w := v.whole(len(m))
+	n := v.maskCountOnes(m[:w])
+	if v.narrower != nil {
+		return n + v.narrower.maskCountOnesRow(m[w:])
+	}
+	return n + maskCountOnesGo(m[w:])
+}
+
+// maskFirstZeroRow finds the first 0 of m: in the whole vectors here, else in the rest,
+// narrower.
+func (v *vecKernels) maskFirstZeroRow(m []int32) int {
+	w := v.whole(len(m))
+	if i := v.maskFirstZero(m[:w]); i < w {
+		return i
+	}
+	if v.narrower != nil {
+		return w + v.narrower.maskFirstZeroRow(m[w:])
+	}
+	return w + maskFirstZeroGo(m[w:])
 }

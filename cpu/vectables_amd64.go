@@ -43,8 +43,10 @@ var avx2Vec = &vecKernels{
 		{{avx2AddSumF16, avx2AddSumF16Full}, {avx2AddSumF16Acc, avx2AddSumF16FullAcc}},
 		{{avx2AddSumBF16, avx2AddSumBF16Full}, {avx2AddSumBF16Acc, avx2AddSumBF16FullAcc}},
 	},
-	embedF16:    avx2EmbedSumF16,
-	embedF16Seg: avx2EmbedSumF16Seg,
+	embedF16:      avx2EmbedSumF16,
+	embedF16Seg:   avx2EmbedSumF16Seg,
+	maskCountOnes: avx2MaskCountOnes,
+	maskFirstZero: avx2MaskFirstZero,
 }
 
 // avx512Vec is the avx512 level's kernels, 16 float32 lanes.
@@ -87,6 +89,8 @@ var avx512Vec = &vecKernels{
 		{{avx512AddSumF16, avx512AddSumF16Full}, {avx512AddSumF16Acc, avx512AddSumF16FullAcc}},
 		{{avx512AddSumBF16, avx512AddSumBF16Full}, {avx512AddSumBF16Acc, avx512AddSumBF16FullAcc}},
 	},
-	embedF16:    avx512EmbedSumF16,
-	embedF16Seg: avx512EmbedSumF16Seg,
+	embedF16:      avx512EmbedSumF16,
+	embedF16Seg:   avx512EmbedSumF16Seg,
+	maskCountOnes: avx512MaskCountOnes,
+	maskFirstZero: avx512MaskFirstZero,
 }

@@ -90,6 +90,7 @@ func main() {
 		sums(v)
 		sums16(v)
 		embedF16(v)
+		masks(v)
 		copyNT(v)
 	}
 	tree()
@@ -803,6 +804,101 @@ func embedF16(v isa) {
 			c.VCVTPH2PS(h, a)
 			c.VMOVUPS(a, f32(x, i, off))
 		})
+	}
+}
+
+// masks emits the two mask_index rules over a row of the int32 mask (SPEC A.4), for the
+// whole vectors of it: how many elements are 1, and where the first 0 is.
+func masks(v isa) {
+	n := v.name
+	text(n+"MaskCountOnes", "func(m []int32) int32",
+		n+"MaskCountOnes returns how many of the whole vectors' elements of m are 1.")
+	{
+		p := base("m")
+		end := length("m")
+		c.ANDQ(I32(-v.lanes), end)
+		ones := v.broadcast32(1)
+		acc := v.vec()
+		v.zero(acc)
+		i := c.GP64()
+		c.XORQ(i, i)
+		c.CMPQ(i, end)
+		c.JAE(LabelRef(n + "MaskCountOnes_sum"))
+		c.Label(n + "MaskCountOnes_loop")
+		if v.lanes == 16 {
+			eq := c.K()
+			c.VPCMPEQD(Mem{Base: p, Index: i, Scale: 4}, ones, eq)
+			c.VPADDD(ones, acc, eq, acc) // +1 in the lanes that are 1
+		} else {
+			eq := v.vec()
+			c.VPCMPEQD(Mem{Base: p, Index: i, Scale: 4}, ones, eq)
+			c.VPSUBD(eq, acc, acc) // −(−1) in the lanes that are 1
+		}
+		c.ADDQ(U32(v.lanes), i)
+		c.CMPQ(i, end)
+		c.JB(LabelRef(n + "MaskCountOnes_loop"))
+		c.Label(n + "MaskCountOnes_sum")
+		y := acc
+		if v.lanes == 16 {
+			hi := c.YMM()
+			c.VEXTRACTI64X4(U8(1), acc, hi)
+			y = c.YMM()
+			c.VPADDD(hi, acc.AsY(), y)
+		}
+		x, t := c.XMM(), c.XMM()
+		c.VEXTRACTI128(U8(1), y, x)
+		c.VPADDD(x, y.AsX(), x)
+		c.VPSHUFD(U8(0x4e), x, t) // lanes 2 3 0 1
+		c.VPADDD(t, x, x)
+		c.VPSHUFD(U8(0xb1), x, t) // lanes 1 0 3 2
+		c.VPADDD(t, x, x)
+		r := c.GP32()
+		c.VMOVD(x, r)
+		c.Store(r, c.ReturnIndex(0))
+		c.VZEROUPPER()
+		c.RET()
+	}
+
+	text(n+"MaskFirstZero", "func(m []int32) int",
+		n+"MaskFirstZero returns the index of the first 0 among the whole vectors' elements of m,",
+		"or their count when none is 0.")
+	{
+		p := base("m")
+		end := length("m")
+		c.ANDQ(I32(-v.lanes), end)
+		zero := v.vec()
+		v.zero(zero)
+		i := c.GP64()
+		bits := c.GP32()
+		c.XORQ(i, i)
+		c.CMPQ(i, end)
+		c.JAE(LabelRef(n + "MaskFirstZero_none"))
+		c.Label(n + "MaskFirstZero_loop")
+		if v.lanes == 16 {
+			eq := c.K()
+			c.VPCMPEQD(Mem{Base: p, Index: i, Scale: 4}, zero, eq)
+			c.KMOVW(eq, bits)
+		} else {
+			eq := v.vec()
+			c.VPCMPEQD(Mem{Base: p, Index: i, Scale: 4}, zero, eq)
+			c.VMOVMSKPS(eq, bits)
+		}
+		c.TESTL(bits, bits)
+		c.JNZ(LabelRef(n + "MaskFirstZero_found"))
+		c.ADDQ(U32(v.lanes), i)
+		c.CMPQ(i, end)
+		c.JB(LabelRef(n + "MaskFirstZero_loop"))
+		c.Label(n + "MaskFirstZero_none")
+		c.Store(end, c.ReturnIndex(0))
+		c.VZEROUPPER()
+		c.RET()
+		c.Label(n + "MaskFirstZero_found")
+		at := c.GP64()
+		c.BSFL(bits, at.As32()) // the lowest lane that is 0; writing the 32-bit half clears the rest
+		c.ADDQ(i, at)
+		c.Store(at, c.ReturnIndex(0))
+		c.VZEROUPPER()
+		c.RET()
 	}
 }
 

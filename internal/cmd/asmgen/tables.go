@@ -57,6 +57,8 @@ var {{.Name}}Vec = &vecKernels{
 	},
 	embedF16: {{.Name}}EmbedSumF16,
 	embedF16Seg: {{.Name}}EmbedSumF16Seg,
+	maskCountOnes: {{.Name}}MaskCountOnes,
+	maskFirstZero: {{.Name}}MaskFirstZero,
 }
 {{end}}`))
 
