@@ -43,22 +43,26 @@ test-cpu:
 test-race:
 	$(GO) test -race -short ./cpu/ .
 
-# The avx512 kernels against the pure-Go level on a processor without AVX-512: the cpu
-# tests under Bochs emulating a Skylake-X (scripts/avx512emu, ~80x slower than native).
-# Every output is compared bit for bit except the ones rounded to binary16, whose ties
-# Bochs 2.7's VCVTPS2PH rounds wrongly (the tests check that it does); the device's Xeon
-# compares those (docs/measurements/emr-cpu-tests.txt). On a processor with AVX-512,
-# test-cpu has already run the avx512 level natively, all outputs included. The allocation
-# and worker-pool tests, which do not depend on the level, run natively only: under the
-# emulator they took two thirds of the time.
+# The avx512 kernels against the pure-Go level on a processor without AVX-512, under Bochs
+# emulating a Skylake-X (scripts/avx512emu; Bochs 3.0 built from Debian's source on first
+# use, about 2 minutes, then cached): the cpu tests, every output compared bit for bit
+# (about 1.5 minutes), then the conformance suite's TestCPU at the avx512 level against
+# the pure-Go plan under both profiles, with tests/testdata copied into the guest (about
+# 3 minutes). On a processor with AVX-512, test-cpu has already run the avx512 level
+# natively. The allocation and worker-pool tests, which do not depend on the level, run
+# natively only: under the emulator they took two thirds of the time.
 test-avx512emu:
 	@if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then \
 		echo "test-avx512emu: this processor has AVX-512; test-cpu tested the avx512 level natively"; \
 	else \
 		mkdir -p build && CGO_ENABLED=0 $(GO) test -c -o build/cpu-avx512emu.test ./cpu && \
-		AVX512EMU_TIMEOUT=1200 bash scripts/avx512emu/run.sh build/cpu-avx512emu.test \
+		CGO_ENABLED=0 $(GO) test -c -o build/tests-avx512emu.test ./tests && \
+		AVX512EMU_TIMEOUT=900 bash scripts/avx512emu/run.sh build/cpu-avx512emu.test \
 			-test.v -test.timeout=0 -test.skip='TestNoAllocsPerCall|TestForRows' \
-			-cpu.want=avx512 -cpu.simd=avx512 -cpu.skip-f16-rounding; \
+			-cpu.want=avx512 -cpu.simd=avx512 && \
+		AVX512EMU_TIMEOUT=1200 AVX512EMU_FILES=tests/testdata AVX512EMU_CWD=/tests \
+			bash scripts/avx512emu/run.sh build/tests-avx512emu.test \
+			-test.v -test.timeout=0 -test.run '^TestCPU$$' -tests.cpu-level=avx512; \
 	fi
 
 # With cgo and the provisioned Dawn: Dawn must load here (FUSEDNORM_REQUIRE_DAWN=1).

@@ -22,18 +22,11 @@ import (
 var offLevels = flag.String("cpu.off", "", "comma-separated SIMD levels not to use or test (avx512, avx2)")
 
 // For a run under an emulator (scripts/avx512emu): -cpu.want fails the run unless the
-// listed levels are present, so the emulated run cannot pass without testing them;
-// -cpu.simd tests only the listed SIMD levels (each against the pure-Go level); and
-// -cpu.skip-f16-rounding leaves out the comparisons of outputs rounded to binary16 at the
-// SIMD levels, for an emulator whose VCVTPS2PH rounds ties wrongly (Bochs 2.7). That
-// flag fails the run on a processor that rounds them right, so it cannot hide a kernel's
-// rounding bug on real hardware: the native runs (CI's AVX2, the device's AVX-512) compare
-// every output.
+// listed levels are present, so the emulated run cannot pass without testing them; and
+// -cpu.simd tests only the listed SIMD levels (each against the pure-Go level).
 var (
-	wantLevels       = flag.String("cpu.want", "", "comma-separated SIMD levels the run must have (fails without them)")
-	onlySIMD         = flag.String("cpu.simd", "", "comma-separated SIMD levels to test (default: every one not switched off)")
-	skipF16Rounding  = flag.Bool("cpu.skip-f16-rounding", false, "skip binary16-rounded outputs at the SIMD levels (an emulator whose VCVTPS2PH rounds ties wrongly; fails where it rounds right)")
-	skippedF16Checks int
+	wantLevels = flag.String("cpu.want", "", "comma-separated SIMD levels the run must have (fails without them)")
+	onlySIMD   = flag.String("cpu.simd", "", "comma-separated SIMD levels to test (default: every one not switched off)")
 )
 
 func TestMain(m *testing.M) {
@@ -49,46 +42,8 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	if *skipF16Rounding {
-		if err := checkF16TiesWrong(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-	}
 	fmt.Printf("cpu tests: SIMD levels %v against go\n", simdLevels())
-	code := m.Run()
-	if *skipF16Rounding {
-		fmt.Printf("cpu tests: %d comparisons of binary16-rounded outputs skipped (-cpu.skip-f16-rounding)\n", skippedF16Checks)
-	}
-	os.Exit(code)
-}
-
-// checkF16TiesWrong is the condition of -cpu.skip-f16-rounding: the widest SIMD level's
-// narrowF16 rounds an exact tie (0x45811000 = 4129, between the binary16 values 4128 and
-// 4132) away from the even neighbour, where the Go twin rounds it to even.
-func checkF16TiesWrong() error {
-	levels := simdLevels()
-	if len(levels) == 0 {
-		return fmt.Errorf("-cpu.skip-f16-rounding: no SIMD level to test here")
-	}
-	src := slices.Repeat([]float32{math.Float32frombits(0x45811000)}, 32)
-	got, want := make([]uint16, len(src)), make([]uint16, len(src))
-	kernelsOf(levels[0]).narrowF16(got, src)
-	narrowF16Go(want, src)
-	if slices.Equal(got, want) {
-		return fmt.Errorf("-cpu.skip-f16-rounding: level %s rounds binary16 ties right here (%#04x); the flag is only for an emulator that does not", levels[0], got[0])
-	}
-	return nil
-}
-
-// roundsF16 reports whether a comparison of binary16-rounded outputs runs: not under
-// -cpu.skip-f16-rounding (which counts the ones it skips).
-func roundsF16() bool {
-	if *skipF16Rounding {
-		skippedF16Checks++
-		return false
-	}
-	return true
+	os.Exit(m.Run())
 }
 
 // switchedOff reports whether -cpu.off takes the level out.
@@ -358,9 +313,6 @@ func TestElementwiseKernels(t *testing.T) {
 			want16 := out16(n)
 			for _, f := range []form16{{}, {fused: true}, {bf: true}, {bf: true, fused: true},
 				{nt: true}, {fused: true, nt: true}, {bf: true, nt: true}, {bf: true, fused: true, nt: true}} {
-				if !f.bf && !roundsF16() {
-					continue
-				}
 				for _, off := range []int{0, 1, 3, 8} { // y's start within a vector of halves
 					y := out16(n + off)[off:]
 					k.affine16(f, y, a, b, c, mean, rstd)
@@ -390,9 +342,6 @@ func TestElementwiseKernels(t *testing.T) {
 				}
 			}
 			for _, bf := range []bool{false, true} {
-				if !bf && !roundsF16() {
-					continue
-				}
 				for _, off := range []int{0, 1, 5, 8} {
 					y := out16(n + off)[off:]
 					k.narrow16NT(bf, y, a)
@@ -437,11 +386,9 @@ func TestConversionKernels(t *testing.T) {
 
 			src := narrowInputs(r, n)
 			got16, want16 := out16(n), out16(n)
-			if roundsF16() {
-				k.narrowF16(got16, src)
-				g.narrowF16(want16, src)
-				same16(t, tag("narrowF16"), got16, want16)
-			}
+			k.narrowF16(got16, src)
+			g.narrowF16(want16, src)
+			same16(t, tag("narrowF16"), got16, want16)
 			k.narrowBF16(got16, src)
 			g.narrowBF16(want16, src)
 			same16(t, tag("narrowBF16"), got16, want16)
@@ -452,9 +399,6 @@ func TestConversionKernels(t *testing.T) {
 func TestEmbedSumF16Kernel(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	g := &goKernels
-	if !roundsF16() {
-		t.Skip("-cpu.skip-f16-rounding: the staged sum rounds to binary16")
-	}
 	for _, name := range simdLevels() {
 		k := mustKernels(t, name)
 		for _, n := range append(kernelSizes, 1<<16) {
@@ -682,9 +626,6 @@ func TestAddLayerNormLevels(t *testing.T) {
 	for _, name := range simdLevels() {
 		for _, prof := range profiles {
 			for _, cb := range combos {
-				if cb.out == ops.F16 && !roundsF16() {
-					continue
-				}
 				for _, d := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000} {
 					for bias := range 3 { // none, row, full
 						n := 5
@@ -734,9 +675,6 @@ func TestEmbedLayerNormLevels(t *testing.T) {
 	for _, name := range simdLevels() {
 		for _, prof := range profiles {
 			for _, dt := range []ops.DType{ops.F32, ops.F16} {
-				if dt == ops.F16 && !roundsF16() {
-					continue
-				}
 				for _, h := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000} {
 					for _, segs := range []int{0, 2} {
 						const B, S, V, P = 2, 6, 11, 8

@@ -10,10 +10,11 @@ import (
 
 // TestCPU runs the suite on the CPU backend at every kernel level this machine has — the
 // pure-Go plan first, then each SIMD level, which must match it bit for bit — under the
-// unfused profile (no GPU, lavapipe) and the fully fused one (the H200's).
+// unfused profile (no GPU, lavapipe) and the fully fused one (the H200's). -tests.cpu-level
+// picks levels (levels_test.go).
 func TestCPU(t *testing.T) {
 	for _, prof := range []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}} {
-		for _, level := range CPULevels() {
+		for _, level := range testCPULevels(t) {
 			t.Run(prof.String()+"/"+level, func(t *testing.T) {
 				eng, err := fn.Open(fn.WithBackend(fn.BackendCPU), fn.WithCPULevel(level), fn.WithContraction(prof))
 				if err != nil {

@@ -2,8 +2,9 @@
 
 // Command guestinit is PID 1 inside the emulated guest booted by ../run.sh: it mounts
 // proc, sys, dev and a tmpfs on /tmp, prints the CPU flags the guest kernel sees, runs
-// /payload with the arguments listed one per line in /payload.args (cwd /tmp), prints
-// "AVX512EMU: EXIT <code>" and powers the machine off.
+// /payload with the arguments listed one per line in /payload.args, in the directory
+// named in /payload.cwd (default /tmp), prints "AVX512EMU: EXIT <code>" and powers the
+// machine off.
 //
 // It is its own module so that the main module's ./... patterns never include it.
 package main
@@ -54,9 +55,13 @@ func main() {
 		}
 		f.Close()
 	}
-	fmt.Println("AVX512EMU: running /payload", strings.Join(args, " "))
+	dir := "/tmp"
+	if b, err := os.ReadFile("/payload.cwd"); err == nil && strings.TrimSpace(string(b)) != "" {
+		dir = strings.TrimSpace(string(b))
+	}
+	fmt.Println("AVX512EMU: running /payload", strings.Join(args, " "), "in", dir)
 	cmd := exec.Command("/payload", args...)
-	cmd.Stdout, cmd.Stderr, cmd.Dir = os.Stdout, os.Stdout, "/tmp"
+	cmd.Stdout, cmd.Stderr, cmd.Dir = os.Stdout, os.Stdout, dir
 	cmd.Env = []string{"HOME=/tmp", "TMPDIR=/tmp", "PATH=/"}
 	err := cmd.Run()
 	code := 0
