@@ -3970,16 +3970,16 @@ avx2EmbedSumF16_done:
 // func avx2MaskCountOnes(m []int32) int32
 // Requires: AVX, AVX2
 TEXT ·avx2MaskCountOnes(SB), NOSPLIT, $0-28
+	MOVL         $0x00000001, AX
+	VMOVD        AX, X0
+	VPBROADCASTD X0, Y0
+	VXORPS       Y1, Y1, Y1
 	MOVQ         m_base+0(FP), AX
 	MOVQ         m_len+8(FP), CX
 	ANDQ         $-8, CX
-	MOVL         $0x00000001, DX
-	VMOVD        DX, X0
-	VPBROADCASTD X0, Y0
-	VXORPS       Y1, Y1, Y1
 	XORQ         DX, DX
 	CMPQ         DX, CX
-	JAE          avx2MaskCountOnes_sum
+	JAE          avx2MaskCountOnes_done
 
 avx2MaskCountOnes_loop:
 	VPCMPEQD (AX)(DX*4), Y0, Y2
@@ -3988,7 +3988,7 @@ avx2MaskCountOnes_loop:
 	CMPQ     DX, CX
 	JB       avx2MaskCountOnes_loop
 
-avx2MaskCountOnes_sum:
+avx2MaskCountOnes_done:
 	VEXTRACTI128 $0x01, Y1, X0
 	VPADDD       X0, X1, X0
 	VPSHUFD      $0x4e, X0, X1
@@ -4003,31 +4003,31 @@ avx2MaskCountOnes_sum:
 // func avx2MaskFirstZero(m []int32) int
 // Requires: AVX, AVX2
 TEXT ·avx2MaskFirstZero(SB), NOSPLIT, $0-32
-	MOVQ   m_base+0(FP), AX
-	MOVQ   m_len+8(FP), CX
-	ANDQ   $-8, CX
 	VXORPS Y0, Y0, Y0
-	XORQ   DX, DX
-	CMPQ   DX, CX
-	JAE    avx2MaskFirstZero_none
+	MOVQ   m_base+0(FP), CX
+	MOVQ   m_len+8(FP), DX
+	ANDQ   $-8, DX
+	XORQ   BX, BX
+	CMPQ   BX, DX
+	JAE    avx2MaskFirstZero_done
 
 avx2MaskFirstZero_loop:
-	VPCMPEQD  (AX)(DX*4), Y0, Y1
-	VMOVMSKPS Y1, BX
-	TESTL     BX, BX
+	VPCMPEQD  (CX)(BX*4), Y0, Y1
+	VMOVMSKPS Y1, AX
+	TESTL     AX, AX
 	JNZ       avx2MaskFirstZero_found
-	ADDQ      $0x00000008, DX
-	CMPQ      DX, CX
+	ADDQ      $0x00000008, BX
+	CMPQ      BX, DX
 	JB        avx2MaskFirstZero_loop
 
-avx2MaskFirstZero_none:
-	MOVQ CX, ret+24(FP)
+avx2MaskFirstZero_done:
+	MOVQ DX, ret+24(FP)
 	VZEROUPPER
 	RET
 
 avx2MaskFirstZero_found:
-	BSFL BX, SI
-	ADDQ DX, SI
+	BSFL AX, SI
+	ADDQ BX, SI
 	MOVQ SI, ret+24(FP)
 	VZEROUPPER
 	RET
@@ -8582,16 +8582,16 @@ avx512EmbedSumF16_done:
 // func avx512MaskCountOnes(m []int32) int32
 // Requires: AVX, AVX2, AVX512F
 TEXT ·avx512MaskCountOnes(SB), NOSPLIT, $0-28
+	MOVL         $0x00000001, AX
+	VMOVD        AX, X0
+	VPBROADCASTD X0, Z0
+	VPXORD       Z1, Z1, Z1
 	MOVQ         m_base+0(FP), AX
 	MOVQ         m_len+8(FP), CX
 	ANDQ         $-16, CX
-	MOVL         $0x00000001, DX
-	VMOVD        DX, X0
-	VPBROADCASTD X0, Z0
-	VPXORD       Z1, Z1, Z1
 	XORQ         DX, DX
 	CMPQ         DX, CX
-	JAE          avx512MaskCountOnes_sum
+	JAE          avx512MaskCountOnes_done
 
 avx512MaskCountOnes_loop:
 	VPCMPEQD (AX)(DX*4), Z0, K1
@@ -8600,7 +8600,7 @@ avx512MaskCountOnes_loop:
 	CMPQ     DX, CX
 	JB       avx512MaskCountOnes_loop
 
-avx512MaskCountOnes_sum:
+avx512MaskCountOnes_done:
 	VEXTRACTI64X4 $0x01, Z1, Y0
 	VPADDD        Y0, Y1, Y0
 	VEXTRACTI128  $0x01, Y0, X1
@@ -8617,31 +8617,31 @@ avx512MaskCountOnes_sum:
 // func avx512MaskFirstZero(m []int32) int
 // Requires: AVX, AVX512F
 TEXT ·avx512MaskFirstZero(SB), NOSPLIT, $0-32
-	MOVQ   m_base+0(FP), AX
-	MOVQ   m_len+8(FP), CX
-	ANDQ   $-16, CX
 	VPXORD Z0, Z0, Z0
-	XORQ   DX, DX
-	CMPQ   DX, CX
-	JAE    avx512MaskFirstZero_none
+	MOVQ   m_base+0(FP), CX
+	MOVQ   m_len+8(FP), DX
+	ANDQ   $-16, DX
+	XORQ   BX, BX
+	CMPQ   BX, DX
+	JAE    avx512MaskFirstZero_done
 
 avx512MaskFirstZero_loop:
-	VPCMPEQD (AX)(DX*4), Z0, K1
-	KMOVW    K1, BX
-	TESTL    BX, BX
+	VPCMPEQD (CX)(BX*4), Z0, K1
+	KMOVW    K1, AX
+	TESTL    AX, AX
 	JNZ      avx512MaskFirstZero_found
-	ADDQ     $0x00000010, DX
-	CMPQ     DX, CX
+	ADDQ     $0x00000010, BX
+	CMPQ     BX, DX
 	JB       avx512MaskFirstZero_loop
 
-avx512MaskFirstZero_none:
-	MOVQ CX, ret+24(FP)
+avx512MaskFirstZero_done:
+	MOVQ DX, ret+24(FP)
 	VZEROUPPER
 	RET
 
 avx512MaskFirstZero_found:
-	BSFL BX, SI
-	ADDQ DX, SI
+	BSFL AX, SI
+	ADDQ BX, SI
 	MOVQ SI, ret+24(FP)
 	VZEROUPPER
 	RET

@@ -814,30 +814,20 @@ func masks(v isa) {
 	text(n+"MaskCountOnes", "func(m []int32) int32",
 		n+"MaskCountOnes returns how many of the whole vectors' elements of m are 1.")
 	{
-		p := base("m")
-		end := length("m")
-		c.ANDQ(I32(-v.lanes), end)
 		ones := v.broadcast32(1)
 		acc := v.vec()
 		v.zero(acc)
-		i := c.GP64()
-		c.XORQ(i, i)
-		c.CMPQ(i, end)
-		c.JAE(LabelRef(n + "MaskCountOnes_sum"))
-		c.Label(n + "MaskCountOnes_loop")
-		if v.lanes == 16 {
-			eq := c.K()
-			c.VPCMPEQD(Mem{Base: p, Index: i, Scale: 4}, ones, eq)
-			c.VPADDD(ones, acc, eq, acc) // +1 in the lanes that are 1
-		} else {
-			eq := v.vec()
-			c.VPCMPEQD(Mem{Base: p, Index: i, Scale: 4}, ones, eq)
-			c.VPSUBD(eq, acc, acc) // −(−1) in the lanes that are 1
-		}
-		c.ADDQ(U32(v.lanes), i)
-		c.CMPQ(i, end)
-		c.JB(LabelRef(n + "MaskCountOnes_loop"))
-		c.Label(n + "MaskCountOnes_sum")
+		v.maskWalk(n+"MaskCountOnes", func(m Mem, _ reg.Register) {
+			if v.lanes == 16 {
+				eq := c.K()
+				c.VPCMPEQD(m, ones, eq)
+				c.VPADDD(ones, acc, eq, acc) // +1 in the lanes that are 1
+			} else {
+				eq := v.vec()
+				c.VPCMPEQD(m, ones, eq)
+				c.VPSUBD(eq, acc, acc) // −(−1) in the lanes that are 1
+			}
+		})
 		y := acc
 		if v.lanes == 16 {
 			hi := c.YMM()
@@ -863,43 +853,55 @@ func masks(v isa) {
 		n+"MaskFirstZero returns the index of the first 0 among the whole vectors' elements of m,",
 		"or their count when none is 0.")
 	{
-		p := base("m")
-		end := length("m")
-		c.ANDQ(I32(-v.lanes), end)
 		zero := v.vec()
 		v.zero(zero)
-		i := c.GP64()
 		bits := c.GP32()
-		c.XORQ(i, i)
-		c.CMPQ(i, end)
-		c.JAE(LabelRef(n + "MaskFirstZero_none"))
-		c.Label(n + "MaskFirstZero_loop")
-		if v.lanes == 16 {
-			eq := c.K()
-			c.VPCMPEQD(Mem{Base: p, Index: i, Scale: 4}, zero, eq)
-			c.KMOVW(eq, bits)
-		} else {
-			eq := v.vec()
-			c.VPCMPEQD(Mem{Base: p, Index: i, Scale: 4}, zero, eq)
-			c.VMOVMSKPS(eq, bits)
-		}
-		c.TESTL(bits, bits)
-		c.JNZ(LabelRef(n + "MaskFirstZero_found"))
-		c.ADDQ(U32(v.lanes), i)
-		c.CMPQ(i, end)
-		c.JB(LabelRef(n + "MaskFirstZero_loop"))
-		c.Label(n + "MaskFirstZero_none")
-		c.Store(end, c.ReturnIndex(0))
+		var at reg.Register
+		end := v.maskWalk(n+"MaskFirstZero", func(m Mem, i reg.Register) {
+			if v.lanes == 16 {
+				eq := c.K()
+				c.VPCMPEQD(m, zero, eq)
+				c.KMOVW(eq, bits)
+			} else {
+				eq := v.vec()
+				c.VPCMPEQD(m, zero, eq)
+				c.VMOVMSKPS(eq, bits)
+			}
+			c.TESTL(bits, bits)
+			c.JNZ(LabelRef(n + "MaskFirstZero_found"))
+			at = i
+		})
+		c.Store(end, c.ReturnIndex(0)) // none is 0
 		c.VZEROUPPER()
 		c.RET()
 		c.Label(n + "MaskFirstZero_found")
-		at := c.GP64()
-		c.BSFL(bits, at.As32()) // the lowest lane that is 0; writing the 32-bit half clears the rest
-		c.ADDQ(i, at)
-		c.Store(at, c.ReturnIndex(0))
+		r := c.GP64()
+		c.BSFL(bits, r.As32()) // the lowest lane that is 0; writing the 32-bit half clears the rest
+		c.ADDQ(at, r)
+		c.Store(r, c.ReturnIndex(0))
 		c.VZEROUPPER()
 		c.RET()
 	}
+}
+
+// maskWalk emits "for i := 0; i < end; i += lanes { body(&m[i], i) }" over the whole
+// vectors of the int32 slice m, ending at the label name_done (where an empty m lands as
+// well), and returns end, the whole vectors' element count.
+func (v isa) maskWalk(name string, body func(m Mem, i reg.Register)) reg.Register {
+	p := base("m")
+	end := length("m")
+	c.ANDQ(I32(-v.lanes), end)
+	i := c.GP64()
+	c.XORQ(i, i)
+	c.CMPQ(i, end)
+	c.JAE(LabelRef(name + "_done"))
+	c.Label(name + "_loop")
+	body(Mem{Base: p, Index: i, Scale: 4}, i)
+	c.ADDQ(U32(v.lanes), i)
+	c.CMPQ(i, end)
+	c.JB(LabelRef(name + "_loop"))
+	c.Label(name + "_done")
+	return end
 }
 
 func copyNT(v isa) {
