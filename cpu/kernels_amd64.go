@@ -326,13 +326,14 @@ func avx2AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d [
 //go:noescape
 func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 
-// avx2EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i],
-// for whole vectors of x (VCVTPS2PH imm 0: nearest-even).
+// avx2EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
+// (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx2EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
 
-// avx2EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x.
+// avx2EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x
+// (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx2EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
@@ -676,13 +677,14 @@ func avx512AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d
 //go:noescape
 func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 
-// avx512EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i],
-// for whole vectors of x (VCVTPS2PH imm 0: nearest-even).
+// avx512EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
+// (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx512EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
 
-// avx512EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x.
+// avx512EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x
+// (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx512EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)

@@ -767,36 +767,28 @@ func tree() {
 
 func embedF16(v isa) {
 	n := v.name
-	text(n+"EmbedSumF16Seg", "func(x []float32, bits []uint16, w, p, g []uint16)",
-		n+"EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i],",
-		"for whole vectors of x (VCVTPS2PH imm 0: nearest-even).")
-	{
-		x, bits, w, p, g := base("x"), base("bits"), base("w"), base("p"), base("g")
-		v.loop(n+"EmbedSumF16Seg", length("x"), 2, func(i reg.Register, off int) {
-			a, b := v.vec(), v.vec()
-			h := v.half()
-			c.VCVTPH2PS(u16(w, i, off), a)
-			c.VCVTPH2PS(u16(g, i, off), b)
-			c.VADDPS(b, a, a)
-			c.VCVTPS2PH(U8(0), a, h)
-			c.VCVTPH2PS(h, a)
-			c.VCVTPH2PS(u16(p, i, off), b)
-			c.VADDPS(b, a, a)
-			c.VCVTPS2PH(U8(0), a, h)
-			c.VMOVUPS(h, u16(bits, i, off))
-			c.VCVTPH2PS(h, a)
-			c.VMOVUPS(a, f32(x, i, off))
-		})
-	}
-
-	text(n+"EmbedSumF16", "func(x []float32, bits []uint16, w, p []uint16)",
-		n+"EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x.")
-	{
+	for _, seg := range []bool{true, false} {
+		name, sig, what := n+"EmbedSumF16Seg", "func(x []float32, bits []uint16, w, p, g []uint16)", "rnd16(rnd16(w[i] + g[i]) + p[i])"
+		if !seg {
+			name, sig, what = n+"EmbedSumF16", "func(x []float32, bits []uint16, w, p []uint16)", "rnd16(w[i] + p[i])"
+		}
+		text(name, sig, name+" writes h = "+what+" as bits[i] and float32 x[i], for whole vectors of x",
+			"(VCVTPS2PH imm 0: nearest-even).")
 		x, bits, w, p := base("x"), base("bits"), base("w"), base("p")
-		v.loop(n+"EmbedSumF16", length("x"), 2, func(i reg.Register, off int) {
+		var g reg.GPVirtual
+		if seg {
+			g = base("g")
+		}
+		v.loop(name, length("x"), 2, func(i reg.Register, off int) {
 			a, b := v.vec(), v.vec()
 			h := v.half()
 			c.VCVTPH2PS(u16(w, i, off), a)
+			if seg { // rnd16(w + g) first
+				c.VCVTPH2PS(u16(g, i, off), b)
+				c.VADDPS(b, a, a)
+				c.VCVTPS2PH(U8(0), a, h)
+				c.VCVTPH2PS(h, a)
+			}
 			c.VCVTPH2PS(u16(p, i, off), b)
 			c.VADDPS(b, a, a)
 			c.VCVTPS2PH(U8(0), a, h)
