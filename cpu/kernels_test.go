@@ -452,8 +452,8 @@ func TestMaskKernels(t *testing.T) {
 				}
 			}
 			check("mixed")
-			// No 0: 1s and others; then one 0 at each place (every place up to 300, a
-			// sample beyond), before and after any other 0 is cleared.
+			// No 0: 1s and others; then a single 0 at each place (every place up to 300,
+			// a sample beyond).
 			for i := range m {
 				m[i] = 1
 				if r.IntN(3) == 0 {

@@ -21,11 +21,7 @@ import (
 // prefetchAhead from the environment, to compare settings in one build (BenchmarkStreamAB
 // compares them paired).
 func BenchmarkAddLayerNormLarge(b *testing.B) {
-	if v, err := strconv.Atoi(os.Getenv("PFA")); err == nil {
-		old := prefetchAhead
-		prefetchAhead = v
-		defer func() { prefetchAhead = old }()
-	}
+	envInt(b, "PFA", &prefetchAhead)
 	for _, sh := range [][2]int{{4096, 768}, {16384, 768}, {4096, 4096}, {2048, 8192}} {
 		N, D := sh[0], sh[1]
 		r := rand.New(rand.NewPCG(4, 4))
@@ -53,30 +49,12 @@ func BenchmarkAddLayerNormLarge(b *testing.B) {
 func BenchmarkEmbedLayerNormShape(b *testing.B) {
 	B, S, H := envShape(b, 64, 512, 1024)
 	dt := envDType(ops.F16)
-	for name, p := range map[string]*int{"BIG": &bigBytes, "PIECE": &sumPiece} {
-		if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-			old := *p
-			*p = v
-			defer func() { *p = old }()
-		}
-	}
+	envInt(b, "BIG", &bigBytes)
+	envInt(b, "PIECE", &sumPiece)
 	V, P, G := 30522, 512, 2
-	if v, err := strconv.Atoi(os.Getenv("V")); err == nil {
-		V = v // a small vocabulary keeps the tables in the caches: the compute alone
-	}
+	envInt(b, "V", &V) // a small vocabulary keeps the tables in the caches: the compute alone
 	r := rand.New(rand.NewPCG(2, 2))
-	mk := func(n int) ops.Buf {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(r.NormFloat64() * 0.05)
-		}
-		if dt == ops.F32 {
-			return ops.Buf{DType: ops.F32, F32: v}
-		}
-		u := make([]uint16, n)
-		narrowF16Go(u, v)
-		return ops.Buf{DType: ops.F16, U16: u}
-	}
+	mk := func(n int) ops.Buf { return randBuf(r, dt, n, 0.05) }
 	w := ops.EmbedWeights{DType: dt, H: H, V: V, P: P, G: G,
 		Word: mk(V * H), Pos: mk(P * H), Seg: mk(G * H), Gamma: mk(H), Beta: mk(H),
 		Epsilon: 1e-12, Rule: ops.MaskCountOnes}
@@ -116,24 +94,14 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 // configuration's (…/first), and its median time in ms. REPS sets the pairs (default 9).
 func BenchmarkStreamAB(b *testing.B) {
 	N, D, reps := 4096, 4096, 9
-	for name, p := range map[string]*int{"N": &N, "D": &D, "REPS": &reps} {
-		if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-			*p = v
-		}
-	}
+	envInt(b, "N", &N)
+	envInt(b, "D", &D)
+	envInt(b, "REPS", &reps)
 	B, S, H := envShape(b, 16, 512, 4096)
 	dt := envDType(ops.F32)
 	cfgs := strings.Split(cmp.Or(os.Getenv("CFGS"), "probe,now,ahead,hardware"), ",")
 	r := rand.New(rand.NewPCG(4, 4))
-	mk := func(n int) ops.Buf {
-		v := normal(r, n)
-		if dt == ops.F32 {
-			return ops.Buf{DType: ops.F32, F32: v}
-		}
-		u := make([]uint16, n)
-		narrowF16Go(u, v)
-		return ops.Buf{DType: ops.F16, U16: u}
-	}
+	mk := func(n int) ops.Buf { return randBuf(r, dt, n, 1) }
 	// The probe copies a → c and b → d as float32 words, rows of `row` words: as many bytes
 	// as the op must move (for EmbedLayerNorm: its three gathered rows per token and the
 	// output, as bench.json counts them).
@@ -234,4 +202,28 @@ func envDType(def ops.DType) ops.DType {
 		return ops.F16
 	}
 	return def
+}
+
+// envInt sets *p from the environment variable name when it holds an integer, and puts
+// the old value back when the benchmark ends (for the package's knobs).
+func envInt(b *testing.B, name string, p *int) {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		old := *p
+		*p = v
+		b.Cleanup(func() { *p = old })
+	}
+}
+
+// randBuf is n values from N(0, scale²) as a tensor of dt (f32, or f16 rounded by the twin).
+func randBuf(r *rand.Rand, dt ops.DType, n int, scale float64) ops.Buf {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64() * scale)
+	}
+	if dt == ops.F32 {
+		return ops.Buf{DType: ops.F32, F32: v}
+	}
+	u := make([]uint16, n)
+	narrowF16Go(u, v)
+	return ops.Buf{DType: ops.F16, U16: u}
 }
