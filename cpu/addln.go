@@ -82,6 +82,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.nt16 = big && a.Y.DType != ops.F32
 	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType
 	c.touch = c.stream && c.sum16
+	c.x16 = fuseX16 && c.sum16 && c.nt16 && a.X.Present() && a.X.DType == a.X1.DType
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32
 	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
 	c.reset()
@@ -107,6 +108,7 @@ type addCall struct {
 	pieces             bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
 	sum16              bool // x1 and x2 (and the bias) of one 16-bit format: addSum16
 	nt16               bool // 16-bit outputs stored non-temporally
+	x16                bool // addSum16 writes x too (non-temporally, in the inputs' format)
 	piece              int
 	wg                 sync.WaitGroup
 }
@@ -149,8 +151,12 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 				k.prefetch(bytesOf(a.X1.U16[off+lo : off+hi]))
 				k.prefetch(bytesOf(a.X2.U16[off+lo : off+hi]))
 			}
+			var x []uint16
+			if c.x16 {
+				x = a.X.U16[off+lo : off+hi]
+			}
 			f := sum16{bf: a.X1.DType == ops.BF16, acc: lo > 0}
-			k.addSum16(f, part, s[lo:hi], a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias)
+			k.addSum16(f, part, s[lo:hi], x, a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias)
 		} else {
 			x1 := rowF32(k, a.X1, off+lo, m, sc.y)
 			x2 := rowF32(k, a.X2, off+lo, m, sc.t)
@@ -165,6 +171,7 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 			}
 		}
 		switch {
+		case c.x16: // written by addSum16
 		case xs != nil:
 			k.copyNT(xs[lo:hi], s[lo:hi])
 		case a.X.Present() && a.X.DType != ops.F32 && c.nt16:

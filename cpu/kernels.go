@@ -49,9 +49,11 @@ type kernelSet struct {
 	// then the partial sums from s in the caches. (addSum's register-blocked walk strides
 	// through a row W elements at a time, which leaves the hardware prefetchers behind.)
 	addSumStream func(part, s, x, a, b, c []float32)
-	// addSum16 is addSum (f.acc: addSumAcc) without x for 16-bit a and b of one format (f.bf:
-	// bfloat16), widened as they are loaded, and c of that format too (nil: none).
-	addSum16 func(f sum16, part, s []float32, a, b, c []uint16)
+	// addSum16 is addSum (f.acc: addSumAcc) for 16-bit a and b of one format (f.bf:
+	// bfloat16), widened as they are loaded, and c of that format too (nil: none); x (nil:
+	// none) gets s rounded to that format, stored non-temporally where the level can (the
+	// caller fences).
+	addSum16 func(f sum16, part, s []float32, x, a, b, c []uint16)
 }
 
 // sum16 is the form of an addSum16 call.

@@ -271,60 +271,132 @@ func avx2Add2SumAcc(part []float32, s []float32, a []float32, b []float32)
 func avx2Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32)
 
 // avx2AddSumF16 writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16(part []float32, s []float32, a []uint16, b []uint16)
 
+// avx2AddSumF16NT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+
 // avx2AddSumF16Acc writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
 
+// avx2AddSumF16AccNT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+
 // avx2AddSumF16Full writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 
+// avx2AddSumF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+
 // avx2AddSumF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 
+// avx2AddSumF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+
 // avx2AddSumBF16 writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16(part []float32, s []float32, a []uint16, b []uint16)
 
+// avx2AddSumBF16NT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+
 // avx2AddSumBF16Acc writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
 
+// avx2AddSumBF16AccNT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+
 // avx2AddSumBF16Full writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 
+// avx2AddSumBF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+
 // avx2AddSumBF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+
+// avx2AddSumBF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
 
 // avx2EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
 // (VCVTPS2PH imm 0: nearest-even).
@@ -622,60 +694,132 @@ func avx512Add2SumAcc(part []float32, s []float32, a []float32, b []float32)
 func avx512Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32)
 
 // avx512AddSumF16 writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16(part []float32, s []float32, a []uint16, b []uint16)
 
+// avx512AddSumF16NT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+
 // avx512AddSumF16Acc writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
 
+// avx512AddSumF16AccNT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+
 // avx512AddSumF16Full writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 
+// avx512AddSumF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+
 // avx512AddSumF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 
+// avx512AddSumF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+
 // avx512AddSumBF16 writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16(part []float32, s []float32, a []uint16, b []uint16)
 
+// avx512AddSumBF16NT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+
 // avx512AddSumBF16Acc writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
 
+// avx512AddSumBF16AccNT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+
 // avx512AddSumBF16Full writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 
+// avx512AddSumBF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+
 // avx512AddSumBF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order), for i < len(s); len(part) = W must
-// be a multiple of the lanes and len(s) a positive multiple of W.
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+
+// avx512AddSumBF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
+// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
 
 // avx512EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
 // (VCVTPS2PH imm 0: nearest-even).

@@ -3211,6 +3211,94 @@ avx2AddSumF16_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx2AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16NT(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
+
+avx2AddSumF16NT_block:
+	CMPQ   R9, R10
+	JAE    avx2AddSumF16NT_block_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R9, R11
+
+avx2AddSumF16NT_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Y4
+	VCVTPH2PS (SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R11*4)
+	VADDPS    Y4, Y0, Y0
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, (DX)(R11*2)
+	VCVTPH2PS 16(BX)(R11*2), Y4
+	VCVTPH2PS 16(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R11*4)
+	VADDPS    Y4, Y1, Y1
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 16(DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Y4
+	VCVTPH2PS 32(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R11*4)
+	VADDPS    Y4, Y2, Y2
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 32(DX)(R11*2)
+	VCVTPH2PS 48(BX)(R11*2), Y4
+	VCVTPH2PS 48(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R11*4)
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 48(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumF16NT_block_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, 32(AX)(R9*4)
+	VMOVUPS   Y2, 64(AX)(R9*4)
+	VMOVUPS   Y3, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumF16NT_block
+
+avx2AddSumF16NT_block_done:
+avx2AddSumF16NT_vec:
+	CMPQ   R9, DI
+	JAE    avx2AddSumF16NT_vec_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R9, R10
+
+avx2AddSumF16NT_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Y1
+	VCVTPH2PS (SI)(R10*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R10*4)
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y1, X1
+	VMOVNTDQ  X1, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumF16NT_vec_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumF16NT_vec
+
+avx2AddSumF16NT_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx2AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
 // Requires: AVX, F16C
 TEXT ·avx2AddSumF16Acc(SB), NOSPLIT, $0-96
@@ -3285,6 +3373,94 @@ avx2AddSumF16Acc_vec_chunk:
 	JMP       avx2AddSumF16Acc_vec
 
 avx2AddSumF16Acc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16AccNT(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-32, R10
+
+avx2AddSumF16AccNT_block:
+	CMPQ    R9, R10
+	JAE     avx2AddSumF16AccNT_block_done
+	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS 32(AX)(R9*4), Y1
+	VMOVUPS 64(AX)(R9*4), Y2
+	VMOVUPS 96(AX)(R9*4), Y3
+	MOVQ    R9, R11
+
+avx2AddSumF16AccNT_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Y4
+	VCVTPH2PS (SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R11*4)
+	VADDPS    Y4, Y0, Y0
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, (DX)(R11*2)
+	VCVTPH2PS 16(BX)(R11*2), Y4
+	VCVTPH2PS 16(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R11*4)
+	VADDPS    Y4, Y1, Y1
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 16(DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Y4
+	VCVTPH2PS 32(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R11*4)
+	VADDPS    Y4, Y2, Y2
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 32(DX)(R11*2)
+	VCVTPH2PS 48(BX)(R11*2), Y4
+	VCVTPH2PS 48(SI)(R11*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R11*4)
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 48(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumF16AccNT_block_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, 32(AX)(R9*4)
+	VMOVUPS   Y2, 64(AX)(R9*4)
+	VMOVUPS   Y3, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumF16AccNT_block
+
+avx2AddSumF16AccNT_block_done:
+avx2AddSumF16AccNT_vec:
+	CMPQ    R9, DI
+	JAE     avx2AddSumF16AccNT_vec_done
+	VMOVUPS (AX)(R9*4), Y0
+	MOVQ    R9, R10
+
+avx2AddSumF16AccNT_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Y1
+	VCVTPH2PS (SI)(R10*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R10*4)
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y1, X1
+	VMOVNTDQ  X1, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumF16AccNT_vec_chunk
+	VMOVUPS   Y0, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumF16AccNT_vec
+
+avx2AddSumF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
@@ -3376,6 +3552,105 @@ avx2AddSumF16Full_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx2AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16FullNT(SB), NOSPLIT, $0-144
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ d_base+120(FP), DI
+	MOVQ part_len+8(FP), R8
+	MOVQ s_len+32(FP), R9
+	XORQ R10, R10
+	MOVQ R8, R11
+	ANDQ $-32, R11
+
+avx2AddSumF16FullNT_block:
+	CMPQ   R10, R11
+	JAE    avx2AddSumF16FullNT_block_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R10, R12
+
+avx2AddSumF16FullNT_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Y4
+	VCVTPH2PS (SI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS (DI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R12*4)
+	VADDPS    Y4, Y0, Y0
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, (DX)(R12*2)
+	VCVTPH2PS 16(BX)(R12*2), Y4
+	VCVTPH2PS 16(SI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 16(DI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R12*4)
+	VADDPS    Y4, Y1, Y1
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 16(DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Y4
+	VCVTPH2PS 32(SI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 32(DI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R12*4)
+	VADDPS    Y4, Y2, Y2
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 32(DX)(R12*2)
+	VCVTPH2PS 48(BX)(R12*2), Y4
+	VCVTPH2PS 48(SI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 48(DI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R12*4)
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 48(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx2AddSumF16FullNT_block_chunk
+	VMOVUPS   Y0, (AX)(R10*4)
+	VMOVUPS   Y1, 32(AX)(R10*4)
+	VMOVUPS   Y2, 64(AX)(R10*4)
+	VMOVUPS   Y3, 96(AX)(R10*4)
+	ADDQ      $0x00000020, R10
+	JMP       avx2AddSumF16FullNT_block
+
+avx2AddSumF16FullNT_block_done:
+avx2AddSumF16FullNT_vec:
+	CMPQ   R10, R8
+	JAE    avx2AddSumF16FullNT_vec_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   R10, R11
+
+avx2AddSumF16FullNT_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Y1
+	VCVTPH2PS (SI)(R11*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VCVTPH2PS (DI)(R11*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R11*4)
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y1, X1
+	VMOVNTDQ  X1, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx2AddSumF16FullNT_vec_chunk
+	VMOVUPS   Y0, (AX)(R10*4)
+	ADDQ      $0x00000008, R10
+	JMP       avx2AddSumF16FullNT_vec
+
+avx2AddSumF16FullNT_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx2AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 // Requires: AVX, F16C
 TEXT ·avx2AddSumF16FullAcc(SB), NOSPLIT, $0-120
@@ -3461,6 +3736,105 @@ avx2AddSumF16FullAcc_vec_chunk:
 	JMP       avx2AddSumF16FullAcc_vec
 
 avx2AddSumF16FullAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16FullAccNT(SB), NOSPLIT, $0-144
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ d_base+120(FP), DI
+	MOVQ part_len+8(FP), R8
+	MOVQ s_len+32(FP), R9
+	XORQ R10, R10
+	MOVQ R8, R11
+	ANDQ $-32, R11
+
+avx2AddSumF16FullAccNT_block:
+	CMPQ    R10, R11
+	JAE     avx2AddSumF16FullAccNT_block_done
+	VMOVUPS (AX)(R10*4), Y0
+	VMOVUPS 32(AX)(R10*4), Y1
+	VMOVUPS 64(AX)(R10*4), Y2
+	VMOVUPS 96(AX)(R10*4), Y3
+	MOVQ    R10, R12
+
+avx2AddSumF16FullAccNT_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Y4
+	VCVTPH2PS (SI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS (DI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, (CX)(R12*4)
+	VADDPS    Y4, Y0, Y0
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, (DX)(R12*2)
+	VCVTPH2PS 16(BX)(R12*2), Y4
+	VCVTPH2PS 16(SI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 16(DI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 32(CX)(R12*4)
+	VADDPS    Y4, Y1, Y1
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 16(DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Y4
+	VCVTPH2PS 32(SI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 32(DI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 64(CX)(R12*4)
+	VADDPS    Y4, Y2, Y2
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 32(DX)(R12*2)
+	VCVTPH2PS 48(BX)(R12*2), Y4
+	VCVTPH2PS 48(SI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VCVTPH2PS 48(DI)(R12*2), Y5
+	VADDPS    Y5, Y4, Y4
+	VMOVUPS   Y4, 96(CX)(R12*4)
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y4, X4
+	VMOVNTDQ  X4, 48(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx2AddSumF16FullAccNT_block_chunk
+	VMOVUPS   Y0, (AX)(R10*4)
+	VMOVUPS   Y1, 32(AX)(R10*4)
+	VMOVUPS   Y2, 64(AX)(R10*4)
+	VMOVUPS   Y3, 96(AX)(R10*4)
+	ADDQ      $0x00000020, R10
+	JMP       avx2AddSumF16FullAccNT_block
+
+avx2AddSumF16FullAccNT_block_done:
+avx2AddSumF16FullAccNT_vec:
+	CMPQ    R10, R8
+	JAE     avx2AddSumF16FullAccNT_vec_done
+	VMOVUPS (AX)(R10*4), Y0
+	MOVQ    R10, R11
+
+avx2AddSumF16FullAccNT_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Y1
+	VCVTPH2PS (SI)(R11*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VCVTPH2PS (DI)(R11*2), Y2
+	VADDPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (CX)(R11*4)
+	VADDPS    Y1, Y0, Y0
+	VCVTPS2PH $0x00, Y1, X1
+	VMOVNTDQ  X1, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx2AddSumF16FullAccNT_vec_chunk
+	VMOVUPS   Y0, (AX)(R10*4)
+	ADDQ      $0x00000008, R10
+	JMP       avx2AddSumF16FullAccNT_vec
+
+avx2AddSumF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
@@ -3551,6 +3925,169 @@ avx2AddSumBF16_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx2AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16NT(SB), NOSPLIT, $0-120
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVL         $0x00000001, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, DI
+	VMOVD        DI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, DI
+	VMOVD        DI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00000040, DI
+	VMOVD        DI, X4
+	VPBROADCASTD X4, Y4
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
+
+avx2AddSumBF16NT_block:
+	CMPQ   R9, R10
+	JAE    avx2AddSumBF16NT_block_done
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   R9, R11
+
+avx2AddSumBF16NT_block_chunk:
+	VPMOVZXWD    (BX)(R11*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    (SI)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (CX)(R11*4)
+	VADDPS       Y9, Y5, Y5
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, (DX)(R11*2)
+	VPMOVZXWD    16(BX)(R11*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    16(SI)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 32(CX)(R11*4)
+	VADDPS       Y9, Y6, Y6
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 16(DX)(R11*2)
+	VPMOVZXWD    32(BX)(R11*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    32(SI)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 64(CX)(R11*4)
+	VADDPS       Y9, Y7, Y7
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 32(DX)(R11*2)
+	VPMOVZXWD    48(BX)(R11*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    48(SI)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 96(CX)(R11*4)
+	VADDPS       Y9, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 48(DX)(R11*2)
+	ADDQ         DI, R11
+	CMPQ         R11, R8
+	JB           avx2AddSumBF16NT_block_chunk
+	VMOVUPS      Y5, (AX)(R9*4)
+	VMOVUPS      Y6, 32(AX)(R9*4)
+	VMOVUPS      Y7, 64(AX)(R9*4)
+	VMOVUPS      Y8, 96(AX)(R9*4)
+	ADDQ         $0x00000020, R9
+	JMP          avx2AddSumBF16NT_block
+
+avx2AddSumBF16NT_block_done:
+avx2AddSumBF16NT_vec:
+	CMPQ   R9, DI
+	JAE    avx2AddSumBF16NT_vec_done
+	VXORPS Y5, Y5, Y5
+	MOVQ   R9, R10
+
+avx2AddSumBF16NT_vec_chunk:
+	VPMOVZXWD    (BX)(R10*2), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VPMOVZXWD    (SI)(R10*2), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VADDPS       Y7, Y6, Y6
+	VMOVUPS      Y6, (CX)(R10*4)
+	VADDPS       Y6, Y5, Y5
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        Y0, Y7, Y8
+	VPADDD       Y1, Y8, Y8
+	VPADDD       Y6, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPAND        Y2, Y6, Y6
+	VPCMPGTD     Y3, Y6, Y6
+	VPOR         Y4, Y7, Y7
+	VPBLENDVB    Y6, Y7, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X6
+	VPACKUSDW    X6, X8, X6
+	VMOVNTDQ     X6, (DX)(R10*2)
+	ADDQ         DI, R10
+	CMPQ         R10, R8
+	JB           avx2AddSumBF16NT_vec_chunk
+	VMOVUPS      Y5, (AX)(R9*4)
+	ADDQ         $0x00000008, R9
+	JMP          avx2AddSumBF16NT_vec
+
+avx2AddSumBF16NT_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx2AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
 // Requires: AVX, AVX2
 TEXT ·avx2AddSumBF16Acc(SB), NOSPLIT, $0-96
@@ -3635,6 +4172,169 @@ avx2AddSumBF16Acc_vec_chunk:
 	JMP       avx2AddSumBF16Acc_vec
 
 avx2AddSumBF16Acc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16AccNT(SB), NOSPLIT, $0-120
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVL         $0x00000001, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, DI
+	VMOVD        DI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, DI
+	VMOVD        DI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00000040, DI
+	VMOVD        DI, X4
+	VPBROADCASTD X4, Y4
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
+
+avx2AddSumBF16AccNT_block:
+	CMPQ    R9, R10
+	JAE     avx2AddSumBF16AccNT_block_done
+	VMOVUPS (AX)(R9*4), Y5
+	VMOVUPS 32(AX)(R9*4), Y6
+	VMOVUPS 64(AX)(R9*4), Y7
+	VMOVUPS 96(AX)(R9*4), Y8
+	MOVQ    R9, R11
+
+avx2AddSumBF16AccNT_block_chunk:
+	VPMOVZXWD    (BX)(R11*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    (SI)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (CX)(R11*4)
+	VADDPS       Y9, Y5, Y5
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, (DX)(R11*2)
+	VPMOVZXWD    16(BX)(R11*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    16(SI)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 32(CX)(R11*4)
+	VADDPS       Y9, Y6, Y6
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 16(DX)(R11*2)
+	VPMOVZXWD    32(BX)(R11*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    32(SI)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 64(CX)(R11*4)
+	VADDPS       Y9, Y7, Y7
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 32(DX)(R11*2)
+	VPMOVZXWD    48(BX)(R11*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    48(SI)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 96(CX)(R11*4)
+	VADDPS       Y9, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 48(DX)(R11*2)
+	ADDQ         DI, R11
+	CMPQ         R11, R8
+	JB           avx2AddSumBF16AccNT_block_chunk
+	VMOVUPS      Y5, (AX)(R9*4)
+	VMOVUPS      Y6, 32(AX)(R9*4)
+	VMOVUPS      Y7, 64(AX)(R9*4)
+	VMOVUPS      Y8, 96(AX)(R9*4)
+	ADDQ         $0x00000020, R9
+	JMP          avx2AddSumBF16AccNT_block
+
+avx2AddSumBF16AccNT_block_done:
+avx2AddSumBF16AccNT_vec:
+	CMPQ    R9, DI
+	JAE     avx2AddSumBF16AccNT_vec_done
+	VMOVUPS (AX)(R9*4), Y5
+	MOVQ    R9, R10
+
+avx2AddSumBF16AccNT_vec_chunk:
+	VPMOVZXWD    (BX)(R10*2), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VPMOVZXWD    (SI)(R10*2), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VADDPS       Y7, Y6, Y6
+	VMOVUPS      Y6, (CX)(R10*4)
+	VADDPS       Y6, Y5, Y5
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        Y0, Y7, Y8
+	VPADDD       Y1, Y8, Y8
+	VPADDD       Y6, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPAND        Y2, Y6, Y6
+	VPCMPGTD     Y3, Y6, Y6
+	VPOR         Y4, Y7, Y7
+	VPBLENDVB    Y6, Y7, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X6
+	VPACKUSDW    X6, X8, X6
+	VMOVNTDQ     X6, (DX)(R10*2)
+	ADDQ         DI, R10
+	CMPQ         R10, R8
+	JB           avx2AddSumBF16AccNT_vec_chunk
+	VMOVUPS      Y5, (AX)(R9*4)
+	ADDQ         $0x00000008, R9
+	JMP          avx2AddSumBF16AccNT_vec
+
+avx2AddSumBF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
@@ -3741,6 +4441,185 @@ avx2AddSumBF16Full_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx2AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16FullNT(SB), NOSPLIT, $0-144
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	MOVL         $0x00000001, R8
+	VMOVD        R8, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, R8
+	VMOVD        R8, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, R8
+	VMOVD        R8, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00000040, R8
+	VMOVD        R8, X4
+	VPBROADCASTD X4, Y4
+	MOVQ         part_len+8(FP), R8
+	MOVQ         s_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
+
+avx2AddSumBF16FullNT_block:
+	CMPQ   R10, R11
+	JAE    avx2AddSumBF16FullNT_block_done
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   R10, R12
+
+avx2AddSumBF16FullNT_block_chunk:
+	VPMOVZXWD    (BX)(R12*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    (SI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VPMOVZXWD    (DI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (CX)(R12*4)
+	VADDPS       Y9, Y5, Y5
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, (DX)(R12*2)
+	VPMOVZXWD    16(BX)(R12*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    16(SI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VPMOVZXWD    16(DI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 32(CX)(R12*4)
+	VADDPS       Y9, Y6, Y6
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 16(DX)(R12*2)
+	VPMOVZXWD    32(BX)(R12*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    32(SI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VPMOVZXWD    32(DI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 64(CX)(R12*4)
+	VADDPS       Y9, Y7, Y7
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 32(DX)(R12*2)
+	VPMOVZXWD    48(BX)(R12*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    48(SI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VPMOVZXWD    48(DI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 96(CX)(R12*4)
+	VADDPS       Y9, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 48(DX)(R12*2)
+	ADDQ         R8, R12
+	CMPQ         R12, R9
+	JB           avx2AddSumBF16FullNT_block_chunk
+	VMOVUPS      Y5, (AX)(R10*4)
+	VMOVUPS      Y6, 32(AX)(R10*4)
+	VMOVUPS      Y7, 64(AX)(R10*4)
+	VMOVUPS      Y8, 96(AX)(R10*4)
+	ADDQ         $0x00000020, R10
+	JMP          avx2AddSumBF16FullNT_block
+
+avx2AddSumBF16FullNT_block_done:
+avx2AddSumBF16FullNT_vec:
+	CMPQ   R10, R8
+	JAE    avx2AddSumBF16FullNT_vec_done
+	VXORPS Y5, Y5, Y5
+	MOVQ   R10, R11
+
+avx2AddSumBF16FullNT_vec_chunk:
+	VPMOVZXWD    (BX)(R11*2), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VPMOVZXWD    (SI)(R11*2), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VADDPS       Y7, Y6, Y6
+	VPMOVZXWD    (DI)(R11*2), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VADDPS       Y7, Y6, Y6
+	VMOVUPS      Y6, (CX)(R11*4)
+	VADDPS       Y6, Y5, Y5
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        Y0, Y7, Y8
+	VPADDD       Y1, Y8, Y8
+	VPADDD       Y6, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPAND        Y2, Y6, Y6
+	VPCMPGTD     Y3, Y6, Y6
+	VPOR         Y4, Y7, Y7
+	VPBLENDVB    Y6, Y7, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X6
+	VPACKUSDW    X6, X8, X6
+	VMOVNTDQ     X6, (DX)(R11*2)
+	ADDQ         R8, R11
+	CMPQ         R11, R9
+	JB           avx2AddSumBF16FullNT_vec_chunk
+	VMOVUPS      Y5, (AX)(R10*4)
+	ADDQ         $0x00000008, R10
+	JMP          avx2AddSumBF16FullNT_vec
+
+avx2AddSumBF16FullNT_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 // Requires: AVX, AVX2
 TEXT ·avx2AddSumBF16FullAcc(SB), NOSPLIT, $0-120
@@ -3841,6 +4720,185 @@ avx2AddSumBF16FullAcc_vec_chunk:
 	JMP       avx2AddSumBF16FullAcc_vec
 
 avx2AddSumBF16FullAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16FullAccNT(SB), NOSPLIT, $0-144
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	MOVL         $0x00000001, R8
+	VMOVD        R8, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, R8
+	VMOVD        R8, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, R8
+	VMOVD        R8, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00000040, R8
+	VMOVD        R8, X4
+	VPBROADCASTD X4, Y4
+	MOVQ         part_len+8(FP), R8
+	MOVQ         s_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
+
+avx2AddSumBF16FullAccNT_block:
+	CMPQ    R10, R11
+	JAE     avx2AddSumBF16FullAccNT_block_done
+	VMOVUPS (AX)(R10*4), Y5
+	VMOVUPS 32(AX)(R10*4), Y6
+	VMOVUPS 64(AX)(R10*4), Y7
+	VMOVUPS 96(AX)(R10*4), Y8
+	MOVQ    R10, R12
+
+avx2AddSumBF16FullAccNT_block_chunk:
+	VPMOVZXWD    (BX)(R12*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    (SI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VPMOVZXWD    (DI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (CX)(R12*4)
+	VADDPS       Y9, Y5, Y5
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, (DX)(R12*2)
+	VPMOVZXWD    16(BX)(R12*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    16(SI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VPMOVZXWD    16(DI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 32(CX)(R12*4)
+	VADDPS       Y9, Y6, Y6
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 16(DX)(R12*2)
+	VPMOVZXWD    32(BX)(R12*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    32(SI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VPMOVZXWD    32(DI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 64(CX)(R12*4)
+	VADDPS       Y9, Y7, Y7
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 32(DX)(R12*2)
+	VPMOVZXWD    48(BX)(R12*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VPMOVZXWD    48(SI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VPMOVZXWD    48(DI)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 96(CX)(R12*4)
+	VADDPS       Y9, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        Y0, Y10, Y11
+	VPADDD       Y1, Y11, Y11
+	VPADDD       Y9, Y11, Y11
+	VPSRLD       $0x10, Y11, Y11
+	VPAND        Y2, Y9, Y9
+	VPCMPGTD     Y3, Y9, Y9
+	VPOR         Y4, Y10, Y10
+	VPBLENDVB    Y9, Y10, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X9
+	VPACKUSDW    X9, X11, X9
+	VMOVNTDQ     X9, 48(DX)(R12*2)
+	ADDQ         R8, R12
+	CMPQ         R12, R9
+	JB           avx2AddSumBF16FullAccNT_block_chunk
+	VMOVUPS      Y5, (AX)(R10*4)
+	VMOVUPS      Y6, 32(AX)(R10*4)
+	VMOVUPS      Y7, 64(AX)(R10*4)
+	VMOVUPS      Y8, 96(AX)(R10*4)
+	ADDQ         $0x00000020, R10
+	JMP          avx2AddSumBF16FullAccNT_block
+
+avx2AddSumBF16FullAccNT_block_done:
+avx2AddSumBF16FullAccNT_vec:
+	CMPQ    R10, R8
+	JAE     avx2AddSumBF16FullAccNT_vec_done
+	VMOVUPS (AX)(R10*4), Y5
+	MOVQ    R10, R11
+
+avx2AddSumBF16FullAccNT_vec_chunk:
+	VPMOVZXWD    (BX)(R11*2), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VPMOVZXWD    (SI)(R11*2), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VADDPS       Y7, Y6, Y6
+	VPMOVZXWD    (DI)(R11*2), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VADDPS       Y7, Y6, Y6
+	VMOVUPS      Y6, (CX)(R11*4)
+	VADDPS       Y6, Y5, Y5
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        Y0, Y7, Y8
+	VPADDD       Y1, Y8, Y8
+	VPADDD       Y6, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPAND        Y2, Y6, Y6
+	VPCMPGTD     Y3, Y6, Y6
+	VPOR         Y4, Y7, Y7
+	VPBLENDVB    Y6, Y7, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X6
+	VPACKUSDW    X6, X8, X6
+	VMOVNTDQ     X6, (DX)(R11*2)
+	ADDQ         R8, R11
+	CMPQ         R11, R9
+	JB           avx2AddSumBF16FullAccNT_vec_chunk
+	VMOVUPS      Y5, (AX)(R10*4)
+	ADDQ         $0x00000008, R10
+	JMP          avx2AddSumBF16FullAccNT_vec
+
+avx2AddSumBF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
@@ -7555,6 +8613,130 @@ avx512AddSumF16_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx512AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16NT(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
+
+avx512AddSumF16NT_block:
+	CMPQ   R9, R10
+	JAE    avx512AddSumF16NT_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R9, R11
+
+avx512AddSumF16NT_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Z8
+	VCVTPH2PS (SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z0, Z0
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, (DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Z8
+	VCVTPH2PS 32(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R11*4)
+	VADDPS    Z8, Z1, Z1
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 32(DX)(R11*2)
+	VCVTPH2PS 64(BX)(R11*2), Z8
+	VCVTPH2PS 64(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R11*4)
+	VADDPS    Z8, Z2, Z2
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 64(DX)(R11*2)
+	VCVTPH2PS 96(BX)(R11*2), Z8
+	VCVTPH2PS 96(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R11*4)
+	VADDPS    Z8, Z3, Z3
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 96(DX)(R11*2)
+	VCVTPH2PS 128(BX)(R11*2), Z8
+	VCVTPH2PS 128(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R11*4)
+	VADDPS    Z8, Z4, Z4
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 128(DX)(R11*2)
+	VCVTPH2PS 160(BX)(R11*2), Z8
+	VCVTPH2PS 160(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R11*4)
+	VADDPS    Z8, Z5, Z5
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 160(DX)(R11*2)
+	VCVTPH2PS 192(BX)(R11*2), Z8
+	VCVTPH2PS 192(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 192(DX)(R11*2)
+	VCVTPH2PS 224(BX)(R11*2), Z8
+	VCVTPH2PS 224(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R11*4)
+	VADDPS    Z8, Z7, Z7
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16NT_block_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, 64(AX)(R9*4)
+	VMOVUPS   Z2, 128(AX)(R9*4)
+	VMOVUPS   Z3, 192(AX)(R9*4)
+	VMOVUPS   Z4, 256(AX)(R9*4)
+	VMOVUPS   Z5, 320(AX)(R9*4)
+	VMOVUPS   Z6, 384(AX)(R9*4)
+	VMOVUPS   Z7, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16NT_block
+
+avx512AddSumF16NT_block_done:
+avx512AddSumF16NT_vec:
+	CMPQ   R9, DI
+	JAE    avx512AddSumF16NT_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   R9, R10
+
+avx512AddSumF16NT_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Z0
+	VCVTPH2PS (SI)(R10*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, (CX)(R10*4)
+	VADDPS    Z0, Z10, Z10
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVNTDQ  Y0, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16NT_vec_chunk
+	VMOVUPS   Z10, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumF16NT_vec
+
+avx512AddSumF16NT_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx512AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumF16Acc(SB), NOSPLIT, $0-96
@@ -7657,6 +8839,130 @@ avx512AddSumF16Acc_vec_chunk:
 	JMP       avx512AddSumF16Acc_vec
 
 avx512AddSumF16Acc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16AccNT(SB), NOSPLIT, $0-120
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ part_len+8(FP), DI
+	MOVQ s_len+32(FP), R8
+	XORQ R9, R9
+	MOVQ DI, R10
+	ANDQ $-128, R10
+
+avx512AddSumF16AccNT_block:
+	CMPQ    R9, R10
+	JAE     avx512AddSumF16AccNT_block_done
+	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS 64(AX)(R9*4), Z1
+	VMOVUPS 128(AX)(R9*4), Z2
+	VMOVUPS 192(AX)(R9*4), Z3
+	VMOVUPS 256(AX)(R9*4), Z4
+	VMOVUPS 320(AX)(R9*4), Z5
+	VMOVUPS 384(AX)(R9*4), Z6
+	VMOVUPS 448(AX)(R9*4), Z7
+	MOVQ    R9, R11
+
+avx512AddSumF16AccNT_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Z8
+	VCVTPH2PS (SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z0, Z0
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, (DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Z8
+	VCVTPH2PS 32(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R11*4)
+	VADDPS    Z8, Z1, Z1
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 32(DX)(R11*2)
+	VCVTPH2PS 64(BX)(R11*2), Z8
+	VCVTPH2PS 64(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R11*4)
+	VADDPS    Z8, Z2, Z2
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 64(DX)(R11*2)
+	VCVTPH2PS 96(BX)(R11*2), Z8
+	VCVTPH2PS 96(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R11*4)
+	VADDPS    Z8, Z3, Z3
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 96(DX)(R11*2)
+	VCVTPH2PS 128(BX)(R11*2), Z8
+	VCVTPH2PS 128(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R11*4)
+	VADDPS    Z8, Z4, Z4
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 128(DX)(R11*2)
+	VCVTPH2PS 160(BX)(R11*2), Z8
+	VCVTPH2PS 160(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R11*4)
+	VADDPS    Z8, Z5, Z5
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 160(DX)(R11*2)
+	VCVTPH2PS 192(BX)(R11*2), Z8
+	VCVTPH2PS 192(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 192(DX)(R11*2)
+	VCVTPH2PS 224(BX)(R11*2), Z8
+	VCVTPH2PS 224(SI)(R11*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R11*4)
+	VADDPS    Z8, Z7, Z7
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16AccNT_block_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, 64(AX)(R9*4)
+	VMOVUPS   Z2, 128(AX)(R9*4)
+	VMOVUPS   Z3, 192(AX)(R9*4)
+	VMOVUPS   Z4, 256(AX)(R9*4)
+	VMOVUPS   Z5, 320(AX)(R9*4)
+	VMOVUPS   Z6, 384(AX)(R9*4)
+	VMOVUPS   Z7, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16AccNT_block
+
+avx512AddSumF16AccNT_block_done:
+avx512AddSumF16AccNT_vec:
+	CMPQ    R9, DI
+	JAE     avx512AddSumF16AccNT_vec_done
+	VMOVUPS (AX)(R9*4), Z0
+	MOVQ    R9, R10
+
+avx512AddSumF16AccNT_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Z1
+	VCVTPH2PS (SI)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVNTDQ  Y1, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16AccNT_vec_chunk
+	VMOVUPS   Z0, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumF16AccNT_vec
+
+avx512AddSumF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
@@ -7784,6 +9090,149 @@ avx512AddSumF16Full_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx512AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16FullNT(SB), NOSPLIT, $0-144
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ d_base+120(FP), DI
+	MOVQ part_len+8(FP), R8
+	MOVQ s_len+32(FP), R9
+	XORQ R10, R10
+	MOVQ R8, R11
+	ANDQ $-128, R11
+
+avx512AddSumF16FullNT_block:
+	CMPQ   R10, R11
+	JAE    avx512AddSumF16FullNT_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   R10, R12
+
+avx512AddSumF16FullNT_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Z8
+	VCVTPH2PS (SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS (DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R12*4)
+	VADDPS    Z8, Z0, Z0
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, (DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Z8
+	VCVTPH2PS 32(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 32(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R12*4)
+	VADDPS    Z8, Z1, Z1
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 32(DX)(R12*2)
+	VCVTPH2PS 64(BX)(R12*2), Z8
+	VCVTPH2PS 64(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 64(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R12*4)
+	VADDPS    Z8, Z2, Z2
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 64(DX)(R12*2)
+	VCVTPH2PS 96(BX)(R12*2), Z8
+	VCVTPH2PS 96(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 96(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R12*4)
+	VADDPS    Z8, Z3, Z3
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 96(DX)(R12*2)
+	VCVTPH2PS 128(BX)(R12*2), Z8
+	VCVTPH2PS 128(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 128(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R12*4)
+	VADDPS    Z8, Z4, Z4
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 128(DX)(R12*2)
+	VCVTPH2PS 160(BX)(R12*2), Z8
+	VCVTPH2PS 160(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 160(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R12*4)
+	VADDPS    Z8, Z5, Z5
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 160(DX)(R12*2)
+	VCVTPH2PS 192(BX)(R12*2), Z8
+	VCVTPH2PS 192(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 192(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R12*4)
+	VADDPS    Z8, Z6, Z6
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 192(DX)(R12*2)
+	VCVTPH2PS 224(BX)(R12*2), Z8
+	VCVTPH2PS 224(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 224(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R12*4)
+	VADDPS    Z8, Z7, Z7
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumF16FullNT_block_chunk
+	VMOVUPS   Z0, (AX)(R10*4)
+	VMOVUPS   Z1, 64(AX)(R10*4)
+	VMOVUPS   Z2, 128(AX)(R10*4)
+	VMOVUPS   Z3, 192(AX)(R10*4)
+	VMOVUPS   Z4, 256(AX)(R10*4)
+	VMOVUPS   Z5, 320(AX)(R10*4)
+	VMOVUPS   Z6, 384(AX)(R10*4)
+	VMOVUPS   Z7, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumF16FullNT_block
+
+avx512AddSumF16FullNT_block_done:
+avx512AddSumF16FullNT_vec:
+	CMPQ   R10, R8
+	JAE    avx512AddSumF16FullNT_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   R10, R11
+
+avx512AddSumF16FullNT_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Z0
+	VCVTPH2PS (SI)(R11*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VCVTPH2PS (DI)(R11*2), Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, (CX)(R11*4)
+	VADDPS    Z0, Z10, Z10
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVNTDQ  Y0, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumF16FullNT_vec_chunk
+	VMOVUPS   Z10, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512AddSumF16FullNT_vec
+
+avx512AddSumF16FullNT_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx512AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumF16FullAcc(SB), NOSPLIT, $0-120
@@ -7905,6 +9354,149 @@ avx512AddSumF16FullAcc_vec_chunk:
 	JMP       avx512AddSumF16FullAcc_vec
 
 avx512AddSumF16FullAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16FullAccNT(SB), NOSPLIT, $0-144
+	MOVQ part_base+0(FP), AX
+	MOVQ s_base+24(FP), CX
+	MOVQ x_base+48(FP), DX
+	MOVQ a_base+72(FP), BX
+	MOVQ b_base+96(FP), SI
+	MOVQ d_base+120(FP), DI
+	MOVQ part_len+8(FP), R8
+	MOVQ s_len+32(FP), R9
+	XORQ R10, R10
+	MOVQ R8, R11
+	ANDQ $-128, R11
+
+avx512AddSumF16FullAccNT_block:
+	CMPQ    R10, R11
+	JAE     avx512AddSumF16FullAccNT_block_done
+	VMOVUPS (AX)(R10*4), Z0
+	VMOVUPS 64(AX)(R10*4), Z1
+	VMOVUPS 128(AX)(R10*4), Z2
+	VMOVUPS 192(AX)(R10*4), Z3
+	VMOVUPS 256(AX)(R10*4), Z4
+	VMOVUPS 320(AX)(R10*4), Z5
+	VMOVUPS 384(AX)(R10*4), Z6
+	VMOVUPS 448(AX)(R10*4), Z7
+	MOVQ    R10, R12
+
+avx512AddSumF16FullAccNT_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Z8
+	VCVTPH2PS (SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS (DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, (CX)(R12*4)
+	VADDPS    Z8, Z0, Z0
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, (DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Z8
+	VCVTPH2PS 32(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 32(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 64(CX)(R12*4)
+	VADDPS    Z8, Z1, Z1
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 32(DX)(R12*2)
+	VCVTPH2PS 64(BX)(R12*2), Z8
+	VCVTPH2PS 64(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 64(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 128(CX)(R12*4)
+	VADDPS    Z8, Z2, Z2
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 64(DX)(R12*2)
+	VCVTPH2PS 96(BX)(R12*2), Z8
+	VCVTPH2PS 96(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 96(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 192(CX)(R12*4)
+	VADDPS    Z8, Z3, Z3
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 96(DX)(R12*2)
+	VCVTPH2PS 128(BX)(R12*2), Z8
+	VCVTPH2PS 128(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 128(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 256(CX)(R12*4)
+	VADDPS    Z8, Z4, Z4
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 128(DX)(R12*2)
+	VCVTPH2PS 160(BX)(R12*2), Z8
+	VCVTPH2PS 160(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 160(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 320(CX)(R12*4)
+	VADDPS    Z8, Z5, Z5
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 160(DX)(R12*2)
+	VCVTPH2PS 192(BX)(R12*2), Z8
+	VCVTPH2PS 192(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 192(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 384(CX)(R12*4)
+	VADDPS    Z8, Z6, Z6
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 192(DX)(R12*2)
+	VCVTPH2PS 224(BX)(R12*2), Z8
+	VCVTPH2PS 224(SI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VCVTPH2PS 224(DI)(R12*2), Z9
+	VADDPS    Z9, Z8, Z8
+	VMOVUPS   Z8, 448(CX)(R12*4)
+	VADDPS    Z8, Z7, Z7
+	VCVTPS2PH $0x00, Z8, Y8
+	VMOVNTDQ  Y8, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumF16FullAccNT_block_chunk
+	VMOVUPS   Z0, (AX)(R10*4)
+	VMOVUPS   Z1, 64(AX)(R10*4)
+	VMOVUPS   Z2, 128(AX)(R10*4)
+	VMOVUPS   Z3, 192(AX)(R10*4)
+	VMOVUPS   Z4, 256(AX)(R10*4)
+	VMOVUPS   Z5, 320(AX)(R10*4)
+	VMOVUPS   Z6, 384(AX)(R10*4)
+	VMOVUPS   Z7, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumF16FullAccNT_block
+
+avx512AddSumF16FullAccNT_block_done:
+avx512AddSumF16FullAccNT_vec:
+	CMPQ    R10, R8
+	JAE     avx512AddSumF16FullAccNT_vec_done
+	VMOVUPS (AX)(R10*4), Z0
+	MOVQ    R10, R11
+
+avx512AddSumF16FullAccNT_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Z1
+	VCVTPH2PS (SI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPH2PS (DI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
+	VADDPS    Z1, Z0, Z0
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVNTDQ  Y1, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumF16FullAccNT_vec_chunk
+	VMOVUPS   Z0, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512AddSumF16FullAccNT_vec
+
+avx512AddSumF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
@@ -8031,6 +9623,244 @@ avx512AddSumBF16_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx512AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16NT(SB), NOSPLIT, $0-120
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVL         $0x00000001, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, DI
+	VMOVD        DI, X10
+	VPBROADCASTD X10, Z10
+	MOVL         $0x7fffffff, DI
+	VMOVD        DI, X11
+	VPBROADCASTD X11, Z11
+	MOVL         $0x7f800000, DI
+	VMOVD        DI, X12
+	VPBROADCASTD X12, Z12
+	MOVL         $0x00000040, DI
+	VMOVD        DI, X13
+	VPBROADCASTD X13, Z13
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumBF16NT_block:
+	CMPQ   R9, R10
+	JAE    avx512AddSumBF16NT_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R9, R11
+
+avx512AddSumBF16NT_block_chunk:
+	VPMOVZXWD (BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD (SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R11*4)
+	VADDPS    Z14, Z1, Z1
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, (DX)(R11*2)
+	VPMOVZXWD 32(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 32(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R11*4)
+	VADDPS    Z14, Z2, Z2
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 32(DX)(R11*2)
+	VPMOVZXWD 64(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 64(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R11*4)
+	VADDPS    Z14, Z3, Z3
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 64(DX)(R11*2)
+	VPMOVZXWD 96(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 96(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R11*4)
+	VADDPS    Z14, Z4, Z4
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 96(DX)(R11*2)
+	VPMOVZXWD 128(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 128(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R11*4)
+	VADDPS    Z14, Z5, Z5
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 128(DX)(R11*2)
+	VPMOVZXWD 160(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 160(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R11*4)
+	VADDPS    Z14, Z6, Z6
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 160(DX)(R11*2)
+	VPMOVZXWD 192(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 192(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R11*4)
+	VADDPS    Z14, Z7, Z7
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 192(DX)(R11*2)
+	VPMOVZXWD 224(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 224(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R11*4)
+	VADDPS    Z14, Z8, Z8
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16NT_block_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16NT_block
+
+avx512AddSumBF16NT_block_done:
+avx512AddSumBF16NT_vec:
+	CMPQ   R9, DI
+	JAE    avx512AddSumBF16NT_vec_done
+	VPXORD Z9, Z9, Z9
+	MOVQ   R9, R10
+
+avx512AddSumBF16NT_vec_chunk:
+	VPMOVZXWD (BX)(R10*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VPMOVZXWD (SI)(R10*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VADDPS    Z1, Z9, Z9
+	VPSRLD    $0x10, Z1, Z2
+	VPANDD    Z0, Z2, Z3
+	VPADDD    Z10, Z3, Z3
+	VPADDD    Z1, Z3, Z3
+	VPSRLD    $0x10, Z3, Z3
+	VPANDD    Z11, Z1, Z1
+	VPCMPGTD  Z12, Z1, K1
+	VPORD     Z13, Z2, Z2
+	VPBLENDMD Z2, Z3, K1, Z3
+	VPMOVDW   Z3, Y1
+	VMOVNTDQ  Y1, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16NT_vec_chunk
+	VMOVUPS   Z9, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumBF16NT_vec
+
+avx512AddSumBF16NT_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx512AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumBF16Acc(SB), NOSPLIT, $0-96
@@ -8151,6 +9981,244 @@ avx512AddSumBF16Acc_vec_chunk:
 	JMP       avx512AddSumBF16Acc_vec
 
 avx512AddSumBF16Acc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16AccNT(SB), NOSPLIT, $0-120
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVL         $0x00000001, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Z1
+	MOVL         $0x7fffffff, DI
+	VMOVD        DI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x7f800000, DI
+	VMOVD        DI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x00000040, DI
+	VMOVD        DI, X4
+	VPBROADCASTD X4, Z4
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumBF16AccNT_block:
+	CMPQ    R9, R10
+	JAE     avx512AddSumBF16AccNT_block_done
+	VMOVUPS (AX)(R9*4), Z5
+	VMOVUPS 64(AX)(R9*4), Z6
+	VMOVUPS 128(AX)(R9*4), Z7
+	VMOVUPS 192(AX)(R9*4), Z8
+	VMOVUPS 256(AX)(R9*4), Z9
+	VMOVUPS 320(AX)(R9*4), Z10
+	VMOVUPS 384(AX)(R9*4), Z11
+	VMOVUPS 448(AX)(R9*4), Z12
+	MOVQ    R9, R11
+
+avx512AddSumBF16AccNT_block_chunk:
+	VPMOVZXWD (BX)(R11*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD (SI)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, (CX)(R11*4)
+	VADDPS    Z13, Z5, Z5
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, (DX)(R11*2)
+	VPMOVZXWD 32(BX)(R11*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 32(SI)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 64(CX)(R11*4)
+	VADDPS    Z13, Z6, Z6
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 32(DX)(R11*2)
+	VPMOVZXWD 64(BX)(R11*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 64(SI)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 128(CX)(R11*4)
+	VADDPS    Z13, Z7, Z7
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 64(DX)(R11*2)
+	VPMOVZXWD 96(BX)(R11*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 96(SI)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 192(CX)(R11*4)
+	VADDPS    Z13, Z8, Z8
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 96(DX)(R11*2)
+	VPMOVZXWD 128(BX)(R11*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 128(SI)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 256(CX)(R11*4)
+	VADDPS    Z13, Z9, Z9
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 128(DX)(R11*2)
+	VPMOVZXWD 160(BX)(R11*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 160(SI)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 320(CX)(R11*4)
+	VADDPS    Z13, Z10, Z10
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 160(DX)(R11*2)
+	VPMOVZXWD 192(BX)(R11*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 192(SI)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 384(CX)(R11*4)
+	VADDPS    Z13, Z11, Z11
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 192(DX)(R11*2)
+	VPMOVZXWD 224(BX)(R11*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 224(SI)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 448(CX)(R11*4)
+	VADDPS    Z13, Z12, Z12
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16AccNT_block_chunk
+	VMOVUPS   Z5, (AX)(R9*4)
+	VMOVUPS   Z6, 64(AX)(R9*4)
+	VMOVUPS   Z7, 128(AX)(R9*4)
+	VMOVUPS   Z8, 192(AX)(R9*4)
+	VMOVUPS   Z9, 256(AX)(R9*4)
+	VMOVUPS   Z10, 320(AX)(R9*4)
+	VMOVUPS   Z11, 384(AX)(R9*4)
+	VMOVUPS   Z12, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16AccNT_block
+
+avx512AddSumBF16AccNT_block_done:
+avx512AddSumBF16AccNT_vec:
+	CMPQ    R9, DI
+	JAE     avx512AddSumBF16AccNT_vec_done
+	VMOVUPS (AX)(R9*4), Z5
+	MOVQ    R9, R10
+
+avx512AddSumBF16AccNT_vec_chunk:
+	VPMOVZXWD (BX)(R10*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VPMOVZXWD (SI)(R10*2), Z7
+	VPSLLD    $0x10, Z7, Z7
+	VADDPS    Z7, Z6, Z6
+	VMOVUPS   Z6, (CX)(R10*4)
+	VADDPS    Z6, Z5, Z5
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z8
+	VPADDD    Z1, Z8, Z8
+	VPADDD    Z6, Z8, Z8
+	VPSRLD    $0x10, Z8, Z8
+	VPANDD    Z2, Z6, Z6
+	VPCMPGTD  Z3, Z6, K1
+	VPORD     Z4, Z7, Z7
+	VPBLENDMD Z7, Z8, K1, Z8
+	VPMOVDW   Z8, Y6
+	VMOVNTDQ  Y6, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16AccNT_vec_chunk
+	VMOVUPS   Z5, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumBF16AccNT_vec
+
+avx512AddSumBF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
@@ -8305,6 +10373,272 @@ avx512AddSumBF16Full_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx512AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16FullNT(SB), NOSPLIT, $0-144
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	MOVL         $0x00000001, R8
+	VMOVD        R8, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, R8
+	VMOVD        R8, X10
+	VPBROADCASTD X10, Z10
+	MOVL         $0x7fffffff, R8
+	VMOVD        R8, X11
+	VPBROADCASTD X11, Z11
+	MOVL         $0x7f800000, R8
+	VMOVD        R8, X12
+	VPBROADCASTD X12, Z12
+	MOVL         $0x00000040, R8
+	VMOVD        R8, X13
+	VPBROADCASTD X13, Z13
+	MOVQ         part_len+8(FP), R8
+	MOVQ         s_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512AddSumBF16FullNT_block:
+	CMPQ   R10, R11
+	JAE    avx512AddSumBF16FullNT_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R10, R12
+
+avx512AddSumBF16FullNT_block_chunk:
+	VPMOVZXWD (BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD (SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD (DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R12*4)
+	VADDPS    Z14, Z1, Z1
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, (DX)(R12*2)
+	VPMOVZXWD 32(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 32(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 32(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R12*4)
+	VADDPS    Z14, Z2, Z2
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 32(DX)(R12*2)
+	VPMOVZXWD 64(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 64(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 64(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R12*4)
+	VADDPS    Z14, Z3, Z3
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 64(DX)(R12*2)
+	VPMOVZXWD 96(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 96(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 96(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R12*4)
+	VADDPS    Z14, Z4, Z4
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 96(DX)(R12*2)
+	VPMOVZXWD 128(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 128(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 128(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R12*4)
+	VADDPS    Z14, Z5, Z5
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 128(DX)(R12*2)
+	VPMOVZXWD 160(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 160(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 160(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R12*4)
+	VADDPS    Z14, Z6, Z6
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 160(DX)(R12*2)
+	VPMOVZXWD 192(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 192(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 192(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R12*4)
+	VADDPS    Z14, Z7, Z7
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 192(DX)(R12*2)
+	VPMOVZXWD 224(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 224(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 224(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R12*4)
+	VADDPS    Z14, Z8, Z8
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z10, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z11, Z14, Z14
+	VPCMPGTD  Z12, Z14, K1
+	VPORD     Z13, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumBF16FullNT_block_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	VMOVUPS   Z2, 64(AX)(R10*4)
+	VMOVUPS   Z3, 128(AX)(R10*4)
+	VMOVUPS   Z4, 192(AX)(R10*4)
+	VMOVUPS   Z5, 256(AX)(R10*4)
+	VMOVUPS   Z6, 320(AX)(R10*4)
+	VMOVUPS   Z7, 384(AX)(R10*4)
+	VMOVUPS   Z8, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumBF16FullNT_block
+
+avx512AddSumBF16FullNT_block_done:
+avx512AddSumBF16FullNT_vec:
+	CMPQ   R10, R8
+	JAE    avx512AddSumBF16FullNT_vec_done
+	VPXORD Z9, Z9, Z9
+	MOVQ   R10, R11
+
+avx512AddSumBF16FullNT_vec_chunk:
+	VPMOVZXWD (BX)(R11*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VPMOVZXWD (SI)(R11*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VPMOVZXWD (DI)(R11*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
+	VADDPS    Z1, Z9, Z9
+	VPSRLD    $0x10, Z1, Z2
+	VPANDD    Z0, Z2, Z3
+	VPADDD    Z10, Z3, Z3
+	VPADDD    Z1, Z3, Z3
+	VPSRLD    $0x10, Z3, Z3
+	VPANDD    Z11, Z1, Z1
+	VPCMPGTD  Z12, Z1, K1
+	VPORD     Z13, Z2, Z2
+	VPBLENDMD Z2, Z3, K1, Z3
+	VPMOVDW   Z3, Y1
+	VMOVNTDQ  Y1, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumBF16FullNT_vec_chunk
+	VMOVUPS   Z9, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512AddSumBF16FullNT_vec
+
+avx512AddSumBF16FullNT_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumBF16FullAcc(SB), NOSPLIT, $0-120
@@ -8453,6 +10787,272 @@ avx512AddSumBF16FullAcc_vec_chunk:
 	JMP       avx512AddSumBF16FullAcc_vec
 
 avx512AddSumBF16FullAcc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16FullAccNT(SB), NOSPLIT, $0-144
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	MOVL         $0x00000001, R8
+	VMOVD        R8, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Z1
+	MOVL         $0x7fffffff, R8
+	VMOVD        R8, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x7f800000, R8
+	VMOVD        R8, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x00000040, R8
+	VMOVD        R8, X4
+	VPBROADCASTD X4, Z4
+	MOVQ         part_len+8(FP), R8
+	MOVQ         s_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512AddSumBF16FullAccNT_block:
+	CMPQ    R10, R11
+	JAE     avx512AddSumBF16FullAccNT_block_done
+	VMOVUPS (AX)(R10*4), Z5
+	VMOVUPS 64(AX)(R10*4), Z6
+	VMOVUPS 128(AX)(R10*4), Z7
+	VMOVUPS 192(AX)(R10*4), Z8
+	VMOVUPS 256(AX)(R10*4), Z9
+	VMOVUPS 320(AX)(R10*4), Z10
+	VMOVUPS 384(AX)(R10*4), Z11
+	VMOVUPS 448(AX)(R10*4), Z12
+	MOVQ    R10, R12
+
+avx512AddSumBF16FullAccNT_block_chunk:
+	VPMOVZXWD (BX)(R12*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD (SI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VPMOVZXWD (DI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, (CX)(R12*4)
+	VADDPS    Z13, Z5, Z5
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, (DX)(R12*2)
+	VPMOVZXWD 32(BX)(R12*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 32(SI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VPMOVZXWD 32(DI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 64(CX)(R12*4)
+	VADDPS    Z13, Z6, Z6
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 32(DX)(R12*2)
+	VPMOVZXWD 64(BX)(R12*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 64(SI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VPMOVZXWD 64(DI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 128(CX)(R12*4)
+	VADDPS    Z13, Z7, Z7
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 64(DX)(R12*2)
+	VPMOVZXWD 96(BX)(R12*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 96(SI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VPMOVZXWD 96(DI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 192(CX)(R12*4)
+	VADDPS    Z13, Z8, Z8
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 96(DX)(R12*2)
+	VPMOVZXWD 128(BX)(R12*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 128(SI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VPMOVZXWD 128(DI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 256(CX)(R12*4)
+	VADDPS    Z13, Z9, Z9
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 128(DX)(R12*2)
+	VPMOVZXWD 160(BX)(R12*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 160(SI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VPMOVZXWD 160(DI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 320(CX)(R12*4)
+	VADDPS    Z13, Z10, Z10
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 160(DX)(R12*2)
+	VPMOVZXWD 192(BX)(R12*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 192(SI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VPMOVZXWD 192(DI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 384(CX)(R12*4)
+	VADDPS    Z13, Z11, Z11
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 192(DX)(R12*2)
+	VPMOVZXWD 224(BX)(R12*2), Z13
+	VPSLLD    $0x10, Z13, Z13
+	VPMOVZXWD 224(SI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VPMOVZXWD 224(DI)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, 448(CX)(R12*4)
+	VADDPS    Z13, Z12, Z12
+	VPSRLD    $0x10, Z13, Z14
+	VPANDD    Z0, Z14, Z15
+	VPADDD    Z1, Z15, Z15
+	VPADDD    Z13, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z2, Z13, Z13
+	VPCMPGTD  Z3, Z13, K1
+	VPORD     Z4, Z14, Z14
+	VPBLENDMD Z14, Z15, K1, Z15
+	VPMOVDW   Z15, Y13
+	VMOVNTDQ  Y13, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumBF16FullAccNT_block_chunk
+	VMOVUPS   Z5, (AX)(R10*4)
+	VMOVUPS   Z6, 64(AX)(R10*4)
+	VMOVUPS   Z7, 128(AX)(R10*4)
+	VMOVUPS   Z8, 192(AX)(R10*4)
+	VMOVUPS   Z9, 256(AX)(R10*4)
+	VMOVUPS   Z10, 320(AX)(R10*4)
+	VMOVUPS   Z11, 384(AX)(R10*4)
+	VMOVUPS   Z12, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumBF16FullAccNT_block
+
+avx512AddSumBF16FullAccNT_block_done:
+avx512AddSumBF16FullAccNT_vec:
+	CMPQ    R10, R8
+	JAE     avx512AddSumBF16FullAccNT_vec_done
+	VMOVUPS (AX)(R10*4), Z5
+	MOVQ    R10, R11
+
+avx512AddSumBF16FullAccNT_vec_chunk:
+	VPMOVZXWD (BX)(R11*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VPMOVZXWD (SI)(R11*2), Z7
+	VPSLLD    $0x10, Z7, Z7
+	VADDPS    Z7, Z6, Z6
+	VPMOVZXWD (DI)(R11*2), Z7
+	VPSLLD    $0x10, Z7, Z7
+	VADDPS    Z7, Z6, Z6
+	VMOVUPS   Z6, (CX)(R11*4)
+	VADDPS    Z6, Z5, Z5
+	VPSRLD    $0x10, Z6, Z7
+	VPANDD    Z0, Z7, Z8
+	VPADDD    Z1, Z8, Z8
+	VPADDD    Z6, Z8, Z8
+	VPSRLD    $0x10, Z8, Z8
+	VPANDD    Z2, Z6, Z6
+	VPCMPGTD  Z3, Z6, K1
+	VPORD     Z4, Z7, Z7
+	VPBLENDMD Z7, Z8, K1, Z8
+	VPMOVDW   Z8, Y6
+	VMOVNTDQ  Y6, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumBF16FullAccNT_vec_chunk
+	VMOVUPS   Z5, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512AddSumBF16FullAccNT_vec
+
+avx512AddSumBF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 

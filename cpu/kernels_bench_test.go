@@ -83,7 +83,8 @@ func BenchmarkKernels(b *testing.B) {
 		{"maskCountOnes", 4 * n, func(k *kernelSet) { k.maskCountOnes(mask) }},
 		{"maskFirstZero", 4 * n, func(k *kernelSet) { k.maskFirstZero(mask) }},
 		// The 16-bit AddLayerNorm row: first pass with a bias row, x stored, affine step.
-		{"addSum16", 10 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, h1, h2, h3) }},
+		{"addSum16", 10 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, nil, h1, h2, h3) }},
+		{"addSum16X", 12 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, bits, h1, h2, h3); k.fence() }},
 		{"narrow16NT", 6 * n, func(k *kernelSet) { k.narrow16NT(false, bits, x) }},
 		{"affine16H", 10 * n, func(k *kernelSet) { k.affine16H(form16{}, bits, x, h1, h2, 0.5, 1.5) }},
 		{"affine16HFMA", 10 * n, func(k *kernelSet) { k.affine16H(form16{fused: true}, bits, x, h1, h2, 0.5, 1.5) }},

@@ -901,17 +901,29 @@ func TestAddSumKernel(t *testing.T) {
 										if bias == 1 {
 											half, wc = h3, w3
 										}
-										tag := fmt.Sprintf("%s/addSum16/W=%d/n=%d/bf=%v/bias=%d/acc=%v", name, w, n, bf, bias, acc)
-										gotP, wantP = out32(w, start), out32(w, start)
-										gotS, wantS = out32(n, nil), out32(n, nil)
-										k.addSum16(sum16{bf: bf, acc: acc}, gotP, gotS, h1, h2, half)
+										wantP, wantS = out32(w, start), out32(n, nil)
 										if acc {
 											g.addSumAcc(wantP, wantS, w1, w2, wc)
 										} else {
 											g.addSum(wantP, wantS, nil, w1, w2, wc)
 										}
-										same32(t, tag+"/s", gotS, wantS)
-										same32(t, tag+"/part", gotP, wantP)
+										wantX := out16(n)
+										g.narrow16NT(bf, wantX, wantS)
+										for _, off := range []int{-1, 0, 1, 5, 8} { // x's start within a vector of halves; -1: no x
+											tag := fmt.Sprintf("%s/addSum16/W=%d/n=%d/bf=%v/bias=%d/acc=%v/off=%d", name, w, n, bf, bias, acc, off)
+											gotP, gotS = out32(w, start), out32(n, nil)
+											var gotX []uint16
+											if off >= 0 {
+												gotX = out16(n + off)[off:]
+											}
+											k.addSum16(sum16{bf: bf, acc: acc}, gotP, gotS, gotX, h1, h2, half)
+											k.fence()
+											same32(t, tag+"/s", gotS, wantS)
+											same32(t, tag+"/part", gotP, wantP)
+											if off >= 0 {
+												same16(t, tag+"/x", gotX, wantX)
+											}
+										}
 									}
 								}
 							}

@@ -138,8 +138,8 @@ func addSumAccGo(part, s, a, b, c []float32) {
 }
 
 // addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo/addSumAccGo
-// sum them.
-func addSum16Go(f sum16, part, s []float32, a, b, c []uint16) {
+// sum them, then x (if any) narrowed from s.
+func addSum16Go(f sum16, part, s []float32, x, a, b, c []uint16) {
 	widen := F16ToF32
 	if f.bf {
 		widen = BF16ToF32
@@ -156,6 +156,9 @@ func addSum16Go(f sum16, part, s []float32, a, b, c []uint16) {
 		s[i] = v
 	}
 	accumulateGo(part, s)
+	if x != nil {
+		narrow16Go(f.bf, x[:len(s)], s)
+	}
 }
 
 // rowStats returns mean and rstd of x under plan p; part is scratch of p.W elements. pf

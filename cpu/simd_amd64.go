@@ -51,8 +51,10 @@ type (
 	findFn   func(m []int32) int
 	accumFn  func(part, x []float32)
 	sum16Fns struct {
-		two  func(part, s []float32, a, b []uint16)
-		full func(part, s []float32, a, b, d []uint16)
+		two    func(part, s []float32, a, b []uint16)
+		full   func(part, s []float32, a, b, d []uint16)
+		twoNT  func(part, s []float32, x, a, b []uint16) // and x = s rounded, non-temporally
+		fullNT func(part, s []float32, x, a, b, d []uint16)
 	}
 	affineSet struct{ plain, fma affineFn }
 	affine16s = [2][2][2]affine16 // [bf][fused][nt]
@@ -588,12 +590,22 @@ func (v *vecKernels) addSumStreamRow(part, s, x, a, b, c []float32) {
 }
 
 // addSum16Row runs the 16-bit kernel over the whole chunks and the twin over the shorter
-// last chunk; a W the width does not divide goes to the narrower width, or the twin.
-func (v *vecKernels) addSum16Row(f sum16, part, s []float32, a, b, c []uint16) {
+// last chunk; a W the width does not divide goes to the narrower width, or the twin. An x
+// output goes through the kernel's non-temporal stores when x starts on a vector boundary,
+// else through narrow16NTRow after the sum.
+func (v *vecKernels) addSum16Row(f sum16, part, s []float32, x, a, b, c []uint16) {
 	n := len(s)
 	a, b = a[:n], b[:n]
 	if c != nil {
 		c = c[:n]
+	}
+	if x != nil {
+		x = x[:n]
+		if v.nt16Head(x) != 0 {
+			v.addSum16Row(f, part, s, nil, a, b, c)
+			v.narrow16NTRow(f.bf, x, s)
+			return
+		}
 	}
 	w := len(part)
 	full := n
@@ -602,17 +614,22 @@ func (v *vecKernels) addSum16Row(f sum16, part, s []float32, a, b, c []uint16) {
 	}
 	if w%v.lanes != 0 || full == 0 {
 		if v.narrower != nil {
-			v.narrower.addSum16Row(f, part, s, a, b, c)
+			v.narrower.addSum16Row(f, part, s, x, a, b, c)
 			return
 		}
-		addSum16Go(f, part, s, a, b, c)
+		addSum16Go(f, part, s, x, a, b, c)
 		return
 	}
 	k := v.addSum16[b2i(f.bf)][b2i(f.acc)]
-	if c == nil {
+	switch {
+	case c == nil && x == nil:
 		k.two(part, s[:full], a, b)
-	} else {
+	case c == nil:
+		k.twoNT(part, s[:full], x, a, b)
+	case x == nil:
 		k.full(part, s[:full], a, b, c)
+	default:
+		k.fullNT(part, s[:full], x, a, b, c)
 	}
 	if full < n {
 		var ct []uint16
@@ -621,7 +638,10 @@ func (v *vecKernels) addSum16Row(f sum16, part, s []float32, a, b, c []uint16) {
 		}
 		tail := f
 		tail.acc = true
-		addSum16Go(tail, part, s[full:], a[full:], b[full:], ct)
+		addSum16Go(tail, part, s[full:], nil, a[full:], b[full:], ct)
+		if x != nil {
+			v.narrow16NTRow(f.bf, x[full:], s[full:])
+		}
 	}
 }
 

@@ -40,8 +40,14 @@ var avx2Vec = &vecKernels{
 	add2SumNT:      avx2Add2SumNT,
 	add3SumNT:      avx2Add3SumNT,
 	addSum16: [2][2]sum16Fns{
-		{{avx2AddSumF16, avx2AddSumF16Full}, {avx2AddSumF16Acc, avx2AddSumF16FullAcc}},
-		{{avx2AddSumBF16, avx2AddSumBF16Full}, {avx2AddSumBF16Acc, avx2AddSumBF16FullAcc}},
+		{
+			{avx2AddSumF16, avx2AddSumF16Full, avx2AddSumF16NT, avx2AddSumF16FullNT},
+			{avx2AddSumF16Acc, avx2AddSumF16FullAcc, avx2AddSumF16AccNT, avx2AddSumF16FullAccNT},
+		},
+		{
+			{avx2AddSumBF16, avx2AddSumBF16Full, avx2AddSumBF16NT, avx2AddSumBF16FullNT},
+			{avx2AddSumBF16Acc, avx2AddSumBF16FullAcc, avx2AddSumBF16AccNT, avx2AddSumBF16FullAccNT},
+		},
 	},
 	embedF16:      avx2EmbedSumF16,
 	embedF16Seg:   avx2EmbedSumF16Seg,
@@ -86,8 +92,14 @@ var avx512Vec = &vecKernels{
 	add2SumNT:      avx512Add2SumNT,
 	add3SumNT:      avx512Add3SumNT,
 	addSum16: [2][2]sum16Fns{
-		{{avx512AddSumF16, avx512AddSumF16Full}, {avx512AddSumF16Acc, avx512AddSumF16FullAcc}},
-		{{avx512AddSumBF16, avx512AddSumBF16Full}, {avx512AddSumBF16Acc, avx512AddSumBF16FullAcc}},
+		{
+			{avx512AddSumF16, avx512AddSumF16Full, avx512AddSumF16NT, avx512AddSumF16FullNT},
+			{avx512AddSumF16Acc, avx512AddSumF16FullAcc, avx512AddSumF16AccNT, avx512AddSumF16FullAccNT},
+		},
+		{
+			{avx512AddSumBF16, avx512AddSumBF16Full, avx512AddSumBF16NT, avx512AddSumBF16FullNT},
+			{avx512AddSumBF16Acc, avx512AddSumBF16FullAcc, avx512AddSumBF16AccNT, avx512AddSumBF16FullAccNT},
+		},
 	},
 	embedF16:      avx512EmbedSumF16,
 	embedF16Seg:   avx512EmbedSumF16Seg,

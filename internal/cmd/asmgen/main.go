@@ -618,50 +618,81 @@ func sums(v isa) {
 // sums16 emits the first pass for 16-bit x1 and x2 of one format (binary16 F16, bfloat16
 // BF16), widened in the load: s = a + b, or (a + b) + d with d of the same format (Full:
 // a full bias, or the bias row the caller passes a piece of), and part = the partial sums
-// of s, from +0 or added onto part (Acc), in the plan's order as in sums. The caller
-// writes the x output from s.
+// of s, from +0 or added onto part (Acc), in the plan's order as in sums. The NT variants
+// also write the x output, s rounded back to the inputs' format, with non-temporal stores
+// in the same pass (a separate narrowing pass would wait on the stores' drain alone).
 func sums16(v isa) {
 	for _, bf := range []bool{false, true} {
-		for _, bias := range []string{"", "Full"} {
+		for _, full := range []bool{false, true} {
 			for _, acc := range []bool{false, true} {
-				t := "F16"
-				if bf {
-					t = "BF16"
+				for _, nt := range []bool{false, true} {
+					sum16Kernel(v, bf, full, acc, nt)
 				}
-				name := v.name + "AddSum" + t + bias
-				if acc {
-					name += "Acc"
-				}
-				sig, what := "func(part, s []float32, a, b []uint16)", "a[i] + b[i]"
-				if bias == "Full" {
-					sig, what = "func(part, s []float32, a, b, d []uint16)", "(a[i] + b[i]) + d[i]"
-				}
-				from := "from +0"
-				if acc {
-					from = "added onto part"
-				}
-				text(name, sig,
-					name+" writes s[i] = "+what+", with the "+strings.ToLower(t)+" inputs widened exactly, and",
-					"part[k] = Σ_c s[c·W+k] "+from+" (chunks in order), for i < len(s); len(part) = W must",
-					"be a multiple of the lanes and len(s) a positive multiple of W.")
-				part, sp, a, b := base("part"), base("s"), base("a"), base("b")
-				var d reg.GPVirtual
-				if bias != "" {
-					d = base("d")
-				}
-				v.blocks(name, part, length("part"), length("s"), !acc, func(e reg.Register, j int, sum reg.VecVirtual) {
-					o := v.lanes * j
-					x := v.widen16(bf, u16(a, e, o))
-					c.VADDPS(v.widen16(bf, u16(b, e, o)), x, x)
-					if bias == "Full" {
-						c.VADDPS(v.widen16(bf, u16(d, e, o)), x, x)
-					}
-					c.VMOVUPS(x, f32(sp, e, o))
-					c.VADDPS(x, sum, sum) // part[k] + s
-				})
 			}
 		}
 	}
+}
+
+// sum16Kernel emits one kernel of sums16.
+func sum16Kernel(v isa, bf, full, acc, nt bool) {
+	t := "F16"
+	if bf {
+		t = "BF16"
+	}
+	name := v.name + "AddSum" + t
+	sig, what := "func(part, s []float32, a, b []uint16)", "a[i] + b[i]"
+	if full {
+		name += "Full"
+		sig, what = "func(part, s []float32, a, b, d []uint16)", "(a[i] + b[i]) + d[i]"
+	}
+	if acc {
+		name += "Acc"
+	}
+	if nt {
+		name += "NT"
+		sig = strings.Replace(sig, "a, b", "x, a, b", 1)
+	}
+	from := "from +0"
+	if acc {
+		from = "added onto part"
+	}
+	doc := []string{name + " writes s[i] = " + what + ", with the " + strings.ToLower(t) + " inputs widened exactly, and",
+		"part[k] = Σ_c s[c·W+k] " + from + " (chunks in order),"}
+	if nt {
+		doc = append(doc, "and x[i] = s[i] rounded to "+strings.ToLower(t)+" with non-temporal stores (x aligned to a",
+			"vector of 16-bit values; the caller fences),")
+	}
+	doc = append(doc, "for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.")
+	text(name, sig, doc...)
+	part, sp := base("part"), base("s")
+	var x, d reg.GPVirtual
+	if nt {
+		x = base("x")
+	}
+	a, b := base("a"), base("b")
+	if full {
+		d = base("d")
+	}
+	var k bf16Consts
+	if nt && bf {
+		k = v.bf16Consts()
+	}
+	v.blocks(name, part, length("part"), length("s"), !acc, func(e reg.Register, j int, sum reg.VecVirtual) {
+		o := v.lanes * j
+		r := v.widen16(bf, u16(a, e, o))
+		c.VADDPS(v.widen16(bf, u16(b, e, o)), r, r)
+		if full {
+			c.VADDPS(v.widen16(bf, u16(d, e, o)), r, r)
+		}
+		c.VMOVUPS(r, f32(sp, e, o))
+		c.VADDPS(r, sum, sum) // part[k] + s
+		switch {
+		case nt && bf:
+			v.narrowBF16(k, r, u16(x, e, o), true) // clobbers r, after its last use
+		case nt:
+			v.narrowF16(r, u16(x, e, o), true)
+		}
+	})
 }
 
 // tree emits the plan's halving tree for W = len(part), a power of two ≥ 8: for off = W/2

@@ -52,8 +52,14 @@ var {{.Name}}Vec = &vecKernels{
 	add2SumNT: {{.Name}}Add2SumNT,
 	add3SumNT: {{.Name}}Add3SumNT,
 	addSum16: [2][2]sum16Fns{
-		{ {{- "{"}}{{.Name}}AddSumF16, {{.Name}}AddSumF16Full}, { {{- .Name}}AddSumF16Acc, {{.Name}}AddSumF16FullAcc}},
-		{ {{- "{"}}{{.Name}}AddSumBF16, {{.Name}}AddSumBF16Full}, { {{- .Name}}AddSumBF16Acc, {{.Name}}AddSumBF16FullAcc}},
+		{
+			{ {{- .Name}}AddSumF16, {{.Name}}AddSumF16Full, {{.Name}}AddSumF16NT, {{.Name}}AddSumF16FullNT},
+			{ {{- .Name}}AddSumF16Acc, {{.Name}}AddSumF16FullAcc, {{.Name}}AddSumF16AccNT, {{.Name}}AddSumF16FullAccNT},
+		},
+		{
+			{ {{- .Name}}AddSumBF16, {{.Name}}AddSumBF16Full, {{.Name}}AddSumBF16NT, {{.Name}}AddSumBF16FullNT},
+			{ {{- .Name}}AddSumBF16Acc, {{.Name}}AddSumBF16FullAcc, {{.Name}}AddSumBF16AccNT, {{.Name}}AddSumBF16FullAccNT},
+		},
 	},
 	embedF16: {{.Name}}EmbedSumF16,
 	embedF16Seg: {{.Name}}EmbedSumF16Seg,
