@@ -82,7 +82,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.nt16 = big && a.Y.DType != ops.F32
 	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType
 	c.touch = c.stream && c.sum16
-	c.x16 = fuseX16 && c.sum16 && c.nt16 && a.X.Present() && a.X.DType == a.X1.DType
+	c.x16 = fuse16 && c.sum16 && c.nt16 && a.X.Present() && a.X.DType == a.X1.DType
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32
 	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
 	c.reset()

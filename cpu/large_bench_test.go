@@ -89,7 +89,7 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 //	now       the settings as they are
 //	ahead     every row's inputs prefetched a row ahead (hwStreamRow and hwGatherRow past any row)
 //	hardware  no row prefetched ahead (hwStreamRow and hwGatherRow 0)
-//	narrowx   a 16-bit x output narrowed in its own pass after the first pass (fuseX16 off)
+//	unfused16 a 16-bit x output narrowed in a pass of its own after the first pass (fuse16 off)
 //
 // It reports, per configuration, the median over pairs of its time divided by the first
 // configuration's (…/first), and its median time in ms. REPS sets the pairs (default 9).
@@ -137,10 +137,10 @@ func BenchmarkStreamAB(b *testing.B) {
 	default:
 		b.Fatalf("OP=%q: want add or embed", os.Getenv("OP"))
 	}
-	hw, hwg, fx := hwStreamRow, hwGatherRow, fuseX16
-	defer func() { hwStreamRow, hwGatherRow, fuseX16 = hw, hwg, fx }()
+	hw, hwg, fx := hwStreamRow, hwGatherRow, fuse16
+	defer func() { hwStreamRow, hwGatherRow, fuse16 = hw, hwg, fx }()
 	run := func(cfg string) time.Duration {
-		hwStreamRow, hwGatherRow, fuseX16 = hw, hwg, fx
+		hwStreamRow, hwGatherRow, fuse16 = hw, hwg, fx
 		switch cfg {
 		case "probe":
 			t := time.Now()
@@ -155,8 +155,8 @@ func BenchmarkStreamAB(b *testing.B) {
 			hwStreamRow, hwGatherRow = 1<<62, 1<<62
 		case "hardware":
 			hwStreamRow, hwGatherRow = 0, 0
-		case "narrowx":
-			fuseX16 = false
+		case "unfused16":
+			fuse16 = false
 		default:
 			b.Fatalf("CFGS: unknown configuration %q", cfg)
 		}
