@@ -25,7 +25,8 @@
 #  - 3.0's sapphire_rapids model (the one with AVX512-FP16) hangs the kernel too, early
 #    (after "LSM: Security Framework initializing", or "Mountpoint-cache" with
 #    lsm=capability); clearcpuid=waitpkg,pku,umip, ibt=off, idle=nomwait, no5lvl and
-#    lapic=notscdeadline did not help. So no AVX512-FP16 kernel can be tested here.
+#    lapic=notscdeadline did not help, and with nolapic_timer Bochs stops on "SMM
+#    restore: CR4 consistency check failed". So no AVX512-FP16 kernel can be tested here.
 #  - the guest powers off through ACPI, which Bochs reports as a fatal error: its exit
 #    code is 1 on success too.
 # Guest clock readings (test durations) are meaningless. On a 2-core EPYC the 3.0 build
