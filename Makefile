@@ -43,26 +43,27 @@ test-cpu:
 test-race:
 	$(GO) test -race -short ./cpu/ .
 
-# The avx512 kernels against the pure-Go level on a processor without AVX-512, under Bochs
-# emulating a Skylake-X (scripts/avx512emu; Bochs 3.0 built from Debian's source on first
-# use, about 2 minutes, then cached): the cpu tests, every output compared bit for bit
-# (about 1.5 minutes), then the conformance suite's TestCPU at the avx512 level against
-# the pure-Go plan under both profiles, with tests/testdata copied into the guest (about
-# 3 minutes). On a processor with AVX-512, test-cpu has already run the avx512 level
-# natively. The allocation and worker-pool tests, which do not depend on the level, run
-# natively only: under the emulator they took two thirds of the time.
+# The avx512 and avx512fp16 kernels against the pure-Go level on a processor without
+# AVX512-FP16, under Bochs emulating a Sapphire Rapids (scripts/avx512emu; Bochs 3.0 built
+# from Debian's source on first use, about 2-3 minutes, then cached): the cpu tests at both
+# levels, every output compared bit for bit, then the conformance suite's TestCPU at both
+# levels against the pure-Go plan under both profiles, with tests/testdata copied into the
+# guest. On a processor with AVX512-FP16, test-cpu has already run both levels natively.
+# The allocation and worker-pool tests, which do not depend on the level, run natively
+# only: under the emulator they took two thirds of the time.
+EMU_LEVELS := avx512,avx512fp16
 test-avx512emu:
-	@if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then \
-		echo "test-avx512emu: this processor has AVX-512; test-cpu tested the avx512 level natively"; \
+	@if grep -qw avx512_fp16 /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then \
+		echo "test-avx512emu: this processor has AVX512-FP16; test-cpu tested $(EMU_LEVELS) natively"; \
 	else \
 		mkdir -p build && CGO_ENABLED=0 $(GO) test -c -o build/cpu-avx512emu.test ./cpu && \
 		CGO_ENABLED=0 $(GO) test -c -o build/tests-avx512emu.test ./tests && \
-		AVX512EMU_TIMEOUT=900 bash scripts/avx512emu/run.sh build/cpu-avx512emu.test \
+		AVX512EMU_TIMEOUT=1200 bash scripts/avx512emu/run.sh build/cpu-avx512emu.test \
 			-test.v -test.timeout=0 -test.skip='TestNoAllocsPerCall|TestForRows' \
-			-cpu.want=avx512 -cpu.simd=avx512 && \
-		AVX512EMU_TIMEOUT=1200 AVX512EMU_FILES=tests/testdata AVX512EMU_CWD=/tests \
+			-cpu.want=$(EMU_LEVELS) -cpu.simd=$(EMU_LEVELS) && \
+		AVX512EMU_TIMEOUT=1800 AVX512EMU_FILES=tests/testdata AVX512EMU_CWD=/tests \
 			bash scripts/avx512emu/run.sh build/tests-avx512emu.test \
-			-test.v -test.timeout=0 -test.run '^TestCPU$$' -tests.cpu-level=avx512; \
+			-test.v -test.timeout=0 -test.run '^TestCPU$$' -tests.cpu-level=$(EMU_LEVELS); \
 	fi
 
 # With cgo and the provisioned Dawn: Dawn must load here (FUSEDNORM_REQUIRE_DAWN=1).

@@ -36,7 +36,8 @@ const EnvBackend = "FUSEDNORM_BACKEND"
 // EnvDawnLib names the Dawn library to load, before the built-in search list.
 const EnvDawnLib = "FUSEDNORM_DAWN_LIB"
 
-// EnvCPULevel caps the CPU kernels when WithCPULevel is not given: "go", "avx2" or "avx512".
+// EnvCPULevel caps the CPU kernels when WithCPULevel is not given: "go", "avx2", "avx512"
+// or "avx512fp16".
 const EnvCPULevel = "FUSEDNORM_CPU_LEVEL"
 
 // Option configures Open.
@@ -61,7 +62,7 @@ func WithDawnLibrary(path string) Option { return func(c *config) { c.dawnLib = 
 func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
 
 // WithCPULevel caps the CPU kernels at a level: "go" (the pure-Go twins) or a SIMD level
-// the processor has ("avx2", "avx512"); empty means FUSEDNORM_CPU_LEVEL, else the best
+// the processor has ("avx2", "avx512", "avx512fp16"); empty means FUSEDNORM_CPU_LEVEL, else the best
 // available. Every level gives the same bits.
 func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = level } }
 

@@ -131,8 +131,9 @@ func addLevel(name string, k *kernelSet) {
 	level = name
 }
 
-// Levels names the kernel levels this processor can run, widest first: "avx512", "avx2",
-// "go" on a machine with AVX-512 F/BW/VL; "avx2", "go" on an AVX2+FMA+F16C machine; "go"
+// Levels names the kernel levels this processor can run, widest first: "avx512fp16",
+// "avx512", "avx2", "go" on a machine with AVX512-FP16 (and AVX-512 F/BW/VL); "avx512",
+// "avx2", "go" on one with AVX-512 F/BW/VL; "avx2", "go" on an AVX2+FMA+F16C machine; "go"
 // alone in noasm and purego builds and on other architectures.
 func Levels() []string {
 	names := make([]string, len(levels))

@@ -11288,6 +11288,180 @@ avx512CopyNT_done:
 	VZEROUPPER
 	RET
 
+// func avx512fp16EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+TEXT ·avx512fp16EmbedSumF16Seg(SB), NOSPLIT, $0-120
+	MOVQ x_base+0(FP), AX
+	MOVQ bits_base+24(FP), CX
+	MOVQ w_base+48(FP), DX
+	MOVQ p_base+72(FP), BX
+	MOVQ g_base+96(FP), SI
+	MOVQ x_len+8(FP), DI
+	XORQ R8, R8
+	MOVQ DI, R9
+	ANDQ $-32, R9
+	CMPQ R8, R9
+	JAE  avx512fp16EmbedSumF16Seg_single
+
+avx512fp16EmbedSumF16Seg_unrolled:
+	VMOVDQU16 (DX)(R8*2), Y0
+	VMOVDQU16 (SI)(R8*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 (BX)(R8*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 Y0, (CX)(R8*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, (AX)(R8*4)
+	VMOVDQU16 32(DX)(R8*2), Y0
+	VMOVDQU16 32(SI)(R8*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 32(BX)(R8*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 Y0, 32(CX)(R8*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, 64(AX)(R8*4)
+	ADDQ      $0x00000020, R8
+	CMPQ      R8, R9
+	JB        avx512fp16EmbedSumF16Seg_unrolled
+
+avx512fp16EmbedSumF16Seg_single:
+	MOVQ DI, R9
+	ANDQ $-16, R9
+	CMPQ R8, R9
+	JAE  avx512fp16EmbedSumF16Seg_done
+
+avx512fp16EmbedSumF16Seg_loop:
+	VMOVDQU16 (DX)(R8*2), Y0
+	VMOVDQU16 (SI)(R8*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 (BX)(R8*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 Y0, (CX)(R8*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, (AX)(R8*4)
+	ADDQ      $0x00000010, R8
+	CMPQ      R8, R9
+	JB        avx512fp16EmbedSumF16Seg_loop
+
+avx512fp16EmbedSumF16Seg_done:
+	VZEROUPPER
+	RET
+
+// func avx512fp16EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+TEXT ·avx512fp16EmbedSumF16(SB), NOSPLIT, $0-96
+	MOVQ x_base+0(FP), AX
+	MOVQ bits_base+24(FP), CX
+	MOVQ w_base+48(FP), DX
+	MOVQ p_base+72(FP), BX
+	MOVQ x_len+8(FP), SI
+	XORQ DI, DI
+	MOVQ SI, R8
+	ANDQ $-32, R8
+	CMPQ DI, R8
+	JAE  avx512fp16EmbedSumF16_single
+
+avx512fp16EmbedSumF16_unrolled:
+	VMOVDQU16 (DX)(DI*2), Y0
+	VMOVDQU16 (BX)(DI*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 Y0, (CX)(DI*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, (AX)(DI*4)
+	VMOVDQU16 32(DX)(DI*2), Y0
+	VMOVDQU16 32(BX)(DI*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 Y0, 32(CX)(DI*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, 64(AX)(DI*4)
+	ADDQ      $0x00000020, DI
+	CMPQ      DI, R8
+	JB        avx512fp16EmbedSumF16_unrolled
+
+avx512fp16EmbedSumF16_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512fp16EmbedSumF16_done
+
+avx512fp16EmbedSumF16_loop:
+	VMOVDQU16 (DX)(DI*2), Y0
+	VMOVDQU16 (BX)(DI*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 Y0, (CX)(DI*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, (AX)(DI*4)
+	ADDQ      $0x00000010, DI
+	CMPQ      DI, R8
+	JB        avx512fp16EmbedSumF16_loop
+
+avx512fp16EmbedSumF16_done:
+	VZEROUPPER
+	RET
+
 // func avx2Tree(part []float32) float32
 // Requires: AVX
 TEXT ·avx2Tree(SB), NOSPLIT, $0-28

@@ -16,10 +16,12 @@ import (
 )
 
 // -cpu.off takes SIMD levels out of the tests (and out of the package while they run), e.g.
-// -cpu.off=avx512 to test the AVX2 kernels as the default on an AVX-512 machine. The avx512
-// level finishes its tails with the avx2 kernels, so switching avx2 off switches it off too;
-// -cpu.off=avx2 leaves the pure-Go path as what every other test in the package exercises.
-var offLevels = flag.String("cpu.off", "", "comma-separated SIMD levels not to use or test (avx512, avx2)")
+// -cpu.off=avx512 to test the AVX2 kernels as the default on an AVX-512 machine. Each level
+// builds on the one below it (avx512fp16 is avx512 with a few kernels replaced, and both
+// finish their tails with the avx2 kernels), so switching a level off switches off those
+// above it too; -cpu.off=avx2 leaves the pure-Go path as what every other test in the
+// package exercises.
+var offLevels = flag.String("cpu.off", "", "comma-separated SIMD levels not to use or test (avx512fp16, avx512, avx2)")
 
 // For a run under an emulator (scripts/avx512emu): -cpu.want fails the run unless the
 // listed levels are present, so the emulated run cannot pass without testing them; and
@@ -51,6 +53,9 @@ func switchedOff(level string) bool {
 	off := strings.Split(*offLevels, ",")
 	if slices.Contains(off, "avx2") {
 		off = append(off, "avx512")
+	}
+	if slices.Contains(off, "avx512") {
+		off = append(off, "avx512fp16")
 	}
 	return slices.Contains(off, level)
 }

@@ -25,9 +25,22 @@ func init() {
 		return
 	}
 	addLevel("avx2", avx2Vec.kernelSet())
-	if cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL) {
-		addLevel("avx512", avx512Vec.kernelSet())
+	if !cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL) {
+		return
 	}
+	addLevel("avx512", avx512Vec.kernelSet())
+	if cpuid.CPU.Supports(cpuid.AVX512FP16) {
+		addLevel("avx512fp16", avx512FP16Vec().kernelSet())
+	}
+}
+
+// avx512FP16Vec is the avx512 width with the kernels that AVX512-FP16 makes shorter: the
+// staged binary16 sums of EmbedLayerNorm, one VADDPH per addition where F16C needs two
+// conversions around a float32 one (the bits are the same, see internal/cmd/asmgen).
+func avx512FP16Vec() *vecKernels {
+	v := *avx512Vec
+	v.embedF16, v.embedF16Seg = avx512fp16EmbedSumF16, avx512fp16EmbedSumF16Seg
+	return &v
 }
 
 type (

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # check-generated.sh fails when cpu/kernels_amd64.s, its declarations in
 # cpu/kernels_amd64.go or its tables in cpu/vectables_amd64.go are not what internal/cmd/asmgen generates now: someone edited the assembly by hand or changed the generator without
-# running `go generate ./cpu`. Run from anywhere inside the repository.
+# running `go generate ./cpu`. It runs the generator's own tests first. Run from anywhere
+# inside the repository.
 set -euo pipefail
 
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+go test -C "$root/internal/cmd/asmgen" ./...
 go run -C "$root/internal/cmd/asmgen" . -out "$tmp/kernels_amd64.s" -stubs "$tmp/kernels_amd64.go" -tables "$tmp/vectables_amd64.go"
 for f in kernels_amd64.s kernels_amd64.go vectables_amd64.go; do
 	if ! diff -u "$root/cpu/$f" "$tmp/$f"; then

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// -tests.cpu-level restricts TestCPU to the listed levels, e.g. avx512 alone under the
+// -tests.cpu-level restricts TestCPU to the listed levels, e.g. avx512,avx512fp16 under the
 // emulator (scripts/avx512emu): each SIMD level is still compared with the pure-Go plan. A
 // level missing here fails the test, so such a run can not pass without testing it.
 var onlyCPULevels = flag.String("tests.cpu-level", "", "comma-separated CPU levels for TestCPU (default: every one here); fails without them")

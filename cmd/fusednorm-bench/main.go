@@ -73,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.only, "only", "", "run only the cases whose name contains this")
 	fs.StringVar(&o.dtype, "dtype", "all", "f32, f16 or all")
 	fs.IntVar(&o.threads, "threads", runtime.GOMAXPROCS(0), "goroutines per CPU call, and for the bandwidth probe")
-	fs.StringVar(&o.level, "level", "", "CPU kernel level: avx512, avx2 or go (default: the widest this processor runs)")
+	fs.StringVar(&o.level, "level", "", "CPU kernel level: avx512fp16, avx512, avx2 or go (default: the widest this processor runs)")
 	fs.IntVar(&o.reps, "reps", 3, "timed runs per case, at least")
 	fs.DurationVar(&o.minTime, "min-time", time.Second, "time each case for at least this long (and -reps runs)")
 	fs.IntVar(&o.warmup, "warmup", 1, "untimed runs before timing")

@@ -12,9 +12,15 @@
 # magnitude, where IEEE round-to-nearest-even goes to the even neighbour. Upstream fixed
 # it in 2.8 ("roundBits ^ 8", then softfloat3e's softfloat_roundPackToF16). Bookworm's
 # source can not be fetched here (its orig tarball is not on the mirror), so this builds
-# the bochs 3.0 source of Debian trixie, which has the fix and needs no patch. The
-# Debian build also starts in its debugger and has no nogui display; this one has
-# neither debugger nor display, sound, USB or network, and the optimizations on.
+# the bochs 3.0 source of Debian trixie, which has the fix. The Debian build also starts
+# in its debugger and has no nogui display; this one has neither debugger nor display,
+# sound, USB or network, and the optimizations on.
+#
+# One patch: the sapphire_rapids CPU model (the one with AVX512-FP16, which run.sh
+# emulates) loses 5-level paging (LA57). With it, a guest kernel that turns LA57 on stops
+# Bochs at its first SMI: "SMM restore: CR4 consistency check failed" (restoring CR4
+# with LA57 set fails the check that a MOV to CR4 in long mode must pass). Nothing here
+# needs 57-bit addresses.
 #
 # Facts (Debian bookworm, 2-core EPYC): a cold build takes 2 min 15 s, apt-get update and
 # download 8 s, configure 12 s, make -j2 1 min 53 s (2 min 50 s with gcc's default -g).
@@ -29,7 +35,7 @@ VER=3.0
 TARBALL=bochs_3.0+dfsg.orig.tar.xz
 SHA256=78f6c73d4a6472d5130a87ab9dc306d02c7c71ed8e25b3a8ef642e2a7acd282b
 CONFIGURE=(
-	--enable-x86-64 --enable-cpu-level=6 --enable-avx --enable-evex # corei7_skylake_x
+	--enable-x86-64 --enable-cpu-level=6 --enable-avx --enable-evex # sapphire_rapids
 	--enable-all-optimizations --disable-stats --disable-show-ips
 	--with-nogui --disable-debugger --disable-plugins --disable-docbook
 )
@@ -73,6 +79,9 @@ if ! /usr/lib/apt/apt-helper download-file "${uri%/*}/$TARBALL" "$B/$TARBALL" "S
 	exit 1
 fi
 tar -xf "$B/$TARBALL" -C "$B"
+model=$B/bochs-$VER/cpu/cpudb/intel/sapphire_rapids.cc
+grep -q '^  enable_cpu_extension(BX_ISA_LA57);$' "$model" || { echo "build-bochs: no LA57 line to drop in $model" >&2; exit 1; }
+sed -i '/^  enable_cpu_extension(BX_ISA_LA57);$/d' "$model"
 
 log "configuring"
 mkdir -p "$B/obj"

@@ -4,9 +4,10 @@
 #
 #   scripts/avx512emu/run.sh /tmp/cpu.test -test.run 'Kernel|Level' -test.short -test.v
 #
-# How: Bochs (3.0, built by build-bochs.sh from Debian's source) emulates a corei7_skylake_x
-# CPU (AVX-512 F/CD/BW/DQ/VL, AVX2, FMA, F16C) and boots Debian's linux-image-cloud-amd64
-# kernel (LZ4-compressed, so it unpacks in seconds inside the emulator) from an ISO made
+# How: Bochs (3.0, built by build-bochs.sh from Debian's source) emulates a sapphire_rapids
+# CPU (AVX-512 F/CD/BW/DQ/VL and FP16, AVX2, FMA, F16C) and boots Debian's 6.12 cloud
+# kernel, linux-image-6.12-cloud-amd64 from bookworm-security (LZ4-compressed, so it
+# unpacks in seconds inside the emulator) from an ISO made
 # with isolinux + xorriso. The initramfs holds a tiny Go init (guestinit/) and the
 # binary (and the files named in AVX512EMU_FILES); init runs it, prints "AVX512EMU: EXIT
 # <code>" on the serial console and powers the guest off. This script streams the serial
@@ -21,12 +22,12 @@
 #    unless the kernel is told "clearcpuid=xsaves,xsavec" (standard XSAVE format). 3.0
 #    boots with AVX-512 without it; it stays, harmless.
 #  - the bx_generic CPU can not report CPUID leaf 7 (no AVX2/AVX-512 bits) in 2.7, and
-#    the tigerlake model hangs the kernel; corei7_skylake_x works.
-#  - 3.0's sapphire_rapids model (the one with AVX512-FP16) hangs the kernel too, early
-#    (after "LSM: Security Framework initializing", or "Mountpoint-cache" with
-#    lsm=capability); clearcpuid=waitpkg,pku,umip, ibt=off, idle=nomwait, no5lvl and
-#    lapic=notscdeadline did not help, and with nolapic_timer Bochs stops on "SMM
-#    restore: CR4 consistency check failed". So no AVX512-FP16 kernel can be tested here.
+#    the tigerlake model hangs the kernel; corei7_skylake_x works, but has no AVX512-FP16.
+#  - sapphire_rapids (3.0) hangs bookworm's 6.1 kernel early in its boot (after "LSM:
+#    Security Framework initializing"; clearcpuid=waitpkg,serialize,pku,umip, ibt=off,
+#    idle=nomwait, nolapic_timer and lapic=notscdeadline did not help). The 6.12 kernel
+#    boots, once the model has no LA57 (build-bochs.sh drops it: with it Bochs stops on
+#    "SMM restore: CR4 consistency check failed"). Boot and power-off take ~15 s.
 #  - the guest powers off through ACPI, which Bochs reports as a fatal error: its exit
 #    code is 1 on success too.
 # Guest clock readings (test durations) are meaningless. On a 2-core EPYC the 3.0 build
@@ -35,7 +36,7 @@
 # Environment: AVX512EMU_WORK (scratch + cache dir, default /tmp/avx512emu),
 # AVX512EMU_TIMEOUT (seconds for the emulator, default 3000), AVX512EMU_MEGS (guest RAM,
 # default 2048), AVX512EMU_REQUIRE (default 1: fail with exit 3 when the guest kernel
-# does not report avx512f, avx512bw and avx512vl), AVX512EMU_FILES (space-separated paths
+# does not report avx512f, avx512bw, avx512vl and avx512_fp16), AVX512EMU_FILES (space-separated paths
 # relative to the current directory, files or trees, copied into the guest at the same
 # paths under /), AVX512EMU_CWD (the binary's working directory in the guest, default /tmp).
 # Needs root (apt-get) on Debian, and Go to build the init. Idempotent.
@@ -54,6 +55,7 @@ WORK=${AVX512EMU_WORK:-/tmp/avx512emu}
 TMO=${AVX512EMU_TIMEOUT:-3000}
 MEGS=${AVX512EMU_MEGS:-2048}
 REQUIRE=${AVX512EMU_REQUIRE:-1}
+KMETA=linux-image-6.12-cloud-amd64
 T0=$(date +%s)
 log() { echo "avx512emu: [$(($(date +%s) - T0))s] $*" >&2; }
 
@@ -76,12 +78,12 @@ fi
 # 2. Bochs itself (cached).
 BOCHS=$(AVX512EMU_WORK=$WORK bash "$HERE/build-bochs.sh")
 
-# 3. The guest kernel (Debian's cloud kernel, downloaded once into the cache).
-KERNEL=$WORK/cache/vmlinuz
+# 3. The guest kernel (Debian's 6.12 cloud kernel, downloaded once into the cache).
+KERNEL=$WORK/cache/vmlinuz-6.12
 if [ ! -s "$KERNEL" ]; then
 	[ $updated = 1 ] || apt-get update -qq
-	kpkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
-	[ -n "$kpkg" ] || { echo "avx512emu: cannot resolve linux-image-cloud-amd64" >&2; exit 2; }
+	kpkg=$(apt-cache depends $KMETA | awk '/Depends: linux-image-/ {print $2; exit}')
+	[ -n "$kpkg" ] || { echo "avx512emu: cannot resolve $KMETA" >&2; exit 2; }
 	log "downloading $kpkg"
 	d=$(mktemp -d "$WORK/kdl.XXXXXX")
 	(cd "$d" && apt-get download -qq "$kpkg" 2>&1 | grep -v 'unsandboxed' || true)
@@ -127,7 +129,7 @@ xorriso -as mkisofs -quiet -o "$RUN/boot.iso" -b isolinux/isolinux.bin -c isolin
 
 cat >"$RUN/bochsrc" <<EOF
 megs: $MEGS
-cpu: model=corei7_skylake_x, count=1, ips=200000000, reset_on_triple_fault=0
+cpu: model=sapphire_rapids, count=1, ips=200000000, reset_on_triple_fault=0
 romimage: file=/usr/share/bochs/BIOS-bochs-latest
 vgaromimage: file=/usr/share/vgabios/vgabios.bin
 ata0: enabled=1, ioaddr1=0x1f0, ioaddr2=0x3f0, irq=14
@@ -143,7 +145,7 @@ clock: sync=none, time0=local
 EOF
 
 # 6. Boot, stream the serial console, collect the exit code.
-log "booting emulator ($BOCHS, corei7_skylake_x)"
+log "booting emulator ($BOCHS, sapphire_rapids)"
 cd "$RUN"
 : >serial.txt
 timeout "$TMO" "$BOCHS" -q -f bochsrc </dev/null >bochs.out 2>&1 &
@@ -169,7 +171,7 @@ if [ $brc = 124 ]; then
 fi
 flags=$(tr -d '\r' <serial.txt | grep -a '^AVX512EMU: flags:' | tail -1 || true)
 if [ "$REQUIRE" = 1 ]; then
-	for f in avx512f avx512bw avx512vl; do
+	for f in avx512f avx512bw avx512vl avx512_fp16; do
 		case " $flags " in
 		*" $f "*) ;;
 		*)

@@ -93,6 +93,7 @@ func main() {
 		masks(v)
 		copyNT(v)
 	}
+	embedF16FP16(avx512)
 	tree()
 	memory()
 
@@ -101,6 +102,9 @@ func main() {
 		fail(err)
 	}
 	if err := pass.Compile.Execute(f); err != nil {
+		fail(err)
+	}
+	if err := encodeFP16(f); err != nil {
 		fail(err)
 	}
 	// A fixed command line in the header, so regenerating into any path gives the same file.
