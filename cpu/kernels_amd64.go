@@ -850,14 +850,14 @@ func avx512MaskFirstZero(m []int32) int
 //go:noescape
 func avx512CopyNT(dst []float32, src []float32)
 
-// avx512fp16EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x,
-// adding in binary16 (VADDPH, nearest-even: MXCSR as Go leaves it).
+// avx512fp16EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
+// (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
 func avx512fp16EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
 
-// avx512fp16EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x,
-// adding in binary16 (VADDPH, nearest-even: MXCSR as Go leaves it).
+// avx512fp16EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x
+// (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
 func avx512fp16EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)

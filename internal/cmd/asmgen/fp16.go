@@ -21,34 +21,20 @@ import (
 // The operands keep the twin's order (w first, then the partial sum first), which decides
 // a NaN's payload.
 func embedF16FP16(v isa) {
-	n := v.name + "fp16"
-	for _, seg := range []bool{true, false} {
-		name, sig, what := n+"EmbedSumF16Seg", "func(x []float32, bits []uint16, w, p, g []uint16)", "rnd16(rnd16(w[i] + g[i]) + p[i])"
-		if !seg {
-			name, sig, what = n+"EmbedSumF16", "func(x []float32, bits []uint16, w, p []uint16)", "rnd16(w[i] + p[i])"
-		}
-		text(name, sig, name+" writes h = "+what+" as bits[i] and float32 x[i], for whole vectors of x,",
-			"adding in binary16 (VADDPH, nearest-even: MXCSR as Go leaves it).")
-		x, bits, w, p := base("x"), base("bits"), base("w"), base("p")
-		var g reg.GPVirtual
-		if seg {
-			g = base("g")
-		}
-		v.loop(name, length("x"), 2, func(i reg.Register, off int) {
-			h, b := c.YMM(), c.YMM()
-			c.VMOVDQU16(u16(w, i, off), h)
-			if seg {
-				c.VMOVDQU16(u16(g, i, off), b)
-				vaddph(b, h, h)
-			}
-			c.VMOVDQU16(u16(p, i, off), b)
+	v.embedSums(v.name+"fp16", "(adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).", func(x, bits, w, p, g reg.GPVirtual, i reg.Register, off int) {
+		h, b := c.YMM(), c.YMM()
+		c.VMOVDQU16(u16(w, i, off), h)
+		if g != nil {
+			c.VMOVDQU16(u16(g, i, off), b)
 			vaddph(b, h, h)
-			c.VMOVDQU16(h, u16(bits, i, off))
-			f := v.vec()
-			c.VCVTPH2PS(h, f)
-			c.VMOVUPS(f, f32(x, i, off))
-		})
-	}
+		}
+		c.VMOVDQU16(u16(p, i, off), b)
+		vaddph(b, h, h)
+		c.VMOVDQU16(h, u16(bits, i, off))
+		f := v.vec()
+		c.VCVTPH2PS(h, f)
+		c.VMOVUPS(f, f32(x, i, off))
+	})
 }
 
 // vaddph emits dst = a + b on 16 binary16 lanes (YMM), a being the first source operand

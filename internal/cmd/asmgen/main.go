@@ -800,37 +800,45 @@ func tree() {
 	}
 }
 
+// embedF16 emits EmbedLayerNorm's staged binary16 sums with F16C: each stage a float32
+// addition between widening and narrowing conversions.
 func embedF16(v isa) {
-	n := v.name
-	for _, seg := range []bool{true, false} {
-		name, sig, what := n+"EmbedSumF16Seg", "func(x []float32, bits []uint16, w, p, g []uint16)", "rnd16(rnd16(w[i] + g[i]) + p[i])"
-		if !seg {
-			name, sig, what = n+"EmbedSumF16", "func(x []float32, bits []uint16, w, p []uint16)", "rnd16(w[i] + p[i])"
+	v.embedSums(v.name, "(VCVTPS2PH imm 0: nearest-even).", func(x, bits, w, p, g reg.GPVirtual, i reg.Register, off int) {
+		a, b := v.vec(), v.vec()
+		h := v.half()
+		c.VCVTPH2PS(u16(w, i, off), a)
+		if g != nil { // rnd16(w + g) first
+			c.VCVTPH2PS(u16(g, i, off), b)
+			c.VADDPS(b, a, a)
+			c.VCVTPS2PH(U8(0), a, h)
+			c.VCVTPH2PS(h, a)
 		}
-		text(name, sig, name+" writes h = "+what+" as bits[i] and float32 x[i], for whole vectors of x",
-			"(VCVTPS2PH imm 0: nearest-even).")
+		c.VCVTPH2PS(u16(p, i, off), b)
+		c.VADDPS(b, a, a)
+		c.VCVTPS2PH(U8(0), a, h)
+		c.VMOVUPS(h, u16(bits, i, off))
+		c.VCVTPH2PS(h, a)
+		c.VMOVUPS(a, f32(x, i, off))
+	})
+}
+
+// embedSums emits the staged-sum kernels prefix+"EmbedSumF16Seg" (with a segment row g)
+// and prefix+"EmbedSumF16" (without: g is nil), h = rnd16(rnd16(w + g) + p) or
+// rnd16(w + p) as bits and float32 x over whole vectors of x; step computes and stores the
+// vector at element i+off, how says how (the doc's second line).
+func (v isa) embedSums(prefix, how string, step func(x, bits, w, p, g reg.GPVirtual, i reg.Register, off int)) {
+	for _, seg := range []bool{true, false} {
+		name, sig, what := prefix+"EmbedSumF16Seg", "func(x []float32, bits []uint16, w, p, g []uint16)", "rnd16(rnd16(w[i] + g[i]) + p[i])"
+		if !seg {
+			name, sig, what = prefix+"EmbedSumF16", "func(x []float32, bits []uint16, w, p []uint16)", "rnd16(w[i] + p[i])"
+		}
+		text(name, sig, name+" writes h = "+what+" as bits[i] and float32 x[i], for whole vectors of x", how)
 		x, bits, w, p := base("x"), base("bits"), base("w"), base("p")
 		var g reg.GPVirtual
 		if seg {
 			g = base("g")
 		}
-		v.loop(name, length("x"), 2, func(i reg.Register, off int) {
-			a, b := v.vec(), v.vec()
-			h := v.half()
-			c.VCVTPH2PS(u16(w, i, off), a)
-			if seg { // rnd16(w + g) first
-				c.VCVTPH2PS(u16(g, i, off), b)
-				c.VADDPS(b, a, a)
-				c.VCVTPS2PH(U8(0), a, h)
-				c.VCVTPH2PS(h, a)
-			}
-			c.VCVTPH2PS(u16(p, i, off), b)
-			c.VADDPS(b, a, a)
-			c.VCVTPS2PH(U8(0), a, h)
-			c.VMOVUPS(h, u16(bits, i, off))
-			c.VCVTPH2PS(h, a)
-			c.VMOVUPS(a, f32(x, i, off))
-		})
+		v.loop(name, length("x"), 2, func(i reg.Register, off int) { step(x, bits, w, p, g, i, off) })
 	}
 }
 
