@@ -5034,8 +5034,8 @@ TEXT ·avx2MaskCountOnes(SB), NOSPLIT, $0-28
 	VXORPS       Y1, Y1, Y1
 	MOVQ         m_base+0(FP), AX
 	MOVQ         m_len+8(FP), CX
-	ANDQ         $-8, CX
 	XORQ         DX, DX
+	ANDQ         $-8, CX
 	CMPQ         DX, CX
 	JAE          avx2MaskCountOnes_done
 
@@ -5063,29 +5063,30 @@ avx2MaskCountOnes_done:
 TEXT ·avx2MaskFirstZero(SB), NOSPLIT, $0-32
 	VXORPS Y0, Y0, Y0
 	MOVQ   m_base+0(FP), CX
-	MOVQ   m_len+8(FP), DX
-	ANDQ   $-8, DX
-	XORQ   BX, BX
-	CMPQ   BX, DX
+	MOVQ   m_len+8(FP), AX
+	XORQ   DX, DX
+	MOVQ   AX, BX
+	ANDQ   $-8, BX
+	CMPQ   DX, BX
 	JAE    avx2MaskFirstZero_done
 
 avx2MaskFirstZero_loop:
-	VPCMPEQD  (CX)(BX*4), Y0, Y1
+	VPCMPEQD  (CX)(DX*4), Y0, Y1
 	VMOVMSKPS Y1, AX
 	TESTL     AX, AX
 	JNZ       avx2MaskFirstZero_found
-	ADDQ      $0x00000008, BX
-	CMPQ      BX, DX
+	ADDQ      $0x00000008, DX
+	CMPQ      DX, BX
 	JB        avx2MaskFirstZero_loop
 
 avx2MaskFirstZero_done:
-	MOVQ DX, ret+24(FP)
+	MOVQ BX, ret+24(FP)
 	VZEROUPPER
 	RET
 
 avx2MaskFirstZero_found:
 	BSFL AX, SI
-	ADDQ BX, SI
+	ADDQ DX, SI
 	MOVQ SI, ret+24(FP)
 	VZEROUPPER
 	RET
@@ -11188,8 +11189,8 @@ TEXT ·avx512MaskCountOnes(SB), NOSPLIT, $0-28
 	VPXORD       Z1, Z1, Z1
 	MOVQ         m_base+0(FP), AX
 	MOVQ         m_len+8(FP), CX
-	ANDQ         $-16, CX
 	XORQ         DX, DX
+	ANDQ         $-16, CX
 	CMPQ         DX, CX
 	JAE          avx512MaskCountOnes_done
 
@@ -11219,29 +11220,30 @@ avx512MaskCountOnes_done:
 TEXT ·avx512MaskFirstZero(SB), NOSPLIT, $0-32
 	VPXORD Z0, Z0, Z0
 	MOVQ   m_base+0(FP), CX
-	MOVQ   m_len+8(FP), DX
-	ANDQ   $-16, DX
-	XORQ   BX, BX
-	CMPQ   BX, DX
+	MOVQ   m_len+8(FP), AX
+	XORQ   DX, DX
+	MOVQ   AX, BX
+	ANDQ   $-16, BX
+	CMPQ   DX, BX
 	JAE    avx512MaskFirstZero_done
 
 avx512MaskFirstZero_loop:
-	VPCMPEQD (CX)(BX*4), Z0, K1
+	VPCMPEQD (CX)(DX*4), Z0, K1
 	KMOVW    K1, AX
 	TESTL    AX, AX
 	JNZ      avx512MaskFirstZero_found
-	ADDQ     $0x00000010, BX
-	CMPQ     BX, DX
+	ADDQ     $0x00000010, DX
+	CMPQ     DX, BX
 	JB       avx512MaskFirstZero_loop
 
 avx512MaskFirstZero_done:
-	MOVQ DX, ret+24(FP)
+	MOVQ BX, ret+24(FP)
 	VZEROUPPER
 	RET
 
 avx512MaskFirstZero_found:
 	BSFL AX, SI
-	ADDQ BX, SI
+	ADDQ DX, SI
 	MOVQ SI, ret+24(FP)
 	VZEROUPPER
 	RET

@@ -165,10 +165,18 @@ func (v isa) broadcastParam(name string) reg.VecVirtual {
 	return y
 }
 
-// loop emits "for i := 0; i < n&^(lanes−1); i += lanes { body(i, 0) }", unrolled `unroll`
-// times while enough elements remain, then VZEROUPPER and RET. body(i, off) handles
-// elements i+off … i+off+lanes−1. Labels take the function's name.
+// loop is walk, then VZEROUPPER and RET.
 func (v isa) loop(name string, n reg.Register, unroll int, body func(i reg.Register, off int)) {
+	v.walk(name, n, unroll, body)
+	c.VZEROUPPER()
+	c.RET()
+}
+
+// walk emits "for i := 0; i < n&^(lanes−1); i += lanes { body(i, 0) }", unrolled `unroll`
+// times while enough elements remain, ending at the label name_done, and returns the
+// register holding n&^(lanes−1). body(i, off) handles elements i+off … i+off+lanes−1.
+// Labels take the function's name.
+func (v isa) walk(name string, n reg.Register, unroll int, body func(i reg.Register, off int)) reg.Register {
 	i := c.GP64()
 	end := c.GP64()
 	c.XORQ(i, i)
@@ -196,8 +204,7 @@ func (v isa) loop(name string, n reg.Register, unroll int, body func(i reg.Regis
 	c.CMPQ(i, end)
 	c.JB(LabelRef(name + "_loop"))
 	c.Label(name + "_done")
-	c.VZEROUPPER()
-	c.RET()
+	return end
 }
 
 // widen16 loads one vector of 16-bit values (binary16 or bfloat16) from m as float32.
@@ -919,24 +926,13 @@ func masks(v isa) {
 	}
 }
 
-// maskWalk emits "for i := 0; i < end; i += lanes { body(&m[i], i) }" over the whole
-// vectors of the int32 slice m, ending at the label name_done (where an empty m lands as
-// well), and returns end, the whole vectors' element count.
+// maskWalk is walk over the whole vectors of the int32 slice m, one vector a step, with
+// body given the address of m[i] and i; it returns the whole vectors' element count.
 func (v isa) maskWalk(name string, body func(m Mem, i reg.Register)) reg.Register {
 	p := base("m")
-	end := length("m")
-	c.ANDQ(I32(-v.lanes), end)
-	i := c.GP64()
-	c.XORQ(i, i)
-	c.CMPQ(i, end)
-	c.JAE(LabelRef(name + "_done"))
-	c.Label(name + "_loop")
-	body(Mem{Base: p, Index: i, Scale: 4}, i)
-	c.ADDQ(U32(v.lanes), i)
-	c.CMPQ(i, end)
-	c.JB(LabelRef(name + "_loop"))
-	c.Label(name + "_done")
-	return end
+	return v.walk(name, length("m"), 1, func(i reg.Register, _ int) {
+		body(Mem{Base: p, Index: i, Scale: 4}, i)
+	})
 }
 
 func copyNT(v isa) {
