@@ -3,8 +3,6 @@ package cpu
 import (
 	"context"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -33,13 +31,9 @@ func atLevels(b *testing.B, fn func(b *testing.B)) {
 }
 
 // benchRow is BERT-base's hidden size: one row is the unit every kernel sees. ROW sets
-// another (ROW=4096: the long rows of the large bench shapes, which spill L1).
-func benchRow() int {
-	if v, err := strconv.Atoi(os.Getenv("ROW")); err == nil && v > 0 {
-		return v
-	}
-	return 768
-}
+// another for BenchmarkKernels (ROW=4096: the long rows of the large bench shapes, which
+// spill L1).
+const benchRow = 768
 
 // normal returns n float32 values from N(0, 1): realistic activations. (The test data's
 // subnormals would time the processor's microcode assists rather than the kernels.)
@@ -53,7 +47,8 @@ func normal(r *rand.Rand, n int) []float32 {
 
 func BenchmarkKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
-	n := benchRow()
+	n := benchRow
+	envInt(b, "ROW", &n)
 	x, y, g, be := normal(r, n), make([]float32, n), normal(r, n), normal(r, n)
 	h1, h2, h3, bits := halves(r, n), halves(r, n), halves(r, n), make([]uint16, n)
 	part := make([]float32, plan.MaxW)
