@@ -38,9 +38,10 @@
 # Environment: AVX512EMU_WORK (scratch + cache dir, default /tmp/avx512emu),
 # AVX512EMU_TIMEOUT (seconds for the emulator, default 3000), AVX512EMU_MEGS (guest RAM,
 # default 2048), AVX512EMU_REQUIRE (default 1: fail with exit 3 when the guest kernel
-# does not report avx512f, avx512bw, avx512vl and avx512_fp16), AVX512EMU_FILES (space-separated paths
-# relative to the current directory, files or trees, copied into the guest at the same
-# paths under /), AVX512EMU_CWD (the binary's working directory in the guest, default /tmp).
+# does not report avx512f, avx512bw, avx512vl and avx512_fp16), AVX512EMU_FILES
+# (space-separated paths relative to the current directory, files or trees, copied into
+# the guest at the same paths under /), AVX512EMU_CWD (the binary's working directory in
+# the guest, default /tmp).
 # Needs root (apt-get) on Debian, and Go to build the init. Idempotent.
 set -euo pipefail
 
@@ -57,6 +58,7 @@ WORK=${AVX512EMU_WORK:-/tmp/avx512emu}
 TMO=${AVX512EMU_TIMEOUT:-3000}
 MEGS=${AVX512EMU_MEGS:-2048}
 REQUIRE=${AVX512EMU_REQUIRE:-1}
+MODEL=sapphire_rapids
 KMETA=linux-image-6.12-cloud-amd64
 T0=$(date +%s)
 log() { echo "avx512emu: [$(($(date +%s) - T0))s] $*" >&2; }
@@ -131,7 +133,7 @@ xorriso -as mkisofs -quiet -o "$RUN/boot.iso" -b isolinux/isolinux.bin -c isolin
 
 cat >"$RUN/bochsrc" <<EOF
 megs: $MEGS
-cpu: model=sapphire_rapids, count=1, ips=200000000, reset_on_triple_fault=0
+cpu: model=$MODEL, count=1, ips=200000000, reset_on_triple_fault=0
 romimage: file=/usr/share/bochs/BIOS-bochs-latest
 vgaromimage: file=/usr/share/vgabios/vgabios.bin
 ata0: enabled=1, ioaddr1=0x1f0, ioaddr2=0x3f0, irq=14
@@ -147,7 +149,7 @@ clock: sync=none, time0=local
 EOF
 
 # 6. Boot, stream the serial console, collect the exit code.
-log "booting emulator ($BOCHS, sapphire_rapids)"
+log "booting emulator ($BOCHS, $MODEL)"
 cd "$RUN"
 : >serial.txt
 timeout "$TMO" "$BOCHS" -q -f bochsrc </dev/null >bochs.out 2>&1 &
