@@ -90,6 +90,9 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 //	ahead     every row's inputs prefetched a row ahead (hwStreamRow and hwGatherRow past any row)
 //	hardware  no row prefetched ahead (hwStreamRow and hwGatherRow 0)
 //	unfused16 a 16-bit x output narrowed in a pass of its own after the first pass (fuse16 off)
+//	aheadN    rows prefetched N rows ahead where they are prefetched (prefetchAhead = N)
+//	stepsN    each row's prefetch cut into N pieces (prefetchSteps = N)
+//	a+b       the settings of a and b at once (hardware+steps1)
 //
 // It reports, per configuration, the median over pairs of its time divided by the first
 // configuration's (…/first), and its median time in ms. REPS sets the pairs (default 9).
@@ -137,11 +140,26 @@ func BenchmarkStreamAB(b *testing.B) {
 	default:
 		b.Fatalf("OP=%q: want add or embed", os.Getenv("OP"))
 	}
-	hw, hwg, fx := hwStreamRow, hwGatherRow, fuse16
-	defer func() { hwStreamRow, hwGatherRow, fuse16 = hw, hwg, fx }()
+	hw, hwg, fx, pa0, ps0 := hwStreamRow, hwGatherRow, fuse16, prefetchAhead, prefetchSteps
+	restore := func() {
+		hwStreamRow, hwGatherRow, fuse16, prefetchAhead, prefetchSteps = hw, hwg, fx, pa0, ps0
+	}
+	defer restore()
 	run := func(cfg string) time.Duration {
-		hwStreamRow, hwGatherRow, fuse16 = hw, hwg, fx
-		switch cfg {
+		restore()
+		named := "now" // the configuration the aheadN and stepsN settings modify
+		f := op
+		for _, m := range strings.Split(cfg, "+") {
+			var n int
+			if _, err := fmt.Sscanf(m, "ahead%d", &n); err == nil {
+				prefetchAhead = n
+			} else if _, err := fmt.Sscanf(m, "steps%d", &n); err == nil {
+				prefetchSteps = n
+			} else {
+				named = m
+			}
+		}
+		switch named {
 		case "probe":
 			t := time.Now()
 			for o := 0; o+row <= len(pa); o += row {
@@ -158,20 +176,24 @@ func BenchmarkStreamAB(b *testing.B) {
 		case "unfused16":
 			fuse16 = false
 		default:
-			b.Fatalf("CFGS: unknown configuration %q", cfg)
+			b.Fatalf("CFGS: unknown configuration %q in %q", named, cfg)
 		}
 		t := time.Now()
-		if err := op(); err != nil {
+		if err := f(); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(t)
 	}
+	// Each round runs the configurations in a new random order: what ran just before
+	// matters (the configuration after the probe ran up to 20% slower on the EPYC, the
+	// untimed run between them notwithstanding), so no configuration keeps one neighbour.
 	times := make([][]float64, len(cfgs))
+	order := rand.New(rand.NewPCG(5, 5))
 	for b.Loop() {
 		for range reps {
-			for i, cfg := range cfgs {
-				run(cfg) // the same cache state before each timed run
-				times[i] = append(times[i], float64(run(cfg).Nanoseconds()))
+			for _, i := range order.Perm(len(cfgs)) {
+				run(cfgs[i]) // the same cache state before each timed run
+				times[i] = append(times[i], float64(run(cfgs[i]).Nanoseconds()))
 			}
 		}
 	}
