@@ -24,10 +24,13 @@ bench: provision
 
 # ONNX Runtime's CPU kernel on the same shapes in the same run, one thread each.
 ORACLE := $(CURDIR)/build/oracle
-bench-ort: provision
+bench-ort: provision $(ORACLE)/node_modules
+	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench -backend cpu -threads 1 -ort $(ORACLE) $(BENCHFLAGS)
+
+# A copy of the shared oracle with its packages installed, made again when its lock file changes.
+$(ORACLE)/node_modules: ../shared/oracle/package-lock.json
 	rm -rf $(ORACLE) && mkdir -p build && cp -r ../shared/oracle $(ORACLE) && chmod -R u+w $(ORACLE)
 	cd $(ORACLE) && npm ci --ignore-scripts --no-audit --no-fund >/dev/null
-	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench -backend cpu -threads 1 -ort $(ORACLE) $(BENCHFLAGS)
 
 test: check-generated test-cpu test-race test-avx512emu test-dawn test-native
 	@echo "make test: all passed"

@@ -4,6 +4,9 @@
 # the benchmark. Then
 # carry carry/, third_party/dawn, third_party/env.sh and .gl (Vulkan loader and glvnd debs,
 # see the device tool's README) and run scripts/device-run.sh there.
+# With ORT=1 it also packs carry/ort.tar.xz: Node.js, the oracle with onnxruntime-node's
+# Linux x64 library only, and its stream probe built static, for `device-run.sh ort` (that
+# machine has neither Node.js nor a network). Carry carry/fusednorm-bench and that file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/provision.sh
@@ -19,3 +22,15 @@ go test -c -ldflags='-s -w' -o carry/root.test .
 go test -c -ldflags='-s -w' -o carry/cpu.test ./cpu
 go build -ldflags='-s -w' -o carry/fusednorm-bench ./cmd/fusednorm-bench
 ls -la carry
+if [ "${ORT:-}" = 1 ]; then
+	make "$PWD/build/oracle/node_modules" >/dev/null
+	pack=$(mktemp -d)
+	mkdir -p "$pack/bin" "$pack/oracle"
+	cp "$(command -v node)" "$pack/bin/"
+	(cd build/oracle && tar cf - --exclude='bin/napi-v6/darwin' --exclude='bin/napi-v6/win32' \
+		--exclude='bin/napi-v6/linux/arm64' --exclude=bench/stream .) | tar xf - -C "$pack/oracle"
+	gcc -O3 -march=x86-64-v3 -fopenmp -static -o "$pack/oracle/bench/stream" "$pack/oracle/bench/stream.c" 2>/dev/null
+	tar cf - -C "$pack" bin oracle | xz -T0 -6 >carry/ort.tar.xz
+	rm -rf "$pack"
+	ls -la carry/ort.tar.xz
+fi

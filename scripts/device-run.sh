@@ -7,9 +7,21 @@
 # conformance suite at every level, bit for bit against the pure-Go plan) and timed
 # (LEVELS picks the one-thread levels timed, default "avx512 avx2"; one device call has
 # room for one of them with the tests).
+# With "ort" (after ORT=1 scripts/device-build.sh; carry carry/fusednorm-bench and
+# carry/ort.tar.xz) it runs the benchmark on one thread beside ONNX Runtime's CPU kernel on
+# the same shapes, as `make bench-ort` does here (LEVEL picks the kernels, default the widest).
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+if [ "${1:-}" = ort ]; then
+	ort=/tmp/fusednorm-ort
+	rm -rf "$ort" && mkdir -p "$ort" && tar xJf carry/ort.tar.xz -C "$ort" || exit 1
+	{ lscpu | grep "Model name"; "$ort/bin/node" --version; } | tee "$OUT/cpu.txt"
+	PATH=$ort/bin:$PATH timeout 560 carry/fusednorm-bench -cases shaders -backend cpu ${LEVEL:+-level $LEVEL} \
+		-threads 1 -ort "$ort/oracle" ${ONLY:+-only $ONLY} -json "$OUT/bench-ort.json" >"$OUT/bench-ort.txt" 2>&1
+	echo "bench with ORT rc=$?"; tail -20 "$OUT/bench-ort.txt"
+	exit 0
+fi
 if [ "${1:-}" = cpu ]; then
 	{ lscpu | grep "Model name"; grep -o 'avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } >"$OUT/cpu.txt"
 	(cd cpu && timeout 150 ../carry/cpu.test -test.v >"$OUT/cpu-test.log" 2>&1; echo "rc=$?" >>"$OUT/cpu-test.log")
