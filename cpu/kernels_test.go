@@ -816,6 +816,14 @@ func TestNonTemporalLevels(t *testing.T) {
 	t.Run("AddLayerNormHardwareStream", TestAddLayerNormLevels)
 	t.Run("EmbedLayerNormHardwareStream", TestEmbedLayerNormLevels)
 	hwStreamRow, hwGatherRow = 1<<62, 1<<62
+	// 16-bit gamma and beta widened at every width, and at none.
+	defer func(b int) { wideBytes = b }(wideBytes)
+	wideBytes = 1 << 62
+	t.Run("AddLayerNormWideWeights", TestAddLayerNormLevels)
+	t.Run("EmbedLayerNormWideWeights", TestEmbedLayerNormLevels)
+	wideBytes = 0
+	t.Run("AddLayerNormNarrowWeights", TestAddLayerNormLevels)
+	t.Run("EmbedLayerNormNarrowWeights", TestEmbedLayerNormLevels)
 	// The 16-bit first passes in pieces of one W.
 	sumPiece = 1
 	t.Run("AddLayerNormPieces", TestAddLayerNormLevels)

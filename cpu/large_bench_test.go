@@ -91,6 +91,7 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 //	hardware  no row prefetched ahead (hwStreamRow and hwGatherRow 0)
 //	unfused16 a 16-bit x output narrowed in a pass of its own after the first pass (fuse16 off)
 //	smallpages EmbedLayerNorm with a word table left on small pages (Options.NoHugePages)
+//	narrowweights EmbedLayerNorm f16 widening gamma and beta on every token (wideWeights off)
 //	aheadN    rows prefetched N rows ahead where they are prefetched (prefetchAhead = N)
 //	stepsN    each row's prefetch cut into N pieces (prefetchSteps = N)
 //	a+b       the settings of a and b at once (hardware+steps1)
@@ -149,9 +150,9 @@ func BenchmarkStreamAB(b *testing.B) {
 	default:
 		b.Fatalf("OP=%q: want add or embed", os.Getenv("OP"))
 	}
-	hw, hwg, fx, pa0, ps0 := hwStreamRow, hwGatherRow, fuse16, prefetchAhead, prefetchSteps
+	hw, hwg, fx, pa0, ps0, ww := hwStreamRow, hwGatherRow, fuse16, prefetchAhead, prefetchSteps, wideWeights
 	restore := func() {
-		hwStreamRow, hwGatherRow, fuse16, prefetchAhead, prefetchSteps = hw, hwg, fx, pa0, ps0
+		hwStreamRow, hwGatherRow, fuse16, prefetchAhead, prefetchSteps, wideWeights = hw, hwg, fx, pa0, ps0, ww
 	}
 	defer restore()
 	run := func(cfg string) time.Duration {
@@ -184,6 +185,8 @@ func BenchmarkStreamAB(b *testing.B) {
 			hwStreamRow, hwGatherRow = 0, 0
 		case "unfused16":
 			fuse16 = false
+		case "narrowweights":
+			wideWeights = false
 		case "smallpages":
 			if opSmallPages == nil {
 				b.Fatal("CFGS: smallpages is for OP=embed")
