@@ -86,7 +86,10 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32
 	c.w16 = weightsOf(a.Gamma, a.Beta)
 	if wideWeights && c.w16.gammaH != nil && 8*D <= wideBytes {
-		c.widenWeights()
+		if cap(c.wide) < 2*D {
+			c.wide = make([]float32, 2*D)
+		}
+		c.w16 = widened(c.k, c.wide, a.Gamma, a.Beta)
 	}
 	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
 	c.reset()
@@ -115,31 +118,13 @@ type addCall struct {
 	x16                bool // addSum16 writes x too (non-temporally, in the inputs' format)
 	piece              int
 	w16                weights16 // gamma and beta for a 16-bit y: as given, or widened into wide
-	wide               []float32 // scratch, kept with the pooled call: gamma and beta widened (wideWeights)
+	wide               []float32 // scratch kept with the pooled call: gamma and beta widened (wideWeights in rowstats.go)
 	wg                 sync.WaitGroup
 }
 
 var addCalls = sync.Pool{New: func() any { return new(addCall) }}
 
 func (c *addCall) reset() { c.k, c.a, c.w16 = nil, ops.AddLN{}, weights16{} }
-
-// widenWeights widens 16-bit gamma and beta into c.wide once per call, so the affine step
-// of every row converts one vector instead of three (wideWeights in embed.go: the same
-// trade, for rows of up to wideBytes of widened weights).
-func (c *addCall) widenWeights() {
-	D := c.a.D
-	if cap(c.wide) < 2*D {
-		c.wide = make([]float32, 2*D)
-	}
-	g, b := c.wide[:D], c.wide[D:2*D]
-	widen := c.k.widenF16
-	if c.a.Gamma.DType == ops.BF16 {
-		widen = c.k.widenBF16
-	}
-	widen(g, c.w16.gammaH)
-	widen(b, c.w16.betaH)
-	c.w16 = weights16{gamma: g, beta: b}
-}
 
 // biasSpan is where the bias of elements [lo, hi) of the row at element off lies in the
 // bias tensor: the row's own elements of a full bias, or [lo, hi) of a bias row; ok is

@@ -54,20 +54,6 @@ type embedOp struct {
 	closed atomic.Bool
 }
 
-// wideWeights has the 16-bit affine step read gamma and beta widened to float32 once (at
-// PrepareEmbed; once per AddLayerNorm call) instead of on every row, for rows whose widened
-// weights take at most wideBytes: the affine step then converts one vector instead of
-// three. Longer rows keep them 16-bit, where they take half the L1 beside x. Paired on the
-// Xeon (time over the probe's, BenchmarkStreamAB CFGS=probe,now,narrowweights, three
-// runs): EmbedLN f16 (64,512,1024) 0.90/0.96/0.99 widened against 1.06/1.03/1.02, AddLN
-// f16 (16384,1024) 1.24/1.44/1.18 against 1.30/1.55/1.27, but EmbedLN (32,512,4096)
-// 1.59/1.61/1.57 against 1.43/1.47/1.45 (docs/measurements/wide-weights.txt). wideWeights
-// is off only for those comparisons.
-var (
-	wideWeights = true
-	wideBytes   = 8 << 10
-)
-
 // PrepareEmbed binds the weights. The tables must not change while the op is in use. A
 // word table of hugeBytes or more is moved onto huge pages (unless Options.NoHugePages):
 // its values and address stay, and a kernel that declines leaves it as it was.
@@ -77,9 +63,7 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	}
 	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H)}
 	if w.DType == ops.F16 && 8*w.H <= wideBytes {
-		op.wide = weights16{gamma: make([]float32, w.H), beta: make([]float32, w.H)}
-		b.k.widenF16(op.wide.gamma, w.Gamma.U16)
-		b.k.widenF16(op.wide.beta, w.Beta.U16)
+		op.wide = widened(b.k, make([]float32, 2*w.H), w.Gamma, w.Beta)
 	}
 	return op, nil
 }

@@ -200,9 +200,9 @@ func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rs
 	}
 }
 
-// weights16 are gamma and beta of a 16-bit affine step as the caller gave them: float32,
-// or in y's 16-bit format (gammaH and betaH: read as they are, widened in the kernel's
-// loads).
+// weights16 are gamma and beta of a 16-bit affine step: float32 (as the caller gave them,
+// or widened), or in y's 16-bit format (gammaH and betaH: read as they are, widened in the
+// kernel's loads).
 type weights16 struct {
 	gamma, beta   []float32
 	gammaH, betaH []uint16
@@ -214,6 +214,34 @@ func weightsOf(gamma, beta ops.Buf) weights16 {
 		return weights16{gamma: gamma.F32, beta: beta.F32}
 	}
 	return weights16{gammaH: gamma.U16, betaH: beta.U16}
+}
+
+// wideWeights has the 16-bit affine step read gamma and beta widened to float32 once (in
+// EmbedLayerNorm's PrepareEmbed; once per AddLayerNorm call) instead of on every row, for
+// rows whose widened weights take at most wideBytes: the affine step then converts one
+// vector instead of three. Longer rows keep them 16-bit, where they take half the L1 beside x. Paired on the
+// Xeon (time over the probe's, BenchmarkStreamAB CFGS=probe,now,narrowweights, three
+// runs): EmbedLN f16 (64,512,1024) 0.90/0.96/0.99 widened against 1.06/1.03/1.02, AddLN
+// f16 (16384,1024) 1.24/1.44/1.18 against 1.30/1.55/1.27, but EmbedLN (32,512,4096)
+// 1.59/1.61/1.57 against 1.43/1.47/1.45 (docs/measurements/wide-weights.txt). wideWeights
+// is off only for those comparisons.
+var (
+	wideWeights = true
+	wideBytes   = 8 << 10
+)
+
+// widened is 16-bit gamma and beta widened into buf (twice their length): exact, so the
+// affine step gives the same bits from either form.
+func widened(k *kernelSet, buf []float32, gamma, beta ops.Buf) weights16 {
+	n := gamma.Len()
+	g, b := buf[:n], buf[n:2*n]
+	widen := k.widenF16
+	if gamma.DType == ops.BF16 {
+		widen = k.widenBF16
+	}
+	widen(g, gamma.U16)
+	widen(b, beta.U16)
+	return weights16{gamma: g, beta: b}
 }
 
 // normalize16 writes the affine step into elements [off, off+len(x)) of a 16-bit y,
