@@ -272,7 +272,9 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 			runtime.GC()
 			debug.FreeOSMemory()
 		}
-		r.PctOfProbe = 100 * r.GBps / r.Probe.Best()
+		if r.PctOfProbe == 0 { // the probe ran after the case: no pairs
+			r.PctOfProbe = 100 * r.GBps / r.Probe.Best()
+		}
 	}
 	if ort != nil && c.ORT != "" {
 		if or, err := ort.run(ctx, c.ORT); err != nil {
@@ -294,7 +296,7 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 const rewarmBelow = 1 << 30
 
 // timeCase times the case; with a prober (pr), each timed run is followed by one copy and
-// one stream pass of the probe, and r.Probe is set from those.
+// one stream pass of the probe, and r.Probe and r.PctOfProbe are set from those.
 func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result, pr *prober) error {
 	t0 := time.Now()
 	w, err := setup(eng, c, o.threads)
@@ -339,6 +341,7 @@ func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 	if pr != nil {
 		p := pr.result(copies, streams, passes(3, pr.readPass), true)
 		r.Probe = &p
+		r.PctOfProbe = 100 * pr.pairedShare(r.bytes(), ts, copies, streams)
 	}
 	if len(ks) > 0 {
 		slices.Sort(ks)

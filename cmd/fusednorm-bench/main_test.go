@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // quickArgs runs one quick case on the CPU with the least timing the flags allow.
@@ -163,5 +164,30 @@ func TestBadFlags(t *testing.T) {
 		if err := run(context.Background(), args, &out, &out); err == nil {
 			t.Errorf("run %v: no error", args)
 		}
+	}
+}
+
+// TestPairedShare checks that % of probe is the median of the per-run ratios, not the ratio
+// of the medians: with the op and the probe slowing down together in one run, the two
+// differ.
+func TestPairedShare(t *testing.T) {
+	p := &prober{copyBytes: 1000, streamBytes: 1000}
+	ns := func(v ...int) []time.Duration {
+		d := make([]time.Duration, len(v))
+		for i, x := range v {
+			d[i] = time.Duration(x)
+		}
+		return d
+	}
+	// Per run: op 10 ns against the probe's best 10 ns (1.0); 20 against 10 (0.5); 40 against 40 (1.0).
+	// The medians alone give 20 against 10: 0.5.
+	got := p.pairedShare(1000, ns(10, 20, 40), ns(10, 10, 40), ns(20, 10, 80))
+	if got != 1.0 {
+		t.Errorf("pairedShare = %v, want the median of the per-run ratios, 1", got)
+	}
+	// The stream pass counts when it is the faster: 500 bytes per 5 ns beats 1000 per 20.
+	p.streamBytes = 500
+	if got := p.pairedShare(1000, ns(10), ns(20), ns(5)); got != 1.0 {
+		t.Errorf("pairedShare = %v, want 1 (against the stream pass)", got)
 	}
 }

@@ -106,6 +106,21 @@ func (p *prober) result(copies, streams, reads []time.Duration, paired bool) pro
 	}
 }
 
+// pairedShare is the median over the timed runs of the op's rate over the probe's in the
+// passes right after it (the better of the copy and the stream). Each ratio is taken over
+// the same second, so a shared machine's drift from one moment to the next cancels out of
+// it, where a ratio of the two medians keeps it.
+func (p *prober) pairedShare(bytes int64, ops, copies, streams []time.Duration) float64 {
+	ns := func(d time.Duration) float64 { return max(float64(d.Nanoseconds()), 1) }
+	ratios := make([]float64, len(ops))
+	for i, d := range ops {
+		probe := max(float64(p.copyBytes)/ns(copies[i]), float64(p.streamBytes)/ns(streams[i]))
+		ratios[i] = float64(bytes) / ns(d) / probe
+	}
+	slices.Sort(ratios)
+	return ratios[len(ratios)/2]
+}
+
 // probe moves `bytes` bytes with `threads` goroutines, each on its own contiguous slice,
 // and reports the median of reps passes of each kernel after two unmeasured ones (which
 // also fault the pages in): the probe taken after a case, when the two do not fit in

@@ -127,10 +127,10 @@ func writeJSON(path string, info fusednorm.Info, o *options, results []*result) 
 		Host:   map[string]any{"goos": runtime.GOOS, "goarch": runtime.GOARCH, "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0)},
 		Engine: info,
 		Settings: map[string]any{"threads": o.threads, "reps": o.reps, "min_time": o.minTime.String(), "warmup": o.warmup,
-			"quick": o.quick, "probe": o.probe, "max_bytes": o.maxBytes, "only": o.only, "dtype": o.dtype, "ort_dir": o.ortDir},
+			"quick": o.quick, "probe": o.probe, "huge_pages": o.hugePages, "max_bytes": o.maxBytes, "only": o.only, "dtype": o.dtype, "ort_dir": o.ortDir},
 		Notes: []string{
 			"GBps = (bytes_read + bytes_written) / median; 1 GB = 1e9 B; bytes follow bytes_rule in shaders/<op>/bench.json",
-			"probe: over the case's byte count with the same thread count, right after the case: Go's copy (copy_GBps), two copies interleaved a 16 KiB row at a time with the CPU kernels' non-temporal stores (stream_GBps), and a read (read_GBps); pct_of_probe divides by the higher of copy_GBps and stream_GBps",
+			"probe: over the case's byte count with the same thread count, right after the case: Go's copy (copy_GBps), two copies interleaved a 16 KiB row at a time with the CPU kernels' non-temporal stores (stream_GBps), and a read (read_GBps); pct_of_probe is, with the probe paired, the median over the timed runs of the run's GB/s over the better of the copy and stream passes right after it, else GBps over the higher of copy_GBps and stream_GBps",
 			"kernel_ms_median: the compute pass's device time from timestamp queries; this Dawn build rounds timestamps to multiples of 65.536 us (its timing-attack defence could not be switched off through toggles), so kernels shorter than a few hundred us are only coarsely timed",
 			"ort: bench_ort.js row for the same thread count; kernel_ms_median is ORT's profiler time of the op",
 		},
