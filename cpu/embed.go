@@ -50,7 +50,7 @@ type embedOp struct {
 	k      *kernelSet
 	w      ops.EmbedWeights
 	plan   plan.Plan
-	wide   weights16 // a float16 gamma and beta widened to float32 once, for the affine step
+	w16    weights16 // gamma and beta of the f16 affine step: widened once (wideWeights), or as given
 	closed atomic.Bool
 }
 
@@ -61,9 +61,9 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	if word := w.Word.Bytes(); !b.opts.NoHugePages && len(word) >= hugeBytes {
 		_ = collapseHuge(word)
 	}
-	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H)}
-	if w.DType == ops.F16 && 8*w.H <= wideBytes {
-		op.wide = widened(b.k, make([]float32, 2*w.H), w.Gamma, w.Beta)
+	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H), w16: weightsOf(w.Gamma, w.Beta)}
+	if wideWeights && w.DType == ops.F16 && 8*w.H <= wideBytes {
+		op.w16 = widened(b.k, make([]float32, 2*w.H), w.Gamma, w.Beta)
 	}
 	return op, nil
 }
@@ -234,11 +234,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		}
 		pf.step()
 		mean, rstd := rowStatsSummed(op.k, &op.plan, x, part, w.Epsilon, pf)
-		ws := op.wide
-		if !wideWeights || ws.gamma == nil {
-			ws = weightsOf(w.Gamma, w.Beta)
-		}
-		normalize16(op.k, &op.plan, out.Out, row, x, ws, mean, rstd, nt)
+		normalize16(op.k, &op.plan, out.Out, row, x, op.w16, mean, rstd, nt)
 		pf.step()
 	}
 }
