@@ -48,7 +48,7 @@ type config struct {
 	dawnLib  string
 	threads  int
 	cpuLevel string
-	smallPgs bool // WithHugePages(false)
+	noHuge   bool // WithHugePages(false)
 	profile  *plan.Contraction
 	inject   func(site string) error
 }
@@ -72,7 +72,7 @@ func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = l
 // once (madvise MADV_COLLAPSE) to back such a table with huge pages, so the rows it
 // gathers do not each miss the TLB: 2-22% faster on the bench shapes. The table's values
 // and address stay as they are; a kernel that declines leaves it on its small pages.
-func WithHugePages(on bool) Option { return func(c *config) { c.smallPgs = !on } }
+func WithHugePages(on bool) Option { return func(c *config) { c.noHuge = !on } }
 
 // WithContraction makes the CPU backend mirror a GPU's contraction profile (SPEC §C.4), so
 // its results are bit-identical to that GPU's. Ignored by the Dawn backend, which detects
@@ -164,7 +164,7 @@ func Open(opts ...Option) (*Engine, error) {
 }
 
 func newCPU(c *config) (Backend, error) {
-	o := cpu.Options{Threads: c.threads, Level: c.cpuLevel, NoHugePages: c.smallPgs}
+	o := cpu.Options{Threads: c.threads, Level: c.cpuLevel, NoHugePages: c.noHuge}
 	if c.profile != nil {
 		o.Profile = *c.profile
 	}

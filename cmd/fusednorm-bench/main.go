@@ -272,7 +272,7 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 			runtime.GC()
 			debug.FreeOSMemory()
 		}
-		if r.PctOfProbe == 0 { // the probe ran after the case: no pairs
+		if !r.Probe.Paired { // the probe ran after the case: no pairs to take ratios of
 			r.PctOfProbe = 100 * r.GBps / r.Probe.Best()
 		}
 	}
