@@ -12,7 +12,8 @@ import (
 
 // The Go side of each op's contract. manifest.json under shaders/<op>/ says the same as
 // data; TestContractMatchesManifest keeps the two in agreement, and the generic entry
-// (GetKernel) derives output shapes from the manifest, so a disagreement fails calls too.
+// (GetKernel) sizes its outputs by the manifest's shape rules before a call and hands the
+// manifest out (Kernel.Manifest).
 
 type contractInput struct {
 	BindKey, Name string

@@ -2,14 +2,19 @@ package fusednorm
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
+	"runtime/debug"
 	"slices"
 	"sort"
+	"strconv"
 )
 
 // Kernel is an op reached by name and version, the way a kernel hub's loader hands out
 // kernels: inputs and outputs are keyed by the manifest's bind keys (inputIdsT,
-// wordEmbeddingT, …; outputT, maskIndexT, …) and output shapes come from the manifest.
+// wordEmbeddingT, …; outputT, maskIndexT, …), attributes come as a map such as
+// encoding/json decodes, and Manifest says all of it as data.
 type Kernel struct {
 	eng *Engine
 	c   *opContract
@@ -22,13 +27,13 @@ func KernelNames() []string {
 }
 
 // GetKernel returns the kernel "com.microsoft.EmbedLayerNormalization" or
-// "ascend.AddLayerNorm" at version 1.
+// "ascend.AddLayerNorm" at version 1. Version 0 means the latest.
 func (e *Engine) GetKernel(name string, version int) (*Kernel, error) {
 	for _, c := range []*opContract{&embedContract, &addContract} {
 		if name != c.FullName() {
 			continue
 		}
-		if version != c.Version {
+		if version != 0 && version != c.Version {
 			return nil, fmt.Errorf("fusednorm: GetKernel: %s has version %d, not %d: %w", name, c.Version, version, ErrNotSupported)
 		}
 		m, err := loadManifest(c)
@@ -43,73 +48,132 @@ func (e *Engine) GetKernel(name string, version int) (*Kernel, error) {
 // Name is the kernel's full name.
 func (k *Kernel) Name() string { return k.c.FullName() }
 
-// Run computes the op. attrs holds the op's attributes (epsilon, mask_index_type,
-// mask_index_rule "first_zero"|"count_ones", additional_output) and "want": the bind keys of
-// optional outputs to return ([]string). Unknown bind keys and attributes are errors.
+// Version is the kernel's version.
+func (k *Kernel) Version() int { return k.c.Version }
+
+// op is the name the kernel's errors give the op: the typed API's ("EmbedLayerNorm",
+// "AddLayerNorm"), so ArgError.Op is one name per op whichever entry is used.
+func (k *Kernel) op() string {
+	if k.c == &embedContract {
+		return opEmbed
+	}
+	return opAdd
+}
+
+// Manifest is an op's manifest.json (shaders/<op>/manifest.json) as a kernel-hub loader
+// reads it: the kernel's identity, its bind keys with their dtype variables, ranks and
+// presence, the output shape rules and the attributes with their defaults.
+type Manifest struct {
+	Domain  string // "com.microsoft", "ascend"
+	Name    string // "EmbedLayerNormalization", "AddLayerNorm"
+	Version int    // the manifest's sinceVersion
+
+	// TypeConstraints maps each dtype variable named by Inputs and Outputs ("T", "T1",
+	// "TX1", …) to the dtypes it may take: "float32", "float16", "bfloat16", "int32".
+	TypeConstraints map[string][]string
+	Inputs          []ManifestTensor // in the op's input order
+	Outputs         []ManifestTensor // in the op's output order
+	Attributes      []ManifestAttribute
+
+	// JSON is the manifest's text, for the fields not above (AddLayerNorm's
+	// dtypeCombinations, tunables, notes).
+	JSON []byte
+}
+
+// ManifestTensor is one input or output of a Manifest.
+type ManifestTensor struct {
+	BindKey  string // the key in Run's inputs or outputs map
+	Name     string // the ONNX / Ascend name, as ArgError.Tensor gives it
+	DType    string // a variable of TypeConstraints
+	Optional bool
+
+	// Inputs: the allowed ranks.
+	MinRank, MaxRank int
+	// Outputs: the shape rule, one term per dim group: dim(K,i), shape(K), leading(K,G) (K's
+	// dims before G's rank), ones(G) (rank(G) ones), K an input's bind key.
+	Shape []string
+}
+
+// ManifestAttribute is one attribute of a Manifest.
+type ManifestAttribute struct {
+	Name    string
+	Type    string // "float", "int", "string" or "bool"
+	Default any    // as encoding/json decodes it: float64, string or bool
+}
+
+// Manifest returns the kernel's manifest. The caller owns the result.
+func (k *Kernel) Manifest() Manifest {
+	m := k.m
+	out := Manifest{Domain: m.Domain, Name: m.Name, Version: m.SinceVersion, TypeConstraints: map[string][]string{}}
+	for v, dts := range m.TypeConstraints {
+		out.TypeConstraints[v] = slices.Clone(dts)
+	}
+	for _, in := range m.Inputs {
+		lo, hi := manifestRank(in.Rank)
+		out.Inputs = append(out.Inputs, ManifestTensor{BindKey: in.BindKey, Name: in.Name, DType: in.DType, Optional: in.Optional, MinRank: lo, MaxRank: hi})
+	}
+	for _, o := range m.Outputs {
+		out.Outputs = append(out.Outputs, ManifestTensor{BindKey: o.BindKey, Name: o.Name, DType: o.DType, Optional: o.Optional, Shape: slices.Clone(o.Shape)})
+	}
+	for _, name := range sortedKeys(m.Attributes) {
+		a := m.Attributes[name]
+		out.Attributes = append(out.Attributes, ManifestAttribute{Name: name, Type: a.Type, Default: a.Default})
+	}
+	out.JSON, _ = contractJSON(k.c.Folder) // parsed once already, so it reads
+	return out
+}
+
+// manifestRank decodes a manifest rank: n or [min, max].
+func manifestRank(raw json.RawMessage) (lo, hi int) {
+	var n int
+	if json.Unmarshal(raw, &n) == nil {
+		return n, n
+	}
+	var r [2]int
+	_ = json.Unmarshal(raw, &r)
+	return r[0], r[1]
+}
+
+// Run computes the op. inputs are keyed by bind key. attrs holds the op's attributes and
+// "want", the bind keys of optional outputs to return; it takes what encoding/json decodes
+// into a map[string]any as well as Go values:
+//
+//   - epsilon: any number; a finite value past float32's range is an error, and "NaN",
+//     "Infinity", "-Infinity" (protobuf JSON's spelling) are read as such.
+//   - mask_index_type (EmbedLayerNorm): an integer, accepted and ignored (SPEC A.1).
+//   - mask_index_rule (EmbedLayerNorm): "first_zero" or "count_ones", or the MaskRule value
+//     as an integer.
+//   - additional_output (AddLayerNorm): a bool, or 0/1 as ONNX writes bools.
+//   - want: []string or []any of strings.
+//
+// An integer attribute may be any Go integer or an integral float64 (a JSON number).
+// Unknown bind keys and attributes are errors. Every input, attribute and rule is checked
+// before an output is allocated, outputs past the memory the process can hold are refused,
+// and a failed call returns no outputs and writes nothing the caller passed.
 func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[string]any) (map[string]Tensor, error) {
-	op := k.c.Name
-	for key, t := range inputs {
-		if !slices.ContainsFunc(k.c.Inputs, func(in contractInput) bool { return in.BindKey == key }) {
+	op := k.op()
+	for _, key := range sortedKeys(inputs) {
+		t := inputs[key]
+		name, ok := k.inputName(key)
+		if !ok {
 			return nil, argErr(op, key, "unknown input bind key %q", key)
 		}
-		name := k.inputName(key)
 		if err := checkTensor(op, name, &t); err != nil {
 			return nil, err
 		}
 	}
-	want := map[string]bool{}
-	var opts []OpOption
-	for _, name := range sortedKeys(attrs) {
-		v := attrs[name]
-		switch name {
-		case "want":
-			keys, ok := v.([]string)
-			if !ok {
-				return nil, argErr(op, "want", "want must be a []string of output bind keys")
-			}
-			for _, key := range keys {
-				if !slices.ContainsFunc(k.c.Outputs, func(o contractOutput) bool { return o.BindKey == key }) {
-					return nil, argErr(op, "want", "unknown output bind key %q", key)
-				}
-				want[key] = true
-			}
-		case "epsilon":
-			f, ok := toFloat(v)
-			if !ok {
-				return nil, argErr(op, "epsilon", "epsilon must be a number, got %T", v)
-			}
-			opts = append(opts, Epsilon(float32(f)))
-		case "mask_index_type":
-			if k.c != &embedContract {
-				return nil, argErr(op, name, "unknown attribute %q", name)
-			}
-		case "mask_index_rule":
-			switch {
-			case k.c != &embedContract:
-				return nil, argErr(op, name, "unknown attribute %q", name)
-			case v == "first_zero":
-				opts = append(opts, WithMaskRule(MaskFirstZero))
-			case v == "count_ones":
-				opts = append(opts, WithMaskRule(MaskIndexCountOnes))
-			default:
-				return nil, argErr(op, name, "mask_index_rule must be first_zero or count_ones, got %v", v)
-			}
-		case "additional_output":
-			b, ok := v.(bool)
-			if !ok || k.c != &addContract {
-				return nil, argErr(op, name, "additional_output must be a bool attribute of AddLayerNorm")
-			}
-			opts = append(opts, AdditionalOutput(b))
-			want["xT"] = want["xT"] || b
-		default:
-			return nil, argErr(op, name, "unknown attribute %q", name)
-		}
+	want, opts, err := k.attrs(attrs)
+	if err != nil {
+		return nil, err
 	}
-	outs := k.allocOutputs(inputs, want)
-	var err error
+	if err := k.checkOutputSizes(inputs, want); err != nil {
+		return nil, err
+	}
+	// The typed API checks every rule before it allocates the outputs left zero here.
 	in := func(key string) Tensor { return inputs[key] }
+	var outs map[string]Tensor
 	if k.c == &embedContract {
-		eo := EmbedOutputs{Output: outs["outputT"], MaskIndex: outs["maskIndexT"], EmbeddingSum: outs["embeddingSumT"]}
+		eo := EmbedOutputs{WantMaskIndex: want["maskIndexT"], WantEmbeddingSum: want["embeddingSumT"]}
 		err = k.eng.EmbedLayerNormOnce(ctx, EmbedWeights{
 			Word: in("wordEmbeddingT"), Position: in("positionEmbeddingT"), Segment: in("segmentEmbeddingT"),
 			Gamma: in("gammaT"), Beta: in("betaT"),
@@ -118,7 +182,10 @@ func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[st
 		}, &eo, opts...)
 		outs = map[string]Tensor{"outputT": eo.Output, "maskIndexT": eo.MaskIndex, "embeddingSumT": eo.EmbeddingSum}
 	} else {
-		ao := AddLayerNormOutputs{Y: outs["yT"], Mean: outs["meanT"], Rstd: outs["rstdT"], X: outs["xT"]}
+		if want["xT"] {
+			opts = append(opts, AdditionalOutput(true))
+		}
+		var ao AddLayerNormOutputs
 		err = k.eng.AddLayerNorm(ctx, AddLayerNormInputs{
 			X1: in("x1T"), X2: in("x2T"), Gamma: in("gammaT"), Beta: in("betaT"), Bias: in("biasT"),
 		}, &ao, opts...)
@@ -135,26 +202,183 @@ func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[st
 	return outs, nil
 }
 
-func (k *Kernel) inputName(key string) string {
-	for _, in := range k.c.Inputs {
-		if in.BindKey == key {
-			return in.Name
+// attrs reads the attribute map into op options and the set of wanted optional outputs.
+func (k *Kernel) attrs(attrs map[string]any) (map[string]bool, []OpOption, error) {
+	op, embed := k.op(), k.c == &embedContract
+	want := map[string]bool{}
+	var opts []OpOption
+	for _, name := range sortedKeys(attrs) {
+		v := attrs[name]
+		switch {
+		case name == "want":
+			keys, err := attrStrings(op, name, v)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, key := range keys {
+				if !slices.ContainsFunc(k.c.Outputs, func(o contractOutput) bool { return o.BindKey == key }) {
+					return nil, nil, argErr(op, "want", "unknown output bind key %q", key)
+				}
+				want[key] = true
+			}
+		case name == "epsilon":
+			f, err := attrFloat32(op, name, v)
+			if err != nil {
+				return nil, nil, err
+			}
+			opts = append(opts, Epsilon(f))
+		case name == "mask_index_type" && embed:
+			if _, err := attrInt(op, name, v); err != nil {
+				return nil, nil, err
+			}
+		case name == "mask_index_rule" && embed:
+			r, err := attrMaskRule(op, name, v)
+			if err != nil {
+				return nil, nil, err
+			}
+			opts = append(opts, WithMaskRule(r))
+		case name == "additional_output" && !embed:
+			b, err := attrBool(op, name, v)
+			if err != nil {
+				return nil, nil, err
+			}
+			want["xT"] = want["xT"] || b
+		default:
+			return nil, nil, argErr(op, name, "unknown attribute %q", name)
 		}
 	}
-	return key
+	return want, opts, nil
 }
 
-// allocOutputs allocates every wanted output whose shape the manifest derives from the
-// inputs, in the dtype the op's contract gives it. Outputs whose shape cannot be derived
-// (the inputs break a rule) are left for the op's own validation to report.
-func (k *Kernel) allocOutputs(inputs map[string]Tensor, want map[string]bool) map[string]Tensor {
+func attrStrings(op, name string, v any) ([]string, error) {
+	switch s := v.(type) {
+	case []string:
+		return s, nil
+	case []any:
+		out := make([]string, len(s))
+		for i, e := range s {
+			str, ok := e.(string)
+			if !ok {
+				return nil, argErr(op, name, "%s must be a list of strings, element %d is %T", name, i, e)
+			}
+			out[i] = str
+		}
+		return out, nil
+	}
+	return nil, argErr(op, name, "%s must be a list of strings ([]string or []any), got %T", name, v)
+}
+
+// attrFloat32 reads a float attribute as float32.
+func attrFloat32(op, name string, v any) (float32, error) {
+	var f float64
+	switch x := v.(type) {
+	case float32:
+		return x, nil
+	case float64:
+		f = x
+	case json.Number:
+		var err error
+		if f, err = strconv.ParseFloat(string(x), 64); err != nil {
+			return 0, argErr(op, name, "%s must be a number, got %q", name, x)
+		}
+	case string:
+		switch x {
+		case "NaN":
+			return float32(math.NaN()), nil
+		case "Infinity":
+			return float32(math.Inf(1)), nil
+		case "-Infinity":
+			return float32(math.Inf(-1)), nil
+		}
+		return 0, argErr(op, name, "%s must be a number, got %q", name, x)
+	default:
+		i, err := attrInt(op, name, v)
+		if err != nil {
+			return 0, argErr(op, name, "%s must be a number, got %T", name, v)
+		}
+		f = float64(i)
+	}
+	if !math.IsInf(f, 0) && !math.IsNaN(f) && math.Abs(f) > math.MaxFloat32 {
+		return 0, argErr(op, name, "%s must be finite, got %g (past float32's range)", name, f)
+	}
+	return float32(f), nil
+}
+
+// attrInt reads an int attribute: any Go integer, or an integral number (JSON decodes
+// numbers as float64).
+func attrInt(op, name string, v any) (int64, error) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case int64:
+		return x, nil
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) <= 1<<53 {
+			return int64(x), nil
+		}
+		return 0, argErr(op, name, "%s must be an integer, got %g", name, x)
+	case json.Number:
+		i, err := x.Int64()
+		if err != nil {
+			return 0, argErr(op, name, "%s must be an integer, got %q", name, x)
+		}
+		return i, nil
+	}
+	return 0, argErr(op, name, "%s must be an integer, got %T", name, v)
+}
+
+func attrBool(op, name string, v any) (bool, error) {
+	if b, ok := v.(bool); ok {
+		return b, nil
+	}
+	switch i, err := attrInt(op, name, v); {
+	case err == nil && (i == 0 || i == 1):
+		return i == 1, nil
+	case err == nil:
+		return false, argErr(op, name, "%s must be a bool or 0/1, got %d", name, i)
+	}
+	return false, argErr(op, name, "%s must be a bool or 0/1, got %T", name, v)
+}
+
+func attrMaskRule(op, name string, v any) (MaskRule, error) {
+	switch v {
+	case "first_zero":
+		return MaskFirstZero, nil
+	case "count_ones":
+		return MaskIndexCountOnes, nil
+	}
+	if _, ok := v.(string); !ok {
+		if i, err := attrInt(op, name, v); err == nil && (i == int64(MaskFirstZero) || i == int64(MaskIndexCountOnes)) {
+			return MaskRule(i), nil
+		}
+	}
+	return 0, argErr(op, name, "mask_index_rule must be first_zero or count_ones (%d or %d), got %v", MaskFirstZero, MaskIndexCountOnes, v)
+}
+
+func (k *Kernel) inputName(key string) (string, bool) {
+	for _, in := range k.c.Inputs {
+		if in.BindKey == key {
+			return in.Name, true
+		}
+	}
+	return "", false
+}
+
+// checkOutputSizes refuses a call whose outputs, as the manifest derives their shapes from
+// the inputs, would not fit in memory: the Go runtime dies on an allocation it cannot
+// satisfy. Outputs whose shape or dtype the inputs do not determine are left to the op's
+// own validation.
+func (k *Kernel) checkOutputSizes(inputs map[string]Tensor, want map[string]bool) error {
 	shapes := map[string][]int{}
 	for key, t := range inputs {
 		if !t.IsZero() {
 			shapes[key] = t.shape
 		}
 	}
-	outs := map[string]Tensor{}
+	var total int64
+	limit := maxOutputBytes()
 	for _, o := range k.m.Outputs {
 		if o.Optional && !want[o.BindKey] {
 			continue
@@ -167,13 +391,46 @@ func (k *Kernel) allocOutputs(inputs map[string]Tensor, want map[string]bool) ma
 		if err != nil {
 			continue
 		}
-		t, err := NewTensor(dt, shape...)
-		if err != nil {
+		n, ok := outputBytes(dt, shape)
+		if ok && n <= limit-total {
+			total += n
 			continue
 		}
-		outs[o.BindKey] = t
+		return argErr(k.op(), o.Name, "%s of shape %v (%v) would take more than the %d bytes this process can allocate", o.Name, shape, dt, limit-total)
 	}
-	return outs
+	return nil
+}
+
+// outputBytes is the size of a tensor of dtype dt and shape, computed without overflow; ok
+// is false for a negative dimension or a size past maxOutputBytes.
+func outputBytes(dt DType, shape []int) (n int64, ok bool) {
+	limit := maxOutputBytes()
+	n = int64(dt.Size())
+	for _, d := range shape {
+		if d < 0 {
+			return 0, false
+		}
+		if d != 0 && n > limit/int64(d) {
+			return 0, false
+		}
+		n *= int64(d)
+	}
+	return n, n <= limit
+}
+
+// maxOutputBytes bounds what one call may allocate for its outputs: the memory the system
+// reports (sysMemory) and the Go runtime's soft limit (GOMEMLIMIT, debug.SetMemoryLimit),
+// and never past what a slice can address. Above it an allocation either fails fatally or
+// pages the machine to a halt, so the call is refused instead.
+func maxOutputBytes() int64 {
+	limit := int64(math.MaxInt / 2)
+	if m := debug.SetMemoryLimit(-1); m > 0 {
+		limit = min(limit, m)
+	}
+	if m := sysMemory(); m > 0 {
+		limit = min(limit, m)
+	}
+	return limit
 }
 
 // outputDType resolves a manifest dtype variable against the inputs; false when the inputs
@@ -195,19 +452,7 @@ func (k *Kernel) outputDType(v string, inputs map[string]Tensor) (DType, bool) {
 	return 0, false
 }
 
-func toFloat(v any) (float64, bool) {
-	switch f := v.(type) {
-	case float32:
-		return float64(f), true
-	case float64:
-		return f, true
-	case int:
-		return float64(f), true
-	}
-	return 0, false
-}
-
-func sortedKeys(m map[string]any) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
