@@ -7,11 +7,16 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/x448/float16"
 
@@ -20,39 +25,94 @@ import (
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
-// tensorJSON is an explicit tensor of test.json: values in float64, rounded to the case's
+// The schema of shaders/<op>/test.json, one for both ops. A file holds "op" and "version"
+// (the GetKernel name and version) and "cases"; each case is run once per entry of "types"
+// and per point of its "matrix":
+//
+//   - types: bindings of the manifest's dtype variables, e.g. {"T": "float16"} or {"TX1":
+//     "float32", "TX2": "float16", "TG": "float32", "TOut": "float32"}. An input's dtype is
+//     its "dtype" if it has one, else the binding of its manifest dtype variable, else that
+//     variable's only allowed dtype (T1 = int32).
+//   - inputs: explicit tensors by bind key ({"shape", "data", "dtype"}), or generate: the
+//     op's seeded generator's parameters. base names an earlier case whose inputs and attrs
+//     this one starts from; set replaces inputs, drop removes them.
+//   - attrs: the attribute map handed to Kernel.Run as encoding/json decodes it, "want"
+//     (optional outputs by bind key) included. NaN and infinities are written "NaN",
+//     "Infinity", "-Infinity" (protobuf JSON), as the Kernel reads them.
+//   - matrix: {"generate": {param: [values]}, "attrs": {name: [values]}}: the case runs at
+//     every combination.
+//   - expect: [{"types": {...}, "outputs": {bindKey or "bindKey[lo:hi]": [values]}}]: golden
+//     values for the runs whose binding includes types.
+//   - error: {"tensor", "rule"}: the call fails with an ArgError on tensor whose rule
+//     contains rule. outputs: {bindKey: shape}: the error comes from caller-allocated
+//     outputs of those shapes (typed API only; the bind-key entry allocates outputs itself,
+//     so there the call succeeds).
+//   - shapes: expected output shapes; absent: outputs that must not be returned; finite:
+//     outputs that must hold only finite values; overflowRows: rows whose values overflow
+//     (skipped by the comparisons, non-finite on the CPU).
+
+// tensorJSON is an explicit tensor of test.json: values in float64, rounded to the input's
 // dtype when the tensor is built.
 type tensorJSON struct {
 	Shape []int     `json:"shape"`
 	Data  []float64 `json:"data"`
+	DType string    `json:"dtype"` // overrides the binding of the manifest's dtype variable
 }
 
-// caseJSON is one case of a test.json file; fields not used by an op stay empty.
+// numbers are expected values: JSON numbers, or "NaN", "Infinity", "-Infinity".
+type numbers []float64
+
+func (n *numbers) UnmarshalJSON(b []byte) error {
+	var raw []any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*n = make(numbers, len(raw))
+	for i, v := range raw {
+		switch x := v.(type) {
+		case float64:
+			(*n)[i] = x
+		case string:
+			f, err := strconv.ParseFloat(strings.TrimPrefix(x, "+"), 64)
+			if err != nil || !(math.IsNaN(f) || math.IsInf(f, 0)) {
+				return fmt.Errorf("expected value %q is not a number, NaN or ±Infinity", x)
+			}
+			(*n)[i] = f
+		default:
+			return fmt.Errorf("expected value %v is not a number", v)
+		}
+	}
+	return nil
+}
+
+// caseJSON is one case of a test.json file (schema above).
 type caseJSON struct {
-	Name      string                       `json:"name"`
-	Note      string                       `json:"note"`
-	DTypes    []string                     `json:"dtypes"`    // EmbedLayerNorm
-	DTypeRows [][]string                   `json:"dtypeRows"` // AddLayerNorm: x1, x2, gamma
-	Inputs    map[string]tensorJSON        `json:"inputs"`
-	Base      string                       `json:"base"`
-	Set       map[string]tensorJSON        `json:"set"`
-	Drop      []string                     `json:"drop"`
-	Generate  map[string]any               `json:"generate"`
-	Matrix    map[string][]json.RawMessage `json:"matrix"`
-	Attrs     map[string]any               `json:"attrs"`
-	Want      []string                     `json:"want"`
-	Expect    json.RawMessage              `json:"expect"`
-	MeanShape []int                        `json:"meanShape"`
-	Error     *struct {
+	Name     string                `json:"name"`
+	Note     string                `json:"note"`
+	Base     string                `json:"base"`
+	Types    []map[string]string   `json:"types"`
+	Inputs   map[string]tensorJSON `json:"inputs"`
+	Set      map[string]tensorJSON `json:"set"`
+	Drop     []string              `json:"drop"`
+	Generate map[string]any        `json:"generate"`
+	Matrix   struct {
+		Generate map[string][]any `json:"generate"`
+		Attrs    map[string][]any `json:"attrs"`
+	} `json:"matrix"`
+	Attrs  map[string]any `json:"attrs"`
+	Expect []struct {
+		Types   map[string]string  `json:"types"`
+		Outputs map[string]numbers `json:"outputs"`
+	} `json:"expect"`
+	Error *struct {
 		Tensor string `json:"tensor"`
 		Rule   string `json:"rule"`
 	} `json:"error"`
-	Outputs      map[string][]int `json:"outputs"` // caller-allocated output shapes (error cases)
+	Outputs      map[string][]int `json:"outputs"`
+	Shapes       map[string][]int `json:"shapes"`
 	Absent       []string         `json:"absent"`
+	Finite       []string         `json:"finite"`
 	OverflowRows []int            `json:"overflowRows"`
-	FiniteY      bool             `json:"finiteY"`
-	MixGamma16   bool             `json:"mixGamma16"`
-	IdsAsFloat   bool             `json:"idsAsFloat"`
 }
 
 type fileJSON struct {
@@ -66,37 +126,205 @@ func loadCases(op string) (*fileJSON, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseCases(op, b)
+}
+
+func parseCases(op string, b []byte) (*fileJSON, error) {
 	var f fileJSON
-	if err := json.Unmarshal(b, &f); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("%s/test.json: %w", op, err)
 	}
-	// Resolve "base" references: a case starts from an earlier case's inputs.
+	// Resolve "base" references: a case starts from an earlier case's inputs and attrs.
 	byName := map[string]*caseJSON{}
 	for i := range f.Cases {
 		c := &f.Cases[i]
+		if len(c.Types) == 0 {
+			return nil, fmt.Errorf("%s: case %s: no types", op, c.Name)
+		}
 		if c.Base != "" {
 			b, ok := byName[c.Base]
 			if !ok {
 				return nil, fmt.Errorf("%s: case %s: unknown base %s", op, c.Name, c.Base)
 			}
-			in := map[string]tensorJSON{}
-			for k, v := range b.Inputs {
-				in[k] = v
-			}
-			for k, v := range c.Set {
-				in[k] = v
-			}
+			in := maps.Clone(b.Inputs)
+			maps.Copy(in, c.Set)
 			for _, k := range c.Drop {
 				delete(in, k)
 			}
 			c.Inputs = in
-			if c.Want == nil {
-				c.Want = b.Want
+			attrs := maps.Clone(b.Attrs)
+			if attrs == nil {
+				attrs = map[string]any{}
 			}
+			maps.Copy(attrs, c.Attrs)
+			c.Attrs = attrs
 		}
 		byName[c.Name] = c
 	}
 	return &f, nil
+}
+
+// variant is one point of a case's matrix (or the case itself): the generator's parameters
+// and the attrs of one run.
+type variant struct {
+	suffix string
+	gen    map[string]any
+	attrs  map[string]any
+}
+
+// variants expands a case's matrix: every combination of its generate and attrs values.
+func variants(c *caseJSON) []variant {
+	vs := []variant{{gen: c.Generate, attrs: c.Attrs}}
+	axis := func(set func(v *variant, x any), name string, values []any) {
+		var out []variant
+		for _, v := range vs {
+			for _, x := range values {
+				n := variant{suffix: v.suffix, gen: maps.Clone(v.gen), attrs: maps.Clone(v.attrs)}
+				if n.attrs == nil {
+					n.attrs = map[string]any{}
+				}
+				set(&n, x)
+				sep := "/"
+				if n.suffix != "" {
+					sep = ","
+				}
+				n.suffix += sep + name + "=" + label(x)
+				out = append(out, n)
+			}
+		}
+		vs = out
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Matrix.Generate)) {
+		axis(func(v *variant, x any) { v.gen[k] = x }, k, c.Matrix.Generate[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Matrix.Attrs)) {
+		axis(func(v *variant, x any) { v.attrs[k] = x }, k, c.Matrix.Attrs[k])
+	}
+	return vs
+}
+
+func label(x any) string {
+	if l, ok := x.([]any); ok {
+		s := make([]string, len(l))
+		for i, e := range l {
+			s[i] = fmt.Sprint(e)
+		}
+		return strings.Join(s, "+")
+	}
+	return fmt.Sprint(x)
+}
+
+// typing resolves the dtypes of one run: a binding of the manifest's dtype variables.
+type typing struct {
+	m       fn.Manifest
+	binding map[string]string
+}
+
+// of is the dtype of input key (tj, when given, may say it explicitly).
+func (ty typing) of(key string, tj *tensorJSON) fn.DType {
+	if tj != nil && tj.DType != "" {
+		return dtypeOf(tj.DType)
+	}
+	for _, in := range ty.m.Inputs {
+		if in.BindKey != key {
+			continue
+		}
+		if d, ok := ty.binding[in.DType]; ok {
+			return dtypeOf(d)
+		}
+		if c := ty.m.TypeConstraints[in.DType]; len(c) == 1 {
+			return dtypeOf(c[0])
+		}
+		panic(fmt.Sprintf("tests: %s: dtype variable %s is not bound", key, in.DType))
+	}
+	panic("tests: unknown bind key " + key)
+}
+
+// label names the binding: its dtypes in the order the manifest's inputs use them.
+func (ty typing) label() string {
+	var names []string
+	seen := map[string]bool{}
+	for _, in := range ty.m.Inputs {
+		if d, ok := ty.binding[in.DType]; ok && !seen[in.DType] {
+			seen[in.DType] = true
+			names = append(names, d)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// explicit builds a case's explicit inputs.
+func (ty typing) explicit(c *caseJSON) map[string]fn.Tensor {
+	in := map[string]fn.Tensor{}
+	for k, tj := range c.Inputs {
+		in[k] = makeTensor(ty.of(k, &tj), tj.Shape, tj.Data)
+	}
+	return in
+}
+
+// expectations are the case's golden values for this binding.
+func (ty typing) expectations(c *caseJSON) ([]expectation, error) {
+	var out []expectation
+	for _, e := range c.Expect {
+		match := true
+		for k, v := range e.Types {
+			match = match && ty.binding[k] == v
+		}
+		if !match {
+			continue
+		}
+		m := map[string][]float64{}
+		for k, v := range e.Outputs {
+			m[k] = v
+		}
+		exps, err := parseExpect(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, exps...)
+	}
+	return out, nil
+}
+
+// wantOf is the attrs' "want" as strings ([]any as JSON decodes it, or []string).
+func wantOf(attrs map[string]any) []string {
+	switch w := attrs["want"].(type) {
+	case []string:
+		return w
+	case []any:
+		out := make([]string, 0, len(w))
+		for _, e := range w {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// checkCaseOutputs applies a case's op-independent output checks: shapes, absent, finite.
+func checkCaseOutputs(t *testing.T, c *caseJSON, got map[string]fn.Tensor) {
+	t.Helper()
+	for key, shape := range c.Shapes {
+		if g, ok := got[key]; !ok || !slices.Equal(g.Shape(), shape) {
+			t.Errorf("output %s shape %v, want %v", key, g.Shape(), shape)
+		}
+	}
+	for _, key := range c.Absent {
+		if _, ok := got[key]; ok {
+			t.Errorf("output %s should be absent", key)
+		}
+	}
+	for _, key := range c.Finite {
+		for i, v := range values(got[key]) {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("%s[%d] = %g, want finite", key, i, v)
+			}
+		}
+	}
 }
 
 // dtypeOf maps the JSON names to dtypes.

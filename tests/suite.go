@@ -14,6 +14,10 @@ type Suite struct {
 	// Plan is a pure-Go CPU engine with the Engine's contraction profile: every output of the
 	// Engine must equal its bits (SPEC §C.4). Nil skips that comparison (when Engine is it).
 	Plan *fn.Engine
+	// BindKeyOnly runs the cases through GetKernel and Kernel.Run alone, as a kernel-hub
+	// loader would: the kernel by the file's op and version, attrs as test.json decodes
+	// them; the typed API's cross-checks are left out.
+	BindKeyOnly bool
 
 	ulps *ulpStats
 }
@@ -43,14 +47,26 @@ func Run(t *testing.T, eng *fn.Engine) {
 // PureGo reports whether a CPU engine runs the pure-Go kernels (its own plan reference).
 func PureGo(eng *fn.Engine) bool { return eng.Info().Level == "go" }
 
-// casesAndKernel loads an op's test.json and the engine's kernel for it.
+// RunBindKey runs both ops' test.json cases on eng through the bind-key entry alone
+// (Suite.BindKeyOnly), comparing as Run does.
+func RunBindKey(t *testing.T, eng *fn.Engine) {
+	s := &Suite{Engine: eng, BindKeyOnly: true, ulps: newULPStats()}
+	t.Run("EmbedLayerNorm", s.embedCases)
+	t.Run("AddLayerNorm", s.addCases)
+}
+
+// casesAndKernel loads an op's test.json and the engine's kernel for it: the kernel the
+// file names, at the version it names.
 func (s *Suite) casesAndKernel(t *testing.T, op, kernel string) (*fileJSON, *fn.Kernel) {
 	t.Helper()
 	f, err := loadCases(op)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := s.Engine.GetKernel(kernel, 1)
+	if f.Op != kernel {
+		t.Fatalf("%s/test.json is for %s, not %s", op, f.Op, kernel)
+	}
+	k, err := s.Engine.GetKernel(f.Op, f.Version)
 	if err != nil {
 		t.Fatal(err)
 	}
