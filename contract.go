@@ -120,7 +120,7 @@ type manifest struct {
 }
 
 func contractJSON(folder string) ([]byte, error) {
-	return shaders.ContractFile(folder, "manifest.json")
+	return shaders.Manifest(folder)
 }
 
 // manifests parses each op's embedded manifest once; GetKernel is called per request.
