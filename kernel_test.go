@@ -88,6 +88,7 @@ func TestKernelRejectsBeforeAllocating(t *testing.T) {
 	require.Equal(t, "input_ids", ae.Tensor)
 	require.Nil(t, outs)
 	require.Less(t, n, uint64(1<<20), "a rejected call allocated %d bytes (its outputs would take %d)", n, 2*B*S*H*4)
+	t.Logf("rejected EmbedLayerNorm call (B=%d S=%d H=%d): %d bytes allocated", B, S, H, n)
 
 	ids[len(ids)-1] = 0
 	n = allocated(func() { _, err = ek.Run(ctx, in, map[string]any{"epsilon": 1e300, "want": []string{"embeddingSumT"}}) })
@@ -104,6 +105,7 @@ func TestKernelRejectsBeforeAllocating(t *testing.T) {
 	require.Equal(t, "bias", ae.Tensor)
 	require.Nil(t, outs)
 	require.Less(t, n, uint64(1<<20), "a rejected call allocated %d bytes (its outputs would take %d)", n, 2*N*D*4)
+	t.Logf("rejected AddLayerNorm call (N=%d D=%d): %d bytes allocated", N, D, n)
 }
 
 // TestKernelRefusesHugeOutputs: outputs past the memory the process may use are an
