@@ -3,6 +3,7 @@ package fusednorm
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 )
@@ -24,6 +25,10 @@ func KernelNames() []string {
 // GetKernel returns the kernel "com.microsoft.EmbedLayerNormalization" or
 // "ascend.AddLayerNorm" at version 1.
 func (e *Engine) GetKernel(name string, version int) (*Kernel, error) {
+	if err := e.use(); err != nil {
+		return nil, err
+	}
+	e.done()
 	for _, c := range []*opContract{&embedContract, &addContract} {
 		if name != c.FullName() {
 			continue
@@ -77,6 +82,9 @@ func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[st
 			f, ok := toFloat(v)
 			if !ok {
 				return nil, argErr(op, "epsilon", "epsilon must be a number, got %T", v)
+			}
+			if f32 := float32(f); math.IsInf(float64(f32), 0) && !math.IsInf(f, 0) {
+				return nil, argErr(op, "epsilon", "epsilon %g does not fit in float32", f)
 			}
 			opts = append(opts, Epsilon(float32(f)))
 		case "mask_index_type":
