@@ -53,6 +53,9 @@ func (k *Kernel) Name() string { return k.c.FullName() }
 // optional outputs to return ([]string). Unknown bind keys and attributes are errors.
 func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[string]any) (map[string]Tensor, error) {
 	op := k.c.Name
+	if err := checkCall(op, ctx, false); err != nil {
+		return nil, err
+	}
 	for key, t := range inputs {
 		if !slices.ContainsFunc(k.c.Inputs, func(in contractInput) bool { return in.BindKey == key }) {
 			return nil, argErr(op, key, "unknown input bind key %q", key)
