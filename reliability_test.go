@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -381,4 +382,42 @@ func TestErrorsNameTheWrongTensor(t *testing.T) {
 		Beta: FromFloat32(make([]float32, 31), 31)}, &aout)
 	requireArgError(t, err, "beta", "gamma and beta must have the same shape")
 	require.True(t, strings.HasPrefix(err.Error(), "fusednorm: AddLayerNorm: beta: "))
+}
+
+// Item 4 on a device that fails: the outputs the call allocated never reach the caller.
+// Needs Dawn (lavapipe in CI).
+func TestDeviceFaultLeavesOutputs(t *testing.T) {
+	var fail string
+	e, err := Open(WithBackend(BackendDawn), WithFaultInjection(func(site string) error {
+		if site == fail {
+			return errors.New("injected fault at " + site)
+		}
+		return nil
+	}))
+	if err != nil {
+		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
+			t.Fatalf("Dawn is required here: %v", err)
+		}
+		t.Skipf("Dawn unavailable: %v", err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	w, in := smallEmbed()
+	op, err := e.NewEmbedLayerNorm(w)
+	require.NoError(t, err)
+	defer op.Close()
+	for _, site := range []string{"submit", "map"} {
+		fail = site
+		var aout AddLayerNormOutputs
+		err := e.AddLayerNorm(ctx, smallAdd(), &aout, AdditionalOutput(true))
+		require.ErrorIs(t, err, ErrDevice)
+		require.Equal(t, AddLayerNormOutputs{}, aout)
+		eout := EmbedOutputs{WantMaskIndex: true, WantEmbeddingSum: true}
+		err = op.Run(ctx, in, &eout)
+		require.ErrorIs(t, err, ErrDevice)
+		require.Equal(t, EmbedOutputs{WantMaskIndex: true, WantEmbeddingSum: true}, eout)
+		fail = ""
+		require.NoError(t, op.Run(ctx, in, &eout))
+		require.Equal(t, []int32{2, 3}, eout.MaskIndex.Int32s())
+	}
 }
