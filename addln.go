@@ -21,8 +21,8 @@ type AddLayerNormInputs struct {
 }
 
 // AddLayerNormOutputs receives the results. A zero field is allocated (X only when
-// AdditionalOutput is on); a field the caller sets is checked and written in place (a set X
-// counts as wanted).
+// AdditionalOutput is on) and set when the call succeeds; a field the caller sets is
+// checked and written in place (a set X counts as wanted).
 type AddLayerNormOutputs struct {
 	Y    Tensor // shape of x1, OutT
 	Mean Tensor // float32, leading dims of x1 then rank(gamma) ones

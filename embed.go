@@ -31,8 +31,9 @@ type EmbedInputs struct {
 }
 
 // EmbedOutputs receives the results. A zero field is allocated when the output is wanted
-// (Output always; MaskIndex and EmbeddingSum when their Want flag is set); a field the
-// caller sets is checked against the contract and written in place, and counts as wanted.
+// (Output always; MaskIndex and EmbeddingSum when their Want flag is set) and set when the
+// call succeeds; a field the caller sets is checked against the contract and written in
+// place, and counts as wanted.
 type EmbedOutputs struct {
 	Output       Tensor // output (B, S, H), the weights' dtype
 	MaskIndex    Tensor // mask_index (B), int32
