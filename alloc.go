@@ -46,8 +46,8 @@ type outputBudget struct{ left int }
 // is lower than allocBound.
 func (e *Engine) newOutputBudget() outputBudget {
 	b := allocBound()
-	if e.allocBound > 0 && e.allocBound < b {
-		b = e.allocBound
+	if e.allocCap > 0 && e.allocCap < b {
+		b = e.allocCap
 	}
 	return outputBudget{left: b}
 }

@@ -45,8 +45,14 @@ func (s *byteSource) u64() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
-// hugeDims are dims near the limits: int32 and uint32 overflow, maxElems, int64 overflow.
-var hugeDims = []int{1<<31 - 1, 1 << 31, 1<<32 + 1, 1 << 23, maxElems, maxElems + 1, math.MaxInt/2 + 1, math.MaxInt}
+// hugeDims are dims near the limits: int32 and uint32 overflow, maxElems, int overflow.
+var hugeDims = hugeDimsOf(1)
+
+// hugeDimsOf builds hugeDims from one (1) at run time: 2^31 and 2^32+1 wrap on 32-bit
+// platforms instead of failing to compile.
+func hugeDimsOf(one uint64) []int {
+	return []int{math.MaxInt32, int(one << 31), int(one<<32 + 1), 1 << 23, maxElems, maxElems + 1, math.MaxInt/2 + 1, math.MaxInt}
+}
 
 // maxFuzzData bounds the elements of one drawn tensor's real data.
 const maxFuzzData = 1 << 10
@@ -134,9 +140,9 @@ func (s *byteSource) ctx() context.Context {
 	return context.Background()
 }
 
-// allocBound draws the engine's bound on the bytes a call allocates: the system's, or a
+// allocCap draws the engine's cap on the bytes a call allocates: the system's, or a
 // small one that real shapes reach.
-func (s *byteSource) allocBound() int {
+func (s *byteSource) allocCap() int {
 	if s.intn(2) == 0 {
 		return 0
 	}
@@ -332,7 +338,7 @@ func FuzzEmbedLayerNorm(f *testing.F) {
 		}
 		eps := []float32{1e-12, 0, -1, float32(math.NaN()), float32(math.Inf(1)), math.MaxFloat32}[s.intn(6)]
 		rule := MaskRule(s.intn(3))
-		e.allocBound = s.allocBound()
+		e.allocCap = s.allocCap()
 		ctx := s.ctx()
 		before, given := out, dataOf(out.Output, out.MaskIndex, out.EmbeddingSum)
 		err := e.EmbedLayerNormOnce(ctx, w, in, &out, Epsilon(eps), WithMaskRule(rule))
@@ -373,7 +379,7 @@ func FuzzAddLayerNorm(f *testing.F) {
 		}
 		eps := []float32{1e-5, 0, float32(math.Inf(1)), float32(math.NaN()), -1}[s.intn(5)]
 		additional := s.intn(2) == 0
-		e.allocBound = s.allocBound()
+		e.allocCap = s.allocCap()
 		ctx := s.ctx()
 		before, given := out, dataOf(out.Y, out.Mean, out.Rstd, out.X)
 		err := e.AddLayerNorm(ctx, in, &out, Epsilon(eps), AdditionalOutput(additional))

@@ -119,7 +119,7 @@ func TestOutputBoundNamesTheTensor(t *testing.T) {
 	e := cpuEngine(t)
 	ctx := context.Background()
 	in := smallAdd() // y (3, 8) float32: 96 bytes; mean, rstd 12 each
-	e.allocBound = 100
+	e.allocCap = 100
 	var out AddLayerNormOutputs
 	err := e.AddLayerNorm(ctx, in, &out)
 	require.ErrorIs(t, err, ErrNotSupported)
@@ -129,12 +129,12 @@ func TestOutputBoundNamesTheTensor(t *testing.T) {
 	require.NoError(t, e.AddLayerNorm(ctx, in, &out))
 
 	w, ein := smallEmbed() // output (2, 3, 4) float32: 96 bytes
-	e.allocBound = 95
+	e.allocCap = 95
 	var eout EmbedOutputs
 	err = e.EmbedLayerNormOnce(ctx, w, ein, &eout)
 	require.ErrorIs(t, err, ErrNotSupported)
 	require.Contains(t, err.Error(), ": output: ")
-	e.allocBound = 96 + 8
+	e.allocCap = 96 + 8
 	eout = EmbedOutputs{WantMaskIndex: true, WantEmbeddingSum: true}
 	err = e.EmbedLayerNormOnce(ctx, w, ein, &eout)
 	require.ErrorIs(t, err, ErrNotSupported)
