@@ -183,13 +183,20 @@ func (s *byteSource) fill(dt DType, n int, bad bool, shape ...int) Tensor {
 	return FromInt32(v, shape...)
 }
 
-// size draws a dimension of a consistent problem: 1-4 mostly, at times up to 130 (real
-// outputs that a small allocation bound refuses).
-func (s *byteSource) size() int {
-	if s.intn(8) == 0 {
-		return 1 + s.intn(130)
+// sizes draws n dimensions of a consistent problem: 1-4 mostly, at times up to 130 (real
+// outputs that a small allocation cap refuses), with a product of at most 1<<12, so the
+// data a draw fills stays small.
+func (s *byteSource) sizes(n int) []int {
+	d, prod := make([]int, n), 1
+	for i := range d {
+		d[i] = 1 + s.intn(4)
+		if s.intn(8) == 0 {
+			d[i] = 1 + s.intn(130)
+		}
+		d[i] = max(min(d[i], (1<<12)/prod), 1)
+		prod *= d[i]
 	}
-	return 1 + s.intn(4)
+	return d
 }
 
 // perturb replaces at times one of ts by a random draw (often lying about its shape), or
@@ -217,7 +224,8 @@ func (s *byteSource) embedProblem() (EmbedWeights, EmbedInputs) {
 		in := EmbedInputs{InputIDs: s.tensor(3, true), SegmentIDs: s.tensor(3, true), Mask: s.tensor(3, true), PositionIDs: s.tensor(3, true)}
 		return w, in
 	}
-	B, S, H, V, G := s.size(), s.size(), s.size(), s.size(), 1+s.intn(3)
+	bsh, V, G := s.sizes(3), 1+s.intn(8), 1+s.intn(3)
+	B, S, H := bsh[0], bsh[1], bsh[2]
 	dt := []DType{Float32, Float16}[s.intn(2)]
 	bad := s.intn(4) == 0
 	P := max(S+s.intn(3)-1, 1) // at times S > P: position_ids then needed
@@ -248,10 +256,7 @@ func (s *byteSource) addProblem() AddLayerNormInputs {
 		return AddLayerNormInputs{X1: s.tensor(9, false), X2: s.tensor(9, false), Gamma: s.tensor(9, false), Beta: s.tensor(9, false), Bias: s.tensor(9, false)}
 	}
 	row := ops.AddDTypeRows[s.intn(len(ops.AddDTypeRows))]
-	shape := make([]int, 1+s.intn(4))
-	for i := range shape {
-		shape[i] = s.size()
-	}
+	shape := s.sizes(1 + s.intn(4))
 	g := shape[len(shape)-1-s.intn(len(shape)):]
 	in := AddLayerNormInputs{X1: s.fill(row[0], 0, false, shape...), X2: s.fill(row[1], 0, false, shape...),
 		Gamma: s.fill(row[2], 0, false, g...), Beta: s.fill(row[2], 0, false, g...)}
