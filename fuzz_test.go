@@ -494,10 +494,15 @@ func FuzzKernel(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if v, ok := attrs["epsilon"]; ok {
-			if f, ok := toFloat(v); ok && (f != f || math.IsInf(float64(float32(f)), 0)) {
-				t.Fatalf("epsilon %v accepted", v)
-			}
+		var eps float64
+		switch v := attrs["epsilon"].(type) {
+		case float64:
+			eps = v
+		case float32:
+			eps = float64(v)
+		}
+		if eps != eps || math.IsInf(float64(float32(eps)), 0) {
+			t.Fatalf("epsilon %v accepted", attrs["epsilon"])
 		}
 		for key, o := range outs {
 			if o.IsZero() {
