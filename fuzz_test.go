@@ -270,9 +270,10 @@ func (s *byteSource) addProblem() AddLayerNormInputs {
 	return in
 }
 
-// fuzzEngine opens the CPU engine one target shares across its calls, and bounds what
-// the library allocates for one call to 64 MiB (GOMEMLIMIT, which allocBound honours).
-func fuzzEngine(f *testing.F) *Engine {
+// sharedFuzzEngine opens the CPU engine one target shares across its calls, and bounds
+// what the library allocates for one call to 64 MiB (GOMEMLIMIT, which allocBound
+// honours).
+func sharedFuzzEngine(f *testing.F) *Engine {
 	e, err := Open(WithBackend(BackendCPU))
 	if err != nil {
 		f.Fatal(err)
@@ -282,6 +283,15 @@ func fuzzEngine(f *testing.F) *Engine {
 		debug.SetMemoryLimit(limit)
 		e.Close()
 	})
+	return e
+}
+
+// fuzzEngine opens a CPU engine for one call of a fuzz target.
+func fuzzEngine(t *testing.T) *Engine {
+	e, err := Open(WithBackend(BackendCPU))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return e
 }
 
@@ -324,7 +334,7 @@ func bitsAt(t Tensor, i int) uint32 {
 
 func FuzzEmbedLayerNorm(f *testing.F) {
 	f.Add([]byte{1, 0, 2, 2, 3, 9, 9, 9, 9, 9, 9})
-	e := fuzzEngine(f)
+	e := sharedFuzzEngine(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := &byteSource{b: data}
 		w, in := s.embedProblem()
@@ -366,7 +376,7 @@ func FuzzEmbedLayerNorm(f *testing.F) {
 
 func FuzzAddLayerNorm(f *testing.F) {
 	f.Add([]byte{1, 0, 2, 2, 4, 1, 0, 2, 2, 4, 1, 0, 1, 4, 1, 0, 1, 4})
-	e := fuzzEngine(f)
+	e := sharedFuzzEngine(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := &byteSource{b: data}
 		in := s.addProblem()
@@ -439,7 +449,7 @@ var kernelAttrs = []string{"epsilon", "mask_index_type", "mask_index_rule", "add
 func FuzzKernel(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 2, 2, 3, 9, 9, 9}, "first_zero")
 	f.Add([]byte{1, 1, 0, 2, 2, 4}, "count_ones")
-	e := fuzzEngine(f)
+	e := sharedFuzzEngine(f)
 	f.Fuzz(func(t *testing.T, data []byte, str string) {
 		s := &byteSource{b: data}
 		c := []*opContract{&embedContract, &addContract}[s.intn(2)]
