@@ -142,8 +142,8 @@ type embedFrame struct {
 var embedFrames = sync.Pool{New: func() any { return new(embedFrame) }}
 
 // EmbedLayerNormOnce binds the weights, runs once and releases them: for one-off calls. It
-// checks in SPEC A.2's order (input shapes before weights).
-// On error, out is as it was (see EmbedLayerNorm.Run).
+// checks in SPEC A.2's order (input shapes before weights). On error, out is as it was (see
+// EmbedLayerNorm.Run).
 func (e *Engine) EmbedLayerNormOnce(ctx context.Context, w EmbedWeights, in EmbedInputs, out *EmbedOutputs, opts ...OpOption) error {
 	if err := checkCall(opEmbed, ctx, out == nil); err != nil {
 		return err
