@@ -21,8 +21,8 @@ type AddLayerNormInputs struct {
 }
 
 // AddLayerNormOutputs receives the results. A zero field is allocated (X only when
-// AdditionalOutput is on); a field the caller sets is checked and written in place (a set X
-// counts as wanted).
+// AdditionalOutput is on) and set when the call succeeds; a field the caller sets is
+// checked and written in place (a set X counts as wanted).
 type AddLayerNormOutputs struct {
 	Y    Tensor // shape of x1, OutT
 	Mean Tensor // float32, leading dims of x1 then rank(gamma) ones
@@ -44,11 +44,18 @@ func addOutDType(x1, x2, gamma, beta, bias DType, hasBias bool) (DType, bool) {
 }
 
 // AddLayerNorm computes y = LayerNorm(x1 + x2 (+ bias)) over the trailing rank(gamma) dims,
-// with per-row mean and rstd. Options: Epsilon (default 1e-5), AdditionalOutput. On error no
-// output has been written.
+// with per-row mean and rstd. Options: Epsilon (default 1e-5), AdditionalOutput. A nil ctx
+// is an error (*ArgError on "ctx"). No output may share memory with an input or another
+// output, not even exactly: y in place of x1 is refused.
+//
+// On error, out is as it was: the outputs the call allocated are dropped, and the fields
+// are written only when the call succeeds. Output data the caller gave is untouched when
+// the call fails before it computes (a broken rule, or ctx already done); when ctx ends or
+// the device fails while the call computes, that data is unspecified (partly written),
+// never the inputs.
 func (e *Engine) AddLayerNorm(ctx context.Context, in AddLayerNormInputs, out *AddLayerNormOutputs, opts ...OpOption) error {
-	if out == nil {
-		return &ArgError{Op: opAdd, Tensor: "outputs", Rule: "outputs must not be nil"}
+	if err := checkCall(opAdd, ctx, out == nil); err != nil {
+		return err
 	}
 	if err := e.use(); err != nil {
 		return err
@@ -57,22 +64,90 @@ func (e *Engine) AddLayerNorm(ctx context.Context, in AddLayerNormInputs, out *A
 	c := newOpConfig(DefaultAddEpsilon, opts)
 	// The backend call comes from a pool: its pointer escapes through the Backend
 	// interface, and a call must not allocate.
-	a := addLNs.Get().(*ops.AddLN)
-	err := checkAddLayerNorm(&in, out, &c, a)
+	f := addFrames.Get().(*addFrame)
+	err := checkAddLayerNorm(&in, out, &c, f)
 	if err == nil {
-		if err = e.be.AddLayerNorm(ctx, a); err != nil {
+		err = addOutputs(ctx, e, out, f)
+	}
+	if err == nil {
+		if err = e.be.AddLayerNorm(ctx, &f.a); err != nil {
 			err = fmt.Errorf("fusednorm: %s: %w", opAdd, err)
 		}
 	}
-	*a = ops.AddLN{} // keep no reference to the caller's data
-	addLNs.Put(a)
+	if err == nil { // only now does the caller see the outputs the call allocated
+		for i, t := range [...]*Tensor{&out.Y, &out.Mean, &out.Rstd, &out.X} {
+			if !f.fresh[i].IsZero() {
+				*t = f.fresh[i]
+			}
+		}
+	}
+	*f = addFrame{} // keep no reference to the caller's data
+	addFrames.Put(f)
 	return err
 }
 
-var addLNs = sync.Pool{New: func() any { return new(ops.AddLN) }}
+// addFrame is one AddLayerNorm call: the backend's view, and what the call allocates.
+type addFrame struct {
+	a        ops.AddLN
+	outT     DType
+	x1, stat []int   // the shapes of y and x, of mean and rstd
+	statBuf  [8]int  // rank(x1) ≤ 8: the stat shape without an allocation
+	alloc    [4]bool // y, mean, rstd, x: allocated by the call
+	fresh    [4]Tensor
+}
 
-// checkAddLayerNorm applies SPEC B.3 in its order and builds the backend call in a.
-func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opConfig, a *ops.AddLN) error {
+var addFrames = sync.Pool{New: func() any { return new(addFrame) }}
+
+// addSpanNames names the tensors whose memory addOutputs compares: outputs, then inputs.
+var addSpanNames = [...]string{"y", "mean", "rstd", "x", "x1", "x2", "gamma", "beta", "bias"}
+
+// addOutputs checks the given outputs' memory against the inputs' and each other's, then
+// allocates the missing ones into f.fresh, sized against the call's bound first.
+func addOutputs(ctx context.Context, e *Engine, out *AddLayerNormOutputs, f *addFrame) error {
+	a := &f.a
+	spans := [...]span{spanOf(a.Y), spanOf(ops.Buf{DType: ops.F32, F32: a.Mean}), spanOf(ops.Buf{DType: ops.F32, F32: a.Rstd}), spanOf(a.X),
+		spanOf(a.X1), spanOf(a.X2), spanOf(a.Gamma), spanOf(a.Beta), spanOf(a.Bias)}
+	if err := checkOverlap(opAdd, addSpanNames[:], spans[:], 4); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", opAdd, err)
+	}
+	dts := [4]DType{f.outT, Float32, Float32, f.outT}
+	shapes := [4][]int{f.x1, f.stat, f.stat, f.x1}
+	budget := e.newOutputBudget()
+	var ns [4]int
+	for i := range ns {
+		if f.alloc[i] {
+			var err error
+			if ns[i], err = budget.take(opAdd, addSpanNames[i], dts[i], shapes[i]); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range ns {
+		if f.alloc[i] {
+			f.fresh[i] = newTensor(dts[i], ns[i], shapes[i])
+		}
+	}
+	if t := f.fresh[0]; !t.IsZero() {
+		a.Y = t.buf
+	}
+	if t := f.fresh[1]; !t.IsZero() {
+		a.Mean = t.buf.F32
+	}
+	if t := f.fresh[2]; !t.IsZero() {
+		a.Rstd = t.buf.F32
+	}
+	if t := f.fresh[3]; !t.IsZero() {
+		a.X = t.buf
+	}
+	return nil
+}
+
+// checkAddLayerNorm applies SPEC B.3 in its order and builds the backend call in f: the
+// inputs and the given outputs; addOutputs allocates the others.
+func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opConfig, f *addFrame) error {
 	// Names and tensors in separate arrays: escape analysis does not tell a struct's fields
 	// apart, so a name that leaks into an error would take the tensor pointers (and the
 	// caller's in, out and the shapes built here) to the heap with it.
@@ -107,14 +182,16 @@ func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opCo
 	if !sameShape(in.X2.shape, x1) {
 		return argErr(opAdd, "x2", "x1 and x2 must have the same shape, got %v and %v", x1, in.X2.shape)
 	}
-	if !sameShape(in.Beta.shape, g) {
-		return argErr(opAdd, "beta", "gamma and beta must have the same shape, got %v and %v", g, in.Beta.shape)
-	}
+	// gamma against x1 before beta against gamma: a gamma that is wrong is named, not the
+	// beta that disagrees with it.
 	lead := len(x1) - len(g)
 	for i, d := range g {
 		if d != x1[lead+i] {
 			return argErr(opAdd, "gamma", "gamma dim %d must equal x1 dim %d, got %d and %d", i, lead+i, d, x1[lead+i])
 		}
+	}
+	if !sameShape(in.Beta.shape, g) {
+		return argErr(opAdd, "beta", "gamma and beta must have the same shape, got %v and %v", g, in.Beta.shape)
 	}
 	for _, d := range x1 {
 		if d == 0 {
@@ -123,8 +200,7 @@ func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opCo
 	}
 	N, _ := numel(x1[:lead])
 	D, _ := numel(g)
-	var statBuf [8]int // rank(x1) ≤ 8: the shape stays on the stack
-	statShape := append(statBuf[:0], x1[:lead]...)
+	statShape := append(f.statBuf[:0], x1[:lead]...)
 	for range g {
 		statShape = append(statShape, 1)
 	}
@@ -141,29 +217,26 @@ func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opCo
 	if e := c.eps; math.IsNaN(float64(e)) || math.IsInf(float64(e), 0) {
 		return argErr(opAdd, "epsilon", "epsilon must be finite, got %g", e)
 	}
-	*a = ops.AddLN{N: N, D: D, X1: in.X1.buf, X2: in.X2.buf, Gamma: in.Gamma.buf, Beta: in.Beta.buf,
+	f.a = ops.AddLN{N: N, D: D, X1: in.X1.buf, X2: in.X2.buf, Gamma: in.Gamma.buf, Beta: in.Beta.buf,
 		Bias: in.Bias.buf, BiasFull: biasFull, Epsilon: c.eps}
+	f.outT, f.x1, f.stat = outT, x1, statShape
 	// Check every caller output before allocating any, so a failed call leaves out untouched.
 	outNames := [...]string{"y", "mean", "rstd", "x"}
 	outs := [...]*Tensor{&out.Y, &out.Mean, &out.Rstd, &out.X}
 	outDTypes := [...]DType{outT, Float32, Float32, outT}
 	outShapes := [...][]int{x1, statShape, statShape, x1}
+	var bufs [4]ops.Buf
 	for i, t := range outs {
-		if t.IsZero() {
-			continue
-		}
-		if _, err := outputBuf(opAdd, outNames[i], t, outDTypes[i], outShapes[i], true); err != nil {
+		var err error
+		if bufs[i], err = givenOutput(opAdd, outNames[i], t, outDTypes[i], outShapes[i]); err != nil {
 			if name := outNames[i]; name == "mean" || name == "rstd" {
 				return argErr(opAdd, name, "mean/rstd must have shape %v float32, got %v", slices.Clone(statShape), t)
 			}
 			return err
 		}
+		f.alloc[i] = t.IsZero() && (i < 3 || c.additional) // a given x counts as wanted
 	}
-	y, _ := outputBuf(opAdd, "y", &out.Y, outT, x1, true)
-	mean, _ := outputBuf(opAdd, "mean", &out.Mean, Float32, statShape, true)
-	rstd, _ := outputBuf(opAdd, "rstd", &out.Rstd, Float32, statShape, true)
-	x, _ := outputBuf(opAdd, "x", &out.X, outT, x1, c.additional)
-	a.Y, a.Mean, a.Rstd, a.X = y, mean.F32, rstd.F32, x
+	f.a.Y, f.a.Mean, f.a.Rstd, f.a.X = bufs[0], bufs[1].F32, bufs[2].F32, bufs[3]
 	return nil
 }
 

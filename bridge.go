@@ -106,6 +106,9 @@ type Engine struct {
 	reason string
 	mu     sync.RWMutex
 	closed bool
+	// allocCap, when > 0, lowers the bound on the bytes one call allocates for its
+	// outputs below allocBound() (tests reach the refusal with small tensors).
+	allocCap int
 }
 
 // Open chooses a backend: the WithBackend option, else FUSEDNORM_BACKEND, else auto (Dawn

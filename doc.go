@@ -24,5 +24,18 @@
 // Every error wraps a sentinel for errors.Is: ErrInvalidArgument (a contract rule was broken;
 // the error is an *ArgError naming the tensor and the rule), ErrUnavailable, ErrNotSupported,
 // ErrDevice, ErrClosed. All checks, including every id against its table, run before any
-// output is written: a failed call leaves outputs untouched.
+// output is written. A nil ctx is an *ArgError on "ctx". An output may not share memory with
+// an input, a weight or another output, not even exactly (no op runs in place): that is an
+// *ArgError naming both tensors.
+//
+// A failed call leaves the caller's output structs as they were: outputs the library
+// allocates reach them only when the call succeeds. Output data the caller gave is untouched
+// by a call that fails before it computes (a broken rule, ctx already done); a call whose ctx
+// ends, or whose device fails, while it computes may have written part of it.
+//
+// The library never asks the Go runtime for an allocation the process may not survive (Go
+// ends the process on one it cannot serve): the outputs it would allocate for one call are
+// sized first and refused with ErrNotSupported, naming the tensor, past half the least of
+// the machine's memory, the process's address-space limit and its cgroup's memory limit, or
+// past the Go memory limit (GOMEMLIMIT), which lowers the bound where that is wanted.
 package fusednorm

@@ -31,8 +31,9 @@ type EmbedInputs struct {
 }
 
 // EmbedOutputs receives the results. A zero field is allocated when the output is wanted
-// (Output always; MaskIndex and EmbeddingSum when their Want flag is set); a field the
-// caller sets is checked against the contract and written in place, and counts as wanted.
+// (Output always; MaskIndex and EmbeddingSum when their Want flag is set) and set when the
+// call succeeds; a field the caller sets is checked against the contract and written in
+// place, and counts as wanted.
 type EmbedOutputs struct {
 	Output       Tensor // output (B, S, H), the weights' dtype
 	MaskIndex    Tensor // mask_index (B), int32
@@ -73,15 +74,33 @@ func (e *Engine) NewEmbedLayerNorm(w EmbedWeights, opts ...OpOption) (*EmbedLaye
 func (op *EmbedLayerNorm) Close() error { return op.prep.Close() }
 
 // Run validates the inputs (shapes, then every id against its table) and computes the
-// outputs. On error no output has been written.
+// outputs. A nil ctx is an error (*ArgError on "ctx"). No output may share memory with an
+// input, a weight or another output.
+//
+// On error, out is as it was: the outputs the call allocated are dropped, and the fields
+// are written only when the call succeeds. Output data the caller gave is untouched when
+// the call fails before it computes (a broken rule, or ctx already done); when ctx ends or
+// the device fails while the call computes, that data is unspecified (partly written),
+// never the inputs or weights.
 func (op *EmbedLayerNorm) Run(ctx context.Context, in EmbedInputs, out *EmbedOutputs) error {
-	if out == nil {
-		return &ArgError{Op: opEmbed, Tensor: "outputs", Rule: "outputs must not be nil"}
+	if err := checkCall(opEmbed, ctx, out == nil); err != nil {
+		return err
 	}
 	if err := checkEmbedInputShapes(&in); err != nil {
 		return err
 	}
 	return op.run(ctx, &in, out)
+}
+
+// checkCall is the first check of every entry point: ctx and the outputs must be given.
+func checkCall(op string, ctx context.Context, noOutputs bool) error {
+	if ctx == nil {
+		return argErr(op, "ctx", "ctx must not be nil; pass context.Background()")
+	}
+	if noOutputs {
+		return argErr(op, "outputs", "outputs must not be nil")
+	}
+	return nil
 }
 
 func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOutputs) error {
@@ -94,11 +113,18 @@ func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOu
 	f := embedFrames.Get().(*embedFrame)
 	err := checkEmbedInputs(in, &op.w, &f.in)
 	if err == nil {
-		err = embedOutputs(out, &f.in, &op.w, &f.out)
+		err = embedOutputs(ctx, op.eng, out, &op.w, f)
 	}
 	if err == nil {
 		if err = op.prep.Run(ctx, &f.in, &f.out); err != nil {
 			err = fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+		}
+	}
+	if err == nil { // only now does the caller see the outputs the call allocated
+		for i, t := range [...]*Tensor{&out.Output, &out.MaskIndex, &out.EmbeddingSum} {
+			if !f.fresh[i].IsZero() {
+				*t = f.fresh[i]
+			}
 		}
 	}
 	*f = embedFrame{} // keep no reference to the caller's data
@@ -108,17 +134,19 @@ func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOu
 
 // embedFrame is the backend's view of one EmbedLayerNorm call.
 type embedFrame struct {
-	in  ops.EmbedInputs
-	out ops.EmbedOutputs
+	in    ops.EmbedInputs
+	out   ops.EmbedOutputs
+	fresh [3]Tensor // the outputs this call allocated: output, mask_index, embedding_sum
 }
 
 var embedFrames = sync.Pool{New: func() any { return new(embedFrame) }}
 
 // EmbedLayerNormOnce binds the weights, runs once and releases them: for one-off calls. It
-// checks in SPEC A.2's order (input shapes before weights).
+// checks in SPEC A.2's order (input shapes before weights). On error, out is as it was (see
+// EmbedLayerNorm.Run).
 func (e *Engine) EmbedLayerNormOnce(ctx context.Context, w EmbedWeights, in EmbedInputs, out *EmbedOutputs, opts ...OpOption) error {
-	if out == nil {
-		return &ArgError{Op: opEmbed, Tensor: "outputs", Rule: "outputs must not be nil"}
+	if err := checkCall(opEmbed, ctx, out == nil); err != nil {
+		return err
 	}
 	if err := checkEmbedInputShapes(&in); err != nil {
 		return err
@@ -181,10 +209,12 @@ func checkEmbedInputShapes(in *EmbedInputs) error {
 			}
 		}
 	}
-	if s := in.SegmentIDs; !s.IsZero() && !sameShape(s.shape, ids) {
+	// Rules 2 and 3 compare with input_ids only when its rank is right; otherwise rule 4
+	// names input_ids, the tensor that is wrong.
+	if s := in.SegmentIDs; !s.IsZero() && len(ids) == 2 && !sameShape(s.shape, ids) {
 		return argErr(opEmbed, "segment_ids", "Input 0 and 1 shall have same shape")
 	}
-	if m := in.Mask; !m.IsZero() && !sameShape(m.shape, ids) {
+	if m := in.Mask; !m.IsZero() && len(ids) == 2 && !sameShape(m.shape, ids) {
 		return argErr(opEmbed, "mask", "Input 0 and 7 (mask) shall have same shape")
 	}
 	if len(ids) != 2 {
@@ -244,20 +274,15 @@ func checkEmbedWeights(w *EmbedWeights, c *opConfig) (*ops.EmbedWeights, error) 
 	if w.Position.shape[0] == 0 {
 		return nil, argErr(opEmbed, "position_embedding", "position_embedding table is empty")
 	}
+	if err := checkEmbedDTypes(w); err != nil {
+		return nil, err
+	}
 	dt := w.Word.DType()
-	if dt != Float32 && dt != Float16 {
-		return nil, argErr(opEmbed, "word_embedding", "type error: dtype %v is not float32 or float16", dt)
+	if e := c.eps; e < 0 || math.IsNaN(float64(e)) || math.IsInf(float64(e), 0) {
+		return nil, argErr(opEmbed, "epsilon", "epsilon must be >= 0 and finite, got %g", e)
 	}
-	for _, t := range []struct {
-		name string
-		t    *Tensor
-	}{{"position_embedding", &w.Position}, {"segment_embedding", &w.Segment}, {"gamma", &w.Gamma}, {"beta", &w.Beta}} {
-		if !t.t.IsZero() && t.t.DType() != dt {
-			return nil, argErr(opEmbed, t.name, "type error: dtype %v differs from word_embedding's %v", t.t.DType(), dt)
-		}
-	}
-	if e := c.eps; e < 0 || math.IsNaN(float64(e)) {
-		return nil, argErr(opEmbed, "epsilon", "epsilon must be >= 0, got %g", e)
+	if c.rule != MaskFirstZero && c.rule != MaskIndexCountOnes {
+		return nil, argErr(opEmbed, "mask_index_rule", "mask_index_rule must be MaskFirstZero or MaskIndexCountOnes, got MaskRule(%d)", c.rule)
 	}
 	ow := &ops.EmbedWeights{
 		DType: dt, H: H, V: w.Word.shape[0], P: w.Position.shape[0],
@@ -268,6 +293,40 @@ func checkEmbedWeights(w *EmbedWeights, c *opConfig) (*ops.EmbedWeights, error) 
 		ow.G, ow.Seg = w.Segment.shape[0], w.Segment.buf
 	}
 	return ow, nil
+}
+
+// checkEmbedDTypes is rule 11's type rule over the weights: all five share float32 or
+// float16. The dtype most of them have (word_embedding's on a tie) is taken as meant, so
+// the error names the odd one out: an f16 word table among f32 weights is the word table.
+func checkEmbedDTypes(w *EmbedWeights) error {
+	names := [...]string{"word_embedding", "position_embedding", "segment_embedding", "gamma", "beta"}
+	ts := [...]*Tensor{&w.Word, &w.Position, &w.Segment, &w.Gamma, &w.Beta}
+	var f32, f16 int
+	for _, t := range ts {
+		switch t.DType() {
+		case Float32:
+			f32++
+		case Float16:
+			f16++
+		}
+	}
+	want := w.Word.DType()
+	switch {
+	case f32 > f16, f32 == f16 && want != Float16:
+		want = Float32
+	default:
+		want = Float16
+	}
+	for i, t := range ts {
+		switch dt := t.DType(); {
+		case t.IsZero() || dt == want:
+		case dt != Float32 && dt != Float16:
+			return argErr(opEmbed, names[i], "type error: %s has dtype %v, not float32 or float16", names[i], dt)
+		default:
+			return argErr(opEmbed, names[i], "type error: %s has dtype %v, the other weights %v", names[i], dt, want)
+		}
+	}
+	return nil
 }
 
 // checkEmbedInputs is the rest of SPEC A.2 once weights are bound: rule 11's input parts
@@ -321,40 +380,75 @@ func idsInRange(ids []int32, n int, name, table string) error {
 	return nil
 }
 
-// embedOutputs checks caller outputs and allocates the missing wanted ones, into o.
-func embedOutputs(out *EmbedOutputs, in *ops.EmbedInputs, w *ops.EmbedWeights, o *ops.EmbedOutputs) error {
+// embedSpanNames names the tensors whose memory embedOutputs compares: the outputs, then
+// the inputs, then the weights.
+var embedSpanNames = [...]string{"output", "mask_index", "embedding_sum",
+	"input_ids", "segment_ids", "mask", "position_ids",
+	"word_embedding", "position_embedding", "segment_embedding", "gamma", "beta"}
+
+// embedOutputs checks the caller's outputs against the contract and against the memory of
+// the inputs, weights and each other, then allocates the missing wanted ones into
+// f.fresh (not into out: a failed call leaves out as it was), sized against the call's
+// bound before any is allocated. It fills f.out.
+func embedOutputs(ctx context.Context, e *Engine, out *EmbedOutputs, w *ops.EmbedWeights, f *embedFrame) error {
+	in, o := &f.in, &f.out
 	full, batch := [3]int{in.B, in.S, w.H}, [1]int{in.B}
 	var err error
-	if o.Out, err = outputBuf(opEmbed, "output", &out.Output, w.DType, full[:], true); err != nil {
+	if o.Out, err = givenOutput(opEmbed, "output", &out.Output, w.DType, full[:]); err != nil {
 		return err
 	}
 	var mi ops.Buf
-	if mi, err = outputBuf(opEmbed, "mask_index", &out.MaskIndex, Int32, batch[:], out.WantMaskIndex); err != nil {
+	if mi, err = givenOutput(opEmbed, "mask_index", &out.MaskIndex, Int32, batch[:]); err != nil {
 		return err
 	}
 	o.MaskIndex = mi.I32
-	if o.Sum, err = outputBuf(opEmbed, "embedding_sum", &out.EmbeddingSum, w.DType, full[:], out.WantEmbeddingSum); err != nil {
+	if o.Sum, err = givenOutput(opEmbed, "embedding_sum", &out.EmbeddingSum, w.DType, full[:]); err != nil {
 		return err
+	}
+	spans := [...]span{spanOf(o.Out), spanI32(o.MaskIndex), spanOf(o.Sum),
+		spanI32(in.IDs), spanI32(in.SegIDs), spanI32(in.Mask), spanI32(in.PosIDs),
+		spanOf(w.Word), spanOf(w.Pos), spanOf(w.Seg), spanOf(w.Gamma), spanOf(w.Beta)}
+	if err := checkOverlap(opEmbed, embedSpanNames[:], spans[:], 3); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+	}
+	dts := [3]DType{w.DType, Int32, w.DType}
+	shapes := [3][]int{full[:], batch[:], full[:]}
+	alloc := [3]bool{!o.Out.Present(), !mi.Present() && out.WantMaskIndex, !o.Sum.Present() && out.WantEmbeddingSum}
+	budget := e.newOutputBudget()
+	var ns [3]int
+	for i := range ns {
+		if alloc[i] {
+			if ns[i], err = budget.take(opEmbed, embedSpanNames[i], dts[i], shapes[i]); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range ns {
+		if alloc[i] {
+			f.fresh[i] = newTensor(dts[i], ns[i], shapes[i])
+		}
+	}
+	if t := f.fresh[0]; !t.IsZero() {
+		o.Out = t.buf
+	}
+	if t := f.fresh[1]; !t.IsZero() {
+		o.MaskIndex = t.buf.I32
+	}
+	if t := f.fresh[2]; !t.IsZero() {
+		o.Sum = t.buf
 	}
 	return nil
 }
 
-// outputBuf checks a caller tensor against the contract, or allocates it when wanted and
-// absent. It returns a zero Buf when the output is neither given nor wanted. shape does not
-// escape (the paths that keep or print it take a copy), so callers may build it on the
-// stack.
-func outputBuf(op, name string, t *Tensor, dt DType, shape []int, want bool) (ops.Buf, error) {
+// givenOutput checks a caller's output tensor against the contract; a zero Buf when the
+// caller gave none. shape does not escape (the paths that print it take a copy), so
+// callers may build it on the stack.
+func givenOutput(op, name string, t *Tensor, dt DType, shape []int) (ops.Buf, error) {
 	if t.IsZero() {
-		if !want {
-			return ops.Buf{}, nil
-		}
-		sh := slices.Clone(shape)
-		nt, err := NewTensor(dt, sh...)
-		if err != nil {
-			return ops.Buf{}, argErr(op, name, "cannot allocate shape %v", sh)
-		}
-		*t = nt
-		return nt.buf, nil
+		return ops.Buf{}, nil
 	}
 	if err := checkTensor(op, name, t); err != nil {
 		return ops.Buf{}, err

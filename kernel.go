@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -29,6 +28,10 @@ func KernelNames() []string {
 // GetKernel returns the kernel "com.microsoft.EmbedLayerNormalization" or
 // "ascend.AddLayerNorm" at version 1. Version 0 means the latest.
 func (e *Engine) GetKernel(name string, version int) (*Kernel, error) {
+	if err := e.use(); err != nil {
+		return nil, err
+	}
+	e.done()
 	for _, c := range []*opContract{&embedContract, &addContract} {
 		if name != c.FullName() {
 			continue
@@ -152,6 +155,9 @@ func manifestRank(raw json.RawMessage) (lo, hi int) {
 // and a failed call returns no outputs and writes nothing the caller passed.
 func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[string]any) (map[string]Tensor, error) {
 	op := k.op()
+	if err := checkCall(op, ctx, false); err != nil {
+		return nil, err
+	}
 	for _, key := range sortedKeys(inputs) {
 		t := inputs[key]
 		name, ok := k.inputName(key)
@@ -164,9 +170,6 @@ func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[st
 	}
 	want, opts, err := k.attrs(attrs)
 	if err != nil {
-		return nil, err
-	}
-	if err := k.checkOutputSizes(inputs, want); err != nil {
 		return nil, err
 	}
 	// The typed API checks every rule before it allocates the outputs left zero here.
@@ -364,73 +367,6 @@ func (k *Kernel) inputName(key string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// checkOutputSizes refuses a call whose outputs, as the manifest derives their shapes from
-// the inputs, would not fit in memory: the Go runtime dies on an allocation it cannot
-// satisfy. Outputs whose shape or dtype the inputs do not determine are left to the op's
-// own validation.
-func (k *Kernel) checkOutputSizes(inputs map[string]Tensor, want map[string]bool) error {
-	shapes := map[string][]int{}
-	for key, t := range inputs {
-		if !t.IsZero() {
-			shapes[key] = t.shape
-		}
-	}
-	var total int64
-	limit := maxOutputBytes()
-	for _, o := range k.m.Outputs {
-		if o.Optional && !want[o.BindKey] {
-			continue
-		}
-		dt, ok := k.outputDType(o.DType, inputs)
-		if !ok {
-			continue
-		}
-		shape, err := shapeOf(o.Shape, shapes)
-		if err != nil {
-			continue
-		}
-		n, ok := outputBytes(dt, shape)
-		if ok && n <= limit-total {
-			total += n
-			continue
-		}
-		return argErr(k.op(), o.Name, "%s of shape %v (%v) would take more than the %d bytes this process can allocate", o.Name, shape, dt, limit-total)
-	}
-	return nil
-}
-
-// outputBytes is the size of a tensor of dtype dt and shape, computed without overflow; ok
-// is false for a negative dimension or a size past maxOutputBytes.
-func outputBytes(dt DType, shape []int) (n int64, ok bool) {
-	limit := maxOutputBytes()
-	n = int64(dt.Size())
-	for _, d := range shape {
-		if d < 0 {
-			return 0, false
-		}
-		if d != 0 && n > limit/int64(d) {
-			return 0, false
-		}
-		n *= int64(d)
-	}
-	return n, n <= limit
-}
-
-// maxOutputBytes bounds what one call may allocate for its outputs: the memory the system
-// reports (sysMemory) and the Go runtime's soft limit (GOMEMLIMIT, debug.SetMemoryLimit),
-// and never past what a slice can address. Above it an allocation either fails fatally or
-// pages the machine to a halt, so the call is refused instead.
-func maxOutputBytes() int64 {
-	limit := int64(math.MaxInt / 2)
-	if m := debug.SetMemoryLimit(-1); m > 0 {
-		limit = min(limit, m)
-	}
-	if m := sysMemory(); m > 0 {
-		limit = min(limit, m)
-	}
-	return limit
 }
 
 // outputDType resolves a manifest dtype variable against the inputs; false when the inputs

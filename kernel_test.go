@@ -123,21 +123,10 @@ func TestKernelRefusesHugeOutputs(t *testing.T) {
 	in["gammaT"], in["betaT"] = FromFloat32(make([]float32, H), H), FromFloat32(make([]float32, H), H)
 	var err error
 	n := allocated(func() { _, err = k.Run(ctx, in, nil) })
-	var ae *ArgError
-	require.ErrorAs(t, err, &ae)
-	require.Equal(t, "EmbedLayerNorm", ae.Op)
-	require.Equal(t, "output", ae.Tensor)
+	require.ErrorIs(t, err, ErrNotSupported)
+	require.Contains(t, err.Error(), "EmbedLayerNorm")
+	require.Contains(t, err.Error(), "output")
 	require.Less(t, n, uint64(1<<20))
-
-	// Sizes are computed without overflow.
-	_, ok := outputBytes(Float32, []int{1 << 40, 1 << 40})
-	require.False(t, ok)
-	_, ok = outputBytes(Float32, []int{-1, 4})
-	require.False(t, ok)
-	b, ok := outputBytes(Float16, []int{3, 5})
-	require.True(t, ok)
-	require.Equal(t, int64(30), b)
-	require.LessOrEqual(t, maxOutputBytes(), int64(4<<30))
 }
 
 // TestKernelFailedCallLeavesCallerData: a failed call returns no outputs and leaves the

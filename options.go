@@ -34,10 +34,11 @@ type opConfig struct {
 }
 
 // Epsilon sets the value added to the variance (defaults: 1e-12 EmbedLayerNorm, 1e-5
-// AddLayerNorm).
+// AddLayerNorm). It must be finite, and >= 0 for EmbedLayerNorm (SPEC A.1, B.3).
 func Epsilon(eps float32) OpOption { return func(c *opConfig) { c.eps, c.epsSet = eps, true } }
 
-// WithMaskRule sets the mask_index rule of EmbedLayerNorm (default MaskFirstZero).
+// WithMaskRule sets the mask_index rule of EmbedLayerNorm: MaskFirstZero (the default) or
+// MaskIndexCountOnes; another value is an error.
 func WithMaskRule(r MaskRule) OpOption { return func(c *opConfig) { c.rule = r } }
 
 // AdditionalOutput makes AddLayerNorm also return x = x1 + x2 (+ bias) in OutT.

@@ -2,6 +2,7 @@ package fusednorm
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/x448/float16"
@@ -64,13 +65,31 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// NewTensor allocates a zeroed tensor of the dtype and shape. It returns an error for a
-// negative dimension or an element count that does not fit in memory.
+// NewTensor allocates a zeroed tensor of the dtype and shape. It returns an error wrapping
+// ErrInvalidArgument for a negative dimension or an unknown dtype, and one wrapping
+// ErrNotSupported for a tensor larger than the library allocates (see allocBound).
 func NewTensor(dt DType, shape ...int) (Tensor, error) {
+	for _, d := range shape {
+		if d < 0 {
+			return Tensor{}, fmt.Errorf("fusednorm: NewTensor: shape %v: negative dimension: %w", shape, ErrInvalidArgument)
+		}
+	}
+	if dt.Size() == 0 {
+		return Tensor{}, fmt.Errorf("fusednorm: NewTensor: dtype %v: %w", dt, ErrInvalidArgument)
+	}
 	n, ok := numel(shape)
 	if !ok {
-		return Tensor{}, fmt.Errorf("fusednorm: NewTensor: shape %v: %w", shape, ErrInvalidArgument)
+		return Tensor{}, fmt.Errorf("fusednorm: NewTensor: shape %v has more than %d elements: %w", shape, maxElems, ErrNotSupported)
 	}
+	if bound := allocBound(); n*dt.Size() > bound {
+		return Tensor{}, fmt.Errorf("fusednorm: NewTensor: shape %v is %d bytes, over the %d bytes the library allocates at once: %w",
+			shape, n*dt.Size(), bound, ErrNotSupported)
+	}
+	return newTensor(dt, n, shape), nil
+}
+
+// newTensor allocates a tensor of n elements, n the element count of shape, which it copies.
+func newTensor(dt DType, n int, shape []int) Tensor {
 	t := Tensor{shape: append([]int(nil), shape...)}
 	t.buf.DType = dt
 	switch dt {
@@ -80,10 +99,8 @@ func NewTensor(dt DType, shape ...int) (Tensor, error) {
 		t.buf.U16 = make([]uint16, n)
 	case Int32:
 		t.buf.I32 = make([]int32, n)
-	default:
-		return Tensor{}, fmt.Errorf("fusednorm: NewTensor: dtype %v: %w", dt, ErrInvalidArgument)
 	}
-	return t, nil
+	return t
 }
 
 // IsZero reports whether t is the zero Tensor (absent).
@@ -151,15 +168,19 @@ func bf16ToF32(b uint16) float32 {
 
 func float32frombits(u uint32) float32 { return *(*float32)(unsafe.Pointer(&u)) }
 
-// numel is the product of the dims; ok is false for a negative dim or overflow.
+// maxElems bounds the element count of a shape: far beyond any memory, and small enough
+// that the bytes of maxElems 8-byte elements fit in an int, on 32-bit platforms too.
+const maxElems = min(1<<46, math.MaxInt/8)
+
+// numel is the product of the dims; ok is false for a negative dim or a product over
+// maxElems (so it never overflows).
 func numel(shape []int) (n int, ok bool) {
 	n = 1
-	const limit = 1 << 46 // far beyond any memory; keeps products from overflowing int
 	for _, d := range shape {
 		if d < 0 {
 			return 0, false
 		}
-		if d != 0 && n > limit/d {
+		if d != 0 && n > maxElems/d {
 			return 0, false
 		}
 		n *= d
