@@ -40,7 +40,7 @@ func (s *scratch) size(h, w int) {
 // (the closure carrying its arguments, and a goroutine when none is free for reuse), and so
 // does a closure that outlives its frame, while a steady-state call must allocate nothing.
 // So the work of one call is a rowWork (a pointer to a pooled struct holding the call's
-// state, with the call's WaitGroup inside), a chunk is a task value, and a task travels to
+// state, with the call's rowJoin inside), a chunk is a task value, and a task travels to
 // a worker over an unbuffered channel: sending a struct value allocates nothing.
 //
 // The handoff never blocks. A send succeeds only into the hands of a worker idle in its
@@ -53,10 +53,38 @@ func (s *scratch) size(h, w int) {
 // behind a busy worker, so a call made from inside a worker (or from many goroutines at
 // once) cannot deadlock. Idle workers park on the channel and cost nothing but their
 // stacks.
+//
+// Each Backend has its own set (a workers), which its Close stops: the idle workers exit
+// at once, a busy one after the step of rows it is computing, and Close returns when none
+// is left. A Backend dropped without Close stops its set when the garbage collector finds
+// it unreachable.
+//
+// Cancellation. A chunk is computed in steps of about stepBytes of rows; before each step
+// the goroutine computing it looks (without blocking) at the call's ctx.Done() and at its
+// backend's stop channel, and when either is closed it marks the call cut and leaves the
+// rest of its chunk. So a call notices a cancelled context or a closed backend within
+// about a step of work (a millisecond or less) on each of its goroutines, and the rows not
+// yet computed are left as they were.
+
+// stepBytes is how much row data (rows × row length × 4 bytes) a goroutine computes between
+// two looks at the call's cancellation: 1 MiB, a few hundred microseconds with the SIMD
+// kernels and about a millisecond with the pure-Go ones.
+const stepBytes = 1 << 20
+
+// rowsPerStep is the number of rows of h elements in a step: at least one.
+func rowsPerStep(h int) int { return max(1, stepBytes/(4*max(h, 1))) }
 
 // rowWork is one call's work: rows computes rows [lo, hi) with sc sized for the call.
 type rowWork interface {
 	rows(lo, hi int, sc *scratch)
+}
+
+// rowJoin is what a call's goroutines share besides the work: the WaitGroup its caller
+// waits on and whether a goroutine left its chunk unfinished. It lives in the pooled call
+// struct, idle between calls.
+type rowJoin struct {
+	wg  sync.WaitGroup
+	cut atomic.Bool
 }
 
 // task is a chunk of a call handed to a worker.
@@ -64,83 +92,160 @@ type task struct {
 	work   rowWork
 	lo, hi int
 	h, w   int             // row length and plan width, for sizing the worker's scratch
-	wg     *sync.WaitGroup // the call's, inside the pooled call struct; Done once the chunk is computed
+	done   <-chan struct{} // the call's ctx.Done() (nil for a context that is never done)
+	join   *rowJoin        // the call's; Done once the chunk is computed or cut
 }
 
-var (
-	rowTasks   = make(chan task) // unbuffered: a send completes only into an idle worker's hands
-	rowWorkers atomic.Int64      // worker goroutines started
-)
+// workers is one Backend's set of worker goroutines.
+type workers struct {
+	tasks   chan task     // unbuffered: a send completes only into an idle worker's hands
+	stop    chan struct{} // closed by close: workers exit, calls in flight are cut
+	started atomic.Int64  // worker goroutines started (never decreases)
+	mu      sync.Mutex    // orders the start of a worker against close
+	closed  bool
+	live    sync.WaitGroup // the workers (and spawned goroutines) not yet exited
+}
 
-// worker runs its first task, then those it receives, for the life of the process.
-func worker(t task) {
-	t.run()
-	for t := range rowTasks {
-		t.run()
+func newWorkers() *workers {
+	return &workers{tasks: make(chan task), stop: make(chan struct{})}
+}
+
+// close stops the set: idle workers exit at once, busy ones once their chunk is done or
+// cut, and calls in flight are cut at their next step. It returns when every worker has
+// exited.
+func (p *workers) close() {
+	p.shut()
+	p.live.Wait()
+}
+
+// shut is close without the wait (for a Backend the garbage collector found unreachable).
+func (p *workers) shut() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.stop)
+	}
+	p.mu.Unlock()
+}
+
+// spawn runs f on a goroutine that close waits for; false (f not run) once the set is
+// stopped. f is to watch the stop channel.
+func (p *workers) spawn(f func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.live.Add(1)
+	go func() {
+		defer p.live.Done()
+		f()
+	}()
+	return true
+}
+
+// worker runs its first task, then those it receives, until the set is stopped.
+func (p *workers) worker(t task) {
+	defer p.live.Done()
+	t.run(p.stop)
+	for {
+		select {
+		case t := <-p.tasks:
+			t.run(p.stop)
+		case <-p.stop:
+			return
+		}
 	}
 }
 
-func (t task) run() {
-	runRows(t.work, t.lo, t.hi, t.h, t.w)
-	t.wg.Done()
+func (t task) run(stop <-chan struct{}) {
+	runRows(t.work, t.lo, t.hi, t.h, t.w, t.done, stop, t.join)
+	t.join.wg.Done()
 }
 
-// runRows runs rows [lo, hi) of work with a pooled scratch.
-func runRows(work rowWork, lo, hi, h, w int) {
+// runRows runs rows [lo, hi) of work with a pooled scratch, a step at a time; it leaves
+// the rest and marks join cut once done or stop is closed.
+func runRows(work rowWork, lo, hi, h, w int, done, stop <-chan struct{}, join *rowJoin) {
 	sc := scratchPool.Get().(*scratch)
 	sc.size(h, w)
-	work.rows(lo, hi, sc)
+	step := rowsPerStep(h)
+	for ; lo < hi && !stopped(done, stop); lo = min(lo+step, hi) {
+		work.rows(lo, min(lo+step, hi), sc)
+	}
+	if lo < hi {
+		join.cut.Store(true)
+	}
 	scratchPool.Put(sc)
 }
 
-// handOff gives t to an idle worker, or to a new one while fewer than limit have been
-// started; false when neither can take it.
-func handOff(t task, limit int) bool {
+// stopped reports, without blocking, whether done or stop is closed (a nil channel never
+// is).
+func stopped(done, stop <-chan struct{}) bool {
 	select {
-	case rowTasks <- t:
+	case <-done:
+		return true
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// handOff gives t to an idle worker, or to a new one while fewer than limit have been
+// started and the set is not stopped; false when none can take it.
+func (p *workers) handOff(t task, limit int) bool {
+	select {
+	case p.tasks <- t:
 		return true
 	default:
 	}
-	for {
-		n := rowWorkers.Load()
-		if n >= int64(limit) {
-			return false
-		}
-		if rowWorkers.CompareAndSwap(n, n+1) {
-			go worker(t)
-			return true
-		}
+	if p.started.Load() >= int64(limit) {
+		return false
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.started.Load() >= int64(limit) {
+		return false
+	}
+	p.started.Add(1)
+	p.live.Add(1)
+	go p.worker(t)
+	return true
 }
 
 // forRows runs work over [0, rows) split into contiguous chunks, one per goroutine
 // (threads ≤ 0 means GOMAXPROCS); each chunk gets its own scratch sized for rows of h
-// elements and plan width w. wg belongs to the call (it is idle between calls); forRows
-// returns when every chunk is done.
+// elements and plan width w. join belongs to the call (it is idle between calls); done is
+// the call's ctx.Done(). forRows returns when every chunk is done or cut, and reports
+// whether all rows were computed: false when done or the set's stop channel closed
+// before some were (those are left unwritten).
 //
 // A split call hands every chunk to a worker and parks until they are done, as a call
 // that started a goroutine per chunk did: a readied worker waits in its P's runnext slot,
 // which another P steals only after a sleep while the P is busy, so a caller that went on
 // computing a chunk itself would keep its peer waiting. The caller computes the chunks no
 // worker could take.
-func forRows(rows, h, w, threads int, work rowWork, wg *sync.WaitGroup) {
+func (p *workers) forRows(rows, h, w, threads int, work rowWork, join *rowJoin, done <-chan struct{}) bool {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
+	join.cut.Store(false)
 	n := min(threads, rows, max(1, rows*h/minElemsPerWorker))
 	lo := 0
 	if n > 1 {
 		chunk := (rows + n - 1) / n
 		for ; lo < rows; lo += chunk {
-			wg.Add(1)
-			if !handOff(task{work: work, lo: lo, hi: min(lo+chunk, rows), h: h, w: w, wg: wg}, threads+1) {
-				wg.Done()
+			join.wg.Add(1)
+			t := task{work: work, lo: lo, hi: min(lo+chunk, rows), h: h, w: w, done: done, join: join}
+			if !p.handOff(t, threads+1) {
+				join.wg.Done()
 				break
 			}
 		}
 	}
 	if lo < rows {
-		runRows(work, lo, rows, h, w)
+		runRows(work, lo, rows, h, w, done, p.stop, join)
 	}
-	wg.Wait()
+	join.wg.Wait()
+	return !join.cut.Load()
 }
