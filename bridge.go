@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fusednorm/fusednorm/cpu"
@@ -102,10 +103,13 @@ func (i Info) String() string {
 
 // Engine runs the ops on one backend. It is safe for concurrent use.
 type Engine struct {
-	be     Backend
-	reason string
-	mu     sync.RWMutex
-	closed bool
+	be        Backend
+	reason    string
+	mu        sync.RWMutex
+	closed    bool
+	closing   atomic.Bool // set at once by Close: new calls fail without waiting for it
+	closeOnce sync.Once
+	closeErr  error // what the backend's Close returned
 }
 
 // Open chooses a backend: the WithBackend option, else FUSEDNORM_BACKEND, else auto (Dawn
@@ -205,27 +209,37 @@ func (e *Engine) LastKernelTime() (time.Duration, bool) {
 	return kt.LastKernelTime(), true
 }
 
-// Close releases the backend; prepared ops of the engine stop working.
+// Close releases the backend; prepared ops of the engine stop working. From its start,
+// new calls fail with an error wrapping ErrClosed. Calls in flight on the CPU stop at
+// their next step of rows (about a millisecond of work) and fail the same way, their
+// outputs partly written; on Dawn, Close waits for the GPU work in flight to finish.
+// Close returns once no call is in flight and the CPU's worker goroutines (and a
+// huge-page collapse still running, hugepages.go in package cpu) have exited. Later
+// calls of Close return what the first returned.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil
-	}
-	e.closed = true
-	return e.be.Close()
+	e.closing.Store(true)
+	e.closeOnce.Do(func() {
+		// The backend first: it stops the calls in flight, which the lock waits for.
+		e.closeErr = e.be.Close()
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+	})
+	return e.closeErr
 }
 
 // use holds the engine open for the duration of a call: on success the caller calls
 // e.done() when the call ends. (Not a release func returned: the method value e.mu.RUnlock
 // would be allocated on every call.)
 func (e *Engine) use() error {
-	e.mu.RLock()
-	if e.closed {
+	if !e.closing.Load() {
+		e.mu.RLock()
+		if !e.closed {
+			return nil
+		}
 		e.mu.RUnlock()
-		return fmt.Errorf("fusednorm: engine: %w", ErrClosed)
 	}
-	return nil
+	return fmt.Errorf("fusednorm: engine: %w", ErrClosed)
 }
 
 // done ends a call that use admitted.

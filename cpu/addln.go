@@ -91,7 +91,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 		}
 		c.w16 = widened(c.k, c.wide, a.Gamma, a.Beta)
 	}
-	whole := b.pool.forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.join, ctx.Done())
+	whole := b.pool.forRows(ctx, a.N, D, c.p.W, b.opts.Threads, c, &c.join)
 	c.reset()
 	addCalls.Put(c)
 	if !whole {

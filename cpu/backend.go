@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/klauspost/cpuid/v2"
 
@@ -117,10 +118,14 @@ func (b *Backend) admit(ctx context.Context) error {
 }
 
 // cut is the error of a call that forRows stopped before all its rows were computed:
-// ctx.Err() when the context ended, else ops.ErrClosed.
+// ctx.Err() when the context ended (context.DeadlineExceeded past its deadline, before the
+// context's timer has run), else ops.ErrClosed.
 func (b *Backend) cut(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
 	}
 	return ops.ErrClosed
 }

@@ -107,7 +107,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	c.prefetch = big && prefetchAhead > 0 && H*op.w.DType.Size() < hwGatherRow
 	c.inOrder = big && !c.prefetch
 	c.piece = prefetchPiece(H * op.w.DType.Size())
-	whole := op.be.pool.forRows(tokens, H, op.plan.W, op.be.opts.Threads, c, &c.join, ctx.Done())
+	whole := op.be.pool.forRows(ctx, tokens, H, op.plan.W, op.be.opts.Threads, c, &c.join)
 	c.reset()
 	embedCalls.Put(c)
 	if !whole {

@@ -1,9 +1,11 @@
 package cpu
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // minElemsPerWorker keeps small problems on one goroutine: below it, the cost of waking
@@ -60,16 +62,20 @@ func (s *scratch) size(h, w int) {
 // it unreachable.
 //
 // Cancellation. A chunk is computed in steps of about stepBytes of rows; before each step
-// the goroutine computing it looks (without blocking) at the call's ctx.Done() and at its
-// backend's stop channel, and when either is closed it marks the call cut and leaves the
-// rest of its chunk. So a call notices a cancelled context or a closed backend within
-// about a step of work (a millisecond or less) on each of its goroutines, and the rows not
-// yet computed are left as they were.
+// the goroutine computing it looks (without blocking) at the call's ctx.Done(), at the
+// context's deadline and at its backend's stop channel, and when the context is done, the
+// deadline passed or the backend stopped, it marks the call cut and leaves the rest of its
+// chunk. So a call notices a cancelled context or a closed backend within about a step of
+// work (a millisecond or less) on each of its goroutines, and the rows not yet computed
+// are left as they were. The deadline is read from the clock, not only from ctx.Done():
+// the timer that closes Done runs when a P enters the scheduler, which a P busy with
+// the chunks of a call does not do until the runtime preempts it, 10 ms or more later.
 
 // stepBytes is how much row data (rows × row length × 4 bytes) a goroutine computes between
-// two looks at the call's cancellation: 1 MiB, a few hundred microseconds with the SIMD
-// kernels and about a millisecond with the pure-Go ones.
-const stepBytes = 1 << 20
+// two looks at the call's cancellation: 256 KiB, about 0.1-0.2 ms with the SIMD kernels and
+// a millisecond with the pure-Go ones (on the development VM, loaded). A look costs a
+// select and a clock read, some 100 ns.
+const stepBytes = 256 << 10
 
 // rowsPerStep is the number of rows of h elements in a step: at least one.
 func rowsPerStep(h int) int { return max(1, stepBytes/(4*max(h, 1))) }
@@ -80,20 +86,35 @@ type rowWork interface {
 }
 
 // rowJoin is what a call's goroutines share besides the work: the WaitGroup its caller
-// waits on and whether a goroutine left its chunk unfinished. It lives in the pooled call
-// struct, idle between calls.
+// waits on, when to stop, and whether a goroutine left its chunk unfinished. It lives in
+// the pooled call struct, idle between calls.
 type rowJoin struct {
-	wg  sync.WaitGroup
-	cut atomic.Bool
+	wg       sync.WaitGroup
+	done     <-chan struct{} // the call's ctx.Done() (nil for a context that is never done)
+	deadline time.Time       // the call's ctx.Deadline(); zero without one
+	stop     <-chan struct{} // the worker set's
+	cut      atomic.Bool
+}
+
+// halted reports, without blocking, whether the call is to stop: its context done or past
+// its deadline, or its backend closed.
+func (j *rowJoin) halted() bool {
+	select {
+	case <-j.done:
+		return true
+	case <-j.stop:
+		return true
+	default:
+	}
+	return !j.deadline.IsZero() && !time.Now().Before(j.deadline)
 }
 
 // task is a chunk of a call handed to a worker.
 type task struct {
 	work   rowWork
 	lo, hi int
-	h, w   int             // row length and plan width, for sizing the worker's scratch
-	done   <-chan struct{} // the call's ctx.Done() (nil for a context that is never done)
-	join   *rowJoin        // the call's; Done once the chunk is computed or cut
+	h, w   int      // row length and plan width, for sizing the worker's scratch
+	join   *rowJoin // the call's; Done once the chunk is computed or cut
 }
 
 // workers is one Backend's set of worker goroutines.
@@ -147,33 +168,37 @@ func (p *workers) spawn(f func()) bool {
 // worker runs its first task, then those it receives, until the set is stopped.
 func (p *workers) worker(t task) {
 	defer p.live.Done()
-	t.run(p.stop)
+	t.run()
 	for {
 		select {
 		case t := <-p.tasks:
-			t.run(p.stop)
+			t.run()
 		case <-p.stop:
 			return
 		}
 	}
 }
 
-func (t task) run(stop <-chan struct{}) {
-	runRows(t.work, t.lo, t.hi, t.h, t.w, t.done, stop, t.join)
+func (t task) run() {
+	runRows(t.work, t.lo, t.hi, t.h, t.w, t.join)
 	t.join.wg.Done()
 }
 
 // runRows runs rows [lo, hi) of work with a pooled scratch, a step at a time; it leaves
-// the rest and marks join cut once done or stop is closed.
-func runRows(work rowWork, lo, hi, h, w int, done, stop <-chan struct{}, join *rowJoin) {
+// the rest and marks join cut once the call is halted. The first step goes without a look:
+// the call looked as it started (Backend.admit), and a call of one step (most small ones)
+// pays for no look at all.
+func runRows(work rowWork, lo, hi, h, w int, join *rowJoin) {
 	sc := scratchPool.Get().(*scratch)
 	sc.size(h, w)
 	step := rowsPerStep(h)
-	for ; lo < hi && !stopped(done, stop); lo = min(lo+step, hi) {
-		work.rows(lo, min(lo+step, hi), sc)
-	}
-	if lo < hi {
-		join.cut.Store(true)
+	for lo < hi {
+		end := min(lo+step, hi)
+		work.rows(lo, end, sc)
+		if lo = end; lo < hi && join.halted() {
+			join.cut.Store(true)
+			break
+		}
 	}
 	scratchPool.Put(sc)
 }
@@ -215,20 +240,21 @@ func (p *workers) handOff(t task, limit int) bool {
 
 // forRows runs work over [0, rows) split into contiguous chunks, one per goroutine
 // (threads ≤ 0 means GOMAXPROCS); each chunk gets its own scratch sized for rows of h
-// elements and plan width w. join belongs to the call (it is idle between calls); done is
-// the call's ctx.Done(). forRows returns when every chunk is done or cut, and reports
-// whether all rows were computed: false when done or the set's stop channel closed
-// before some were (those are left unwritten).
+// elements and plan width w. join belongs to the call (it is idle between calls). forRows
+// returns when every chunk is done or cut, and reports whether all rows were computed:
+// false when ctx ended or the set was stopped before some were (those are left unwritten).
 //
 // A split call hands every chunk to a worker and parks until they are done, as a call
 // that started a goroutine per chunk did: a readied worker waits in its P's runnext slot,
 // which another P steals only after a sleep while the P is busy, so a caller that went on
 // computing a chunk itself would keep its peer waiting. The caller computes the chunks no
 // worker could take.
-func (p *workers) forRows(rows, h, w, threads int, work rowWork, join *rowJoin, done <-chan struct{}) bool {
+func (p *workers) forRows(ctx context.Context, rows, h, w, threads int, work rowWork, join *rowJoin) bool {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
+	join.done, join.stop = ctx.Done(), p.stop
+	join.deadline, _ = ctx.Deadline()
 	join.cut.Store(false)
 	n := min(threads, rows, max(1, rows*h/minElemsPerWorker))
 	lo := 0
@@ -236,7 +262,7 @@ func (p *workers) forRows(rows, h, w, threads int, work rowWork, join *rowJoin, 
 		chunk := (rows + n - 1) / n
 		for ; lo < rows; lo += chunk {
 			join.wg.Add(1)
-			t := task{work: work, lo: lo, hi: min(lo+chunk, rows), h: h, w: w, done: done, join: join}
+			t := task{work: work, lo: lo, hi: min(lo+chunk, rows), h: h, w: w, join: join}
 			if !p.handOff(t, threads+1) {
 				join.wg.Done()
 				break
@@ -244,8 +270,9 @@ func (p *workers) forRows(rows, h, w, threads int, work rowWork, join *rowJoin, 
 		}
 	}
 	if lo < rows {
-		runRows(work, lo, rows, h, w, done, p.stop, join)
+		runRows(work, lo, rows, h, w, join)
 	}
 	join.wg.Wait()
+	join.done, join.stop = nil, nil
 	return !join.cut.Load()
 }

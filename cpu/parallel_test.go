@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,7 @@ func newCountWork(t *testing.T, rows, h, w, threads, depth int) *countWork {
 }
 
 func (c *countWork) run() {
-	if !testWorkers.forRows(len(c.hits), c.h, c.w, c.threads, c, &c.join, nil) {
+	if !testWorkers.forRows(context.Background(), len(c.hits), c.h, c.w, c.threads, c, &c.join) {
 		c.t.Error("forRows cut a call that was not cancelled")
 	}
 }
@@ -94,8 +95,8 @@ func (c *cancelWork) rows(lo, hi int, sc *scratch) {
 }
 
 // TestForRowsCancel cancels a call once its first step of rows has started, through the
-// call's done channel and through the closing of the worker set: each goroutine of the
-// call may finish the step it is in and must compute no further one.
+// call's context and through the closing of the worker set: each goroutine of the call may
+// finish the step it is in and must compute no further one.
 func TestForRowsCancel(t *testing.T) {
 	const h = 256
 	step := rowsPerStep(h)
@@ -105,13 +106,13 @@ func TestForRowsCancel(t *testing.T) {
 				rows := 40 * threads * step
 				p := newWorkers()
 				defer p.close()
-				ch := make(chan struct{})
-				c := &cancelWork{cancel: func() { close(ch) }}
-				done := (<-chan struct{})(ch)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				c := &cancelWork{cancel: cancel}
 				if how == "close" {
-					c.cancel, done = p.shut, nil
+					c.cancel = p.shut
 				}
-				if p.forRows(rows, h, 4, threads, c, &c.join, done) {
+				if p.forRows(ctx, rows, h, 4, threads, c, &c.join) {
 					t.Fatal("forRows reported a cancelled call whole")
 				}
 				if n, limit := c.computed.Load(), int64(threads*step); n > limit {
