@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -159,4 +160,96 @@ func TestCPUCancelMidCall(t *testing.T) {
 			t.Errorf("a call cancelled 2 ms in wrote all its rows (uncancelled it takes %v): it did not stop", whole)
 		}
 	})
+}
+
+// settledGoroutines is runtime.NumGoroutine once it stops falling to at most want, waiting
+// a while for goroutines that have ended their work to exit.
+func settledGoroutines(want int) int {
+	n := runtime.NumGoroutine()
+	for end := time.Now().Add(2 * time.Second); n > want && time.Now().Before(end); n = runtime.NumGoroutine() {
+		time.Sleep(time.Millisecond)
+	}
+	return n
+}
+
+// TestCloseStopsWorkers runs a call split 600 ways on a WithThreads(600) engine, which
+// starts about 600 worker goroutines, and checks that none is left after Close (the
+// workers used to live as long as the process).
+func TestCloseStopsWorkers(t *testing.T) {
+	before := runtime.NumGoroutine()
+	e, err := Open(WithBackend(BackendCPU), WithThreads(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const B, S, H = 16, 600, 1024 // 9600 rows: 600 chunks of at least minElemsPerWorker
+	b := newBigEmbed(t, e, B, S, H)
+	b.fill()
+	if err := b.run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.written(); n != B*S {
+		t.Fatalf("%d of %d rows written", n, B*S)
+	}
+	during := runtime.NumGoroutine()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := settledGoroutines(before)
+	t.Logf("goroutines: %d before Open, %d after a call, %d after Close", before, during, after)
+	if during < before+100 {
+		t.Errorf("%d goroutines after a call split 600 ways (%d before): the test did not start the workers", during, before)
+	}
+	if after > before {
+		t.Errorf("%d goroutines after Close, %d before Open: workers outlive the engine", after, before)
+	}
+}
+
+// TestCloseDuringCall closes a CPU engine while a long call runs: Close must return without
+// waiting for the call's work, the call must fail with ErrClosed with rows left unwritten,
+// and a call after Close must fail at once.
+func TestCloseDuringCall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a large call (64 MiB of output)")
+	}
+	e, err := Open(WithBackend(BackendCPU), WithThreads(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const B, S, H = 64, 256, 1024
+	b := newBigEmbed(t, e, B, S, H)
+	b.fill()
+	start := time.Now()
+	if err := b.run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	whole := time.Since(start)
+	b.fill()
+	errc := make(chan error)
+	go func() { errc <- b.run(context.Background()) }()
+	time.Sleep(whole / 8)
+	start = time.Now()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closing := time.Since(start)
+	err = <-errc
+	n := b.written()
+	t.Logf("uncancelled call %v; Close %v after the call started took %v; the call returned %v with %d of %d rows written",
+		whole, whole/8, closing, err, n, B*S)
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("a call in flight at Close returned %v, want ErrClosed", err)
+	}
+	if n == B*S {
+		t.Error("the call in flight at Close wrote all its rows: Close waited for it")
+	}
+	b.fill()
+	if err := b.run(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("a call after Close returned %v, want ErrClosed", err)
+	}
+	if n := b.written(); n != 0 {
+		t.Errorf("a call after Close wrote %d rows", n)
+	}
+	if err := e.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
 }
