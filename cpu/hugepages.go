@@ -40,9 +40,10 @@ func hugeInterior(b []byte) (lo, hi int) {
 	return lo, max(lo, hi)
 }
 
-// collapsePiece is how much of a table one madvise moves onto huge pages: a few huge pages,
-// so that a Close waiting for a collapse waits for one such call at most.
-const collapsePiece = 4 * hugePage
+// collapsePiece is how much of a table one madvise moves onto huge pages: one huge page, so
+// that a Close waiting for a collapse waits for one such call at most (a few milliseconds;
+// up to 15 on the loaded development VM).
+const collapsePiece = hugePage
 
 // collapse is a word table's move onto huge pages, on a goroutine of its own.
 type collapse struct {

@@ -185,3 +185,11 @@ func TestEmbedHugePagesInBackground(t *testing.T) {
 	}
 	runtime.KeepAlive(w.Word)
 }
+
+// awaitHuge waits for the huge-page collapse of an op's word table, if one was started:
+// for benchmarks, which are to time the table on the pages it ends on.
+func awaitHuge(p ops.PreparedEmbed) {
+	if op, ok := p.(*embedOp); ok && op.huge != nil {
+		<-op.huge.done
+	}
+}
