@@ -69,10 +69,16 @@ func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
 func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = level } }
 
 // WithHugePages(false) keeps the CPU backend from moving EmbedLayerNorm word tables of
-// 16 MiB or more onto 2 MiB pages. By default, on Linux, NewEmbedLayerNorm asks the kernel
-// once (madvise MADV_COLLAPSE) to back such a table with huge pages, so the rows it
-// gathers do not each miss the TLB: 2-22% faster on the bench shapes. The table's values
-// and address stay as they are; a kernel that declines leaves it on its small pages.
+// 16 MiB or more onto 2 MiB pages. By default, on Linux, NewEmbedLayerNorm has the kernel
+// back such a table with huge pages (madvise MADV_COLLAPSE), so the rows it gathers do not
+// each miss the TLB: 2-22% faster on the bench shapes. The move takes the kernel a while
+// (0.4-0.8 s for BERT-base's 94 MiB table on a loaded machine), so it runs on a goroutine
+// of its own, one huge page at a time, and NewEmbedLayerNorm returns at once: the op's
+// first calls may find part of the table on small pages still. The goroutine holds the
+// table until it ends; the op's Close and the engine's Close stop it and wait for it (one
+// huge page at most). The table's values and address stay as they are, calls running
+// meanwhile read them as usual, and a kernel that declines leaves the table on its small
+// pages.
 func WithHugePages(on bool) Option { return func(c *config) { c.noHuge = !on } }
 
 // WithContraction makes the CPU backend mirror a GPU's contraction profile (SPEC §C.4), so
