@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/fusednorm/fusednorm/internal/testalloc"
 )
 
 // sentinel marks output elements not yet written: a NaN no kernel produces from the
@@ -252,4 +254,27 @@ func TestCloseDuringCall(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Errorf("a second Close: %v", err)
 	}
+}
+
+// TestNoAllocsWithDeadline checks that a split CPU call under a context with a deadline
+// (one context, reused) allocates nothing: the look between steps reads the clock and
+// the context's channel, and keeps neither.
+func TestNoAllocsWithDeadline(t *testing.T) {
+	testalloc.SkipUnderRace(t)
+	e, err := Open(WithBackend(BackendCPU), WithThreads(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	const B, S, H = 4, 256, 768 // 1024 rows: 2 chunks of 6 steps each
+	b := newBigEmbed(t, e, B, S, H)
+	defer b.op.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	out := EmbedOutputs{Output: FromFloat32(b.out, B, S, H)}
+	testalloc.None(t, "EmbedLayerNorm under a deadline", func() {
+		if err := b.op.Run(ctx, b.in, &out); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
