@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -277,4 +278,48 @@ func TestNoAllocsWithDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestCloseDuringCallDawn closes a Dawn engine while calls run on it from several
+// goroutines: Close must return (it waits for the GPU work in flight), each call must end
+// with nil or an error wrapping ErrClosed, and a call after Close must fail at once. Needs
+// Dawn (lavapipe in CI).
+func TestCloseDuringCallDawn(t *testing.T) {
+	e, err := Open(WithBackend(BackendDawn))
+	if err != nil {
+		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
+			t.Fatalf("Dawn is required here: %v", err)
+		}
+		t.Skipf("Dawn unavailable: %v", err)
+	}
+	const B, S, H = 8, 128, 256
+	b := newBigEmbed(t, e, B, S, H)
+	const callers = 4
+	errc := make(chan error, callers)
+	for range callers {
+		go func() {
+			out := EmbedOutputs{Output: FromFloat32(make([]float32, B*S*H), B, S, H)}
+			for {
+				if err := b.op.Run(context.Background(), b.in, &out); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Close with %d callers in flight took %v", callers, time.Since(start))
+	for range callers {
+		if err := <-errc; !errors.Is(err, ErrClosed) {
+			t.Errorf("a call at Close returned %v, want nil or ErrClosed", err)
+		}
+	}
+	out := EmbedOutputs{Output: FromFloat32(make([]float32, B*S*H), B, S, H)}
+	if err := b.op.Run(context.Background(), b.in, &out); !errors.Is(err, ErrClosed) {
+		t.Errorf("a call after Close returned %v, want ErrClosed", err)
+	}
 }
