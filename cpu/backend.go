@@ -11,7 +11,7 @@
 // # Cancellation
 //
 // A call looks at its context, and at whether its Backend was closed, between steps of
-// about a megabyte of rows on each goroutine it runs on (a millisecond of work or less), and
+// about 256 KiB of rows on each goroutine it runs on (a millisecond of work or less), and
 // stops there: it returns ctx.Err() or ops.ErrClosed, with the rows it had computed written
 // and the others as they were.
 package cpu
@@ -98,7 +98,7 @@ func (b *Backend) Plan(h int) plan.Plan { return plan.For(h, b.opts.Profile) }
 // Close stops the backend: later calls, and calls in flight at their next step of rows,
 // return ops.ErrClosed (the rows a call in flight had not computed are left as they were).
 // It returns once the worker goroutines and the huge-page collapses the backend started
-// have ended: within a step of rows and one madvise of a few huge pages. Close may be
+// have ended: within a step of rows and one madvise of a huge page. Close may be
 // called concurrently with calls, and more than once.
 func (b *Backend) Close() error {
 	b.pool.close()

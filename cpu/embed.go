@@ -75,7 +75,7 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 }
 
 // Close stops the op, and the huge-page collapse of its word table if that is still
-// running, and waits for the collapse to end (one madvise of a few huge pages at most).
+// running, and waits for the collapse to end (one madvise of a huge page at most).
 func (op *embedOp) Close() error {
 	if !op.closed.Swap(true) {
 		close(op.quit)

@@ -14,9 +14,9 @@ import (
 // one thread, on every bench shape from (8,512,768) to (16,512,4096): 2-9% less time on
 // the Xeon, 6-22% on the EPYC (docs/measurements/huge-pages.txt).
 
-// The collapse of a table of hundreds of MiB takes the kernel a while (0.5-1.8 s for
-// BERT-base's 94 MiB word table on a busy machine), so PrepareEmbed does not wait for it:
-// a goroutine moves the table a few huge pages at a time, while the op may already run
+// The collapse of a large table takes the kernel a while (0.4-1.8 s for BERT-base's 94 MiB
+// word table on a busy machine), so PrepareEmbed does not wait for it: a goroutine moves
+// the table a huge page at a time, while the op may already run
 // (the kernel keeps the values readable throughout), and the op's and the Backend's Close
 // stop it between two pieces and wait for it.
 
@@ -41,8 +41,7 @@ func hugeInterior(b []byte) (lo, hi int) {
 }
 
 // collapsePiece is how much of a table one madvise moves onto huge pages: one huge page, so
-// that a Close waiting for a collapse waits for one such call at most (a few milliseconds;
-// up to 15 on the loaded development VM).
+// that a Close waiting for a collapse waits for one such call at most (milliseconds).
 const collapsePiece = hugePage
 
 // collapse is a word table's move onto huge pages, on a goroutine of its own.
