@@ -61,7 +61,7 @@ func (s *scratch) size(h, w int) {
 // is left. A Backend dropped without Close stops its set when the garbage collector finds
 // it unreachable.
 //
-// Cancellation. A chunk is computed in steps of about stepBytes of rows; before each step
+// Cancellation. A chunk is computed in steps of about stepBytes of rows; between two steps
 // the goroutine computing it looks (without blocking) at the call's ctx.Done(), at the
 // context's deadline and at its backend's stop channel, and when the context is done, the
 // deadline passed or the backend stopped, it marks the call cut and leaves the rest of its
@@ -74,7 +74,8 @@ func (s *scratch) size(h, w int) {
 // stepBytes is how much row data (rows × row length × 4 bytes) a goroutine computes between
 // two looks at the call's cancellation: 256 KiB, about 0.1-0.2 ms with the SIMD kernels and
 // a millisecond with the pure-Go ones (on the development VM, loaded). A look costs a
-// select and a clock read, some 100 ns.
+// select (60-100 ns there) and, under a deadline, a clock read (300 ns more on that VM):
+// under 0.5% of a step.
 const stepBytes = 256 << 10
 
 // rowsPerStep is the number of rows of h elements in a step: at least one.
