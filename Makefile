@@ -82,7 +82,7 @@ check-generated:
 
 # 60 s per fuzz target, one after another (the Done-when of the Core issue); not part of
 # make test. The targets' seeds are in testdata/fuzz/<Target>/.
-FUZZ_TARGETS := FuzzEmbedLayerNorm FuzzAddLayerNorm FuzzKernel
+FUZZ_TARGETS := FuzzEmbedLayerNorm FuzzAddLayerNorm FuzzKernel FuzzKernelAttrs
 FUZZTIME ?= 60s
 fuzz:
 	for t in $(FUZZ_TARGETS); do \

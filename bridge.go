@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fusednorm/fusednorm/cpu"
@@ -68,10 +69,16 @@ func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
 func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = level } }
 
 // WithHugePages(false) keeps the CPU backend from moving EmbedLayerNorm word tables of
-// 16 MiB or more onto 2 MiB pages. By default, on Linux, NewEmbedLayerNorm asks the kernel
-// once (madvise MADV_COLLAPSE) to back such a table with huge pages, so the rows it
-// gathers do not each miss the TLB: 2-22% faster on the bench shapes. The table's values
-// and address stay as they are; a kernel that declines leaves it on its small pages.
+// 16 MiB or more onto 2 MiB pages. By default, on Linux, NewEmbedLayerNorm has the kernel
+// back such a table with huge pages (madvise MADV_COLLAPSE), so the rows it gathers do not
+// each miss the TLB: 2-22% faster on the bench shapes. The move takes the kernel a while
+// (0.4-0.8 s for BERT-base's 94 MiB table on a loaded machine), so it runs on a goroutine
+// of its own, one huge page at a time, and NewEmbedLayerNorm returns at once: the op's
+// first calls may find part of the table on small pages still. The goroutine holds the
+// table until it ends; the op's Close and the engine's Close stop it and wait for it (one
+// huge page at most). The table's values and address stay as they are, calls running
+// meanwhile read them as usual, and a kernel that declines leaves the table on its small
+// pages.
 func WithHugePages(on bool) Option { return func(c *config) { c.noHuge = !on } }
 
 // WithContraction makes the CPU backend mirror a GPU's contraction profile (SPEC §C.4), so
@@ -102,10 +109,13 @@ func (i Info) String() string {
 
 // Engine runs the ops on one backend. It is safe for concurrent use.
 type Engine struct {
-	be     Backend
-	reason string
-	mu     sync.RWMutex
-	closed bool
+	be        Backend
+	reason    string
+	mu        sync.RWMutex
+	closed    bool
+	closing   atomic.Bool // set at once by Close: new calls fail without waiting for it
+	closeOnce sync.Once
+	closeErr  error // what the backend's Close returned
 	// allocCap, when > 0, lowers the bound on the bytes one call allocates for its
 	// outputs below allocBound() (tests reach the refusal with small tensors).
 	allocCap int
@@ -208,27 +218,37 @@ func (e *Engine) LastKernelTime() (time.Duration, bool) {
 	return kt.LastKernelTime(), true
 }
 
-// Close releases the backend; prepared ops of the engine stop working.
+// Close releases the backend; prepared ops of the engine stop working. From its start,
+// new calls fail with an error wrapping ErrClosed. Calls in flight on the CPU stop at
+// their next step of rows (about a millisecond of work) and fail the same way, their
+// outputs partly written; on Dawn, Close waits for the GPU work in flight to finish.
+// Close returns once no call is in flight and the CPU's worker goroutines (and a
+// huge-page collapse still running, hugepages.go in package cpu) have exited. Later
+// calls of Close return what the first returned.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil
-	}
-	e.closed = true
-	return e.be.Close()
+	e.closing.Store(true)
+	e.closeOnce.Do(func() {
+		// The backend first: it stops the calls in flight, which the lock waits for.
+		e.closeErr = e.be.Close()
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+	})
+	return e.closeErr
 }
 
 // use holds the engine open for the duration of a call: on success the caller calls
 // e.done() when the call ends. (Not a release func returned: the method value e.mu.RUnlock
 // would be allocated on every call.)
 func (e *Engine) use() error {
-	e.mu.RLock()
-	if e.closed {
+	if !e.closing.Load() {
+		e.mu.RLock()
+		if !e.closed {
+			return nil
+		}
 		e.mu.RUnlock()
-		return fmt.Errorf("fusednorm: engine: %w", ErrClosed)
 	}
-	return nil
+	return fmt.Errorf("fusednorm: engine: %w", ErrClosed)
 }
 
 // done ends a call that use admitted.

@@ -61,7 +61,7 @@ func store(k *kernelSet, dst ops.Buf, off int, v []float32) {
 // AddLayerNorm runs SPEC §B.4 under the plan: s = (x1 + x2) + bias in f32, statistics of s,
 // y = affine(s), optional x = s rounded to OutT.
 func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
-	if err := ctx.Err(); err != nil {
+	if err := b.admit(ctx); err != nil {
 		return err
 	}
 	D := a.D
@@ -91,9 +91,12 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 		}
 		c.w16 = widened(c.k, c.wide, a.Gamma, a.Beta)
 	}
-	forRows(a.N, D, c.p.W, b.opts.Threads, c, &c.wg)
+	whole := b.pool.forRows(ctx, a.N, D, c.p.W, b.opts.Threads, c, &c.join)
 	c.reset()
 	addCalls.Put(c)
+	if !whole {
+		return b.cut(ctx)
+	}
 	return nil
 }
 
@@ -119,7 +122,7 @@ type addCall struct {
 	piece              int
 	w16                weights16 // gamma and beta for a 16-bit y: as given, or widened into wide
 	wide               []float32 // scratch kept with the pooled call: gamma and beta widened (wideWeights in rowstats.go)
-	wg                 sync.WaitGroup
+	join               rowJoin
 }
 
 var addCalls = sync.Pool{New: func() any { return new(addCall) }}

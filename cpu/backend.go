@@ -5,12 +5,22 @@
 // # Thread safety
 //
 // A Backend and the ops it prepares are safe for concurrent use. Large calls are split over
-// rows across up to Options.Threads goroutines (GOMAXPROCS by default).
+// rows across up to Options.Threads goroutines (GOMAXPROCS by default), workers the Backend
+// starts as calls need them and stops at Close.
+//
+// # Cancellation
+//
+// A call looks at its context, and at whether its Backend was closed, between steps of
+// about 256 KiB of rows on each goroutine it runs on (a millisecond of work or less), and
+// stops there: it returns ctx.Err() or ops.ErrClosed, with the rows it had computed written
+// and the others as they were.
 package cpu
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/klauspost/cpuid/v2"
 
@@ -28,7 +38,8 @@ type Options struct {
 	// Level caps the kernels: "go" (pure Go) or a SIMD level the processor has; "" = best.
 	Level string
 	// NoHugePages leaves EmbedLayerNorm's word table on the pages it has. By default,
-	// PrepareEmbed asks Linux to move a table of hugeBytes or more onto 2 MiB pages
+	// PrepareEmbed has Linux move a table of hugeBytes or more onto 2 MiB pages, on a
+	// goroutine of its own that the op's Close and the Backend's Close stop and wait for
 	// (hugepages.go).
 	NoHugePages bool
 }
@@ -38,6 +49,7 @@ type Backend struct {
 	opts  Options
 	k     *kernelSet
 	level string
+	pool  *workers // the worker goroutines of its calls, and the huge-page collapses
 }
 
 // New returns a CPU backend, or an error wrapping ops.ErrUnavailable for a level this
@@ -51,7 +63,11 @@ func New(opts Options) (*Backend, error) {
 	if k == nil {
 		return nil, fmt.Errorf("cpu: kernel level %q is not available (have %v): %w", name, Levels(), ops.ErrUnavailable)
 	}
-	return &Backend{opts: opts, k: k, level: name}, nil
+	b := &Backend{opts: opts, k: k, level: name, pool: newWorkers()}
+	// A Backend dropped without Close stops its workers when it is collected (they hold the
+	// set, not the Backend).
+	runtime.AddCleanup(b, (*workers).shut, b.pool)
+	return b, nil
 }
 
 // Info names the backend, the processor and the kernel level in use.
@@ -79,8 +95,40 @@ func (b *Backend) threads() int {
 // Plan is the reduction plan for rows of h elements under this backend's profile.
 func (b *Backend) Plan(h int) plan.Plan { return plan.For(h, b.opts.Profile) }
 
-// Close releases nothing: the CPU backend holds no resources.
-func (b *Backend) Close() error { return nil }
+// Close stops the backend: later calls, and calls in flight at their next step of rows,
+// return ops.ErrClosed (the rows a call in flight had not computed are left as they were).
+// It returns once the worker goroutines and the huge-page collapses the backend started
+// have ended: within a step of rows and one madvise of a huge page. Close may be
+// called concurrently with calls, and more than once.
+func (b *Backend) Close() error {
+	b.pool.close()
+	return nil
+}
+
+// admit is the check at the start of a call: ctx.Err(), or ops.ErrClosed once the backend
+// is closed.
+func (b *Backend) admit(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if stopped(nil, b.pool.stop) {
+		return ops.ErrClosed
+	}
+	return nil
+}
+
+// cut is the error of a call that forRows stopped before all its rows were computed:
+// ctx.Err() when the context ended (context.DeadlineExceeded past its deadline, before the
+// context's timer has run), else ops.ErrClosed.
+func (b *Backend) cut(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return ops.ErrClosed
+}
 
 // Level names the default kernel level of new backends: the widest this processor runs,
 // unless SetLevel chose another.

@@ -52,29 +52,45 @@ type embedOp struct {
 	plan   plan.Plan
 	w16    weights16 // gamma and beta of the f16 affine step: widened once (wideWeights), or as given
 	closed atomic.Bool
+	quit   chan struct{} // closed by Close: stops the huge-page collapse
+	huge   *collapse     // the word table's huge-page collapse; nil when none was started
 }
 
 // PrepareEmbed binds the weights. The tables must not change while the op is in use. A
-// word table of hugeBytes or more is moved onto huge pages (unless Options.NoHugePages):
-// its values and address stay, and a kernel that declines leaves it as it was.
+// word table of hugeBytes or more is moved onto huge pages (unless Options.NoHugePages) by
+// a goroutine of its own, off the caller's path, which Close stops and waits for: its
+// values and address stay, and a kernel that declines leaves it as it was.
 func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
-	if word := w.Word.Bytes(); !b.opts.NoHugePages && len(word) >= hugeBytes {
-		_ = collapseHuge(word)
+	if stopped(nil, b.pool.stop) {
+		return nil, ops.ErrClosed
 	}
-	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H), w16: weightsOf(w.Gamma, w.Beta)}
+	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H), w16: weightsOf(w.Gamma, w.Beta), quit: make(chan struct{})}
 	if wideWeights && w.DType == ops.F16 && 8*w.H <= wideBytes {
 		op.w16 = widened(b.k, make([]float32, 2*w.H), w.Gamma, w.Beta)
+	}
+	if word := w.Word.Bytes(); !b.opts.NoHugePages && len(word) >= hugeBytes {
+		op.huge = b.pool.collapse(word, op.quit)
 	}
 	return op, nil
 }
 
-func (op *embedOp) Close() error { op.closed.Store(true); return nil }
+// Close stops the op, and the huge-page collapse of its word table if that is still
+// running, and waits for the collapse to end (one madvise of a huge page at most).
+func (op *embedOp) Close() error {
+	if !op.closed.Swap(true) {
+		close(op.quit)
+	}
+	if op.huge != nil {
+		<-op.huge.done
+	}
+	return nil
+}
 
 func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
 	if op.closed.Load() {
 		return ops.ErrClosed
 	}
-	if err := ctx.Err(); err != nil {
+	if err := op.be.admit(ctx); err != nil {
 		return err
 	}
 	H := op.w.H
@@ -91,9 +107,12 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	c.prefetch = big && prefetchAhead > 0 && H*op.w.DType.Size() < hwGatherRow
 	c.inOrder = big && !c.prefetch
 	c.piece = prefetchPiece(H * op.w.DType.Size())
-	forRows(tokens, H, op.plan.W, op.be.opts.Threads, c, &c.wg)
+	whole := op.be.pool.forRows(ctx, tokens, H, op.plan.W, op.be.opts.Threads, c, &c.join)
 	c.reset()
 	embedCalls.Put(c)
+	if !whole {
+		return op.be.cut(ctx)
+	}
 	if out.MaskIndex != nil {
 		maskIndex(op.k, out.MaskIndex, in.Mask, in.B, in.S, op.w.Rule)
 	}
@@ -110,7 +129,7 @@ type embedCall struct {
 	nt, prefetch bool
 	inOrder      bool // the word rows past the caches, not prefetched ahead: read in address order
 	piece        int
-	wg           sync.WaitGroup
+	join         rowJoin
 }
 
 var embedCalls = sync.Pool{New: func() any { return new(embedCall) }}

@@ -1,6 +1,10 @@
 package cpu
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
 
 // Huge pages for the gathered tables. EmbedLayerNorm reads each token's word row from a
 // random place in a table of tens or hundreds of MiB: on 4 KiB pages nearly every row
@@ -9,6 +13,12 @@ import "unsafe"
 // Paired against a table left on small pages (BenchmarkStreamAB CFGS=probe,now,smallpages),
 // one thread, on every bench shape from (8,512,768) to (16,512,4096): 2-9% less time on
 // the Xeon, 6-22% on the EPYC (docs/measurements/huge-pages.txt).
+
+// The collapse of a large table takes the kernel a while (0.4-1.8 s for BERT-base's 94 MiB
+// word table on a busy machine), so PrepareEmbed does not wait for it: a goroutine moves
+// the table a huge page at a time, while the op may already run
+// (the kernel keeps the values readable throughout), and the op's and the Backend's Close
+// stop it between two pieces and wait for it.
 
 // hugeBytes is the table size from which PrepareEmbed collapses the word table into huge
 // pages (twice the TLB reach of small pages). A variable so tests can lower it.
@@ -28,4 +38,37 @@ func hugeInterior(b []byte) (lo, hi int) {
 	end := p + uintptr(len(b))
 	hi = len(b) - int(end%hugePage)
 	return lo, max(lo, hi)
+}
+
+// collapsePiece is how much of a table one madvise moves onto huge pages: one huge page, so
+// that a Close waiting for a collapse waits for one such call at most (milliseconds).
+const collapsePiece = hugePage
+
+// collapse is a word table's move onto huge pages, on a goroutine of its own.
+type collapse struct {
+	done chan struct{} // closed when the collapse has ended
+	err  error         // the kernel's answer (nil: all of it moved); read after done
+}
+
+// collapse starts moving the whole huge pages inside b onto huge pages, collapsePiece at a
+// time, on a goroutine that holds b until it ends: when every piece is done, at the first
+// piece the kernel declines, or once quit or the set's stop channel is closed. The set's
+// close waits for it; nil when the set is already stopped.
+func (p *workers) collapse(b []byte, quit <-chan struct{}) *collapse {
+	c := &collapse{done: make(chan struct{})}
+	if !p.spawn(func() {
+		defer close(c.done)
+		lo, hi := hugeInterior(b)
+		for ; lo < hi && !stopped(quit, p.stop); lo += collapsePiece {
+			if c.err = collapseHuge(b[lo:min(lo+collapsePiece, hi)]); c.err != nil {
+				return
+			}
+		}
+		if lo < hi {
+			c.err = ops.ErrClosed
+		}
+	}) {
+		return nil
+	}
+	return c
 }

@@ -3,6 +3,7 @@ package cpu
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -127,4 +128,68 @@ func TestEmbedHugePages(t *testing.T) {
 	}
 	same32(t, "output, table on huge pages against small pages", outs[0], outs[1])
 	same32(t, "word table", w.Word.F32, small.Word.F32)
+}
+
+// TestEmbedHugePagesInBackground checks that PrepareEmbed leaves the collapse of a large
+// word table to a goroutine that still moves it onto huge pages (where the kernel does),
+// that the op's Close waits for that goroutine, and that a closed Backend starts none.
+func TestEmbedHugePagesInBackground(t *testing.T) {
+	defer func(h int) { hugeBytes = h }(hugeBytes)
+	hugeBytes = 4 << 20
+	const H, V = 256, 8192 // an 8 MiB word table
+	r := rand.New(rand.NewPCG(5, 6))
+	w := ops.EmbedWeights{DType: ops.F32, H: H, V: V, P: 4, Word: randBuf(r, ops.F32, V*H, 1),
+		Pos: randBuf(r, ops.F32, 4*H, 1), Gamma: randBuf(r, ops.F32, H, 1), Beta: randBuf(r, ops.F32, H, 1),
+		Epsilon: 1e-12}
+	be := newBackend(t, Options{})
+	p, err := be.PrepareEmbed(&w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := p.(*embedOp)
+	if op.huge == nil {
+		t.Fatal("PrepareEmbed started no collapse for an 8 MiB table")
+	}
+	<-op.huge.done
+	if err := op.huge.err; err != nil {
+		t.Logf("the kernel declined (%v): the table stays on small pages", err)
+	} else {
+		word := w.Word.Bytes()
+		lo, _ := hugeInterior(word)
+		kb, err := anonHugeKB(uintptr(unsafe.Pointer(&word[lo])))
+		if err != nil {
+			t.Log(err)
+		} else if kb < 2*hugePage/1024 {
+			t.Errorf("the collapse succeeded but the table's mapping holds %d kB of huge pages, want at least %d", kb, 2*hugePage/1024)
+		}
+	}
+	if err := op.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Closed at once: Close stops the collapse between two pieces and waits for it.
+	p, err = be.PrepareEmbed(&w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op = p.(*embedOp)
+	op.Close()
+	select {
+	case <-op.huge.done:
+	default:
+		t.Error("the op's Close returned before its collapse ended")
+	}
+	be.Close()
+	if _, err := be.PrepareEmbed(&w); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("PrepareEmbed on a closed backend: %v, want ErrClosed", err)
+	}
+	runtime.KeepAlive(w.Word)
+}
+
+// awaitHuge waits for the huge-page collapse of an op's word table, if one was started:
+// for benchmarks, which are to time the table on the pages it ends on.
+func awaitHuge(p ops.PreparedEmbed) {
+	if op, ok := p.(*embedOp); ok && op.huge != nil {
+		<-op.huge.done
+	}
 }

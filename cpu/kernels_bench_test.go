@@ -125,6 +125,7 @@ func BenchmarkEmbedLayerNorm(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				awaitHuge(op)
 				out := ops.EmbedOutputs{Out: f32(tokens * H), MaskIndex: make([]int32, B)}
 				bytes := 3*tokens*H*4 + 3*tokens*4 + 2*H*4 + tokens*H*4 + B*4
 				if withSum {

@@ -66,6 +66,7 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			awaitHuge(op)
 			for b.Loop() {
 				if err := op.Run(context.Background(), &in, &out); err != nil {
 					b.Fatal(err)
@@ -139,6 +140,7 @@ func BenchmarkStreamAB(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			awaitHuge(e)
 			return func() error { return e.Run(context.Background(), &in, &out) }
 		}
 		op = prepare(be, &w)

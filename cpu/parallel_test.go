@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -15,15 +16,20 @@ type countWork struct {
 	threads int
 	depth   int
 	hits    []atomic.Int32
-	wg      sync.WaitGroup
+	join    rowJoin
 }
+
+// testWorkers is the worker set of the forRows tests.
+var testWorkers = newWorkers()
 
 func newCountWork(t *testing.T, rows, h, w, threads, depth int) *countWork {
 	return &countWork{t: t, h: h, w: w, threads: threads, depth: depth, hits: make([]atomic.Int32, rows)}
 }
 
 func (c *countWork) run() {
-	forRows(len(c.hits), c.h, c.w, c.threads, c, &c.wg)
+	if !testWorkers.forRows(context.Background(), len(c.hits), c.h, c.w, c.threads, c, &c.join) {
+		c.t.Error("forRows cut a call that was not cancelled")
+	}
 }
 
 func (c *countWork) rows(lo, hi int, sc *scratch) {
@@ -71,6 +77,48 @@ func TestForRows(t *testing.T) {
 					wg.Wait()
 				})
 			}
+		}
+	}
+}
+
+// cancelWork calls cancel as soon as a step of rows starts, and counts the rows computed.
+type cancelWork struct {
+	cancel   func()
+	once     sync.Once
+	computed atomic.Int64
+	join     rowJoin
+}
+
+func (c *cancelWork) rows(lo, hi int, sc *scratch) {
+	c.once.Do(c.cancel)
+	c.computed.Add(int64(hi - lo))
+}
+
+// TestForRowsCancel cancels a call once its first step of rows has started, through the
+// call's context and through the closing of the worker set: each goroutine of the call may
+// finish the step it is in and must compute no further one.
+func TestForRowsCancel(t *testing.T) {
+	const h = 256
+	step := rowsPerStep(h)
+	for _, threads := range []int{1, 2, 5} {
+		for _, how := range []string{"ctx", "close"} {
+			t.Run(fmt.Sprintf("threads=%d/%s", threads, how), func(t *testing.T) {
+				rows := 40 * threads * step
+				p := newWorkers()
+				defer p.close()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				c := &cancelWork{cancel: cancel}
+				if how == "close" {
+					c.cancel = p.shut
+				}
+				if p.forRows(ctx, rows, h, 4, threads, c, &c.join) {
+					t.Fatal("forRows reported a cancelled call whole")
+				}
+				if n, limit := c.computed.Load(), int64(threads*step); n > limit {
+					t.Errorf("%d of %d rows computed after the cancel in the first step, want at most %d", n, rows, limit)
+				}
+			})
 		}
 	}
 }
