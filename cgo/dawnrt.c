@@ -1,4 +1,8 @@
-/* dawnrt: see dawnrt.h. C99 plus POSIX dlopen. */
+/* dawnrt: see dawnrt.h. C99 plus POSIX dlopen, and dladdr (a GNU and BSD extension) to name the
+ * file a bare library name resolved to. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -104,6 +108,11 @@ int drt_load(const char *const *candidates, int n, drt_lib *lib, char *report, s
         lib->handle = h;
         lib->p = p;
         fmt(lib->path, sizeof lib->path, "%s", c);
+        {
+            Dl_info di;
+            if (dladdr(*(void **)(&p.CreateInstance), &di) != 0 && di.dli_fname != NULL && di.dli_fname[0] == '/')
+                fmt(lib->path, sizeof lib->path, "%s", di.dli_fname);
+        }
         return DRT_OK;
     }
     return DRT_EUNAVAILABLE;
@@ -150,7 +159,46 @@ static void on_lost(WGPUDevice const *device, WGPUDeviceLostReason reason, WGPUS
     (void)u2;
     d->lost_reason = (uint32_t)reason;
     copy_sv(d->lost_msg, sizeof d->lost_msg, msg);
-    d->lost = 1;
+    __atomic_store_n(&d->lost, 1, __ATOMIC_RELEASE);
+}
+
+static void on_log(WGPULoggingType type, WGPUStringView msg, void *u1, void *u2) {
+    drt_device *d = (drt_device *)u1;
+    uint64_t slot;
+    (void)u2;
+    while (__atomic_test_and_set(&d->log_lock, __ATOMIC_ACQUIRE)) {
+    }
+    slot = d->log_written % DRT_LOG_SLOTS;
+    d->log_type[slot] = (uint32_t)type;
+    copy_sv(d->log_msg[slot], sizeof d->log_msg[slot], msg);
+    __atomic_store_n(&d->log_written, d->log_written + 1, __ATOMIC_RELEASE);
+    __atomic_clear(&d->log_lock, __ATOMIC_RELEASE);
+}
+
+int drt_log_take(drt_device *d, uint64_t seq, uint32_t *type, char *msg, size_t cap) {
+    int rc = DRT_OK;
+    while (__atomic_test_and_set(&d->log_lock, __ATOMIC_ACQUIRE)) {
+    }
+    if (seq >= d->log_written || d->log_written - seq > DRT_LOG_SLOTS) {
+        rc = DRT_EUNAVAILABLE;
+    } else {
+        *type = d->log_type[seq % DRT_LOG_SLOTS];
+        fmt(msg, cap, "%s", d->log_msg[seq % DRT_LOG_SLOTS]);
+    }
+    __atomic_clear(&d->log_lock, __ATOMIC_RELEASE);
+    return rc;
+}
+
+int drt_lost(const drt_device *d) { return __atomic_load_n(&d->lost, __ATOMIC_ACQUIRE); }
+
+int drt_force_loss(drt_device *d, const char *msg, char *err, size_t cap) {
+    if (d->p->DeviceForceLoss == NULL) {
+        fmt(err, cap, "the library has no wgpuDeviceForceLoss");
+        return DRT_EUNAVAILABLE;
+    }
+    d->p->DeviceForceLoss(d->device, WGPUDeviceLostReason_Unknown, sv(msg));
+    d->p->InstanceProcessEvents(d->instance);
+    return DRT_OK;
 }
 
 static void on_uncaptured(WGPUDevice const *device, WGPUErrorType type, WGPUStringView msg, void *u1, void *u2) {
@@ -357,6 +405,13 @@ int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, 
         return fail_open(d, DRT_EUNAVAILABLE);
     }
     d->device = device;
+    if (p->DeviceSetLoggingCallback != NULL) {
+        WGPULoggingCallbackInfo li;
+        memset(&li, 0, sizeof li);
+        li.callback = on_log;
+        li.userdata1 = d;
+        p->DeviceSetLoggingCallback(device, li);
+    }
     d->queue = p->DeviceGetQueue(device);
     memset(&d->limits, 0, sizeof d->limits);
     if (p->DeviceGetLimits(device, &d->limits) != WGPUStatus_Success) {
