@@ -264,6 +264,18 @@ func (d *Device) lossError(method string) error {
 	return fmt.Errorf("dawn: %s: %w: device lost: %s", method, ops.ErrDevice, msg)
 }
 
+// lossMessage is Dawn's message for the loss, or "" while the device is not lost.
+func (d *Device) lossMessage() string {
+	if err := d.lock(context.Background()); err != nil {
+		return ""
+	}
+	defer d.unlock()
+	if !d.lost() {
+		return ""
+	}
+	return C.GoString(&d.c.lost_msg[0])
+}
+
 // usable reports, under the lock, why the device cannot take work, or nil.
 func (d *Device) usable(method string) error {
 	if d.closed {
