@@ -275,6 +275,29 @@ static int scopes_pop_wait(drt_device *d, const char *what, char *err, size_t ca
 
 /* ---- device ------------------------------------------------------------------------------ */
 
+/*
+ * Dawn's DawnInstanceDescriptor (dawn/native/DawnNative.h): a C++ struct that dawn.json does not
+ * describe, chained to the instance descriptor for one member, the instance's logging callback,
+ * without which Dawn prints what it meets while looking for adapters (the Vulkan loader's
+ * "Found no drivers!", adapters it rejects) to stderr. Its layout was read from the library:
+ * the constructor dawn::native::DawnInstanceDescriptor::DawnInstanceDescriptor() writes sType
+ * 0x00050006 at 8, 0 at 12, 0 at 24, backend validation level 2 (Disabled) at 32, and zeros
+ * from 40 to 72; operator== compares 0, 12, 16, 24, 32 and the byte at 36. TestRuntimeLogger
+ * checks the callback at 40 is the one Dawn calls.
+ */
+typedef struct drt_instance_desc {
+    WGPUChainedStruct *next;                       /* 0 */
+    uint32_t stype;                                /* 8: 0x00050006 */
+    uint32_t additional_runtime_search_path_count; /* 12 */
+    const char *const *additional_runtime_search_paths; /* 16 */
+    void *platform;                                /* 24 */
+    uint32_t backend_validation_level;             /* 32 */
+    uint8_t begin_capture_on_startup;              /* 36 */
+    WGPULoggingCallbackInfo logging;               /* 40 */
+} drt_instance_desc;
+typedef char drt_instance_desc_is_72_bytes[sizeof(drt_instance_desc) == 72 ? 1 : -1];
+typedef char drt_instance_desc_logging_at_40[offsetof(drt_instance_desc, logging) == 40 ? 1 : -1];
+
 static int fail_open(drt_device *d, int code) {
     drt_close(d);
     return code;
@@ -282,6 +305,7 @@ static int fail_open(drt_device *d, int code) {
 
 int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, size_t cap) {
     WGPUInstanceDescriptor idesc;
+    drt_instance_desc dawn_desc;
     WGPURequestAdapterOptions ao;
     WGPURequestAdapterCallbackInfo aci;
     WGPURequestDeviceCallbackInfo dci;
@@ -300,6 +324,12 @@ int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, 
 
     memset(&idesc, 0, sizeof idesc);
     idesc.capabilities.timedWaitAnyEnable = 1; /* without it a timed WaitAny is an error */
+    memset(&dawn_desc, 0, sizeof dawn_desc);
+    dawn_desc.stype = 0x00050006;
+    dawn_desc.backend_validation_level = 2; /* Disabled, the constructor's default */
+    dawn_desc.logging.callback = on_log;
+    dawn_desc.logging.userdata1 = d;
+    idesc.nextInChain = (WGPUChainedStruct *)&dawn_desc;
     d->instance = p->CreateInstance(&idesc);
     if (d->instance == NULL) {
         fmt(err, cap, "wgpuCreateInstance failed");

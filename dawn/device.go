@@ -127,6 +127,9 @@ func OpenDevice(opts Options) (*Device, error) {
 	}
 	if rc := C.drt_open(&lib.p, d.c, openTimeoutNS, d.errbuf, errCap); rc != C.DRT_OK {
 		msg := C.GoString(d.errbuf)
+		if d.logger != nil {
+			d.passLog() // what Dawn met looking for an adapter
+		}
 		d.free()
 		return nil, fmt.Errorf("dawn: %s: %w: %s (library %s)", method, ops.ErrUnavailable, msg, d.lib)
 	}
@@ -245,7 +248,7 @@ func (d *Device) passLog() {
 		case C.WGPULoggingType_Error:
 			level = slog.LevelError
 		}
-		d.logger.Log(context.Background(), level, "dawn: "+C.GoString(&msg[0]), "source", "device log")
+		d.logger.Log(context.Background(), level, "dawn: "+C.GoString(&msg[0]), "source", "dawn")
 	}
 }
 
