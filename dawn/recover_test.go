@@ -177,12 +177,12 @@ func (f *lossFixture) loseDuring(t *testing.T, name string, call func() ([]float
 	t.Logf("failed call: %s: %v", name, firstLine(err.Error()))
 }
 
-// TestDeviceLossRecovery loses the device for real (wgpuDeviceForceLoss) during a prepared
+// TestBackendDeviceLossRecovery loses the device for real (wgpuDeviceForceLoss) during a prepared
 // EmbedLayerNorm and during an AddLayerNorm: each call in flight fails wrapping ErrDevice with
 // "device lost", the next call reopens a device, uploads the prepared weights again, and
 // gives the bits of before, which are the CPU backend's under the device's profile. Run it on
-// a GPU with: go test -run TestDeviceLossRecovery -v ./dawn/
-func TestDeviceLossRecovery(t *testing.T) {
+// a GPU with: go test -run TestBackendDeviceLossRecovery -v ./dawn/
+func TestBackendDeviceLossRecovery(t *testing.T) {
 	f := newLossFixture(t, false)
 	t.Logf("device: %s; library: %s", f.b.Info().Device, f.b.Info().Library)
 	t.Logf("before the loss: embed differs from the CPU (profile %v) in %d of %d, addln in %d of %d",
@@ -231,10 +231,10 @@ func TestDeviceLossRecovery(t *testing.T) {
 	}
 }
 
-// TestDeviceLossFallback: with a fallback (auto mode) and no device to reopen, the backend
+// TestBackendDeviceLossFallback: with a fallback (auto mode) and no device to reopen, the backend
 // carries on with the CPU backend mirroring the device's profile: same bits, Info says so.
 // Without one, calls fail wrapping ErrDevice until a device can be reopened.
-func TestDeviceLossFallback(t *testing.T) {
+func TestBackendDeviceLossFallback(t *testing.T) {
 	for _, fallback := range []bool{true, false} {
 		f := newLossFixture(t, fallback)
 		f.hook.failOpen.Store(true)
@@ -272,8 +272,8 @@ func TestDeviceLossFallback(t *testing.T) {
 	}
 }
 
-// TestKernelTimingAfterClose: a closed backend says so.
-func TestKernelTimingAfterClose(t *testing.T) {
+// TestBackendKernelTimingAfterClose: a closed backend says so.
+func TestBackendKernelTimingAfterClose(t *testing.T) {
 	b, err := New(Config{})
 	if err != nil {
 		t.Skip(err)
@@ -281,5 +281,51 @@ func TestKernelTimingAfterClose(t *testing.T) {
 	b.Close()
 	if err := b.SetKernelTiming(true); !errors.Is(err, ops.ErrClosed) {
 		t.Errorf("SetKernelTiming after Close: %v", err)
+	}
+}
+
+// TestBackendDeviceLossConcurrent loses the device while several goroutines run both ops:
+// each call either succeeds with the bits of before or fails wrapping ErrDevice; afterwards
+// every call succeeds again. Meant for -race.
+func TestBackendDeviceLossConcurrent(t *testing.T) {
+	f := newLossFixture(t, false)
+	const workers, rounds = 6, 6
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				if w == 0 && i == 2 {
+					f.hook.lose.Store(true)
+				}
+				run, want := f.runAdd, f.addWant
+				if (w+i)%2 == 1 {
+					run, want = f.runEmbed, f.embWant
+				}
+				got, err := run()
+				if err != nil {
+					if !errors.Is(err, ops.ErrDevice) {
+						t.Errorf("worker %d round %d: %v", w, i, err)
+					}
+					failed.Add(1)
+					continue
+				}
+				if bad := sameBits(got, want); bad != 0 {
+					t.Errorf("worker %d round %d: %d elements differ", w, i, bad)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d of %d calls failed with the loss; health: %s", failed.Load(), workers*rounds, f.b.Info().Health)
+	if failed.Load() == 0 {
+		t.Error("no call failed: the device was not lost")
+	}
+	for _, run := range []func() ([]float32, error){f.runAdd, f.runEmbed} {
+		if _, err := run(); err != nil {
+			t.Errorf("after the loss: %v", err)
+		}
 	}
 }
