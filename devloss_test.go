@@ -73,6 +73,9 @@ func TestOpenIgnoresWorkingDirectory(t *testing.T) {
 func TestDawnLibraryIsADemand(t *testing.T) {
 	_, err := Open(WithBackend(BackendDawn), WithDawnLibrary("/missing.so"))
 	require.ErrorIs(t, err, ErrUnavailable)
+	if strings.Contains(err.Error(), "without cgo") {
+		t.Skip("built without cgo: no library is ever loaded")
+	}
 	require.Contains(t, err.Error(), "/missing.so: no such file")
 	require.Contains(t, err.Error(), "dawn requested by option")
 

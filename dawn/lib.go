@@ -74,8 +74,9 @@ var (
 	libs  = map[string]*C.drt_lib{} // by candidate; never closed: Dawn keeps threads and statics
 )
 
-// EnvLib names the library to load instead of the search list (see Library search above).
-const EnvLib = "FUSEDNORM_DAWN_LIB"
+// envLib names the library to load instead of the search list (see Library search above);
+// the root package calls it EnvDawnLib.
+const envLib = "FUSEDNORM_DAWN_LIB"
 
 // candidate is one place to load the library from; skip, when set, says why it is not tried.
 type candidate struct{ path, skip string }
@@ -83,7 +84,7 @@ type candidate struct{ path, skip string }
 // libCandidates is the ordered search list: the explicit library alone, or the search list.
 func libCandidates(explicit string) (cands []candidate, isExplicit bool) {
 	if explicit == "" {
-		explicit = os.Getenv(EnvLib)
+		explicit = os.Getenv(envLib)
 	}
 	if explicit != "" {
 		c := candidate{path: explicit}
@@ -167,10 +168,10 @@ func loadLib(explicit string) (*C.drt_lib, error) {
 	}
 	if isExplicit {
 		return nil, fmt.Errorf("dawn: OpenDevice: %w: the requested Dawn library (WithDawnLibrary or %s) did not load, and an explicit library is never replaced by another: %s",
-			ops.ErrUnavailable, EnvLib, strings.Join(tried, "; "))
+			ops.ErrUnavailable, envLib, strings.Join(tried, "; "))
 	}
 	return nil, fmt.Errorf("dawn: OpenDevice: %w: Dawn library not found (run scripts/provision.sh and set %s); tried: %s",
-		ops.ErrUnavailable, EnvLib, strings.Join(tried, "; "))
+		ops.ErrUnavailable, envLib, strings.Join(tried, "; "))
 }
 
 // checkGenerated reports a disagreement between the two outputs of internal/cmd/dawnhdr

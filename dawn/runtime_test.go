@@ -251,7 +251,7 @@ func TestRuntimeErrors(t *testing.T) {
 // tried; a relative one is refused; the search list holds nothing derived from the working
 // directory or the source tree.
 func TestRuntimeLibrarySearch(t *testing.T) {
-	t.Setenv(EnvLib, "/nonexistent/env/libwebgpu_dawn.so")
+	t.Setenv(envLib, "/nonexistent/env/libwebgpu_dawn.so")
 	cands, explicit := libCandidates("/nonexistent/explicit.so")
 	if !explicit || len(cands) != 1 || cands[0].path != "/nonexistent/explicit.so" {
 		t.Fatalf("explicit library: %+v", cands)
@@ -276,7 +276,7 @@ func TestRuntimeLibrarySearch(t *testing.T) {
 		t.Errorf("relative explicit library: %v", err)
 	}
 
-	t.Setenv(EnvLib, "")
+	t.Setenv(envLib, "")
 	t.Setenv("LD_LIBRARY_PATH", "/usr/lib::/opt/lib")
 	cands, explicit = libCandidates("")
 	if explicit || len(cands) == 0 {
@@ -291,7 +291,7 @@ func TestRuntimeLibrarySearch(t *testing.T) {
 // (third_party/dawn/ of the module above the working directory), stands there, and checks it
 // is neither a candidate nor loaded.
 func TestRuntimeNoLibraryFromWorkingDirectory(t *testing.T) {
-	real := os.Getenv(EnvLib)
+	real := os.Getenv(envLib)
 	dir := t.TempDir()
 	planted := dir + "/third_party/dawn/libwebgpu_wrapper.so"
 	if err := os.MkdirAll(dir+"/third_party/dawn", 0o755); err != nil {
@@ -308,7 +308,7 @@ func TestRuntimeNoLibraryFromWorkingDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Chdir(dir + "/third_party")
-	t.Setenv(EnvLib, "")
+	t.Setenv(envLib, "")
 	cands, _ := libCandidates("")
 	for _, c := range cands {
 		if strings.HasPrefix(c.path, dir) || !strings.HasPrefix(c.path, "/") && strings.Contains(c.path, "/") {
@@ -335,7 +335,7 @@ func TestRuntimeLibraryNamed(t *testing.T) {
 	if !strings.HasPrefix(lib, "/") {
 		t.Fatalf("Library() = %q, want an absolute path", lib)
 	}
-	if want := os.Getenv(EnvLib); want != "" && lib != want {
+	if want := os.Getenv(envLib); want != "" && lib != want {
 		t.Errorf("Library() = %q, want %s", lib, want)
 	}
 }
