@@ -64,7 +64,9 @@ func TestOpenIgnoresWorkingDirectory(t *testing.T) {
 	}
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.NotContains(t, err.Error(), dir, "the planted library was tried")
-	require.Contains(t, err.Error(), "tried:")
+	if !strings.Contains(err.Error(), "without cgo") {
+		require.Contains(t, err.Error(), "tried:")
+	}
 }
 
 // TestDawnLibraryIsADemand (issue 12 item 7): WithDawnLibrary or FUSEDNORM_DAWN_LIB naming a
