@@ -41,12 +41,14 @@ func (b *Backend) recover() error {
 	}
 	start := time.Now()
 	old := b.dev
-	if b.broken == nil { // the loss is new: close the lost device, note the loss once
+	if b.broken == nil { // the loss is new: note it once
 		b.lossCount++
 		b.lastLoss = old.lossMessage()
-		b.pool.release()
-		old.Close() // reports the loss again; nothing left to do with it
 	}
+	// The lost device, or the one a failed recovery opened: closing releases every buffer on
+	// it (and reports the loss again, which is known). Close is idempotent.
+	b.pool.release()
+	old.Close()
 	err := b.reopen()
 	took := time.Since(start)
 	b.mu.Lock()
