@@ -69,6 +69,60 @@ static const char *error_type_name(uint32_t t) {
     }
 }
 
+/* ---- Dawn's instance descriptor ------------------------------------------------------ */
+
+/*
+ * Dawn's DawnInstanceDescriptor (dawn/native/DawnNative.h): a C++ struct that dawn.json does not
+ * describe, chained to the instance descriptor for one member, the instance's logging callback,
+ * without which Dawn prints what it meets while looking for adapters (the Vulkan loader's
+ * "Found no drivers!", adapters it rejects) to stderr. Its layout was read from the library:
+ * the constructor dawn::native::DawnInstanceDescriptor::DawnInstanceDescriptor() writes sType
+ * 0x00050006 at 8, 0 at 12, 0 at 24, backend validation level 2 (Disabled) at 32, and zeros
+ * from 40 to 72; operator== compares 0, 12, 16, 24, 32 and the byte at 36. drt_load runs that
+ * constructor on a poisoned buffer and uses the struct only when the library writes exactly
+ * this (another revision may differ); TestRuntimeLogger checks the callback at 40 is the one
+ * Dawn calls.
+ */
+typedef struct drt_instance_desc {
+    WGPUChainedStruct *next;                       /* 0 */
+    uint32_t stype;                                /* 8: 0x00050006 */
+    uint32_t additional_runtime_search_path_count; /* 12 */
+    const char *const *additional_runtime_search_paths; /* 16 */
+    void *platform;                                /* 24 */
+    uint32_t backend_validation_level;             /* 32 */
+    uint8_t begin_capture_on_startup;              /* 36 */
+    WGPULoggingCallbackInfo logging;               /* 40 */
+} drt_instance_desc;
+typedef char drt_instance_desc_is_72_bytes[sizeof(drt_instance_desc) == 72 ? 1 : -1];
+typedef char drt_instance_desc_logging_at_40[offsetof(drt_instance_desc, logging) == 40 ? 1 : -1];
+
+#define DRT_INSTANCE_DESC_CTOR "_ZN4dawn6native22DawnInstanceDescriptorC1Ev"
+
+/* instance_desc_ok reports whether ctor builds exactly the layout of drt_instance_desc. */
+static int instance_desc_ok(void (*ctor)(void *)) {
+    unsigned char buf[128];
+    uint32_t u32;
+    uint64_t u64;
+    size_t i;
+    memset(buf, 0xAA, sizeof buf);
+    ctor(buf);
+    memcpy(&u64, buf + 0, 8);
+    if (u64 != 0) return 0;
+    memcpy(&u32, buf + 8, 4);
+    if (u32 != 0x00050006u) return 0;
+    memcpy(&u32, buf + 12, 4);
+    if (u32 != 0) return 0;
+    memcpy(&u64, buf + 24, 8);
+    if (u64 != 0) return 0;
+    memcpy(&u32, buf + 32, 4);
+    if (u32 != 2 || buf[36] != 0) return 0;
+    for (i = 40; i < sizeof(drt_instance_desc); i++)
+        if (buf[i] != 0) return 0;
+    for (i = sizeof(drt_instance_desc); i < sizeof buf; i++)
+        if (buf[i] != 0xAA) return 0;
+    return 1;
+}
+
 /* ---- loading ---------------------------------------------------------------------------- */
 
 int drt_load(const char *const *candidates, int n, drt_lib *lib, char *report, size_t cap) {
@@ -105,6 +159,8 @@ int drt_load(const char *const *candidates, int n, drt_lib *lib, char *report, s
             dlclose(h);
             continue;
         }
+        *(void **)(&p.instance_desc_ctor) = dlsym(h, DRT_INSTANCE_DESC_CTOR);
+        if (p.instance_desc_ctor != NULL && !instance_desc_ok(p.instance_desc_ctor)) p.instance_desc_ctor = NULL;
         lib->handle = h;
         lib->p = p;
         fmt(lib->path, sizeof lib->path, "%s", c);
@@ -275,28 +331,6 @@ static int scopes_pop_wait(drt_device *d, const char *what, char *err, size_t ca
 
 /* ---- device ------------------------------------------------------------------------------ */
 
-/*
- * Dawn's DawnInstanceDescriptor (dawn/native/DawnNative.h): a C++ struct that dawn.json does not
- * describe, chained to the instance descriptor for one member, the instance's logging callback,
- * without which Dawn prints what it meets while looking for adapters (the Vulkan loader's
- * "Found no drivers!", adapters it rejects) to stderr. Its layout was read from the library:
- * the constructor dawn::native::DawnInstanceDescriptor::DawnInstanceDescriptor() writes sType
- * 0x00050006 at 8, 0 at 12, 0 at 24, backend validation level 2 (Disabled) at 32, and zeros
- * from 40 to 72; operator== compares 0, 12, 16, 24, 32 and the byte at 36. TestRuntimeLogger
- * checks the callback at 40 is the one Dawn calls.
- */
-typedef struct drt_instance_desc {
-    WGPUChainedStruct *next;                       /* 0 */
-    uint32_t stype;                                /* 8: 0x00050006 */
-    uint32_t additional_runtime_search_path_count; /* 12 */
-    const char *const *additional_runtime_search_paths; /* 16 */
-    void *platform;                                /* 24 */
-    uint32_t backend_validation_level;             /* 32 */
-    uint8_t begin_capture_on_startup;              /* 36 */
-    WGPULoggingCallbackInfo logging;               /* 40 */
-} drt_instance_desc;
-typedef char drt_instance_desc_is_72_bytes[sizeof(drt_instance_desc) == 72 ? 1 : -1];
-typedef char drt_instance_desc_logging_at_40[offsetof(drt_instance_desc, logging) == 40 ? 1 : -1];
 
 static int fail_open(drt_device *d, int code) {
     drt_close(d);
@@ -324,12 +358,12 @@ int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, 
 
     memset(&idesc, 0, sizeof idesc);
     idesc.capabilities.timedWaitAnyEnable = 1; /* without it a timed WaitAny is an error */
-    memset(&dawn_desc, 0, sizeof dawn_desc);
-    dawn_desc.stype = 0x00050006;
-    dawn_desc.backend_validation_level = 2; /* Disabled, the constructor's default */
-    dawn_desc.logging.callback = on_log;
-    dawn_desc.logging.userdata1 = d;
-    idesc.nextInChain = (WGPUChainedStruct *)&dawn_desc;
+    if (p->instance_desc_ctor != NULL) { /* the instance's log goes where the device's goes */
+        p->instance_desc_ctor(&dawn_desc);
+        dawn_desc.logging.callback = on_log;
+        dawn_desc.logging.userdata1 = d;
+        idesc.nextInChain = (WGPUChainedStruct *)&dawn_desc;
+    }
     d->instance = p->CreateInstance(&idesc);
     if (d->instance == NULL) {
         fmt(err, cap, "wgpuCreateInstance failed");

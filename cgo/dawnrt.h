@@ -34,6 +34,10 @@ typedef struct drt_procs {
 #define DRT_PROC_FIELD(name) WGPUProc##name name;
     WGPU_GEN_PROCS(DRT_PROC_FIELD, DRT_PROC_FIELD)
 #undef DRT_PROC_FIELD
+    /* dawn::native::DawnInstanceDescriptor's constructor (C++), kept only when it builds the
+     * layout dawnrt.c declares (drt_instance_desc); NULL otherwise, and then the instance's
+     * messages keep going to stderr. */
+    void (*instance_desc_ctor)(void *self);
 } drt_procs;
 
 typedef struct drt_lib {
