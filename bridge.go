@@ -2,6 +2,7 @@ package fusednorm
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -52,12 +53,18 @@ type config struct {
 	noHuge   bool // WithHugePages(false)
 	profile  *plan.Contraction
 	inject   func(site string) error
+	logger   *slog.Logger
 }
 
 // WithBackend picks the backend: "auto", "cpu" or "dawn". It overrides FUSEDNORM_BACKEND.
 func WithBackend(name string) Option { return func(c *config) { c.backend = name } }
 
-// WithDawnLibrary sets the path of the Dawn shared library to load first.
+// WithDawnLibrary names the Dawn shared library to load: an absolute path, or a bare file
+// name for the system loader. It overrides FUSEDNORM_DAWN_LIB. An explicit library is a
+// demand, not a hint: when it does not load, Dawn fails (naming the path and why) rather than
+// load another from the search list; in auto mode the engine then runs on the CPU and Info's
+// Reason says why. Without either, the library is looked for next to the executable, then by
+// the system loader, never in or above the working directory.
 func WithDawnLibrary(path string) Option { return func(c *config) { c.dawnLib = path } }
 
 // WithThreads bounds the goroutines one CPU call uses (default GOMAXPROCS).
@@ -87,10 +94,19 @@ func WithHugePages(on bool) Option { return func(c *config) { c.noHuge = !on } }
 func WithContraction(p Contraction) Option { return func(c *config) { c.profile = &p } }
 
 // WithFaultInjection installs a hook the Dawn backend calls at each place the device can
-// fail; a non-nil return is treated as that failure. For tests of error paths.
+// fail; a non-nil return is treated as that failure. For tests of error paths. The sites:
+// "load", "open", "create-buffer", "write-buffer", "pipeline", "submit", "map", and "lose",
+// where a non-nil return makes Dawn lose the device for real while a dispatch is in flight.
 func WithFaultInjection(hook func(site string) error) Option {
 	return func(c *config) { c.inject = hook }
 }
+
+// WithLogger receives the messages of the Dawn backend: Dawn's own device log (warnings of
+// its Vulkan backend among them), errors Dawn raised outside the library's error scopes, and
+// device loss and recovery. Without it they are discarded. Messages that the Vulkan loader or
+// a driver print themselves while Dawn looks for adapters, before a device exists, go to
+// stderr regardless (see the README).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // Info says which backend an engine runs and why it was chosen.
 type Info struct {
@@ -100,11 +116,20 @@ type Info struct {
 	Level   string      // CPU kernel level ("go", "avx2"); empty on a GPU
 	Reason  string      // why this backend: the option, the env var, or the auto fallback cause
 	Profile Contraction // contraction profile of the reduction plan
+	Library string      // the Dawn library file loaded; empty on the CPU
+	// Health says what befell the device since Open: each loss and how long the recovery
+	// took, or, in auto mode, that the engine moved to the CPU for good (Backend then says
+	// "cpu"). Empty when nothing did.
+	Health string
 }
 
 // String is a one-line summary for logs.
 func (i Info) String() string {
-	return fmt.Sprintf("%s on %s [%s] (%s)", i.Backend, i.Device, i.Detail, i.Reason)
+	s := fmt.Sprintf("%s on %s [%s] (%s)", i.Backend, i.Device, i.Detail, i.Reason)
+	if i.Health != "" {
+		s += " health: " + i.Health
+	}
+	return s
 }
 
 // Engine runs the ops on one backend. It is safe for concurrent use.
@@ -150,13 +175,13 @@ func Open(opts ...Option) (*Engine, error) {
 		}
 		return &Engine{be: be, reason: "cpu requested by " + source}, nil
 	case BackendDawn:
-		be, err := openDawn(&c)
+		be, err := openDawn(&c, false)
 		if err != nil {
 			return nil, fmt.Errorf("fusednorm: Open: dawn requested by %s: %w", source, err)
 		}
 		return &Engine{be: be, reason: "dawn requested by " + source}, nil
 	case BackendAuto:
-		be, err := openDawn(&c)
+		be, err := openDawn(&c, true)
 		if err == nil && be.Info().Software {
 			// A CPU rasterizer (lavapipe) runs the shaders correctly but far slower than the
 			// CPU backend: auto takes the CPU; WithBackend("dawn") still gets the adapter.
@@ -191,7 +216,8 @@ func newCPU(c *config) (Backend, error) {
 // Info says what runs.
 func (e *Engine) Info() Info {
 	bi := e.be.Info()
-	return Info{Backend: bi.Name, Device: bi.Device, Detail: bi.Detail, Level: bi.Level, Reason: e.reason, Profile: bi.Profile}
+	return Info{Backend: bi.Name, Device: bi.Device, Detail: bi.Detail, Level: bi.Level, Reason: e.reason,
+		Profile: bi.Profile, Library: bi.Library, Health: bi.Health}
 }
 
 // Plan returns the reduction plan the engine's backend uses for rows of h elements (h ≥ 1).
@@ -199,8 +225,12 @@ func (e *Engine) Plan(h int) Plan { return e.be.Plan(h) }
 
 // KernelTiming switches device-side timing of each dispatch on or off (timestamp queries on
 // the GPU). It returns an error wrapping ErrNotSupported on backends that cannot time their
-// kernels (the CPU, or a GPU without timestamps).
+// kernels (the CPU, or a GPU without timestamps), and ErrClosed after Close.
 func (e *Engine) KernelTiming(on bool) error {
+	if err := e.use(); err != nil {
+		return fmt.Errorf("fusednorm: KernelTiming: %w", ErrClosed)
+	}
+	defer e.done()
 	kt, ok := e.be.(ops.KernelTimer)
 	if !ok {
 		return fmt.Errorf("fusednorm: KernelTiming: backend %s has no device timer: %w", e.be.Info().Name, ErrNotSupported)

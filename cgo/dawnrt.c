@@ -1,4 +1,8 @@
-/* dawnrt: see dawnrt.h. C99 plus POSIX dlopen. */
+/* dawnrt: see dawnrt.h. C99 plus POSIX dlopen, and dladdr (a GNU and BSD extension) to name the
+ * file a bare library name resolved to. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -65,6 +69,60 @@ static const char *error_type_name(uint32_t t) {
     }
 }
 
+/* ---- Dawn's instance descriptor ------------------------------------------------------ */
+
+/*
+ * Dawn's DawnInstanceDescriptor (dawn/native/DawnNative.h): a C++ struct that dawn.json does not
+ * describe, chained to the instance descriptor for one member, the instance's logging callback,
+ * without which Dawn prints what it meets while looking for adapters (the Vulkan loader's
+ * "Found no drivers!", adapters it rejects) to stderr. Its layout was read from the library:
+ * the constructor dawn::native::DawnInstanceDescriptor::DawnInstanceDescriptor() writes sType
+ * 0x00050006 at 8, 0 at 12, 0 at 24, backend validation level 2 (Disabled) at 32, and zeros
+ * from 40 to 72; operator== compares 0, 12, 16, 24, 32 and the byte at 36. drt_load runs that
+ * constructor on a poisoned buffer and uses the struct only when the library writes exactly
+ * this (another revision may differ); TestRuntimeLogger checks the callback at 40 is the one
+ * Dawn calls.
+ */
+typedef struct drt_instance_desc {
+    WGPUChainedStruct *next;                       /* 0 */
+    uint32_t stype;                                /* 8: 0x00050006 */
+    uint32_t additional_runtime_search_path_count; /* 12 */
+    const char *const *additional_runtime_search_paths; /* 16 */
+    void *platform;                                /* 24 */
+    uint32_t backend_validation_level;             /* 32 */
+    uint8_t begin_capture_on_startup;              /* 36 */
+    WGPULoggingCallbackInfo logging;               /* 40 */
+} drt_instance_desc;
+typedef char drt_instance_desc_is_72_bytes[sizeof(drt_instance_desc) == 72 ? 1 : -1];
+typedef char drt_instance_desc_logging_at_40[offsetof(drt_instance_desc, logging) == 40 ? 1 : -1];
+
+#define DRT_INSTANCE_DESC_CTOR "_ZN4dawn6native22DawnInstanceDescriptorC1Ev"
+
+/* instance_desc_ok reports whether ctor builds exactly the layout of drt_instance_desc. */
+static int instance_desc_ok(void (*ctor)(void *)) {
+    unsigned char buf[128];
+    uint32_t u32;
+    uint64_t u64;
+    size_t i;
+    memset(buf, 0xAA, sizeof buf);
+    ctor(buf);
+    memcpy(&u64, buf + 0, 8);
+    if (u64 != 0) return 0;
+    memcpy(&u32, buf + 8, 4);
+    if (u32 != 0x00050006u) return 0;
+    memcpy(&u32, buf + 12, 4);
+    if (u32 != 0) return 0;
+    memcpy(&u64, buf + 24, 8);
+    if (u64 != 0) return 0;
+    memcpy(&u32, buf + 32, 4);
+    if (u32 != 2 || buf[36] != 0) return 0;
+    for (i = 40; i < sizeof(drt_instance_desc); i++)
+        if (buf[i] != 0) return 0;
+    for (i = sizeof(drt_instance_desc); i < sizeof buf; i++)
+        if (buf[i] != 0xAA) return 0;
+    return 1;
+}
+
 /* ---- loading ---------------------------------------------------------------------------- */
 
 int drt_load(const char *const *candidates, int n, drt_lib *lib, char *report, size_t cap) {
@@ -101,9 +159,16 @@ int drt_load(const char *const *candidates, int n, drt_lib *lib, char *report, s
             dlclose(h);
             continue;
         }
+        *(void **)(&p.instance_desc_ctor) = dlsym(h, DRT_INSTANCE_DESC_CTOR);
+        if (p.instance_desc_ctor != NULL && !instance_desc_ok(p.instance_desc_ctor)) p.instance_desc_ctor = NULL;
         lib->handle = h;
         lib->p = p;
         fmt(lib->path, sizeof lib->path, "%s", c);
+        {
+            Dl_info di;
+            if (dladdr(*(void **)(&p.CreateInstance), &di) != 0 && di.dli_fname != NULL && di.dli_fname[0] == '/')
+                fmt(lib->path, sizeof lib->path, "%s", di.dli_fname);
+        }
         return DRT_OK;
     }
     return DRT_EUNAVAILABLE;
@@ -150,7 +215,46 @@ static void on_lost(WGPUDevice const *device, WGPUDeviceLostReason reason, WGPUS
     (void)u2;
     d->lost_reason = (uint32_t)reason;
     copy_sv(d->lost_msg, sizeof d->lost_msg, msg);
-    d->lost = 1;
+    __atomic_store_n(&d->lost, 1, __ATOMIC_RELEASE);
+}
+
+static void on_log(WGPULoggingType type, WGPUStringView msg, void *u1, void *u2) {
+    drt_device *d = (drt_device *)u1;
+    uint64_t slot;
+    (void)u2;
+    while (__atomic_test_and_set(&d->log_lock, __ATOMIC_ACQUIRE)) {
+    }
+    slot = d->log_written % DRT_LOG_SLOTS;
+    d->log_type[slot] = (uint32_t)type;
+    copy_sv(d->log_msg[slot], sizeof d->log_msg[slot], msg);
+    __atomic_store_n(&d->log_written, d->log_written + 1, __ATOMIC_RELEASE);
+    __atomic_clear(&d->log_lock, __ATOMIC_RELEASE);
+}
+
+int drt_log_take(drt_device *d, uint64_t seq, uint32_t *type, char *msg, size_t cap) {
+    int rc = DRT_OK;
+    while (__atomic_test_and_set(&d->log_lock, __ATOMIC_ACQUIRE)) {
+    }
+    if (seq >= d->log_written || d->log_written - seq > DRT_LOG_SLOTS) {
+        rc = DRT_EUNAVAILABLE;
+    } else {
+        *type = d->log_type[seq % DRT_LOG_SLOTS];
+        fmt(msg, cap, "%s", d->log_msg[seq % DRT_LOG_SLOTS]);
+    }
+    __atomic_clear(&d->log_lock, __ATOMIC_RELEASE);
+    return rc;
+}
+
+int drt_lost(const drt_device *d) { return __atomic_load_n(&d->lost, __ATOMIC_ACQUIRE); }
+
+int drt_force_loss(drt_device *d, const char *msg, char *err, size_t cap) {
+    if (d->p->DeviceForceLoss == NULL) {
+        fmt(err, cap, "the library has no wgpuDeviceForceLoss");
+        return DRT_EUNAVAILABLE;
+    }
+    d->p->DeviceForceLoss(d->device, WGPUDeviceLostReason_Unknown, sv(msg));
+    d->p->InstanceProcessEvents(d->instance);
+    return DRT_OK;
 }
 
 static void on_uncaptured(WGPUDevice const *device, WGPUErrorType type, WGPUStringView msg, void *u1, void *u2) {
@@ -227,6 +331,7 @@ static int scopes_pop_wait(drt_device *d, const char *what, char *err, size_t ca
 
 /* ---- device ------------------------------------------------------------------------------ */
 
+
 static int fail_open(drt_device *d, int code) {
     drt_close(d);
     return code;
@@ -234,6 +339,7 @@ static int fail_open(drt_device *d, int code) {
 
 int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, size_t cap) {
     WGPUInstanceDescriptor idesc;
+    drt_instance_desc dawn_desc;
     WGPURequestAdapterOptions ao;
     WGPURequestAdapterCallbackInfo aci;
     WGPURequestDeviceCallbackInfo dci;
@@ -252,6 +358,12 @@ int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, 
 
     memset(&idesc, 0, sizeof idesc);
     idesc.capabilities.timedWaitAnyEnable = 1; /* without it a timed WaitAny is an error */
+    if (p->instance_desc_ctor != NULL) { /* the instance's log goes where the device's goes */
+        p->instance_desc_ctor(&dawn_desc);
+        dawn_desc.logging.callback = on_log;
+        dawn_desc.logging.userdata1 = d;
+        idesc.nextInChain = (WGPUChainedStruct *)&dawn_desc;
+    }
     d->instance = p->CreateInstance(&idesc);
     if (d->instance == NULL) {
         fmt(err, cap, "wgpuCreateInstance failed");
@@ -357,6 +469,13 @@ int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, 
         return fail_open(d, DRT_EUNAVAILABLE);
     }
     d->device = device;
+    if (p->DeviceSetLoggingCallback != NULL) {
+        WGPULoggingCallbackInfo li;
+        memset(&li, 0, sizeof li);
+        li.callback = on_log;
+        li.userdata1 = d;
+        p->DeviceSetLoggingCallback(device, li);
+    }
     d->queue = p->DeviceGetQueue(device);
     memset(&d->limits, 0, sizeof d->limits);
     if (p->DeviceGetLimits(device, &d->limits) != WGPUStatus_Success) {

@@ -26,18 +26,24 @@ enum {
 };
 
 #define DRT_MSG_CAP 2048
+#define DRT_LOG_SLOTS 16
+#define DRT_LOG_MSG_CAP 1024
 
 /* The function table: one pointer per Dawn function the runtime calls. */
 typedef struct drt_procs {
 #define DRT_PROC_FIELD(name) WGPUProc##name name;
     WGPU_GEN_PROCS(DRT_PROC_FIELD, DRT_PROC_FIELD)
 #undef DRT_PROC_FIELD
+    /* dawn::native::DawnInstanceDescriptor's constructor (C++), kept only when it builds the
+     * layout dawnrt.c declares (drt_instance_desc); NULL otherwise, and then the instance's
+     * messages keep going to stderr. */
+    void (*instance_desc_ctor)(void *self);
 } drt_procs;
 
 typedef struct drt_lib {
     void *handle;
     drt_procs p;
-    char path[1024];
+    char path[1024]; /* the file loaded: the candidate, resolved by the loader for a bare name */
 } drt_lib;
 
 /*
@@ -66,13 +72,20 @@ typedef struct drt_device {
     char vendor[256], architecture[256], device_name[256], description[256];
     uint32_t backend_type, adapter_type, vendor_id, device_id, subgroup_min, subgroup_max;
 
-    /* Written by the device-lost and uncaptured-error callbacks. */
+    /* Written by the device-lost and uncaptured-error callbacks; lost is set last (release). */
     int lost;
     uint32_t lost_reason;
     char lost_msg[DRT_MSG_CAP];
     uint64_t uncaptured;
     uint32_t uncaptured_type;
     char uncaptured_msg[DRT_MSG_CAP];
+
+    /* Dawn's device log (wgpuDeviceSetLoggingCallback), kept instead of printed: a ring of the
+     * last DRT_LOG_SLOTS messages; log_written counts every message ever logged. */
+    int log_lock;
+    uint64_t log_written;
+    uint32_t log_type[DRT_LOG_SLOTS];
+    char log_msg[DRT_LOG_SLOTS][DRT_LOG_MSG_CAP];
 } drt_device;
 
 /* Features requested when the adapter has them; none is required. */
@@ -87,6 +100,15 @@ typedef struct drt_device {
 int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, size_t cap);
 void drt_close(drt_device *d);
 int drt_has_feature(drt_device *d, uint32_t feature);
+
+/* drt_lost reports whether the device-lost callback has run (for any reason, Destroyed included). */
+int drt_lost(const drt_device *d);
+/* drt_force_loss makes Dawn lose the device (wgpuDeviceForceLoss), for fault injection, and
+ * processes events so the lost callback has run on return. DRT_EUNAVAILABLE without the proc. */
+int drt_force_loss(drt_device *d, const char *msg, char *err, size_t cap);
+/* drt_log_take copies log message seq (of log_written) into msg and its type into *type;
+ * DRT_EUNAVAILABLE when the ring has already overwritten it. */
+int drt_log_take(drt_device *d, uint64_t seq, uint32_t *type, char *msg, size_t cap);
 
 int drt_create_buffer(drt_device *d, const char *label, uint64_t size, uint64_t usage, WGPUBuffer *out,
                       char *err, size_t cap);

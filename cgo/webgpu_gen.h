@@ -175,6 +175,14 @@ typedef enum WGPUFeatureName {
     WGPUFeatureName_Force32 = 0x7FFFFFFF
 } WGPUFeatureName;
 
+typedef enum WGPULoggingType {
+    WGPULoggingType_Verbose = 0x00000001,
+    WGPULoggingType_Info = 0x00000002,
+    WGPULoggingType_Warning = 0x00000003,
+    WGPULoggingType_Error = 0x00000004,
+    WGPULoggingType_Force32 = 0x7FFFFFFF
+} WGPULoggingType;
+
 typedef enum WGPUMapAsyncStatus {
     WGPUMapAsyncStatus_Success = 0x00000001,
     WGPUMapAsyncStatus_CallbackCancelled = 0x00000002,
@@ -366,6 +374,7 @@ typedef struct WGPUBindGroupDescriptor WGPUBindGroupDescriptor;
 typedef struct WGPUCommandEncoderDescriptor WGPUCommandEncoderDescriptor;
 typedef struct WGPUQuerySetDescriptor WGPUQuerySetDescriptor;
 typedef struct WGPUPopErrorScopeCallbackInfo WGPUPopErrorScopeCallbackInfo;
+typedef struct WGPULoggingCallbackInfo WGPULoggingCallbackInfo;
 typedef struct WGPUQueueWorkDoneCallbackInfo WGPUQueueWorkDoneCallbackInfo;
 typedef struct WGPUBufferMapCallbackInfo WGPUBufferMapCallbackInfo;
 typedef struct WGPUPassTimestampWrites WGPUPassTimestampWrites;
@@ -375,6 +384,7 @@ typedef struct WGPUShaderSourceWGSL WGPUShaderSourceWGSL;
 
 typedef void (*WGPUBufferMapCallback)(WGPUMapAsyncStatus status, WGPUStringView message, void * userdata1, void * userdata2);
 typedef void (*WGPUDeviceLostCallback)(WGPUDevice const * device, WGPUDeviceLostReason reason, WGPUStringView message, void * userdata1, void * userdata2);
+typedef void (*WGPULoggingCallback)(WGPULoggingType type, WGPUStringView message, void * userdata1, void * userdata2);
 typedef void (*WGPUPopErrorScopeCallback)(WGPUPopErrorScopeStatus status, WGPUErrorType type, WGPUStringView message, void * userdata1, void * userdata2);
 typedef void (*WGPUQueueWorkDoneCallback)(WGPUQueueWorkDoneStatus status, WGPUStringView message, void * userdata1, void * userdata2);
 typedef void (*WGPURequestAdapterCallback)(WGPURequestAdapterStatus status, WGPUAdapter adapter, WGPUStringView message, void * userdata1, void * userdata2);
@@ -589,6 +599,13 @@ struct WGPUPopErrorScopeCallbackInfo {
     void * userdata2;
 };
 
+struct WGPULoggingCallbackInfo {
+    WGPUChainedStruct * nextInChain;
+    WGPULoggingCallback callback;
+    void * userdata1;
+    void * userdata2;
+};
+
 struct WGPUQueueWorkDoneCallbackInfo {
     WGPUChainedStruct * nextInChain;
     WGPUCallbackMode mode;
@@ -654,6 +671,7 @@ typedef char wgpu_gen_size_of_WGPUBindGroupDescriptor[sizeof(WGPUBindGroupDescri
 typedef char wgpu_gen_size_of_WGPUCommandEncoderDescriptor[sizeof(WGPUCommandEncoderDescriptor) == 24 ? 1 : -1];
 typedef char wgpu_gen_size_of_WGPUQuerySetDescriptor[sizeof(WGPUQuerySetDescriptor) == 32 ? 1 : -1];
 typedef char wgpu_gen_size_of_WGPUPopErrorScopeCallbackInfo[sizeof(WGPUPopErrorScopeCallbackInfo) == 40 ? 1 : -1];
+typedef char wgpu_gen_size_of_WGPULoggingCallbackInfo[sizeof(WGPULoggingCallbackInfo) == 32 ? 1 : -1];
 typedef char wgpu_gen_size_of_WGPUQueueWorkDoneCallbackInfo[sizeof(WGPUQueueWorkDoneCallbackInfo) == 40 ? 1 : -1];
 typedef char wgpu_gen_size_of_WGPUBufferMapCallbackInfo[sizeof(WGPUBufferMapCallbackInfo) == 40 ? 1 : -1];
 typedef char wgpu_gen_size_of_WGPUPassTimestampWrites[sizeof(WGPUPassTimestampWrites) == 24 ? 1 : -1];
@@ -685,6 +703,8 @@ typedef WGPUQuerySet (*WGPUProcDeviceCreateQuerySet)(WGPUDevice device, WGPUQuer
 typedef void (*WGPUProcDevicePushErrorScope)(WGPUDevice device, WGPUErrorFilter filter);
 typedef WGPUFuture (*WGPUProcDevicePopErrorScope)(WGPUDevice device, WGPUPopErrorScopeCallbackInfo callbackInfo);
 typedef void (*WGPUProcDeviceDestroy)(WGPUDevice device);
+typedef void (*WGPUProcDeviceForceLoss)(WGPUDevice device, WGPUDeviceLostReason type, WGPUStringView message);
+typedef void (*WGPUProcDeviceSetLoggingCallback)(WGPUDevice device, WGPULoggingCallbackInfo callbackInfo);
 typedef void (*WGPUProcDeviceRelease)(WGPUDevice device);
 typedef void (*WGPUProcQueueSubmit)(WGPUQueue queue, size_t commandCount, WGPUCommandBuffer const * commands);
 typedef void (*WGPUProcQueueWriteBuffer)(WGPUQueue queue, WGPUBuffer buffer, uint64_t bufferOffset, void const * data, size_t size);
@@ -739,6 +759,8 @@ typedef void (*WGPUProcQuerySetRelease)(WGPUQuerySet querySet);
     REQ(DevicePushErrorScope) \
     REQ(DevicePopErrorScope) \
     REQ(DeviceDestroy) \
+    OPT(DeviceForceLoss) \
+    OPT(DeviceSetLoggingCallback) \
     REQ(DeviceRelease) \
     REQ(QueueSubmit) \
     REQ(QueueWriteBuffer) \

@@ -31,6 +31,9 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 		return err
 	}
 	defer leave()
+	if b.fallback != nil {
+		return b.fallback.AddLayerNorm(ctx, a)
+	}
 
 	N, D := a.N, a.D
 	p := b.Plan(D)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,12 +20,22 @@ import (
 type Config struct {
 	// LibPath is the Dawn shared library; empty searches the usual places (see OpenDevice).
 	LibPath string
-	// Inject, when set, is called at named fault sites; a non-nil error fails that step.
+	// Inject, when set, is called at named fault sites; a non-nil error fails that step
+	// ("lose" loses the device, see Options.Inject).
 	Inject func(site string) error
+	// Logger receives Dawn's messages and the backend's reports of device loss; nil discards.
+	Logger *slog.Logger
+	// Fallback, when set, makes a backend whose device is lost and cannot be reopened carry on
+	// with the backend Fallback returns (the CPU, mirroring the given contraction profile).
+	// Without it such calls fail wrapping ops.ErrDevice. See recover.go.
+	Fallback func(plan.Contraction) (ops.Backend, error)
 }
 
 // Backend runs both ops on one Dawn device. It implements ops.Backend.
 type Backend struct {
+	cfg Config
+
+	// Replaced by a recovery (which holds life exclusively); mu guards them for Info and Plan.
 	dev    *Device
 	limits Limits
 	prof   plan.Contraction
@@ -34,9 +45,19 @@ type Backend struct {
 
 	pool pool
 
-	// life: calls hold it shared; Close takes it exclusively, so it waits for calls in flight.
+	// life: calls hold it shared; Close and a recovery take it exclusively, so they wait for
+	// calls in flight.
 	life   sync.RWMutex
 	closed bool
+
+	// Device loss (recover.go). mu guards them and the fields above for readers outside life.
+	mu        sync.Mutex
+	preps     map[*embedOp]struct{} // live prepared ops
+	lossCount int
+	lastLoss  string
+	broken    error       // set while a lost device could not be reopened
+	fallback  ops.Backend // set once the backend runs on the CPU instead
+	health    string
 
 	// timed makes dispatches measure their compute pass with timestamp queries (benchmarks);
 	// gpuTime holds the last measurement in nanoseconds.
@@ -49,14 +70,14 @@ var _ ops.Backend = (*Backend)(nil)
 // New opens the device, calibrates the contraction profile and returns the backend. Errors
 // wrap ops.ErrUnavailable when Dawn or a usable adapter is missing.
 func New(cfg Config) (*Backend, error) {
-	dev, err := OpenDevice(Options{LibPath: cfg.LibPath, Inject: cfg.Inject})
+	dev, err := OpenDevice(Options{LibPath: cfg.LibPath, Inject: cfg.Inject, Logger: cfg.Logger})
 	if err != nil {
 		if errors.Is(err, ops.ErrUnavailable) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("dawn: New: %w: %w", ops.ErrUnavailable, err)
 	}
-	b := &Backend{dev: dev, limits: dev.Limits()}
+	b := &Backend{cfg: cfg, dev: dev, limits: dev.Limits()}
 	b.pool.dev = dev
 	prof, known, report, err := b.calibrate()
 	if err != nil {
@@ -68,8 +89,16 @@ func New(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// Info names the adapter and the detected contraction profile.
+// Info names the adapter, the library, the detected contraction profile and, after a device
+// loss, what became of it (Health); after a fallback, the CPU backend that runs instead.
 func (b *Backend) Info() ops.Info {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fallback != nil {
+		info := b.fallback.Info()
+		info.Health = b.health
+		return info
+	}
 	prof := b.prof.String()
 	if !b.profileKnown {
 		prof = "undetermined (using unfused)"
@@ -81,11 +110,18 @@ func (b *Backend) Info() ops.Info {
 		Detail:   fmt.Sprintf("backend %v, profile: %s", info.Backend, prof),
 		Profile:  b.prof,
 		Software: info.AdapterType == "CPU",
+		Library:  b.dev.Library(),
+		Health:   b.health,
 	}
 }
 
 // Plan is the reduction plan of the kernels for rows of h elements, under the detected profile.
-func (b *Backend) Plan(h int) plan.Plan { return plan.For(h, b.prof) }
+func (b *Backend) Plan(h int) plan.Plan {
+	b.mu.Lock()
+	prof := b.prof
+	b.mu.Unlock()
+	return plan.For(h, prof)
+}
 
 // Calibration describes how the profile was detected (which kernels matched which profiles).
 func (b *Backend) Calibration() string { return b.calibration }
@@ -100,17 +136,34 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	b.pool.release()
-	return b.dev.Close()
+	if b.fallback != nil {
+		b.fallback.Close()
+	}
+	return b.dev.Close() // after a fallback, the lost device, closed already: nil
 }
 
-// enter marks a call in flight; the returned function ends it.
+// enter marks a call in flight; the returned function ends it. A lost device is replaced
+// first (see recover.go).
 func (b *Backend) enter(op string) (func(), error) {
 	b.life.RLock()
 	if b.closed {
 		b.life.RUnlock()
 		return nil, fmt.Errorf("dawn: %s: %w", op, ops.ErrClosed)
 	}
-	return b.life.RUnlock, nil
+	if !b.needsRecovery() {
+		return b.life.RUnlock, nil
+	}
+	b.life.RUnlock()
+	b.life.Lock()
+	var err error
+	if !b.closed {
+		err = b.recover()
+	}
+	b.life.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("dawn: %s: %w", op, err)
+	}
+	return b.enter(op)
 }
 
 // grid spreads rows workgroups over x and y (row = wg.x + wg.y·nx) within the device limit.
@@ -162,6 +215,14 @@ func (b *Backend) pipeline(key string, render func() (string, error)) (*Pipeline
 // SetKernelTiming makes every dispatch measure its compute pass with timestamp queries, for
 // benchmarks; it costs a query resolve per call. ErrNotSupported without TimestampQuery.
 func (b *Backend) SetKernelTiming(on bool) error {
+	leave, err := b.enter("SetKernelTiming")
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if b.fallback != nil {
+		return fmt.Errorf("dawn: SetKernelTiming: running on the CPU since the device was lost: %w", ops.ErrNotSupported)
+	}
 	if on && !b.dev.HasFeature("TimestampQuery") {
 		return fmt.Errorf("dawn: SetKernelTiming: the adapter has no TimestampQuery: %w", ops.ErrNotSupported)
 	}

@@ -5,6 +5,7 @@ package dawn
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
@@ -12,8 +13,10 @@ import (
 
 // Config chooses the Dawn library and, for tests, injects faults at named sites.
 type Config struct {
-	LibPath string
-	Inject  func(site string) error
+	LibPath  string
+	Inject   func(site string) error
+	Logger   *slog.Logger
+	Fallback func(plan.Contraction) (ops.Backend, error)
 }
 
 // Backend is the Dawn backend; without cgo it cannot be constructed.

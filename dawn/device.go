@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"unsafe"
 
@@ -30,8 +31,14 @@ type Options struct {
 	LibPath string
 	// Inject is an optional fault-injection hook, called at each place Dawn can fail with
 	// the site's name: "load", "open", "create-buffer", "write-buffer", "pipeline",
-	// "submit", "map". A non-nil return is treated as that failure. nil in production.
+	// "submit", "map". A non-nil return is treated as that failure. At "lose", called once
+	// a dispatch is submitted, a non-nil return makes Dawn lose the device for real
+	// (wgpuDeviceForceLoss) while the dispatch is in flight. nil in production.
 	Inject func(site string) error
+	// Logger receives Dawn's own messages: its device log (warnings of the Vulkan backend,
+	// among others), errors raised outside every error scope, and device loss. nil discards
+	// them.
+	Logger *slog.Logger
 }
 
 // Limits are the device limits the runtime raised to what the adapter offers.
@@ -74,6 +81,8 @@ type Device struct {
 	c      *C.drt_device
 	errbuf *C.char
 	inject func(string) error
+	lib    string // the library file loaded
+	logger *slog.Logger
 	info   AdapterInfo
 	limits Limits
 	feats  map[string]bool
@@ -86,6 +95,8 @@ type Device struct {
 	timings    []*timing
 	uncaptured C.uint64_t
 	inflight   map[*inflight]struct{} // submitted dispatches not yet finished or reaped
+	logSeen    uint64                 // messages of the device log passed on to logger
+	lossLogged bool
 }
 
 // OpenDevice loads Dawn, requests a Vulkan adapter (refusing Dawn's Null backend) and opens
@@ -108,14 +119,19 @@ func OpenDevice(opts Options) (*Device, error) {
 		c:         (*C.drt_device)(C.calloc(1, C.sizeof_drt_device)),
 		errbuf:    (*C.char)(C.calloc(1, errCap)),
 		inject:    opts.Inject,
+		lib:       C.GoString(&lib.path[0]),
+		logger:    opts.Logger,
 		pipelines: map[string]*Pipeline{},
 		buffers:   map[*Buffer]struct{}{},
 		staging:   map[uint64][]C.WGPUBuffer{},
 	}
 	if rc := C.drt_open(&lib.p, d.c, openTimeoutNS, d.errbuf, errCap); rc != C.DRT_OK {
 		msg := C.GoString(d.errbuf)
+		if d.logger != nil {
+			d.passLog() // what Dawn met looking for an adapter
+		}
 		d.free()
-		return nil, fmt.Errorf("dawn: %s: %w: %s (library %s)", method, ops.ErrUnavailable, msg, C.GoString(&lib.path[0]))
+		return nil, fmt.Errorf("dawn: %s: %w: %s (library %s)", method, ops.ErrUnavailable, msg, d.lib)
 	}
 	c := d.c
 	d.info = AdapterInfo{
@@ -173,6 +189,9 @@ func injected(hook func(string) error, site string) error {
 // Info describes the adapter.
 func (d *Device) Info() AdapterInfo { return d.info }
 
+// Library is the path of the Dawn library file the device runs on.
+func (d *Device) Library() string { return d.lib }
+
 // Limits are the device's limits.
 func (d *Device) Limits() Limits { return d.limits }
 
@@ -205,21 +224,78 @@ func (d *Device) lock(ctx context.Context) error {
 	}
 }
 
-func (d *Device) unlock() { <-d.sem }
+func (d *Device) unlock() {
+	if d.logger != nil && d.c != nil && uint64(d.c.log_written) != d.logSeen {
+		d.passLog()
+	}
+	<-d.sem
+}
+
+// passLog hands the device log's new messages to the logger; under the lock.
+func (d *Device) passLog() {
+	var msg [C.DRT_LOG_MSG_CAP]C.char
+	var typ C.uint32_t
+	for n := uint64(d.c.log_written); d.logSeen < n; d.logSeen++ {
+		if C.drt_log_take(d.c, C.uint64_t(d.logSeen), &typ, &msg[0], C.DRT_LOG_MSG_CAP) != C.DRT_OK {
+			continue // overwritten before it was read
+		}
+		level := slog.LevelDebug
+		switch typ {
+		case C.WGPULoggingType_Info:
+			level = slog.LevelInfo
+		case C.WGPULoggingType_Warning:
+			level = slog.LevelWarn
+		case C.WGPULoggingType_Error:
+			level = slog.LevelError
+		}
+		d.logger.Log(context.Background(), level, "dawn: "+C.GoString(&msg[0]), "source", "dawn")
+	}
+}
+
+// lost reports whether Dawn lost the device (Close, which destroys it, is not a loss).
+func (d *Device) lost() bool { return !d.closed && d.c != nil && C.drt_lost(d.c) != 0 }
+
+// lossError is the error of a call on a lost device; under the lock.
+func (d *Device) lossError(method string) error {
+	msg := C.GoString(&d.c.lost_msg[0])
+	if !d.lossLogged {
+		d.lossLogged = true
+		if d.logger != nil {
+			d.logger.Error("dawn: device lost", "device", d.info.String(), "message", msg)
+		}
+	}
+	return fmt.Errorf("dawn: %s: %w: device lost: %s", method, ops.ErrDevice, msg)
+}
+
+// lossMessage is Dawn's message for the loss, or "" while the device is not lost.
+func (d *Device) lossMessage() string {
+	if err := d.lock(context.Background()); err != nil {
+		return ""
+	}
+	defer d.unlock()
+	if !d.lost() {
+		return ""
+	}
+	return C.GoString(&d.c.lost_msg[0])
+}
 
 // usable reports, under the lock, why the device cannot take work, or nil.
 func (d *Device) usable(method string) error {
 	if d.closed {
 		return fmt.Errorf("dawn: %s: %w", method, ops.ErrClosed)
 	}
-	if d.c.lost != 0 {
-		return fmt.Errorf("dawn: %s: %w: device lost: %s", method, ops.ErrDevice, C.GoString(&d.c.lost_msg[0]))
+	if d.lost() {
+		return d.lossError(method)
 	}
 	return nil
 }
 
-// failure wraps the message in d.errbuf for a DRT_* code.
+// failure wraps the message in d.errbuf for a DRT_* code; on a lost device the error says so
+// first, since the loss is why Dawn failed.
 func (d *Device) failure(method string, rc C.int) error {
+	if d.lost() {
+		return fmt.Errorf("%w (%s)", d.lossError(method), C.GoString(d.errbuf))
+	}
 	sentinel := ops.ErrDevice
 	if rc == C.DRT_EUNAVAILABLE {
 		sentinel = ops.ErrUnavailable
@@ -233,7 +309,19 @@ func (d *Device) uncapturedError(method string) error {
 		return nil
 	}
 	d.uncaptured = d.c.uncaptured
-	return fmt.Errorf("dawn: %s: %w: uncaptured error: %s", method, ops.ErrDevice, C.GoString(&d.c.uncaptured_msg[0]))
+	msg := C.GoString(&d.c.uncaptured_msg[0])
+	if d.logger != nil {
+		d.logger.Warn("dawn: uncaptured error", "message", msg)
+	}
+	return fmt.Errorf("dawn: %s: %w: uncaptured error: %s", method, ops.ErrDevice, msg)
+}
+
+// forceLoss makes Dawn lose the device, as a driver reset or a removed GPU would; under the
+// lock. For the "lose" fault site: a library without wgpuDeviceForceLoss loses nothing.
+func (d *Device) forceLoss(cause error) {
+	msg := C.CString(cause.Error())
+	defer C.free(unsafe.Pointer(msg))
+	C.drt_force_loss(d.c, msg, d.errbuf, errCap)
 }
 
 // Close waits briefly for abandoned dispatches, releases every object made from the device
@@ -268,7 +356,7 @@ func (d *Device) Close() error {
 	}
 	d.timings = nil
 	var err error
-	if d.c.lost != 0 && d.c.lost_reason != C.WGPUDeviceLostReason_Destroyed {
+	if d.lost() && d.c.lost_reason != C.WGPUDeviceLostReason_Destroyed {
 		err = fmt.Errorf("dawn: (*Device).Close: %w: device was lost: %s", ops.ErrDevice, C.GoString(&d.c.lost_msg[0]))
 	}
 	C.drt_close(d.c)
@@ -277,6 +365,9 @@ func (d *Device) Close() error {
 		f.freeTicket()
 	}
 	d.inflight = nil
+	if d.logger != nil {
+		d.passLog()
+	}
 	d.closed = true
 	d.free()
 	return err

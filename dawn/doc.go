@@ -26,7 +26,8 @@
 // ErrUnavailable when the library, an adapter or cgo is missing; ErrNotSupported when a tensor
 // exceeds a device limit (the message names the tensor and the limit); ErrInvalidArgument when
 // the device finds an id out of range (the host validates ids first, so this is a defence in
-// depth); ErrDevice when Dawn rejects or loses work; ErrClosed after Close. A failed call
+// depth); ErrDevice when Dawn rejects or loses work (after a loss the next call opens a new
+// device, or falls back to Config.Fallback: see recover.go); ErrClosed after Close. A failed call
 // leaves its outputs unwritten, except that a device-detected bad id (impossible after host
 // validation) is reported after the outputs have been read back.
 package dawn

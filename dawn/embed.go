@@ -15,11 +15,14 @@ import (
 
 // embedOp is an EmbedLayerNorm op whose tables, gamma and beta live on the device.
 type embedOp struct {
-	b    *Backend
-	w    ops.EmbedWeights // metadata only: the host slices are not kept
+	b *Backend
+	// w keeps references to the caller's host tensors (which the API forbids modifying while
+	// the op lives), to upload them again after a device loss.
+	w    ops.EmbedWeights
 	plan plan.Plan
 
 	word, pos, seg, gb *Buffer
+	cpu                ops.PreparedEmbed // set when the backend fell back to the CPU
 
 	life   sync.RWMutex
 	closed bool
@@ -35,9 +38,20 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	if w.DType != ops.F32 && w.DType != ops.F16 {
 		return nil, fmt.Errorf("dawn: PrepareEmbed: dtype %v: %w", w.DType, ops.ErrNotSupported)
 	}
+	if b.fallback != nil {
+		return b.fallback.PrepareEmbed(w)
+	}
 	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H)}
-	op.w.Word, op.w.Pos, op.w.Seg, op.w.Gamma, op.w.Beta = ops.Buf{}, ops.Buf{}, ops.Buf{}, ops.Buf{}, ops.Buf{}
+	if err := op.upload(); err != nil {
+		return nil, err
+	}
+	b.track(op)
+	return op, nil
+}
 
+// upload creates the op's device buffers and writes the weights; on failure none is left.
+func (op *embedOp) upload() error {
+	b, w := op.b, &op.w
 	gb := concat(w.Gamma, w.Beta)
 	tensors := []struct {
 		name string
@@ -55,7 +69,7 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 		}
 		if err := b.checkBinding("PrepareEmbed", t.name, align4(uint64(len(t.data)))); err != nil {
 			op.release()
-			return nil, err
+			return err
 		}
 	}
 	for _, t := range tensors {
@@ -65,15 +79,15 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 		buf, err := b.dev.CreateBuffer("fusednorm."+t.name, align4(uint64(len(t.data))), UsageStorage|UsageCopyDst)
 		if err != nil {
 			op.release()
-			return nil, deviceErr(fmt.Errorf("dawn: PrepareEmbed: %s: %w", t.name, err))
+			return deviceErr(fmt.Errorf("dawn: PrepareEmbed: %s: %w", t.name, err))
 		}
 		*t.dst = buf
 		if err := b.write(buf, 0, t.data); err != nil {
 			op.release()
-			return nil, fmt.Errorf("dawn: PrepareEmbed: %s: %w", t.name, err)
+			return fmt.Errorf("dawn: PrepareEmbed: %s: %w", t.name, err)
 		}
 	}
-	return op, nil
+	return nil
 }
 
 // concat joins gamma and beta (same dtype) into one buffer's bytes: beta starts at element H.
@@ -98,7 +112,13 @@ func (op *embedOp) Close() error {
 	defer op.life.Unlock()
 	if !op.closed {
 		op.closed = true
+		op.b.life.RLock() // no recovery re-uploads the weights meanwhile
+		op.b.forget(op)
 		op.release()
+		if op.cpu != nil {
+			op.cpu.Close()
+		}
+		op.b.life.RUnlock()
 	}
 	return nil
 }
@@ -123,6 +143,9 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		return err
 	}
 	defer leave()
+	if op.cpu != nil {
+		return op.cpu.Run(ctx, in, out)
+	}
 
 	w := &op.w
 	H, rows := w.H, in.B*in.S

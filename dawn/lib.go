@@ -28,10 +28,19 @@
 //
 // # Library search
 //
-// OpenDevice tries, in order: Options.LibPath; $FUSEDNORM_DAWN_LIB; libwebgpu_dawn.so and
-// libwebgpu_wrapper.so next to the executable; third_party/dawn/libwebgpu_wrapper.so in the
-// module root above the working directory and above this package's source; then the bare
-// names for the system loader. A failure lists every path tried and why.
+// An explicit library, Options.LibPath or else $FUSEDNORM_DAWN_LIB, is a demand, not a hint:
+// only that file is tried, and OpenDevice fails with its path and the reason when it does not
+// load. It must be an absolute path, or a bare file name for the system loader; a relative
+// path with a directory would be resolved against the working directory and is refused.
+//
+// Without one, OpenDevice tries libwebgpu_dawn.so and libwebgpu_wrapper.so next to the
+// executable (only when that directory and file are owned by the user or root and writable by
+// their owner alone: whoever can write there can already replace the executable), then the
+// same names through the system loader (LD_LIBRARY_PATH, the loader cache, the system
+// directories; skipped when LD_LIBRARY_PATH has an empty or relative entry, which the loader
+// reads as the working directory). Nothing is ever loaded from a place derived from the
+// working directory or from where the source was built. A failure lists every candidate and
+// why it was not used. Device.Library names the file that was loaded.
 
 package dawn
 
@@ -48,9 +57,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -65,80 +74,104 @@ var (
 	libs  = map[string]*C.drt_lib{} // by candidate; never closed: Dawn keeps threads and statics
 )
 
-// libCandidates is the ordered search list.
-func libCandidates(explicit string) []string {
-	var out []string
-	seen := map[string]bool{}
-	add := func(p string) {
-		if p != "" && !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
+// envLib names the library to load instead of the search list (see Library search above);
+// the root package calls it EnvDawnLib.
+const envLib = "FUSEDNORM_DAWN_LIB"
+
+// candidate is one place to load the library from; skip, when set, says why it is not tried.
+type candidate struct{ path, skip string }
+
+// libCandidates is the ordered search list: the explicit library alone, or the search list.
+func libCandidates(explicit string) (cands []candidate, isExplicit bool) {
+	if explicit == "" {
+		explicit = os.Getenv(envLib)
 	}
-	add(explicit)
-	add(os.Getenv("FUSEDNORM_DAWN_LIB"))
+	if explicit != "" {
+		c := candidate{path: explicit}
+		if strings.Contains(explicit, "/") && !filepath.IsAbs(explicit) {
+			c.skip = "a relative path, which would be resolved against the working directory: give an absolute path"
+		}
+		return []candidate{c}, true
+	}
 	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Dir(exe)
 		for _, n := range libNames {
-			add(filepath.Join(filepath.Dir(exe), n))
+			p := filepath.Join(dir, n)
+			cands = append(cands, candidate{path: p, skip: unsafePlace(dir, p)})
 		}
 	}
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) { // not with -trimpath
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, s := range starts {
-		if root := moduleRoot(s); root != "" {
-			add(filepath.Join(root, "third_party", "dawn", "libwebgpu_wrapper.so"))
+	loaderSkip := ""
+	if v, ok := os.LookupEnv("LD_LIBRARY_PATH"); ok && v != "" {
+		for _, e := range strings.Split(v, ":") {
+			if e == "" || !filepath.IsAbs(e) {
+				loaderSkip = "LD_LIBRARY_PATH has an empty or relative entry, which the system loader reads as the working directory"
+			}
 		}
 	}
 	for _, n := range libNames {
-		add(n)
+		cands = append(cands, candidate{path: n, skip: loaderSkip})
 	}
-	return out
+	return cands, false
 }
 
-// moduleRoot is the nearest directory at or above dir holding go.mod, or "".
-func moduleRoot(dir string) string {
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
+// unsafePlace says why a library next to the executable is not trusted, or "" when it is:
+// the directory and the file (when it exists) must be owned by the user or root and writable
+// by their owner alone, so that nobody who could not already replace the executable can
+// plant a library there.
+func unsafePlace(dir, file string) string {
+	check := func(p string) string {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return "" // a missing file is reported when loading
 		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return ""
+		if fi.Mode().Perm()&0o022 != 0 {
+			return fmt.Sprintf("%s is writable by others (mode %v)", p, fi.Mode().Perm())
 		}
-		dir = up
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+			return fmt.Sprintf("%s belongs to another user (uid %d)", p, st.Uid)
+		}
+		return ""
 	}
+	if why := check(dir); why != "" {
+		return why
+	}
+	return check(file)
 }
 
-// loadLib returns the first candidate that loads and exports every required function.
+// loadLib loads the explicit library, or else the first candidate of the search list that
+// loads and exports every required function.
 func loadLib(explicit string) (*C.drt_lib, error) {
 	libMu.Lock()
 	defer libMu.Unlock()
-	cands := libCandidates(explicit)
+	cands, isExplicit := libCandidates(explicit)
 	var tried []string
 	report := (*C.char)(C.calloc(1, 8192))
 	defer C.free(unsafe.Pointer(report))
 	for _, c := range cands {
-		if lib := libs[c]; lib != nil {
+		if c.skip != "" {
+			tried = append(tried, c.path+": not tried: "+c.skip)
+			continue
+		}
+		if lib := libs[c.path]; lib != nil {
 			return lib, nil
 		}
-		cs := C.CString(c)
+		cs := C.CString(c.path)
 		lib := (*C.drt_lib)(C.calloc(1, C.sizeof_drt_lib))
 		rc := C.drt_load(&cs, 1, lib, report, 8192)
 		C.free(unsafe.Pointer(cs))
 		if rc == C.DRT_OK {
-			libs[c] = lib
+			libs[c.path] = lib
 			return lib, nil
 		}
 		C.free(unsafe.Pointer(lib))
 		tried = append(tried, strings.TrimSpace(C.GoString(report)))
 	}
-	return nil, fmt.Errorf("dawn: OpenDevice: %w: Dawn library not found (run scripts/provision.sh or set FUSEDNORM_DAWN_LIB); tried: %s",
-		ops.ErrUnavailable, strings.Join(tried, "; "))
+	if isExplicit {
+		return nil, fmt.Errorf("dawn: OpenDevice: %w: the requested Dawn library (WithDawnLibrary or %s) did not load, and an explicit library is never replaced by another: %s",
+			ops.ErrUnavailable, envLib, strings.Join(tried, "; "))
+	}
+	return nil, fmt.Errorf("dawn: OpenDevice: %w: Dawn library not found (run scripts/provision.sh and set %s); tried: %s",
+		ops.ErrUnavailable, envLib, strings.Join(tried, "; "))
 }
 
 // checkGenerated reports a disagreement between the two outputs of internal/cmd/dawnhdr

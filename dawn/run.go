@@ -135,6 +135,11 @@ func (d *Device) dispatch(ctx context.Context, method string, p *Pipeline, binds
 		return 0, fmt.Errorf("dawn: %s: %w", method, err)
 	}
 	f, err := d.submit(method, p, binds, cbinds, groups, reads, creads, timed)
+	if err == nil && d.inject != nil {
+		if cause := injected(d.inject, "lose"); cause != nil {
+			d.forceLoss(cause) // the dispatch is in flight: waiting for it reports the loss
+		}
+	}
 	d.unlock()
 	if err != nil {
 		return 0, err
@@ -259,6 +264,9 @@ func (d *Device) submit(method string, p *Pipeline, binds []Binding, cbinds []C.
 func (d *Device) finish(method string, f *inflight, reads []Readback) (time.Duration, error) {
 	delete(d.inflight, f)
 	defer d.recycle(f)
+	if d.lost() { // whatever the dispatch's own status, its results are not to be trusted
+		return 0, d.lossError(method)
+	}
 	if rc := C.drt_ticket_error(f.t, d.errbuf, errCap); rc != C.DRT_OK {
 		return 0, d.failure(method, rc)
 	}

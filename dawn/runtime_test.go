@@ -7,10 +7,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -244,24 +247,158 @@ func TestRuntimeErrors(t *testing.T) {
 	}
 }
 
+// TestRuntimeLibrarySearch: an explicit library (option or environment) is the only one
+// tried; a relative one is refused; the search list holds nothing derived from the working
+// directory or the source tree.
 func TestRuntimeLibrarySearch(t *testing.T) {
-	t.Setenv("FUSEDNORM_DAWN_LIB", "/nonexistent/env/libwebgpu_dawn.so")
-	cands := libCandidates("/nonexistent/explicit.so")
-	if len(cands) < 4 || cands[0] != "/nonexistent/explicit.so" || cands[1] != "/nonexistent/env/libwebgpu_dawn.so" {
-		t.Fatalf("search order: %q", cands)
+	t.Setenv(envLib, "/nonexistent/env/libwebgpu_dawn.so")
+	cands, explicit := libCandidates("/nonexistent/explicit.so")
+	if !explicit || len(cands) != 1 || cands[0].path != "/nonexistent/explicit.so" {
+		t.Fatalf("explicit library: %+v", cands)
 	}
-	if last := cands[len(cands)-1]; strings.Contains(last, "/") {
-		t.Errorf("the system loader comes last, got %q", last)
+	cands, explicit = libCandidates("")
+	if !explicit || len(cands) != 1 || cands[0].path != "/nonexistent/env/libwebgpu_dawn.so" {
+		t.Fatalf("library from the environment: %+v", cands)
 	}
-	// A bad explicit path falls through to the rest; the error, when all fail, lists each.
-	if _, err := OpenDevice(Options{LibPath: "/nonexistent/explicit.so"}); err != nil {
-		if !errors.Is(err, ops.ErrUnavailable) {
-			t.Errorf("not ErrUnavailable: %v", err)
+	for _, lib := range []string{"/nonexistent/explicit.so", ""} {
+		_, err := OpenDevice(Options{LibPath: lib})
+		want := lib
+		if want == "" {
+			want = "/nonexistent/env/libwebgpu_dawn.so"
 		}
-		if strings.Contains(err.Error(), "library not found") && !strings.Contains(err.Error(), "/nonexistent/explicit.so: no such file") {
-			t.Errorf("error does not list the explicit path: %v", err)
+		if !errors.Is(err, ops.ErrUnavailable) || !strings.Contains(err.Error(), want+": no such file") ||
+			!strings.Contains(err.Error(), "never replaced") {
+			t.Errorf("missing explicit library %q: %v", want, err)
 		}
 	}
+	if _, err := OpenDevice(Options{LibPath: "third_party/dawn/libwebgpu_wrapper.so"}); !errors.Is(err, ops.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "relative path") {
+		t.Errorf("relative explicit library: %v", err)
+	}
+
+	t.Setenv(envLib, "")
+	t.Setenv("LD_LIBRARY_PATH", "/usr/lib::/opt/lib")
+	cands, explicit = libCandidates("")
+	if explicit || len(cands) == 0 {
+		t.Fatalf("search list: %+v", cands)
+	}
+	if last := cands[len(cands)-1]; strings.Contains(last.path, "/") || !strings.Contains(last.skip, "LD_LIBRARY_PATH") {
+		t.Errorf("the system loader comes last, and not with an empty LD_LIBRARY_PATH entry: %+v", last)
+	}
+}
+
+// TestRuntimeNoLibraryFromWorkingDirectory plants a Dawn library where the old search looked
+// (third_party/dawn/ of the module above the working directory), stands there, and checks it
+// is neither a candidate nor loaded.
+func TestRuntimeNoLibraryFromWorkingDirectory(t *testing.T) {
+	real := os.Getenv(envLib)
+	dir := t.TempDir()
+	planted := dir + "/third_party/dawn/libwebgpu_wrapper.so"
+	if err := os.MkdirAll(dir+"/third_party/dawn", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/go.mod", []byte("module planted\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if real != "" {
+		if err := os.Symlink(real, planted); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := os.WriteFile(planted, []byte("not a library"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir + "/third_party")
+	t.Setenv(envLib, "")
+	cands, _ := libCandidates("")
+	for _, c := range cands {
+		if strings.HasPrefix(c.path, dir) || !strings.HasPrefix(c.path, "/") && strings.Contains(c.path, "/") {
+			t.Errorf("candidate derived from the working directory: %+v", c)
+		}
+	}
+	d, err := OpenDevice(Options{})
+	if err != nil {
+		if strings.Contains(err.Error(), dir) {
+			t.Errorf("the planted library was tried: %v", err)
+		}
+		return
+	}
+	defer d.Close()
+	if lib := d.Library(); strings.HasPrefix(lib, dir) || lib == real {
+		t.Errorf("loaded %s, the planted library", lib)
+	}
+}
+
+// TestRuntimeLibraryNamed: a device says which file it loaded.
+func TestRuntimeLibraryNamed(t *testing.T) {
+	d := openRuntimeDevice(t, Options{})
+	lib := d.Library()
+	if !strings.HasPrefix(lib, "/") {
+		t.Fatalf("Library() = %q, want an absolute path", lib)
+	}
+	if want := os.Getenv(envLib); want != "" && lib != want {
+		t.Errorf("Library() = %q, want %s", lib, want)
+	}
+}
+
+// TestRuntimeDeviceLoss makes Dawn lose the device (wgpuDeviceForceLoss) while a dispatch is
+// in flight: the dispatch fails with ErrDevice saying the device was lost, so does every later
+// call, and Dawn's messages reach the logger.
+func TestRuntimeDeviceLoss(t *testing.T) {
+	var lose atomic.Bool
+	var logged strings.Builder
+	var logMu sync.Mutex
+	d, err := OpenDevice(Options{
+		Inject: func(site string) error {
+			if site == "lose" && lose.Load() {
+				return errors.New("test loss")
+			}
+			return nil
+		},
+		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &logMu}, nil)),
+	})
+	if err != nil {
+		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	a := newAffine(t, d, 64)
+	out, err := a.run(context.Background(), [3]uint32{1, 1, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.check(t, out)
+	lose.Store(true)
+	for i := range 2 {
+		_, err = a.run(context.Background(), [3]uint32{1, 1, 1})
+		if !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "device lost") || !strings.Contains(err.Error(), "test loss") {
+			t.Errorf("call %d on the lost device: %v", i, err)
+		}
+		t.Logf("call %d: %v", i, err)
+	}
+	if _, err := d.CreateBuffer("after", 4, UsageStorage); !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "device lost") {
+		t.Errorf("CreateBuffer on the lost device: %v", err)
+	}
+	if err := d.Close(); !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "lost") {
+		t.Errorf("Close of a lost device: %v", err)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if !strings.Contains(logged.String(), "device lost") {
+		t.Errorf("the logger did not hear of the loss: %q", logged.String())
+	}
+	t.Logf("log: %s", logged.String())
+}
+
+type lockedWriter struct {
+	w  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func TestRuntimeInject(t *testing.T) {
@@ -455,4 +592,96 @@ func TestRuntimeClose(t *testing.T) {
 		t.Errorf("CreateBuffer after Close: %v", err)
 	}
 	a.x.Release() // no-op after Close
+}
+
+// warnWGSL compiles with a Tint warning (unreachable code), which Dawn reports through the
+// device log.
+const warnWGSL = `
+@group(0) @binding(0) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(1)
+fn main() {
+    return;
+    y[0] = 1.0;
+}
+`
+
+// TestRuntimeLogger: Dawn's device log goes to Options.Logger, and without one nowhere: not
+// to stderr (Dawn's default).
+func TestRuntimeLogger(t *testing.T) {
+	var logged strings.Builder
+	var mu sync.Mutex
+	d := openRuntimeDevice(t, Options{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &mu}, nil))})
+	if _, err := d.Pipeline("test/warn", warnWGSL, "main"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := logged.String()
+	mu.Unlock()
+	t.Logf("log: %s", got)
+	if !strings.Contains(got, "unreachable") || !strings.Contains(got, "level=WARN") {
+		t.Errorf("the shader's warning did not reach the logger: %q", got)
+	}
+
+	stderr := captureStderr(t, func() {
+		d := openRuntimeDevice(t, Options{})
+		if _, err := d.Pipeline("test/warn", warnWGSL, "main"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if strings.Contains(stderr, "unreachable") {
+		t.Errorf("without a logger Dawn's message went to stderr: %q", stderr)
+	}
+
+	// No Vulkan driver: Dawn's instance reports the failed vkCreateInstance to the logger (only
+	// the Vulkan loader's own "Found no drivers!", which Dawn's instance-creation callback
+	// prints itself, still reaches stderr).
+	t.Setenv("VK_ICD_FILENAMES", "/nonexistent/icd.json")
+	t.Setenv("VK_DRIVER_FILES", "/nonexistent/icd.json")
+	logged.Reset()
+	if _, err := OpenDevice(Options{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &mu}, nil))}); err == nil {
+		t.Skip("a Vulkan adapter without a driver file: nothing to report")
+	}
+	mu.Lock()
+	got = logged.String()
+	mu.Unlock()
+	t.Logf("log without a driver: %s", got)
+	if !strings.Contains(got, "VK_ERROR_INCOMPATIBLE_DRIVER") {
+		t.Errorf("the instance's warning did not reach the logger: %q", got)
+	}
+	stderr = captureStderr(t, func() {
+		if _, err := OpenDevice(Options{}); err == nil {
+			t.Fatal("opened a device without a driver")
+		}
+	})
+	t.Logf("stderr without a logger and a driver: %q", stderr)
+	if strings.Contains(stderr, "VK_ERROR_INCOMPATIBLE_DRIVER") {
+		t.Errorf("without a logger the instance's warning went to stderr: %q", stderr)
+	}
+}
+
+// captureStderr runs f with file descriptor 2 redirected to a file and returns what was written.
+func captureStderr(t *testing.T, f func()) string {
+	t.Helper()
+	tmp, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tmp.Close()
+	saved, err := syscall.Dup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Dup2(int(tmp.Fd()), 2); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer syscall.Dup2(saved, 2)
+		f()
+	}()
+	syscall.Close(saved)
+	b, err := os.ReadFile(tmp.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

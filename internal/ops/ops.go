@@ -188,6 +188,11 @@ type Info struct {
 	// the GPU path, never faster than the CPU backend.
 	Software bool
 	Profile  plan.Contraction
+	// Library is the file of the Dawn library loaded (GPU backends).
+	Library string
+	// Health says what befell the device since it was opened (loss, recovery, fallback to
+	// the CPU); empty when nothing did.
+	Health string
 }
 
 // KernelTimer is implemented by backends that can time their kernels on the device

@@ -10,8 +10,9 @@
 //
 //	dawnhdr [-in dawn.json] [-h out.h] [-go out.go]
 //
-// Without -in it reads $FUSEDNORM_DAWN_JSON, else ../shared/dawn/dawn.json beside the module
-// root.
+// Without -in it reads $FUSEDNORM_DAWN_JSON, else internal/cmd/dawnhdr/dawn.json in the module:
+// Dawn's API description of the provisioned library's revision, committed beside this command
+// (BSD-3-Clause, The Dawn & Tint Authors; the licence is the file's "_comment"; see NOTICE).
 package main
 
 import (
@@ -58,6 +59,8 @@ var procs = []struct {
 	{"device", "push error scope", false},
 	{"device", "pop error scope", false},
 	{"device", "destroy", false},
+	{"device", "force loss", true},
+	{"device", "set logging callback", true},
 	{"device", "release", false},
 	{"queue", "submit", false},
 	{"queue", "write buffer", false},
@@ -90,7 +93,7 @@ var procs = []struct {
 // extraTypes are declared even though no listed function names them directly: they reach
 // the library through chains or descriptors.
 var extraTypes = []string{"shader source WGSL", "instance capabilities", "s type", "feature name",
-	"device descriptor", "query type", "backend type", "adapter type"}
+	"device descriptor", "query type", "backend type", "adapter type", "device lost reason", "logging type"}
 
 // goEnums are written to the Go table: name -> dawn.json type.
 var goEnums = []struct{ goName, typ string }{
@@ -323,7 +326,7 @@ func (g *gen) size(name string, annotation string) (size, align int) {
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("dawnhdr: ")
-	in := flag.String("in", "", "dawn.json (default $FUSEDNORM_DAWN_JSON or ../shared/dawn/dawn.json beside the module root)")
+	in := flag.String("in", "", "dawn.json (default $FUSEDNORM_DAWN_JSON, else internal/cmd/dawnhdr/dawn.json in the module)")
 	outH := flag.String("h", "", "C header to write")
 	outGo := flag.String("go", "", "Go table to write")
 	flag.Parse()
@@ -335,7 +338,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		*in = filepath.Join(root, "..", "shared", "dawn", "dawn.json")
+		*in = filepath.Join(root, "internal", "cmd", "dawnhdr", "dawn.json")
 	}
 	raw, err := os.ReadFile(*in)
 	if err != nil {
