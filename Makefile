@@ -27,17 +27,20 @@ provision-run:
 # The backend the bench will run: -backend in BENCHFLAGS, else FUSEDNORM_BACKEND, else auto,
 # which is the CPU where no GPU driver answers (auto refuses lavapipe). Only a Dawn run
 # provisions anything.
+# The table goes to the terminal, the rows to build/bench.json and the roofline to build/bench.svg.
 GPU_PRESENT = { nvidia-smi -L || ls /usr/share/vulkan/icd.d/nvidia*.json /etc/vulkan/icd.d/nvidia*.json; } >/dev/null 2>&1
+BENCHOUT := -json build/bench.json -plot build/bench.svg
 bench:
+	@mkdir -p build
 	@backend=$$(printf '%s\n' $(BENCHFLAGS) | awk 'p { print; exit } /^--?backend=/ { sub(/^--?backend=/, ""); print; exit } /^--?backend$$/ { p = 1 }'); \
 	backend=$${backend:-$${FUSEDNORM_BACKEND:-auto}}; \
 	if [ "$$backend" = auto ] && ! $(GPU_PRESENT); then backend=cpu; fi; \
 	if [ "$$backend" = cpu ]; then \
 		echo "make bench: the CPU backend runs here; nothing to provision"; \
-		$(GO) run ./cmd/fusednorm-bench $(BENCHFLAGS); \
+		$(GO) run ./cmd/fusednorm-bench $(BENCHOUT) $(BENCHFLAGS); \
 	else \
 		bash scripts/provision.sh --no-cmake || exit 1; \
-		$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench $(BENCHFLAGS); \
+		$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench $(BENCHOUT) $(BENCHFLAGS); \
 	fi
 
 # ONNX Runtime's CPU kernel on the same shapes in the same run, one thread each; the CPU
