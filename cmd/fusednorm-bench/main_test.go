@@ -300,7 +300,7 @@ func TestRooflineSVG(t *testing.T) {
 		t.Fatalf("not well-formed XML: %v", err)
 	}
 	for _, want := range []string{"cpu f32", "cpu f16", "EmbedLayerNormalization", "AddLayerNorm",
-		"memory copy (median probe of 3 cases", "fastest copy (probe over 2 MB, caches): 60.0 GB/s", "test &lt;cpu&gt;"} {
+		"CPU memory copy (median probe of 3 cases", "CPU copy in caches (fastest probe, over 2 MB): 60.0 GB/s", "test &lt;cpu&gt;"} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("SVG lacks %q", want)
 		}

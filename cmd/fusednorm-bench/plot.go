@@ -74,14 +74,14 @@ func rooflineData(results []*result) (pts []plotPoint, probes []plotPoint, ceils
 		}
 	}
 	if largest != nil {
-		mem, label := largest.Probe.Best(), fmt.Sprintf("memory copy (probe over %s)", fmtBytes(float64(largest.bytes())))
+		mem, label := largest.Probe.Best(), fmt.Sprintf("CPU memory copy (probe over %s)", fmtBytes(float64(largest.bytes())))
 		if len(dram) > 1 {
 			slices.Sort(dram)
-			mem, label = dram[len(dram)/2], fmt.Sprintf("memory copy (median probe of %d cases ≥ %s)", len(dram), fmtBytes(dramBytes))
+			mem, label = dram[len(dram)/2], fmt.Sprintf("CPU memory copy (median probe of %d cases ≥ %s)", len(dram), fmtBytes(dramBytes))
 		}
 		ceils = append(ceils, ceiling{fmt.Sprintf("%s: %.1f GB/s", label, mem), mem})
 		if f := fastest.Probe.Best(); f > 1.3*mem {
-			ceils = append(ceils, ceiling{fmt.Sprintf("fastest copy (probe over %s, caches): %.1f GB/s", fmtBytes(float64(fastest.bytes())), f), f})
+			ceils = append(ceils, ceiling{fmt.Sprintf("CPU copy in caches (fastest probe, over %s): %.1f GB/s", fmtBytes(float64(fastest.bytes())), f), f})
 		}
 	}
 	return pts, probes, ceils
@@ -137,16 +137,16 @@ func rooflineSVG(info fusednorm.Info, results []*result) (string, error) {
 	x0, x1 := math.Floor(math.Log10(lo)-0.15), math.Ceil(math.Log10(hi)+0.15)
 	xAt := func(b float64) float64 { return left + (math.Log10(b)-x0)/(x1-x0)*pw }
 	// y: GB/s from 0, linear; logarithmic when the cases and ceilings span more than 30x
-	// (a CPU run and a GPU run in one picture would otherwise flatten the CPU). A probe
-	// below the log axis is drawn on its floor.
+	// (a CPU run and a GPU run in one picture would otherwise flatten the CPU), then down
+	// to the slowest probe too.
 	logY := ymax/ymin > 30
 	var yAt func(float64) float64
 	var yTicks []float64
 	if logY {
-		y0, y1 := math.Floor(math.Log10(ymin)), math.Ceil(math.Log10(ymax*1.1))
-		for i := range probes {
-			probes[i].gbps = max(probes[i].gbps, math.Pow(10, y0))
+		for _, p := range probes {
+			ymin = min(ymin, p.gbps)
 		}
+		y0, y1 := math.Floor(math.Log10(ymin)), math.Ceil(math.Log10(ymax*1.1))
 		yAt = func(v float64) float64 { return top + ph - (math.Log10(v)-y0)/(y1-y0)*ph }
 		for e := y0; e <= y1; e++ {
 			yTicks = append(yTicks, math.Pow(10, e))
@@ -272,7 +272,7 @@ func rooflineSVG(info fusednorm.Info, results []*result) (string, error) {
 		for i := range ceils {
 			ly += 20
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-width="1.5" stroke-dasharray="%s"/><text x="%.1f" y="%.1f">%s</text>`+"\n",
-				lx, ly-4, lx+22, ly-4, []string{"7 4", "2 3"}[i%2], lx+30, ly, []string{"main memory", "caches"}[i%2])
+				lx, ly-4, lx+22, ly-4, []string{"7 4", "2 3"}[i%2], lx+30, ly, []string{"CPU main memory", "CPU caches"}[i%2])
 		}
 	}
 	fmt.Fprintln(&b, `</svg>`)
