@@ -1,5 +1,6 @@
 # fusednorm — every target sets up what it needs (Dawn, and lavapipe on GPU-less machines).
-#   make bench   the main job: the benchmark table on the best backend here (CPU without GPU)
+#   make bench   the main job: the benchmark table on the best backend here (CPU without GPU);
+#                provisions Dawn only when the backend it runs is Dawn
 #   make test    everything CI runs: vet, the CPU-only build and tests, the race detector
 #                on the CPU path, the avx512 kernels (emulated where the processor has no
 #                AVX-512), the Dawn suite (lavapipe without a GPU), the C layer's native
@@ -11,36 +12,70 @@ ENV := third_party/env.sh
 # Load the provisioned paths (FUSEDNORM_DAWN_LIB, VK_ICD_FILENAMES) into a recipe.
 WITH_ENV := set -a; source $(ENV); set +a;
 
-.PHONY: all provision bench bench-ort test test-cpu test-race test-avx512emu test-dawn test-native check-generated fuzz fuzz-ci clean
+.PHONY: all provision provision-run bench bench-ort test test-cpu check-cross check-tidy test-race test-avx512emu test-dawn test-native check-generated fuzz fuzz-ci clean
 
 all: test
 
-# Idempotent: a second run checks hashes and downloads nothing.
+# Idempotent: a second run checks hashes and downloads nothing. provision is everything make
+# test needs; provision-run what running Dawn needs (no cmake).
 provision:
 	bash scripts/provision.sh
 
-bench: provision
-	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench $(BENCHFLAGS)
+provision-run:
+	bash scripts/provision.sh --no-cmake
 
-# ONNX Runtime's CPU kernel on the same shapes in the same run, one thread each.
+# The backend the bench will run: -backend in BENCHFLAGS, else FUSEDNORM_BACKEND, else auto,
+# which is the CPU where no GPU driver answers (auto refuses lavapipe). Only a Dawn run
+# provisions anything.
+# The table goes to the terminal, the rows to build/bench.json and the roofline to build/bench.svg.
+GPU_PRESENT = { nvidia-smi -L || ls /usr/share/vulkan/icd.d/nvidia*.json /etc/vulkan/icd.d/nvidia*.json; } >/dev/null 2>&1
+BENCHOUT := -json build/bench.json -plot build/bench.svg
+bench:
+	@mkdir -p build
+	@backend=$$(printf '%s\n' $(BENCHFLAGS) | awk 'p { print; exit } /^--?backend=/ { sub(/^--?backend=/, ""); print; exit } /^--?backend$$/ { p = 1 }'); \
+	backend=$${backend:-$${FUSEDNORM_BACKEND:-auto}}; \
+	if [ "$$backend" = auto ] && ! $(GPU_PRESENT); then backend=cpu; fi; \
+	if [ "$$backend" = cpu ]; then \
+		echo "make bench: the CPU backend runs here; nothing to provision"; \
+		$(GO) run ./cmd/fusednorm-bench $(BENCHOUT) $(BENCHFLAGS); \
+	else \
+		bash scripts/provision.sh --no-cmake || exit 1; \
+		$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench $(BENCHOUT) $(BENCHFLAGS); \
+	fi
+
+# ONNX Runtime's CPU kernel on the same shapes in the same run, one thread each; the CPU
+# backend, so nothing to provision but the harness's npm packages.
 ORACLE := $(CURDIR)/build/oracle
-bench-ort: provision $(ORACLE)/node_modules
-	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench -backend cpu -threads 1 -ort $(ORACLE) $(BENCHFLAGS)
+bench-ort: $(ORACLE)/node_modules
+	$(GO) run ./cmd/fusednorm-bench -backend cpu -threads 1 -ort $(ORACLE) $(BENCHFLAGS)
 
-# A copy of the shared oracle with its packages installed, made again when its lock file changes.
-$(ORACLE)/node_modules: ../shared/oracle/package-lock.json
-	rm -rf $(ORACLE) && mkdir -p build && cp -r ../shared/oracle $(ORACLE) && chmod -R u+w $(ORACLE)
+# A writable copy of tools/oracle (it writes models and a small C program into its folder) with
+# its packages installed, made again when its lock file changes.
+$(ORACLE)/node_modules: tools/oracle/package-lock.json
+	rm -rf $(ORACLE) && mkdir -p build && cp -r tools/oracle $(ORACLE) && chmod -R u+w $(ORACLE)
 	cd $(ORACLE) && npm ci --ignore-scripts --no-audit --no-fund >/dev/null
 
-test: check-generated test-cpu test-race test-avx512emu test-dawn test-native
+test: check-generated test-cpu test-race test-avx512emu test-dawn test-native fuzz-ci
 	@echo "make test: all passed"
 
 # The pure-Go build: no cgo, no Dawn; the CPU backend must carry every test on its own.
-test-cpu:
+test-cpu: check-tidy check-cross
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) test ./...
 	CGO_ENABLED=0 $(GO) test -tags purego ./cpu/ ./tests/
+
+# go.mod and go.sum as go mod tidy leaves them.
+check-tidy:
+	$(GO) mod tidy -diff
+
+# The library builds with cgo off on 32-bit and non-amd64 targets and other systems, not only here.
+CROSS := linux/386 linux/arm linux/arm64 windows/amd64 darwin/arm64
+check-cross:
+	@for t in $(CROSS); do \
+		echo "CGO_ENABLED=0 GOOS=$${t%/*} GOARCH=$${t#*/} go build ./..."; \
+		CGO_ENABLED=0 GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build ./... || exit 1; \
+	done
 
 # The race detector over the CPU backend's worker pool and the API's pooled call state.
 test-race:

@@ -13,8 +13,8 @@ import (
 //
 //	go test ./cpu -run XXX -bench . -benchtime 2s
 //
-// Bytes per op count what the op must read and write (every gathered row, as the ORT
-// anchors in /work/shared/anchors count them), so MB/s compares with their kernel_GBps.
+// Bytes per op count what the op must read and write (every gathered row, as ONNX Runtime's
+// bench in tools/oracle counts them), so MB/s compares with its kernel_GBps.
 
 // atLevels runs fn as a sub-benchmark per level, with the package switched to that level.
 func atLevels(b *testing.B, fn func(b *testing.B)) {

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Provision the native pieces the Dawn backend needs, under third_party/ (git-ignored):
 #   third_party/dawn/libwebgpu_wrapper.so   Dawn, from the npm package bun-webgpu-linux-x64
+#                                           (fetched and hash-checked by cmd/fusednorm-dawn)
 #   third_party/lavapipe/                   Mesa's CPU Vulkan driver, only on GPU-less machines
 #   third_party/env.sh                      export lines the Makefile and CI source
 # and make sure the system has the Vulkan loader (libvulkan1) and cmake.
 #
-# Idempotent: a second run checks hashes and versions and downloads nothing.
-# Usage: scripts/provision.sh [--force-lavapipe | --no-lavapipe] [--vulkan-loader]
+# Idempotent: a second run checks hashes and versions and downloads nothing. apt waits up to
+# 5 minutes for a lock another process holds.
+# Usage: scripts/provision.sh [--dawn-only | --no-cmake] [--force-lavapipe | --no-lavapipe] [--vulkan-loader]
+#   --dawn-only      Dawn and env.sh only: no apt, no lavapipe (e.g. a GPU machine set up already)
+#   --no-cmake       everything but cmake (what running Dawn needs; cmake only builds the C test)
 #   --vulkan-loader  also unpack libvulkan1 into third_party/vulkan/ (for a machine that has a
 #                    GPU driver but no Vulkan loader and no network: provision here, carry over)
 set -euo pipefail
@@ -28,13 +32,17 @@ ENV_FILE="$TP/env.sh"
 
 lavapipe_mode=auto
 local_loader=0
+system=1
+cmake=1
 for arg in "$@"; do
 	case "$arg" in
+	--dawn-only) system=0 lavapipe_mode=off ;;
+	--no-cmake) cmake=0 ;;
 	--vulkan-loader) local_loader=1 ;;
 	--force-lavapipe) lavapipe_mode=force ;;
 	--no-lavapipe) lavapipe_mode=off ;;
 	-h | --help)
-		sed -n '2,11p' "$0"
+		sed -n '2,16p' "$0"
 		exit 0
 		;;
 	*)
@@ -65,13 +73,15 @@ as_root() {
 	fi
 }
 
+# Wait (bounded) for the dpkg and lists locks when another process holds them.
+APT_LOCK=(-o DPkg::Lock::Timeout=300)
 apt_updated=0
 apt_install() {
 	if [ $apt_updated -eq 0 ]; then
-		as_root apt-get update -qq || die "apt-get update failed"
+		as_root apt-get "${APT_LOCK[@]}" update -qq || die "apt-get update failed"
 		apt_updated=1
 	fi
-	DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" ||
+	DEBIAN_FRONTEND=noninteractive as_root apt-get "${APT_LOCK[@]}" install -y -qq --no-install-recommends "$@" ||
 		die "apt-get install $* failed"
 }
 
@@ -82,20 +92,11 @@ step="dawn"
 if [ -f "$DAWN_LIB" ] && [ "$(sha256_of "$DAWN_LIB")" = "$DAWN_SHA256" ]; then
 	log "dawn: present, sha256 ok ($DAWN_LIB)"
 else
-	command -v npm >/dev/null 2>&1 || die "npm is needed to fetch $DAWN_NPM_PKG (apt-get install npm)"
-	tmp="$(mktemp -d)"
-	log "dawn: npm pack $DAWN_NPM_PKG"
-	(cd "$tmp" && npm pack --silent "$DAWN_NPM_PKG" >/dev/null) || die "npm pack $DAWN_NPM_PKG failed"
-	tgz="$(ls "$tmp"/*.tgz 2>/dev/null | head -n1)"
-	[ -n "$tgz" ] || die "npm pack produced no tarball"
-	tar xzf "$tgz" -C "$tmp" || die "cannot unpack $tgz"
-	[ -f "$tmp/package/libwebgpu_wrapper.so" ] || die "tarball has no package/libwebgpu_wrapper.so"
-	got="$(sha256_of "$tmp/package/libwebgpu_wrapper.so")"
-	[ "$got" = "$DAWN_SHA256" ] || die "sha256 mismatch: got $got, want $DAWN_SHA256"
-	mkdir -p "$DAWN_DIR"
-	install -m 0755 "$tmp/package/libwebgpu_wrapper.so" "$DAWN_LIB.tmp"
-	mv -f "$DAWN_LIB.tmp" "$DAWN_LIB"
-	rm -rf "$tmp"
+	log "dawn: fetching $DAWN_NPM_PKG (go run ./cmd/fusednorm-dawn)"
+	(cd "$ROOT" && "${GO:-go}" run ./cmd/fusednorm-dawn -q -dir "$DAWN_DIR" >/dev/null) ||
+		die "go run ./cmd/fusednorm-dawn failed"
+	got="$(sha256_of "$DAWN_LIB")"
+	[ "$got" = "$DAWN_SHA256" ] || die "sha256 mismatch: got $got, want $DAWN_SHA256 (cmd/fusednorm-dawn pins another)"
 	log "dawn: installed $DAWN_LIB"
 fi
 
@@ -105,13 +106,15 @@ have_vulkan_loader() {
 	ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1 '
 }
 missing=()
-have_vulkan_loader || missing+=(libvulkan1)
-command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+if [ $system -eq 1 ]; then
+	have_vulkan_loader || missing+=(libvulkan1)
+	[ $cmake -eq 0 ] || command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
 	log "system: installing ${missing[*]}"
 	apt_install "${missing[@]}"
-else
-	log "system: libvulkan1 and cmake present"
+elif [ $system -eq 1 ]; then
+	log "system: the Vulkan loader$([ $cmake -eq 1 ] && echo ' and cmake') present"
 fi
 
 # --- 3. lavapipe (GPU-less machines only) ----------------------------------------------------
@@ -180,7 +183,7 @@ if [ $need_lavapipe -eq 1 ]; then
 			-o "APT::Sandbox::User=root"
 		)
 		log "lavapipe: apt-get update ($LVP_SUITE, private state)"
-		apt-get "${aptopts[@]}" update -qq || die "apt-get update of $LVP_SUITE failed"
+		apt-get "${APT_LOCK[@]}" "${aptopts[@]}" update -qq || die "apt-get update of $LVP_SUITE failed"
 		log "lavapipe: apt-get download $LVP_PKG=$LVP_VERSION"
 		(cd "$state/debs" && apt-get "${aptopts[@]}" download "$LVP_PKG=$LVP_VERSION") ||
 			die "apt-get download $LVP_PKG=$LVP_VERSION failed"
@@ -210,6 +213,8 @@ if [ $need_lavapipe -eq 1 ]; then
 	else
 		mv -f "$LVP_ICD.tmp" "$LVP_ICD"
 	fi
+elif [ "$lavapipe_mode" = off ]; then
+	log "lavapipe: skipped"
 else
 	log "lavapipe: not needed (GPU Vulkan driver present)"
 fi
@@ -223,7 +228,7 @@ if [ $local_loader -eq 1 ]; then
 	else
 		tmp="$(mktemp -d)"
 		if ! (cd "$tmp" && apt-get -qq -o APT::Sandbox::User=root download libvulkan1); then
-			as_root apt-get update -qq || die "apt-get update failed"
+			as_root apt-get "${APT_LOCK[@]}" update -qq || die "apt-get update failed"
 			(cd "$tmp" && apt-get -qq -o APT::Sandbox::User=root download libvulkan1) ||
 				die "apt-get download libvulkan1 failed"
 		fi

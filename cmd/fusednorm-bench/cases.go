@@ -2,11 +2,12 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/fusednorm/fusednorm/shaders"
 )
 
 // The two ops as bench.json names them, and the folders under shaders/ that hold them.
@@ -122,13 +123,27 @@ func (c benchCase) quick(dim string, by int) benchCase {
 	return c
 }
 
-// loadCases reads both bench.json files under dir (the repository's shaders/ folder) and
-// checks every case's byte counts against the rule, so the data and the code cannot drift.
-func loadCases(dir string, quick bool) ([]benchCase, error) {
+// caseSource reads an op's bench.json, by folder name: "embedlayernorm/bench.json".
+type caseSource func(file string) ([]byte, error)
+
+// embeddedCases are the cases compiled into the binary (package shaders embeds them), so the
+// bench runs from any folder.
+func embeddedCases(file string) ([]byte, error) {
+	op, name, _ := strings.Cut(file, "/")
+	return shaders.ContractFile(op, name)
+}
+
+// dirCases reads the cases from a folder laid out like shaders/ (-cases).
+func dirCases(dir string) caseSource {
+	return func(file string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, file)) }
+}
+
+// loadCases reads both bench.json files and checks every case's byte counts against the
+// rule, so the data and the code cannot drift.
+func loadCases(read caseSource, quick bool) ([]benchCase, error) {
 	var all []benchCase
-	for _, f := range caseFiles {
-		path := filepath.Join(dir, f)
-		raw, err := os.ReadFile(path)
+	for _, path := range caseFiles {
+		raw, err := read(path)
 		if err != nil {
 			return nil, err
 		}
@@ -180,35 +195,4 @@ func (c *benchCase) check() error {
 		return fmt.Errorf("bytes read/write %d/%d, the bytes rule gives %d/%d", c.Bytes.Read, c.Bytes.Write, r, w)
 	}
 	return nil
-}
-
-// findCasesDir locates the repository's shaders/ folder by walking up from the working
-// directory and from the executable's, since `go run` and installed binaries start in
-// different places.
-func findCasesDir() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if exe, err := os.Executable(); err == nil {
-		if exe, err := filepath.EvalSymlinks(exe); err == nil {
-			starts = append(starts, filepath.Dir(exe))
-		}
-	}
-	var tried []string
-	for _, s := range starts {
-		for d := s; ; d = filepath.Dir(d) {
-			cand := filepath.Join(d, "shaders")
-			if _, err := os.Stat(filepath.Join(cand, caseFiles[0])); err == nil {
-				return cand, nil
-			}
-			tried = append(tried, cand)
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	return "", errors.New("cannot find the benchmark cases (shaders/" + caseFiles[0] +
-		"); run from inside the repository or pass -cases DIR (the shaders/ folder). Looked in: " +
-		strings.Join(tried, ", "))
 }

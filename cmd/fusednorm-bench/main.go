@@ -6,6 +6,10 @@
 //	go run ./cmd/fusednorm-bench                    # every case, backend auto
 //	go run ./cmd/fusednorm-bench -backend cpu -only addln -dtype f32
 //	go run ./cmd/fusednorm-bench -quick             # small variants of every case: a smoke run
+//	go run ./cmd/fusednorm-bench -json r.json -plot r.svg   # keep the results, draw the roofline
+//
+// The cases are compiled in; -cases DIR reads <op>/bench.json from a folder instead.
+// Progress goes to stderr whenever a step takes longer than a second; the table to stdout.
 //
 // Effective GB/s is the case's bytes model (what the op must read and write, each tensor
 // once; see bytes_rule in bench.json) over the median time; 1 GB = 1e9 B.
@@ -31,13 +35,19 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "fusednorm-bench:", err)
-		}
-		os.Exit(1)
+	code := exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// exitCode is the process status for run's error: 0 for none and for -h (the usage was
+// asked for), else 1 after printing the error.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	fmt.Fprintln(stderr, "fusednorm-bench:", err)
+	return 1
 }
 
 // options are the command line, resolved.
@@ -58,6 +68,7 @@ type options struct {
 	hugePages  bool
 	jsonPath   string
 	plotPath   string
+	from       []string
 	ortDir     string
 }
 
@@ -70,7 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		defBackend = fusednorm.BackendAuto
 	}
 	fs.StringVar(&o.backend, "backend", defBackend, "backend: auto, cpu or dawn (default from "+fusednorm.EnvBackend+", else auto)")
-	fs.StringVar(&o.casesDir, "cases", "", "the shaders/ folder holding <op>/bench.json (default: found by walking up from the working directory and the executable)")
+	fs.StringVar(&o.casesDir, "cases", "", "a folder holding <op>/bench.json, e.g. the repository's shaders/ (default: the cases compiled in)")
 	fs.StringVar(&o.only, "only", "", "run only the cases whose name contains this")
 	fs.StringVar(&o.dtype, "dtype", "all", "f32, f16 or all")
 	fs.IntVar(&o.threads, "threads", runtime.GOMAXPROCS(0), "goroutines per CPU call, and for the bandwidth probe")
@@ -83,10 +94,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "small variants of every case (batch or rows divided by 16), shorter timing: a smoke run")
 	fs.BoolVar(&o.probe, "probe", true, "measure memory bandwidth over each case's byte count, in the same run: between the case's timed runs when both fit in -max-bytes, else after it")
 	fs.StringVar(&o.jsonPath, "json", "", "write every result to this JSON file")
-	fs.StringVar(&o.plotPath, "plot", "", "draw effective and probe GB/s per case into this PNG file")
-	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of the shared oracle folder (with node_modules): also time ONNX Runtime's CPU kernel on the cases it has")
+	fs.StringVar(&o.plotPath, "plot", "", "draw the roofline (GB/s against bytes moved per case, the probe's copy as the ceiling) into this SVG file")
+	from := fs.String("from", "", "with -plot: draw the results of earlier -json files (comma-separated; e.g. a CPU and a GPU run in one picture) instead of running")
+	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of tools/oracle (with node_modules; make bench-ort makes one): also time ONNX Runtime's CPU kernel on the cases it has")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.plotPath != "" && !strings.HasSuffix(strings.ToLower(o.plotPath), ".svg") {
+		return nil, fmt.Errorf("-plot %s: the picture is SVG; name it .svg (rsvg-convert or a browser turns it into PNG)", o.plotPath)
+	}
+	if *from != "" {
+		if o.plotPath == "" {
+			return nil, errors.New("-from needs -plot")
+		}
+		o.from = strings.Split(*from, ",")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -150,12 +171,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.casesDir == "" {
-		if o.casesDir, err = findCasesDir(); err != nil {
-			return err
-		}
+	if len(o.from) > 0 {
+		return replot(o, stdout)
 	}
-	cases, err := loadCases(o.casesDir, o.quick)
+	src, where := embeddedCases, "the compiled-in shaders/*/bench.json"
+	if o.casesDir != "" {
+		src, where = dirCases(o.casesDir), o.casesDir
+	}
+	cases, err := loadCases(src, o.quick)
 	if err != nil {
 		return err
 	}
@@ -173,7 +196,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.backendSet {
 		opts = append(opts, fusednorm.WithBackend(o.backend))
 	}
+	prog := newProgress(stderr)
+	defer prog.end()
+	prog.step("opening the " + o.backend + " engine")
 	eng, err := fusednorm.Open(opts...)
+	prog.end()
 	if err != nil {
 		return err
 	}
@@ -187,7 +214,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	info := eng.Info()
 	fmt.Fprintf(stdout, "engine: %s\n", info)
 	fmt.Fprintf(stdout, "timing: median of ≥%d runs and ≥%v after %d warm-up; threads %d; max-bytes %s; cases from %s\n",
-		o.reps, o.minTime, o.warmup, o.threads, fmtGiB(o.maxBytes), o.casesDir)
+		o.reps, o.minTime, o.warmup, o.threads, fmtGiB(o.maxBytes), where)
 
 	var ort *ortRunner
 	if o.ortDir != "" {
@@ -196,7 +223,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "ort: ONNX Runtime CPU kernel time from %s, %d thread(s), measured right after each case it has\n", o.ortDir, o.threads)
 	} else {
-		fmt.Fprintln(stdout, "ort: not run (pass -ort DIR, a copy of the shared oracle folder with node_modules, for ONNX Runtime's kernel time)")
+		fmt.Fprintln(stdout, "ort: not run (make bench-ort, or -ort DIR: a copy of tools/oracle with node_modules, for ONNX Runtime's kernel time)")
 	}
 
 	tw := newTable(stdout, cases, o.probe, ort != nil, timed)
@@ -207,12 +234,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r := benchOne(ctx, eng, &cases[i], o, ort)
+		c := &cases[i]
+		say := func(what string) {
+			prog.step(fmt.Sprintf("case %d/%d %s (%s) %s: %s", i+1, len(cases), c.Name, c.shapeString(), c.shortDType(), what))
+		}
+		r := benchOne(ctx, eng, c, o, ort, say)
+		prog.end()
 		if r.Error != "" {
 			failed++
 		}
 		results = append(results, r)
 		tw.row(r)
+	}
+	if line := noiseLine(results); line != "" {
+		fmt.Fprintln(stdout, line)
 	}
 	if o.jsonPath != "" {
 		if err := writeJSON(o.jsonPath, info, o, results); err != nil {
@@ -233,7 +268,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // benchOne sets a case up, times it, frees it, then samples the bandwidth probe and ORT.
-func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, ort *ortRunner) *result {
+// say reports the step under way (setting up, timing, probe, ORT) to the progress line.
+func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, ort *ortRunner, say func(string)) *result {
 	r := &result{Case: c.Name, Op: c.op, Shape: c.Shape, DType: c.DType, shape: c.shapeString(),
 		BytesRead: c.Bytes.Read, BytesWritten: c.Bytes.Write, AllocBytes: c.allocBytes()}
 	need := r.AllocBytes
@@ -247,11 +283,12 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 	r.Backend = eng.Info().Backend
 	// The probe runs between the case's timed runs when both fit in memory together, else
 	// after the case.
+	say("setting up")
 	var pr *prober
 	if o.probe && r.AllocBytes+r.bytes() <= o.maxBytes {
 		pr = newProber(r.bytes(), o.threads)
 	}
-	if err := timeCase(ctx, eng, c, o, r, pr); err != nil {
+	if err := timeCase(ctx, eng, c, o, r, pr, say); err != nil {
 		r.Error = err.Error()
 	}
 	pr = nil
@@ -267,6 +304,7 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 	}
 	if o.probe {
 		if r.Probe == nil {
+			say("memory probe")
 			p := probe(r.bytes(), o.threads)
 			r.Probe = &p
 			runtime.GC()
@@ -277,6 +315,7 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 		}
 	}
 	if ort != nil && c.ORT != "" {
+		say("ONNX Runtime")
 		if or, err := ort.run(ctx, c.ORT); err != nil {
 			r.ORTError = err.Error()
 		} else {
@@ -297,7 +336,7 @@ const rewarmBelow = 1 << 30
 
 // timeCase times the case; with a prober (pr), each timed run is followed by one copy and
 // one stream pass of the probe, and r.Probe and r.PctOfProbe are set from those.
-func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result, pr *prober) error {
+func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result, pr *prober, say func(string)) error {
 	t0 := time.Now()
 	w, err := setup(eng, c, o.threads)
 	if err != nil {
@@ -305,6 +344,7 @@ func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 	}
 	defer w.close()
 	r.SetupSec = time.Since(t0).Seconds()
+	say("timing")
 	for range o.warmup {
 		if err := w.run(ctx); err != nil {
 			return err
@@ -398,3 +438,29 @@ func autoMaxBytes() int64 {
 }
 
 func fmtGiB(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
+
+// noiseAt is the median-over-min ratio above which a case's timing is called noisy.
+const noiseAt = 1.25
+
+// noiseLine is one line naming the cases whose median is far above their minimum: the
+// machine was busy (a shared VM, other jobs), and those rows are less trustworthy. Empty
+// when every case was steady.
+func noiseLine(results []*result) string {
+	var noisy []string
+	worst, measured := 0.0, 0
+	for _, r := range results {
+		if r.Runs == 0 || r.MinMs <= 0 {
+			continue
+		}
+		measured++
+		if q := r.MedianMs / r.MinMs; q > noiseAt {
+			noisy = append(noisy, r.Case)
+			worst = max(worst, q)
+		}
+	}
+	if len(noisy) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("noise: median over %.2f× min in %d of %d cases (worst %.1f×: %s); the machine was busy, so rerun or raise -min-time before trusting those rows",
+		noiseAt, len(noisy), measured, worst, strings.Join(noisy, ", "))
+}

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/fusednorm/fusednorm"
 )
 
 // quickArgs runs one quick case on the CPU with the least timing the flags allow.
@@ -112,11 +116,7 @@ func TestSkipOverMaxBytesAndJSON(t *testing.T) {
 }
 
 func TestCasesMatchTheBrief(t *testing.T) {
-	dir, err := findCasesDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases, err := loadCases(dir, false) // also checks every case's bytes against the rule
+	cases, err := loadCases(embeddedCases, false) // also checks every case's bytes against the rule
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,5 +189,143 @@ func TestPairedShare(t *testing.T) {
 	p.streamBytes = 500
 	if got := p.pairedShare(1000, ns(10), ns(20), ns(5)); got != 1.0 {
 		t.Errorf("pairedShare = %v, want 1 (against the stream pass)", got)
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-h"}, &out, &out)
+	if code := exitCode(err, &out); code != 0 {
+		t.Errorf("-h: exit %d, want 0 (err %v)", code, err)
+	}
+	if !strings.Contains(out.String(), "-quick") || !strings.Contains(out.String(), "-plot") {
+		t.Errorf("-h printed no usage:\n%s", out.String())
+	}
+	if code := exitCode(run(context.Background(), []string{"-dtype", "bf16"}, &out, &out), &out); code != 1 {
+		t.Errorf("bad flag: exit %d, want 1", code)
+	}
+}
+
+// TestRunsOutsideTheRepository runs from an empty folder: the cases are compiled in.
+func TestRunsOutsideTheRepository(t *testing.T) {
+	t.Chdir(t.TempDir())
+	out := runBench(t, quickArgs("addln-n4096-d768-f32", "-probe=false")...)
+	if !strings.Contains(out, "compiled-in") || row(out, "addln-n4096-d768-f32-quick") == "" {
+		t.Errorf("no case ran from outside the repository:\n%s", out)
+	}
+	// -cases still reads a folder, and names it when it has no cases.
+	var buf bytes.Buffer
+	err := run(context.Background(), append(quickArgs("x"), "-cases", t.TempDir()), &buf, &buf)
+	if err == nil || !strings.Contains(err.Error(), "bench.json") {
+		t.Errorf("-cases over an empty folder: %v, want an error naming bench.json", err)
+	}
+}
+
+func TestNoiseLine(t *testing.T) {
+	steady := &result{Case: "a", Runs: 5, MedianMs: 1.1, MinMs: 1}
+	noisy := &result{Case: "b", Runs: 5, MedianMs: 3, MinMs: 1}
+	skipped := &result{Case: "c", Skipped: "too big"}
+	if l := noiseLine([]*result{steady, skipped}); l != "" {
+		t.Errorf("steady run: %q, want no line", l)
+	}
+	l := noiseLine([]*result{steady, noisy, skipped})
+	if !strings.HasPrefix(l, "noise:") || !strings.Contains(l, "1 of 2 cases") || !strings.Contains(l, "3.0×") ||
+		!strings.Contains(l, "b") || strings.Contains(l, "a,") || strings.Count(l, "\n") != 0 {
+		t.Errorf("noise line %q: want one line naming case b, 1 of 2, 3.0×", l)
+	}
+}
+
+// TestProgressAfterASecond: a step shorter than the quiet time prints nothing; a longer one
+// prints its line.
+func TestProgressAfterASecond(t *testing.T) {
+	var buf syncBuffer
+	p := newProgress(&buf)
+	p.after, p.every = 50*time.Millisecond, 50*time.Millisecond
+	p.step("case 1/2 quick")
+	p.end()
+	if buf.String() != "" {
+		t.Errorf("a quick step printed %q", buf.String())
+	}
+	p.step("case 2/2 slow: timing")
+	time.Sleep(180 * time.Millisecond)
+	p.end()
+	got := buf.String()
+	if !strings.HasPrefix(got, "fusednorm-bench: case 2/2 slow: timing…\n") || strings.Count(got, "\n") < 2 {
+		t.Errorf("a slow step printed %q, want its line then elapsed-time lines", got)
+	}
+	n := len(buf.String())
+	time.Sleep(120 * time.Millisecond)
+	if len(buf.String()) != n {
+		t.Errorf("progress kept writing after end: %q", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRooflineSVG checks the picture's content: one marker per case and series, the
+// probe's crosses, the ceilings, well-formed XML; and that -plot -from redraws a -json file.
+func TestRooflineSVG(t *testing.T) {
+	mk := func(name, op, dt, backend string, bytes int64, ms, probe, kernelGBps float64) *result {
+		return &result{Case: name, Op: op, DType: dt, Backend: backend, BytesRead: bytes / 2, BytesWritten: bytes / 2,
+			Runs: 3, MedianMs: ms, MinMs: ms, GBps: float64(bytes) / (ms * 1e6), KernelGBps: kernelGBps,
+			Probe: &probeResult{CopyGBps: probe, StreamGBps: probe * 0.9}}
+	}
+	res := []*result{
+		mk("e1", opEmbed, "float32", "cpu", 2e6, 0.1, 60, 0),
+		mk("e2", opEmbed, "float16", "cpu", 5e8, 50, 12, 0),
+		mk("a1", opAdd, "float32", "cpu", 1e8, 10, 11, 0),
+		mk("a2", opAdd, "float32", "cpu", 4e8, 40, 10, 0),
+		{Case: "skipped", Skipped: "too big"},
+	}
+	svg, err := rooflineSVG(fusednorm.Info{Backend: "cpu", Device: "test <cpu>"}, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xml.Unmarshal([]byte(svg), new(struct{ XMLName xml.Name })); err != nil {
+		t.Fatalf("not well-formed XML: %v", err)
+	}
+	for _, want := range []string{"cpu f32", "cpu f16", "EmbedLayerNormalization", "AddLayerNorm",
+		"CPU memory copy (median probe of 3 cases", "CPU copy in caches (fastest probe, over 2 MB): 60.0 GB/s", "test &lt;cpu&gt;"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("SVG lacks %q", want)
+		}
+	}
+	// 2 ELN circles + 1 legend; 2 AddLN squares + 1 legend + the background rect and the frame.
+	if n := strings.Count(svg, "<circle"); n != 3 {
+		t.Errorf("%d circles, want 2 cases + 1 legend", n)
+	}
+	if n := strings.Count(svg, "<title>probe over"); n != 4 {
+		t.Errorf("%d probe crosses, want 4", n)
+	}
+	if _, err := rooflineSVG(fusednorm.Info{}, res[4:]); err == nil {
+		t.Error("a picture of no measured case: no error")
+	}
+
+	dir := t.TempDir()
+	js, pic := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
+	runBench(t, quickArgs("addln-n4096-d768", "-json", js)...)
+	out := runBench(t, "-plot", pic, "-from", js)
+	raw, err := os.ReadFile(pic)
+	if err != nil || !strings.Contains(out, "from 2 result(s)") || strings.Count(string(raw), "<rect x=") < 2 {
+		t.Errorf("-plot -from: %v\n%s", err, out)
+	}
+	var buf bytes.Buffer
+	if err := run(context.Background(), []string{"-plot", "x.png"}, &buf, &buf); err == nil {
+		t.Error("-plot x.png accepted; the picture is SVG")
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // ortRunner runs the oracle's ONNX Runtime benchmark (bench/bench_ort.js in a prepared copy
-// of the shared oracle folder, with node_modules installed) for one config at a time, right
+// of tools/oracle, with node_modules installed) for one config at a time, right
 // after the case it matches, so both are measured at the same moment on the same machine.
 type ortRunner struct {
 	dir     string
@@ -35,7 +35,7 @@ type ortResult struct {
 func newORTRunner(dir string, threads, minRuns int, minTime time.Duration) (*ortRunner, error) {
 	script := filepath.Join(dir, "bench", "bench_ort.js")
 	if _, err := os.Stat(script); err != nil {
-		return nil, fmt.Errorf("-ort %s: no bench/bench_ort.js there (want a copy of the shared oracle folder): %w", dir, err)
+		return nil, fmt.Errorf("-ort %s: no bench/bench_ort.js there (want a copy of tools/oracle with node_modules, as make bench-ort makes): %w", dir, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "onnxruntime-node")); err != nil {
 		return nil, fmt.Errorf("-ort %s: onnxruntime-node is not installed there; run `npm ci --ignore-scripts` in it first", dir)

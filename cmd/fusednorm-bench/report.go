@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,4 +142,40 @@ func writeJSON(path string, info fusednorm.Info, o *options, results []*result) 
 		return err
 	}
 	return os.WriteFile(path, append(raw, '\n'), 0o644)
+}
+
+// replot draws the -plot picture from earlier -json files: their results together, so
+// runs on different backends share one roofline.
+func replot(o *options, stdout io.Writer) error {
+	var info fusednorm.Info
+	var all []*result
+	var backends []string
+	for i, path := range o.from {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var rep report
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if rep.Tool != "fusednorm-bench" {
+			return fmt.Errorf("%s: not a fusednorm-bench -json file", path)
+		}
+		if i == 0 {
+			info = rep.Engine
+		}
+		if !slices.Contains(backends, rep.Engine.Backend) {
+			backends = append(backends, rep.Engine.Backend)
+		}
+		all = append(all, rep.Results...)
+	}
+	if len(backends) > 1 {
+		info.Backend, info.Device = strings.Join(backends, " and "), strings.Join(o.from, ", ")
+	}
+	if err := writePlot(o.plotPath, info, all); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s from %d result(s)\n", o.plotPath, len(all))
+	return nil
 }

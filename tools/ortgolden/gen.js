@@ -4,7 +4,7 @@
 //
 //   node tools/ortgolden/gen.js --oracle <oracle-dir> --out <dir> [--force] [--only SUBSTR]
 //
-// <oracle-dir> is a writable copy of shared/oracle with `npm ci --ignore-scripts` done.
+// <oracle-dir> is a writable copy of tools/oracle with `npm ci --ignore-scripts` done.
 // Every case is one folder in the oracle's case format (case.json + in.<name>.bin); once all
 // are written, the oracle's `ort.js --all` runs ONNX Runtime on them and adds out.<name>.bin,
 // "outputs", "error" and "ort" to each case.json. Inputs come from a seeded PRNG keyed by the

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates tests/testdata/ort: copies the shared ONNX Runtime oracle to a temp dir, installs
+# Regenerates tests/testdata/ort: copies the ONNX Runtime oracle (tools/oracle) to a temp dir, installs
 # its pinned npm packages there, writes and runs every case, then swaps the result into place.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-oracle_src="$repo/../shared/oracle"
+oracle_src="$repo/tools/oracle"
 dest="$repo/tests/testdata/ort"
 [ -f "$oracle_src/ort.js" ] || { echo "regen.sh: no oracle at $oracle_src" >&2; exit 1; }
 
