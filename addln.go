@@ -60,6 +60,9 @@ func (e *Engine) AddLayerNorm(ctx context.Context, in AddLayerNormInputs, out *A
 	a := addLNs.Get().(*ops.AddLN)
 	err := checkAddLayerNorm(&in, out, &c, a)
 	if err == nil {
+		err = e.checkAddDevice(a)
+	}
+	if err == nil {
 		if err = e.be.AddLayerNorm(ctx, a); err != nil {
 			err = fmt.Errorf("fusednorm: %s: %w", opAdd, err)
 		}
@@ -164,6 +167,7 @@ func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opCo
 	rstd, _ := outputBuf(opAdd, "rstd", &out.Rstd, Float32, statShape, true)
 	x, _ := outputBuf(opAdd, "x", &out.X, outT, x1, c.additional)
 	a.Y, a.Mean, a.Rstd, a.X = y, mean.F32, rstd.F32, x
+	a.MeanDev, a.RstdDev = mean.Dev, rstd.Dev
 	return nil
 }
 

@@ -62,6 +62,9 @@ func (e *Engine) NewEmbedLayerNorm(w EmbedWeights, opts ...OpOption) (*EmbedLaye
 	if err != nil {
 		return nil, err
 	}
+	if err := e.foreignDevice(opEmbed, &ow.Word, &ow.Pos, &ow.Seg, &ow.Gamma, &ow.Beta); err != nil {
+		return nil, err
+	}
 	prep, err := e.be.PrepareEmbed(ow)
 	if err != nil {
 		return nil, fmt.Errorf("fusednorm: %s: prepare on %s: %w", opEmbed, e.be.Info().Name, err)
@@ -95,6 +98,9 @@ func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOu
 	err := checkEmbedInputs(in, &op.w, &f.in)
 	if err == nil {
 		err = embedOutputs(out, &f.in, &op.w, &f.out)
+	}
+	if err == nil {
+		err = op.eng.checkEmbedDevice(&f.in, &f.out)
 	}
 	if err == nil {
 		if err = op.prep.Run(ctx, &f.in, &f.out); err != nil {
@@ -286,12 +292,12 @@ func checkEmbedInputs(in *EmbedInputs, w *ops.EmbedWeights, oin *ops.EmbedInputs
 			return argErr(opEmbed, name, "type error: %s must be int32, got %v", name, t.DType())
 		}
 	}
-	*oin = ops.EmbedInputs{B: B, S: S, IDs: in.InputIDs.buf.I32}
+	*oin = ops.EmbedInputs{B: B, S: S, IDs: in.InputIDs.buf.I32, IDsDev: in.InputIDs.buf.Dev}
 	if err := idsInRange(in.InputIDs.buf.I32, w.V, "input_ids", "word_embedding"); err != nil {
 		return err
 	}
 	if p := in.PositionIDs; !p.IsZero() {
-		oin.PosIDs, oin.PosBatch = p.buf.I32, p.shape[0]
+		oin.PosIDs, oin.PosBatch, oin.PosIDsDev = p.buf.I32, p.shape[0], p.buf.Dev
 		if err := idsInRange(p.buf.I32, w.P, "position_ids", "position_embedding"); err != nil {
 			return err
 		}
@@ -299,7 +305,7 @@ func checkEmbedInputs(in *EmbedInputs, w *ops.EmbedWeights, oin *ops.EmbedInputs
 		return argErr(opEmbed, "position_ids", "input index out of range: position_ids is absent and sequence length %d exceeds position_embedding rows %d", S, w.P)
 	}
 	if s := in.SegmentIDs; !s.IsZero() {
-		oin.SegIDs = s.buf.I32
+		oin.SegIDs, oin.SegIDsDev = s.buf.I32, s.buf.Dev
 		if err := idsInRange(s.buf.I32, w.G, "segment_ids", "segment_embedding"); err != nil {
 			return err
 		}
@@ -307,7 +313,7 @@ func checkEmbedInputs(in *EmbedInputs, w *ops.EmbedWeights, oin *ops.EmbedInputs
 		return argErr(opEmbed, "segment_embedding", "segment_embedding has no rows; row 0 is used when segment_ids is absent")
 	}
 	if m := in.Mask; !m.IsZero() {
-		oin.Mask = m.buf.I32
+		oin.Mask, oin.MaskDev = m.buf.I32, m.buf.Dev
 	}
 	return nil
 }
@@ -332,7 +338,7 @@ func embedOutputs(out *EmbedOutputs, in *ops.EmbedInputs, w *ops.EmbedWeights, o
 	if mi, err = outputBuf(opEmbed, "mask_index", &out.MaskIndex, Int32, batch[:], out.WantMaskIndex); err != nil {
 		return err
 	}
-	o.MaskIndex = mi.I32
+	o.MaskIndex, o.MaskIndexDev = mi.I32, mi.Dev
 	if o.Sum, err = outputBuf(opEmbed, "embedding_sum", &out.EmbeddingSum, w.DType, full[:], out.WantEmbeddingSum); err != nil {
 		return err
 	}

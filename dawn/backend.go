@@ -42,6 +42,9 @@ type Backend struct {
 	// gpuTime holds the last measurement in nanoseconds.
 	timed   atomic.Bool
 	gpuTime atomic.Int64
+
+	// dt is the low-overhead path's state (exec.go).
+	dt devState
 }
 
 var _ ops.Backend = (*Backend)(nil)
@@ -100,6 +103,7 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	b.pool.release()
+	b.closeFast()
 	return b.dev.Close()
 }
 

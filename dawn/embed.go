@@ -20,6 +20,8 @@ type embedOp struct {
 	plan plan.Plan
 
 	word, pos, seg, gb *Buffer
+	// Tables that are device tensors, bound where they are (devops.go); not released here.
+	wordDev, posDev, segDev *Buffer
 
 	life   sync.RWMutex
 	closed bool
@@ -34,6 +36,9 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	defer leave()
 	if w.DType != ops.F32 && w.DType != ops.F16 {
 		return nil, fmt.Errorf("dawn: PrepareEmbed: dtype %v: %w", w.DType, ops.ErrNotSupported)
+	}
+	if embedHasDevice(w) {
+		return b.prepareEmbedDev(w)
 	}
 	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H)}
 	op.w.Word, op.w.Pos, op.w.Seg, op.w.Gamma, op.w.Beta = ops.Buf{}, ops.Buf{}, ops.Buf{}, ops.Buf{}, ops.Buf{}
@@ -123,6 +128,9 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		return err
 	}
 	defer leave()
+	if op.word == nil || op.pos == nil || embedCallHasDevice(in, out) {
+		return op.runDev(ctx, in, out)
+	}
 
 	w := &op.w
 	H, rows := w.H, in.B*in.S
@@ -254,6 +262,9 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	}
 	if err := b.run(ctx, pipe, binds, groups, rp.reads); err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
+	}
+	if err := b.takePending(); err != nil {
+		return err
 	}
 	if out.MaskIndex != nil && !k.MaskIndex {
 		clear(out.MaskIndex) // no mask: mask_index is all zeros (SPEC A.4)
