@@ -145,6 +145,20 @@ int drt_enqueue(drt_device *d, WGPUComputePipeline pl, WGPUBindGroup bg, uint32_
         fast_fmt(err, cap, "enqueue: %d reads, over %d", nreads, DRT_WAIT_CAP - 2);
         return DRT_EDEVICE;
     }
+    if (pl == NULL && npre + npost == 0 && nreads == 0 && timing == NULL) {
+        /* Nothing to record: only the queue-done wait, when asked for. */
+        if (w != NULL) {
+            WGPUQueueWorkDoneCallbackInfo wi;
+            memset(&wi, 0, sizeof wi);
+            w->n = 0;
+            memset(w->st, 0, sizeof w->st);
+            wi.mode = WGPUCallbackMode_WaitAnyOnly;
+            wi.callback = fast_on_work;
+            wi.userdata1 = &w->st[0];
+            wait_add(w, p->QueueOnSubmittedWorkDone(d->queue, wi));
+        }
+        return DRT_OK;
+    }
     if (scope != NULL) p->DevicePushErrorScope(d->device, WGPUErrorFilter_Validation);
     enc = p->DeviceCreateCommandEncoder(d->device, NULL);
     for (i = 0; i < npre; i++)

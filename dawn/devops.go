@@ -223,6 +223,11 @@ func orBuf(own, dev *Buffer) *Buffer {
 func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
 	const name = "EmbedLayerNorm"
 	b := op.b
+	b.life.RLock()
+	defer b.life.RUnlock()
+	if b.closed {
+		return fmt.Errorf("dawn: %s: %w", name, ops.ErrClosed)
+	}
 	w := &op.w
 	H, rows := w.H, in.B*in.S
 	es := uint64(w.DType.Size())

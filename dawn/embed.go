@@ -122,15 +122,15 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	if op.closed {
 		return fmt.Errorf("dawn: %s: %w", name, ops.ErrClosed)
 	}
+	if op.word == nil || op.pos == nil || embedCallHasDevice(in, out) {
+		return op.runDev(ctx, in, out)
+	}
 	b := op.b
 	leave, err := b.enter(name)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	if op.word == nil || op.pos == nil || embedCallHasDevice(in, out) {
-		return op.runDev(ctx, in, out)
-	}
 
 	w := &op.w
 	H, rows := w.H, in.B*in.S

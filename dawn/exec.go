@@ -217,6 +217,7 @@ type cArgs struct {
 	copies [maxCopies + 1]C.drt_copy
 	reads  [maxReads + 1]C.drt_read
 	binds  [maxBinds]C.drt_binding
+	ids    [idSlots]uint32
 }
 
 // init allocates the C side of the state; under the lock.
@@ -542,9 +543,12 @@ func (b *Backend) enqueue(s *callSpec) (*waiter, error) {
 			st.tail++ // a verdict that never came: stop waiting for it
 		}
 	}
-	slot := st.slot(st.head)
-	st.ringName[st.head%ringSize], st.ringSeq[st.head%ringSize] = s.name, seq
-	st.head++
+	var slot *C.drt_status
+	if s.key.pipe != nil || ncopies > 0 || nreads > 0 {
+		slot = st.slot(st.head)
+		st.ringName[st.head%ringSize], st.ringSeq[st.head%ringSize] = s.name, seq
+		st.head++
+	}
 
 	var pl C.WGPUComputePipeline
 	var bg C.WGPUBindGroup
@@ -677,7 +681,7 @@ func (b *Backend) await(ctx context.Context, s *callSpec, wt *waiter) error {
 func (b *Backend) checkIDs(wt *waiter) {
 	st := &b.dt
 	d := b.dev
-	var words [idSlots]uint32
+	words := &st.cargs.ids
 	if C.drt_copy_mapped(d.c, wt.staging[wt.idRead], unsafe.Pointer(&words[0]), idSlots*4, d.errbuf, errCap) != C.DRT_OK {
 		return
 	}
