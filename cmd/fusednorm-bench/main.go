@@ -59,6 +59,7 @@ type options struct {
 	jsonPath   string
 	plotPath   string
 	ortDir     string
+	tiny       int // -tiny N: the tiny-call benchmark (device.go) instead of the cases
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -84,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.probe, "probe", true, "measure memory bandwidth over each case's byte count, in the same run: between the case's timed runs when both fit in -max-bytes, else after it")
 	fs.StringVar(&o.jsonPath, "json", "", "write every result to this JSON file")
 	fs.StringVar(&o.plotPath, "plot", "", "draw effective and probe GB/s per case into this PNG file")
+	fs.IntVar(&o.tiny, "tiny", 0, "instead of the cases: N tiny calls on device tensors, EmbedLayerNorm f32 (1,1,768) and AddLayerNorm f32 (1,768), one by one and back to back (the Go twin of cgo/bench/tiny_bench)")
 	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of the shared oracle folder (with node_modules): also time ONNX Runtime's CPU kernel on the cases it has")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -149,6 +151,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.tiny > 0 {
+		return runTiny(ctx, o, stdout)
 	}
 	if o.casesDir == "" {
 		if o.casesDir, err = findCasesDir(); err != nil {
