@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -153,3 +154,178 @@ func median(t []time.Duration) time.Duration {
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+// deviceWorkload is a case with every tensor on the device: run is one call, read the
+// read-back of its main output that ends a chain.
+type deviceWorkload struct {
+	run     func(ctx context.Context) error
+	read    func(ctx context.Context) error
+	closers []interface{ Close() error }
+}
+
+func (w *deviceWorkload) close() {
+	for _, c := range slices.Backward(w.closers) {
+		c.Close()
+	}
+}
+
+// setupDevice builds the case as setup does (same seeded data), uploaded.
+func setupDevice(eng *fusednorm.Engine, c *benchCase, threads int) (w *deviceWorkload, err error) {
+	host, err := setupHostTensors(c, threads)
+	if err != nil {
+		return nil, err
+	}
+	w = &deviceWorkload{}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
+	dev := func(t fusednorm.Tensor) fusednorm.Tensor {
+		if err != nil || t.IsZero() {
+			return fusednorm.Tensor{}
+		}
+		d, e := eng.Upload(t)
+		if e != nil {
+			err = e
+			return fusednorm.Tensor{}
+		}
+		w.closers = append(w.closers, d)
+		return d.Tensor()
+	}
+	empty := func(dt fusednorm.DType, shape ...int) *fusednorm.DeviceTensor {
+		if err != nil {
+			return nil
+		}
+		d, e := eng.NewDeviceTensor(dt, shape...)
+		if e != nil {
+			err = e
+			return nil
+		}
+		w.closers = append(w.closers, d)
+		return d
+	}
+	dt := dtypeOf(c.DType)
+	switch c.op {
+	case opEmbed:
+		B, S, H := c.Shape["B"], c.Shape["S"], c.Shape["H"]
+		weights := fusednorm.EmbedWeights{Word: dev(host[0]), Position: dev(host[1]), Segment: dev(host[2]),
+			Gamma: dev(host[3]), Beta: dev(host[4])}
+		in := fusednorm.EmbedInputs{InputIDs: dev(host[5]), SegmentIDs: dev(host[6]), Mask: dev(host[7])}
+		o, mi := empty(dt, B, S, H), empty(fusednorm.Int32, B)
+		if err != nil {
+			return nil, err
+		}
+		op, e := eng.NewEmbedLayerNorm(weights, fusednorm.Epsilon(c.epsilon))
+		if e != nil {
+			return nil, e
+		}
+		w.closers = append(w.closers, op)
+		out := fusednorm.EmbedOutputs{Output: o.Tensor(), MaskIndex: mi.Tensor()}
+		dst, _ := fusednorm.NewTensor(dt, B, S, H)
+		w.run = func(ctx context.Context) error { return op.Run(ctx, in, &out) }
+		w.read = func(ctx context.Context) error { return o.Read(ctx, dst) }
+	case opAdd:
+		N, D := c.Shape["N"], c.Shape["D"]
+		x1, x2 := dev(host[0]), dev(host[1])
+		weights := fusednorm.AddLayerNormWeights{Gamma: dev(host[2]), Beta: dev(host[3]), Bias: dev(host[4])}
+		y, x := empty(dt, N, D), empty(dt, N, D)
+		mean, rstd := empty(fusednorm.Float32, N, 1), empty(fusednorm.Float32, N, 1)
+		if err != nil {
+			return nil, err
+		}
+		op, e := eng.NewAddLayerNorm(weights, fusednorm.Epsilon(c.epsilon), fusednorm.AdditionalOutput(true))
+		if e != nil {
+			return nil, e
+		}
+		w.closers = append(w.closers, op)
+		out := fusednorm.AddLayerNormOutputs{Y: y.Tensor(), X: x.Tensor(), Mean: mean.Tensor(), Rstd: rstd.Tensor()}
+		dst, _ := fusednorm.NewTensor(dt, N, D)
+		w.run = func(ctx context.Context) error { return op.Run(ctx, x1, x2, &out) }
+		w.read = func(ctx context.Context) error { return y.Read(ctx, dst) }
+	default:
+		return nil, fmt.Errorf("unknown op %q", c.op)
+	}
+	return w, nil
+}
+
+// setupHostTensors makes the case's host data as setup does: embed: word, position,
+// segment, gamma, beta, ids, segment ids, mask; add: x1, x2, gamma, beta, bias.
+func setupHostTensors(c *benchCase, threads int) ([]fusednorm.Tensor, error) {
+	f := filler{seed: c.seed, threads: threads}
+	switch c.op {
+	case opEmbed:
+		B, S, H := c.Shape["B"], c.Shape["S"], c.Shape["H"]
+		V, P, G := c.Shape["V"], c.Shape["P"], c.Shape["G"]
+		ids, seg, mask := embedIDs(c, B, S, V, G)
+		return []fusednorm.Tensor{f.floats(c.DType, 1, 0.5, V, H), f.floats(c.DType, 2, 0.5, P, H),
+			f.floats(c.DType, 3, 0.5, G, H), f.floats(c.DType, 4, 1, H), f.floats(c.DType, 5, 0.1, H),
+			fusednorm.FromInt32(ids, B, S), fusednorm.FromInt32(seg, B, S), fusednorm.FromInt32(mask, B, S)}, nil
+	case opAdd:
+		N, D := c.Shape["N"], c.Shape["D"]
+		return []fusednorm.Tensor{f.floats(c.DType, 1, 1, N, D), f.floats(c.DType, 2, 1, N, D),
+			f.floats(c.DType, 3, 1, D), f.floats(c.DType, 4, 0.1, D), f.floats(c.DType, 5, 0.1, D)}, nil
+	}
+	return nil, fmt.Errorf("unknown op %q", c.op)
+}
+
+// embedIDs is the id data of setupEmbed (same seed, same draws).
+func embedIDs(c *benchCase, B, S, V, G int) (ids, seg, mask []int32) {
+	ids, seg, mask = make([]int32, B*S), make([]int32, B*S), make([]int32, B*S)
+	r := rand.New(rand.NewPCG(c.seed, 6))
+	for i := range ids {
+		ids[i] = int32(r.IntN(V))
+	}
+	for b := range B {
+		n := S/2 + r.IntN(S-S/2+1)
+		for s := range S {
+			seg[b*S+s] = int32(min(G-1, s/max(1, (S+1)/2)))
+			if s < n {
+				mask[b*S+s] = 1
+			}
+		}
+	}
+	return ids, seg, mask
+}
+
+// timeDeviceResident sets r.DeviceMs: the case on device tensors, a chain of calls sized
+// from the host-tensor median to last about -min-time, then one read-back, divided by the
+// chain's length; the median of -reps chains. A failure is reported, not fatal.
+func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result) {
+	w, err := setupDevice(eng, c, o.threads)
+	if err != nil {
+		r.Error = "device-resident setup: " + err.Error()
+		return
+	}
+	defer w.close()
+	n := 10
+	if r.MedianMs > 0 {
+		n = int(min(max(float64(o.minTime.Milliseconds())/r.MedianMs, 10), 1000))
+	}
+	chain := func() (time.Duration, error) {
+		t := time.Now()
+		for range n {
+			if err := w.run(ctx); err != nil {
+				return 0, err
+			}
+		}
+		if err := w.read(ctx); err != nil {
+			return 0, err
+		}
+		return time.Since(t) / time.Duration(n), nil
+	}
+	if _, err := chain(); err != nil { // warm
+		r.Error = "device-resident: " + err.Error()
+		return
+	}
+	ts := make([]time.Duration, 0, o.reps)
+	for range o.reps {
+		d, err := chain()
+		if err != nil {
+			r.Error = "device-resident: " + err.Error()
+			return
+		}
+		ts = append(ts, d)
+	}
+	r.DeviceMs = ms(median(ts))
+}
