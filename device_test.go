@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -288,4 +289,146 @@ func TestDeviceErrorAtNextWait(t *testing.T) {
 	require.ErrorIs(t, err, ErrDevice)
 	require.True(t, strings.Contains(err.Error(), "AddLayerNorm (call "), "%v", err)
 	require.NoError(t, e.Sync(ctx))
+}
+
+// TestDeviceIDSlotsWrap makes more device-id calls than the id-check slots hold without
+// waiting: the bad id among them is reported exactly once, by a later call or the Sync.
+func TestDeviceIDSlotsWrap(t *testing.T) {
+	e := dawnEngine(t)
+	if e == nil {
+		t.Skip("needs Dawn")
+	}
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(11, 12))
+	const S, H, V = 2, 8, 5
+	op, err := e.NewEmbedLayerNorm(EmbedWeights{Word: allocTensor(r, Float32, 0, V, H), Position: allocTensor(r, Float32, 0, S, H),
+		Gamma: allocTensor(r, Float32, 0, H), Beta: allocTensor(r, Float32, 0, H)})
+	require.NoError(t, err)
+	defer op.Close()
+	good := upload(t, e, FromInt32([]int32{1, 2}, 1, S))
+	bad := upload(t, e, FromInt32([]int32{1, -3}, 1, S))
+	out := devLike(t, e, Float32, 1, S, H)
+	var errs []error
+	for i := range 700 {
+		ids := good
+		if i == 300 {
+			ids = bad
+		}
+		if err := op.Run(ctx, EmbedInputs{InputIDs: ids}, &EmbedOutputs{Output: out.Tensor()}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := e.Sync(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	require.Len(t, errs, 1, "%v", errs)
+	require.ErrorIs(t, errs[0], ErrInvalidArgument)
+	require.Contains(t, errs[0].Error(), "out of range")
+}
+
+// TestDeviceTensorsThroughKernel: the bind-key entry takes device tensors as inputs too.
+func TestDeviceTensorsThroughKernel(t *testing.T) {
+	ctx := context.Background()
+	for name, e := range deviceEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(13, 14))
+			k, err := e.GetKernel("ascend.AddLayerNorm", 1)
+			require.NoError(t, err)
+			in := map[string]Tensor{"x1T": allocTensor(r, Float32, 0, 3, 16), "x2T": allocTensor(r, Float32, 0, 3, 16),
+				"gammaT": allocTensor(r, Float32, 0, 16), "betaT": allocTensor(r, Float32, 0, 16)}
+			want, err := k.Run(ctx, in, nil)
+			require.NoError(t, err)
+			din := map[string]Tensor{}
+			for key, x := range in {
+				din[key] = upload(t, e, x)
+			}
+			got, err := k.Run(ctx, din, nil)
+			require.NoError(t, err)
+			for key := range want {
+				require.Equal(t, want[key].buf.Bytes(), got[key].buf.Bytes(), key)
+			}
+		})
+	}
+}
+
+// TestDeviceTensorMisuse: wrong engine, wrong shape, closed tensors.
+func TestDeviceTensorMisuse(t *testing.T) {
+	ctx := context.Background()
+	engines := deviceEngines(t)
+	for name, e := range engines {
+		t.Run(name, func(t *testing.T) {
+			d, err := e.NewDeviceTensor(Float32, 2, 3)
+			require.NoError(t, err)
+			require.ErrorIs(t, d.Read(ctx, FromFloat32(make([]float32, 5), 5)), ErrInvalidArgument)
+			require.ErrorIs(t, d.Write(FromInt32(make([]int32, 6), 2, 3)), ErrInvalidArgument)
+			if name == "dawn" { // on the CPU, a device tensor is a host tensor
+				require.ErrorIs(t, d.Read(ctx, d.Tensor()), ErrInvalidArgument, "a device tensor is no host destination")
+			}
+			_, err = e.NewDeviceTensor(Float32, -1)
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			require.NoError(t, d.Close())
+			require.ErrorIs(t, d.Read(ctx, FromFloat32(make([]float32, 6), 2, 3)), ErrClosed)
+		})
+	}
+	if engines["dawn"] == nil {
+		return
+	}
+	// A GPU engine's tensor given to the CPU engine, and to another GPU engine.
+	d := devLike(t, engines["dawn"], Float32, 1, 4)
+	g := FromFloat32([]float32{1, 1, 1, 1}, 4)
+	in := AddLayerNormInputs{X1: d.Tensor(), X2: d.Tensor(), Gamma: g, Beta: g}
+	require.ErrorIs(t, engines["cpu"].AddLayerNorm(ctx, in, &AddLayerNormOutputs{}), ErrInvalidArgument)
+	if other := dawnEngine(t); other != nil {
+		require.ErrorIs(t, other.AddLayerNorm(ctx, in, &AddLayerNormOutputs{}), ErrInvalidArgument)
+	}
+	// Writing a device tensor that the call also reads is refused at the call.
+	y := devLike(t, engines["dawn"], Float32, 1, 4)
+	err := engines["dawn"].AddLayerNorm(ctx, AddLayerNormInputs{X1: y.Tensor(), X2: d.Tensor(), Gamma: g, Beta: g},
+		&AddLayerNormOutputs{Y: y.Tensor()})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// TestDeviceTensorsConcurrent runs calls on device tensors from several goroutines, each
+// with its own outputs, and checks every result (run it with -race).
+func TestDeviceTensorsConcurrent(t *testing.T) {
+	e := dawnEngine(t)
+	if e == nil {
+		t.Skip("needs Dawn")
+	}
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(15, 16))
+	const N, D = 2, 32
+	g, b := allocTensor(r, Float32, 0, D), allocTensor(r, Float32, 0, D)
+	p, err := e.NewAddLayerNorm(AddLayerNormWeights{Gamma: upload(t, e, g), Beta: upload(t, e, b)})
+	require.NoError(t, err)
+	defer p.Close()
+	x1, x2 := allocTensor(r, Float32, 0, N, D), allocTensor(r, Float32, 0, N, D)
+	var want AddLayerNormOutputs
+	require.NoError(t, p.Run(ctx, x1, x2, &want))
+	dx1, dx2 := upload(t, e, x1), upload(t, e, x2)
+	errs := make(chan error, 4)
+	for range 4 {
+		y := devLike(t, e, Float32, N, D)
+		go func() {
+			for range 20 {
+				if err := p.Run(ctx, dx1, dx2, &AddLayerNormOutputs{Y: y.Tensor()}); err != nil {
+					errs <- err
+					return
+				}
+				h := FromFloat32(make([]float32, N*D), N, D)
+				if err := y.Read(ctx, h); err != nil {
+					errs <- err
+					return
+				}
+				if !slices.Equal(h.Float32s(), want.Y.Float32s()) {
+					errs <- errors.New("a concurrent call read back other bits")
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
 }
