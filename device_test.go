@@ -210,13 +210,30 @@ func TestDeviceTensorNoLeak(t *testing.T) {
 	require.NoError(t, e.Sync(ctx))
 	during, _ := e.liveDeviceBuffers()
 	require.Greater(t, during, before)
+	// The op's resident weights go with it, although cached bind groups used them.
 	require.NoError(t, p.Close())
+	afterOp, _ := e.liveDeviceBuffers()
+	// gamma+beta, and the uniform and statistics scratch of the one cached call.
+	require.Equal(t, during-3, afterOp, "closing the op should free its buffers")
+	// A host-weight op on device tensors: its resident tables go with it too.
+	r2 := rand.New(rand.NewPCG(2, 3))
+	beforeE, _ := e.liveDeviceBuffers()
+	eop, err := e.NewEmbedLayerNorm(EmbedWeights{Word: allocTensor(r2, Float32, 0, 7, D), Position: allocTensor(r2, Float32, 0, 2, D),
+		Gamma: allocTensor(r2, Float32, 0, D), Beta: allocTensor(r2, Float32, 0, D)})
+	require.NoError(t, err)
+	eout := up(allocTensor(r2, Float32, 0, 1, 2, D))
+	require.NoError(t, eop.Run(ctx, EmbedInputs{InputIDs: up(FromInt32([]int32{1, 6}, 1, 2))}, &EmbedOutputs{Output: eout}))
+	require.NoError(t, eop.Close())
+	afterE, _ := e.liveDeviceBuffers()
+	// Left: the two new device tensors, and the device-wide zero and id-status buffers that
+	// the first call with device ids made (kept until the engine closes).
+	require.Equal(t, beforeE+2+2, afterE, "closing the op should free its tables and the call's scratch")
 	for _, d := range tensors {
 		require.NoError(t, d.Close())
 		require.NoError(t, d.Close()) // twice is fine
 	}
 	after, _ := e.liveDeviceBuffers()
-	require.Equal(t, before, after, "device buffers leaked")
+	require.Equal(t, before+2, after, "device buffers leaked (beyond the device-wide zero and id-status buffers)")
 	// A closed tensor is refused, not used.
 	err = e.AddLayerNorm(ctx, AddLayerNormInputs{X1: x1, X2: allocTensor(r, Float32, 0, N, D), Gamma: allocTensor(r, Float32, 0, D),
 		Beta: allocTensor(r, Float32, 0, D)}, &AddLayerNormOutputs{})

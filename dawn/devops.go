@@ -460,6 +460,7 @@ func (p *addPrep) Close() error {
 	defer p.life.Unlock()
 	if !p.closed {
 		p.closed = true
+		p.b.forgetBuffers(p.gb, p.biasOwn)
 		p.release()
 	}
 	return nil

@@ -103,6 +103,7 @@ func (op *embedOp) Close() error {
 	defer op.life.Unlock()
 	if !op.closed {
 		op.closed = true
+		op.b.forgetBuffers(op.word, op.pos, op.seg, op.gb)
 		op.release()
 	}
 	return nil

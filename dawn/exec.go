@@ -298,12 +298,41 @@ func (d *Device) releaseLocked(b *Buffer) {
 	delete(d.buffers, b)
 }
 
-// LiveBuffers counts the device buffers the device holds now (device tensors, resident
-// weights, pooled and cached scratch): a test finds leaks by comparing it before and after.
-func (d *Device) LiveBuffers() int {
+// forgetBuffers drops the cached bind groups that bind any of bufs (resident weights of
+// an op being closed), so the device memory goes with the op.
+func (b *Backend) forgetBuffers(bufs ...*Buffer) {
+	if err := b.dev.lock(context.Background()); err != nil {
+		return
+	}
+	defer b.dev.unlock()
+	if b.dt.cache == nil || b.dev.closed {
+		return
+	}
+	for _, buf := range bufs {
+		if buf != nil {
+			b.forget(buf)
+		}
+	}
+}
+
+// LiveBuffers counts the device buffers alive now: those the device holds (device
+// tensors, resident weights, pooled and cached scratch) and released ones that a cached
+// bind group still keeps alive. A test finds leaks by comparing it before and after.
+func (b *Backend) LiveBuffers() int {
+	d := b.dev
 	_ = d.lock(context.Background())
 	defer d.unlock()
-	return len(d.buffers)
+	n := len(d.buffers)
+	seen := map[*Buffer]bool{}
+	for k := range b.dt.cache {
+		for i := 0; i < int(k.nbinds); i++ {
+			if buf := k.binds[i].buf; buf != nil && buf.c == nil && !seen[buf] {
+				seen[buf] = true
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func (b *Backend) dropEntry(k callKey, e *callEntry) {
