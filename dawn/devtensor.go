@@ -144,7 +144,6 @@ func (b *Backend) run2(ctx context.Context, s *callSpec) error {
 
 var specs = sync.Pool{New: func() any { return new(callSpec) }}
 
-
 // embedPipeline is the pipeline of k, cached by the parameter struct (Key formats a string).
 func (b *Backend) embedPipeline(k shaders.Embed) (*Pipeline, error) {
 	st := &b.dt
