@@ -449,3 +449,27 @@ func TestDeviceTensorsConcurrent(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 }
+
+// TestDeviceTensorRoundTrip uploads and reads back every dtype, odd lengths included (a
+// 16-bit tensor of odd length ends inside a 4-byte word on the device).
+func TestDeviceTensorRoundTrip(t *testing.T) {
+	for name, e := range deviceEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(17, 18))
+			for _, dt := range []DType{Float32, Float16, BFloat16, Int32} {
+				for _, n := range []int{1, 3, 4, 1001} {
+					x := allocTensor(r, dt, 1000, n)
+					d, err := e.Upload(x)
+					require.NoError(t, err)
+					got := readBack(t, d)
+					require.Equal(t, x.buf.Bytes(), got.buf.Bytes(), "%v × %d", dt, n)
+					// Write replaces the contents.
+					y := allocTensor(r, dt, 1000, n)
+					require.NoError(t, d.Write(y))
+					require.Equal(t, y.buf.Bytes(), readBack(t, d).buf.Bytes(), "%v × %d after Write", dt, n)
+					require.NoError(t, d.Close())
+				}
+			}
+		})
+	}
+}
