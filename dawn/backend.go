@@ -104,7 +104,9 @@ func (b *Backend) Close() error {
 	b.closed = true
 	b.pool.release()
 	b.closeFast()
-	return b.dev.Close()
+	err := b.dev.Close()
+	b.freeFast()
+	return err
 }
 
 // enter marks a call in flight; the returned function ends it.

@@ -204,8 +204,9 @@ type devState struct {
 	idTail uint64
 
 	zero      *Buffer
-	join      []byte // host bytes of writes joined from two parts
-	pending   error  // the first device error not yet reported
+	join      []byte        // host bytes of writes joined from two parts
+	pending   error         // the first device error not yet reported
+	closing   []*C.drt_wait // C memory of waits, freed by freeFast
 	waiters   []*waiter
 	abandoned []*waiter
 	// Argument arrays of the C calls, in C memory (cgo checks a Go object passed to C
@@ -242,11 +243,7 @@ func (b *Backend) releaseFast() {
 		b.dropEntry(k, e)
 	}
 	for _, w := range append(st.waiters, st.abandoned...) {
-		if !w.abandoned {
-			C.free(unsafe.Pointer(w.w))
-		}
-		// An abandoned wait's futures may still complete while the instance lives: its
-		// C memory is freed with the device (leaked here only if the device outlives us).
+		st.closing = append(st.closing, w.w)
 		for i := 0; i < w.n; i++ {
 			C.drt_buffer_release(d.c, w.staging[i])
 		}
@@ -259,8 +256,20 @@ func (b *Backend) releaseFast() {
 			*p = nil
 		}
 	}
-	// The ring stays allocated: callbacks of popped scopes may still write into it until
-	// the instance is released; it is small and freed with nothing else referring to it.
+	// The ring and the waits' C memory stay until freeFast: callbacks of popped scopes
+	// and pending maps may write into them until the instance is released.
+}
+
+// freeFast frees the path's C memory once the device (and its instance) is gone.
+func (b *Backend) freeFast() {
+	st := &b.dt
+	C.free(unsafe.Pointer(st.ring))
+	C.free(unsafe.Pointer(st.cargs))
+	st.ring, st.cargs = nil, nil
+	for _, w := range st.closing {
+		C.free(unsafe.Pointer(w))
+	}
+	st.closing = nil
 }
 
 // createLocked is CreateBuffer for a caller that holds the lock.
