@@ -12,7 +12,7 @@ ENV := third_party/env.sh
 # Load the provisioned paths (FUSEDNORM_DAWN_LIB, VK_ICD_FILENAMES) into a recipe.
 WITH_ENV := set -a; source $(ENV); set +a;
 
-.PHONY: all provision provision-run bench bench-ort test test-cpu check-cross check-tidy test-race test-avx512emu test-dawn test-native check-generated fuzz fuzz-ci clean
+.PHONY: all provision provision-run bench bench-ort bench-tiny test-tiny test test-cpu check-cross check-tidy test-race test-avx512emu test-dawn test-native check-generated fuzz fuzz-ci clean
 
 all: test
 
@@ -55,7 +55,7 @@ $(ORACLE)/node_modules: tools/oracle/package-lock.json
 	rm -rf $(ORACLE) && mkdir -p build && cp -r tools/oracle $(ORACLE) && chmod -R u+w $(ORACLE)
 	cd $(ORACLE) && npm ci --ignore-scripts --no-audit --no-fund >/dev/null
 
-test: check-generated test-cpu test-race test-avx512emu test-dawn test-native fuzz-ci
+test: check-generated test-cpu test-race test-avx512emu test-dawn test-native test-tiny fuzz-ci
 	@echo "make test: all passed"
 
 # The pure-Go build: no cgo, no Dawn; the CPU backend must carry every test on its own.
@@ -111,6 +111,20 @@ test-dawn: provision
 test-native: provision
 	$(WITH_ENV) cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && \
 		cmake --build build >/dev/null && ctest --test-dir build --output-on-failure
+
+# The tiny-call benchmark of issue 17: the C twin (cgo/bench/tiny_bench.c) and the Go side
+# (fusednorm-bench -tiny, then BenchmarkTiny* with allocations), same calls, same kernels.
+TINY_N ?= 2000
+bench-tiny: provision
+	$(WITH_ENV) cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build --target tiny_bench >/dev/null
+	$(GO) run ./internal/cmd/tinywgsl build/tiny
+	$(WITH_ENV) build/tiny_bench "$$FUSEDNORM_DAWN_LIB" build/tiny $(TINY_N)
+	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench -backend dawn -tiny $(TINY_N)
+	$(WITH_ENV) FUSEDNORM_BACKEND=dawn $(GO) test -run XXX -bench Tiny -benchmem -benchtime $(TINY_N)x .
+
+# CI runs it on lavapipe to see that it runs; the numbers are not asserted.
+test-tiny:
+	$(MAKE) bench-tiny TINY_N=50
 
 check-generated:
 	bash scripts/check-generated.sh

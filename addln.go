@@ -62,15 +62,28 @@ func (e *Engine) AddLayerNorm(ctx context.Context, in AddLayerNormInputs, out *A
 	}
 	defer e.done()
 	c := newOpConfig(DefaultAddEpsilon, opts)
+	return e.runAdd(ctx, &in, out, &c, nil)
+}
+
+// runAdd is one AddLayerNorm call, of the engine or of a prepared op (prep non-nil).
+func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opConfig, prep ops.PreparedAddLN) error {
 	// The backend call comes from a pool: its pointer escapes through the Backend
 	// interface, and a call must not allocate.
 	f := addFrames.Get().(*addFrame)
-	err := checkAddLayerNorm(&in, out, &c, f)
+	err := checkAddLayerNorm(in, out, c, f)
 	if err == nil {
 		err = addOutputs(ctx, e, out, f)
 	}
 	if err == nil {
-		if err = e.be.AddLayerNorm(ctx, &f.a); err != nil {
+		err = e.checkAddDevice(&f.a)
+	}
+	if err == nil {
+		if prep != nil {
+			err = prep.Run(ctx, &f.a)
+		} else {
+			err = e.be.AddLayerNorm(ctx, &f.a)
+		}
+		if err != nil {
 			err = fmt.Errorf("fusednorm: %s: %w", opAdd, err)
 		}
 	}
@@ -237,6 +250,7 @@ func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opCo
 		f.alloc[i] = t.IsZero() && (i < 3 || c.additional) // a given x counts as wanted
 	}
 	f.a.Y, f.a.Mean, f.a.Rstd, f.a.X = bufs[0], bufs[1].F32, bufs[2].F32, bufs[3]
+	f.a.MeanDev, f.a.RstdDev = bufs[1].Dev, bufs[2].Dev
 	return nil
 }
 

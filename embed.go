@@ -63,6 +63,9 @@ func (e *Engine) NewEmbedLayerNorm(w EmbedWeights, opts ...OpOption) (*EmbedLaye
 	if err != nil {
 		return nil, err
 	}
+	if err := e.foreignDevice(opEmbed, &ow.Word, &ow.Pos, &ow.Seg, &ow.Gamma, &ow.Beta); err != nil {
+		return nil, err
+	}
 	prep, err := e.be.PrepareEmbed(ow)
 	if err != nil {
 		return nil, fmt.Errorf("fusednorm: %s: prepare on %s: %w", opEmbed, e.be.Info().Name, err)
@@ -114,6 +117,9 @@ func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOu
 	err := checkEmbedInputs(in, &op.w, &f.in)
 	if err == nil {
 		err = embedOutputs(ctx, op.eng, out, &op.w, f)
+	}
+	if err == nil {
+		err = op.eng.checkEmbedDevice(&f.in, &f.out)
 	}
 	if err == nil {
 		if err = op.prep.Run(ctx, &f.in, &f.out); err != nil {
@@ -345,12 +351,12 @@ func checkEmbedInputs(in *EmbedInputs, w *ops.EmbedWeights, oin *ops.EmbedInputs
 			return argErr(opEmbed, name, "type error: %s must be int32, got %v", name, t.DType())
 		}
 	}
-	*oin = ops.EmbedInputs{B: B, S: S, IDs: in.InputIDs.buf.I32}
+	*oin = ops.EmbedInputs{B: B, S: S, IDs: in.InputIDs.buf.I32, IDsDev: in.InputIDs.buf.Dev}
 	if err := idsInRange(in.InputIDs.buf.I32, w.V, "input_ids", "word_embedding"); err != nil {
 		return err
 	}
 	if p := in.PositionIDs; !p.IsZero() {
-		oin.PosIDs, oin.PosBatch = p.buf.I32, p.shape[0]
+		oin.PosIDs, oin.PosBatch, oin.PosIDsDev = p.buf.I32, p.shape[0], p.buf.Dev
 		if err := idsInRange(p.buf.I32, w.P, "position_ids", "position_embedding"); err != nil {
 			return err
 		}
@@ -358,7 +364,7 @@ func checkEmbedInputs(in *EmbedInputs, w *ops.EmbedWeights, oin *ops.EmbedInputs
 		return argErr(opEmbed, "position_ids", "input index out of range: position_ids is absent and sequence length %d exceeds position_embedding rows %d", S, w.P)
 	}
 	if s := in.SegmentIDs; !s.IsZero() {
-		oin.SegIDs = s.buf.I32
+		oin.SegIDs, oin.SegIDsDev = s.buf.I32, s.buf.Dev
 		if err := idsInRange(s.buf.I32, w.G, "segment_ids", "segment_embedding"); err != nil {
 			return err
 		}
@@ -366,7 +372,7 @@ func checkEmbedInputs(in *EmbedInputs, w *ops.EmbedWeights, oin *ops.EmbedInputs
 		return argErr(opEmbed, "segment_embedding", "segment_embedding has no rows; row 0 is used when segment_ids is absent")
 	}
 	if m := in.Mask; !m.IsZero() {
-		oin.Mask = m.buf.I32
+		oin.Mask, oin.MaskDev = m.buf.I32, m.buf.Dev
 	}
 	return nil
 }
@@ -401,7 +407,7 @@ func embedOutputs(ctx context.Context, e *Engine, out *EmbedOutputs, w *ops.Embe
 	if mi, err = givenOutput(opEmbed, "mask_index", &out.MaskIndex, Int32, batch[:]); err != nil {
 		return err
 	}
-	o.MaskIndex = mi.I32
+	o.MaskIndex, o.MaskIndexDev = mi.I32, mi.Dev
 	if o.Sum, err = givenOutput(opEmbed, "embedding_sum", &out.EmbeddingSum, w.DType, full[:]); err != nil {
 		return err
 	}

@@ -16,6 +16,9 @@ const addlnParamsSize = 32
 // AddLayerNorm runs SPEC §B.4 in one dispatch: inputs are uploaded to pooled buffers, and y,
 // mean, rstd (and x when requested) are read back into the caller's slices.
 func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
+	if addHasDevice(a) {
+		return b.addDev(ctx, a, nil)
+	}
 	return b.addLayerNorm(ctx, a, false)
 }
 
@@ -142,5 +145,5 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 	if err := b.run(ctx, pipe, binds, groups, rp.reads); err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
 	}
-	return nil
+	return b.takePending()
 }

@@ -63,6 +63,9 @@ type Backend struct {
 	// gpuTime holds the last measurement in nanoseconds.
 	timed   atomic.Bool
 	gpuTime atomic.Int64
+
+	// dt is the low-overhead path's state (exec.go).
+	dt devState
 }
 
 var _ ops.Backend = (*Backend)(nil)
@@ -139,7 +142,10 @@ func (b *Backend) Close() error {
 	if b.fallback != nil {
 		b.fallback.Close()
 	}
-	return b.dev.Close() // after a fallback, the lost device, closed already: nil
+	b.closeFast()
+	err := b.dev.Close() // after a fallback, the lost device, closed already: nil
+	b.freeFast()
+	return err
 }
 
 // enter marks a call in flight; the returned function ends it. A lost device is replaced

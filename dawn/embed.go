@@ -23,6 +23,8 @@ type embedOp struct {
 
 	word, pos, seg, gb *Buffer
 	cpu                ops.PreparedEmbed // set when the backend fell back to the CPU
+	// Tables that are device tensors, bound where they are (devops.go); not released here.
+	wordDev, posDev, segDev *Buffer
 
 	life   sync.RWMutex
 	closed bool
@@ -40,6 +42,9 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	}
 	if b.fallback != nil {
 		return b.fallback.PrepareEmbed(w)
+	}
+	if embedHasDevice(w) {
+		return b.prepareEmbedDev(w)
 	}
 	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H)}
 	if err := op.upload(); err != nil {
@@ -113,7 +118,8 @@ func (op *embedOp) Close() error {
 	if !op.closed {
 		op.closed = true
 		op.b.life.RLock() // no recovery re-uploads the weights meanwhile
-		op.b.forget(op)
+		op.b.untrack(op)
+		op.b.forgetBuffers(op.word, op.pos, op.seg, op.gb)
 		op.release()
 		if op.cpu != nil {
 			op.cpu.Close()
@@ -136,6 +142,9 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	defer op.life.RUnlock()
 	if op.closed {
 		return fmt.Errorf("dawn: %s: %w", name, ops.ErrClosed)
+	}
+	if op.word == nil || op.pos == nil || embedCallHasDevice(in, out) {
+		return op.runDev(ctx, in, out)
 	}
 	b := op.b
 	leave, err := b.enter(name)
@@ -277,6 +286,9 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	}
 	if err := b.run(ctx, pipe, binds, groups, rp.reads); err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
+	}
+	if err := b.takePending(); err != nil {
+		return err
 	}
 	if out.MaskIndex != nil && !k.MaskIndex {
 		clear(out.MaskIndex) // no mask: mask_index is all zeros (SPEC A.4)

@@ -47,8 +47,13 @@ func (b *Backend) recover() error {
 	}
 	// The lost device, or the one a failed recovery opened: closing releases every buffer on
 	// it (and reports the loss again, which is known). Close is idempotent.
+	// The device-tensor path's cached bind groups and staging live on the old device too:
+	// released before it closes, their C memory freed after, the path started afresh.
+	b.closeFast()
 	b.pool.release()
 	old.Close()
+	b.freeFast()
+	b.dt = devState{}
 	err := b.reopen()
 	took := time.Since(start)
 	b.mu.Lock()
@@ -151,7 +156,7 @@ func firstLine(s string) string {
 	return s
 }
 
-// track and forget keep the set of live prepared ops, which a recovery prepares again.
+// track and untrack keep the set of live prepared ops, which a recovery prepares again.
 func (b *Backend) track(op *embedOp) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -161,7 +166,7 @@ func (b *Backend) track(op *embedOp) {
 	b.preps[op] = struct{}{}
 }
 
-func (b *Backend) forget(op *embedOp) {
+func (b *Backend) untrack(op *embedOp) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.preps, op)

@@ -137,6 +137,7 @@ func (s *Suite) addCase(t *testing.T, k *fn.Kernel, c *caseJSON, ty typing, v va
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
+	s.addOnDevice(t, in, attrs, got)
 	additional, _ := attrs["additional_output"].(bool)
 	if _, ok := got["xT"]; ok != additional {
 		t.Errorf("x present = %v, additional_output = %v", ok, additional)

@@ -154,6 +154,7 @@ func (s *Suite) embedCase(t *testing.T, k *fn.Kernel, c *caseJSON, ty typing, v 
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
+	s.embedOnDevice(t, in, attrs, got)
 	for _, key := range []string{"maskIndexT", "embeddingSumT"} {
 		if _, ok := got[key]; ok != slices.Contains(want, key) {
 			t.Errorf("output %s present = %v, wanted = %v", key, ok, slices.Contains(want, key))

@@ -70,6 +70,8 @@ type options struct {
 	plotPath   string
 	from       []string
 	ortDir     string
+	tiny       int  // -tiny N: the tiny-call benchmark (device.go) instead of the cases
+	device     bool // -device-resident: also time each case on device tensors (device.go)
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -96,6 +98,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "write every result to this JSON file")
 	fs.StringVar(&o.plotPath, "plot", "", "draw the roofline (GB/s against bytes moved per case, the probe's copy as the ceiling) into this SVG file")
 	from := fs.String("from", "", "with -plot: draw the results of earlier -json files (comma-separated; e.g. a CPU and a GPU run in one picture) instead of running")
+	fs.IntVar(&o.tiny, "tiny", 0, "instead of the cases: N tiny calls on device tensors, EmbedLayerNorm f32 (1,1,768) and AddLayerNorm f32 (1,768), one by one and back to back (the Go twin of cgo/bench/tiny_bench)")
+	fs.BoolVar(&o.device, "device-resident", true, "on a GPU, also time each case with every tensor on the device: a chain of calls divided by its length, one read-back at the end")
 	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of tools/oracle (with node_modules; make bench-ort makes one): also time ONNX Runtime's CPU kernel on the cases it has")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -151,6 +155,7 @@ type result struct {
 	MinMs        float64        `json:"min_ms,omitempty"`
 	KernelMs     float64        `json:"kernel_ms_median,omitempty"` // device time of the dispatch (GPU timestamps)
 	KernelGBps   float64        `json:"kernel_GBps,omitempty"`
+	DeviceMs     float64        `json:"device_resident_ms,omitempty"` // per call of a chain on device tensors
 	GBps         float64        `json:"GBps,omitempty"`
 	Probe        *probeResult   `json:"probe,omitempty"`
 	PctOfProbe   float64        `json:"pct_of_probe,omitempty"`
@@ -170,6 +175,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.tiny > 0 {
+		return runTiny(ctx, o, stdout)
 	}
 	if len(o.from) > 0 {
 		return replot(o, stdout)
@@ -295,6 +303,9 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 	// Give the memory back before the next allocation.
 	runtime.GC()
 	debug.FreeOSMemory()
+	if r.Error == "" && o.device && r.Backend == fusednorm.BackendDawn {
+		timeDeviceResident(ctx, eng, c, o, r)
+	}
 	if r.Error != "" {
 		return r
 	}

@@ -59,10 +59,50 @@ type Buf struct {
 	F32   []float32
 	U16   []uint16
 	I32   []int32
+	// Dev, when set, is storage on a backend's device (a device tensor); the slices are
+	// then nil. Only the backend that made it reads it.
+	Dev DeviceMem
+}
+
+// DeviceMem is tensor storage that lives on a backend's device.
+type DeviceMem interface {
+	// Len is the element count.
+	Len() int
+}
+
+// DeviceBackend is implemented by backends whose device has its own memory (Dawn); the
+// CPU backend's device tensors are host memory.
+type DeviceBackend interface {
+	// NewDeviceMem allocates n elements of dt, zeroed.
+	NewDeviceMem(dt DType, n int) (DeviceMem, error)
+	// WriteDevice copies host bytes into m (the write is ordered before later calls).
+	WriteDevice(m DeviceMem, src []byte) error
+	// ReadDevice waits for the work m depends on and copies its bytes into dst; it
+	// returns the first pending device error of earlier calls instead, if any.
+	ReadDevice(ctx context.Context, m DeviceMem, dst []byte) error
+	// FreeDevice releases m; work already submitted that uses it still completes.
+	FreeDevice(m DeviceMem) error
+	// Sync waits for all submitted work and returns the first pending device error.
+	Sync(ctx context.Context) error
+}
+
+// PreparedAddLN is an AddLayerNorm with gamma, beta and bias bound once (resident on the
+// device for GPU backends). Run ignores a.Gamma, a.Beta and a.Bias.
+type PreparedAddLN interface {
+	Run(ctx context.Context, a *AddLN) error
+	Close() error
+}
+
+// AddPreparer is implemented by backends that keep AddLayerNorm weights resident.
+type AddPreparer interface {
+	PrepareAddLN(gamma, beta, bias Buf, biasFull bool) (PreparedAddLN, error)
 }
 
 // Len is the element count.
 func (b Buf) Len() int {
+	if b.Dev != nil {
+		return b.Dev.Len()
+	}
 	switch b.DType {
 	case F32:
 		return len(b.F32)
@@ -146,6 +186,10 @@ type EmbedInputs struct {
 	Mask     []int32 // (B, S) or nil
 	PosIDs   []int32 // (PosBatch, S) or nil: then position s
 	PosBatch int     // 1 or B when PosIDs is set
+
+	// Device tensors (then the matching slice is nil): their ids are checked by the
+	// kernel (SPEC A.2a), not before the call.
+	IDsDev, SegIDsDev, MaskDev, PosIDsDev DeviceMem
 }
 
 // EmbedOutputs are caller- or library-allocated, already shape-checked outputs.
@@ -153,6 +197,8 @@ type EmbedOutputs struct {
 	Out       Buf     // (B, S, H), weights' dtype
 	MaskIndex []int32 // (B) or nil when not wanted
 	Sum       Buf     // (B, S, H) or absent when not wanted
+
+	MaskIndexDev DeviceMem // mask_index on the device (then MaskIndex is nil)
 }
 
 // AddLN is one validated AddLayerNorm call: N rows of D elements.
@@ -169,6 +215,8 @@ type AddLN struct {
 	Mean []float32 // (N)
 	Rstd []float32 // (N)
 	X    Buf       // (N, D), OutT, or absent when additional_output is false
+
+	MeanDev, RstdDev DeviceMem // mean and rstd on the device (then Mean, Rstd are nil)
 }
 
 // PreparedEmbed is an EmbedLayerNorm op with its weights bound to a backend (resident on

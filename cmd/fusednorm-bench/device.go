@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/fusednorm/fusednorm"
+)
+
+// The -tiny mode (issue 17): what a call costs beyond its kernel, through the public API
+// with every per-call tensor on the device and the weights resident. Its native twin is
+// cgo/bench/tiny_bench.c, which prints the same lines with "C" in front.
+
+// tinyOp is one prepared tiny call and what it holds.
+type tinyOp struct {
+	name    string
+	call    func() error
+	closers []interface{ Close() error }
+}
+
+func (t *tinyOp) close() {
+	for _, c := range slices.Backward(t.closers) {
+		c.Close()
+	}
+}
+
+// ramp is deterministic data of the same shape on both sides (cgo/bench/tiny_bench.c).
+func ramp(n int, scale float32) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(i%97)*scale - 1
+	}
+	return s
+}
+
+func newTinyOps(ctx context.Context, eng *fusednorm.Engine) (ops []*tinyOp, err error) {
+	const H, V, P = 768, 64, 8
+	var closers []interface{ Close() error }
+	defer func() {
+		if err != nil {
+			for _, c := range closers {
+				c.Close()
+			}
+		}
+	}()
+	dev := func(t fusednorm.Tensor) fusednorm.Tensor {
+		if err != nil {
+			return fusednorm.Tensor{}
+		}
+		d, e := eng.Upload(t)
+		if e != nil {
+			err = e
+			return fusednorm.Tensor{}
+		}
+		closers = append(closers, d)
+		return d.Tensor()
+	}
+	embed, err := eng.NewEmbedLayerNorm(fusednorm.EmbedWeights{
+		Word: dev(fusednorm.FromFloat32(ramp(V*H, 0.01), V, H)), Position: dev(fusednorm.FromFloat32(ramp(P*H, 0.02), P, H)),
+		Gamma: dev(fusednorm.FromFloat32(ramp(H, 0.003), H)), Beta: dev(fusednorm.FromFloat32(ramp(H, 0.001), H))})
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, embed)
+	ein := fusednorm.EmbedInputs{InputIDs: dev(fusednorm.FromInt32([]int32{5}, 1, 1))}
+	eout := fusednorm.EmbedOutputs{Output: dev(fusednorm.FromFloat32(make([]float32, H), 1, 1, H))}
+	add, err := eng.NewAddLayerNorm(fusednorm.AddLayerNormWeights{
+		Gamma: dev(fusednorm.FromFloat32(ramp(H, 0.003), H)), Beta: dev(fusednorm.FromFloat32(ramp(H, 0.001), H))})
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, add)
+	x1, x2 := dev(fusednorm.FromFloat32(ramp(H, 0.01), 1, H)), dev(fusednorm.FromFloat32(ramp(H, 0.01), 1, H))
+	aout := fusednorm.AddLayerNormOutputs{Y: dev(fusednorm.FromFloat32(make([]float32, H), 1, H)),
+		Mean: dev(fusednorm.FromFloat32(make([]float32, 1), 1, 1)), Rstd: dev(fusednorm.FromFloat32(make([]float32, 1), 1, 1))}
+	if err != nil {
+		return nil, err
+	}
+	return []*tinyOp{
+		{name: "EmbedLayerNorm", call: func() error { return embed.Run(ctx, ein, &eout) }, closers: closers},
+		{name: "AddLayerNorm", call: func() error { return add.Run(ctx, x1, x2, &aout) }},
+	}, nil
+}
+
+func runTiny(ctx context.Context, o *options, stdout io.Writer) error {
+	var opts []fusednorm.Option
+	if o.backendSet {
+		opts = append(opts, fusednorm.WithBackend(o.backend))
+	}
+	eng, err := fusednorm.Open(opts...)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	fmt.Fprintf(stdout, "engine: %s\n", eng.Info())
+	ops, err := newTinyOps(ctx, eng)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, op := range ops {
+			op.close()
+		}
+	}()
+	n := o.tiny
+	t := make([]time.Duration, n)
+	for _, op := range ops {
+		for range 20 {
+			if err := op.call(); err != nil {
+				return err
+			}
+		}
+		if err := eng.Sync(ctx); err != nil {
+			return err
+		}
+		for i := range n {
+			t0 := time.Now()
+			if err := op.call(); err != nil {
+				return err
+			}
+			if err := eng.Sync(ctx); err != nil {
+				return err
+			}
+			t[i] = time.Since(t0)
+		}
+		each := median(t)
+		start := time.Now()
+		for i := range n {
+			t0 := time.Now()
+			if err := op.call(); err != nil {
+				return err
+			}
+			t[i] = time.Since(t0)
+		}
+		if err := eng.Sync(ctx); err != nil {
+			return err
+		}
+		total := time.Since(start)
+		b2b := median(t)
+		fmt.Fprintf(stdout, "Go %-14s one-by-one median %9.2f us   back-to-back median %9.2f us   back-to-back mean (with the final wait) %9.2f us   (N=%d)\n",
+			op.name, us(each), us(b2b), us(total/time.Duration(n)), n)
+	}
+	return nil
+}
+
+func median(t []time.Duration) time.Duration {
+	s := slices.Clone(t)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+// deviceWorkload is a case with every tensor on the device: run is one call, read the
+// read-back of its main output that ends a chain.
+type deviceWorkload struct {
+	run     func(ctx context.Context) error
+	read    func(ctx context.Context) error
+	closers []interface{ Close() error }
+}
+
+func (w *deviceWorkload) close() {
+	for _, c := range slices.Backward(w.closers) {
+		c.Close()
+	}
+}
+
+// setupDevice builds the case as setup does (same seeded data), uploaded.
+func setupDevice(eng *fusednorm.Engine, c *benchCase, threads int) (w *deviceWorkload, err error) {
+	host, err := setupHostTensors(c, threads)
+	if err != nil {
+		return nil, err
+	}
+	w = &deviceWorkload{}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
+	dev := func(t fusednorm.Tensor) fusednorm.Tensor {
+		if err != nil || t.IsZero() {
+			return fusednorm.Tensor{}
+		}
+		d, e := eng.Upload(t)
+		if e != nil {
+			err = e
+			return fusednorm.Tensor{}
+		}
+		w.closers = append(w.closers, d)
+		return d.Tensor()
+	}
+	empty := func(dt fusednorm.DType, shape ...int) *fusednorm.DeviceTensor {
+		if err != nil {
+			return nil
+		}
+		d, e := eng.NewDeviceTensor(dt, shape...)
+		if e != nil {
+			err = e
+			return nil
+		}
+		w.closers = append(w.closers, d)
+		return d
+	}
+	dt := dtypeOf(c.DType)
+	switch c.op {
+	case opEmbed:
+		B, S, H := c.Shape["B"], c.Shape["S"], c.Shape["H"]
+		weights := fusednorm.EmbedWeights{Word: dev(host[0]), Position: dev(host[1]), Segment: dev(host[2]),
+			Gamma: dev(host[3]), Beta: dev(host[4])}
+		in := fusednorm.EmbedInputs{InputIDs: dev(host[5]), SegmentIDs: dev(host[6]), Mask: dev(host[7])}
+		o, mi := empty(dt, B, S, H), empty(fusednorm.Int32, B)
+		if err != nil {
+			return nil, err
+		}
+		op, e := eng.NewEmbedLayerNorm(weights, fusednorm.Epsilon(c.epsilon))
+		if e != nil {
+			return nil, e
+		}
+		w.closers = append(w.closers, op)
+		out := fusednorm.EmbedOutputs{Output: o.Tensor(), MaskIndex: mi.Tensor()}
+		dst, _ := fusednorm.NewTensor(dt, B, S, H)
+		w.run = func(ctx context.Context) error { return op.Run(ctx, in, &out) }
+		w.read = func(ctx context.Context) error { return o.Read(ctx, dst) }
+	case opAdd:
+		N, D := c.Shape["N"], c.Shape["D"]
+		x1, x2 := dev(host[0]), dev(host[1])
+		weights := fusednorm.AddLayerNormWeights{Gamma: dev(host[2]), Beta: dev(host[3]), Bias: dev(host[4])}
+		y, x := empty(dt, N, D), empty(dt, N, D)
+		mean, rstd := empty(fusednorm.Float32, N, 1), empty(fusednorm.Float32, N, 1)
+		if err != nil {
+			return nil, err
+		}
+		op, e := eng.NewAddLayerNorm(weights, fusednorm.Epsilon(c.epsilon), fusednorm.AdditionalOutput(true))
+		if e != nil {
+			return nil, e
+		}
+		w.closers = append(w.closers, op)
+		out := fusednorm.AddLayerNormOutputs{Y: y.Tensor(), X: x.Tensor(), Mean: mean.Tensor(), Rstd: rstd.Tensor()}
+		dst, _ := fusednorm.NewTensor(dt, N, D)
+		w.run = func(ctx context.Context) error { return op.Run(ctx, x1, x2, &out) }
+		w.read = func(ctx context.Context) error { return y.Read(ctx, dst) }
+	default:
+		return nil, fmt.Errorf("unknown op %q", c.op)
+	}
+	return w, nil
+}
+
+// setupHostTensors makes the case's host data as setup does: embed: word, position,
+// segment, gamma, beta, ids, segment ids, mask; add: x1, x2, gamma, beta, bias.
+func setupHostTensors(c *benchCase, threads int) ([]fusednorm.Tensor, error) {
+	f := filler{seed: c.seed, threads: threads}
+	switch c.op {
+	case opEmbed:
+		B, S, H := c.Shape["B"], c.Shape["S"], c.Shape["H"]
+		V, P, G := c.Shape["V"], c.Shape["P"], c.Shape["G"]
+		ids, seg, mask := embedIDs(c, B, S, V, G)
+		return []fusednorm.Tensor{f.floats(c.DType, 1, 0.5, V, H), f.floats(c.DType, 2, 0.5, P, H),
+			f.floats(c.DType, 3, 0.5, G, H), f.floats(c.DType, 4, 1, H), f.floats(c.DType, 5, 0.1, H),
+			fusednorm.FromInt32(ids, B, S), fusednorm.FromInt32(seg, B, S), fusednorm.FromInt32(mask, B, S)}, nil
+	case opAdd:
+		N, D := c.Shape["N"], c.Shape["D"]
+		return []fusednorm.Tensor{f.floats(c.DType, 1, 1, N, D), f.floats(c.DType, 2, 1, N, D),
+			f.floats(c.DType, 3, 1, D), f.floats(c.DType, 4, 0.1, D), f.floats(c.DType, 5, 0.1, D)}, nil
+	}
+	return nil, fmt.Errorf("unknown op %q", c.op)
+}
+
+// embedIDs is the id data of setupEmbed (same seed, same draws).
+func embedIDs(c *benchCase, B, S, V, G int) (ids, seg, mask []int32) {
+	ids, seg, mask = make([]int32, B*S), make([]int32, B*S), make([]int32, B*S)
+	r := rand.New(rand.NewPCG(c.seed, 6))
+	for i := range ids {
+		ids[i] = int32(r.IntN(V))
+	}
+	for b := range B {
+		n := S/2 + r.IntN(S-S/2+1)
+		for s := range S {
+			seg[b*S+s] = int32(min(G-1, s/max(1, (S+1)/2)))
+			if s < n {
+				mask[b*S+s] = 1
+			}
+		}
+	}
+	return ids, seg, mask
+}
+
+// timeDeviceResident sets r.DeviceMs: the case on device tensors, a chain of calls sized
+// from the host-tensor median to last about -min-time, then one read-back, divided by the
+// chain's length; the median of -reps chains. A failure is reported, not fatal.
+func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result) {
+	w, err := setupDevice(eng, c, o.threads)
+	if err != nil {
+		r.Error = "device-resident setup: " + err.Error()
+		return
+	}
+	defer w.close()
+	// Kernel timing makes every call wait for its timestamps: off for the chain.
+	if _, timed := eng.LastKernelTime(); timed && eng.KernelTiming(false) == nil {
+		defer eng.KernelTiming(true)
+	}
+	n := 10
+	if r.MedianMs > 0 {
+		n = int(min(max(float64(o.minTime.Milliseconds())/r.MedianMs, 10), 1000))
+	}
+	chain := func() (time.Duration, error) {
+		t := time.Now()
+		for range n {
+			if err := w.run(ctx); err != nil {
+				return 0, err
+			}
+		}
+		if err := w.read(ctx); err != nil {
+			return 0, err
+		}
+		return time.Since(t) / time.Duration(n), nil
+	}
+	if _, err := chain(); err != nil { // warm
+		r.Error = "device-resident: " + err.Error()
+		return
+	}
+	ts := make([]time.Duration, 0, o.reps)
+	for range o.reps {
+		d, err := chain()
+		if err != nil {
+			r.Error = "device-resident: " + err.Error()
+			return
+		}
+		ts = append(ts, d)
+	}
+	r.DeviceMs = ms(median(ts))
+}

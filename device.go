@@ -1,0 +1,232 @@
+package fusednorm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+// DeviceTensor is a tensor that lives in the memory of an engine's device, so that calls
+// can pass data between them without a round trip through the host. Use dt.Tensor()
+// wherever an op takes a Tensor (inputs, weights, caller-provided outputs); host and device
+// tensors mix freely in one call.
+//
+// On the GPU, a call whose outputs are all device tensors returns once its work is
+// submitted; Read (and Engine.Sync, and any call that returns host outputs) waits for the
+// work it depends on and reports the first device error of an earlier call that did not
+// wait, naming that call. Ids that live on the device are range-checked by the kernel
+// (SPEC A.2a): an out-of-range id reads as a zero row, and the next wait returns the
+// InvalidArgument error; the outputs of that call are then unspecified.
+//
+// On the CPU backend a device tensor is host memory: calls use it in place, with the same API.
+//
+// Close frees the memory; work already submitted that uses it still completes. A device
+// tensor is safe for concurrent use; the order of calls that write it is the caller's.
+type DeviceTensor struct {
+	eng *Engine
+	t   Tensor // shape, dtype; host slices on the CPU, buf.Dev on a GPU
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewDeviceTensor allocates a zeroed tensor of the dtype and shape on the engine's device.
+func (e *Engine) NewDeviceTensor(dt DType, shape ...int) (*DeviceTensor, error) {
+	const op = "NewDeviceTensor"
+	n, ok := numel(shape)
+	if !ok || dt.Size() == 0 {
+		return nil, fmt.Errorf("fusednorm: %s: %v%v: %w", op, dt, shape, ErrInvalidArgument)
+	}
+	if err := e.use(); err != nil {
+		return nil, err
+	}
+	defer e.done()
+	d := &DeviceTensor{eng: e}
+	db, ok := e.be.(ops.DeviceBackend)
+	if !ok {
+		t, err := NewTensor(dt, shape...)
+		if err != nil {
+			return nil, err
+		}
+		d.t = t
+		return d, nil
+	}
+	m, err := db.NewDeviceMem(dt, n)
+	if err != nil {
+		return nil, fmt.Errorf("fusednorm: %s: %w", op, err)
+	}
+	d.t = Tensor{shape: slices.Clone(shape), buf: ops.Buf{DType: dt, Dev: m}}
+	return d, nil
+}
+
+// Upload allocates a device tensor shaped like t and copies t's data into it.
+func (e *Engine) Upload(t Tensor) (*DeviceTensor, error) {
+	if t.IsZero() {
+		return nil, fmt.Errorf("fusednorm: Upload: absent tensor: %w", ErrInvalidArgument)
+	}
+	if err := checkTensor("Upload", "tensor", &t); err != nil {
+		return nil, err
+	}
+	d, err := e.NewDeviceTensor(t.DType(), t.shape...)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Write(t); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Tensor is the device tensor as a Tensor, to pass to an op. On a GPU it has no host data
+// (Float32s and the like return nil); use Read to copy it to the host.
+func (d *DeviceTensor) Tensor() Tensor { return d.t }
+
+// DType is the element type.
+func (d *DeviceTensor) DType() DType { return d.t.DType() }
+
+// Shape returns the dimensions (the caller must not modify the slice).
+func (d *DeviceTensor) Shape() []int { return d.t.shape }
+
+// String describes the tensor, e.g. "float32(1, 768) on dawn".
+func (d *DeviceTensor) String() string { return d.t.String() + " on " + d.eng.be.Info().Name }
+
+// check is the common part of Write and Read: src/dst a host tensor of the same dtype and shape.
+func (d *DeviceTensor) check(op string, h *Tensor) error {
+	if h.IsZero() || h.buf.Dev != nil {
+		return argErr(op, "tensor", "want a host tensor, got %v", h)
+	}
+	if err := checkTensor(op, "tensor", h); err != nil {
+		return err
+	}
+	if h.DType() != d.t.DType() || !sameShape(h.shape, d.t.shape) {
+		return argErr(op, "tensor", "want %v, got %v", d.t, h)
+	}
+	return nil
+}
+
+// Write copies host data (same dtype and shape) into the device tensor. It is ordered
+// before every call made after it; on the GPU it does not wait.
+func (d *DeviceTensor) Write(src Tensor) error {
+	const op = "DeviceTensor.Write"
+	if err := d.check(op, &src); err != nil {
+		return err
+	}
+	if err := d.eng.use(); err != nil {
+		return err
+	}
+	defer d.eng.done()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("fusednorm: %s: %w", op, ErrClosed)
+	}
+	if d.t.buf.Dev == nil {
+		copy(d.t.buf.Bytes(), src.buf.Bytes())
+		return nil
+	}
+	if err := d.eng.be.(ops.DeviceBackend).WriteDevice(d.t.buf.Dev, src.buf.Bytes()); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", op, err)
+	}
+	return nil
+}
+
+// Read waits for the work the tensor depends on and copies it into dst, a host tensor of
+// the same dtype and shape. It returns instead the first device error of an earlier call
+// that did not wait (then dst is untouched).
+func (d *DeviceTensor) Read(ctx context.Context, dst Tensor) error {
+	const op = "DeviceTensor.Read"
+	if err := d.check(op, &dst); err != nil {
+		return err
+	}
+	if err := d.eng.use(); err != nil {
+		return err
+	}
+	defer d.eng.done()
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return fmt.Errorf("fusednorm: %s: %w", op, ErrClosed)
+	}
+	if d.t.buf.Dev == nil {
+		copy(dst.buf.Bytes(), d.t.buf.Bytes())
+		return nil
+	}
+	if err := d.eng.be.(ops.DeviceBackend).ReadDevice(ctx, d.t.buf.Dev, dst.buf.Bytes()); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", op, err)
+	}
+	return nil
+}
+
+// Close frees the device memory. Later calls that name the tensor fail; Close again does
+// nothing.
+func (d *DeviceTensor) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	if d.t.buf.Dev == nil {
+		return nil
+	}
+	if err := d.eng.use(); err != nil {
+		return nil // the engine is closed: its device memory is gone with it
+	}
+	defer d.eng.done()
+	return d.eng.be.(ops.DeviceBackend).FreeDevice(d.t.buf.Dev)
+}
+
+// Sync waits for every call submitted so far and returns the first device error of a call
+// that did not wait (named in the message), or nil. On the CPU it returns at once.
+func (e *Engine) Sync(ctx context.Context) error {
+	if err := e.use(); err != nil {
+		return err
+	}
+	defer e.done()
+	db, ok := e.be.(ops.DeviceBackend)
+	if !ok {
+		return nil
+	}
+	if err := db.Sync(ctx); err != nil {
+		return fmt.Errorf("fusednorm: Sync: %w", err)
+	}
+	return nil
+}
+
+// foreignDevice reports a device tensor passed to an engine whose backend has no device
+// memory (a GPU engine's tensor given to a CPU engine). The GPU backend checks ownership.
+func (e *Engine) foreignDevice(op string, bufs ...*ops.Buf) error {
+	if _, ok := e.be.(ops.DeviceBackend); ok {
+		return nil
+	}
+	for _, b := range bufs {
+		if b.Dev != nil {
+			return &ArgError{Op: op, Tensor: "tensor", Rule: "a device tensor of another engine"}
+		}
+	}
+	return nil
+}
+
+func (e *Engine) checkEmbedDevice(in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
+	if _, ok := e.be.(ops.DeviceBackend); ok {
+		return nil
+	}
+	if in.IDsDev != nil || in.SegIDsDev != nil || in.MaskDev != nil || in.PosIDsDev != nil || out.MaskIndexDev != nil {
+		return &ArgError{Op: opEmbed, Tensor: "tensor", Rule: "a device tensor of another engine"}
+	}
+	return e.foreignDevice(opEmbed, &out.Out, &out.Sum)
+}
+
+func (e *Engine) checkAddDevice(a *ops.AddLN) error {
+	if a.MeanDev != nil || a.RstdDev != nil {
+		if _, ok := e.be.(ops.DeviceBackend); !ok {
+			return &ArgError{Op: opAdd, Tensor: "tensor", Rule: "a device tensor of another engine"}
+		}
+	}
+	return e.foreignDevice(opAdd, &a.X1, &a.X2, &a.Gamma, &a.Beta, &a.Bias, &a.Y, &a.X)
+}

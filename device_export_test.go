@@ -1,0 +1,10 @@
+package fusednorm
+
+// liveDeviceBuffers counts the device buffers of the engine's GPU backend; false on the CPU.
+func (e *Engine) liveDeviceBuffers() (int, bool) {
+	lb, ok := e.be.(interface{ LiveBuffers() int })
+	if !ok {
+		return 0, false
+	}
+	return lb.LiveBuffers(), true
+}
