@@ -73,7 +73,7 @@ func (b *bigEmbed) written() (rows int) {
 	return rows
 }
 
-// TestCPUCancelMidCall gives a CPU call that takes tens of milliseconds a 2 ms deadline:
+// TestCPUCancelMidCall gives a CPU call a deadline of a quarter of its uncancelled time:
 // it must return an error wrapping context.DeadlineExceeded with rows left unwritten (it
 // stopped before the whole work was done), where before the CPU ran every call to its end
 // and returned nil. The same for AddLayerNorm.
@@ -91,28 +91,31 @@ func TestCPUCancelMidCall(t *testing.T) {
 		const B, S, H = 64, 256, 1024 // 16M elements
 		b := newBigEmbed(t, e, B, S, H)
 		defer b.op.Close()
-		b.fill()
-		start := time.Now()
-		if err := b.run(context.Background()); err != nil {
-			t.Fatal(err)
+		whole := time.Duration(math.MaxInt64)
+		for range 2 { // the faster of two: the first one faults the output's pages in
+			b.fill()
+			start := time.Now()
+			if err := b.run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			whole = min(whole, time.Since(start))
 		}
-		whole := time.Since(start)
 		if n := b.written(); n != B*S {
 			t.Fatalf("an uncancelled call wrote %d of %d rows", n, B*S)
 		}
 		b.fill()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), whole/4)
 		defer cancel()
-		start = time.Now()
+		start := time.Now()
 		err := b.run(ctx)
 		took := time.Since(start)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("a call past its deadline returned %v, want context.DeadlineExceeded", err)
 		}
 		n := b.written()
-		t.Logf("uncancelled %v; with a 2 ms deadline returned after %v (%v), %d of %d rows written", whole, took, err, n, B*S)
+		t.Logf("uncancelled %v; with a deadline of a quarter of that returned after %v (%v), %d of %d rows written", whole, took, err, n, B*S)
 		if n == B*S {
-			t.Errorf("a call cancelled 2 ms in wrote all its rows (uncancelled it takes %v): it did not stop", whole)
+			t.Errorf("a call cancelled a quarter of the way in wrote all its rows (uncancelled it takes %v): it did not stop", whole)
 		}
 	})
 
@@ -143,24 +146,27 @@ func TestCPUCancelMidCall(t *testing.T) {
 			}
 			return rows, err
 		}
-		fill()
-		start := time.Now()
-		if n, err := run(context.Background()); err != nil || n != N {
-			t.Fatalf("uncancelled: %d of %d rows, %v", n, N, err)
+		whole := time.Duration(math.MaxInt64)
+		for range 2 { // the faster of two: the first one faults the output's pages in
+			fill()
+			start := time.Now()
+			if n, err := run(context.Background()); err != nil || n != N {
+				t.Fatalf("uncancelled: %d of %d rows, %v", n, N, err)
+			}
+			whole = min(whole, time.Since(start))
 		}
-		whole := time.Since(start)
 		fill()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), whole/4)
 		defer cancel()
-		start = time.Now()
+		start := time.Now()
 		n, err := run(ctx)
 		took := time.Since(start)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("a call past its deadline returned %v, want context.DeadlineExceeded", err)
 		}
-		t.Logf("uncancelled %v; with a 2 ms deadline returned after %v (%v), %d of %d rows written", whole, took, err, n, N)
+		t.Logf("uncancelled %v; with a deadline of a quarter of that returned after %v (%v), %d of %d rows written", whole, took, err, n, N)
 		if n == N {
-			t.Errorf("a call cancelled 2 ms in wrote all its rows (uncancelled it takes %v): it did not stop", whole)
+			t.Errorf("a call cancelled a quarter of the way in wrote all its rows (uncancelled it takes %v): it did not stop", whole)
 		}
 	})
 }
@@ -214,23 +220,26 @@ func TestCloseDuringCall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a large call (64 MiB of output)")
 	}
-	e, err := Open(WithBackend(BackendCPU), WithThreads(2))
+	e, err := Open(WithBackend(BackendCPU), WithThreads(1)) // a P left free: a sleeping test goroutine wakes only when one enters the scheduler
 	if err != nil {
 		t.Fatal(err)
 	}
 	const B, S, H = 64, 256, 1024
 	b := newBigEmbed(t, e, B, S, H)
-	b.fill()
-	start := time.Now()
-	if err := b.run(context.Background()); err != nil {
-		t.Fatal(err)
+	whole := time.Duration(math.MaxInt64)
+	for range 2 { // the faster of two: the first one faults the output's pages in
+		b.fill()
+		start := time.Now()
+		if err := b.run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		whole = min(whole, time.Since(start))
 	}
-	whole := time.Since(start)
 	b.fill()
 	errc := make(chan error)
 	go func() { errc <- b.run(context.Background()) }()
 	time.Sleep(whole / 8)
-	start = time.Now()
+	start := time.Now()
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
