@@ -45,6 +45,7 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 		Out:      a.Y.DType,
 		WriteX:   a.X.Present(),
 		OddD:     a.Y.DType.Is16() && D%2 == 1,
+		Vec:      shaders.VecOK(D),
 	}
 	if reread {
 		k.Private = 0

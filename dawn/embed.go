@@ -146,6 +146,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		CountOnes: w.Rule == ops.MaskCountOnes,
 		Sum:       out.Sum.Present(),
 		OddH:      w.DType == ops.F16 && H%2 == 1,
+		Vec:       shaders.VecOK(H),
 	}
 	if !k.MaskIndex {
 		k.CountOnes = false

@@ -28,11 +28,15 @@ func embedParams() []Embed {
 					for _, sum := range []bool{false, true} {
 						for _, odd := range []bool{false, true} {
 							for _, sh := range []shape{{64, 2}, {1, 1}, {256, 0}} {
-								out = append(out, Embed{
+								p := Embed{
 									W: sh.w, Private: sh.private, DType: dt,
 									Segment: seg > 0, SegIDs: seg > 1, PosIDs: pos,
 									MaskIndex: mi > 0, CountOnes: mi == 2, Sum: sum, OddH: odd,
-								})
+								}
+								out = append(out, p)
+								if p.Vec = true; !odd && sh.w >= VecLanes {
+									out = append(out, p) // the vector kernel (even H)
+								}
 							}
 						}
 					}
@@ -60,6 +64,9 @@ func addlnParams() []AddLN {
 							p.Bias = r[3]
 						}
 						out = append(out, p)
+						if p.Vec = true; !odd && sh.w >= VecLanes {
+							out = append(out, p) // the vector kernel (D a multiple of 4)
+						}
 					}
 				}
 			}

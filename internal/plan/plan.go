@@ -6,6 +6,13 @@
 // its elements k, k+W, k+2W, … in that order into its own f32 partial, starting from 0; then
 // the partials are combined by a halving tree, part[k] += part[k+off] for off = W/2, W/4, …, 1.
 //
+// The GPU kernels may run the plan's invocations four to a thread: in the vector kernels
+// (shaders.VecOK: H a multiple of 4), thread t of W/4 holds the partials of invocations
+// 4t … 4t+3 as the lanes of a vec4 and loads their elements of chunk m, x[mW+4t … mW+4t+3],
+// as one 16-byte vector (8 bytes for 16-bit data); the tree then runs over the same W
+// partials in workgroup memory. Every partial sees the same additions in the same order, so
+// the CPU mirror is the same for both.
+//
 // Plan v2 reduces shifted data: the shift x0 is the row's first element (the value the
 // statistics use: s[0] of AddLayerNorm, the T-rounded embedding sum of EmbedLayerNorm),
 // which every invocation and the CPU know before the first pass. With d = f32(x − x0):
