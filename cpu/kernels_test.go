@@ -86,7 +86,7 @@ var (
 	// Sizes around both vector widths (8 and 16 lanes), their unrolled loops and the blocks
 	// the reductions keep in registers (32 and 128 partials), and odd large ones.
 	kernelSizes = []int{0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 1000, 4099}
-	planWidths  = []int{1, 2, 4, 8, 16, 32, 128, 256}
+	planWidths  = []int{1, 2, 4, 8, 16, 32, 128, 256, 1024}
 )
 
 const guards = 9 // guard elements after every output slice

@@ -16,6 +16,7 @@ import (
 	"text/template"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
 //go:embed common/*.wgsl.tmpl embedlayernorm/*.wgsl.tmpl addlayernorm/*.wgsl.tmpl probe/*.wgsl.tmpl
@@ -61,7 +62,7 @@ type AddLN struct {
 // for: invocation t owns the plan's lanes 4t … 4t+3 and loads their elements of a chunk as
 // one vector (vec4<f32>, or vec2<u32> holding four 16-bit values), so the workgroup has
 // W/VecLanes invocations and every partial sum keeps the plan's order (internal/plan).
-const VecLanes = 4
+const VecLanes = plan.VecLanes
 
 // VecOK reports whether rows of h elements can use the vector kernels: every row then
 // starts on a vector boundary (h a multiple of VecLanes), and so does every table row.

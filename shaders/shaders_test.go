@@ -35,7 +35,11 @@ func embedParams() []Embed {
 								}
 								out = append(out, p)
 								if p.Vec = true; !odd && sh.w >= VecLanes {
-									out = append(out, p) // the vector kernel (even H)
+									out = append(out, p) // the vector kernel (H a multiple of 4)
+									if sh.w == 256 {
+										p.W, p.Private = 1024, 8 // long rows: W up to plan.MaxVecW
+										out = append(out, p)
+									}
 								}
 							}
 						}
@@ -66,6 +70,10 @@ func addlnParams() []AddLN {
 						out = append(out, p)
 						if p.Vec = true; !odd && sh.w >= VecLanes {
 							out = append(out, p) // the vector kernel (D a multiple of 4)
+							if sh.w == 256 {
+								p.W, p.Private = 1024, 8 // long rows: W up to plan.MaxVecW
+								out = append(out, p)
+							}
 						}
 					}
 				}

@@ -17,7 +17,7 @@ import (
 var (
 	hardConsts  = []float64{0, 1, -2.7, 0.1, 1000.1, -3e4, 1e-3, 7.5e3}
 	hardOffsets = []float64{1000, -1000, 1e4, 1000}
-	hardDims    = []int{1, 7, 768, 1000, 4097}
+	hardDims    = []int{1, 7, 768, 1000, 4096, 4097}
 	hardEps     = []float64{1e-5, 1e-12}
 )
 
