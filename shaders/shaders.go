@@ -274,6 +274,9 @@ const (
 	ProbeFromF16   = 3 // integer f16 → f32
 	ProbeToBF16    = 4 // integer f32 → bf16 (RNE)
 	ProbeUnpackF16 = 5 // builtin unpack2x16float, low half
+	ProbeRound16   = 6 // round16(f32) → f32 bits
+	ProbeF16x2Lo   = 7 // f16x2_to_f32, low half → f32 bits
+	ProbeF16x2Hi   = 8 // f16x2_to_f32, high half → f32 bits
 	ProbeWorkgroup = 64
 )
 
