@@ -148,6 +148,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		OddH:      w.DType == ops.F16 && H%2 == 1,
 		Vec:       shaders.VecOK(H),
 	}
+	k.Wide = k.Vec && w.DType == ops.F16 && shaders.WideOK(H, op.plan.W) // eight values a vector
 	if !k.MaskIndex {
 		k.CountOnes = false
 	}

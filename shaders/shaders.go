@@ -42,6 +42,7 @@ type Embed struct {
 	Sum       bool      // embedding_sum requested
 	OddH      bool      // H odd: 16-bit rows may share a word with their neighbours
 	Vec       bool      // the vector kernel (H a multiple of 4, see VecOK)
+	Wide      bool      // with Vec: the 8-lane vector kernel (f16, H a multiple of 8, see WideOK)
 }
 
 // AddLN selects an AddLayerNorm kernel.
@@ -56,6 +57,7 @@ type AddLN struct {
 	WriteX   bool      // the x output is requested
 	OddD     bool      // D odd: 16-bit rows may share a word with their neighbours
 	Vec      bool      // the vector kernel (D a multiple of 4, see VecOK)
+	Wide     bool      // with Vec: the 8-lane vector kernel (16-bit tensors only, see WideOK)
 }
 
 // VecLanes is how many of the plan's invocations one invocation of a vector kernel stands
@@ -67,6 +69,14 @@ const VecLanes = plan.VecLanes
 // VecOK reports whether rows of h elements can use the vector kernels: every row then
 // starts on a vector boundary (h a multiple of VecLanes), and so does every table row.
 func VecOK(h int) bool { return h%VecLanes == 0 }
+
+// WideLanes is VecLanes for the wide vector kernels of 16-bit data: invocation t owns the
+// plan's lanes 8t … 8t+7 and loads them as one vec4<u32> of eight 16-bit values.
+const WideLanes = 2 * VecLanes
+
+// WideOK reports whether rows of h elements whose tensors are all 16-bit, under a plan of
+// width w, can use the wide vector kernels.
+func WideOK(h, w int) bool { return h%WideLanes == 0 && w >= WideLanes }
 
 // PrivateFor is the Private parameter for rows of h elements over w invocations.
 func PrivateFor(h, w int) int {
@@ -83,8 +93,11 @@ func (p Embed) Key() string { return fmt.Sprintf("embed%+v", p) }
 func (p AddLN) Key() string { return fmt.Sprintf("addln%+v", p) }
 
 func (p Embed) check() error {
-	if err := checkW(p.W, p.Private, p.Vec); err != nil {
+	if err := checkW(p.W, p.Private, p.Vec, p.Wide); err != nil {
 		return err
+	}
+	if p.Wide && p.DType != ops.F16 {
+		return fmt.Errorf("shaders: embed: wide kernel of dtype %v", p.DType)
 	}
 	if p.DType != ops.F32 && p.DType != ops.F16 {
 		return fmt.Errorf("shaders: embed: dtype %v", p.DType)
@@ -96,8 +109,13 @@ func (p Embed) check() error {
 }
 
 func (p AddLN) check() error {
-	if err := checkW(p.W, p.Private, p.Vec); err != nil {
+	if err := checkW(p.W, p.Private, p.Vec, p.Wide); err != nil {
 		return err
+	}
+	for _, d := range []ops.DType{p.X1, p.X2, p.Gamma, p.Out, p.Bias} {
+		if p.Wide && d != ops.Invalid && !d.Is16() {
+			return fmt.Errorf("shaders: addln: wide kernel with a %v tensor", d)
+		}
 	}
 	for _, d := range []ops.DType{p.X1, p.X2, p.Gamma, p.Out} {
 		if wgslName(d) == "" {
@@ -110,7 +128,10 @@ func (p AddLN) check() error {
 	return nil
 }
 
-func checkW(w, private int, vec bool) error {
+func checkW(w, private int, vec, wide bool) error {
+	if wide && (!vec || w < WideLanes) {
+		return fmt.Errorf("shaders: wide kernel needs Vec and W ≥ %d (W %d)", WideLanes, w)
+	}
 	if w < 1 || w > 1024 || w&(w-1) != 0 {
 		return fmt.Errorf("shaders: W %d is not a power of two in [1, 1024]", w)
 	}
@@ -153,9 +174,13 @@ func vecElem(d string) string {
 	return "vec2<u32>" // four 16-bit values
 }
 
-// elemFor is elemType, or vecElem in the vector kernels.
-func elemFor(vec bool) func(string) string {
-	if vec {
+// elemFor is elemType, or vecElem in the vector kernels, or vec4<u32> (eight 16-bit values)
+// in the wide ones.
+func elemFor(vec, wide bool) func(string) string {
+	switch {
+	case wide:
+		return func(string) string { return "vec4<u32>" }
+	case vec:
 		return vecElem
 	}
 	return elemType
@@ -163,8 +188,10 @@ func elemFor(vec bool) func(string) string {
 
 // outElem is the array element of a written tensor: 16-bit rows that can share a word with a
 // neighbour are written with atomics; the vector kernels write whole vectors.
-func outElem(d string, odd, vec bool) string {
+func outElem(d string, odd, vec, wide bool) string {
 	switch {
+	case wide:
+		return "vec4<u32>"
 	case vec:
 		return vecElem(d)
 	case d == "f32":
@@ -198,9 +225,13 @@ func stageWords(out ops.DType, w, private int, vec bool) int {
 	return private*w/2 + 1
 }
 
-// groupSize is the workgroup size of a kernel: W, or W/VecLanes for the vector kernels.
-func groupSize(w int, vec bool) int {
-	if vec {
+// groupSize is the workgroup size of a kernel: W, or W/VecLanes for the vector kernels, or
+// W/WideLanes for the wide ones.
+func groupSize(w int, vec, wide bool) int {
+	switch {
+	case wide:
+		return w / WideLanes
+	case vec:
 		return w / VecLanes
 	}
 	return w
@@ -242,7 +273,7 @@ func RenderEmbed(p Embed) (string, error) {
 		T, Elem, OutElem string
 		Half, Stage      bool
 		StageWords, WG   int
-	}{p, t, elemFor(p.Vec)(t), outElem(t, p.OddH, p.Vec), p.DType == ops.F16, sw > 0, sw, groupSize(p.W, p.Vec)}
+	}{p, t, elemFor(p.Vec, p.Wide)(t), outElem(t, p.OddH, p.Vec, p.Wide), p.DType == ops.F16, sw > 0, sw, groupSize(p.W, p.Vec, p.Wide)}
 	return render(p.Key(), embedTmpl(), "embedlayernorm.wgsl.tmpl", data)
 }
 
@@ -254,15 +285,15 @@ func RenderAddLN(p AddLN) (string, error) {
 	out := wgslName(p.Out)
 	sw := stageWords(p.Out, p.W, p.Private, p.Vec)
 	data := struct {
-		W, Private, WG              int
-		X1, X2, Gamma, Bias, Out    string
-		BiasFull, WriteX, OddD, Vec bool
-		OutElem                     string
-		Stage                       bool
-		StageWords                  int
-		E                           func(string) string
-	}{p.W, p.Private, groupSize(p.W, p.Vec), wgslName(p.X1), wgslName(p.X2), wgslName(p.Gamma), wgslName(p.Bias), out,
-		p.BiasFull, p.WriteX, p.OddD, p.Vec, outElem(out, p.OddD, p.Vec), sw > 0, sw, elemFor(p.Vec)}
+		W, Private, WG                    int
+		X1, X2, Gamma, Bias, Out          string
+		BiasFull, WriteX, OddD, Vec, Wide bool
+		OutElem                           string
+		Stage                             bool
+		StageWords                        int
+		E                                 func(string) string
+	}{p.W, p.Private, groupSize(p.W, p.Vec, p.Wide), wgslName(p.X1), wgslName(p.X2), wgslName(p.Gamma), wgslName(p.Bias), out,
+		p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Wide, outElem(out, p.OddD, p.Vec, p.Wide), sw > 0, sw, elemFor(p.Vec, p.Wide)}
 	return render(p.Key(), addlnTmpl(), "addlayernorm.wgsl.tmpl", data)
 }
 
@@ -285,7 +316,7 @@ const (
 // workgroups of ProbeWorkgroup invocations, element = gid.x + gid.y·nwg.x·ProbeWorkgroup).
 func RenderProbe() (string, error) {
 	return render("probe", probeTmpl(), "probe.wgsl.tmpl", struct {
-		W, WG      int
-		Stage, Vec bool
+		W, WG            int
+		Stage, Vec, Wide bool
 	}{W: ProbeWorkgroup, WG: ProbeWorkgroup})
 }

@@ -36,6 +36,11 @@ func embedParams() []Embed {
 								out = append(out, p)
 								if p.Vec = true; !odd && sh.w >= VecLanes {
 									out = append(out, p) // the vector kernel (H a multiple of 4)
+									if dt == ops.F16 {
+										wide := p
+										wide.Wide = true
+										out = append(out, wide) // the wide kernel (H a multiple of 8)
+									}
 									if sh.w == 256 {
 										p.W, p.Private = 1024, 8 // long rows: W up to plan.MaxVecW
 										out = append(out, p)
@@ -70,6 +75,11 @@ func addlnParams() []AddLN {
 						out = append(out, p)
 						if p.Vec = true; !odd && sh.w >= VecLanes {
 							out = append(out, p) // the vector kernel (D a multiple of 4)
+							if r[0].Is16() && r[1].Is16() && r[2].Is16() {
+								wide := p
+								wide.Wide = true
+								out = append(out, wide) // the wide kernel (D a multiple of 8)
+							}
 							if sh.w == 256 {
 								p.W, p.Private = 1024, 8 // long rows: W up to plan.MaxVecW
 								out = append(out, p)
