@@ -331,6 +331,15 @@ static int scopes_pop_wait(drt_device *d, const char *what, char *err, size_t ca
 
 /* ---- device ------------------------------------------------------------------------------ */
 
+/* WGPUDawnTogglesDescriptor of dawn.json (not in the generated header): chained on the device
+   descriptor; unknown toggle names are ignored. */
+typedef struct {
+    WGPUChainedStruct chain;
+    size_t enabledToggleCount;
+    const char *const *enabledToggles;
+    size_t disabledToggleCount;
+    const char *const *disabledToggles;
+} drt_toggles;
 
 static int fail_open(drt_device *d, int code) {
     drt_close(d);
@@ -344,6 +353,8 @@ int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, 
     WGPURequestAdapterCallbackInfo aci;
     WGPURequestDeviceCallbackInfo dci;
     WGPUDeviceDescriptor dd;
+    drt_toggles toggles;
+    static const char *const no_quantization[] = {"timestamp_quantization"};
     WGPUAdapterInfo info;
     WGPULimits al, req;
     WGPUFeatureName wanted[] = DRT_WANTED_FEATURES, features[8];
@@ -441,7 +452,15 @@ int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, 
         if (p->AdapterHasFeature(adapter, wanted[i])) features[nf++] = wanted[i];
     }
 
+    /* Exact timestamps: Dawn rounds them to 65.536 us unless the device disables
+       timestamp_quantization (kernel timing measures single dispatches). */
+    memset(&toggles, 0, sizeof toggles);
+    toggles.chain.sType = WGPUSType_DawnTogglesDescriptor;
+    toggles.disabledToggleCount = sizeof no_quantization / sizeof no_quantization[0];
+    toggles.disabledToggles = no_quantization;
+
     memset(&dd, 0, sizeof dd);
+    dd.nextInChain = &toggles.chain;
     dd.label = sv("fusednorm");
     dd.requiredFeatureCount = nf;
     dd.requiredFeatures = features;

@@ -142,12 +142,34 @@ func (c *addCall) biasSpan(off, lo, hi int) (start, end int, ok bool) {
 	return 0, 0, false
 }
 
+// first is s[0] of the row at element off, (x1 + x2) + bias as the first pass computes it:
+// the plan's shift, known before that pass.
+func (c *addCall) first(off int) float32 {
+	a := &c.a
+	x0 := elemF32(a.X1, off) + elemF32(a.X2, off)
+	if b0, _, ok := c.biasSpan(off, 0, 1); ok {
+		x0 += elemF32(a.Bias, b0)
+	}
+	return x0
+}
+
+// elemF32 is element i of b as float32 (16-bit values widened exactly).
+func elemF32(b ops.Buf, i int) float32 {
+	switch b.DType {
+	case ops.F16:
+		return F16ToF32(b.U16[i])
+	case ops.BF16:
+		return BF16ToF32(b.U16[i])
+	}
+	return b.F32[i]
+}
+
 // sumPieces is the first pass of a row with 16-bit inputs: s = (x1 + x2) + bias in float32
 // and its partial sums, a piece of sumPiece elements (a multiple of W) at a time, so the
 // inputs (widened in addSum16's loads, or into scratch for mixed rows) and the piece of s
 // stay in L1; the x output is written from each piece while it is there (xs: streamed,
 // f32).
-func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
+func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scratch) {
 	k, a := c.k, &c.a
 	D := a.D
 	n := sumPieceOf(len(part))
@@ -168,7 +190,7 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 				x = a.X.U16[off+lo : off+hi]
 			}
 			f := sum16{bf: a.X1.DType == ops.BF16, acc: lo > 0}
-			k.addSum16(f, part, s[lo:hi], x, a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias)
+			k.addSum16(f, part, s[lo:hi], x, a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias, x0)
 		} else {
 			x1 := rowF32(k, a.X1, off+lo, m, sc.y)
 			x2 := rowF32(k, a.X2, off+lo, m, sc.t)
@@ -177,9 +199,9 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, sc *scratch) {
 				bias = a.Bias.F32[b0:b1]
 			}
 			if lo == 0 {
-				k.addSum(part, s[lo:hi], nil, x1, x2, bias)
+				k.addSum(part, s[lo:hi], nil, x1, x2, bias, x0)
 			} else {
-				k.addSumAcc(part, s[lo:hi], x1, x2, bias)
+				k.addSumAcc(part, s[lo:hi], x1, x2, bias, x0)
 			}
 		}
 		switch {
@@ -225,8 +247,9 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			xs = a.X.F32[off : off+D]
 		}
 		part := sc.part[:p.W]
+		x0 := c.first(off)
 		if c.pieces {
-			c.sumPieces(s, xs, part, off, sc)
+			c.sumPieces(s, xs, part, off, x0, sc)
 		} else {
 			// s = (x1 + x2) + bias (x1 + x2 without one) and its partial sums in one pass.
 			var bias []float32
@@ -237,15 +260,15 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			if c.stream {
 				addSum = k.addSumStream
 			}
-			addSum(part, s, xs, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias)
+			addSum(part, s, xs, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
 		}
 		pf.step()
-		mean, rstd := rowStatsSummed(k, p, s, part, a.Epsilon, pf)
-		a.Mean[r], a.Rstd[r] = mean, rstd
+		st := rowStatsSummed(k, p, s, part, x0, a.Epsilon, pf)
+		a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
 		if a.Y.DType == ops.F32 {
-			normalize(k, p, a.Y.F32[off:off+D], s, a.Gamma.F32, a.Beta.F32, mean, rstd, ntY)
+			normalize(k, p, a.Y.F32[off:off+D], s, a.Gamma.F32, a.Beta.F32, st, ntY)
 		} else {
-			normalize16(k, p, a.Y, off, s, w16, mean, rstd, c.nt16)
+			normalize16(k, p, a.Y, off, s, w16, st, c.nt16)
 		}
 		pf.rest()
 	}

@@ -219,10 +219,15 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		if inOrder {
 			addSum = op.k.addSumStream
 		}
-		addSum(part, x, xs, w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H], g)
+		word, pos := w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H]
+		x0 := word[0] + pos[0] // the plan's shift: x[0], as the sum computes it
+		if g != nil {
+			x0 += g[0]
+		}
+		addSum(part, x, xs, word, pos, g, x0)
 		pf.step()
-		mean, rstd := rowStatsSummed(op.k, &op.plan, x, part, w.Epsilon, pf)
-		normalize(op.k, &op.plan, out.Out.F32[row:row+H], x, w.Gamma.F32, w.Beta.F32, mean, rstd, nt)
+		st := rowStatsSummed(op.k, &op.plan, x, part, x0, w.Epsilon, pf)
+		normalize(op.k, &op.plan, out.Out.F32[row:row+H], x, w.Gamma.F32, w.Beta.F32, st, nt)
 		pf.step()
 	case ops.F16:
 		var g []uint16
@@ -246,14 +251,14 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			}
 			op.k.embedSumF16(x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
 			if lo == 0 {
-				op.k.sumZero(part, x[lo:hi])
+				op.k.sumZero(part, x[lo:hi], x[0]) // the plan's shift: x[0]
 			} else {
-				op.k.accumulate(part, x[lo:hi])
+				op.k.accumulate(part, x[lo:hi], x[0])
 			}
 		}
 		pf.step()
-		mean, rstd := rowStatsSummed(op.k, &op.plan, x, part, w.Epsilon, pf)
-		normalize16(op.k, &op.plan, out.Out, row, x, op.w16, mean, rstd, nt)
+		st := rowStatsSummed(op.k, &op.plan, x, part, x[0], w.Epsilon, pf)
+		normalize16(op.k, &op.plan, out.Out, row, x, op.w16, st, nt)
 		pf.step()
 	}
 }

@@ -8,52 +8,52 @@ import (
 // kernelSet is one complete set of the hot loops, all giving the bits of the pure-Go twins
 // (the …Go functions). Each Backend holds the set of its level.
 type kernelSet struct {
-	accumulate         func(part, x []float32)                                                           // part[k] += x[c·W+k], the plan's order
-	accumulateSqDev    func(part, x []float32, mean float32)                                             // part[k] += f32(d·d), d = x−mean
-	accumulateSqDevFMA func(part, x []float32, mean float32)                                             // part[k] = fma(d, d, part[k])
-	tree               func(part []float32) float32                                                      // the halving tree (plan.Plan.Tree)
-	affine             func(y, x, gamma, beta []float32, mean, rstd float32)                             // f32((x−mean)·rstd)·gamma + beta
-	affineFMA          func(y, x, gamma, beta []float32, mean, rstd float32)                             // fma((x−mean)·rstd, gamma, beta)
-	affine16           func(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32)          // affine or affineFMA, rounded to 16 bits
-	affine16H          func(f form16, y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32) // affine16, gamma and beta in y's format
-	embedSumF32        func(x, w, p, g []float32)                                                        // (w + p) + g, or w + p without g
-	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)                                // rnd16(rnd16(w + g) + p), as f32 and bits
-	add2               func(s, a, b []float32)                                                           // s = a + b
-	add3               func(s, a, b, c []float32)                                                        // s = (a + b) + c
-	addTo              func(s, b []float32)                                                              // s += b
-	widenF16           func(dst []float32, src []uint16)                                                 // binary16 → float32
-	widenBF16          func(dst []float32, src []uint16)                                                 // bfloat16 → float32
-	narrowF16          func(dst []uint16, src []float32)                                                 // float32 → binary16, nearest-even
-	narrowBF16         func(dst []uint16, src []float32)                                                 // float32 → bfloat16 (F32ToBF16)
-	narrow16NT         func(bf bool, dst []uint16, src []float32)                                        // narrowBF16 (bf) or narrowF16, NT stores
-	maskCountOnes      func(m []int32) int32                                                             // how many of m are 1
-	maskFirstZero      func(m []int32) int                                                               // index of the first 0 in m, else len(m)
+	accumulate         func(part, x []float32, x0 float32)                                                    // part[k] += x[c·W+k] − x0, the plan's order
+	accumulateSqDev    func(part, x []float32, x0, meanD float32)                                             // part[k] += f32(d·d), d = (x−x0)−meanD
+	accumulateSqDevFMA func(part, x []float32, x0, meanD float32)                                             // part[k] = fma(d, d, part[k])
+	tree               func(part []float32) float32                                                           // the halving tree (plan.Plan.Tree)
+	affine             func(y, x, gamma, beta []float32, x0, meanD, rstd float32)                             // f32(((x−x0)−meanD)·rstd)·gamma + beta
+	affineFMA          func(y, x, gamma, beta []float32, x0, meanD, rstd float32)                             // fma(((x−x0)−meanD)·rstd, gamma, beta)
+	affine16           func(f form16, y []uint16, x, gamma, beta []float32, x0, meanD, rstd float32)          // affine or affineFMA, rounded to 16 bits
+	affine16H          func(f form16, y []uint16, x []float32, gamma, beta []uint16, x0, meanD, rstd float32) // affine16, gamma and beta in y's format
+	embedSumF32        func(x, w, p, g []float32)                                                             // (w + p) + g, or w + p without g
+	embedSumF16        func(x []float32, bits []uint16, w, p, g []uint16)                                     // rnd16(rnd16(w + g) + p), as f32 and bits
+	add2               func(s, a, b []float32)                                                                // s = a + b
+	add3               func(s, a, b, c []float32)                                                             // s = (a + b) + c
+	addTo              func(s, b []float32)                                                                   // s += b
+	widenF16           func(dst []float32, src []uint16)                                                      // binary16 → float32
+	widenBF16          func(dst []float32, src []uint16)                                                      // bfloat16 → float32
+	narrowF16          func(dst []uint16, src []float32)                                                      // float32 → binary16, nearest-even
+	narrowBF16         func(dst []uint16, src []float32)                                                      // float32 → bfloat16 (F32ToBF16)
+	narrow16NT         func(bf bool, dst []uint16, src []float32)                                             // narrowBF16 (bf) or narrowF16, NT stores
+	maskCountOnes      func(m []int32) int32                                                                  // how many of m are 1
+	maskFirstZero      func(m []int32) int                                                                    // index of the first 0 in m, else len(m)
 
 	// Memory-system variants (stream.go): the same values as their twins, stored or
 	// fetched differently. The NT stores are weakly ordered: a worker that used them calls
 	// fence before its rows are shared.
-	affineNT    func(y, x, gamma, beta []float32, mean, rstd float32)
-	affineFMANT func(y, x, gamma, beta []float32, mean, rstd float32)
+	affineNT    func(y, x, gamma, beta []float32, x0, meanD, rstd float32)
+	affineFMANT func(y, x, gamma, beta []float32, x0, meanD, rstd float32)
 	copyNT      func(dst, src []float32)
 	prefetch    func(b []byte)
 	fence       func()
 
 	// Fewer passes over a row (rowstats.go): the three accumulations on partials that start
 	// at zero (no clear first), and a row's first pass fused with its first accumulation.
-	sumZero      func(part, x []float32)
-	sqDevZero    func(part, x []float32, mean float32)
-	sqDevFMAZero func(part, x []float32, mean float32)
-	addSum       func(part, s, x, a, b, c []float32)
-	addSumAcc    func(part, s, a, b, c []float32) // addSum without x, onto the partials as they are
+	sumZero      func(part, x []float32, x0 float32)
+	sqDevZero    func(part, x []float32, x0, meanD float32)
+	sqDevFMAZero func(part, x []float32, x0, meanD float32)
+	addSum       func(part, s, x, a, b, c []float32, x0 float32) // x0 = s[0], the plan's shift
+	addSumAcc    func(part, s, a, b, c []float32, x0 float32)    // addSum without x, onto the partials as they are
 	// addSumStream is addSum for inputs streamed from DRAM: the sum in one sequential pass,
 	// then the partial sums from s in the caches. (addSum's register-blocked walk strides
 	// through a row W elements at a time, which leaves the hardware prefetchers behind.)
-	addSumStream func(part, s, x, a, b, c []float32)
+	addSumStream func(part, s, x, a, b, c []float32, x0 float32)
 	// addSum16 is addSum (f.acc: addSumAcc) for 16-bit a and b of one format (f.bf:
 	// bfloat16), widened as they are loaded, and c of that format too (nil: none); x (nil:
 	// none) gets s rounded to that format, stored non-temporally where the level can (the
 	// caller fences).
-	addSum16 func(f sum16, part, s []float32, x, a, b, c []uint16)
+	addSum16 func(f sum16, part, s []float32, x, a, b, c []uint16, x0 float32)
 }
 
 // sum16 is the form of an addSum16 call.

@@ -26,143 +26,143 @@ func avx2Add3NT(s []float32, x []float32, a []float32, b []float32, d []float32)
 //go:noescape
 func avx2AddTo(s []float32, b []float32)
 
-// avx2Affine writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx2Affine writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // for whole vectors of y.
 //
 //go:noescape
-func avx2Affine(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2Affine(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineFMA writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx2AffineFMA writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // for whole vectors of y.
 //
 //go:noescape
-func avx2AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx2AffineNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // for whole vectors of y, with non-temporal stores: y must be aligned to the
 // vector, and the caller fences before the values are shared.
 //
 //go:noescape
-func avx2AffineNT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2AffineNT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineFMANT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx2AffineFMANT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // for whole vectors of y, with non-temporal stores: y must be aligned to the
 // vector, and the caller fences before the values are shared.
 //
 //go:noescape
-func avx2AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx2AffineF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 //
 //go:noescape
-func avx2AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineFMAF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx2AffineFMAF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 //
 //go:noescape
-func avx2AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
-// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
-//
-//go:noescape
-func avx2AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
-
-// avx2AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx2AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx2AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+
+// avx2AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 //
 //go:noescape
-func avx2AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineFMABF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx2AffineFMABF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 //
 //go:noescape
-func avx2AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx2AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx2AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx2AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx2AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx2AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx2AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx2AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx2AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx2AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
-// gamma and beta are in y's format.
-// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
-//
-//go:noescape
-func avx2AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
-
-// avx2AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx2AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx2AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx2AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+
+// avx2AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx2AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx2AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx2AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx2AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx2AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx2AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx2AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx2AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx2AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx2AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
 // avx2WidenF16 writes dst[i] = float32(binary16 src[i]) for whole vectors of dst.
 //
@@ -196,207 +196,207 @@ func avx2NarrowF16NT(dst []uint16, src []float32)
 //go:noescape
 func avx2NarrowBF16NT(dst []uint16, src []float32)
 
-// avx2Accumulate does part[k] += x[c·W+k] for every chunk c;
+// avx2Accumulate does part[k] += x[c·W+k] − x0 for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
 //
 //go:noescape
-func avx2Accumulate(part []float32, x []float32)
+func avx2Accumulate(part []float32, x []float32, x0 float32)
 
-// avx2AccumulateSqDev does part[k] += f32(d·d), d = x[c·W+k] − mean for every chunk c;
+// avx2AccumulateSqDev does part[k] += f32(d·d), d = (x[c·W+k] − x0) − meanD for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
 //
 //go:noescape
-func avx2AccumulateSqDev(part []float32, x []float32, mean float32)
+func avx2AccumulateSqDev(part []float32, x []float32, x0 float32, meanD float32)
 
-// avx2AccumulateSqDevFMA does part[k] = fma(d, d, part[k]), d = x[c·W+k] − mean for every chunk c;
+// avx2AccumulateSqDevFMA does part[k] = fma(d, d, part[k]), d = (x[c·W+k] − x0) − meanD for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
 //
 //go:noescape
-func avx2AccumulateSqDevFMA(part []float32, x []float32, mean float32)
+func avx2AccumulateSqDevFMA(part []float32, x []float32, x0 float32, meanD float32)
 
 // avx2AccumulateZero is avx2Accumulate on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx2AccumulateZero(part []float32, x []float32)
+func avx2AccumulateZero(part []float32, x []float32, x0 float32)
 
 // avx2AccumulateSqDevZero is avx2AccumulateSqDev on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx2AccumulateSqDevZero(part []float32, x []float32, mean float32)
+func avx2AccumulateSqDevZero(part []float32, x []float32, x0 float32, meanD float32)
 
 // avx2AccumulateSqDevFMAZero is avx2AccumulateSqDevFMA on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx2AccumulateSqDevFMAZero(part []float32, x []float32, mean float32)
+func avx2AccumulateSqDevFMAZero(part []float32, x []float32, x0 float32, meanD float32)
 
-// avx2Add2Sum writes s[i] = a[i] + b[i] and part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// avx2Add2Sum writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2Add2Sum(part []float32, s []float32, a []float32, b []float32)
+func avx2Add2Sum(part []float32, s []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3Sum writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// avx2Add3Sum writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32)
+func avx2Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx2Add2SumNT writes s[i] = a[i] + b[i] and part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// avx2Add2SumNT writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32)
+func avx2Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3SumNT writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// avx2Add3SumNT writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32)
+func avx2Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx2Add2SumAcc writes s[i] = a[i] + b[i] and part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// avx2Add2SumAcc writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2Add2SumAcc(part []float32, s []float32, a []float32, b []float32)
+func avx2Add2SumAcc(part []float32, s []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3SumAcc writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// avx2Add3SumAcc writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32)
+func avx2Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
 
 // avx2AddSumF16 writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16(part []float32, s []float32, a []uint16, b []uint16)
+func avx2AddSumF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 
 // avx2AddSumF16NT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+func avx2AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx2AddSumF16Acc writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+func avx2AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 
 // avx2AddSumF16AccNT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+func avx2AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx2AddSumF16Full writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+func avx2AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx2AddSumF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+func avx2AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx2AddSumF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+func avx2AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx2AddSumF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+func avx2AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx2AddSumBF16 writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16(part []float32, s []float32, a []uint16, b []uint16)
+func avx2AddSumBF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 
 // avx2AddSumBF16NT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+func avx2AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx2AddSumBF16Acc writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+func avx2AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 
 // avx2AddSumBF16AccNT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+func avx2AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx2AddSumBF16Full writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+func avx2AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx2AddSumBF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+func avx2AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx2AddSumBF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx2AddSumBF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+func avx2AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx2EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
 // (VCVTPS2PH imm 0: nearest-even).
@@ -449,143 +449,143 @@ func avx512Add3NT(s []float32, x []float32, a []float32, b []float32, d []float3
 //go:noescape
 func avx512AddTo(s []float32, b []float32)
 
-// avx512Affine writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx512Affine writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // for whole vectors of y.
 //
 //go:noescape
-func avx512Affine(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512Affine(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineFMA writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx512AffineFMA writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // for whole vectors of y.
 //
 //go:noescape
-func avx512AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx512AffineNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // for whole vectors of y, with non-temporal stores: y must be aligned to the
 // vector, and the caller fences before the values are shared.
 //
 //go:noescape
-func avx512AffineNT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512AffineNT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineFMANT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx512AffineFMANT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // for whole vectors of y, with non-temporal stores: y must be aligned to the
 // vector, and the caller fences before the values are shared.
 //
 //go:noescape
-func avx512AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx512AffineF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 //
 //go:noescape
-func avx512AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineFMAF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx512AffineFMAF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 //
 //go:noescape
-func avx512AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
-// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
-//
-//go:noescape
-func avx512AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
-
-// avx512AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx512AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx512AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+
+// avx512AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 //
 //go:noescape
-func avx512AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineFMABF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx512AffineFMABF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 //
 //go:noescape
-func avx512AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx512AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx512AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+func avx512AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx512AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx512AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx512AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx512AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx512AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx512AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
-// gamma and beta are in y's format.
-// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
-//
-//go:noescape
-func avx512AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
-
-// avx512AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx512AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx512AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx512AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+
+// avx512AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx512AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx512AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx512AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx512AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx512AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((x[i] − mean)·rstd),
+// avx512AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx512AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
-// avx512AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((x[i] − mean)·rstd),
+// avx512AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+func avx512AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 
 // avx512WidenF16 writes dst[i] = float32(binary16 src[i]) for whole vectors of dst.
 //
@@ -619,207 +619,207 @@ func avx512NarrowF16NT(dst []uint16, src []float32)
 //go:noescape
 func avx512NarrowBF16NT(dst []uint16, src []float32)
 
-// avx512Accumulate does part[k] += x[c·W+k] for every chunk c;
+// avx512Accumulate does part[k] += x[c·W+k] − x0 for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
 //
 //go:noescape
-func avx512Accumulate(part []float32, x []float32)
+func avx512Accumulate(part []float32, x []float32, x0 float32)
 
-// avx512AccumulateSqDev does part[k] += f32(d·d), d = x[c·W+k] − mean for every chunk c;
+// avx512AccumulateSqDev does part[k] += f32(d·d), d = (x[c·W+k] − x0) − meanD for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
 //
 //go:noescape
-func avx512AccumulateSqDev(part []float32, x []float32, mean float32)
+func avx512AccumulateSqDev(part []float32, x []float32, x0 float32, meanD float32)
 
-// avx512AccumulateSqDevFMA does part[k] = fma(d, d, part[k]), d = x[c·W+k] − mean for every chunk c;
+// avx512AccumulateSqDevFMA does part[k] = fma(d, d, part[k]), d = (x[c·W+k] − x0) − meanD for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
 //
 //go:noescape
-func avx512AccumulateSqDevFMA(part []float32, x []float32, mean float32)
+func avx512AccumulateSqDevFMA(part []float32, x []float32, x0 float32, meanD float32)
 
 // avx512AccumulateZero is avx512Accumulate on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx512AccumulateZero(part []float32, x []float32)
+func avx512AccumulateZero(part []float32, x []float32, x0 float32)
 
 // avx512AccumulateSqDevZero is avx512AccumulateSqDev on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx512AccumulateSqDevZero(part []float32, x []float32, mean float32)
+func avx512AccumulateSqDevZero(part []float32, x []float32, x0 float32, meanD float32)
 
 // avx512AccumulateSqDevFMAZero is avx512AccumulateSqDevFMA on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx512AccumulateSqDevFMAZero(part []float32, x []float32, mean float32)
+func avx512AccumulateSqDevFMAZero(part []float32, x []float32, x0 float32, meanD float32)
 
-// avx512Add2Sum writes s[i] = a[i] + b[i] and part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// avx512Add2Sum writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512Add2Sum(part []float32, s []float32, a []float32, b []float32)
+func avx512Add2Sum(part []float32, s []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3Sum writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// avx512Add3Sum writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32)
+func avx512Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx512Add2SumNT writes s[i] = a[i] + b[i] and part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// avx512Add2SumNT writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32)
+func avx512Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3SumNT writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// avx512Add3SumNT writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32)
+func avx512Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx512Add2SumAcc writes s[i] = a[i] + b[i] and part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// avx512Add2SumAcc writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512Add2SumAcc(part []float32, s []float32, a []float32, b []float32)
+func avx512Add2SumAcc(part []float32, s []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3SumAcc writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// avx512Add3SumAcc writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32)
+func avx512Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
 
 // avx512AddSumF16 writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16(part []float32, s []float32, a []uint16, b []uint16)
+func avx512AddSumF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumF16NT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+func avx512AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumF16Acc writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+func avx512AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumF16AccNT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+func avx512AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumF16Full writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+func avx512AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+func avx512AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+func avx512AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+func avx512AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumBF16 writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16(part []float32, s []float32, a []uint16, b []uint16)
+func avx512AddSumBF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumBF16NT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+func avx512AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumBF16Acc writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+func avx512AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumBF16AccNT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+func avx512AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumBF16Full writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+func avx512AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumBF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] from +0 (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+func avx512AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumBF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumBF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c s[c·W+k] added onto part (chunks in order),
+// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+func avx512AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
 // (VCVTPS2PH imm 0: nearest-even).

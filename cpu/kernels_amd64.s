@@ -213,15 +213,16 @@ avx2AddTo_done:
 	VZEROUPPER
 	RET
 
-// func avx2Affine(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2Affine(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX
-TEXT ·avx2Affine(SB), NOSPLIT, $0-104
+TEXT ·avx2Affine(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -230,30 +231,34 @@ TEXT ·avx2Affine(SB), NOSPLIT, $0-104
 	JAE          avx2Affine_single
 
 avx2Affine_unrolled:
-	VMOVUPS (CX)(DI*4), Y2
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y1, Y2, Y2
-	VMULPS  (DX)(DI*4), Y2, Y2
-	VADDPS  (BX)(DI*4), Y2, Y2
-	VMOVUPS Y2, (AX)(DI*4)
-	VMOVUPS 32(CX)(DI*4), Y2
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y1, Y2, Y2
-	VMULPS  32(DX)(DI*4), Y2, Y2
-	VADDPS  32(BX)(DI*4), Y2, Y2
-	VMOVUPS Y2, 32(AX)(DI*4)
-	VMOVUPS 64(CX)(DI*4), Y2
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y1, Y2, Y2
-	VMULPS  64(DX)(DI*4), Y2, Y2
-	VADDPS  64(BX)(DI*4), Y2, Y2
-	VMOVUPS Y2, 64(AX)(DI*4)
-	VMOVUPS 96(CX)(DI*4), Y2
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y1, Y2, Y2
-	VMULPS  96(DX)(DI*4), Y2, Y2
-	VADDPS  96(BX)(DI*4), Y2, Y2
-	VMOVUPS Y2, 96(AX)(DI*4)
+	VMOVUPS (CX)(DI*4), Y3
+	VSUBPS  Y0, Y3, Y3
+	VSUBPS  Y1, Y3, Y3
+	VMULPS  Y2, Y3, Y3
+	VMULPS  (DX)(DI*4), Y3, Y3
+	VADDPS  (BX)(DI*4), Y3, Y3
+	VMOVUPS Y3, (AX)(DI*4)
+	VMOVUPS 32(CX)(DI*4), Y3
+	VSUBPS  Y0, Y3, Y3
+	VSUBPS  Y1, Y3, Y3
+	VMULPS  Y2, Y3, Y3
+	VMULPS  32(DX)(DI*4), Y3, Y3
+	VADDPS  32(BX)(DI*4), Y3, Y3
+	VMOVUPS Y3, 32(AX)(DI*4)
+	VMOVUPS 64(CX)(DI*4), Y3
+	VSUBPS  Y0, Y3, Y3
+	VSUBPS  Y1, Y3, Y3
+	VMULPS  Y2, Y3, Y3
+	VMULPS  64(DX)(DI*4), Y3, Y3
+	VADDPS  64(BX)(DI*4), Y3, Y3
+	VMOVUPS Y3, 64(AX)(DI*4)
+	VMOVUPS 96(CX)(DI*4), Y3
+	VSUBPS  Y0, Y3, Y3
+	VSUBPS  Y1, Y3, Y3
+	VMULPS  Y2, Y3, Y3
+	VMULPS  96(DX)(DI*4), Y3, Y3
+	VADDPS  96(BX)(DI*4), Y3, Y3
+	VMOVUPS Y3, 96(AX)(DI*4)
 	ADDQ    $0x00000020, DI
 	CMPQ    DI, R8
 	JB      avx2Affine_unrolled
@@ -265,12 +270,13 @@ avx2Affine_single:
 	JAE  avx2Affine_done
 
 avx2Affine_loop:
-	VMOVUPS (CX)(DI*4), Y2
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y1, Y2, Y2
-	VMULPS  (DX)(DI*4), Y2, Y2
-	VADDPS  (BX)(DI*4), Y2, Y2
-	VMOVUPS Y2, (AX)(DI*4)
+	VMOVUPS (CX)(DI*4), Y3
+	VSUBPS  Y0, Y3, Y3
+	VSUBPS  Y1, Y3, Y3
+	VMULPS  Y2, Y3, Y3
+	VMULPS  (DX)(DI*4), Y3, Y3
+	VADDPS  (BX)(DI*4), Y3, Y3
+	VMOVUPS Y3, (AX)(DI*4)
 	ADDQ    $0x00000008, DI
 	CMPQ    DI, R8
 	JB      avx2Affine_loop
@@ -279,15 +285,16 @@ avx2Affine_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, FMA3
-TEXT ·avx2AffineFMA(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineFMA(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -296,30 +303,34 @@ TEXT ·avx2AffineFMA(SB), NOSPLIT, $0-104
 	JAE          avx2AffineFMA_single
 
 avx2AffineFMA_unrolled:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     (DX)(DI*4), Y3
-	VFMADD213PS (BX)(DI*4), Y3, Y2
-	VMOVUPS     Y2, (AX)(DI*4)
-	VMOVUPS     32(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     32(DX)(DI*4), Y3
-	VFMADD213PS 32(BX)(DI*4), Y3, Y2
-	VMOVUPS     Y2, 32(AX)(DI*4)
-	VMOVUPS     64(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     64(DX)(DI*4), Y3
-	VFMADD213PS 64(BX)(DI*4), Y3, Y2
-	VMOVUPS     Y2, 64(AX)(DI*4)
-	VMOVUPS     96(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     96(DX)(DI*4), Y3
-	VFMADD213PS 96(BX)(DI*4), Y3, Y2
-	VMOVUPS     Y2, 96(AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     (DX)(DI*4), Y4
+	VFMADD213PS (BX)(DI*4), Y4, Y3
+	VMOVUPS     Y3, (AX)(DI*4)
+	VMOVUPS     32(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     32(DX)(DI*4), Y4
+	VFMADD213PS 32(BX)(DI*4), Y4, Y3
+	VMOVUPS     Y3, 32(AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     64(DX)(DI*4), Y4
+	VFMADD213PS 64(BX)(DI*4), Y4, Y3
+	VMOVUPS     Y3, 64(AX)(DI*4)
+	VMOVUPS     96(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     96(DX)(DI*4), Y4
+	VFMADD213PS 96(BX)(DI*4), Y4, Y3
+	VMOVUPS     Y3, 96(AX)(DI*4)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMA_unrolled
@@ -331,12 +342,13 @@ avx2AffineFMA_single:
 	JAE  avx2AffineFMA_done
 
 avx2AffineFMA_loop:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     (DX)(DI*4), Y3
-	VFMADD213PS (BX)(DI*4), Y3, Y2
-	VMOVUPS     Y2, (AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     (DX)(DI*4), Y4
+	VFMADD213PS (BX)(DI*4), Y4, Y3
+	VMOVUPS     Y3, (AX)(DI*4)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMA_loop
@@ -345,15 +357,16 @@ avx2AffineFMA_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineNT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineNT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX
-TEXT ·avx2AffineNT(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineNT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -362,30 +375,34 @@ TEXT ·avx2AffineNT(SB), NOSPLIT, $0-104
 	JAE          avx2AffineNT_single
 
 avx2AffineNT_unrolled:
-	VMOVUPS  (CX)(DI*4), Y2
-	VSUBPS   Y0, Y2, Y2
-	VMULPS   Y1, Y2, Y2
-	VMULPS   (DX)(DI*4), Y2, Y2
-	VADDPS   (BX)(DI*4), Y2, Y2
-	VMOVNTPS Y2, (AX)(DI*4)
-	VMOVUPS  32(CX)(DI*4), Y2
-	VSUBPS   Y0, Y2, Y2
-	VMULPS   Y1, Y2, Y2
-	VMULPS   32(DX)(DI*4), Y2, Y2
-	VADDPS   32(BX)(DI*4), Y2, Y2
-	VMOVNTPS Y2, 32(AX)(DI*4)
-	VMOVUPS  64(CX)(DI*4), Y2
-	VSUBPS   Y0, Y2, Y2
-	VMULPS   Y1, Y2, Y2
-	VMULPS   64(DX)(DI*4), Y2, Y2
-	VADDPS   64(BX)(DI*4), Y2, Y2
-	VMOVNTPS Y2, 64(AX)(DI*4)
-	VMOVUPS  96(CX)(DI*4), Y2
-	VSUBPS   Y0, Y2, Y2
-	VMULPS   Y1, Y2, Y2
-	VMULPS   96(DX)(DI*4), Y2, Y2
-	VADDPS   96(BX)(DI*4), Y2, Y2
-	VMOVNTPS Y2, 96(AX)(DI*4)
+	VMOVUPS  (CX)(DI*4), Y3
+	VSUBPS   Y0, Y3, Y3
+	VSUBPS   Y1, Y3, Y3
+	VMULPS   Y2, Y3, Y3
+	VMULPS   (DX)(DI*4), Y3, Y3
+	VADDPS   (BX)(DI*4), Y3, Y3
+	VMOVNTPS Y3, (AX)(DI*4)
+	VMOVUPS  32(CX)(DI*4), Y3
+	VSUBPS   Y0, Y3, Y3
+	VSUBPS   Y1, Y3, Y3
+	VMULPS   Y2, Y3, Y3
+	VMULPS   32(DX)(DI*4), Y3, Y3
+	VADDPS   32(BX)(DI*4), Y3, Y3
+	VMOVNTPS Y3, 32(AX)(DI*4)
+	VMOVUPS  64(CX)(DI*4), Y3
+	VSUBPS   Y0, Y3, Y3
+	VSUBPS   Y1, Y3, Y3
+	VMULPS   Y2, Y3, Y3
+	VMULPS   64(DX)(DI*4), Y3, Y3
+	VADDPS   64(BX)(DI*4), Y3, Y3
+	VMOVNTPS Y3, 64(AX)(DI*4)
+	VMOVUPS  96(CX)(DI*4), Y3
+	VSUBPS   Y0, Y3, Y3
+	VSUBPS   Y1, Y3, Y3
+	VMULPS   Y2, Y3, Y3
+	VMULPS   96(DX)(DI*4), Y3, Y3
+	VADDPS   96(BX)(DI*4), Y3, Y3
+	VMOVNTPS Y3, 96(AX)(DI*4)
 	ADDQ     $0x00000020, DI
 	CMPQ     DI, R8
 	JB       avx2AffineNT_unrolled
@@ -397,12 +414,13 @@ avx2AffineNT_single:
 	JAE  avx2AffineNT_done
 
 avx2AffineNT_loop:
-	VMOVUPS  (CX)(DI*4), Y2
-	VSUBPS   Y0, Y2, Y2
-	VMULPS   Y1, Y2, Y2
-	VMULPS   (DX)(DI*4), Y2, Y2
-	VADDPS   (BX)(DI*4), Y2, Y2
-	VMOVNTPS Y2, (AX)(DI*4)
+	VMOVUPS  (CX)(DI*4), Y3
+	VSUBPS   Y0, Y3, Y3
+	VSUBPS   Y1, Y3, Y3
+	VMULPS   Y2, Y3, Y3
+	VMULPS   (DX)(DI*4), Y3, Y3
+	VADDPS   (BX)(DI*4), Y3, Y3
+	VMOVNTPS Y3, (AX)(DI*4)
 	ADDQ     $0x00000008, DI
 	CMPQ     DI, R8
 	JB       avx2AffineNT_loop
@@ -411,15 +429,16 @@ avx2AffineNT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, FMA3
-TEXT ·avx2AffineFMANT(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineFMANT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -428,30 +447,34 @@ TEXT ·avx2AffineFMANT(SB), NOSPLIT, $0-104
 	JAE          avx2AffineFMANT_single
 
 avx2AffineFMANT_unrolled:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     (DX)(DI*4), Y3
-	VFMADD213PS (BX)(DI*4), Y3, Y2
-	VMOVNTPS    Y2, (AX)(DI*4)
-	VMOVUPS     32(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     32(DX)(DI*4), Y3
-	VFMADD213PS 32(BX)(DI*4), Y3, Y2
-	VMOVNTPS    Y2, 32(AX)(DI*4)
-	VMOVUPS     64(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     64(DX)(DI*4), Y3
-	VFMADD213PS 64(BX)(DI*4), Y3, Y2
-	VMOVNTPS    Y2, 64(AX)(DI*4)
-	VMOVUPS     96(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     96(DX)(DI*4), Y3
-	VFMADD213PS 96(BX)(DI*4), Y3, Y2
-	VMOVNTPS    Y2, 96(AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     (DX)(DI*4), Y4
+	VFMADD213PS (BX)(DI*4), Y4, Y3
+	VMOVNTPS    Y3, (AX)(DI*4)
+	VMOVUPS     32(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     32(DX)(DI*4), Y4
+	VFMADD213PS 32(BX)(DI*4), Y4, Y3
+	VMOVNTPS    Y3, 32(AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     64(DX)(DI*4), Y4
+	VFMADD213PS 64(BX)(DI*4), Y4, Y3
+	VMOVNTPS    Y3, 64(AX)(DI*4)
+	VMOVUPS     96(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     96(DX)(DI*4), Y4
+	VFMADD213PS 96(BX)(DI*4), Y4, Y3
+	VMOVNTPS    Y3, 96(AX)(DI*4)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMANT_unrolled
@@ -463,12 +486,13 @@ avx2AffineFMANT_single:
 	JAE  avx2AffineFMANT_done
 
 avx2AffineFMANT_loop:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     (DX)(DI*4), Y3
-	VFMADD213PS (BX)(DI*4), Y3, Y2
-	VMOVNTPS    Y2, (AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     (DX)(DI*4), Y4
+	VFMADD213PS (BX)(DI*4), Y4, Y3
+	VMOVNTPS    Y3, (AX)(DI*4)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMANT_loop
@@ -477,15 +501,16 @@ avx2AffineFMANT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, F16C
-TEXT ·avx2AffineF16(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineF16(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -494,34 +519,38 @@ TEXT ·avx2AffineF16(SB), NOSPLIT, $0-104
 	JAE          avx2AffineF16_single
 
 avx2AffineF16_unrolled:
-	VMOVUPS   (CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    (DX)(DI*4), Y2, Y2
-	VADDPS    (BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVUPS   X2, (AX)(DI*2)
-	VMOVUPS   32(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    32(DX)(DI*4), Y2, Y2
-	VADDPS    32(BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVUPS   X2, 16(AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    64(DX)(DI*4), Y2, Y2
-	VADDPS    64(BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVUPS   X2, 32(AX)(DI*2)
-	VMOVUPS   96(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    96(DX)(DI*4), Y2, Y2
-	VADDPS    96(BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVUPS   X2, 48(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VMULPS    (DX)(DI*4), Y3, Y3
+	VADDPS    (BX)(DI*4), Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVUPS   X3, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VMULPS    32(DX)(DI*4), Y3, Y3
+	VADDPS    32(BX)(DI*4), Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVUPS   X3, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VMULPS    64(DX)(DI*4), Y3, Y3
+	VADDPS    64(BX)(DI*4), Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVUPS   X3, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VMULPS    96(DX)(DI*4), Y3, Y3
+	VADDPS    96(BX)(DI*4), Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVUPS   X3, 48(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16_unrolled
@@ -533,13 +562,14 @@ avx2AffineF16_single:
 	JAE  avx2AffineF16_done
 
 avx2AffineF16_loop:
-	VMOVUPS   (CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    (DX)(DI*4), Y2, Y2
-	VADDPS    (BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVUPS   X2, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VMULPS    (DX)(DI*4), Y3, Y3
+	VADDPS    (BX)(DI*4), Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVUPS   X3, (AX)(DI*2)
 	ADDQ      $0x00000008, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16_loop
@@ -548,15 +578,16 @@ avx2AffineF16_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, F16C, FMA3
-TEXT ·avx2AffineFMAF16(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineFMAF16(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -565,34 +596,38 @@ TEXT ·avx2AffineFMAF16(SB), NOSPLIT, $0-104
 	JAE          avx2AffineFMAF16_single
 
 avx2AffineFMAF16_unrolled:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     (DX)(DI*4), Y3
-	VFMADD213PS (BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVUPS     X2, (AX)(DI*2)
-	VMOVUPS     32(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     32(DX)(DI*4), Y3
-	VFMADD213PS 32(BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVUPS     X2, 16(AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     64(DX)(DI*4), Y3
-	VFMADD213PS 64(BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVUPS     X2, 32(AX)(DI*2)
-	VMOVUPS     96(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     96(DX)(DI*4), Y3
-	VFMADD213PS 96(BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVUPS     X2, 48(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     (DX)(DI*4), Y4
+	VFMADD213PS (BX)(DI*4), Y4, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVUPS     X3, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     32(DX)(DI*4), Y4
+	VFMADD213PS 32(BX)(DI*4), Y4, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVUPS     X3, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     64(DX)(DI*4), Y4
+	VFMADD213PS 64(BX)(DI*4), Y4, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVUPS     X3, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     96(DX)(DI*4), Y4
+	VFMADD213PS 96(BX)(DI*4), Y4, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVUPS     X3, 48(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16_unrolled
@@ -604,13 +639,14 @@ avx2AffineFMAF16_single:
 	JAE  avx2AffineFMAF16_done
 
 avx2AffineFMAF16_loop:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     (DX)(DI*4), Y3
-	VFMADD213PS (BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVUPS     X2, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     (DX)(DI*4), Y4
+	VFMADD213PS (BX)(DI*4), Y4, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVUPS     X3, (AX)(DI*2)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16_loop
@@ -619,15 +655,16 @@ avx2AffineFMAF16_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, F16C
-TEXT ·avx2AffineF16NT(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineF16NT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -636,34 +673,38 @@ TEXT ·avx2AffineF16NT(SB), NOSPLIT, $0-104
 	JAE          avx2AffineF16NT_single
 
 avx2AffineF16NT_unrolled:
-	VMOVUPS   (CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    (DX)(DI*4), Y2, Y2
-	VADDPS    (BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVNTDQ  X2, (AX)(DI*2)
-	VMOVUPS   32(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    32(DX)(DI*4), Y2, Y2
-	VADDPS    32(BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVNTDQ  X2, 16(AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    64(DX)(DI*4), Y2, Y2
-	VADDPS    64(BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVNTDQ  X2, 32(AX)(DI*2)
-	VMOVUPS   96(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    96(DX)(DI*4), Y2, Y2
-	VADDPS    96(BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVNTDQ  X2, 48(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VMULPS    (DX)(DI*4), Y3, Y3
+	VADDPS    (BX)(DI*4), Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVNTDQ  X3, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VMULPS    32(DX)(DI*4), Y3, Y3
+	VADDPS    32(BX)(DI*4), Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVNTDQ  X3, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VMULPS    64(DX)(DI*4), Y3, Y3
+	VADDPS    64(BX)(DI*4), Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVNTDQ  X3, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VMULPS    96(DX)(DI*4), Y3, Y3
+	VADDPS    96(BX)(DI*4), Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVNTDQ  X3, 48(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16NT_unrolled
@@ -675,13 +716,14 @@ avx2AffineF16NT_single:
 	JAE  avx2AffineF16NT_done
 
 avx2AffineF16NT_loop:
-	VMOVUPS   (CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    (DX)(DI*4), Y2, Y2
-	VADDPS    (BX)(DI*4), Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVNTDQ  X2, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VMULPS    (DX)(DI*4), Y3, Y3
+	VADDPS    (BX)(DI*4), Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVNTDQ  X3, (AX)(DI*2)
 	ADDQ      $0x00000008, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16NT_loop
@@ -690,15 +732,16 @@ avx2AffineF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, F16C, FMA3
-TEXT ·avx2AffineFMAF16NT(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineFMAF16NT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -707,34 +750,38 @@ TEXT ·avx2AffineFMAF16NT(SB), NOSPLIT, $0-104
 	JAE          avx2AffineFMAF16NT_single
 
 avx2AffineFMAF16NT_unrolled:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     (DX)(DI*4), Y3
-	VFMADD213PS (BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVNTDQ    X2, (AX)(DI*2)
-	VMOVUPS     32(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     32(DX)(DI*4), Y3
-	VFMADD213PS 32(BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVNTDQ    X2, 16(AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     64(DX)(DI*4), Y3
-	VFMADD213PS 64(BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVNTDQ    X2, 32(AX)(DI*2)
-	VMOVUPS     96(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     96(DX)(DI*4), Y3
-	VFMADD213PS 96(BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVNTDQ    X2, 48(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     (DX)(DI*4), Y4
+	VFMADD213PS (BX)(DI*4), Y4, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVNTDQ    X3, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     32(DX)(DI*4), Y4
+	VFMADD213PS 32(BX)(DI*4), Y4, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVNTDQ    X3, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     64(DX)(DI*4), Y4
+	VFMADD213PS 64(BX)(DI*4), Y4, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVNTDQ    X3, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     96(DX)(DI*4), Y4
+	VFMADD213PS 96(BX)(DI*4), Y4, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVNTDQ    X3, 48(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16NT_unrolled
@@ -746,13 +793,14 @@ avx2AffineFMAF16NT_single:
 	JAE  avx2AffineFMAF16NT_done
 
 avx2AffineFMAF16NT_loop:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VMOVUPS     (DX)(DI*4), Y3
-	VFMADD213PS (BX)(DI*4), Y3, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVNTDQ    X2, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VMOVUPS     (DX)(DI*4), Y4
+	VFMADD213PS (BX)(DI*4), Y4, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVNTDQ    X3, (AX)(DI*2)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16NT_loop
@@ -761,30 +809,31 @@ avx2AffineFMAF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AffineBF16(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineBF16(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Y2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -793,40 +842,42 @@ TEXT ·avx2AffineBF16(SB), NOSPLIT, $0-104
 	JAE          avx2AffineBF16_single
 
 avx2AffineBF16_unrolled:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMULPS       (DX)(DI*4), Y7, Y7
-	VADDPS       (BX)(DI*4), Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMULPS       32(DX)(DI*4), Y7, Y7
-	VADDPS       32(BX)(DI*4), Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMULPS       (DX)(DI*4), Y8, Y8
+	VADDPS       (BX)(DI*4), Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMULPS       32(DX)(DI*4), Y8, Y8
+	VADDPS       32(BX)(DI*4), Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16_unrolled
@@ -838,23 +889,24 @@ avx2AffineBF16_single:
 	JAE  avx2AffineBF16_done
 
 avx2AffineBF16_loop:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMULPS       (DX)(DI*4), Y7, Y7
-	VADDPS       (BX)(DI*4), Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMULPS       (DX)(DI*4), Y8, Y8
+	VADDPS       (BX)(DI*4), Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16_loop
@@ -863,30 +915,31 @@ avx2AffineBF16_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2, FMA3
-TEXT ·avx2AffineFMABF16(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineFMABF16(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Y2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -895,40 +948,42 @@ TEXT ·avx2AffineFMABF16(SB), NOSPLIT, $0-104
 	JAE          avx2AffineFMABF16_single
 
 avx2AffineFMABF16_unrolled:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMOVUPS      (DX)(DI*4), Y8
-	VFMADD213PS  (BX)(DI*4), Y8, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMOVUPS      32(DX)(DI*4), Y8
-	VFMADD213PS  32(BX)(DI*4), Y8, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMOVUPS      (DX)(DI*4), Y9
+	VFMADD213PS  (BX)(DI*4), Y9, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMOVUPS      32(DX)(DI*4), Y9
+	VFMADD213PS  32(BX)(DI*4), Y9, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16_unrolled
@@ -940,23 +995,24 @@ avx2AffineFMABF16_single:
 	JAE  avx2AffineFMABF16_done
 
 avx2AffineFMABF16_loop:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMOVUPS      (DX)(DI*4), Y8
-	VFMADD213PS  (BX)(DI*4), Y8, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMOVUPS      (DX)(DI*4), Y9
+	VFMADD213PS  (BX)(DI*4), Y9, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16_loop
@@ -965,30 +1021,31 @@ avx2AffineFMABF16_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AffineBF16NT(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineBF16NT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Y2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -997,40 +1054,42 @@ TEXT ·avx2AffineBF16NT(SB), NOSPLIT, $0-104
 	JAE          avx2AffineBF16NT_single
 
 avx2AffineBF16NT_unrolled:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMULPS       (DX)(DI*4), Y7, Y7
-	VADDPS       (BX)(DI*4), Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMULPS       32(DX)(DI*4), Y7, Y7
-	VADDPS       32(BX)(DI*4), Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMULPS       (DX)(DI*4), Y8, Y8
+	VADDPS       (BX)(DI*4), Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMULPS       32(DX)(DI*4), Y8, Y8
+	VADDPS       32(BX)(DI*4), Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16NT_unrolled
@@ -1042,23 +1101,24 @@ avx2AffineBF16NT_single:
 	JAE  avx2AffineBF16NT_done
 
 avx2AffineBF16NT_loop:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMULPS       (DX)(DI*4), Y7, Y7
-	VADDPS       (BX)(DI*4), Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMULPS       (DX)(DI*4), Y8, Y8
+	VADDPS       (BX)(DI*4), Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16NT_loop
@@ -1067,30 +1127,31 @@ avx2AffineBF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx2AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2, FMA3
-TEXT ·avx2AffineFMABF16NT(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineFMABF16NT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Y2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1099,40 +1160,42 @@ TEXT ·avx2AffineFMABF16NT(SB), NOSPLIT, $0-104
 	JAE          avx2AffineFMABF16NT_single
 
 avx2AffineFMABF16NT_unrolled:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMOVUPS      (DX)(DI*4), Y8
-	VFMADD213PS  (BX)(DI*4), Y8, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMOVUPS      32(DX)(DI*4), Y8
-	VFMADD213PS  32(BX)(DI*4), Y8, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMOVUPS      (DX)(DI*4), Y9
+	VFMADD213PS  (BX)(DI*4), Y9, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMOVUPS      32(DX)(DI*4), Y9
+	VFMADD213PS  32(BX)(DI*4), Y9, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16NT_unrolled
@@ -1144,23 +1207,24 @@ avx2AffineFMABF16NT_single:
 	JAE  avx2AffineFMABF16NT_done
 
 avx2AffineFMABF16NT_loop:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VMOVUPS      (DX)(DI*4), Y8
-	VFMADD213PS  (BX)(DI*4), Y8, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VMOVUPS      (DX)(DI*4), Y9
+	VFMADD213PS  (BX)(DI*4), Y9, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16NT_loop
@@ -1169,15 +1233,16 @@ avx2AffineFMABF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx2AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, F16C
-TEXT ·avx2AffineF16H(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineF16H(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1186,42 +1251,46 @@ TEXT ·avx2AffineF16H(SB), NOSPLIT, $0-104
 	JAE          avx2AffineF16H_single
 
 avx2AffineF16H_unrolled:
-	VMOVUPS   (CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VCVTPH2PS (DX)(DI*2), Y3
-	VMULPS    Y3, Y2, Y2
-	VCVTPH2PS (BX)(DI*2), Y3
-	VADDPS    Y3, Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVUPS   X2, (AX)(DI*2)
-	VMOVUPS   32(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VCVTPH2PS 16(DX)(DI*2), Y3
-	VMULPS    Y3, Y2, Y2
-	VCVTPH2PS 16(BX)(DI*2), Y3
-	VADDPS    Y3, Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVUPS   X2, 16(AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VCVTPH2PS 32(DX)(DI*2), Y3
-	VMULPS    Y3, Y2, Y2
-	VCVTPH2PS 32(BX)(DI*2), Y3
-	VADDPS    Y3, Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVUPS   X2, 32(AX)(DI*2)
-	VMOVUPS   96(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VCVTPH2PS 48(DX)(DI*2), Y3
-	VMULPS    Y3, Y2, Y2
-	VCVTPH2PS 48(BX)(DI*2), Y3
-	VADDPS    Y3, Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVUPS   X2, 48(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VCVTPH2PS (DX)(DI*2), Y4
+	VMULPS    Y4, Y3, Y3
+	VCVTPH2PS (BX)(DI*2), Y4
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVUPS   X3, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VCVTPH2PS 16(DX)(DI*2), Y4
+	VMULPS    Y4, Y3, Y3
+	VCVTPH2PS 16(BX)(DI*2), Y4
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVUPS   X3, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VCVTPH2PS 32(DX)(DI*2), Y4
+	VMULPS    Y4, Y3, Y3
+	VCVTPH2PS 32(BX)(DI*2), Y4
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVUPS   X3, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VCVTPH2PS 48(DX)(DI*2), Y4
+	VMULPS    Y4, Y3, Y3
+	VCVTPH2PS 48(BX)(DI*2), Y4
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVUPS   X3, 48(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16H_unrolled
@@ -1233,15 +1302,16 @@ avx2AffineF16H_single:
 	JAE  avx2AffineF16H_done
 
 avx2AffineF16H_loop:
-	VMOVUPS   (CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VCVTPH2PS (DX)(DI*2), Y3
-	VMULPS    Y3, Y2, Y2
-	VCVTPH2PS (BX)(DI*2), Y3
-	VADDPS    Y3, Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVUPS   X2, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VCVTPH2PS (DX)(DI*2), Y4
+	VMULPS    Y4, Y3, Y3
+	VCVTPH2PS (BX)(DI*2), Y4
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVUPS   X3, (AX)(DI*2)
 	ADDQ      $0x00000008, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16H_loop
@@ -1250,15 +1320,16 @@ avx2AffineF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx2AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, F16C, FMA3
-TEXT ·avx2AffineFMAF16H(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineFMAF16H(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1267,38 +1338,42 @@ TEXT ·avx2AffineFMAF16H(SB), NOSPLIT, $0-104
 	JAE          avx2AffineFMAF16H_single
 
 avx2AffineFMAF16H_unrolled:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VCVTPH2PS   (BX)(DI*2), Y3
-	VCVTPH2PS   (DX)(DI*2), Y4
-	VFMADD213PS Y3, Y4, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVUPS     X2, (AX)(DI*2)
-	VMOVUPS     32(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VCVTPH2PS   16(BX)(DI*2), Y3
-	VCVTPH2PS   16(DX)(DI*2), Y4
-	VFMADD213PS Y3, Y4, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVUPS     X2, 16(AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VCVTPH2PS   32(BX)(DI*2), Y3
-	VCVTPH2PS   32(DX)(DI*2), Y4
-	VFMADD213PS Y3, Y4, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVUPS     X2, 32(AX)(DI*2)
-	VMOVUPS     96(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VCVTPH2PS   48(BX)(DI*2), Y3
-	VCVTPH2PS   48(DX)(DI*2), Y4
-	VFMADD213PS Y3, Y4, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVUPS     X2, 48(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VCVTPH2PS   (BX)(DI*2), Y4
+	VCVTPH2PS   (DX)(DI*2), Y5
+	VFMADD213PS Y4, Y5, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVUPS     X3, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VCVTPH2PS   16(BX)(DI*2), Y4
+	VCVTPH2PS   16(DX)(DI*2), Y5
+	VFMADD213PS Y4, Y5, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVUPS     X3, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VCVTPH2PS   32(BX)(DI*2), Y4
+	VCVTPH2PS   32(DX)(DI*2), Y5
+	VFMADD213PS Y4, Y5, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVUPS     X3, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VCVTPH2PS   48(BX)(DI*2), Y4
+	VCVTPH2PS   48(DX)(DI*2), Y5
+	VFMADD213PS Y4, Y5, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVUPS     X3, 48(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16H_unrolled
@@ -1310,14 +1385,15 @@ avx2AffineFMAF16H_single:
 	JAE  avx2AffineFMAF16H_done
 
 avx2AffineFMAF16H_loop:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VCVTPH2PS   (BX)(DI*2), Y3
-	VCVTPH2PS   (DX)(DI*2), Y4
-	VFMADD213PS Y3, Y4, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVUPS     X2, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VCVTPH2PS   (BX)(DI*2), Y4
+	VCVTPH2PS   (DX)(DI*2), Y5
+	VFMADD213PS Y4, Y5, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVUPS     X3, (AX)(DI*2)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16H_loop
@@ -1326,15 +1402,16 @@ avx2AffineFMAF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx2AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, F16C
-TEXT ·avx2AffineF16HNT(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineF16HNT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1343,42 +1420,46 @@ TEXT ·avx2AffineF16HNT(SB), NOSPLIT, $0-104
 	JAE          avx2AffineF16HNT_single
 
 avx2AffineF16HNT_unrolled:
-	VMOVUPS   (CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VCVTPH2PS (DX)(DI*2), Y3
-	VMULPS    Y3, Y2, Y2
-	VCVTPH2PS (BX)(DI*2), Y3
-	VADDPS    Y3, Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVNTDQ  X2, (AX)(DI*2)
-	VMOVUPS   32(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VCVTPH2PS 16(DX)(DI*2), Y3
-	VMULPS    Y3, Y2, Y2
-	VCVTPH2PS 16(BX)(DI*2), Y3
-	VADDPS    Y3, Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVNTDQ  X2, 16(AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VCVTPH2PS 32(DX)(DI*2), Y3
-	VMULPS    Y3, Y2, Y2
-	VCVTPH2PS 32(BX)(DI*2), Y3
-	VADDPS    Y3, Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVNTDQ  X2, 32(AX)(DI*2)
-	VMOVUPS   96(CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VCVTPH2PS 48(DX)(DI*2), Y3
-	VMULPS    Y3, Y2, Y2
-	VCVTPH2PS 48(BX)(DI*2), Y3
-	VADDPS    Y3, Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVNTDQ  X2, 48(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VCVTPH2PS (DX)(DI*2), Y4
+	VMULPS    Y4, Y3, Y3
+	VCVTPH2PS (BX)(DI*2), Y4
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVNTDQ  X3, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VCVTPH2PS 16(DX)(DI*2), Y4
+	VMULPS    Y4, Y3, Y3
+	VCVTPH2PS 16(BX)(DI*2), Y4
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVNTDQ  X3, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VCVTPH2PS 32(DX)(DI*2), Y4
+	VMULPS    Y4, Y3, Y3
+	VCVTPH2PS 32(BX)(DI*2), Y4
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVNTDQ  X3, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VCVTPH2PS 48(DX)(DI*2), Y4
+	VMULPS    Y4, Y3, Y3
+	VCVTPH2PS 48(BX)(DI*2), Y4
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVNTDQ  X3, 48(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16HNT_unrolled
@@ -1390,15 +1471,16 @@ avx2AffineF16HNT_single:
 	JAE  avx2AffineF16HNT_done
 
 avx2AffineF16HNT_loop:
-	VMOVUPS   (CX)(DI*4), Y2
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VCVTPH2PS (DX)(DI*2), Y3
-	VMULPS    Y3, Y2, Y2
-	VCVTPH2PS (BX)(DI*2), Y3
-	VADDPS    Y3, Y2, Y2
-	VCVTPS2PH $0x00, Y2, X2
-	VMOVNTDQ  X2, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y3
+	VSUBPS    Y0, Y3, Y3
+	VSUBPS    Y1, Y3, Y3
+	VMULPS    Y2, Y3, Y3
+	VCVTPH2PS (DX)(DI*2), Y4
+	VMULPS    Y4, Y3, Y3
+	VCVTPH2PS (BX)(DI*2), Y4
+	VADDPS    Y4, Y3, Y3
+	VCVTPS2PH $0x00, Y3, X3
+	VMOVNTDQ  X3, (AX)(DI*2)
 	ADDQ      $0x00000008, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16HNT_loop
@@ -1407,15 +1489,16 @@ avx2AffineF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx2AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, F16C, FMA3
-TEXT ·avx2AffineFMAF16HNT(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineFMAF16HNT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1424,38 +1507,42 @@ TEXT ·avx2AffineFMAF16HNT(SB), NOSPLIT, $0-104
 	JAE          avx2AffineFMAF16HNT_single
 
 avx2AffineFMAF16HNT_unrolled:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VCVTPH2PS   (BX)(DI*2), Y3
-	VCVTPH2PS   (DX)(DI*2), Y4
-	VFMADD213PS Y3, Y4, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVNTDQ    X2, (AX)(DI*2)
-	VMOVUPS     32(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VCVTPH2PS   16(BX)(DI*2), Y3
-	VCVTPH2PS   16(DX)(DI*2), Y4
-	VFMADD213PS Y3, Y4, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVNTDQ    X2, 16(AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VCVTPH2PS   32(BX)(DI*2), Y3
-	VCVTPH2PS   32(DX)(DI*2), Y4
-	VFMADD213PS Y3, Y4, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVNTDQ    X2, 32(AX)(DI*2)
-	VMOVUPS     96(CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VCVTPH2PS   48(BX)(DI*2), Y3
-	VCVTPH2PS   48(DX)(DI*2), Y4
-	VFMADD213PS Y3, Y4, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVNTDQ    X2, 48(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VCVTPH2PS   (BX)(DI*2), Y4
+	VCVTPH2PS   (DX)(DI*2), Y5
+	VFMADD213PS Y4, Y5, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVNTDQ    X3, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VCVTPH2PS   16(BX)(DI*2), Y4
+	VCVTPH2PS   16(DX)(DI*2), Y5
+	VFMADD213PS Y4, Y5, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVNTDQ    X3, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VCVTPH2PS   32(BX)(DI*2), Y4
+	VCVTPH2PS   32(DX)(DI*2), Y5
+	VFMADD213PS Y4, Y5, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVNTDQ    X3, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VCVTPH2PS   48(BX)(DI*2), Y4
+	VCVTPH2PS   48(DX)(DI*2), Y5
+	VFMADD213PS Y4, Y5, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVNTDQ    X3, 48(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16HNT_unrolled
@@ -1467,14 +1554,15 @@ avx2AffineFMAF16HNT_single:
 	JAE  avx2AffineFMAF16HNT_done
 
 avx2AffineFMAF16HNT_loop:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VMULPS      Y1, Y2, Y2
-	VCVTPH2PS   (BX)(DI*2), Y3
-	VCVTPH2PS   (DX)(DI*2), Y4
-	VFMADD213PS Y3, Y4, Y2
-	VCVTPS2PH   $0x00, Y2, X2
-	VMOVNTDQ    X2, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VMULPS      Y2, Y3, Y3
+	VCVTPH2PS   (BX)(DI*2), Y4
+	VCVTPH2PS   (DX)(DI*2), Y5
+	VFMADD213PS Y4, Y5, Y3
+	VCVTPS2PH   $0x00, Y3, X3
+	VMOVNTDQ    X3, (AX)(DI*2)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16HNT_loop
@@ -1483,30 +1571,31 @@ avx2AffineFMAF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx2AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AffineBF16H(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineBF16H(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Y2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1515,48 +1604,50 @@ TEXT ·avx2AffineBF16H(SB), NOSPLIT, $0-104
 	JAE          avx2AffineBF16H_single
 
 avx2AffineBF16H_unrolled:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    (DX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y7, Y7
-	VPMOVZXWD    (BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VADDPS       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    16(DX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y7, Y7
-	VPMOVZXWD    16(BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VADDPS       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VPMOVZXWD    (BX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VADDPS       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    16(DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VPMOVZXWD    16(BX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VADDPS       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16H_unrolled
@@ -1568,27 +1659,28 @@ avx2AffineBF16H_single:
 	JAE  avx2AffineBF16H_done
 
 avx2AffineBF16H_loop:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    (DX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y7, Y7
-	VPMOVZXWD    (BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VADDPS       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VPMOVZXWD    (BX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VADDPS       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16H_loop
@@ -1597,30 +1689,31 @@ avx2AffineBF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx2AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2, FMA3
-TEXT ·avx2AffineFMABF16H(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineFMABF16H(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Y2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1629,46 +1722,48 @@ TEXT ·avx2AffineFMABF16H(SB), NOSPLIT, $0-104
 	JAE          avx2AffineFMABF16H_single
 
 avx2AffineFMABF16H_unrolled:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    (BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VPMOVZXWD    (DX)(DI*2), Y9
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    (BX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y8, Y9, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    16(BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VPMOVZXWD    16(DX)(DI*2), Y9
+	VPMOVZXWD    (DX)(DI*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VFMADD213PS  Y9, Y10, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    16(BX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y8, Y9, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, 16(AX)(DI*2)
+	VPMOVZXWD    16(DX)(DI*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VFMADD213PS  Y9, Y10, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16H_unrolled
@@ -1680,26 +1775,27 @@ avx2AffineFMABF16H_single:
 	JAE  avx2AffineFMABF16H_done
 
 avx2AffineFMABF16H_loop:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    (BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VPMOVZXWD    (DX)(DI*2), Y9
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    (BX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y8, Y9, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVUPS      X7, (AX)(DI*2)
+	VPMOVZXWD    (DX)(DI*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VFMADD213PS  Y9, Y10, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVUPS      X8, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16H_loop
@@ -1708,30 +1804,31 @@ avx2AffineFMABF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx2AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AffineBF16HNT(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineBF16HNT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Y2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1740,48 +1837,50 @@ TEXT ·avx2AffineBF16HNT(SB), NOSPLIT, $0-104
 	JAE          avx2AffineBF16HNT_single
 
 avx2AffineBF16HNT_unrolled:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    (DX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y7, Y7
-	VPMOVZXWD    (BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VADDPS       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    16(DX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y7, Y7
-	VPMOVZXWD    16(BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VADDPS       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VPMOVZXWD    (BX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VADDPS       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    16(DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VPMOVZXWD    16(BX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VADDPS       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16HNT_unrolled
@@ -1793,27 +1892,28 @@ avx2AffineBF16HNT_single:
 	JAE  avx2AffineBF16HNT_done
 
 avx2AffineBF16HNT_loop:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    (DX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y7, Y7
-	VPMOVZXWD    (BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VADDPS       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VPMOVZXWD    (BX)(DI*2), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VADDPS       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16HNT_loop
@@ -1822,30 +1922,31 @@ avx2AffineBF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx2AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2, FMA3
-TEXT ·avx2AffineFMABF16HNT(SB), NOSPLIT, $0-104
+TEXT ·avx2AffineFMABF16HNT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Y0
-	VBROADCASTSS rstd+100(FP), Y1
+	VBROADCASTSS x0+96(FP), Y0
+	VBROADCASTSS meanD+100(FP), Y1
+	VBROADCASTSS rstd+104(FP), Y2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Y2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1854,46 +1955,48 @@ TEXT ·avx2AffineFMABF16HNT(SB), NOSPLIT, $0-104
 	JAE          avx2AffineFMABF16HNT_single
 
 avx2AffineFMABF16HNT_unrolled:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    (BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VPMOVZXWD    (DX)(DI*2), Y9
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    (BX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y8, Y9, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    16(BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VPMOVZXWD    16(DX)(DI*2), Y9
+	VPMOVZXWD    (DX)(DI*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VFMADD213PS  Y9, Y10, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    16(BX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y8, Y9, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, 16(AX)(DI*2)
+	VPMOVZXWD    16(DX)(DI*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VFMADD213PS  Y9, Y10, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16HNT_unrolled
@@ -1905,26 +2008,27 @@ avx2AffineFMABF16HNT_single:
 	JAE  avx2AffineFMABF16HNT_done
 
 avx2AffineFMABF16HNT_loop:
-	VMOVUPS      (CX)(DI*4), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y1, Y7, Y7
-	VPMOVZXWD    (BX)(DI*2), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VPMOVZXWD    (DX)(DI*2), Y9
+	VMOVUPS      (CX)(DI*4), Y8
+	VSUBPS       Y0, Y8, Y8
+	VSUBPS       Y1, Y8, Y8
+	VMULPS       Y2, Y8, Y8
+	VPMOVZXWD    (BX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y8, Y9, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        Y2, Y8, Y9
-	VPADDD       Y3, Y9, Y9
-	VPADDD       Y7, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPAND        Y4, Y7, Y7
-	VPCMPGTD     Y5, Y7, Y7
-	VPOR         Y6, Y8, Y8
-	VPBLENDVB    Y7, Y8, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X7
-	VPACKUSDW    X7, X9, X7
-	VMOVNTDQ     X7, (AX)(DI*2)
+	VPMOVZXWD    (DX)(DI*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VFMADD213PS  Y9, Y10, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        Y3, Y9, Y10
+	VPADDD       Y4, Y10, Y10
+	VPADDD       Y8, Y10, Y10
+	VPSRLD       $0x10, Y10, Y10
+	VPAND        Y5, Y8, Y8
+	VPCMPGTD     Y6, Y8, Y8
+	VPOR         Y7, Y9, Y9
+	VPBLENDVB    Y8, Y9, Y10, Y10
+	VEXTRACTI128 $0x01, Y10, X8
+	VPACKUSDW    X8, X10, X8
+	VMOVNTDQ     X8, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16HNT_loop
@@ -2288,38 +2392,47 @@ avx2NarrowBF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx2Accumulate(part []float32, x []float32)
+// func avx2Accumulate(part []float32, x []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Accumulate(SB), NOSPLIT, $0-48
-	MOVQ part_base+0(FP), AX
-	MOVQ x_base+24(FP), CX
-	MOVQ part_len+8(FP), DX
-	MOVQ x_len+32(FP), BX
-	XORQ SI, SI
-	MOVQ DX, DI
-	ANDQ $-32, DI
+TEXT ·avx2Accumulate(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS x0+48(FP), Y0
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-32, DI
 
 avx2Accumulate_block:
 	CMPQ    SI, DI
 	JAE     avx2Accumulate_block_done
-	VMOVUPS (AX)(SI*4), Y0
-	VMOVUPS 32(AX)(SI*4), Y1
-	VMOVUPS 64(AX)(SI*4), Y2
-	VMOVUPS 96(AX)(SI*4), Y3
+	VMOVUPS (AX)(SI*4), Y1
+	VMOVUPS 32(AX)(SI*4), Y2
+	VMOVUPS 64(AX)(SI*4), Y3
+	VMOVUPS 96(AX)(SI*4), Y4
 	MOVQ    SI, R8
 
 avx2Accumulate_block_chunk:
-	VADDPS  (CX)(R8*4), Y0, Y0
-	VADDPS  32(CX)(R8*4), Y1, Y1
-	VADDPS  64(CX)(R8*4), Y2, Y2
-	VADDPS  96(CX)(R8*4), Y3, Y3
+	VMOVUPS (CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y4, Y4
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx2Accumulate_block_chunk
-	VMOVUPS Y0, (AX)(SI*4)
-	VMOVUPS Y1, 32(AX)(SI*4)
-	VMOVUPS Y2, 64(AX)(SI*4)
-	VMOVUPS Y3, 96(AX)(SI*4)
+	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS Y2, 32(AX)(SI*4)
+	VMOVUPS Y3, 64(AX)(SI*4)
+	VMOVUPS Y4, 96(AX)(SI*4)
 	ADDQ    $0x00000020, SI
 	JMP     avx2Accumulate_block
 
@@ -2327,15 +2440,17 @@ avx2Accumulate_block_done:
 avx2Accumulate_vec:
 	CMPQ    SI, DX
 	JAE     avx2Accumulate_vec_done
-	VMOVUPS (AX)(SI*4), Y0
+	VMOVUPS (AX)(SI*4), Y1
 	MOVQ    SI, DI
 
 avx2Accumulate_vec_chunk:
-	VADDPS  (CX)(DI*4), Y0, Y0
+	VMOVUPS (CX)(DI*4), Y2
+	VSUBPS  Y0, Y2, Y2
+	VADDPS  Y2, Y1, Y1
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx2Accumulate_vec_chunk
-	VMOVUPS Y0, (AX)(SI*4)
+	VMOVUPS Y1, (AX)(SI*4)
 	ADDQ    $0x00000008, SI
 	JMP     avx2Accumulate_vec
 
@@ -2343,13 +2458,14 @@ avx2Accumulate_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateSqDev(part []float32, x []float32, mean float32)
+// func avx2AccumulateSqDev(part []float32, x []float32, x0 float32, meanD float32)
 // Requires: AVX
-TEXT ·avx2AccumulateSqDev(SB), NOSPLIT, $0-52
+TEXT ·avx2AccumulateSqDev(SB), NOSPLIT, $0-56
 	MOVQ         part_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS mean+48(FP), Y0
+	VBROADCASTSS x0+48(FP), Y0
+	VBROADCASTSS meanD+52(FP), Y1
 	MOVQ         x_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
@@ -2358,36 +2474,40 @@ TEXT ·avx2AccumulateSqDev(SB), NOSPLIT, $0-52
 avx2AccumulateSqDev_block:
 	CMPQ    SI, DI
 	JAE     avx2AccumulateSqDev_block_done
-	VMOVUPS (AX)(SI*4), Y1
-	VMOVUPS 32(AX)(SI*4), Y2
-	VMOVUPS 64(AX)(SI*4), Y3
-	VMOVUPS 96(AX)(SI*4), Y4
+	VMOVUPS (AX)(SI*4), Y2
+	VMOVUPS 32(AX)(SI*4), Y3
+	VMOVUPS 64(AX)(SI*4), Y4
+	VMOVUPS 96(AX)(SI*4), Y5
 	MOVQ    SI, R8
 
 avx2AccumulateSqDev_block_chunk:
-	VMOVUPS (CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y1, Y1
-	VMOVUPS 32(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y2, Y2
-	VMOVUPS 64(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y3, Y3
-	VMOVUPS 96(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y4, Y4
+	VMOVUPS (CX)(R8*4), Y6
+	VSUBPS  Y0, Y6, Y6
+	VSUBPS  Y1, Y6, Y6
+	VMULPS  Y6, Y6, Y6
+	VADDPS  Y6, Y2, Y2
+	VMOVUPS 32(CX)(R8*4), Y6
+	VSUBPS  Y0, Y6, Y6
+	VSUBPS  Y1, Y6, Y6
+	VMULPS  Y6, Y6, Y6
+	VADDPS  Y6, Y3, Y3
+	VMOVUPS 64(CX)(R8*4), Y6
+	VSUBPS  Y0, Y6, Y6
+	VSUBPS  Y1, Y6, Y6
+	VMULPS  Y6, Y6, Y6
+	VADDPS  Y6, Y4, Y4
+	VMOVUPS 96(CX)(R8*4), Y6
+	VSUBPS  Y0, Y6, Y6
+	VSUBPS  Y1, Y6, Y6
+	VMULPS  Y6, Y6, Y6
+	VADDPS  Y6, Y5, Y5
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx2AccumulateSqDev_block_chunk
-	VMOVUPS Y1, (AX)(SI*4)
-	VMOVUPS Y2, 32(AX)(SI*4)
-	VMOVUPS Y3, 64(AX)(SI*4)
-	VMOVUPS Y4, 96(AX)(SI*4)
+	VMOVUPS Y2, (AX)(SI*4)
+	VMOVUPS Y3, 32(AX)(SI*4)
+	VMOVUPS Y4, 64(AX)(SI*4)
+	VMOVUPS Y5, 96(AX)(SI*4)
 	ADDQ    $0x00000020, SI
 	JMP     avx2AccumulateSqDev_block
 
@@ -2395,18 +2515,19 @@ avx2AccumulateSqDev_block_done:
 avx2AccumulateSqDev_vec:
 	CMPQ    SI, DX
 	JAE     avx2AccumulateSqDev_vec_done
-	VMOVUPS (AX)(SI*4), Y1
+	VMOVUPS (AX)(SI*4), Y2
 	MOVQ    SI, DI
 
 avx2AccumulateSqDev_vec_chunk:
-	VMOVUPS (CX)(DI*4), Y2
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y2, Y2, Y2
-	VADDPS  Y2, Y1, Y1
+	VMOVUPS (CX)(DI*4), Y3
+	VSUBPS  Y0, Y3, Y3
+	VSUBPS  Y1, Y3, Y3
+	VMULPS  Y3, Y3, Y3
+	VADDPS  Y3, Y2, Y2
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx2AccumulateSqDev_vec_chunk
-	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS Y2, (AX)(SI*4)
 	ADDQ    $0x00000008, SI
 	JMP     avx2AccumulateSqDev_vec
 
@@ -2414,13 +2535,14 @@ avx2AccumulateSqDev_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateSqDevFMA(part []float32, x []float32, mean float32)
+// func avx2AccumulateSqDevFMA(part []float32, x []float32, x0 float32, meanD float32)
 // Requires: AVX, FMA3
-TEXT ·avx2AccumulateSqDevFMA(SB), NOSPLIT, $0-52
+TEXT ·avx2AccumulateSqDevFMA(SB), NOSPLIT, $0-56
 	MOVQ         part_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS mean+48(FP), Y0
+	VBROADCASTSS x0+48(FP), Y0
+	VBROADCASTSS meanD+52(FP), Y1
 	MOVQ         x_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
@@ -2429,32 +2551,36 @@ TEXT ·avx2AccumulateSqDevFMA(SB), NOSPLIT, $0-52
 avx2AccumulateSqDevFMA_block:
 	CMPQ    SI, DI
 	JAE     avx2AccumulateSqDevFMA_block_done
-	VMOVUPS (AX)(SI*4), Y1
-	VMOVUPS 32(AX)(SI*4), Y2
-	VMOVUPS 64(AX)(SI*4), Y3
-	VMOVUPS 96(AX)(SI*4), Y4
+	VMOVUPS (AX)(SI*4), Y2
+	VMOVUPS 32(AX)(SI*4), Y3
+	VMOVUPS 64(AX)(SI*4), Y4
+	VMOVUPS 96(AX)(SI*4), Y5
 	MOVQ    SI, R8
 
 avx2AccumulateSqDevFMA_block_chunk:
-	VMOVUPS     (CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y1
-	VMOVUPS     32(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y2
-	VMOVUPS     64(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y3
-	VMOVUPS     96(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y4
+	VMOVUPS     (CX)(R8*4), Y6
+	VSUBPS      Y0, Y6, Y6
+	VSUBPS      Y1, Y6, Y6
+	VFMADD231PS Y6, Y6, Y2
+	VMOVUPS     32(CX)(R8*4), Y6
+	VSUBPS      Y0, Y6, Y6
+	VSUBPS      Y1, Y6, Y6
+	VFMADD231PS Y6, Y6, Y3
+	VMOVUPS     64(CX)(R8*4), Y6
+	VSUBPS      Y0, Y6, Y6
+	VSUBPS      Y1, Y6, Y6
+	VFMADD231PS Y6, Y6, Y4
+	VMOVUPS     96(CX)(R8*4), Y6
+	VSUBPS      Y0, Y6, Y6
+	VSUBPS      Y1, Y6, Y6
+	VFMADD231PS Y6, Y6, Y5
 	ADDQ        DX, R8
 	CMPQ        R8, BX
 	JB          avx2AccumulateSqDevFMA_block_chunk
-	VMOVUPS     Y1, (AX)(SI*4)
-	VMOVUPS     Y2, 32(AX)(SI*4)
-	VMOVUPS     Y3, 64(AX)(SI*4)
-	VMOVUPS     Y4, 96(AX)(SI*4)
+	VMOVUPS     Y2, (AX)(SI*4)
+	VMOVUPS     Y3, 32(AX)(SI*4)
+	VMOVUPS     Y4, 64(AX)(SI*4)
+	VMOVUPS     Y5, 96(AX)(SI*4)
 	ADDQ        $0x00000020, SI
 	JMP         avx2AccumulateSqDevFMA_block
 
@@ -2462,17 +2588,18 @@ avx2AccumulateSqDevFMA_block_done:
 avx2AccumulateSqDevFMA_vec:
 	CMPQ    SI, DX
 	JAE     avx2AccumulateSqDevFMA_vec_done
-	VMOVUPS (AX)(SI*4), Y1
+	VMOVUPS (AX)(SI*4), Y2
 	MOVQ    SI, DI
 
 avx2AccumulateSqDevFMA_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VFMADD231PS Y2, Y2, Y1
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VFMADD231PS Y3, Y3, Y2
 	ADDQ        DX, DI
 	CMPQ        DI, BX
 	JB          avx2AccumulateSqDevFMA_vec_chunk
-	VMOVUPS     Y1, (AX)(SI*4)
+	VMOVUPS     Y2, (AX)(SI*4)
 	ADDQ        $0x00000008, SI
 	JMP         avx2AccumulateSqDevFMA_vec
 
@@ -2480,38 +2607,47 @@ avx2AccumulateSqDevFMA_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateZero(part []float32, x []float32)
+// func avx2AccumulateZero(part []float32, x []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2AccumulateZero(SB), NOSPLIT, $0-48
-	MOVQ part_base+0(FP), AX
-	MOVQ x_base+24(FP), CX
-	MOVQ part_len+8(FP), DX
-	MOVQ x_len+32(FP), BX
-	XORQ SI, SI
-	MOVQ DX, DI
-	ANDQ $-32, DI
+TEXT ·avx2AccumulateZero(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS x0+48(FP), Y0
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-32, DI
 
 avx2AccumulateZero_block:
 	CMPQ   SI, DI
 	JAE    avx2AccumulateZero_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   SI, R8
 
 avx2AccumulateZero_block_chunk:
-	VADDPS  (CX)(R8*4), Y0, Y0
-	VADDPS  32(CX)(R8*4), Y1, Y1
-	VADDPS  64(CX)(R8*4), Y2, Y2
-	VADDPS  96(CX)(R8*4), Y3, Y3
+	VMOVUPS (CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y4, Y4
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx2AccumulateZero_block_chunk
-	VMOVUPS Y0, (AX)(SI*4)
-	VMOVUPS Y1, 32(AX)(SI*4)
-	VMOVUPS Y2, 64(AX)(SI*4)
-	VMOVUPS Y3, 96(AX)(SI*4)
+	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS Y2, 32(AX)(SI*4)
+	VMOVUPS Y3, 64(AX)(SI*4)
+	VMOVUPS Y4, 96(AX)(SI*4)
 	ADDQ    $0x00000020, SI
 	JMP     avx2AccumulateZero_block
 
@@ -2519,15 +2655,17 @@ avx2AccumulateZero_block_done:
 avx2AccumulateZero_vec:
 	CMPQ   SI, DX
 	JAE    avx2AccumulateZero_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   SI, DI
 
 avx2AccumulateZero_vec_chunk:
-	VADDPS  (CX)(DI*4), Y0, Y0
+	VMOVUPS (CX)(DI*4), Y2
+	VSUBPS  Y0, Y2, Y2
+	VADDPS  Y2, Y1, Y1
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx2AccumulateZero_vec_chunk
-	VMOVUPS Y0, (AX)(SI*4)
+	VMOVUPS Y1, (AX)(SI*4)
 	ADDQ    $0x00000008, SI
 	JMP     avx2AccumulateZero_vec
 
@@ -2535,13 +2673,14 @@ avx2AccumulateZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateSqDevZero(part []float32, x []float32, mean float32)
+// func avx2AccumulateSqDevZero(part []float32, x []float32, x0 float32, meanD float32)
 // Requires: AVX
-TEXT ·avx2AccumulateSqDevZero(SB), NOSPLIT, $0-52
+TEXT ·avx2AccumulateSqDevZero(SB), NOSPLIT, $0-56
 	MOVQ         part_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS mean+48(FP), Y0
+	VBROADCASTSS x0+48(FP), Y0
+	VBROADCASTSS meanD+52(FP), Y1
 	MOVQ         x_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
@@ -2550,36 +2689,40 @@ TEXT ·avx2AccumulateSqDevZero(SB), NOSPLIT, $0-52
 avx2AccumulateSqDevZero_block:
 	CMPQ   SI, DI
 	JAE    avx2AccumulateSqDevZero_block_done
-	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
 	MOVQ   SI, R8
 
 avx2AccumulateSqDevZero_block_chunk:
-	VMOVUPS (CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y1, Y1
-	VMOVUPS 32(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y2, Y2
-	VMOVUPS 64(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y3, Y3
-	VMOVUPS 96(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y4, Y4
+	VMOVUPS (CX)(R8*4), Y6
+	VSUBPS  Y0, Y6, Y6
+	VSUBPS  Y1, Y6, Y6
+	VMULPS  Y6, Y6, Y6
+	VADDPS  Y6, Y2, Y2
+	VMOVUPS 32(CX)(R8*4), Y6
+	VSUBPS  Y0, Y6, Y6
+	VSUBPS  Y1, Y6, Y6
+	VMULPS  Y6, Y6, Y6
+	VADDPS  Y6, Y3, Y3
+	VMOVUPS 64(CX)(R8*4), Y6
+	VSUBPS  Y0, Y6, Y6
+	VSUBPS  Y1, Y6, Y6
+	VMULPS  Y6, Y6, Y6
+	VADDPS  Y6, Y4, Y4
+	VMOVUPS 96(CX)(R8*4), Y6
+	VSUBPS  Y0, Y6, Y6
+	VSUBPS  Y1, Y6, Y6
+	VMULPS  Y6, Y6, Y6
+	VADDPS  Y6, Y5, Y5
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx2AccumulateSqDevZero_block_chunk
-	VMOVUPS Y1, (AX)(SI*4)
-	VMOVUPS Y2, 32(AX)(SI*4)
-	VMOVUPS Y3, 64(AX)(SI*4)
-	VMOVUPS Y4, 96(AX)(SI*4)
+	VMOVUPS Y2, (AX)(SI*4)
+	VMOVUPS Y3, 32(AX)(SI*4)
+	VMOVUPS Y4, 64(AX)(SI*4)
+	VMOVUPS Y5, 96(AX)(SI*4)
 	ADDQ    $0x00000020, SI
 	JMP     avx2AccumulateSqDevZero_block
 
@@ -2587,18 +2730,19 @@ avx2AccumulateSqDevZero_block_done:
 avx2AccumulateSqDevZero_vec:
 	CMPQ   SI, DX
 	JAE    avx2AccumulateSqDevZero_vec_done
-	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
 	MOVQ   SI, DI
 
 avx2AccumulateSqDevZero_vec_chunk:
-	VMOVUPS (CX)(DI*4), Y2
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y2, Y2, Y2
-	VADDPS  Y2, Y1, Y1
+	VMOVUPS (CX)(DI*4), Y3
+	VSUBPS  Y0, Y3, Y3
+	VSUBPS  Y1, Y3, Y3
+	VMULPS  Y3, Y3, Y3
+	VADDPS  Y3, Y2, Y2
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx2AccumulateSqDevZero_vec_chunk
-	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS Y2, (AX)(SI*4)
 	ADDQ    $0x00000008, SI
 	JMP     avx2AccumulateSqDevZero_vec
 
@@ -2606,13 +2750,14 @@ avx2AccumulateSqDevZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateSqDevFMAZero(part []float32, x []float32, mean float32)
+// func avx2AccumulateSqDevFMAZero(part []float32, x []float32, x0 float32, meanD float32)
 // Requires: AVX, FMA3
-TEXT ·avx2AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
+TEXT ·avx2AccumulateSqDevFMAZero(SB), NOSPLIT, $0-56
 	MOVQ         part_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS mean+48(FP), Y0
+	VBROADCASTSS x0+48(FP), Y0
+	VBROADCASTSS meanD+52(FP), Y1
 	MOVQ         x_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
@@ -2621,32 +2766,36 @@ TEXT ·avx2AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
 avx2AccumulateSqDevFMAZero_block:
 	CMPQ   SI, DI
 	JAE    avx2AccumulateSqDevFMAZero_block_done
-	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
 	MOVQ   SI, R8
 
 avx2AccumulateSqDevFMAZero_block_chunk:
-	VMOVUPS     (CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y1
-	VMOVUPS     32(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y2
-	VMOVUPS     64(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y3
-	VMOVUPS     96(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y4
+	VMOVUPS     (CX)(R8*4), Y6
+	VSUBPS      Y0, Y6, Y6
+	VSUBPS      Y1, Y6, Y6
+	VFMADD231PS Y6, Y6, Y2
+	VMOVUPS     32(CX)(R8*4), Y6
+	VSUBPS      Y0, Y6, Y6
+	VSUBPS      Y1, Y6, Y6
+	VFMADD231PS Y6, Y6, Y3
+	VMOVUPS     64(CX)(R8*4), Y6
+	VSUBPS      Y0, Y6, Y6
+	VSUBPS      Y1, Y6, Y6
+	VFMADD231PS Y6, Y6, Y4
+	VMOVUPS     96(CX)(R8*4), Y6
+	VSUBPS      Y0, Y6, Y6
+	VSUBPS      Y1, Y6, Y6
+	VFMADD231PS Y6, Y6, Y5
 	ADDQ        DX, R8
 	CMPQ        R8, BX
 	JB          avx2AccumulateSqDevFMAZero_block_chunk
-	VMOVUPS     Y1, (AX)(SI*4)
-	VMOVUPS     Y2, 32(AX)(SI*4)
-	VMOVUPS     Y3, 64(AX)(SI*4)
-	VMOVUPS     Y4, 96(AX)(SI*4)
+	VMOVUPS     Y2, (AX)(SI*4)
+	VMOVUPS     Y3, 32(AX)(SI*4)
+	VMOVUPS     Y4, 64(AX)(SI*4)
+	VMOVUPS     Y5, 96(AX)(SI*4)
 	ADDQ        $0x00000020, SI
 	JMP         avx2AccumulateSqDevFMAZero_block
 
@@ -2654,17 +2803,18 @@ avx2AccumulateSqDevFMAZero_block_done:
 avx2AccumulateSqDevFMAZero_vec:
 	CMPQ   SI, DX
 	JAE    avx2AccumulateSqDevFMAZero_vec_done
-	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
 	MOVQ   SI, DI
 
 avx2AccumulateSqDevFMAZero_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VFMADD231PS Y2, Y2, Y1
+	VMOVUPS     (CX)(DI*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VSUBPS      Y1, Y3, Y3
+	VFMADD231PS Y3, Y3, Y2
 	ADDQ        DX, DI
 	CMPQ        DI, BX
 	JB          avx2AccumulateSqDevFMAZero_vec_chunk
-	VMOVUPS     Y1, (AX)(SI*4)
+	VMOVUPS     Y2, (AX)(SI*4)
 	ADDQ        $0x00000008, SI
 	JMP         avx2AccumulateSqDevFMAZero_vec
 
@@ -2672,52 +2822,57 @@ avx2AccumulateSqDevFMAZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add2Sum(part []float32, s []float32, a []float32, b []float32)
+// func avx2Add2Sum(part []float32, s []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Add2Sum(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-32, R9
+TEXT ·avx2Add2Sum(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Y0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-32, R9
 
 avx2Add2Sum_block:
 	CMPQ   R8, R9
 	JAE    avx2Add2Sum_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   R8, R10
 
 avx2Add2Sum_block_chunk:
-	VMOVUPS (DX)(R10*4), Y4
-	VADDPS  (BX)(R10*4), Y4, Y4
-	VMOVUPS Y4, (CX)(R10*4)
-	VADDPS  Y4, Y0, Y0
-	VMOVUPS 32(DX)(R10*4), Y4
-	VADDPS  32(BX)(R10*4), Y4, Y4
-	VMOVUPS Y4, 32(CX)(R10*4)
-	VADDPS  Y4, Y1, Y1
-	VMOVUPS 64(DX)(R10*4), Y4
-	VADDPS  64(BX)(R10*4), Y4, Y4
-	VMOVUPS Y4, 64(CX)(R10*4)
-	VADDPS  Y4, Y2, Y2
-	VMOVUPS 96(DX)(R10*4), Y4
-	VADDPS  96(BX)(R10*4), Y4, Y4
-	VMOVUPS Y4, 96(CX)(R10*4)
-	VADDPS  Y4, Y3, Y3
+	VMOVUPS (DX)(R10*4), Y5
+	VADDPS  (BX)(R10*4), Y5, Y5
+	VMOVUPS Y5, (CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(DX)(R10*4), Y5
+	VADDPS  32(BX)(R10*4), Y5, Y5
+	VMOVUPS Y5, 32(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(DX)(R10*4), Y5
+	VADDPS  64(BX)(R10*4), Y5, Y5
+	VMOVUPS Y5, 64(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(DX)(R10*4), Y5
+	VADDPS  96(BX)(R10*4), Y5, Y5
+	VMOVUPS Y5, 96(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y4, Y4
 	ADDQ    SI, R10
 	CMPQ    R10, DI
 	JB      avx2Add2Sum_block_chunk
-	VMOVUPS Y0, (AX)(R8*4)
-	VMOVUPS Y1, 32(AX)(R8*4)
-	VMOVUPS Y2, 64(AX)(R8*4)
-	VMOVUPS Y3, 96(AX)(R8*4)
+	VMOVUPS Y1, (AX)(R8*4)
+	VMOVUPS Y2, 32(AX)(R8*4)
+	VMOVUPS Y3, 64(AX)(R8*4)
+	VMOVUPS Y4, 96(AX)(R8*4)
 	ADDQ    $0x00000020, R8
 	JMP     avx2Add2Sum_block
 
@@ -2725,18 +2880,19 @@ avx2Add2Sum_block_done:
 avx2Add2Sum_vec:
 	CMPQ   R8, SI
 	JAE    avx2Add2Sum_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   R8, R9
 
 avx2Add2Sum_vec_chunk:
-	VMOVUPS (DX)(R9*4), Y1
-	VADDPS  (BX)(R9*4), Y1, Y1
-	VMOVUPS Y1, (CX)(R9*4)
-	VADDPS  Y1, Y0, Y0
+	VMOVUPS (DX)(R9*4), Y2
+	VADDPS  (BX)(R9*4), Y2, Y2
+	VMOVUPS Y2, (CX)(R9*4)
+	VSUBPS  Y0, Y2, Y2
+	VADDPS  Y2, Y1, Y1
 	ADDQ    SI, R9
 	CMPQ    R9, DI
 	JB      avx2Add2Sum_vec_chunk
-	VMOVUPS Y0, (AX)(R8*4)
+	VMOVUPS Y1, (AX)(R8*4)
 	ADDQ    $0x00000008, R8
 	JMP     avx2Add2Sum_vec
 
@@ -2744,57 +2900,62 @@ avx2Add2Sum_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32)
+// func avx2Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Add3Sum(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-32, R10
+TEXT ·avx2Add3Sum(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
 
 avx2Add3Sum_block:
 	CMPQ   R9, R10
 	JAE    avx2Add3Sum_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   R9, R11
 
 avx2Add3Sum_block_chunk:
-	VMOVUPS (DX)(R11*4), Y4
-	VADDPS  (BX)(R11*4), Y4, Y4
-	VADDPS  (SI)(R11*4), Y4, Y4
-	VMOVUPS Y4, (CX)(R11*4)
-	VADDPS  Y4, Y0, Y0
-	VMOVUPS 32(DX)(R11*4), Y4
-	VADDPS  32(BX)(R11*4), Y4, Y4
-	VADDPS  32(SI)(R11*4), Y4, Y4
-	VMOVUPS Y4, 32(CX)(R11*4)
-	VADDPS  Y4, Y1, Y1
-	VMOVUPS 64(DX)(R11*4), Y4
-	VADDPS  64(BX)(R11*4), Y4, Y4
-	VADDPS  64(SI)(R11*4), Y4, Y4
-	VMOVUPS Y4, 64(CX)(R11*4)
-	VADDPS  Y4, Y2, Y2
-	VMOVUPS 96(DX)(R11*4), Y4
-	VADDPS  96(BX)(R11*4), Y4, Y4
-	VADDPS  96(SI)(R11*4), Y4, Y4
-	VMOVUPS Y4, 96(CX)(R11*4)
-	VADDPS  Y4, Y3, Y3
+	VMOVUPS (DX)(R11*4), Y5
+	VADDPS  (BX)(R11*4), Y5, Y5
+	VADDPS  (SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, (CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(DX)(R11*4), Y5
+	VADDPS  32(BX)(R11*4), Y5, Y5
+	VADDPS  32(SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, 32(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(DX)(R11*4), Y5
+	VADDPS  64(BX)(R11*4), Y5, Y5
+	VADDPS  64(SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, 64(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(DX)(R11*4), Y5
+	VADDPS  96(BX)(R11*4), Y5, Y5
+	VADDPS  96(SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, 96(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y4, Y4
 	ADDQ    DI, R11
 	CMPQ    R11, R8
 	JB      avx2Add3Sum_block_chunk
-	VMOVUPS Y0, (AX)(R9*4)
-	VMOVUPS Y1, 32(AX)(R9*4)
-	VMOVUPS Y2, 64(AX)(R9*4)
-	VMOVUPS Y3, 96(AX)(R9*4)
+	VMOVUPS Y1, (AX)(R9*4)
+	VMOVUPS Y2, 32(AX)(R9*4)
+	VMOVUPS Y3, 64(AX)(R9*4)
+	VMOVUPS Y4, 96(AX)(R9*4)
 	ADDQ    $0x00000020, R9
 	JMP     avx2Add3Sum_block
 
@@ -2802,19 +2963,20 @@ avx2Add3Sum_block_done:
 avx2Add3Sum_vec:
 	CMPQ   R9, DI
 	JAE    avx2Add3Sum_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   R9, R10
 
 avx2Add3Sum_vec_chunk:
-	VMOVUPS (DX)(R10*4), Y1
-	VADDPS  (BX)(R10*4), Y1, Y1
-	VADDPS  (SI)(R10*4), Y1, Y1
-	VMOVUPS Y1, (CX)(R10*4)
-	VADDPS  Y1, Y0, Y0
+	VMOVUPS (DX)(R10*4), Y2
+	VADDPS  (BX)(R10*4), Y2, Y2
+	VADDPS  (SI)(R10*4), Y2, Y2
+	VMOVUPS Y2, (CX)(R10*4)
+	VSUBPS  Y0, Y2, Y2
+	VADDPS  Y2, Y1, Y1
 	ADDQ    DI, R10
 	CMPQ    R10, R8
 	JB      avx2Add3Sum_vec_chunk
-	VMOVUPS Y0, (AX)(R9*4)
+	VMOVUPS Y1, (AX)(R9*4)
 	ADDQ    $0x00000008, R9
 	JMP     avx2Add3Sum_vec
 
@@ -2822,57 +2984,62 @@ avx2Add3Sum_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32)
+// func avx2Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Add2SumNT(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-32, R10
+TEXT ·avx2Add2SumNT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
 
 avx2Add2SumNT_block:
 	CMPQ   R9, R10
 	JAE    avx2Add2SumNT_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   R9, R11
 
 avx2Add2SumNT_block_chunk:
-	VMOVUPS  (BX)(R11*4), Y4
-	VADDPS   (SI)(R11*4), Y4, Y4
-	VMOVUPS  Y4, (CX)(R11*4)
-	VMOVNTPS Y4, (DX)(R11*4)
-	VADDPS   Y4, Y0, Y0
-	VMOVUPS  32(BX)(R11*4), Y4
-	VADDPS   32(SI)(R11*4), Y4, Y4
-	VMOVUPS  Y4, 32(CX)(R11*4)
-	VMOVNTPS Y4, 32(DX)(R11*4)
-	VADDPS   Y4, Y1, Y1
-	VMOVUPS  64(BX)(R11*4), Y4
-	VADDPS   64(SI)(R11*4), Y4, Y4
-	VMOVUPS  Y4, 64(CX)(R11*4)
-	VMOVNTPS Y4, 64(DX)(R11*4)
-	VADDPS   Y4, Y2, Y2
-	VMOVUPS  96(BX)(R11*4), Y4
-	VADDPS   96(SI)(R11*4), Y4, Y4
-	VMOVUPS  Y4, 96(CX)(R11*4)
-	VMOVNTPS Y4, 96(DX)(R11*4)
-	VADDPS   Y4, Y3, Y3
+	VMOVUPS  (BX)(R11*4), Y5
+	VADDPS   (SI)(R11*4), Y5, Y5
+	VMOVUPS  Y5, (CX)(R11*4)
+	VMOVNTPS Y5, (DX)(R11*4)
+	VSUBPS   Y0, Y5, Y5
+	VADDPS   Y5, Y1, Y1
+	VMOVUPS  32(BX)(R11*4), Y5
+	VADDPS   32(SI)(R11*4), Y5, Y5
+	VMOVUPS  Y5, 32(CX)(R11*4)
+	VMOVNTPS Y5, 32(DX)(R11*4)
+	VSUBPS   Y0, Y5, Y5
+	VADDPS   Y5, Y2, Y2
+	VMOVUPS  64(BX)(R11*4), Y5
+	VADDPS   64(SI)(R11*4), Y5, Y5
+	VMOVUPS  Y5, 64(CX)(R11*4)
+	VMOVNTPS Y5, 64(DX)(R11*4)
+	VSUBPS   Y0, Y5, Y5
+	VADDPS   Y5, Y3, Y3
+	VMOVUPS  96(BX)(R11*4), Y5
+	VADDPS   96(SI)(R11*4), Y5, Y5
+	VMOVUPS  Y5, 96(CX)(R11*4)
+	VMOVNTPS Y5, 96(DX)(R11*4)
+	VSUBPS   Y0, Y5, Y5
+	VADDPS   Y5, Y4, Y4
 	ADDQ     DI, R11
 	CMPQ     R11, R8
 	JB       avx2Add2SumNT_block_chunk
-	VMOVUPS  Y0, (AX)(R9*4)
-	VMOVUPS  Y1, 32(AX)(R9*4)
-	VMOVUPS  Y2, 64(AX)(R9*4)
-	VMOVUPS  Y3, 96(AX)(R9*4)
+	VMOVUPS  Y1, (AX)(R9*4)
+	VMOVUPS  Y2, 32(AX)(R9*4)
+	VMOVUPS  Y3, 64(AX)(R9*4)
+	VMOVUPS  Y4, 96(AX)(R9*4)
 	ADDQ     $0x00000020, R9
 	JMP      avx2Add2SumNT_block
 
@@ -2880,19 +3047,20 @@ avx2Add2SumNT_block_done:
 avx2Add2SumNT_vec:
 	CMPQ   R9, DI
 	JAE    avx2Add2SumNT_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   R9, R10
 
 avx2Add2SumNT_vec_chunk:
-	VMOVUPS  (BX)(R10*4), Y1
-	VADDPS   (SI)(R10*4), Y1, Y1
-	VMOVUPS  Y1, (CX)(R10*4)
-	VMOVNTPS Y1, (DX)(R10*4)
-	VADDPS   Y1, Y0, Y0
+	VMOVUPS  (BX)(R10*4), Y2
+	VADDPS   (SI)(R10*4), Y2, Y2
+	VMOVUPS  Y2, (CX)(R10*4)
+	VMOVNTPS Y2, (DX)(R10*4)
+	VSUBPS   Y0, Y2, Y2
+	VADDPS   Y2, Y1, Y1
 	ADDQ     DI, R10
 	CMPQ     R10, R8
 	JB       avx2Add2SumNT_vec_chunk
-	VMOVUPS  Y0, (AX)(R9*4)
+	VMOVUPS  Y1, (AX)(R9*4)
 	ADDQ     $0x00000008, R9
 	JMP      avx2Add2SumNT_vec
 
@@ -2900,62 +3068,67 @@ avx2Add2SumNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32)
+// func avx2Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Add3SumNT(SB), NOSPLIT, $0-144
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ d_base+120(FP), DI
-	MOVQ part_len+8(FP), R8
-	MOVQ s_len+32(FP), R9
-	XORQ R10, R10
-	MOVQ R8, R11
-	ANDQ $-32, R11
+TEXT ·avx2Add3SumNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Y0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         s_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
 
 avx2Add3SumNT_block:
 	CMPQ   R10, R11
 	JAE    avx2Add3SumNT_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   R10, R12
 
 avx2Add3SumNT_block_chunk:
-	VMOVUPS  (BX)(R12*4), Y4
-	VADDPS   (SI)(R12*4), Y4, Y4
-	VADDPS   (DI)(R12*4), Y4, Y4
-	VMOVUPS  Y4, (CX)(R12*4)
-	VMOVNTPS Y4, (DX)(R12*4)
-	VADDPS   Y4, Y0, Y0
-	VMOVUPS  32(BX)(R12*4), Y4
-	VADDPS   32(SI)(R12*4), Y4, Y4
-	VADDPS   32(DI)(R12*4), Y4, Y4
-	VMOVUPS  Y4, 32(CX)(R12*4)
-	VMOVNTPS Y4, 32(DX)(R12*4)
-	VADDPS   Y4, Y1, Y1
-	VMOVUPS  64(BX)(R12*4), Y4
-	VADDPS   64(SI)(R12*4), Y4, Y4
-	VADDPS   64(DI)(R12*4), Y4, Y4
-	VMOVUPS  Y4, 64(CX)(R12*4)
-	VMOVNTPS Y4, 64(DX)(R12*4)
-	VADDPS   Y4, Y2, Y2
-	VMOVUPS  96(BX)(R12*4), Y4
-	VADDPS   96(SI)(R12*4), Y4, Y4
-	VADDPS   96(DI)(R12*4), Y4, Y4
-	VMOVUPS  Y4, 96(CX)(R12*4)
-	VMOVNTPS Y4, 96(DX)(R12*4)
-	VADDPS   Y4, Y3, Y3
+	VMOVUPS  (BX)(R12*4), Y5
+	VADDPS   (SI)(R12*4), Y5, Y5
+	VADDPS   (DI)(R12*4), Y5, Y5
+	VMOVUPS  Y5, (CX)(R12*4)
+	VMOVNTPS Y5, (DX)(R12*4)
+	VSUBPS   Y0, Y5, Y5
+	VADDPS   Y5, Y1, Y1
+	VMOVUPS  32(BX)(R12*4), Y5
+	VADDPS   32(SI)(R12*4), Y5, Y5
+	VADDPS   32(DI)(R12*4), Y5, Y5
+	VMOVUPS  Y5, 32(CX)(R12*4)
+	VMOVNTPS Y5, 32(DX)(R12*4)
+	VSUBPS   Y0, Y5, Y5
+	VADDPS   Y5, Y2, Y2
+	VMOVUPS  64(BX)(R12*4), Y5
+	VADDPS   64(SI)(R12*4), Y5, Y5
+	VADDPS   64(DI)(R12*4), Y5, Y5
+	VMOVUPS  Y5, 64(CX)(R12*4)
+	VMOVNTPS Y5, 64(DX)(R12*4)
+	VSUBPS   Y0, Y5, Y5
+	VADDPS   Y5, Y3, Y3
+	VMOVUPS  96(BX)(R12*4), Y5
+	VADDPS   96(SI)(R12*4), Y5, Y5
+	VADDPS   96(DI)(R12*4), Y5, Y5
+	VMOVUPS  Y5, 96(CX)(R12*4)
+	VMOVNTPS Y5, 96(DX)(R12*4)
+	VSUBPS   Y0, Y5, Y5
+	VADDPS   Y5, Y4, Y4
 	ADDQ     R8, R12
 	CMPQ     R12, R9
 	JB       avx2Add3SumNT_block_chunk
-	VMOVUPS  Y0, (AX)(R10*4)
-	VMOVUPS  Y1, 32(AX)(R10*4)
-	VMOVUPS  Y2, 64(AX)(R10*4)
-	VMOVUPS  Y3, 96(AX)(R10*4)
+	VMOVUPS  Y1, (AX)(R10*4)
+	VMOVUPS  Y2, 32(AX)(R10*4)
+	VMOVUPS  Y3, 64(AX)(R10*4)
+	VMOVUPS  Y4, 96(AX)(R10*4)
 	ADDQ     $0x00000020, R10
 	JMP      avx2Add3SumNT_block
 
@@ -2963,20 +3136,21 @@ avx2Add3SumNT_block_done:
 avx2Add3SumNT_vec:
 	CMPQ   R10, R8
 	JAE    avx2Add3SumNT_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   R10, R11
 
 avx2Add3SumNT_vec_chunk:
-	VMOVUPS  (BX)(R11*4), Y1
-	VADDPS   (SI)(R11*4), Y1, Y1
-	VADDPS   (DI)(R11*4), Y1, Y1
-	VMOVUPS  Y1, (CX)(R11*4)
-	VMOVNTPS Y1, (DX)(R11*4)
-	VADDPS   Y1, Y0, Y0
+	VMOVUPS  (BX)(R11*4), Y2
+	VADDPS   (SI)(R11*4), Y2, Y2
+	VADDPS   (DI)(R11*4), Y2, Y2
+	VMOVUPS  Y2, (CX)(R11*4)
+	VMOVNTPS Y2, (DX)(R11*4)
+	VSUBPS   Y0, Y2, Y2
+	VADDPS   Y2, Y1, Y1
 	ADDQ     R8, R11
 	CMPQ     R11, R9
 	JB       avx2Add3SumNT_vec_chunk
-	VMOVUPS  Y0, (AX)(R10*4)
+	VMOVUPS  Y1, (AX)(R10*4)
 	ADDQ     $0x00000008, R10
 	JMP      avx2Add3SumNT_vec
 
@@ -2984,52 +3158,57 @@ avx2Add3SumNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add2SumAcc(part []float32, s []float32, a []float32, b []float32)
+// func avx2Add2SumAcc(part []float32, s []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Add2SumAcc(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-32, R9
+TEXT ·avx2Add2SumAcc(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Y0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-32, R9
 
 avx2Add2SumAcc_block:
 	CMPQ    R8, R9
 	JAE     avx2Add2SumAcc_block_done
-	VMOVUPS (AX)(R8*4), Y0
-	VMOVUPS 32(AX)(R8*4), Y1
-	VMOVUPS 64(AX)(R8*4), Y2
-	VMOVUPS 96(AX)(R8*4), Y3
+	VMOVUPS (AX)(R8*4), Y1
+	VMOVUPS 32(AX)(R8*4), Y2
+	VMOVUPS 64(AX)(R8*4), Y3
+	VMOVUPS 96(AX)(R8*4), Y4
 	MOVQ    R8, R10
 
 avx2Add2SumAcc_block_chunk:
-	VMOVUPS (DX)(R10*4), Y4
-	VADDPS  (BX)(R10*4), Y4, Y4
-	VMOVUPS Y4, (CX)(R10*4)
-	VADDPS  Y4, Y0, Y0
-	VMOVUPS 32(DX)(R10*4), Y4
-	VADDPS  32(BX)(R10*4), Y4, Y4
-	VMOVUPS Y4, 32(CX)(R10*4)
-	VADDPS  Y4, Y1, Y1
-	VMOVUPS 64(DX)(R10*4), Y4
-	VADDPS  64(BX)(R10*4), Y4, Y4
-	VMOVUPS Y4, 64(CX)(R10*4)
-	VADDPS  Y4, Y2, Y2
-	VMOVUPS 96(DX)(R10*4), Y4
-	VADDPS  96(BX)(R10*4), Y4, Y4
-	VMOVUPS Y4, 96(CX)(R10*4)
-	VADDPS  Y4, Y3, Y3
+	VMOVUPS (DX)(R10*4), Y5
+	VADDPS  (BX)(R10*4), Y5, Y5
+	VMOVUPS Y5, (CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(DX)(R10*4), Y5
+	VADDPS  32(BX)(R10*4), Y5, Y5
+	VMOVUPS Y5, 32(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(DX)(R10*4), Y5
+	VADDPS  64(BX)(R10*4), Y5, Y5
+	VMOVUPS Y5, 64(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(DX)(R10*4), Y5
+	VADDPS  96(BX)(R10*4), Y5, Y5
+	VMOVUPS Y5, 96(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y4, Y4
 	ADDQ    SI, R10
 	CMPQ    R10, DI
 	JB      avx2Add2SumAcc_block_chunk
-	VMOVUPS Y0, (AX)(R8*4)
-	VMOVUPS Y1, 32(AX)(R8*4)
-	VMOVUPS Y2, 64(AX)(R8*4)
-	VMOVUPS Y3, 96(AX)(R8*4)
+	VMOVUPS Y1, (AX)(R8*4)
+	VMOVUPS Y2, 32(AX)(R8*4)
+	VMOVUPS Y3, 64(AX)(R8*4)
+	VMOVUPS Y4, 96(AX)(R8*4)
 	ADDQ    $0x00000020, R8
 	JMP     avx2Add2SumAcc_block
 
@@ -3037,18 +3216,19 @@ avx2Add2SumAcc_block_done:
 avx2Add2SumAcc_vec:
 	CMPQ    R8, SI
 	JAE     avx2Add2SumAcc_vec_done
-	VMOVUPS (AX)(R8*4), Y0
+	VMOVUPS (AX)(R8*4), Y1
 	MOVQ    R8, R9
 
 avx2Add2SumAcc_vec_chunk:
-	VMOVUPS (DX)(R9*4), Y1
-	VADDPS  (BX)(R9*4), Y1, Y1
-	VMOVUPS Y1, (CX)(R9*4)
-	VADDPS  Y1, Y0, Y0
+	VMOVUPS (DX)(R9*4), Y2
+	VADDPS  (BX)(R9*4), Y2, Y2
+	VMOVUPS Y2, (CX)(R9*4)
+	VSUBPS  Y0, Y2, Y2
+	VADDPS  Y2, Y1, Y1
 	ADDQ    SI, R9
 	CMPQ    R9, DI
 	JB      avx2Add2SumAcc_vec_chunk
-	VMOVUPS Y0, (AX)(R8*4)
+	VMOVUPS Y1, (AX)(R8*4)
 	ADDQ    $0x00000008, R8
 	JMP     avx2Add2SumAcc_vec
 
@@ -3056,57 +3236,62 @@ avx2Add2SumAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32)
+// func avx2Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Add3SumAcc(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-32, R10
+TEXT ·avx2Add3SumAcc(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
 
 avx2Add3SumAcc_block:
 	CMPQ    R9, R10
 	JAE     avx2Add3SumAcc_block_done
-	VMOVUPS (AX)(R9*4), Y0
-	VMOVUPS 32(AX)(R9*4), Y1
-	VMOVUPS 64(AX)(R9*4), Y2
-	VMOVUPS 96(AX)(R9*4), Y3
+	VMOVUPS (AX)(R9*4), Y1
+	VMOVUPS 32(AX)(R9*4), Y2
+	VMOVUPS 64(AX)(R9*4), Y3
+	VMOVUPS 96(AX)(R9*4), Y4
 	MOVQ    R9, R11
 
 avx2Add3SumAcc_block_chunk:
-	VMOVUPS (DX)(R11*4), Y4
-	VADDPS  (BX)(R11*4), Y4, Y4
-	VADDPS  (SI)(R11*4), Y4, Y4
-	VMOVUPS Y4, (CX)(R11*4)
-	VADDPS  Y4, Y0, Y0
-	VMOVUPS 32(DX)(R11*4), Y4
-	VADDPS  32(BX)(R11*4), Y4, Y4
-	VADDPS  32(SI)(R11*4), Y4, Y4
-	VMOVUPS Y4, 32(CX)(R11*4)
-	VADDPS  Y4, Y1, Y1
-	VMOVUPS 64(DX)(R11*4), Y4
-	VADDPS  64(BX)(R11*4), Y4, Y4
-	VADDPS  64(SI)(R11*4), Y4, Y4
-	VMOVUPS Y4, 64(CX)(R11*4)
-	VADDPS  Y4, Y2, Y2
-	VMOVUPS 96(DX)(R11*4), Y4
-	VADDPS  96(BX)(R11*4), Y4, Y4
-	VADDPS  96(SI)(R11*4), Y4, Y4
-	VMOVUPS Y4, 96(CX)(R11*4)
-	VADDPS  Y4, Y3, Y3
+	VMOVUPS (DX)(R11*4), Y5
+	VADDPS  (BX)(R11*4), Y5, Y5
+	VADDPS  (SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, (CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(DX)(R11*4), Y5
+	VADDPS  32(BX)(R11*4), Y5, Y5
+	VADDPS  32(SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, 32(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(DX)(R11*4), Y5
+	VADDPS  64(BX)(R11*4), Y5, Y5
+	VADDPS  64(SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, 64(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(DX)(R11*4), Y5
+	VADDPS  96(BX)(R11*4), Y5, Y5
+	VADDPS  96(SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, 96(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y4, Y4
 	ADDQ    DI, R11
 	CMPQ    R11, R8
 	JB      avx2Add3SumAcc_block_chunk
-	VMOVUPS Y0, (AX)(R9*4)
-	VMOVUPS Y1, 32(AX)(R9*4)
-	VMOVUPS Y2, 64(AX)(R9*4)
-	VMOVUPS Y3, 96(AX)(R9*4)
+	VMOVUPS Y1, (AX)(R9*4)
+	VMOVUPS Y2, 32(AX)(R9*4)
+	VMOVUPS Y3, 64(AX)(R9*4)
+	VMOVUPS Y4, 96(AX)(R9*4)
 	ADDQ    $0x00000020, R9
 	JMP     avx2Add3SumAcc_block
 
@@ -3114,19 +3299,20 @@ avx2Add3SumAcc_block_done:
 avx2Add3SumAcc_vec:
 	CMPQ    R9, DI
 	JAE     avx2Add3SumAcc_vec_done
-	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS (AX)(R9*4), Y1
 	MOVQ    R9, R10
 
 avx2Add3SumAcc_vec_chunk:
-	VMOVUPS (DX)(R10*4), Y1
-	VADDPS  (BX)(R10*4), Y1, Y1
-	VADDPS  (SI)(R10*4), Y1, Y1
-	VMOVUPS Y1, (CX)(R10*4)
-	VADDPS  Y1, Y0, Y0
+	VMOVUPS (DX)(R10*4), Y2
+	VADDPS  (BX)(R10*4), Y2, Y2
+	VADDPS  (SI)(R10*4), Y2, Y2
+	VMOVUPS Y2, (CX)(R10*4)
+	VSUBPS  Y0, Y2, Y2
+	VADDPS  Y2, Y1, Y1
 	ADDQ    DI, R10
 	CMPQ    R10, R8
 	JB      avx2Add3SumAcc_vec_chunk
-	VMOVUPS Y0, (AX)(R9*4)
+	VMOVUPS Y1, (AX)(R9*4)
 	ADDQ    $0x00000008, R9
 	JMP     avx2Add3SumAcc_vec
 
@@ -3134,56 +3320,61 @@ avx2Add3SumAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16(part []float32, s []float32, a []uint16, b []uint16)
+// func avx2AddSumF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-32, R9
+TEXT ·avx2AddSumF16(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Y0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-32, R9
 
 avx2AddSumF16_block:
 	CMPQ   R8, R9
 	JAE    avx2AddSumF16_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   R8, R10
 
 avx2AddSumF16_block_chunk:
-	VCVTPH2PS (DX)(R10*2), Y4
-	VCVTPH2PS (BX)(R10*2), Y5
+	VCVTPH2PS (DX)(R10*2), Y5
+	VCVTPH2PS (BX)(R10*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y1, Y1
+	VCVTPH2PS 16(DX)(R10*2), Y5
+	VCVTPH2PS 16(BX)(R10*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y2, Y2
+	VCVTPH2PS 32(DX)(R10*2), Y5
+	VCVTPH2PS 32(BX)(R10*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y3, Y3
+	VCVTPH2PS 48(DX)(R10*2), Y5
+	VCVTPH2PS 48(BX)(R10*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R10*4)
-	VADDPS    Y4, Y0, Y0
-	VCVTPH2PS 16(DX)(R10*2), Y4
-	VCVTPH2PS 16(BX)(R10*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R10*4)
-	VADDPS    Y4, Y1, Y1
-	VCVTPH2PS 32(DX)(R10*2), Y4
-	VCVTPH2PS 32(BX)(R10*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R10*4)
-	VADDPS    Y4, Y2, Y2
-	VCVTPH2PS 48(DX)(R10*2), Y4
-	VCVTPH2PS 48(BX)(R10*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R10*4)
-	VADDPS    Y4, Y3, Y3
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx2AddSumF16_block_chunk
-	VMOVUPS   Y0, (AX)(R8*4)
-	VMOVUPS   Y1, 32(AX)(R8*4)
-	VMOVUPS   Y2, 64(AX)(R8*4)
-	VMOVUPS   Y3, 96(AX)(R8*4)
+	VMOVUPS   Y1, (AX)(R8*4)
+	VMOVUPS   Y2, 32(AX)(R8*4)
+	VMOVUPS   Y3, 64(AX)(R8*4)
+	VMOVUPS   Y4, 96(AX)(R8*4)
 	ADDQ      $0x00000020, R8
 	JMP       avx2AddSumF16_block
 
@@ -3191,19 +3382,20 @@ avx2AddSumF16_block_done:
 avx2AddSumF16_vec:
 	CMPQ   R8, SI
 	JAE    avx2AddSumF16_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   R8, R9
 
 avx2AddSumF16_vec_chunk:
-	VCVTPH2PS (DX)(R9*2), Y1
-	VCVTPH2PS (BX)(R9*2), Y2
+	VCVTPH2PS (DX)(R9*2), Y2
+	VCVTPH2PS (BX)(R9*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R9*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R9*4)
-	VADDPS    Y1, Y0, Y0
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx2AddSumF16_vec_chunk
-	VMOVUPS   Y0, (AX)(R8*4)
+	VMOVUPS   Y1, (AX)(R8*4)
 	ADDQ      $0x00000008, R8
 	JMP       avx2AddSumF16_vec
 
@@ -3211,65 +3403,70 @@ avx2AddSumF16_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// func avx2AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16NT(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-32, R10
+TEXT ·avx2AddSumF16NT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
 
 avx2AddSumF16NT_block:
 	CMPQ   R9, R10
 	JAE    avx2AddSumF16NT_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   R9, R11
 
 avx2AddSumF16NT_block_chunk:
-	VCVTPH2PS (BX)(R11*2), Y4
-	VCVTPH2PS (SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R11*4)
-	VADDPS    Y4, Y0, Y0
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, (DX)(R11*2)
-	VCVTPH2PS 16(BX)(R11*2), Y4
-	VCVTPH2PS 16(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R11*4)
-	VADDPS    Y4, Y1, Y1
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 16(DX)(R11*2)
-	VCVTPH2PS 32(BX)(R11*2), Y4
-	VCVTPH2PS 32(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R11*4)
-	VADDPS    Y4, Y2, Y2
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 32(DX)(R11*2)
-	VCVTPH2PS 48(BX)(R11*2), Y4
-	VCVTPH2PS 48(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R11*4)
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 48(DX)(R11*2)
+	VCVTPH2PS (BX)(R11*2), Y5
+	VCVTPH2PS (SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y1, Y1
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, (DX)(R11*2)
+	VCVTPH2PS 16(BX)(R11*2), Y5
+	VCVTPH2PS 16(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y2, Y2
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 16(DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Y5
+	VCVTPH2PS 32(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y3, Y3
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 32(DX)(R11*2)
+	VCVTPH2PS 48(BX)(R11*2), Y5
+	VCVTPH2PS 48(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y4, Y4
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 48(DX)(R11*2)
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx2AddSumF16NT_block_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
-	VMOVUPS   Y1, 32(AX)(R9*4)
-	VMOVUPS   Y2, 64(AX)(R9*4)
-	VMOVUPS   Y3, 96(AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
+	VMOVUPS   Y2, 32(AX)(R9*4)
+	VMOVUPS   Y3, 64(AX)(R9*4)
+	VMOVUPS   Y4, 96(AX)(R9*4)
 	ADDQ      $0x00000020, R9
 	JMP       avx2AddSumF16NT_block
 
@@ -3277,21 +3474,22 @@ avx2AddSumF16NT_block_done:
 avx2AddSumF16NT_vec:
 	CMPQ   R9, DI
 	JAE    avx2AddSumF16NT_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   R9, R10
 
 avx2AddSumF16NT_vec_chunk:
-	VCVTPH2PS (BX)(R10*2), Y1
-	VCVTPH2PS (SI)(R10*2), Y2
-	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R10*4)
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y1, X1
-	VMOVNTDQ  X1, (DX)(R10*2)
+	VCVTPH2PS (BX)(R10*2), Y2
+	VCVTPH2PS (SI)(R10*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
+	VSUBPS    Y0, Y2, Y3
+	VADDPS    Y3, Y1, Y1
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (DX)(R10*2)
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx2AddSumF16NT_vec_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
 	ADDQ      $0x00000008, R9
 	JMP       avx2AddSumF16NT_vec
 
@@ -3299,56 +3497,61 @@ avx2AddSumF16NT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+// func avx2AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16Acc(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-32, R9
+TEXT ·avx2AddSumF16Acc(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Y0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-32, R9
 
 avx2AddSumF16Acc_block:
 	CMPQ    R8, R9
 	JAE     avx2AddSumF16Acc_block_done
-	VMOVUPS (AX)(R8*4), Y0
-	VMOVUPS 32(AX)(R8*4), Y1
-	VMOVUPS 64(AX)(R8*4), Y2
-	VMOVUPS 96(AX)(R8*4), Y3
+	VMOVUPS (AX)(R8*4), Y1
+	VMOVUPS 32(AX)(R8*4), Y2
+	VMOVUPS 64(AX)(R8*4), Y3
+	VMOVUPS 96(AX)(R8*4), Y4
 	MOVQ    R8, R10
 
 avx2AddSumF16Acc_block_chunk:
-	VCVTPH2PS (DX)(R10*2), Y4
-	VCVTPH2PS (BX)(R10*2), Y5
+	VCVTPH2PS (DX)(R10*2), Y5
+	VCVTPH2PS (BX)(R10*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y1, Y1
+	VCVTPH2PS 16(DX)(R10*2), Y5
+	VCVTPH2PS 16(BX)(R10*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y2, Y2
+	VCVTPH2PS 32(DX)(R10*2), Y5
+	VCVTPH2PS 32(BX)(R10*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y3, Y3
+	VCVTPH2PS 48(DX)(R10*2), Y5
+	VCVTPH2PS 48(BX)(R10*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R10*4)
-	VADDPS    Y4, Y0, Y0
-	VCVTPH2PS 16(DX)(R10*2), Y4
-	VCVTPH2PS 16(BX)(R10*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R10*4)
-	VADDPS    Y4, Y1, Y1
-	VCVTPH2PS 32(DX)(R10*2), Y4
-	VCVTPH2PS 32(BX)(R10*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R10*4)
-	VADDPS    Y4, Y2, Y2
-	VCVTPH2PS 48(DX)(R10*2), Y4
-	VCVTPH2PS 48(BX)(R10*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R10*4)
-	VADDPS    Y4, Y3, Y3
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx2AddSumF16Acc_block_chunk
-	VMOVUPS   Y0, (AX)(R8*4)
-	VMOVUPS   Y1, 32(AX)(R8*4)
-	VMOVUPS   Y2, 64(AX)(R8*4)
-	VMOVUPS   Y3, 96(AX)(R8*4)
+	VMOVUPS   Y1, (AX)(R8*4)
+	VMOVUPS   Y2, 32(AX)(R8*4)
+	VMOVUPS   Y3, 64(AX)(R8*4)
+	VMOVUPS   Y4, 96(AX)(R8*4)
 	ADDQ      $0x00000020, R8
 	JMP       avx2AddSumF16Acc_block
 
@@ -3356,19 +3559,20 @@ avx2AddSumF16Acc_block_done:
 avx2AddSumF16Acc_vec:
 	CMPQ    R8, SI
 	JAE     avx2AddSumF16Acc_vec_done
-	VMOVUPS (AX)(R8*4), Y0
+	VMOVUPS (AX)(R8*4), Y1
 	MOVQ    R8, R9
 
 avx2AddSumF16Acc_vec_chunk:
-	VCVTPH2PS (DX)(R9*2), Y1
-	VCVTPH2PS (BX)(R9*2), Y2
+	VCVTPH2PS (DX)(R9*2), Y2
+	VCVTPH2PS (BX)(R9*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R9*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R9*4)
-	VADDPS    Y1, Y0, Y0
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx2AddSumF16Acc_vec_chunk
-	VMOVUPS   Y0, (AX)(R8*4)
+	VMOVUPS   Y1, (AX)(R8*4)
 	ADDQ      $0x00000008, R8
 	JMP       avx2AddSumF16Acc_vec
 
@@ -3376,65 +3580,70 @@ avx2AddSumF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// func avx2AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16AccNT(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-32, R10
+TEXT ·avx2AddSumF16AccNT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
 
 avx2AddSumF16AccNT_block:
 	CMPQ    R9, R10
 	JAE     avx2AddSumF16AccNT_block_done
-	VMOVUPS (AX)(R9*4), Y0
-	VMOVUPS 32(AX)(R9*4), Y1
-	VMOVUPS 64(AX)(R9*4), Y2
-	VMOVUPS 96(AX)(R9*4), Y3
+	VMOVUPS (AX)(R9*4), Y1
+	VMOVUPS 32(AX)(R9*4), Y2
+	VMOVUPS 64(AX)(R9*4), Y3
+	VMOVUPS 96(AX)(R9*4), Y4
 	MOVQ    R9, R11
 
 avx2AddSumF16AccNT_block_chunk:
-	VCVTPH2PS (BX)(R11*2), Y4
-	VCVTPH2PS (SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R11*4)
-	VADDPS    Y4, Y0, Y0
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, (DX)(R11*2)
-	VCVTPH2PS 16(BX)(R11*2), Y4
-	VCVTPH2PS 16(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R11*4)
-	VADDPS    Y4, Y1, Y1
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 16(DX)(R11*2)
-	VCVTPH2PS 32(BX)(R11*2), Y4
-	VCVTPH2PS 32(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R11*4)
-	VADDPS    Y4, Y2, Y2
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 32(DX)(R11*2)
-	VCVTPH2PS 48(BX)(R11*2), Y4
-	VCVTPH2PS 48(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R11*4)
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 48(DX)(R11*2)
+	VCVTPH2PS (BX)(R11*2), Y5
+	VCVTPH2PS (SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y1, Y1
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, (DX)(R11*2)
+	VCVTPH2PS 16(BX)(R11*2), Y5
+	VCVTPH2PS 16(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y2, Y2
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 16(DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Y5
+	VCVTPH2PS 32(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y3, Y3
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 32(DX)(R11*2)
+	VCVTPH2PS 48(BX)(R11*2), Y5
+	VCVTPH2PS 48(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y4, Y4
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 48(DX)(R11*2)
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx2AddSumF16AccNT_block_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
-	VMOVUPS   Y1, 32(AX)(R9*4)
-	VMOVUPS   Y2, 64(AX)(R9*4)
-	VMOVUPS   Y3, 96(AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
+	VMOVUPS   Y2, 32(AX)(R9*4)
+	VMOVUPS   Y3, 64(AX)(R9*4)
+	VMOVUPS   Y4, 96(AX)(R9*4)
 	ADDQ      $0x00000020, R9
 	JMP       avx2AddSumF16AccNT_block
 
@@ -3442,21 +3651,22 @@ avx2AddSumF16AccNT_block_done:
 avx2AddSumF16AccNT_vec:
 	CMPQ    R9, DI
 	JAE     avx2AddSumF16AccNT_vec_done
-	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS (AX)(R9*4), Y1
 	MOVQ    R9, R10
 
 avx2AddSumF16AccNT_vec_chunk:
-	VCVTPH2PS (BX)(R10*2), Y1
-	VCVTPH2PS (SI)(R10*2), Y2
-	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R10*4)
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y1, X1
-	VMOVNTDQ  X1, (DX)(R10*2)
+	VCVTPH2PS (BX)(R10*2), Y2
+	VCVTPH2PS (SI)(R10*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
+	VSUBPS    Y0, Y2, Y3
+	VADDPS    Y3, Y1, Y1
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (DX)(R10*2)
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx2AddSumF16AccNT_vec_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
 	ADDQ      $0x00000008, R9
 	JMP       avx2AddSumF16AccNT_vec
 
@@ -3464,65 +3674,70 @@ avx2AddSumF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// func avx2AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16Full(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-32, R10
+TEXT ·avx2AddSumF16Full(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
 
 avx2AddSumF16Full_block:
 	CMPQ   R9, R10
 	JAE    avx2AddSumF16Full_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   R9, R11
 
 avx2AddSumF16Full_block_chunk:
-	VCVTPH2PS (DX)(R11*2), Y4
-	VCVTPH2PS (BX)(R11*2), Y5
+	VCVTPH2PS (DX)(R11*2), Y5
+	VCVTPH2PS (BX)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS (SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y1, Y1
+	VCVTPH2PS 16(DX)(R11*2), Y5
+	VCVTPH2PS 16(BX)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 16(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y2, Y2
+	VCVTPH2PS 32(DX)(R11*2), Y5
+	VCVTPH2PS 32(BX)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 32(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y3, Y3
+	VCVTPH2PS 48(DX)(R11*2), Y5
+	VCVTPH2PS 48(BX)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 48(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS (SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R11*4)
-	VADDPS    Y4, Y0, Y0
-	VCVTPH2PS 16(DX)(R11*2), Y4
-	VCVTPH2PS 16(BX)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 16(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R11*4)
-	VADDPS    Y4, Y1, Y1
-	VCVTPH2PS 32(DX)(R11*2), Y4
-	VCVTPH2PS 32(BX)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 32(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R11*4)
-	VADDPS    Y4, Y2, Y2
-	VCVTPH2PS 48(DX)(R11*2), Y4
-	VCVTPH2PS 48(BX)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 48(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R11*4)
-	VADDPS    Y4, Y3, Y3
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx2AddSumF16Full_block_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
-	VMOVUPS   Y1, 32(AX)(R9*4)
-	VMOVUPS   Y2, 64(AX)(R9*4)
-	VMOVUPS   Y3, 96(AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
+	VMOVUPS   Y2, 32(AX)(R9*4)
+	VMOVUPS   Y3, 64(AX)(R9*4)
+	VMOVUPS   Y4, 96(AX)(R9*4)
 	ADDQ      $0x00000020, R9
 	JMP       avx2AddSumF16Full_block
 
@@ -3530,21 +3745,22 @@ avx2AddSumF16Full_block_done:
 avx2AddSumF16Full_vec:
 	CMPQ   R9, DI
 	JAE    avx2AddSumF16Full_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   R9, R10
 
 avx2AddSumF16Full_vec_chunk:
-	VCVTPH2PS (DX)(R10*2), Y1
-	VCVTPH2PS (BX)(R10*2), Y2
+	VCVTPH2PS (DX)(R10*2), Y2
+	VCVTPH2PS (BX)(R10*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPH2PS (SI)(R10*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
-	VCVTPH2PS (SI)(R10*2), Y2
-	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R10*4)
-	VADDPS    Y1, Y0, Y0
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx2AddSumF16Full_vec_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
 	ADDQ      $0x00000008, R9
 	JMP       avx2AddSumF16Full_vec
 
@@ -3552,74 +3768,79 @@ avx2AddSumF16Full_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// func avx2AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16FullNT(SB), NOSPLIT, $0-144
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ d_base+120(FP), DI
-	MOVQ part_len+8(FP), R8
-	MOVQ s_len+32(FP), R9
-	XORQ R10, R10
-	MOVQ R8, R11
-	ANDQ $-32, R11
+TEXT ·avx2AddSumF16FullNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Y0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         s_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
 
 avx2AddSumF16FullNT_block:
 	CMPQ   R10, R11
 	JAE    avx2AddSumF16FullNT_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   R10, R12
 
 avx2AddSumF16FullNT_block_chunk:
-	VCVTPH2PS (BX)(R12*2), Y4
-	VCVTPH2PS (SI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS (DI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R12*4)
-	VADDPS    Y4, Y0, Y0
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, (DX)(R12*2)
-	VCVTPH2PS 16(BX)(R12*2), Y4
-	VCVTPH2PS 16(SI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 16(DI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R12*4)
-	VADDPS    Y4, Y1, Y1
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 16(DX)(R12*2)
-	VCVTPH2PS 32(BX)(R12*2), Y4
-	VCVTPH2PS 32(SI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 32(DI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R12*4)
-	VADDPS    Y4, Y2, Y2
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 32(DX)(R12*2)
-	VCVTPH2PS 48(BX)(R12*2), Y4
-	VCVTPH2PS 48(SI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 48(DI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R12*4)
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 48(DX)(R12*2)
+	VCVTPH2PS (BX)(R12*2), Y5
+	VCVTPH2PS (SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS (DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R12*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y1, Y1
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, (DX)(R12*2)
+	VCVTPH2PS 16(BX)(R12*2), Y5
+	VCVTPH2PS 16(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 16(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R12*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y2, Y2
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 16(DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Y5
+	VCVTPH2PS 32(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 32(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R12*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y3, Y3
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 32(DX)(R12*2)
+	VCVTPH2PS 48(BX)(R12*2), Y5
+	VCVTPH2PS 48(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 48(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R12*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y4, Y4
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 48(DX)(R12*2)
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx2AddSumF16FullNT_block_chunk
-	VMOVUPS   Y0, (AX)(R10*4)
-	VMOVUPS   Y1, 32(AX)(R10*4)
-	VMOVUPS   Y2, 64(AX)(R10*4)
-	VMOVUPS   Y3, 96(AX)(R10*4)
+	VMOVUPS   Y1, (AX)(R10*4)
+	VMOVUPS   Y2, 32(AX)(R10*4)
+	VMOVUPS   Y3, 64(AX)(R10*4)
+	VMOVUPS   Y4, 96(AX)(R10*4)
 	ADDQ      $0x00000020, R10
 	JMP       avx2AddSumF16FullNT_block
 
@@ -3627,23 +3848,24 @@ avx2AddSumF16FullNT_block_done:
 avx2AddSumF16FullNT_vec:
 	CMPQ   R10, R8
 	JAE    avx2AddSumF16FullNT_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   R10, R11
 
 avx2AddSumF16FullNT_vec_chunk:
-	VCVTPH2PS (BX)(R11*2), Y1
-	VCVTPH2PS (SI)(R11*2), Y2
-	VADDPS    Y2, Y1, Y1
-	VCVTPH2PS (DI)(R11*2), Y2
-	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R11*4)
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y1, X1
-	VMOVNTDQ  X1, (DX)(R11*2)
+	VCVTPH2PS (BX)(R11*2), Y2
+	VCVTPH2PS (SI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPH2PS (DI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R11*4)
+	VSUBPS    Y0, Y2, Y3
+	VADDPS    Y3, Y1, Y1
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (DX)(R11*2)
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx2AddSumF16FullNT_vec_chunk
-	VMOVUPS   Y0, (AX)(R10*4)
+	VMOVUPS   Y1, (AX)(R10*4)
 	ADDQ      $0x00000008, R10
 	JMP       avx2AddSumF16FullNT_vec
 
@@ -3651,65 +3873,70 @@ avx2AddSumF16FullNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// func avx2AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16FullAcc(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-32, R10
+TEXT ·avx2AddSumF16FullAcc(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
 
 avx2AddSumF16FullAcc_block:
 	CMPQ    R9, R10
 	JAE     avx2AddSumF16FullAcc_block_done
-	VMOVUPS (AX)(R9*4), Y0
-	VMOVUPS 32(AX)(R9*4), Y1
-	VMOVUPS 64(AX)(R9*4), Y2
-	VMOVUPS 96(AX)(R9*4), Y3
+	VMOVUPS (AX)(R9*4), Y1
+	VMOVUPS 32(AX)(R9*4), Y2
+	VMOVUPS 64(AX)(R9*4), Y3
+	VMOVUPS 96(AX)(R9*4), Y4
 	MOVQ    R9, R11
 
 avx2AddSumF16FullAcc_block_chunk:
-	VCVTPH2PS (DX)(R11*2), Y4
-	VCVTPH2PS (BX)(R11*2), Y5
+	VCVTPH2PS (DX)(R11*2), Y5
+	VCVTPH2PS (BX)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS (SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y1, Y1
+	VCVTPH2PS 16(DX)(R11*2), Y5
+	VCVTPH2PS 16(BX)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 16(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y2, Y2
+	VCVTPH2PS 32(DX)(R11*2), Y5
+	VCVTPH2PS 32(BX)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 32(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y3, Y3
+	VCVTPH2PS 48(DX)(R11*2), Y5
+	VCVTPH2PS 48(BX)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 48(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS (SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R11*4)
-	VADDPS    Y4, Y0, Y0
-	VCVTPH2PS 16(DX)(R11*2), Y4
-	VCVTPH2PS 16(BX)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 16(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R11*4)
-	VADDPS    Y4, Y1, Y1
-	VCVTPH2PS 32(DX)(R11*2), Y4
-	VCVTPH2PS 32(BX)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 32(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R11*4)
-	VADDPS    Y4, Y2, Y2
-	VCVTPH2PS 48(DX)(R11*2), Y4
-	VCVTPH2PS 48(BX)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 48(SI)(R11*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R11*4)
-	VADDPS    Y4, Y3, Y3
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx2AddSumF16FullAcc_block_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
-	VMOVUPS   Y1, 32(AX)(R9*4)
-	VMOVUPS   Y2, 64(AX)(R9*4)
-	VMOVUPS   Y3, 96(AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
+	VMOVUPS   Y2, 32(AX)(R9*4)
+	VMOVUPS   Y3, 64(AX)(R9*4)
+	VMOVUPS   Y4, 96(AX)(R9*4)
 	ADDQ      $0x00000020, R9
 	JMP       avx2AddSumF16FullAcc_block
 
@@ -3717,21 +3944,22 @@ avx2AddSumF16FullAcc_block_done:
 avx2AddSumF16FullAcc_vec:
 	CMPQ    R9, DI
 	JAE     avx2AddSumF16FullAcc_vec_done
-	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS (AX)(R9*4), Y1
 	MOVQ    R9, R10
 
 avx2AddSumF16FullAcc_vec_chunk:
-	VCVTPH2PS (DX)(R10*2), Y1
-	VCVTPH2PS (BX)(R10*2), Y2
+	VCVTPH2PS (DX)(R10*2), Y2
+	VCVTPH2PS (BX)(R10*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPH2PS (SI)(R10*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
-	VCVTPH2PS (SI)(R10*2), Y2
-	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R10*4)
-	VADDPS    Y1, Y0, Y0
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx2AddSumF16FullAcc_vec_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
 	ADDQ      $0x00000008, R9
 	JMP       avx2AddSumF16FullAcc_vec
 
@@ -3739,74 +3967,79 @@ avx2AddSumF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// func avx2AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16FullAccNT(SB), NOSPLIT, $0-144
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ d_base+120(FP), DI
-	MOVQ part_len+8(FP), R8
-	MOVQ s_len+32(FP), R9
-	XORQ R10, R10
-	MOVQ R8, R11
-	ANDQ $-32, R11
+TEXT ·avx2AddSumF16FullAccNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Y0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         s_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
 
 avx2AddSumF16FullAccNT_block:
 	CMPQ    R10, R11
 	JAE     avx2AddSumF16FullAccNT_block_done
-	VMOVUPS (AX)(R10*4), Y0
-	VMOVUPS 32(AX)(R10*4), Y1
-	VMOVUPS 64(AX)(R10*4), Y2
-	VMOVUPS 96(AX)(R10*4), Y3
+	VMOVUPS (AX)(R10*4), Y1
+	VMOVUPS 32(AX)(R10*4), Y2
+	VMOVUPS 64(AX)(R10*4), Y3
+	VMOVUPS 96(AX)(R10*4), Y4
 	MOVQ    R10, R12
 
 avx2AddSumF16FullAccNT_block_chunk:
-	VCVTPH2PS (BX)(R12*2), Y4
-	VCVTPH2PS (SI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS (DI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R12*4)
-	VADDPS    Y4, Y0, Y0
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, (DX)(R12*2)
-	VCVTPH2PS 16(BX)(R12*2), Y4
-	VCVTPH2PS 16(SI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 16(DI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R12*4)
-	VADDPS    Y4, Y1, Y1
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 16(DX)(R12*2)
-	VCVTPH2PS 32(BX)(R12*2), Y4
-	VCVTPH2PS 32(SI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 32(DI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R12*4)
-	VADDPS    Y4, Y2, Y2
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 32(DX)(R12*2)
-	VCVTPH2PS 48(BX)(R12*2), Y4
-	VCVTPH2PS 48(SI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VCVTPH2PS 48(DI)(R12*2), Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R12*4)
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y4, X4
-	VMOVNTDQ  X4, 48(DX)(R12*2)
+	VCVTPH2PS (BX)(R12*2), Y5
+	VCVTPH2PS (SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS (DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R12*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y1, Y1
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, (DX)(R12*2)
+	VCVTPH2PS 16(BX)(R12*2), Y5
+	VCVTPH2PS 16(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 16(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R12*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y2, Y2
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 16(DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Y5
+	VCVTPH2PS 32(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 32(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R12*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y3, Y3
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 32(DX)(R12*2)
+	VCVTPH2PS 48(BX)(R12*2), Y5
+	VCVTPH2PS 48(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 48(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R12*4)
+	VSUBPS    Y0, Y5, Y6
+	VADDPS    Y6, Y4, Y4
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVNTDQ  X5, 48(DX)(R12*2)
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx2AddSumF16FullAccNT_block_chunk
-	VMOVUPS   Y0, (AX)(R10*4)
-	VMOVUPS   Y1, 32(AX)(R10*4)
-	VMOVUPS   Y2, 64(AX)(R10*4)
-	VMOVUPS   Y3, 96(AX)(R10*4)
+	VMOVUPS   Y1, (AX)(R10*4)
+	VMOVUPS   Y2, 32(AX)(R10*4)
+	VMOVUPS   Y3, 64(AX)(R10*4)
+	VMOVUPS   Y4, 96(AX)(R10*4)
 	ADDQ      $0x00000020, R10
 	JMP       avx2AddSumF16FullAccNT_block
 
@@ -3814,23 +4047,24 @@ avx2AddSumF16FullAccNT_block_done:
 avx2AddSumF16FullAccNT_vec:
 	CMPQ    R10, R8
 	JAE     avx2AddSumF16FullAccNT_vec_done
-	VMOVUPS (AX)(R10*4), Y0
+	VMOVUPS (AX)(R10*4), Y1
 	MOVQ    R10, R11
 
 avx2AddSumF16FullAccNT_vec_chunk:
-	VCVTPH2PS (BX)(R11*2), Y1
-	VCVTPH2PS (SI)(R11*2), Y2
-	VADDPS    Y2, Y1, Y1
-	VCVTPH2PS (DI)(R11*2), Y2
-	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R11*4)
-	VADDPS    Y1, Y0, Y0
-	VCVTPS2PH $0x00, Y1, X1
-	VMOVNTDQ  X1, (DX)(R11*2)
+	VCVTPH2PS (BX)(R11*2), Y2
+	VCVTPH2PS (SI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPH2PS (DI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R11*4)
+	VSUBPS    Y0, Y2, Y3
+	VADDPS    Y3, Y1, Y1
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (DX)(R11*2)
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx2AddSumF16FullAccNT_vec_chunk
-	VMOVUPS   Y0, (AX)(R10*4)
+	VMOVUPS   Y1, (AX)(R10*4)
 	ADDQ      $0x00000008, R10
 	JMP       avx2AddSumF16FullAccNT_vec
 
@@ -3838,64 +4072,69 @@ avx2AddSumF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16(part []float32, s []float32, a []uint16, b []uint16)
+// func avx2AddSumBF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-32, R9
+TEXT ·avx2AddSumBF16(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Y0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-32, R9
 
 avx2AddSumBF16_block:
 	CMPQ   R8, R9
 	JAE    avx2AddSumBF16_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   R8, R10
 
 avx2AddSumBF16_block_chunk:
-	VPMOVZXWD (DX)(R10*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD (BX)(R10*2), Y5
+	VPMOVZXWD (DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R10*4)
-	VADDPS    Y4, Y0, Y0
-	VPMOVZXWD 16(DX)(R10*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 16(BX)(R10*2), Y5
+	VPMOVZXWD (BX)(R10*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y1, Y1
+	VPMOVZXWD 16(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R10*4)
-	VADDPS    Y4, Y1, Y1
-	VPMOVZXWD 32(DX)(R10*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 32(BX)(R10*2), Y5
+	VPMOVZXWD 16(BX)(R10*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y2, Y2
+	VPMOVZXWD 32(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R10*4)
-	VADDPS    Y4, Y2, Y2
-	VPMOVZXWD 48(DX)(R10*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 48(BX)(R10*2), Y5
+	VPMOVZXWD 32(BX)(R10*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y3, Y3
+	VPMOVZXWD 48(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
+	VPMOVZXWD 48(BX)(R10*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R10*4)
-	VADDPS    Y4, Y3, Y3
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx2AddSumBF16_block_chunk
-	VMOVUPS   Y0, (AX)(R8*4)
-	VMOVUPS   Y1, 32(AX)(R8*4)
-	VMOVUPS   Y2, 64(AX)(R8*4)
-	VMOVUPS   Y3, 96(AX)(R8*4)
+	VMOVUPS   Y1, (AX)(R8*4)
+	VMOVUPS   Y2, 32(AX)(R8*4)
+	VMOVUPS   Y3, 64(AX)(R8*4)
+	VMOVUPS   Y4, 96(AX)(R8*4)
 	ADDQ      $0x00000020, R8
 	JMP       avx2AddSumBF16_block
 
@@ -3903,21 +4142,22 @@ avx2AddSumBF16_block_done:
 avx2AddSumBF16_vec:
 	CMPQ   R8, SI
 	JAE    avx2AddSumBF16_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   R8, R9
 
 avx2AddSumBF16_vec_chunk:
-	VPMOVZXWD (DX)(R9*2), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD (BX)(R9*2), Y2
+	VPMOVZXWD (DX)(R9*2), Y2
 	VPSLLD    $0x10, Y2, Y2
+	VPMOVZXWD (BX)(R9*2), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R9*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R9*4)
-	VADDPS    Y1, Y0, Y0
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx2AddSumBF16_vec_chunk
-	VMOVUPS   Y0, (AX)(R8*4)
+	VMOVUPS   Y1, (AX)(R8*4)
 	ADDQ      $0x00000008, R8
 	JMP       avx2AddSumBF16_vec
 
@@ -3925,9 +4165,9 @@ avx2AddSumBF16_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// func avx2AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16NT(SB), NOSPLIT, $0-120
+TEXT ·avx2AddSumBF16NT(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         s_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
@@ -3948,6 +4188,7 @@ TEXT ·avx2AddSumBF16NT(SB), NOSPLIT, $0-120
 	MOVL         $0x00000040, DI
 	VMOVD        DI, X4
 	VPBROADCASTD X4, Y4
+	VBROADCASTSS x0+120(FP), Y5
 	MOVQ         part_len+8(FP), DI
 	MOVQ         s_len+32(FP), R8
 	XORQ         R9, R9
@@ -3957,96 +4198,100 @@ TEXT ·avx2AddSumBF16NT(SB), NOSPLIT, $0-120
 avx2AddSumBF16NT_block:
 	CMPQ   R9, R10
 	JAE    avx2AddSumBF16NT_block_done
-	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
 	MOVQ   R9, R11
 
 avx2AddSumBF16NT_block_chunk:
-	VPMOVZXWD    (BX)(R11*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    (SI)(R11*2), Y10
+	VPMOVZXWD    (BX)(R11*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, (CX)(R11*4)
-	VADDPS       Y9, Y5, Y5
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, (DX)(R11*2)
-	VPMOVZXWD    16(BX)(R11*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    16(SI)(R11*2), Y10
+	VPMOVZXWD    (SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R11*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y6, Y6
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, (DX)(R11*2)
+	VPMOVZXWD    16(BX)(R11*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 32(CX)(R11*4)
-	VADDPS       Y9, Y6, Y6
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 16(DX)(R11*2)
-	VPMOVZXWD    32(BX)(R11*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    32(SI)(R11*2), Y10
+	VPMOVZXWD    16(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R11*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y7, Y7
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 16(DX)(R11*2)
+	VPMOVZXWD    32(BX)(R11*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 64(CX)(R11*4)
-	VADDPS       Y9, Y7, Y7
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 32(DX)(R11*2)
-	VPMOVZXWD    48(BX)(R11*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    48(SI)(R11*2), Y10
+	VPMOVZXWD    32(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R11*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y8, Y8
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 32(DX)(R11*2)
+	VPMOVZXWD    48(BX)(R11*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 96(CX)(R11*4)
-	VADDPS       Y9, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 48(DX)(R11*2)
+	VPMOVZXWD    48(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R11*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y9, Y9
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 48(DX)(R11*2)
 	ADDQ         DI, R11
 	CMPQ         R11, R8
 	JB           avx2AddSumBF16NT_block_chunk
-	VMOVUPS      Y5, (AX)(R9*4)
-	VMOVUPS      Y6, 32(AX)(R9*4)
-	VMOVUPS      Y7, 64(AX)(R9*4)
-	VMOVUPS      Y8, 96(AX)(R9*4)
+	VMOVUPS      Y6, (AX)(R9*4)
+	VMOVUPS      Y7, 32(AX)(R9*4)
+	VMOVUPS      Y8, 64(AX)(R9*4)
+	VMOVUPS      Y9, 96(AX)(R9*4)
 	ADDQ         $0x00000020, R9
 	JMP          avx2AddSumBF16NT_block
 
@@ -4054,33 +4299,34 @@ avx2AddSumBF16NT_block_done:
 avx2AddSumBF16NT_vec:
 	CMPQ   R9, DI
 	JAE    avx2AddSumBF16NT_vec_done
-	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
 	MOVQ   R9, R10
 
 avx2AddSumBF16NT_vec_chunk:
-	VPMOVZXWD    (BX)(R10*2), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VPMOVZXWD    (SI)(R10*2), Y7
+	VPMOVZXWD    (BX)(R10*2), Y7
 	VPSLLD       $0x10, Y7, Y7
-	VADDPS       Y7, Y6, Y6
-	VMOVUPS      Y6, (CX)(R10*4)
-	VADDPS       Y6, Y5, Y5
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        Y0, Y7, Y8
-	VPADDD       Y1, Y8, Y8
-	VPADDD       Y6, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPAND        Y2, Y6, Y6
-	VPCMPGTD     Y3, Y6, Y6
-	VPOR         Y4, Y7, Y7
-	VPBLENDVB    Y6, Y7, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X6
-	VPACKUSDW    X6, X8, X6
-	VMOVNTDQ     X6, (DX)(R10*2)
+	VPMOVZXWD    (SI)(R10*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R10*4)
+	VSUBPS       Y5, Y7, Y8
+	VADDPS       Y8, Y6, Y6
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y0, Y8, Y9
+	VPADDD       Y1, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y2, Y7, Y7
+	VPCMPGTD     Y3, Y7, Y7
+	VPOR         Y4, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (DX)(R10*2)
 	ADDQ         DI, R10
 	CMPQ         R10, R8
 	JB           avx2AddSumBF16NT_vec_chunk
-	VMOVUPS      Y5, (AX)(R9*4)
+	VMOVUPS      Y6, (AX)(R9*4)
 	ADDQ         $0x00000008, R9
 	JMP          avx2AddSumBF16NT_vec
 
@@ -4088,64 +4334,69 @@ avx2AddSumBF16NT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+// func avx2AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16Acc(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-32, R9
+TEXT ·avx2AddSumBF16Acc(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Y0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-32, R9
 
 avx2AddSumBF16Acc_block:
 	CMPQ    R8, R9
 	JAE     avx2AddSumBF16Acc_block_done
-	VMOVUPS (AX)(R8*4), Y0
-	VMOVUPS 32(AX)(R8*4), Y1
-	VMOVUPS 64(AX)(R8*4), Y2
-	VMOVUPS 96(AX)(R8*4), Y3
+	VMOVUPS (AX)(R8*4), Y1
+	VMOVUPS 32(AX)(R8*4), Y2
+	VMOVUPS 64(AX)(R8*4), Y3
+	VMOVUPS 96(AX)(R8*4), Y4
 	MOVQ    R8, R10
 
 avx2AddSumBF16Acc_block_chunk:
-	VPMOVZXWD (DX)(R10*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD (BX)(R10*2), Y5
+	VPMOVZXWD (DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R10*4)
-	VADDPS    Y4, Y0, Y0
-	VPMOVZXWD 16(DX)(R10*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 16(BX)(R10*2), Y5
+	VPMOVZXWD (BX)(R10*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y1, Y1
+	VPMOVZXWD 16(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R10*4)
-	VADDPS    Y4, Y1, Y1
-	VPMOVZXWD 32(DX)(R10*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 32(BX)(R10*2), Y5
+	VPMOVZXWD 16(BX)(R10*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y2, Y2
+	VPMOVZXWD 32(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R10*4)
-	VADDPS    Y4, Y2, Y2
-	VPMOVZXWD 48(DX)(R10*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 48(BX)(R10*2), Y5
+	VPMOVZXWD 32(BX)(R10*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y3, Y3
+	VPMOVZXWD 48(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
+	VPMOVZXWD 48(BX)(R10*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R10*4)
-	VADDPS    Y4, Y3, Y3
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx2AddSumBF16Acc_block_chunk
-	VMOVUPS   Y0, (AX)(R8*4)
-	VMOVUPS   Y1, 32(AX)(R8*4)
-	VMOVUPS   Y2, 64(AX)(R8*4)
-	VMOVUPS   Y3, 96(AX)(R8*4)
+	VMOVUPS   Y1, (AX)(R8*4)
+	VMOVUPS   Y2, 32(AX)(R8*4)
+	VMOVUPS   Y3, 64(AX)(R8*4)
+	VMOVUPS   Y4, 96(AX)(R8*4)
 	ADDQ      $0x00000020, R8
 	JMP       avx2AddSumBF16Acc_block
 
@@ -4153,21 +4404,22 @@ avx2AddSumBF16Acc_block_done:
 avx2AddSumBF16Acc_vec:
 	CMPQ    R8, SI
 	JAE     avx2AddSumBF16Acc_vec_done
-	VMOVUPS (AX)(R8*4), Y0
+	VMOVUPS (AX)(R8*4), Y1
 	MOVQ    R8, R9
 
 avx2AddSumBF16Acc_vec_chunk:
-	VPMOVZXWD (DX)(R9*2), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD (BX)(R9*2), Y2
+	VPMOVZXWD (DX)(R9*2), Y2
 	VPSLLD    $0x10, Y2, Y2
+	VPMOVZXWD (BX)(R9*2), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R9*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R9*4)
-	VADDPS    Y1, Y0, Y0
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx2AddSumBF16Acc_vec_chunk
-	VMOVUPS   Y0, (AX)(R8*4)
+	VMOVUPS   Y1, (AX)(R8*4)
 	ADDQ      $0x00000008, R8
 	JMP       avx2AddSumBF16Acc_vec
 
@@ -4175,9 +4427,9 @@ avx2AddSumBF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// func avx2AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16AccNT(SB), NOSPLIT, $0-120
+TEXT ·avx2AddSumBF16AccNT(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         s_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
@@ -4198,6 +4450,7 @@ TEXT ·avx2AddSumBF16AccNT(SB), NOSPLIT, $0-120
 	MOVL         $0x00000040, DI
 	VMOVD        DI, X4
 	VPBROADCASTD X4, Y4
+	VBROADCASTSS x0+120(FP), Y5
 	MOVQ         part_len+8(FP), DI
 	MOVQ         s_len+32(FP), R8
 	XORQ         R9, R9
@@ -4207,96 +4460,100 @@ TEXT ·avx2AddSumBF16AccNT(SB), NOSPLIT, $0-120
 avx2AddSumBF16AccNT_block:
 	CMPQ    R9, R10
 	JAE     avx2AddSumBF16AccNT_block_done
-	VMOVUPS (AX)(R9*4), Y5
-	VMOVUPS 32(AX)(R9*4), Y6
-	VMOVUPS 64(AX)(R9*4), Y7
-	VMOVUPS 96(AX)(R9*4), Y8
+	VMOVUPS (AX)(R9*4), Y6
+	VMOVUPS 32(AX)(R9*4), Y7
+	VMOVUPS 64(AX)(R9*4), Y8
+	VMOVUPS 96(AX)(R9*4), Y9
 	MOVQ    R9, R11
 
 avx2AddSumBF16AccNT_block_chunk:
-	VPMOVZXWD    (BX)(R11*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    (SI)(R11*2), Y10
+	VPMOVZXWD    (BX)(R11*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, (CX)(R11*4)
-	VADDPS       Y9, Y5, Y5
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, (DX)(R11*2)
-	VPMOVZXWD    16(BX)(R11*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    16(SI)(R11*2), Y10
+	VPMOVZXWD    (SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R11*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y6, Y6
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, (DX)(R11*2)
+	VPMOVZXWD    16(BX)(R11*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 32(CX)(R11*4)
-	VADDPS       Y9, Y6, Y6
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 16(DX)(R11*2)
-	VPMOVZXWD    32(BX)(R11*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    32(SI)(R11*2), Y10
+	VPMOVZXWD    16(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R11*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y7, Y7
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 16(DX)(R11*2)
+	VPMOVZXWD    32(BX)(R11*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 64(CX)(R11*4)
-	VADDPS       Y9, Y7, Y7
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 32(DX)(R11*2)
-	VPMOVZXWD    48(BX)(R11*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    48(SI)(R11*2), Y10
+	VPMOVZXWD    32(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R11*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y8, Y8
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 32(DX)(R11*2)
+	VPMOVZXWD    48(BX)(R11*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 96(CX)(R11*4)
-	VADDPS       Y9, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 48(DX)(R11*2)
+	VPMOVZXWD    48(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R11*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y9, Y9
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 48(DX)(R11*2)
 	ADDQ         DI, R11
 	CMPQ         R11, R8
 	JB           avx2AddSumBF16AccNT_block_chunk
-	VMOVUPS      Y5, (AX)(R9*4)
-	VMOVUPS      Y6, 32(AX)(R9*4)
-	VMOVUPS      Y7, 64(AX)(R9*4)
-	VMOVUPS      Y8, 96(AX)(R9*4)
+	VMOVUPS      Y6, (AX)(R9*4)
+	VMOVUPS      Y7, 32(AX)(R9*4)
+	VMOVUPS      Y8, 64(AX)(R9*4)
+	VMOVUPS      Y9, 96(AX)(R9*4)
 	ADDQ         $0x00000020, R9
 	JMP          avx2AddSumBF16AccNT_block
 
@@ -4304,33 +4561,34 @@ avx2AddSumBF16AccNT_block_done:
 avx2AddSumBF16AccNT_vec:
 	CMPQ    R9, DI
 	JAE     avx2AddSumBF16AccNT_vec_done
-	VMOVUPS (AX)(R9*4), Y5
+	VMOVUPS (AX)(R9*4), Y6
 	MOVQ    R9, R10
 
 avx2AddSumBF16AccNT_vec_chunk:
-	VPMOVZXWD    (BX)(R10*2), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VPMOVZXWD    (SI)(R10*2), Y7
+	VPMOVZXWD    (BX)(R10*2), Y7
 	VPSLLD       $0x10, Y7, Y7
-	VADDPS       Y7, Y6, Y6
-	VMOVUPS      Y6, (CX)(R10*4)
-	VADDPS       Y6, Y5, Y5
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        Y0, Y7, Y8
-	VPADDD       Y1, Y8, Y8
-	VPADDD       Y6, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPAND        Y2, Y6, Y6
-	VPCMPGTD     Y3, Y6, Y6
-	VPOR         Y4, Y7, Y7
-	VPBLENDVB    Y6, Y7, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X6
-	VPACKUSDW    X6, X8, X6
-	VMOVNTDQ     X6, (DX)(R10*2)
+	VPMOVZXWD    (SI)(R10*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R10*4)
+	VSUBPS       Y5, Y7, Y8
+	VADDPS       Y8, Y6, Y6
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y0, Y8, Y9
+	VPADDD       Y1, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y2, Y7, Y7
+	VPCMPGTD     Y3, Y7, Y7
+	VPOR         Y4, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (DX)(R10*2)
 	ADDQ         DI, R10
 	CMPQ         R10, R8
 	JB           avx2AddSumBF16AccNT_vec_chunk
-	VMOVUPS      Y5, (AX)(R9*4)
+	VMOVUPS      Y6, (AX)(R9*4)
 	ADDQ         $0x00000008, R9
 	JMP          avx2AddSumBF16AccNT_vec
 
@@ -4338,77 +4596,82 @@ avx2AddSumBF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// func avx2AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16Full(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-32, R10
+TEXT ·avx2AddSumBF16Full(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
 
 avx2AddSumBF16Full_block:
 	CMPQ   R9, R10
 	JAE    avx2AddSumBF16Full_block_done
-	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
 	MOVQ   R9, R11
 
 avx2AddSumBF16Full_block_chunk:
-	VPMOVZXWD (DX)(R11*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD (BX)(R11*2), Y5
+	VPMOVZXWD (DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VPMOVZXWD (SI)(R11*2), Y5
+	VPMOVZXWD (BX)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VPMOVZXWD (SI)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y1, Y1
+	VPMOVZXWD 16(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R11*4)
-	VADDPS    Y4, Y0, Y0
-	VPMOVZXWD 16(DX)(R11*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 16(BX)(R11*2), Y5
+	VPMOVZXWD 16(BX)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VPMOVZXWD 16(SI)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y2, Y2
+	VPMOVZXWD 32(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VPMOVZXWD 16(SI)(R11*2), Y5
+	VPMOVZXWD 32(BX)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VPMOVZXWD 32(SI)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y3, Y3
+	VPMOVZXWD 48(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
+	VPMOVZXWD 48(BX)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VPMOVZXWD 48(SI)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R11*4)
-	VADDPS    Y4, Y1, Y1
-	VPMOVZXWD 32(DX)(R11*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 32(BX)(R11*2), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VPMOVZXWD 32(SI)(R11*2), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R11*4)
-	VADDPS    Y4, Y2, Y2
-	VPMOVZXWD 48(DX)(R11*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 48(BX)(R11*2), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VPMOVZXWD 48(SI)(R11*2), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R11*4)
-	VADDPS    Y4, Y3, Y3
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx2AddSumBF16Full_block_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
-	VMOVUPS   Y1, 32(AX)(R9*4)
-	VMOVUPS   Y2, 64(AX)(R9*4)
-	VMOVUPS   Y3, 96(AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
+	VMOVUPS   Y2, 32(AX)(R9*4)
+	VMOVUPS   Y3, 64(AX)(R9*4)
+	VMOVUPS   Y4, 96(AX)(R9*4)
 	ADDQ      $0x00000020, R9
 	JMP       avx2AddSumBF16Full_block
 
@@ -4416,24 +4679,25 @@ avx2AddSumBF16Full_block_done:
 avx2AddSumBF16Full_vec:
 	CMPQ   R9, DI
 	JAE    avx2AddSumBF16Full_vec_done
-	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ   R9, R10
 
 avx2AddSumBF16Full_vec_chunk:
-	VPMOVZXWD (DX)(R10*2), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD (BX)(R10*2), Y2
+	VPMOVZXWD (DX)(R10*2), Y2
 	VPSLLD    $0x10, Y2, Y2
+	VPMOVZXWD (BX)(R10*2), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VADDPS    Y3, Y2, Y2
+	VPMOVZXWD (SI)(R10*2), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
-	VPMOVZXWD (SI)(R10*2), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R10*4)
-	VADDPS    Y1, Y0, Y0
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx2AddSumBF16Full_vec_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
 	ADDQ      $0x00000008, R9
 	JMP       avx2AddSumBF16Full_vec
 
@@ -4441,9 +4705,9 @@ avx2AddSumBF16Full_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// func avx2AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16FullNT(SB), NOSPLIT, $0-144
+TEXT ·avx2AddSumBF16FullNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         s_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
@@ -4465,6 +4729,7 @@ TEXT ·avx2AddSumBF16FullNT(SB), NOSPLIT, $0-144
 	MOVL         $0x00000040, R8
 	VMOVD        R8, X4
 	VPBROADCASTD X4, Y4
+	VBROADCASTSS x0+144(FP), Y5
 	MOVQ         part_len+8(FP), R8
 	MOVQ         s_len+32(FP), R9
 	XORQ         R10, R10
@@ -4474,108 +4739,112 @@ TEXT ·avx2AddSumBF16FullNT(SB), NOSPLIT, $0-144
 avx2AddSumBF16FullNT_block:
 	CMPQ   R10, R11
 	JAE    avx2AddSumBF16FullNT_block_done
-	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
 	MOVQ   R10, R12
 
 avx2AddSumBF16FullNT_block_chunk:
-	VPMOVZXWD    (BX)(R12*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    (SI)(R12*2), Y10
+	VPMOVZXWD    (BX)(R12*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VPMOVZXWD    (DI)(R12*2), Y10
+	VPMOVZXWD    (SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    (DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R12*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y6, Y6
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, (DX)(R12*2)
+	VPMOVZXWD    16(BX)(R12*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, (CX)(R12*4)
-	VADDPS       Y9, Y5, Y5
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, (DX)(R12*2)
-	VPMOVZXWD    16(BX)(R12*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    16(SI)(R12*2), Y10
+	VPMOVZXWD    16(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    16(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R12*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y7, Y7
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 16(DX)(R12*2)
+	VPMOVZXWD    32(BX)(R12*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VPMOVZXWD    16(DI)(R12*2), Y10
+	VPMOVZXWD    32(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    32(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R12*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y8, Y8
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 32(DX)(R12*2)
+	VPMOVZXWD    48(BX)(R12*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 32(CX)(R12*4)
-	VADDPS       Y9, Y6, Y6
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 16(DX)(R12*2)
-	VPMOVZXWD    32(BX)(R12*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    32(SI)(R12*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VPMOVZXWD    32(DI)(R12*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 64(CX)(R12*4)
-	VADDPS       Y9, Y7, Y7
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 32(DX)(R12*2)
-	VPMOVZXWD    48(BX)(R12*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    48(SI)(R12*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VPMOVZXWD    48(DI)(R12*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 96(CX)(R12*4)
-	VADDPS       Y9, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 48(DX)(R12*2)
+	VPMOVZXWD    48(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    48(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R12*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y9, Y9
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 48(DX)(R12*2)
 	ADDQ         R8, R12
 	CMPQ         R12, R9
 	JB           avx2AddSumBF16FullNT_block_chunk
-	VMOVUPS      Y5, (AX)(R10*4)
-	VMOVUPS      Y6, 32(AX)(R10*4)
-	VMOVUPS      Y7, 64(AX)(R10*4)
-	VMOVUPS      Y8, 96(AX)(R10*4)
+	VMOVUPS      Y6, (AX)(R10*4)
+	VMOVUPS      Y7, 32(AX)(R10*4)
+	VMOVUPS      Y8, 64(AX)(R10*4)
+	VMOVUPS      Y9, 96(AX)(R10*4)
 	ADDQ         $0x00000020, R10
 	JMP          avx2AddSumBF16FullNT_block
 
@@ -4583,36 +4852,37 @@ avx2AddSumBF16FullNT_block_done:
 avx2AddSumBF16FullNT_vec:
 	CMPQ   R10, R8
 	JAE    avx2AddSumBF16FullNT_vec_done
-	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
 	MOVQ   R10, R11
 
 avx2AddSumBF16FullNT_vec_chunk:
-	VPMOVZXWD    (BX)(R11*2), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VPMOVZXWD    (SI)(R11*2), Y7
+	VPMOVZXWD    (BX)(R11*2), Y7
 	VPSLLD       $0x10, Y7, Y7
-	VADDPS       Y7, Y6, Y6
-	VPMOVZXWD    (DI)(R11*2), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VADDPS       Y7, Y6, Y6
-	VMOVUPS      Y6, (CX)(R11*4)
-	VADDPS       Y6, Y5, Y5
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        Y0, Y7, Y8
-	VPADDD       Y1, Y8, Y8
-	VPADDD       Y6, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPAND        Y2, Y6, Y6
-	VPCMPGTD     Y3, Y6, Y6
-	VPOR         Y4, Y7, Y7
-	VPBLENDVB    Y6, Y7, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X6
-	VPACKUSDW    X6, X8, X6
-	VMOVNTDQ     X6, (DX)(R11*2)
+	VPMOVZXWD    (SI)(R11*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPMOVZXWD    (DI)(R11*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R11*4)
+	VSUBPS       Y5, Y7, Y8
+	VADDPS       Y8, Y6, Y6
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y0, Y8, Y9
+	VPADDD       Y1, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y2, Y7, Y7
+	VPCMPGTD     Y3, Y7, Y7
+	VPOR         Y4, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (DX)(R11*2)
 	ADDQ         R8, R11
 	CMPQ         R11, R9
 	JB           avx2AddSumBF16FullNT_vec_chunk
-	VMOVUPS      Y5, (AX)(R10*4)
+	VMOVUPS      Y6, (AX)(R10*4)
 	ADDQ         $0x00000008, R10
 	JMP          avx2AddSumBF16FullNT_vec
 
@@ -4620,77 +4890,82 @@ avx2AddSumBF16FullNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16FullAcc(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-32, R10
+TEXT ·avx2AddSumBF16FullAcc(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
 
 avx2AddSumBF16FullAcc_block:
 	CMPQ    R9, R10
 	JAE     avx2AddSumBF16FullAcc_block_done
-	VMOVUPS (AX)(R9*4), Y0
-	VMOVUPS 32(AX)(R9*4), Y1
-	VMOVUPS 64(AX)(R9*4), Y2
-	VMOVUPS 96(AX)(R9*4), Y3
+	VMOVUPS (AX)(R9*4), Y1
+	VMOVUPS 32(AX)(R9*4), Y2
+	VMOVUPS 64(AX)(R9*4), Y3
+	VMOVUPS 96(AX)(R9*4), Y4
 	MOVQ    R9, R11
 
 avx2AddSumBF16FullAcc_block_chunk:
-	VPMOVZXWD (DX)(R11*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD (BX)(R11*2), Y5
+	VPMOVZXWD (DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VPMOVZXWD (SI)(R11*2), Y5
+	VPMOVZXWD (BX)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VPMOVZXWD (SI)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y1, Y1
+	VPMOVZXWD 16(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, (CX)(R11*4)
-	VADDPS    Y4, Y0, Y0
-	VPMOVZXWD 16(DX)(R11*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 16(BX)(R11*2), Y5
+	VPMOVZXWD 16(BX)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VPMOVZXWD 16(SI)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y2, Y2
+	VPMOVZXWD 32(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VPMOVZXWD 16(SI)(R11*2), Y5
+	VPMOVZXWD 32(BX)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VPMOVZXWD 32(SI)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
+	VADDPS    Y5, Y3, Y3
+	VPMOVZXWD 48(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
+	VPMOVZXWD 48(BX)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VPMOVZXWD 48(SI)(R11*2), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 32(CX)(R11*4)
-	VADDPS    Y4, Y1, Y1
-	VPMOVZXWD 32(DX)(R11*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 32(BX)(R11*2), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VPMOVZXWD 32(SI)(R11*2), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 64(CX)(R11*4)
-	VADDPS    Y4, Y2, Y2
-	VPMOVZXWD 48(DX)(R11*2), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 48(BX)(R11*2), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VPMOVZXWD 48(SI)(R11*2), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VADDPS    Y5, Y4, Y4
-	VMOVUPS   Y4, 96(CX)(R11*4)
-	VADDPS    Y4, Y3, Y3
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx2AddSumBF16FullAcc_block_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
-	VMOVUPS   Y1, 32(AX)(R9*4)
-	VMOVUPS   Y2, 64(AX)(R9*4)
-	VMOVUPS   Y3, 96(AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
+	VMOVUPS   Y2, 32(AX)(R9*4)
+	VMOVUPS   Y3, 64(AX)(R9*4)
+	VMOVUPS   Y4, 96(AX)(R9*4)
 	ADDQ      $0x00000020, R9
 	JMP       avx2AddSumBF16FullAcc_block
 
@@ -4698,24 +4973,25 @@ avx2AddSumBF16FullAcc_block_done:
 avx2AddSumBF16FullAcc_vec:
 	CMPQ    R9, DI
 	JAE     avx2AddSumBF16FullAcc_vec_done
-	VMOVUPS (AX)(R9*4), Y0
+	VMOVUPS (AX)(R9*4), Y1
 	MOVQ    R9, R10
 
 avx2AddSumBF16FullAcc_vec_chunk:
-	VPMOVZXWD (DX)(R10*2), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD (BX)(R10*2), Y2
+	VPMOVZXWD (DX)(R10*2), Y2
 	VPSLLD    $0x10, Y2, Y2
+	VPMOVZXWD (BX)(R10*2), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VADDPS    Y3, Y2, Y2
+	VPMOVZXWD (SI)(R10*2), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
-	VPMOVZXWD (SI)(R10*2), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VADDPS    Y2, Y1, Y1
-	VMOVUPS   Y1, (CX)(R10*4)
-	VADDPS    Y1, Y0, Y0
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx2AddSumBF16FullAcc_vec_chunk
-	VMOVUPS   Y0, (AX)(R9*4)
+	VMOVUPS   Y1, (AX)(R9*4)
 	ADDQ      $0x00000008, R9
 	JMP       avx2AddSumBF16FullAcc_vec
 
@@ -4723,9 +4999,9 @@ avx2AddSumBF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// func avx2AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16FullAccNT(SB), NOSPLIT, $0-144
+TEXT ·avx2AddSumBF16FullAccNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         s_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
@@ -4747,6 +5023,7 @@ TEXT ·avx2AddSumBF16FullAccNT(SB), NOSPLIT, $0-144
 	MOVL         $0x00000040, R8
 	VMOVD        R8, X4
 	VPBROADCASTD X4, Y4
+	VBROADCASTSS x0+144(FP), Y5
 	MOVQ         part_len+8(FP), R8
 	MOVQ         s_len+32(FP), R9
 	XORQ         R10, R10
@@ -4756,108 +5033,112 @@ TEXT ·avx2AddSumBF16FullAccNT(SB), NOSPLIT, $0-144
 avx2AddSumBF16FullAccNT_block:
 	CMPQ    R10, R11
 	JAE     avx2AddSumBF16FullAccNT_block_done
-	VMOVUPS (AX)(R10*4), Y5
-	VMOVUPS 32(AX)(R10*4), Y6
-	VMOVUPS 64(AX)(R10*4), Y7
-	VMOVUPS 96(AX)(R10*4), Y8
+	VMOVUPS (AX)(R10*4), Y6
+	VMOVUPS 32(AX)(R10*4), Y7
+	VMOVUPS 64(AX)(R10*4), Y8
+	VMOVUPS 96(AX)(R10*4), Y9
 	MOVQ    R10, R12
 
 avx2AddSumBF16FullAccNT_block_chunk:
-	VPMOVZXWD    (BX)(R12*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    (SI)(R12*2), Y10
+	VPMOVZXWD    (BX)(R12*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VPMOVZXWD    (DI)(R12*2), Y10
+	VPMOVZXWD    (SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    (DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R12*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y6, Y6
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, (DX)(R12*2)
+	VPMOVZXWD    16(BX)(R12*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, (CX)(R12*4)
-	VADDPS       Y9, Y5, Y5
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, (DX)(R12*2)
-	VPMOVZXWD    16(BX)(R12*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    16(SI)(R12*2), Y10
+	VPMOVZXWD    16(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    16(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R12*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y7, Y7
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 16(DX)(R12*2)
+	VPMOVZXWD    32(BX)(R12*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VPMOVZXWD    16(DI)(R12*2), Y10
+	VPMOVZXWD    32(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    32(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R12*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y8, Y8
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 32(DX)(R12*2)
+	VPMOVZXWD    48(BX)(R12*2), Y10
 	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 32(CX)(R12*4)
-	VADDPS       Y9, Y6, Y6
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 16(DX)(R12*2)
-	VPMOVZXWD    32(BX)(R12*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    32(SI)(R12*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VPMOVZXWD    32(DI)(R12*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 64(CX)(R12*4)
-	VADDPS       Y9, Y7, Y7
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 32(DX)(R12*2)
-	VPMOVZXWD    48(BX)(R12*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    48(SI)(R12*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VPMOVZXWD    48(DI)(R12*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VADDPS       Y10, Y9, Y9
-	VMOVUPS      Y9, 96(CX)(R12*4)
-	VADDPS       Y9, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        Y0, Y10, Y11
-	VPADDD       Y1, Y11, Y11
-	VPADDD       Y9, Y11, Y11
-	VPSRLD       $0x10, Y11, Y11
-	VPAND        Y2, Y9, Y9
-	VPCMPGTD     Y3, Y9, Y9
-	VPOR         Y4, Y10, Y10
-	VPBLENDVB    Y9, Y10, Y11, Y11
-	VEXTRACTI128 $0x01, Y11, X9
-	VPACKUSDW    X9, X11, X9
-	VMOVNTDQ     X9, 48(DX)(R12*2)
+	VPMOVZXWD    48(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    48(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R12*4)
+	VSUBPS       Y5, Y10, Y11
+	VADDPS       Y11, Y9, Y9
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVNTDQ     X10, 48(DX)(R12*2)
 	ADDQ         R8, R12
 	CMPQ         R12, R9
 	JB           avx2AddSumBF16FullAccNT_block_chunk
-	VMOVUPS      Y5, (AX)(R10*4)
-	VMOVUPS      Y6, 32(AX)(R10*4)
-	VMOVUPS      Y7, 64(AX)(R10*4)
-	VMOVUPS      Y8, 96(AX)(R10*4)
+	VMOVUPS      Y6, (AX)(R10*4)
+	VMOVUPS      Y7, 32(AX)(R10*4)
+	VMOVUPS      Y8, 64(AX)(R10*4)
+	VMOVUPS      Y9, 96(AX)(R10*4)
 	ADDQ         $0x00000020, R10
 	JMP          avx2AddSumBF16FullAccNT_block
 
@@ -4865,36 +5146,37 @@ avx2AddSumBF16FullAccNT_block_done:
 avx2AddSumBF16FullAccNT_vec:
 	CMPQ    R10, R8
 	JAE     avx2AddSumBF16FullAccNT_vec_done
-	VMOVUPS (AX)(R10*4), Y5
+	VMOVUPS (AX)(R10*4), Y6
 	MOVQ    R10, R11
 
 avx2AddSumBF16FullAccNT_vec_chunk:
-	VPMOVZXWD    (BX)(R11*2), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VPMOVZXWD    (SI)(R11*2), Y7
+	VPMOVZXWD    (BX)(R11*2), Y7
 	VPSLLD       $0x10, Y7, Y7
-	VADDPS       Y7, Y6, Y6
-	VPMOVZXWD    (DI)(R11*2), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VADDPS       Y7, Y6, Y6
-	VMOVUPS      Y6, (CX)(R11*4)
-	VADDPS       Y6, Y5, Y5
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        Y0, Y7, Y8
-	VPADDD       Y1, Y8, Y8
-	VPADDD       Y6, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPAND        Y2, Y6, Y6
-	VPCMPGTD     Y3, Y6, Y6
-	VPOR         Y4, Y7, Y7
-	VPBLENDVB    Y6, Y7, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X6
-	VPACKUSDW    X6, X8, X6
-	VMOVNTDQ     X6, (DX)(R11*2)
+	VPMOVZXWD    (SI)(R11*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPMOVZXWD    (DI)(R11*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R11*4)
+	VSUBPS       Y5, Y7, Y8
+	VADDPS       Y8, Y6, Y6
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y0, Y8, Y9
+	VPADDD       Y1, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y2, Y7, Y7
+	VPCMPGTD     Y3, Y7, Y7
+	VPOR         Y4, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (DX)(R11*2)
 	ADDQ         R8, R11
 	CMPQ         R11, R9
 	JB           avx2AddSumBF16FullAccNT_vec_chunk
-	VMOVUPS      Y5, (AX)(R10*4)
+	VMOVUPS      Y6, (AX)(R10*4)
 	ADDQ         $0x00000008, R10
 	JMP          avx2AddSumBF16FullAccNT_vec
 
@@ -5342,15 +5624,16 @@ avx512AddTo_done:
 	VZEROUPPER
 	RET
 
-// func avx512Affine(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512Affine(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Affine(SB), NOSPLIT, $0-104
+TEXT ·avx512Affine(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -5359,30 +5642,34 @@ TEXT ·avx512Affine(SB), NOSPLIT, $0-104
 	JAE          avx512Affine_single
 
 avx512Affine_unrolled:
-	VMOVUPS (CX)(DI*4), Z2
-	VSUBPS  Z0, Z2, Z2
-	VMULPS  Z1, Z2, Z2
-	VMULPS  (DX)(DI*4), Z2, Z2
-	VADDPS  (BX)(DI*4), Z2, Z2
-	VMOVUPS Z2, (AX)(DI*4)
-	VMOVUPS 64(CX)(DI*4), Z2
-	VSUBPS  Z0, Z2, Z2
-	VMULPS  Z1, Z2, Z2
-	VMULPS  64(DX)(DI*4), Z2, Z2
-	VADDPS  64(BX)(DI*4), Z2, Z2
-	VMOVUPS Z2, 64(AX)(DI*4)
-	VMOVUPS 128(CX)(DI*4), Z2
-	VSUBPS  Z0, Z2, Z2
-	VMULPS  Z1, Z2, Z2
-	VMULPS  128(DX)(DI*4), Z2, Z2
-	VADDPS  128(BX)(DI*4), Z2, Z2
-	VMOVUPS Z2, 128(AX)(DI*4)
-	VMOVUPS 192(CX)(DI*4), Z2
-	VSUBPS  Z0, Z2, Z2
-	VMULPS  Z1, Z2, Z2
-	VMULPS  192(DX)(DI*4), Z2, Z2
-	VADDPS  192(BX)(DI*4), Z2, Z2
-	VMOVUPS Z2, 192(AX)(DI*4)
+	VMOVUPS (CX)(DI*4), Z3
+	VSUBPS  Z0, Z3, Z3
+	VSUBPS  Z1, Z3, Z3
+	VMULPS  Z2, Z3, Z3
+	VMULPS  (DX)(DI*4), Z3, Z3
+	VADDPS  (BX)(DI*4), Z3, Z3
+	VMOVUPS Z3, (AX)(DI*4)
+	VMOVUPS 64(CX)(DI*4), Z3
+	VSUBPS  Z0, Z3, Z3
+	VSUBPS  Z1, Z3, Z3
+	VMULPS  Z2, Z3, Z3
+	VMULPS  64(DX)(DI*4), Z3, Z3
+	VADDPS  64(BX)(DI*4), Z3, Z3
+	VMOVUPS Z3, 64(AX)(DI*4)
+	VMOVUPS 128(CX)(DI*4), Z3
+	VSUBPS  Z0, Z3, Z3
+	VSUBPS  Z1, Z3, Z3
+	VMULPS  Z2, Z3, Z3
+	VMULPS  128(DX)(DI*4), Z3, Z3
+	VADDPS  128(BX)(DI*4), Z3, Z3
+	VMOVUPS Z3, 128(AX)(DI*4)
+	VMOVUPS 192(CX)(DI*4), Z3
+	VSUBPS  Z0, Z3, Z3
+	VSUBPS  Z1, Z3, Z3
+	VMULPS  Z2, Z3, Z3
+	VMULPS  192(DX)(DI*4), Z3, Z3
+	VADDPS  192(BX)(DI*4), Z3, Z3
+	VMOVUPS Z3, 192(AX)(DI*4)
 	ADDQ    $0x00000040, DI
 	CMPQ    DI, R8
 	JB      avx512Affine_unrolled
@@ -5394,12 +5681,13 @@ avx512Affine_single:
 	JAE  avx512Affine_done
 
 avx512Affine_loop:
-	VMOVUPS (CX)(DI*4), Z2
-	VSUBPS  Z0, Z2, Z2
-	VMULPS  Z1, Z2, Z2
-	VMULPS  (DX)(DI*4), Z2, Z2
-	VADDPS  (BX)(DI*4), Z2, Z2
-	VMOVUPS Z2, (AX)(DI*4)
+	VMOVUPS (CX)(DI*4), Z3
+	VSUBPS  Z0, Z3, Z3
+	VSUBPS  Z1, Z3, Z3
+	VMULPS  Z2, Z3, Z3
+	VMULPS  (DX)(DI*4), Z3, Z3
+	VADDPS  (BX)(DI*4), Z3, Z3
+	VMOVUPS Z3, (AX)(DI*4)
 	ADDQ    $0x00000010, DI
 	CMPQ    DI, R8
 	JB      avx512Affine_loop
@@ -5408,15 +5696,16 @@ avx512Affine_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMA(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineFMA(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -5425,30 +5714,34 @@ TEXT ·avx512AffineFMA(SB), NOSPLIT, $0-104
 	JAE          avx512AffineFMA_single
 
 avx512AffineFMA_unrolled:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     (DX)(DI*4), Z3
-	VFMADD213PS (BX)(DI*4), Z3, Z2
-	VMOVUPS     Z2, (AX)(DI*4)
-	VMOVUPS     64(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     64(DX)(DI*4), Z3
-	VFMADD213PS 64(BX)(DI*4), Z3, Z2
-	VMOVUPS     Z2, 64(AX)(DI*4)
-	VMOVUPS     128(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     128(DX)(DI*4), Z3
-	VFMADD213PS 128(BX)(DI*4), Z3, Z2
-	VMOVUPS     Z2, 128(AX)(DI*4)
-	VMOVUPS     192(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     192(DX)(DI*4), Z3
-	VFMADD213PS 192(BX)(DI*4), Z3, Z2
-	VMOVUPS     Z2, 192(AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     (DX)(DI*4), Z4
+	VFMADD213PS (BX)(DI*4), Z4, Z3
+	VMOVUPS     Z3, (AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     64(DX)(DI*4), Z4
+	VFMADD213PS 64(BX)(DI*4), Z4, Z3
+	VMOVUPS     Z3, 64(AX)(DI*4)
+	VMOVUPS     128(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     128(DX)(DI*4), Z4
+	VFMADD213PS 128(BX)(DI*4), Z4, Z3
+	VMOVUPS     Z3, 128(AX)(DI*4)
+	VMOVUPS     192(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     192(DX)(DI*4), Z4
+	VFMADD213PS 192(BX)(DI*4), Z4, Z3
+	VMOVUPS     Z3, 192(AX)(DI*4)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMA_unrolled
@@ -5460,12 +5753,13 @@ avx512AffineFMA_single:
 	JAE  avx512AffineFMA_done
 
 avx512AffineFMA_loop:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     (DX)(DI*4), Z3
-	VFMADD213PS (BX)(DI*4), Z3, Z2
-	VMOVUPS     Z2, (AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     (DX)(DI*4), Z4
+	VFMADD213PS (BX)(DI*4), Z4, Z3
+	VMOVUPS     Z3, (AX)(DI*4)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMA_loop
@@ -5474,15 +5768,16 @@ avx512AffineFMA_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineNT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineNT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineNT(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineNT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -5491,30 +5786,34 @@ TEXT ·avx512AffineNT(SB), NOSPLIT, $0-104
 	JAE          avx512AffineNT_single
 
 avx512AffineNT_unrolled:
-	VMOVUPS  (CX)(DI*4), Z2
-	VSUBPS   Z0, Z2, Z2
-	VMULPS   Z1, Z2, Z2
-	VMULPS   (DX)(DI*4), Z2, Z2
-	VADDPS   (BX)(DI*4), Z2, Z2
-	VMOVNTPS Z2, (AX)(DI*4)
-	VMOVUPS  64(CX)(DI*4), Z2
-	VSUBPS   Z0, Z2, Z2
-	VMULPS   Z1, Z2, Z2
-	VMULPS   64(DX)(DI*4), Z2, Z2
-	VADDPS   64(BX)(DI*4), Z2, Z2
-	VMOVNTPS Z2, 64(AX)(DI*4)
-	VMOVUPS  128(CX)(DI*4), Z2
-	VSUBPS   Z0, Z2, Z2
-	VMULPS   Z1, Z2, Z2
-	VMULPS   128(DX)(DI*4), Z2, Z2
-	VADDPS   128(BX)(DI*4), Z2, Z2
-	VMOVNTPS Z2, 128(AX)(DI*4)
-	VMOVUPS  192(CX)(DI*4), Z2
-	VSUBPS   Z0, Z2, Z2
-	VMULPS   Z1, Z2, Z2
-	VMULPS   192(DX)(DI*4), Z2, Z2
-	VADDPS   192(BX)(DI*4), Z2, Z2
-	VMOVNTPS Z2, 192(AX)(DI*4)
+	VMOVUPS  (CX)(DI*4), Z3
+	VSUBPS   Z0, Z3, Z3
+	VSUBPS   Z1, Z3, Z3
+	VMULPS   Z2, Z3, Z3
+	VMULPS   (DX)(DI*4), Z3, Z3
+	VADDPS   (BX)(DI*4), Z3, Z3
+	VMOVNTPS Z3, (AX)(DI*4)
+	VMOVUPS  64(CX)(DI*4), Z3
+	VSUBPS   Z0, Z3, Z3
+	VSUBPS   Z1, Z3, Z3
+	VMULPS   Z2, Z3, Z3
+	VMULPS   64(DX)(DI*4), Z3, Z3
+	VADDPS   64(BX)(DI*4), Z3, Z3
+	VMOVNTPS Z3, 64(AX)(DI*4)
+	VMOVUPS  128(CX)(DI*4), Z3
+	VSUBPS   Z0, Z3, Z3
+	VSUBPS   Z1, Z3, Z3
+	VMULPS   Z2, Z3, Z3
+	VMULPS   128(DX)(DI*4), Z3, Z3
+	VADDPS   128(BX)(DI*4), Z3, Z3
+	VMOVNTPS Z3, 128(AX)(DI*4)
+	VMOVUPS  192(CX)(DI*4), Z3
+	VSUBPS   Z0, Z3, Z3
+	VSUBPS   Z1, Z3, Z3
+	VMULPS   Z2, Z3, Z3
+	VMULPS   192(DX)(DI*4), Z3, Z3
+	VADDPS   192(BX)(DI*4), Z3, Z3
+	VMOVNTPS Z3, 192(AX)(DI*4)
 	ADDQ     $0x00000040, DI
 	CMPQ     DI, R8
 	JB       avx512AffineNT_unrolled
@@ -5526,12 +5825,13 @@ avx512AffineNT_single:
 	JAE  avx512AffineNT_done
 
 avx512AffineNT_loop:
-	VMOVUPS  (CX)(DI*4), Z2
-	VSUBPS   Z0, Z2, Z2
-	VMULPS   Z1, Z2, Z2
-	VMULPS   (DX)(DI*4), Z2, Z2
-	VADDPS   (BX)(DI*4), Z2, Z2
-	VMOVNTPS Z2, (AX)(DI*4)
+	VMOVUPS  (CX)(DI*4), Z3
+	VSUBPS   Z0, Z3, Z3
+	VSUBPS   Z1, Z3, Z3
+	VMULPS   Z2, Z3, Z3
+	VMULPS   (DX)(DI*4), Z3, Z3
+	VADDPS   (BX)(DI*4), Z3, Z3
+	VMOVNTPS Z3, (AX)(DI*4)
 	ADDQ     $0x00000010, DI
 	CMPQ     DI, R8
 	JB       avx512AffineNT_loop
@@ -5540,15 +5840,16 @@ avx512AffineNT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMANT(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineFMANT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -5557,30 +5858,34 @@ TEXT ·avx512AffineFMANT(SB), NOSPLIT, $0-104
 	JAE          avx512AffineFMANT_single
 
 avx512AffineFMANT_unrolled:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     (DX)(DI*4), Z3
-	VFMADD213PS (BX)(DI*4), Z3, Z2
-	VMOVNTPS    Z2, (AX)(DI*4)
-	VMOVUPS     64(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     64(DX)(DI*4), Z3
-	VFMADD213PS 64(BX)(DI*4), Z3, Z2
-	VMOVNTPS    Z2, 64(AX)(DI*4)
-	VMOVUPS     128(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     128(DX)(DI*4), Z3
-	VFMADD213PS 128(BX)(DI*4), Z3, Z2
-	VMOVNTPS    Z2, 128(AX)(DI*4)
-	VMOVUPS     192(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     192(DX)(DI*4), Z3
-	VFMADD213PS 192(BX)(DI*4), Z3, Z2
-	VMOVNTPS    Z2, 192(AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     (DX)(DI*4), Z4
+	VFMADD213PS (BX)(DI*4), Z4, Z3
+	VMOVNTPS    Z3, (AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     64(DX)(DI*4), Z4
+	VFMADD213PS 64(BX)(DI*4), Z4, Z3
+	VMOVNTPS    Z3, 64(AX)(DI*4)
+	VMOVUPS     128(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     128(DX)(DI*4), Z4
+	VFMADD213PS 128(BX)(DI*4), Z4, Z3
+	VMOVNTPS    Z3, 128(AX)(DI*4)
+	VMOVUPS     192(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     192(DX)(DI*4), Z4
+	VFMADD213PS 192(BX)(DI*4), Z4, Z3
+	VMOVNTPS    Z3, 192(AX)(DI*4)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMANT_unrolled
@@ -5592,12 +5897,13 @@ avx512AffineFMANT_single:
 	JAE  avx512AffineFMANT_done
 
 avx512AffineFMANT_loop:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     (DX)(DI*4), Z3
-	VFMADD213PS (BX)(DI*4), Z3, Z2
-	VMOVNTPS    Z2, (AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     (DX)(DI*4), Z4
+	VFMADD213PS (BX)(DI*4), Z4, Z3
+	VMOVNTPS    Z3, (AX)(DI*4)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMANT_loop
@@ -5606,15 +5912,16 @@ avx512AffineFMANT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineF16(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineF16(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -5623,34 +5930,38 @@ TEXT ·avx512AffineF16(SB), NOSPLIT, $0-104
 	JAE          avx512AffineF16_single
 
 avx512AffineF16_unrolled:
-	VMOVUPS   (CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    (DX)(DI*4), Z2, Z2
-	VADDPS    (BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVUPS   Y2, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    64(DX)(DI*4), Z2, Z2
-	VADDPS    64(BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVUPS   Y2, 32(AX)(DI*2)
-	VMOVUPS   128(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    128(DX)(DI*4), Z2, Z2
-	VADDPS    128(BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVUPS   Y2, 64(AX)(DI*2)
-	VMOVUPS   192(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    192(DX)(DI*4), Z2, Z2
-	VADDPS    192(BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVUPS   Y2, 96(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VMULPS    (DX)(DI*4), Z3, Z3
+	VADDPS    (BX)(DI*4), Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVUPS   Y3, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VMULPS    64(DX)(DI*4), Z3, Z3
+	VADDPS    64(BX)(DI*4), Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVUPS   Y3, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VMULPS    128(DX)(DI*4), Z3, Z3
+	VADDPS    128(BX)(DI*4), Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVUPS   Y3, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VMULPS    192(DX)(DI*4), Z3, Z3
+	VADDPS    192(BX)(DI*4), Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVUPS   Y3, 96(AX)(DI*2)
 	ADDQ      $0x00000040, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16_unrolled
@@ -5662,13 +5973,14 @@ avx512AffineF16_single:
 	JAE  avx512AffineF16_done
 
 avx512AffineF16_loop:
-	VMOVUPS   (CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    (DX)(DI*4), Z2, Z2
-	VADDPS    (BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVUPS   Y2, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VMULPS    (DX)(DI*4), Z3, Z3
+	VADDPS    (BX)(DI*4), Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVUPS   Y3, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16_loop
@@ -5677,15 +5989,16 @@ avx512AffineF16_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMAF16(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineFMAF16(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -5694,34 +6007,38 @@ TEXT ·avx512AffineFMAF16(SB), NOSPLIT, $0-104
 	JAE          avx512AffineFMAF16_single
 
 avx512AffineFMAF16_unrolled:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     (DX)(DI*4), Z3
-	VFMADD213PS (BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVUPS     Y2, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     64(DX)(DI*4), Z3
-	VFMADD213PS 64(BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVUPS     Y2, 32(AX)(DI*2)
-	VMOVUPS     128(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     128(DX)(DI*4), Z3
-	VFMADD213PS 128(BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVUPS     Y2, 64(AX)(DI*2)
-	VMOVUPS     192(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     192(DX)(DI*4), Z3
-	VFMADD213PS 192(BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVUPS     Y2, 96(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     (DX)(DI*4), Z4
+	VFMADD213PS (BX)(DI*4), Z4, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVUPS     Y3, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     64(DX)(DI*4), Z4
+	VFMADD213PS 64(BX)(DI*4), Z4, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVUPS     Y3, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     128(DX)(DI*4), Z4
+	VFMADD213PS 128(BX)(DI*4), Z4, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVUPS     Y3, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     192(DX)(DI*4), Z4
+	VFMADD213PS 192(BX)(DI*4), Z4, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVUPS     Y3, 96(AX)(DI*2)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16_unrolled
@@ -5733,13 +6050,14 @@ avx512AffineFMAF16_single:
 	JAE  avx512AffineFMAF16_done
 
 avx512AffineFMAF16_loop:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     (DX)(DI*4), Z3
-	VFMADD213PS (BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVUPS     Y2, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     (DX)(DI*4), Z4
+	VFMADD213PS (BX)(DI*4), Z4, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVUPS     Y3, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16_loop
@@ -5748,15 +6066,16 @@ avx512AffineFMAF16_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineF16NT(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineF16NT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -5765,34 +6084,38 @@ TEXT ·avx512AffineF16NT(SB), NOSPLIT, $0-104
 	JAE          avx512AffineF16NT_single
 
 avx512AffineF16NT_unrolled:
-	VMOVUPS   (CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    (DX)(DI*4), Z2, Z2
-	VADDPS    (BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVNTDQ  Y2, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    64(DX)(DI*4), Z2, Z2
-	VADDPS    64(BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVNTDQ  Y2, 32(AX)(DI*2)
-	VMOVUPS   128(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    128(DX)(DI*4), Z2, Z2
-	VADDPS    128(BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVNTDQ  Y2, 64(AX)(DI*2)
-	VMOVUPS   192(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    192(DX)(DI*4), Z2, Z2
-	VADDPS    192(BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVNTDQ  Y2, 96(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VMULPS    (DX)(DI*4), Z3, Z3
+	VADDPS    (BX)(DI*4), Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVNTDQ  Y3, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VMULPS    64(DX)(DI*4), Z3, Z3
+	VADDPS    64(BX)(DI*4), Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVNTDQ  Y3, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VMULPS    128(DX)(DI*4), Z3, Z3
+	VADDPS    128(BX)(DI*4), Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVNTDQ  Y3, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VMULPS    192(DX)(DI*4), Z3, Z3
+	VADDPS    192(BX)(DI*4), Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVNTDQ  Y3, 96(AX)(DI*2)
 	ADDQ      $0x00000040, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16NT_unrolled
@@ -5804,13 +6127,14 @@ avx512AffineF16NT_single:
 	JAE  avx512AffineF16NT_done
 
 avx512AffineF16NT_loop:
-	VMOVUPS   (CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    (DX)(DI*4), Z2, Z2
-	VADDPS    (BX)(DI*4), Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVNTDQ  Y2, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VMULPS    (DX)(DI*4), Z3, Z3
+	VADDPS    (BX)(DI*4), Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVNTDQ  Y3, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16NT_loop
@@ -5819,15 +6143,16 @@ avx512AffineF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMAF16NT(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineFMAF16NT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -5836,34 +6161,38 @@ TEXT ·avx512AffineFMAF16NT(SB), NOSPLIT, $0-104
 	JAE          avx512AffineFMAF16NT_single
 
 avx512AffineFMAF16NT_unrolled:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     (DX)(DI*4), Z3
-	VFMADD213PS (BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVNTDQ    Y2, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     64(DX)(DI*4), Z3
-	VFMADD213PS 64(BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVNTDQ    Y2, 32(AX)(DI*2)
-	VMOVUPS     128(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     128(DX)(DI*4), Z3
-	VFMADD213PS 128(BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVNTDQ    Y2, 64(AX)(DI*2)
-	VMOVUPS     192(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     192(DX)(DI*4), Z3
-	VFMADD213PS 192(BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVNTDQ    Y2, 96(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     (DX)(DI*4), Z4
+	VFMADD213PS (BX)(DI*4), Z4, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVNTDQ    Y3, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     64(DX)(DI*4), Z4
+	VFMADD213PS 64(BX)(DI*4), Z4, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVNTDQ    Y3, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     128(DX)(DI*4), Z4
+	VFMADD213PS 128(BX)(DI*4), Z4, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVNTDQ    Y3, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     192(DX)(DI*4), Z4
+	VFMADD213PS 192(BX)(DI*4), Z4, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVNTDQ    Y3, 96(AX)(DI*2)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16NT_unrolled
@@ -5875,13 +6204,14 @@ avx512AffineFMAF16NT_single:
 	JAE  avx512AffineFMAF16NT_done
 
 avx512AffineFMAF16NT_loop:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VMOVUPS     (DX)(DI*4), Z3
-	VFMADD213PS (BX)(DI*4), Z3, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVNTDQ    Y2, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VMOVUPS     (DX)(DI*4), Z4
+	VFMADD213PS (BX)(DI*4), Z4, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVNTDQ    Y3, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16NT_loop
@@ -5890,30 +6220,31 @@ avx512AffineFMAF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineBF16(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineBF16(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Z2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -5922,38 +6253,40 @@ TEXT ·avx512AffineBF16(SB), NOSPLIT, $0-104
 	JAE          avx512AffineBF16_single
 
 avx512AffineBF16_unrolled:
-	VMOVUPS   (CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VMULPS    (DX)(DI*4), Z7, Z7
-	VADDPS    (BX)(DI*4), Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVUPS   Y7, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VMULPS    64(DX)(DI*4), Z7, Z7
-	VADDPS    64(BX)(DI*4), Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVUPS   Y7, 32(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VMULPS    (DX)(DI*4), Z8, Z8
+	VADDPS    (BX)(DI*4), Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVUPS   Y8, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VMULPS    64(DX)(DI*4), Z8, Z8
+	VADDPS    64(BX)(DI*4), Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVUPS   Y8, 32(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16_unrolled
@@ -5965,22 +6298,23 @@ avx512AffineBF16_single:
 	JAE  avx512AffineBF16_done
 
 avx512AffineBF16_loop:
-	VMOVUPS   (CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VMULPS    (DX)(DI*4), Z7, Z7
-	VADDPS    (BX)(DI*4), Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVUPS   Y7, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VMULPS    (DX)(DI*4), Z8, Z8
+	VADDPS    (BX)(DI*4), Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVUPS   Y8, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16_loop
@@ -5989,30 +6323,31 @@ avx512AffineBF16_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMABF16(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineFMABF16(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Z2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6021,38 +6356,40 @@ TEXT ·avx512AffineFMABF16(SB), NOSPLIT, $0-104
 	JAE          avx512AffineFMABF16_single
 
 avx512AffineFMABF16_unrolled:
-	VMOVUPS     (CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VMOVUPS     (DX)(DI*4), Z8
-	VFMADD213PS (BX)(DI*4), Z8, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVUPS     Y7, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VMOVUPS     64(DX)(DI*4), Z8
-	VFMADD213PS 64(BX)(DI*4), Z8, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVUPS     Y7, 32(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VMOVUPS     (DX)(DI*4), Z9
+	VFMADD213PS (BX)(DI*4), Z9, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVUPS     Y8, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VMOVUPS     64(DX)(DI*4), Z9
+	VFMADD213PS 64(BX)(DI*4), Z9, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVUPS     Y8, 32(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16_unrolled
@@ -6064,22 +6401,23 @@ avx512AffineFMABF16_single:
 	JAE  avx512AffineFMABF16_done
 
 avx512AffineFMABF16_loop:
-	VMOVUPS     (CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VMOVUPS     (DX)(DI*4), Z8
-	VFMADD213PS (BX)(DI*4), Z8, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVUPS     Y7, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VMOVUPS     (DX)(DI*4), Z9
+	VFMADD213PS (BX)(DI*4), Z9, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVUPS     Y8, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16_loop
@@ -6088,30 +6426,31 @@ avx512AffineFMABF16_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineBF16NT(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineBF16NT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Z2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6120,38 +6459,40 @@ TEXT ·avx512AffineBF16NT(SB), NOSPLIT, $0-104
 	JAE          avx512AffineBF16NT_single
 
 avx512AffineBF16NT_unrolled:
-	VMOVUPS   (CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VMULPS    (DX)(DI*4), Z7, Z7
-	VADDPS    (BX)(DI*4), Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVNTDQ  Y7, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VMULPS    64(DX)(DI*4), Z7, Z7
-	VADDPS    64(BX)(DI*4), Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVNTDQ  Y7, 32(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VMULPS    (DX)(DI*4), Z8, Z8
+	VADDPS    (BX)(DI*4), Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVNTDQ  Y8, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VMULPS    64(DX)(DI*4), Z8, Z8
+	VADDPS    64(BX)(DI*4), Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVNTDQ  Y8, 32(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16NT_unrolled
@@ -6163,22 +6504,23 @@ avx512AffineBF16NT_single:
 	JAE  avx512AffineBF16NT_done
 
 avx512AffineBF16NT_loop:
-	VMOVUPS   (CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VMULPS    (DX)(DI*4), Z7, Z7
-	VADDPS    (BX)(DI*4), Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVNTDQ  Y7, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VMULPS    (DX)(DI*4), Z8, Z8
+	VADDPS    (BX)(DI*4), Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVNTDQ  Y8, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16NT_loop
@@ -6187,30 +6529,31 @@ avx512AffineBF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, mean float32, rstd float32)
+// func avx512AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMABF16NT(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineFMABF16NT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Z2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6219,38 +6562,40 @@ TEXT ·avx512AffineFMABF16NT(SB), NOSPLIT, $0-104
 	JAE          avx512AffineFMABF16NT_single
 
 avx512AffineFMABF16NT_unrolled:
-	VMOVUPS     (CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VMOVUPS     (DX)(DI*4), Z8
-	VFMADD213PS (BX)(DI*4), Z8, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVNTDQ    Y7, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VMOVUPS     64(DX)(DI*4), Z8
-	VFMADD213PS 64(BX)(DI*4), Z8, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVNTDQ    Y7, 32(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VMOVUPS     (DX)(DI*4), Z9
+	VFMADD213PS (BX)(DI*4), Z9, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVNTDQ    Y8, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VMOVUPS     64(DX)(DI*4), Z9
+	VFMADD213PS 64(BX)(DI*4), Z9, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVNTDQ    Y8, 32(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16NT_unrolled
@@ -6262,22 +6607,23 @@ avx512AffineFMABF16NT_single:
 	JAE  avx512AffineFMABF16NT_done
 
 avx512AffineFMABF16NT_loop:
-	VMOVUPS     (CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VMOVUPS     (DX)(DI*4), Z8
-	VFMADD213PS (BX)(DI*4), Z8, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVNTDQ    Y7, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VMOVUPS     (DX)(DI*4), Z9
+	VFMADD213PS (BX)(DI*4), Z9, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVNTDQ    Y8, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16NT_loop
@@ -6286,15 +6632,16 @@ avx512AffineFMABF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx512AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineF16H(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineF16H(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6303,42 +6650,46 @@ TEXT ·avx512AffineF16H(SB), NOSPLIT, $0-104
 	JAE          avx512AffineF16H_single
 
 avx512AffineF16H_unrolled:
-	VMOVUPS   (CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VCVTPH2PS (DX)(DI*2), Z3
-	VMULPS    Z3, Z2, Z2
-	VCVTPH2PS (BX)(DI*2), Z3
-	VADDPS    Z3, Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVUPS   Y2, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VCVTPH2PS 32(DX)(DI*2), Z3
-	VMULPS    Z3, Z2, Z2
-	VCVTPH2PS 32(BX)(DI*2), Z3
-	VADDPS    Z3, Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVUPS   Y2, 32(AX)(DI*2)
-	VMOVUPS   128(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VCVTPH2PS 64(DX)(DI*2), Z3
-	VMULPS    Z3, Z2, Z2
-	VCVTPH2PS 64(BX)(DI*2), Z3
-	VADDPS    Z3, Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVUPS   Y2, 64(AX)(DI*2)
-	VMOVUPS   192(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VCVTPH2PS 96(DX)(DI*2), Z3
-	VMULPS    Z3, Z2, Z2
-	VCVTPH2PS 96(BX)(DI*2), Z3
-	VADDPS    Z3, Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVUPS   Y2, 96(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VCVTPH2PS (DX)(DI*2), Z4
+	VMULPS    Z4, Z3, Z3
+	VCVTPH2PS (BX)(DI*2), Z4
+	VADDPS    Z4, Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVUPS   Y3, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VCVTPH2PS 32(DX)(DI*2), Z4
+	VMULPS    Z4, Z3, Z3
+	VCVTPH2PS 32(BX)(DI*2), Z4
+	VADDPS    Z4, Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVUPS   Y3, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VCVTPH2PS 64(DX)(DI*2), Z4
+	VMULPS    Z4, Z3, Z3
+	VCVTPH2PS 64(BX)(DI*2), Z4
+	VADDPS    Z4, Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVUPS   Y3, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VCVTPH2PS 96(DX)(DI*2), Z4
+	VMULPS    Z4, Z3, Z3
+	VCVTPH2PS 96(BX)(DI*2), Z4
+	VADDPS    Z4, Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVUPS   Y3, 96(AX)(DI*2)
 	ADDQ      $0x00000040, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16H_unrolled
@@ -6350,15 +6701,16 @@ avx512AffineF16H_single:
 	JAE  avx512AffineF16H_done
 
 avx512AffineF16H_loop:
-	VMOVUPS   (CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VCVTPH2PS (DX)(DI*2), Z3
-	VMULPS    Z3, Z2, Z2
-	VCVTPH2PS (BX)(DI*2), Z3
-	VADDPS    Z3, Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVUPS   Y2, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VCVTPH2PS (DX)(DI*2), Z4
+	VMULPS    Z4, Z3, Z3
+	VCVTPH2PS (BX)(DI*2), Z4
+	VADDPS    Z4, Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVUPS   Y3, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16H_loop
@@ -6367,15 +6719,16 @@ avx512AffineF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx512AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMAF16H(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineFMAF16H(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6384,38 +6737,42 @@ TEXT ·avx512AffineFMAF16H(SB), NOSPLIT, $0-104
 	JAE          avx512AffineFMAF16H_single
 
 avx512AffineFMAF16H_unrolled:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VCVTPH2PS   (BX)(DI*2), Z3
-	VCVTPH2PS   (DX)(DI*2), Z4
-	VFMADD213PS Z3, Z4, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVUPS     Y2, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VCVTPH2PS   32(BX)(DI*2), Z3
-	VCVTPH2PS   32(DX)(DI*2), Z4
-	VFMADD213PS Z3, Z4, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVUPS     Y2, 32(AX)(DI*2)
-	VMOVUPS     128(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VCVTPH2PS   64(BX)(DI*2), Z3
-	VCVTPH2PS   64(DX)(DI*2), Z4
-	VFMADD213PS Z3, Z4, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVUPS     Y2, 64(AX)(DI*2)
-	VMOVUPS     192(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VCVTPH2PS   96(BX)(DI*2), Z3
-	VCVTPH2PS   96(DX)(DI*2), Z4
-	VFMADD213PS Z3, Z4, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVUPS     Y2, 96(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VCVTPH2PS   (BX)(DI*2), Z4
+	VCVTPH2PS   (DX)(DI*2), Z5
+	VFMADD213PS Z4, Z5, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVUPS     Y3, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VCVTPH2PS   32(BX)(DI*2), Z4
+	VCVTPH2PS   32(DX)(DI*2), Z5
+	VFMADD213PS Z4, Z5, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVUPS     Y3, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VCVTPH2PS   64(BX)(DI*2), Z4
+	VCVTPH2PS   64(DX)(DI*2), Z5
+	VFMADD213PS Z4, Z5, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVUPS     Y3, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VCVTPH2PS   96(BX)(DI*2), Z4
+	VCVTPH2PS   96(DX)(DI*2), Z5
+	VFMADD213PS Z4, Z5, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVUPS     Y3, 96(AX)(DI*2)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16H_unrolled
@@ -6427,14 +6784,15 @@ avx512AffineFMAF16H_single:
 	JAE  avx512AffineFMAF16H_done
 
 avx512AffineFMAF16H_loop:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VCVTPH2PS   (BX)(DI*2), Z3
-	VCVTPH2PS   (DX)(DI*2), Z4
-	VFMADD213PS Z3, Z4, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVUPS     Y2, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VCVTPH2PS   (BX)(DI*2), Z4
+	VCVTPH2PS   (DX)(DI*2), Z5
+	VFMADD213PS Z4, Z5, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVUPS     Y3, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16H_loop
@@ -6443,15 +6801,16 @@ avx512AffineFMAF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx512AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineF16HNT(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineF16HNT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6460,42 +6819,46 @@ TEXT ·avx512AffineF16HNT(SB), NOSPLIT, $0-104
 	JAE          avx512AffineF16HNT_single
 
 avx512AffineF16HNT_unrolled:
-	VMOVUPS   (CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VCVTPH2PS (DX)(DI*2), Z3
-	VMULPS    Z3, Z2, Z2
-	VCVTPH2PS (BX)(DI*2), Z3
-	VADDPS    Z3, Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVNTDQ  Y2, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VCVTPH2PS 32(DX)(DI*2), Z3
-	VMULPS    Z3, Z2, Z2
-	VCVTPH2PS 32(BX)(DI*2), Z3
-	VADDPS    Z3, Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVNTDQ  Y2, 32(AX)(DI*2)
-	VMOVUPS   128(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VCVTPH2PS 64(DX)(DI*2), Z3
-	VMULPS    Z3, Z2, Z2
-	VCVTPH2PS 64(BX)(DI*2), Z3
-	VADDPS    Z3, Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVNTDQ  Y2, 64(AX)(DI*2)
-	VMOVUPS   192(CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VCVTPH2PS 96(DX)(DI*2), Z3
-	VMULPS    Z3, Z2, Z2
-	VCVTPH2PS 96(BX)(DI*2), Z3
-	VADDPS    Z3, Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVNTDQ  Y2, 96(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VCVTPH2PS (DX)(DI*2), Z4
+	VMULPS    Z4, Z3, Z3
+	VCVTPH2PS (BX)(DI*2), Z4
+	VADDPS    Z4, Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVNTDQ  Y3, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VCVTPH2PS 32(DX)(DI*2), Z4
+	VMULPS    Z4, Z3, Z3
+	VCVTPH2PS 32(BX)(DI*2), Z4
+	VADDPS    Z4, Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVNTDQ  Y3, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VCVTPH2PS 64(DX)(DI*2), Z4
+	VMULPS    Z4, Z3, Z3
+	VCVTPH2PS 64(BX)(DI*2), Z4
+	VADDPS    Z4, Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVNTDQ  Y3, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VCVTPH2PS 96(DX)(DI*2), Z4
+	VMULPS    Z4, Z3, Z3
+	VCVTPH2PS 96(BX)(DI*2), Z4
+	VADDPS    Z4, Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVNTDQ  Y3, 96(AX)(DI*2)
 	ADDQ      $0x00000040, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16HNT_unrolled
@@ -6507,15 +6870,16 @@ avx512AffineF16HNT_single:
 	JAE  avx512AffineF16HNT_done
 
 avx512AffineF16HNT_loop:
-	VMOVUPS   (CX)(DI*4), Z2
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VCVTPH2PS (DX)(DI*2), Z3
-	VMULPS    Z3, Z2, Z2
-	VCVTPH2PS (BX)(DI*2), Z3
-	VADDPS    Z3, Z2, Z2
-	VCVTPS2PH $0x00, Z2, Y2
-	VMOVNTDQ  Y2, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z3
+	VSUBPS    Z0, Z3, Z3
+	VSUBPS    Z1, Z3, Z3
+	VMULPS    Z2, Z3, Z3
+	VCVTPH2PS (DX)(DI*2), Z4
+	VMULPS    Z4, Z3, Z3
+	VCVTPH2PS (BX)(DI*2), Z4
+	VADDPS    Z4, Z3, Z3
+	VCVTPS2PH $0x00, Z3, Y3
+	VMOVNTDQ  Y3, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16HNT_loop
@@ -6524,15 +6888,16 @@ avx512AffineF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx512AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMAF16HNT(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineFMAF16HNT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6541,38 +6906,42 @@ TEXT ·avx512AffineFMAF16HNT(SB), NOSPLIT, $0-104
 	JAE          avx512AffineFMAF16HNT_single
 
 avx512AffineFMAF16HNT_unrolled:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VCVTPH2PS   (BX)(DI*2), Z3
-	VCVTPH2PS   (DX)(DI*2), Z4
-	VFMADD213PS Z3, Z4, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVNTDQ    Y2, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VCVTPH2PS   32(BX)(DI*2), Z3
-	VCVTPH2PS   32(DX)(DI*2), Z4
-	VFMADD213PS Z3, Z4, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVNTDQ    Y2, 32(AX)(DI*2)
-	VMOVUPS     128(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VCVTPH2PS   64(BX)(DI*2), Z3
-	VCVTPH2PS   64(DX)(DI*2), Z4
-	VFMADD213PS Z3, Z4, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVNTDQ    Y2, 64(AX)(DI*2)
-	VMOVUPS     192(CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VCVTPH2PS   96(BX)(DI*2), Z3
-	VCVTPH2PS   96(DX)(DI*2), Z4
-	VFMADD213PS Z3, Z4, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVNTDQ    Y2, 96(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VCVTPH2PS   (BX)(DI*2), Z4
+	VCVTPH2PS   (DX)(DI*2), Z5
+	VFMADD213PS Z4, Z5, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVNTDQ    Y3, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VCVTPH2PS   32(BX)(DI*2), Z4
+	VCVTPH2PS   32(DX)(DI*2), Z5
+	VFMADD213PS Z4, Z5, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVNTDQ    Y3, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VCVTPH2PS   64(BX)(DI*2), Z4
+	VCVTPH2PS   64(DX)(DI*2), Z5
+	VFMADD213PS Z4, Z5, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVNTDQ    Y3, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VCVTPH2PS   96(BX)(DI*2), Z4
+	VCVTPH2PS   96(DX)(DI*2), Z5
+	VFMADD213PS Z4, Z5, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVNTDQ    Y3, 96(AX)(DI*2)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16HNT_unrolled
@@ -6584,14 +6953,15 @@ avx512AffineFMAF16HNT_single:
 	JAE  avx512AffineFMAF16HNT_done
 
 avx512AffineFMAF16HNT_loop:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VMULPS      Z1, Z2, Z2
-	VCVTPH2PS   (BX)(DI*2), Z3
-	VCVTPH2PS   (DX)(DI*2), Z4
-	VFMADD213PS Z3, Z4, Z2
-	VCVTPS2PH   $0x00, Z2, Y2
-	VMOVNTDQ    Y2, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VMULPS      Z2, Z3, Z3
+	VCVTPH2PS   (BX)(DI*2), Z4
+	VCVTPH2PS   (DX)(DI*2), Z5
+	VFMADD213PS Z4, Z5, Z3
+	VCVTPS2PH   $0x00, Z3, Y3
+	VMOVNTDQ    Y3, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16HNT_loop
@@ -6600,30 +6970,31 @@ avx512AffineFMAF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx512AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineBF16H(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineBF16H(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Z2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6632,46 +7003,48 @@ TEXT ·avx512AffineBF16H(SB), NOSPLIT, $0-104
 	JAE          avx512AffineBF16H_single
 
 avx512AffineBF16H_unrolled:
-	VMOVUPS   (CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VPMOVZXWD (DX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VMULPS    Z8, Z7, Z7
-	VPMOVZXWD (BX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VADDPS    Z8, Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVUPS   Y7, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VPMOVZXWD 32(DX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VMULPS    Z8, Z7, Z7
-	VPMOVZXWD 32(BX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VADDPS    Z8, Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVUPS   Y7, 32(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VPMOVZXWD (DX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VMULPS    Z9, Z8, Z8
+	VPMOVZXWD (BX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVUPS   Y8, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VPMOVZXWD 32(DX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VMULPS    Z9, Z8, Z8
+	VPMOVZXWD 32(BX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVUPS   Y8, 32(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16H_unrolled
@@ -6683,26 +7056,27 @@ avx512AffineBF16H_single:
 	JAE  avx512AffineBF16H_done
 
 avx512AffineBF16H_loop:
-	VMOVUPS   (CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VPMOVZXWD (DX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VMULPS    Z8, Z7, Z7
-	VPMOVZXWD (BX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VADDPS    Z8, Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVUPS   Y7, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VPMOVZXWD (DX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VMULPS    Z9, Z8, Z8
+	VPMOVZXWD (BX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVUPS   Y8, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16H_loop
@@ -6711,30 +7085,31 @@ avx512AffineBF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx512AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMABF16H(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineFMABF16H(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Z2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6743,44 +7118,46 @@ TEXT ·avx512AffineFMABF16H(SB), NOSPLIT, $0-104
 	JAE          avx512AffineFMABF16H_single
 
 avx512AffineFMABF16H_unrolled:
-	VMOVUPS     (CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VPMOVZXWD   (BX)(DI*2), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD   (DX)(DI*2), Z9
+	VMOVUPS     (CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VPMOVZXWD   (BX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VFMADD213PS Z8, Z9, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVUPS     Y7, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VPMOVZXWD   32(BX)(DI*2), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD   32(DX)(DI*2), Z9
+	VPMOVZXWD   (DX)(DI*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VFMADD213PS Z9, Z10, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVUPS     Y8, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VPMOVZXWD   32(BX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VFMADD213PS Z8, Z9, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVUPS     Y7, 32(AX)(DI*2)
+	VPMOVZXWD   32(DX)(DI*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VFMADD213PS Z9, Z10, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVUPS     Y8, 32(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16H_unrolled
@@ -6792,25 +7169,26 @@ avx512AffineFMABF16H_single:
 	JAE  avx512AffineFMABF16H_done
 
 avx512AffineFMABF16H_loop:
-	VMOVUPS     (CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VPMOVZXWD   (BX)(DI*2), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD   (DX)(DI*2), Z9
+	VMOVUPS     (CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VPMOVZXWD   (BX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VFMADD213PS Z8, Z9, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVUPS     Y7, (AX)(DI*2)
+	VPMOVZXWD   (DX)(DI*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VFMADD213PS Z9, Z10, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVUPS     Y8, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16H_loop
@@ -6819,30 +7197,31 @@ avx512AffineFMABF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx512AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineBF16HNT(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineBF16HNT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Z2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6851,46 +7230,48 @@ TEXT ·avx512AffineBF16HNT(SB), NOSPLIT, $0-104
 	JAE          avx512AffineBF16HNT_single
 
 avx512AffineBF16HNT_unrolled:
-	VMOVUPS   (CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VPMOVZXWD (DX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VMULPS    Z8, Z7, Z7
-	VPMOVZXWD (BX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VADDPS    Z8, Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVNTDQ  Y7, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VPMOVZXWD 32(DX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VMULPS    Z8, Z7, Z7
-	VPMOVZXWD 32(BX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VADDPS    Z8, Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVNTDQ  Y7, 32(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VPMOVZXWD (DX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VMULPS    Z9, Z8, Z8
+	VPMOVZXWD (BX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVNTDQ  Y8, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VPMOVZXWD 32(DX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VMULPS    Z9, Z8, Z8
+	VPMOVZXWD 32(BX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVNTDQ  Y8, 32(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16HNT_unrolled
@@ -6902,26 +7283,27 @@ avx512AffineBF16HNT_single:
 	JAE  avx512AffineBF16HNT_done
 
 avx512AffineBF16HNT_loop:
-	VMOVUPS   (CX)(DI*4), Z7
-	VSUBPS    Z0, Z7, Z7
-	VMULPS    Z1, Z7, Z7
-	VPMOVZXWD (DX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VMULPS    Z8, Z7, Z7
-	VPMOVZXWD (BX)(DI*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VADDPS    Z8, Z7, Z7
-	VPSRLD    $0x10, Z7, Z8
-	VPANDD    Z2, Z8, Z9
-	VPADDD    Z3, Z9, Z9
-	VPADDD    Z7, Z9, Z9
-	VPSRLD    $0x10, Z9, Z9
-	VPANDD    Z4, Z7, Z7
-	VPCMPGTD  Z5, Z7, K1
-	VPORD     Z6, Z8, Z8
-	VPBLENDMD Z8, Z9, K1, Z9
-	VPMOVDW   Z9, Y7
-	VMOVNTDQ  Y7, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z8
+	VSUBPS    Z0, Z8, Z8
+	VSUBPS    Z1, Z8, Z8
+	VMULPS    Z2, Z8, Z8
+	VPMOVZXWD (DX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VMULPS    Z9, Z8, Z8
+	VPMOVZXWD (BX)(DI*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VADDPS    Z9, Z8, Z8
+	VPSRLD    $0x10, Z8, Z9
+	VPANDD    Z3, Z9, Z10
+	VPADDD    Z4, Z10, Z10
+	VPADDD    Z8, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z5, Z8, Z8
+	VPCMPGTD  Z6, Z8, K1
+	VPORD     Z7, Z9, Z9
+	VPBLENDMD Z9, Z10, K1, Z10
+	VPMOVDW   Z10, Y8
+	VMOVNTDQ  Y8, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16HNT_loop
@@ -6930,30 +7312,31 @@ avx512AffineBF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, mean float32, rstd float32)
+// func avx512AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMABF16HNT(SB), NOSPLIT, $0-104
+TEXT ·avx512AffineFMABF16HNT(SB), NOSPLIT, $0-108
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS mean+96(FP), Z0
-	VBROADCASTSS rstd+100(FP), Z1
+	VBROADCASTSS x0+96(FP), Z0
+	VBROADCASTSS meanD+100(FP), Z1
+	VBROADCASTSS rstd+104(FP), Z2
 	MOVL         $0x00000001, SI
-	VMOVD        SI, X2
-	VPBROADCASTD X2, Z2
-	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7f800000, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x00000040, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -6962,44 +7345,46 @@ TEXT ·avx512AffineFMABF16HNT(SB), NOSPLIT, $0-104
 	JAE          avx512AffineFMABF16HNT_single
 
 avx512AffineFMABF16HNT_unrolled:
-	VMOVUPS     (CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VPMOVZXWD   (BX)(DI*2), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD   (DX)(DI*2), Z9
+	VMOVUPS     (CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VPMOVZXWD   (BX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VFMADD213PS Z8, Z9, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVNTDQ    Y7, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VPMOVZXWD   32(BX)(DI*2), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD   32(DX)(DI*2), Z9
+	VPMOVZXWD   (DX)(DI*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VFMADD213PS Z9, Z10, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVNTDQ    Y8, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VPMOVZXWD   32(BX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VFMADD213PS Z8, Z9, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVNTDQ    Y7, 32(AX)(DI*2)
+	VPMOVZXWD   32(DX)(DI*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VFMADD213PS Z9, Z10, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVNTDQ    Y8, 32(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16HNT_unrolled
@@ -7011,25 +7396,26 @@ avx512AffineFMABF16HNT_single:
 	JAE  avx512AffineFMABF16HNT_done
 
 avx512AffineFMABF16HNT_loop:
-	VMOVUPS     (CX)(DI*4), Z7
-	VSUBPS      Z0, Z7, Z7
-	VMULPS      Z1, Z7, Z7
-	VPMOVZXWD   (BX)(DI*2), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD   (DX)(DI*2), Z9
+	VMOVUPS     (CX)(DI*4), Z8
+	VSUBPS      Z0, Z8, Z8
+	VSUBPS      Z1, Z8, Z8
+	VMULPS      Z2, Z8, Z8
+	VPMOVZXWD   (BX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VFMADD213PS Z8, Z9, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD      Z2, Z8, Z9
-	VPADDD      Z3, Z9, Z9
-	VPADDD      Z7, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPANDD      Z4, Z7, Z7
-	VPCMPGTD    Z5, Z7, K1
-	VPORD       Z6, Z8, Z8
-	VPBLENDMD   Z8, Z9, K1, Z9
-	VPMOVDW     Z9, Y7
-	VMOVNTDQ    Y7, (AX)(DI*2)
+	VPMOVZXWD   (DX)(DI*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VFMADD213PS Z9, Z10, Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD      Z3, Z9, Z10
+	VPADDD      Z4, Z10, Z10
+	VPADDD      Z8, Z10, Z10
+	VPSRLD      $0x10, Z10, Z10
+	VPANDD      Z5, Z8, Z8
+	VPCMPGTD    Z6, Z8, K1
+	VPORD       Z7, Z9, Z9
+	VPBLENDMD   Z9, Z10, K1, Z10
+	VPMOVDW     Z10, Y8
+	VMOVNTDQ    Y8, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16HNT_loop
@@ -7387,50 +7773,67 @@ avx512NarrowBF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx512Accumulate(part []float32, x []float32)
+// func avx512Accumulate(part []float32, x []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Accumulate(SB), NOSPLIT, $0-48
-	MOVQ part_base+0(FP), AX
-	MOVQ x_base+24(FP), CX
-	MOVQ part_len+8(FP), DX
-	MOVQ x_len+32(FP), BX
-	XORQ SI, SI
-	MOVQ DX, DI
-	ANDQ $-128, DI
+TEXT ·avx512Accumulate(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS x0+48(FP), Z0
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-128, DI
 
 avx512Accumulate_block:
 	CMPQ    SI, DI
 	JAE     avx512Accumulate_block_done
-	VMOVUPS (AX)(SI*4), Z0
-	VMOVUPS 64(AX)(SI*4), Z1
-	VMOVUPS 128(AX)(SI*4), Z2
-	VMOVUPS 192(AX)(SI*4), Z3
-	VMOVUPS 256(AX)(SI*4), Z4
-	VMOVUPS 320(AX)(SI*4), Z5
-	VMOVUPS 384(AX)(SI*4), Z6
-	VMOVUPS 448(AX)(SI*4), Z7
+	VMOVUPS (AX)(SI*4), Z1
+	VMOVUPS 64(AX)(SI*4), Z2
+	VMOVUPS 128(AX)(SI*4), Z3
+	VMOVUPS 192(AX)(SI*4), Z4
+	VMOVUPS 256(AX)(SI*4), Z5
+	VMOVUPS 320(AX)(SI*4), Z6
+	VMOVUPS 384(AX)(SI*4), Z7
+	VMOVUPS 448(AX)(SI*4), Z8
 	MOVQ    SI, R8
 
 avx512Accumulate_block_chunk:
-	VADDPS  (CX)(R8*4), Z0, Z0
-	VADDPS  64(CX)(R8*4), Z1, Z1
-	VADDPS  128(CX)(R8*4), Z2, Z2
-	VADDPS  192(CX)(R8*4), Z3, Z3
-	VADDPS  256(CX)(R8*4), Z4, Z4
-	VADDPS  320(CX)(R8*4), Z5, Z5
-	VADDPS  384(CX)(R8*4), Z6, Z6
-	VADDPS  448(CX)(R8*4), Z7, Z7
+	VMOVUPS (CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z8, Z8
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx512Accumulate_block_chunk
-	VMOVUPS Z0, (AX)(SI*4)
-	VMOVUPS Z1, 64(AX)(SI*4)
-	VMOVUPS Z2, 128(AX)(SI*4)
-	VMOVUPS Z3, 192(AX)(SI*4)
-	VMOVUPS Z4, 256(AX)(SI*4)
-	VMOVUPS Z5, 320(AX)(SI*4)
-	VMOVUPS Z6, 384(AX)(SI*4)
-	VMOVUPS Z7, 448(AX)(SI*4)
+	VMOVUPS Z1, (AX)(SI*4)
+	VMOVUPS Z2, 64(AX)(SI*4)
+	VMOVUPS Z3, 128(AX)(SI*4)
+	VMOVUPS Z4, 192(AX)(SI*4)
+	VMOVUPS Z5, 256(AX)(SI*4)
+	VMOVUPS Z6, 320(AX)(SI*4)
+	VMOVUPS Z7, 384(AX)(SI*4)
+	VMOVUPS Z8, 448(AX)(SI*4)
 	ADDQ    $0x00000080, SI
 	JMP     avx512Accumulate_block
 
@@ -7438,15 +7841,17 @@ avx512Accumulate_block_done:
 avx512Accumulate_vec:
 	CMPQ    SI, DX
 	JAE     avx512Accumulate_vec_done
-	VMOVUPS (AX)(SI*4), Z0
+	VMOVUPS (AX)(SI*4), Z1
 	MOVQ    SI, DI
 
 avx512Accumulate_vec_chunk:
-	VADDPS  (CX)(DI*4), Z0, Z0
+	VMOVUPS (CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VADDPS  Z2, Z1, Z1
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx512Accumulate_vec_chunk
-	VMOVUPS Z0, (AX)(SI*4)
+	VMOVUPS Z1, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
 	JMP     avx512Accumulate_vec
 
@@ -7454,13 +7859,14 @@ avx512Accumulate_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AccumulateSqDev(part []float32, x []float32, mean float32)
+// func avx512AccumulateSqDev(part []float32, x []float32, x0 float32, meanD float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDev(SB), NOSPLIT, $0-52
+TEXT ·avx512AccumulateSqDev(SB), NOSPLIT, $0-56
 	MOVQ         part_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS mean+48(FP), Z0
+	VBROADCASTSS x0+48(FP), Z0
+	VBROADCASTSS meanD+52(FP), Z1
 	MOVQ         x_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
@@ -7469,60 +7875,68 @@ TEXT ·avx512AccumulateSqDev(SB), NOSPLIT, $0-52
 avx512AccumulateSqDev_block:
 	CMPQ    SI, DI
 	JAE     avx512AccumulateSqDev_block_done
-	VMOVUPS (AX)(SI*4), Z1
-	VMOVUPS 64(AX)(SI*4), Z2
-	VMOVUPS 128(AX)(SI*4), Z3
-	VMOVUPS 192(AX)(SI*4), Z4
-	VMOVUPS 256(AX)(SI*4), Z5
-	VMOVUPS 320(AX)(SI*4), Z6
-	VMOVUPS 384(AX)(SI*4), Z7
-	VMOVUPS 448(AX)(SI*4), Z8
+	VMOVUPS (AX)(SI*4), Z2
+	VMOVUPS 64(AX)(SI*4), Z3
+	VMOVUPS 128(AX)(SI*4), Z4
+	VMOVUPS 192(AX)(SI*4), Z5
+	VMOVUPS 256(AX)(SI*4), Z6
+	VMOVUPS 320(AX)(SI*4), Z7
+	VMOVUPS 384(AX)(SI*4), Z8
+	VMOVUPS 448(AX)(SI*4), Z9
 	MOVQ    SI, R8
 
 avx512AccumulateSqDev_block_chunk:
-	VMOVUPS (CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z1, Z1
-	VMOVUPS 64(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z2, Z2
-	VMOVUPS 128(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z3, Z3
-	VMOVUPS 192(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z4, Z4
-	VMOVUPS 256(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z5, Z5
-	VMOVUPS 320(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z6, Z6
-	VMOVUPS 384(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z7, Z7
-	VMOVUPS 448(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z8, Z8
+	VMOVUPS (CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z2, Z2
+	VMOVUPS 64(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z3, Z3
+	VMOVUPS 128(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z4, Z4
+	VMOVUPS 192(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z5, Z5
+	VMOVUPS 256(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z6, Z6
+	VMOVUPS 320(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z7, Z7
+	VMOVUPS 384(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z8, Z8
+	VMOVUPS 448(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z9, Z9
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx512AccumulateSqDev_block_chunk
-	VMOVUPS Z1, (AX)(SI*4)
-	VMOVUPS Z2, 64(AX)(SI*4)
-	VMOVUPS Z3, 128(AX)(SI*4)
-	VMOVUPS Z4, 192(AX)(SI*4)
-	VMOVUPS Z5, 256(AX)(SI*4)
-	VMOVUPS Z6, 320(AX)(SI*4)
-	VMOVUPS Z7, 384(AX)(SI*4)
-	VMOVUPS Z8, 448(AX)(SI*4)
+	VMOVUPS Z2, (AX)(SI*4)
+	VMOVUPS Z3, 64(AX)(SI*4)
+	VMOVUPS Z4, 128(AX)(SI*4)
+	VMOVUPS Z5, 192(AX)(SI*4)
+	VMOVUPS Z6, 256(AX)(SI*4)
+	VMOVUPS Z7, 320(AX)(SI*4)
+	VMOVUPS Z8, 384(AX)(SI*4)
+	VMOVUPS Z9, 448(AX)(SI*4)
 	ADDQ    $0x00000080, SI
 	JMP     avx512AccumulateSqDev_block
 
@@ -7530,18 +7944,19 @@ avx512AccumulateSqDev_block_done:
 avx512AccumulateSqDev_vec:
 	CMPQ    SI, DX
 	JAE     avx512AccumulateSqDev_vec_done
-	VMOVUPS (AX)(SI*4), Z1
+	VMOVUPS (AX)(SI*4), Z2
 	MOVQ    SI, DI
 
 avx512AccumulateSqDev_vec_chunk:
-	VMOVUPS (CX)(DI*4), Z2
-	VSUBPS  Z0, Z2, Z2
-	VMULPS  Z2, Z2, Z2
-	VADDPS  Z2, Z1, Z1
+	VMOVUPS (CX)(DI*4), Z3
+	VSUBPS  Z0, Z3, Z3
+	VSUBPS  Z1, Z3, Z3
+	VMULPS  Z3, Z3, Z3
+	VADDPS  Z3, Z2, Z2
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx512AccumulateSqDev_vec_chunk
-	VMOVUPS Z1, (AX)(SI*4)
+	VMOVUPS Z2, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
 	JMP     avx512AccumulateSqDev_vec
 
@@ -7549,13 +7964,14 @@ avx512AccumulateSqDev_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AccumulateSqDevFMA(part []float32, x []float32, mean float32)
+// func avx512AccumulateSqDevFMA(part []float32, x []float32, x0 float32, meanD float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDevFMA(SB), NOSPLIT, $0-52
+TEXT ·avx512AccumulateSqDevFMA(SB), NOSPLIT, $0-56
 	MOVQ         part_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS mean+48(FP), Z0
+	VBROADCASTSS x0+48(FP), Z0
+	VBROADCASTSS meanD+52(FP), Z1
 	MOVQ         x_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
@@ -7564,52 +7980,60 @@ TEXT ·avx512AccumulateSqDevFMA(SB), NOSPLIT, $0-52
 avx512AccumulateSqDevFMA_block:
 	CMPQ    SI, DI
 	JAE     avx512AccumulateSqDevFMA_block_done
-	VMOVUPS (AX)(SI*4), Z1
-	VMOVUPS 64(AX)(SI*4), Z2
-	VMOVUPS 128(AX)(SI*4), Z3
-	VMOVUPS 192(AX)(SI*4), Z4
-	VMOVUPS 256(AX)(SI*4), Z5
-	VMOVUPS 320(AX)(SI*4), Z6
-	VMOVUPS 384(AX)(SI*4), Z7
-	VMOVUPS 448(AX)(SI*4), Z8
+	VMOVUPS (AX)(SI*4), Z2
+	VMOVUPS 64(AX)(SI*4), Z3
+	VMOVUPS 128(AX)(SI*4), Z4
+	VMOVUPS 192(AX)(SI*4), Z5
+	VMOVUPS 256(AX)(SI*4), Z6
+	VMOVUPS 320(AX)(SI*4), Z7
+	VMOVUPS 384(AX)(SI*4), Z8
+	VMOVUPS 448(AX)(SI*4), Z9
 	MOVQ    SI, R8
 
 avx512AccumulateSqDevFMA_block_chunk:
-	VMOVUPS     (CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z1
-	VMOVUPS     64(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z2
-	VMOVUPS     128(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z3
-	VMOVUPS     192(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z4
-	VMOVUPS     256(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z5
-	VMOVUPS     320(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z6
-	VMOVUPS     384(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z7
-	VMOVUPS     448(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z8
+	VMOVUPS     (CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z2
+	VMOVUPS     64(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z3
+	VMOVUPS     128(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z4
+	VMOVUPS     192(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z5
+	VMOVUPS     256(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z6
+	VMOVUPS     320(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z7
+	VMOVUPS     384(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z8
+	VMOVUPS     448(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z9
 	ADDQ        DX, R8
 	CMPQ        R8, BX
 	JB          avx512AccumulateSqDevFMA_block_chunk
-	VMOVUPS     Z1, (AX)(SI*4)
-	VMOVUPS     Z2, 64(AX)(SI*4)
-	VMOVUPS     Z3, 128(AX)(SI*4)
-	VMOVUPS     Z4, 192(AX)(SI*4)
-	VMOVUPS     Z5, 256(AX)(SI*4)
-	VMOVUPS     Z6, 320(AX)(SI*4)
-	VMOVUPS     Z7, 384(AX)(SI*4)
-	VMOVUPS     Z8, 448(AX)(SI*4)
+	VMOVUPS     Z2, (AX)(SI*4)
+	VMOVUPS     Z3, 64(AX)(SI*4)
+	VMOVUPS     Z4, 128(AX)(SI*4)
+	VMOVUPS     Z5, 192(AX)(SI*4)
+	VMOVUPS     Z6, 256(AX)(SI*4)
+	VMOVUPS     Z7, 320(AX)(SI*4)
+	VMOVUPS     Z8, 384(AX)(SI*4)
+	VMOVUPS     Z9, 448(AX)(SI*4)
 	ADDQ        $0x00000080, SI
 	JMP         avx512AccumulateSqDevFMA_block
 
@@ -7617,17 +8041,18 @@ avx512AccumulateSqDevFMA_block_done:
 avx512AccumulateSqDevFMA_vec:
 	CMPQ    SI, DX
 	JAE     avx512AccumulateSqDevFMA_vec_done
-	VMOVUPS (AX)(SI*4), Z1
+	VMOVUPS (AX)(SI*4), Z2
 	MOVQ    SI, DI
 
 avx512AccumulateSqDevFMA_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VFMADD231PS Z2, Z2, Z1
+	VMOVUPS     (CX)(DI*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VSUBPS      Z1, Z3, Z3
+	VFMADD231PS Z3, Z3, Z2
 	ADDQ        DX, DI
 	CMPQ        DI, BX
 	JB          avx512AccumulateSqDevFMA_vec_chunk
-	VMOVUPS     Z1, (AX)(SI*4)
+	VMOVUPS     Z2, (AX)(SI*4)
 	ADDQ        $0x00000010, SI
 	JMP         avx512AccumulateSqDevFMA_vec
 
@@ -7635,88 +8060,21 @@ avx512AccumulateSqDevFMA_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AccumulateZero(part []float32, x []float32)
+// func avx512AccumulateZero(part []float32, x []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AccumulateZero(SB), NOSPLIT, $0-48
-	MOVQ part_base+0(FP), AX
-	MOVQ x_base+24(FP), CX
-	MOVQ part_len+8(FP), DX
-	MOVQ x_len+32(FP), BX
-	XORQ SI, SI
-	MOVQ DX, DI
-	ANDQ $-128, DI
-
-avx512AccumulateZero_block:
-	CMPQ   SI, DI
-	JAE    avx512AccumulateZero_block_done
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	MOVQ   SI, R8
-
-avx512AccumulateZero_block_chunk:
-	VADDPS  (CX)(R8*4), Z0, Z0
-	VADDPS  64(CX)(R8*4), Z1, Z1
-	VADDPS  128(CX)(R8*4), Z2, Z2
-	VADDPS  192(CX)(R8*4), Z3, Z3
-	VADDPS  256(CX)(R8*4), Z4, Z4
-	VADDPS  320(CX)(R8*4), Z5, Z5
-	VADDPS  384(CX)(R8*4), Z6, Z6
-	VADDPS  448(CX)(R8*4), Z7, Z7
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx512AccumulateZero_block_chunk
-	VMOVUPS Z0, (AX)(SI*4)
-	VMOVUPS Z1, 64(AX)(SI*4)
-	VMOVUPS Z2, 128(AX)(SI*4)
-	VMOVUPS Z3, 192(AX)(SI*4)
-	VMOVUPS Z4, 256(AX)(SI*4)
-	VMOVUPS Z5, 320(AX)(SI*4)
-	VMOVUPS Z6, 384(AX)(SI*4)
-	VMOVUPS Z7, 448(AX)(SI*4)
-	ADDQ    $0x00000080, SI
-	JMP     avx512AccumulateZero_block
-
-avx512AccumulateZero_block_done:
-avx512AccumulateZero_vec:
-	CMPQ   SI, DX
-	JAE    avx512AccumulateZero_vec_done
-	VPXORD Z8, Z8, Z8
-	MOVQ   SI, DI
-
-avx512AccumulateZero_vec_chunk:
-	VADDPS  (CX)(DI*4), Z8, Z8
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx512AccumulateZero_vec_chunk
-	VMOVUPS Z8, (AX)(SI*4)
-	ADDQ    $0x00000010, SI
-	JMP     avx512AccumulateZero_vec
-
-avx512AccumulateZero_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx512AccumulateSqDevZero(part []float32, x []float32, mean float32)
-// Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDevZero(SB), NOSPLIT, $0-52
+TEXT ·avx512AccumulateZero(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS mean+48(FP), Z0
+	VBROADCASTSS x0+48(FP), Z0
 	MOVQ         x_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-128, DI
 
-avx512AccumulateSqDevZero_block:
+avx512AccumulateZero_block:
 	CMPQ   SI, DI
-	JAE    avx512AccumulateSqDevZero_block_done
+	JAE    avx512AccumulateZero_block_done
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -7727,42 +8085,34 @@ avx512AccumulateSqDevZero_block:
 	VPXORD Z8, Z8, Z8
 	MOVQ   SI, R8
 
-avx512AccumulateSqDevZero_block_chunk:
+avx512AccumulateZero_block_chunk:
 	VMOVUPS (CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    DX, R8
 	CMPQ    R8, BX
-	JB      avx512AccumulateSqDevZero_block_chunk
+	JB      avx512AccumulateZero_block_chunk
 	VMOVUPS Z1, (AX)(SI*4)
 	VMOVUPS Z2, 64(AX)(SI*4)
 	VMOVUPS Z3, 128(AX)(SI*4)
@@ -7772,24 +8122,128 @@ avx512AccumulateSqDevZero_block_chunk:
 	VMOVUPS Z7, 384(AX)(SI*4)
 	VMOVUPS Z8, 448(AX)(SI*4)
 	ADDQ    $0x00000080, SI
+	JMP     avx512AccumulateZero_block
+
+avx512AccumulateZero_block_done:
+avx512AccumulateZero_vec:
+	CMPQ   SI, DX
+	JAE    avx512AccumulateZero_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   SI, DI
+
+avx512AccumulateZero_vec_chunk:
+	VMOVUPS (CX)(DI*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z10, Z10
+	ADDQ    DX, DI
+	CMPQ    DI, BX
+	JB      avx512AccumulateZero_vec_chunk
+	VMOVUPS Z10, (AX)(SI*4)
+	ADDQ    $0x00000010, SI
+	JMP     avx512AccumulateZero_vec
+
+avx512AccumulateZero_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateSqDevZero(part []float32, x []float32, x0 float32, meanD float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateSqDevZero(SB), NOSPLIT, $0-56
+	MOVQ         part_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS x0+48(FP), Z0
+	VBROADCASTSS meanD+52(FP), Z1
+	MOVQ         x_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-128, DI
+
+avx512AccumulateSqDevZero_block:
+	CMPQ   SI, DI
+	JAE    avx512AccumulateSqDevZero_block_done
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   SI, R8
+
+avx512AccumulateSqDevZero_block_chunk:
+	VMOVUPS (CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z2, Z2
+	VMOVUPS 64(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z3, Z3
+	VMOVUPS 128(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z4, Z4
+	VMOVUPS 192(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z5, Z5
+	VMOVUPS 256(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z6, Z6
+	VMOVUPS 320(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z7, Z7
+	VMOVUPS 384(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z8, Z8
+	VMOVUPS 448(CX)(R8*4), Z10
+	VSUBPS  Z0, Z10, Z10
+	VSUBPS  Z1, Z10, Z10
+	VMULPS  Z10, Z10, Z10
+	VADDPS  Z10, Z9, Z9
+	ADDQ    DX, R8
+	CMPQ    R8, BX
+	JB      avx512AccumulateSqDevZero_block_chunk
+	VMOVUPS Z2, (AX)(SI*4)
+	VMOVUPS Z3, 64(AX)(SI*4)
+	VMOVUPS Z4, 128(AX)(SI*4)
+	VMOVUPS Z5, 192(AX)(SI*4)
+	VMOVUPS Z6, 256(AX)(SI*4)
+	VMOVUPS Z7, 320(AX)(SI*4)
+	VMOVUPS Z8, 384(AX)(SI*4)
+	VMOVUPS Z9, 448(AX)(SI*4)
+	ADDQ    $0x00000080, SI
 	JMP     avx512AccumulateSqDevZero_block
 
 avx512AccumulateSqDevZero_block_done:
 avx512AccumulateSqDevZero_vec:
 	CMPQ   SI, DX
 	JAE    avx512AccumulateSqDevZero_vec_done
-	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
 	MOVQ   SI, DI
 
 avx512AccumulateSqDevZero_vec_chunk:
-	VMOVUPS (CX)(DI*4), Z1
-	VSUBPS  Z0, Z1, Z1
-	VMULPS  Z1, Z1, Z1
-	VADDPS  Z1, Z10, Z10
+	VMOVUPS (CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VSUBPS  Z1, Z2, Z2
+	VMULPS  Z2, Z2, Z2
+	VADDPS  Z2, Z11, Z11
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx512AccumulateSqDevZero_vec_chunk
-	VMOVUPS Z10, (AX)(SI*4)
+	VMOVUPS Z11, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
 	JMP     avx512AccumulateSqDevZero_vec
 
@@ -7797,13 +8251,14 @@ avx512AccumulateSqDevZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AccumulateSqDevFMAZero(part []float32, x []float32, mean float32)
+// func avx512AccumulateSqDevFMAZero(part []float32, x []float32, x0 float32, meanD float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
+TEXT ·avx512AccumulateSqDevFMAZero(SB), NOSPLIT, $0-56
 	MOVQ         part_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS mean+48(FP), Z0
+	VBROADCASTSS x0+48(FP), Z0
+	VBROADCASTSS meanD+52(FP), Z1
 	MOVQ         x_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
@@ -7812,6 +8267,103 @@ TEXT ·avx512AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
 avx512AccumulateSqDevFMAZero_block:
 	CMPQ   SI, DI
 	JAE    avx512AccumulateSqDevFMAZero_block_done
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   SI, R8
+
+avx512AccumulateSqDevFMAZero_block_chunk:
+	VMOVUPS     (CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z2
+	VMOVUPS     64(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z3
+	VMOVUPS     128(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z4
+	VMOVUPS     192(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z5
+	VMOVUPS     256(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z6
+	VMOVUPS     320(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z7
+	VMOVUPS     384(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z8
+	VMOVUPS     448(CX)(R8*4), Z10
+	VSUBPS      Z0, Z10, Z10
+	VSUBPS      Z1, Z10, Z10
+	VFMADD231PS Z10, Z10, Z9
+	ADDQ        DX, R8
+	CMPQ        R8, BX
+	JB          avx512AccumulateSqDevFMAZero_block_chunk
+	VMOVUPS     Z2, (AX)(SI*4)
+	VMOVUPS     Z3, 64(AX)(SI*4)
+	VMOVUPS     Z4, 128(AX)(SI*4)
+	VMOVUPS     Z5, 192(AX)(SI*4)
+	VMOVUPS     Z6, 256(AX)(SI*4)
+	VMOVUPS     Z7, 320(AX)(SI*4)
+	VMOVUPS     Z8, 384(AX)(SI*4)
+	VMOVUPS     Z9, 448(AX)(SI*4)
+	ADDQ        $0x00000080, SI
+	JMP         avx512AccumulateSqDevFMAZero_block
+
+avx512AccumulateSqDevFMAZero_block_done:
+avx512AccumulateSqDevFMAZero_vec:
+	CMPQ   SI, DX
+	JAE    avx512AccumulateSqDevFMAZero_vec_done
+	VPXORD Z11, Z11, Z11
+	MOVQ   SI, DI
+
+avx512AccumulateSqDevFMAZero_vec_chunk:
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VSUBPS      Z1, Z2, Z2
+	VFMADD231PS Z2, Z2, Z11
+	ADDQ        DX, DI
+	CMPQ        DI, BX
+	JB          avx512AccumulateSqDevFMAZero_vec_chunk
+	VMOVUPS     Z11, (AX)(SI*4)
+	ADDQ        $0x00000010, SI
+	JMP         avx512AccumulateSqDevFMAZero_vec
+
+avx512AccumulateSqDevFMAZero_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add2Sum(part []float32, s []float32, a []float32, b []float32, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add2Sum(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Z0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-128, R9
+
+avx512Add2Sum_block:
+	CMPQ   R8, R9
+	JAE    avx512Add2Sum_block_done
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -7820,139 +8372,60 @@ avx512AccumulateSqDevFMAZero_block:
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
-	MOVQ   SI, R8
-
-avx512AccumulateSqDevFMAZero_block_chunk:
-	VMOVUPS     (CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z1
-	VMOVUPS     64(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z2
-	VMOVUPS     128(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z3
-	VMOVUPS     192(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z4
-	VMOVUPS     256(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z5
-	VMOVUPS     320(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z6
-	VMOVUPS     384(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z7
-	VMOVUPS     448(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z8
-	ADDQ        DX, R8
-	CMPQ        R8, BX
-	JB          avx512AccumulateSqDevFMAZero_block_chunk
-	VMOVUPS     Z1, (AX)(SI*4)
-	VMOVUPS     Z2, 64(AX)(SI*4)
-	VMOVUPS     Z3, 128(AX)(SI*4)
-	VMOVUPS     Z4, 192(AX)(SI*4)
-	VMOVUPS     Z5, 256(AX)(SI*4)
-	VMOVUPS     Z6, 320(AX)(SI*4)
-	VMOVUPS     Z7, 384(AX)(SI*4)
-	VMOVUPS     Z8, 448(AX)(SI*4)
-	ADDQ        $0x00000080, SI
-	JMP         avx512AccumulateSqDevFMAZero_block
-
-avx512AccumulateSqDevFMAZero_block_done:
-avx512AccumulateSqDevFMAZero_vec:
-	CMPQ   SI, DX
-	JAE    avx512AccumulateSqDevFMAZero_vec_done
-	VPXORD Z10, Z10, Z10
-	MOVQ   SI, DI
-
-avx512AccumulateSqDevFMAZero_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Z1
-	VSUBPS      Z0, Z1, Z1
-	VFMADD231PS Z1, Z1, Z10
-	ADDQ        DX, DI
-	CMPQ        DI, BX
-	JB          avx512AccumulateSqDevFMAZero_vec_chunk
-	VMOVUPS     Z10, (AX)(SI*4)
-	ADDQ        $0x00000010, SI
-	JMP         avx512AccumulateSqDevFMAZero_vec
-
-avx512AccumulateSqDevFMAZero_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx512Add2Sum(part []float32, s []float32, a []float32, b []float32)
-// Requires: AVX, AVX512F
-TEXT ·avx512Add2Sum(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-128, R9
-
-avx512Add2Sum_block:
-	CMPQ   R8, R9
-	JAE    avx512Add2Sum_block_done
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
 	MOVQ   R8, R10
 
 avx512Add2Sum_block_chunk:
-	VMOVUPS (DX)(R10*4), Z8
-	VADDPS  (BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, (CX)(R10*4)
-	VADDPS  Z8, Z0, Z0
-	VMOVUPS 64(DX)(R10*4), Z8
-	VADDPS  64(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 64(CX)(R10*4)
-	VADDPS  Z8, Z1, Z1
-	VMOVUPS 128(DX)(R10*4), Z8
-	VADDPS  128(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 128(CX)(R10*4)
-	VADDPS  Z8, Z2, Z2
-	VMOVUPS 192(DX)(R10*4), Z8
-	VADDPS  192(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 192(CX)(R10*4)
-	VADDPS  Z8, Z3, Z3
-	VMOVUPS 256(DX)(R10*4), Z8
-	VADDPS  256(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 256(CX)(R10*4)
-	VADDPS  Z8, Z4, Z4
-	VMOVUPS 320(DX)(R10*4), Z8
-	VADDPS  320(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 320(CX)(R10*4)
-	VADDPS  Z8, Z5, Z5
-	VMOVUPS 384(DX)(R10*4), Z8
-	VADDPS  384(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 384(CX)(R10*4)
-	VADDPS  Z8, Z6, Z6
-	VMOVUPS 448(DX)(R10*4), Z8
-	VADDPS  448(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 448(CX)(R10*4)
-	VADDPS  Z8, Z7, Z7
+	VMOVUPS (DX)(R10*4), Z9
+	VADDPS  (BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, (CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(DX)(R10*4), Z9
+	VADDPS  64(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 64(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(DX)(R10*4), Z9
+	VADDPS  128(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 128(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(DX)(R10*4), Z9
+	VADDPS  192(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 192(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(DX)(R10*4), Z9
+	VADDPS  256(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 256(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(DX)(R10*4), Z9
+	VADDPS  320(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 320(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(DX)(R10*4), Z9
+	VADDPS  384(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 384(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(DX)(R10*4), Z9
+	VADDPS  448(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 448(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z8, Z8
 	ADDQ    SI, R10
 	CMPQ    R10, DI
 	JB      avx512Add2Sum_block_chunk
-	VMOVUPS Z0, (AX)(R8*4)
-	VMOVUPS Z1, 64(AX)(R8*4)
-	VMOVUPS Z2, 128(AX)(R8*4)
-	VMOVUPS Z3, 192(AX)(R8*4)
-	VMOVUPS Z4, 256(AX)(R8*4)
-	VMOVUPS Z5, 320(AX)(R8*4)
-	VMOVUPS Z6, 384(AX)(R8*4)
-	VMOVUPS Z7, 448(AX)(R8*4)
+	VMOVUPS Z1, (AX)(R8*4)
+	VMOVUPS Z2, 64(AX)(R8*4)
+	VMOVUPS Z3, 128(AX)(R8*4)
+	VMOVUPS Z4, 192(AX)(R8*4)
+	VMOVUPS Z5, 256(AX)(R8*4)
+	VMOVUPS Z6, 320(AX)(R8*4)
+	VMOVUPS Z7, 384(AX)(R8*4)
+	VMOVUPS Z8, 448(AX)(R8*4)
 	ADDQ    $0x00000080, R8
 	JMP     avx512Add2Sum_block
 
@@ -7960,18 +8433,19 @@ avx512Add2Sum_block_done:
 avx512Add2Sum_vec:
 	CMPQ   R8, SI
 	JAE    avx512Add2Sum_vec_done
-	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
 	MOVQ   R8, R9
 
 avx512Add2Sum_vec_chunk:
-	VMOVUPS (DX)(R9*4), Z0
-	VADDPS  (BX)(R9*4), Z0, Z0
-	VMOVUPS Z0, (CX)(R9*4)
-	VADDPS  Z0, Z9, Z9
+	VMOVUPS (DX)(R9*4), Z1
+	VADDPS  (BX)(R9*4), Z1, Z1
+	VMOVUPS Z1, (CX)(R9*4)
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z10, Z10
 	ADDQ    SI, R9
 	CMPQ    R9, DI
 	JB      avx512Add2Sum_vec_chunk
-	VMOVUPS Z9, (AX)(R8*4)
+	VMOVUPS Z10, (AX)(R8*4)
 	ADDQ    $0x00000010, R8
 	JMP     avx512Add2Sum_vec
 
@@ -7979,24 +8453,24 @@ avx512Add2Sum_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32)
+// func avx512Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add3Sum(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-128, R10
+TEXT ·avx512Add3Sum(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
 
 avx512Add3Sum_block:
 	CMPQ   R9, R10
 	JAE    avx512Add3Sum_block_done
-	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -8004,60 +8478,69 @@ avx512Add3Sum_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
 	MOVQ   R9, R11
 
 avx512Add3Sum_block_chunk:
-	VMOVUPS (DX)(R11*4), Z8
-	VADDPS  (BX)(R11*4), Z8, Z8
-	VADDPS  (SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, (CX)(R11*4)
-	VADDPS  Z8, Z0, Z0
-	VMOVUPS 64(DX)(R11*4), Z8
-	VADDPS  64(BX)(R11*4), Z8, Z8
-	VADDPS  64(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 64(CX)(R11*4)
-	VADDPS  Z8, Z1, Z1
-	VMOVUPS 128(DX)(R11*4), Z8
-	VADDPS  128(BX)(R11*4), Z8, Z8
-	VADDPS  128(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 128(CX)(R11*4)
-	VADDPS  Z8, Z2, Z2
-	VMOVUPS 192(DX)(R11*4), Z8
-	VADDPS  192(BX)(R11*4), Z8, Z8
-	VADDPS  192(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 192(CX)(R11*4)
-	VADDPS  Z8, Z3, Z3
-	VMOVUPS 256(DX)(R11*4), Z8
-	VADDPS  256(BX)(R11*4), Z8, Z8
-	VADDPS  256(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 256(CX)(R11*4)
-	VADDPS  Z8, Z4, Z4
-	VMOVUPS 320(DX)(R11*4), Z8
-	VADDPS  320(BX)(R11*4), Z8, Z8
-	VADDPS  320(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 320(CX)(R11*4)
-	VADDPS  Z8, Z5, Z5
-	VMOVUPS 384(DX)(R11*4), Z8
-	VADDPS  384(BX)(R11*4), Z8, Z8
-	VADDPS  384(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 384(CX)(R11*4)
-	VADDPS  Z8, Z6, Z6
-	VMOVUPS 448(DX)(R11*4), Z8
-	VADDPS  448(BX)(R11*4), Z8, Z8
-	VADDPS  448(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 448(CX)(R11*4)
-	VADDPS  Z8, Z7, Z7
+	VMOVUPS (DX)(R11*4), Z9
+	VADDPS  (BX)(R11*4), Z9, Z9
+	VADDPS  (SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, (CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(DX)(R11*4), Z9
+	VADDPS  64(BX)(R11*4), Z9, Z9
+	VADDPS  64(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 64(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(DX)(R11*4), Z9
+	VADDPS  128(BX)(R11*4), Z9, Z9
+	VADDPS  128(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 128(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(DX)(R11*4), Z9
+	VADDPS  192(BX)(R11*4), Z9, Z9
+	VADDPS  192(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 192(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(DX)(R11*4), Z9
+	VADDPS  256(BX)(R11*4), Z9, Z9
+	VADDPS  256(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 256(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(DX)(R11*4), Z9
+	VADDPS  320(BX)(R11*4), Z9, Z9
+	VADDPS  320(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 320(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(DX)(R11*4), Z9
+	VADDPS  384(BX)(R11*4), Z9, Z9
+	VADDPS  384(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 384(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(DX)(R11*4), Z9
+	VADDPS  448(BX)(R11*4), Z9, Z9
+	VADDPS  448(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 448(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z8, Z8
 	ADDQ    DI, R11
 	CMPQ    R11, R8
 	JB      avx512Add3Sum_block_chunk
-	VMOVUPS Z0, (AX)(R9*4)
-	VMOVUPS Z1, 64(AX)(R9*4)
-	VMOVUPS Z2, 128(AX)(R9*4)
-	VMOVUPS Z3, 192(AX)(R9*4)
-	VMOVUPS Z4, 256(AX)(R9*4)
-	VMOVUPS Z5, 320(AX)(R9*4)
-	VMOVUPS Z6, 384(AX)(R9*4)
-	VMOVUPS Z7, 448(AX)(R9*4)
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
 	ADDQ    $0x00000080, R9
 	JMP     avx512Add3Sum_block
 
@@ -8065,19 +8548,20 @@ avx512Add3Sum_block_done:
 avx512Add3Sum_vec:
 	CMPQ   R9, DI
 	JAE    avx512Add3Sum_vec_done
-	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
 	MOVQ   R9, R10
 
 avx512Add3Sum_vec_chunk:
-	VMOVUPS (DX)(R10*4), Z0
-	VADDPS  (BX)(R10*4), Z0, Z0
-	VADDPS  (SI)(R10*4), Z0, Z0
-	VMOVUPS Z0, (CX)(R10*4)
-	VADDPS  Z0, Z9, Z9
+	VMOVUPS (DX)(R10*4), Z1
+	VADDPS  (BX)(R10*4), Z1, Z1
+	VADDPS  (SI)(R10*4), Z1, Z1
+	VMOVUPS Z1, (CX)(R10*4)
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z10, Z10
 	ADDQ    DI, R10
 	CMPQ    R10, R8
 	JB      avx512Add3Sum_vec_chunk
-	VMOVUPS Z9, (AX)(R9*4)
+	VMOVUPS Z10, (AX)(R9*4)
 	ADDQ    $0x00000010, R9
 	JMP     avx512Add3Sum_vec
 
@@ -8085,24 +8569,24 @@ avx512Add3Sum_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32)
+// func avx512Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add2SumNT(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-128, R10
+TEXT ·avx512Add2SumNT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
 
 avx512Add2SumNT_block:
 	CMPQ   R9, R10
 	JAE    avx512Add2SumNT_block_done
-	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -8110,60 +8594,69 @@ avx512Add2SumNT_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
 	MOVQ   R9, R11
 
 avx512Add2SumNT_block_chunk:
-	VMOVUPS  (BX)(R11*4), Z8
-	VADDPS   (SI)(R11*4), Z8, Z8
-	VMOVUPS  Z8, (CX)(R11*4)
-	VMOVNTPS Z8, (DX)(R11*4)
-	VADDPS   Z8, Z0, Z0
-	VMOVUPS  64(BX)(R11*4), Z8
-	VADDPS   64(SI)(R11*4), Z8, Z8
-	VMOVUPS  Z8, 64(CX)(R11*4)
-	VMOVNTPS Z8, 64(DX)(R11*4)
-	VADDPS   Z8, Z1, Z1
-	VMOVUPS  128(BX)(R11*4), Z8
-	VADDPS   128(SI)(R11*4), Z8, Z8
-	VMOVUPS  Z8, 128(CX)(R11*4)
-	VMOVNTPS Z8, 128(DX)(R11*4)
-	VADDPS   Z8, Z2, Z2
-	VMOVUPS  192(BX)(R11*4), Z8
-	VADDPS   192(SI)(R11*4), Z8, Z8
-	VMOVUPS  Z8, 192(CX)(R11*4)
-	VMOVNTPS Z8, 192(DX)(R11*4)
-	VADDPS   Z8, Z3, Z3
-	VMOVUPS  256(BX)(R11*4), Z8
-	VADDPS   256(SI)(R11*4), Z8, Z8
-	VMOVUPS  Z8, 256(CX)(R11*4)
-	VMOVNTPS Z8, 256(DX)(R11*4)
-	VADDPS   Z8, Z4, Z4
-	VMOVUPS  320(BX)(R11*4), Z8
-	VADDPS   320(SI)(R11*4), Z8, Z8
-	VMOVUPS  Z8, 320(CX)(R11*4)
-	VMOVNTPS Z8, 320(DX)(R11*4)
-	VADDPS   Z8, Z5, Z5
-	VMOVUPS  384(BX)(R11*4), Z8
-	VADDPS   384(SI)(R11*4), Z8, Z8
-	VMOVUPS  Z8, 384(CX)(R11*4)
-	VMOVNTPS Z8, 384(DX)(R11*4)
-	VADDPS   Z8, Z6, Z6
-	VMOVUPS  448(BX)(R11*4), Z8
-	VADDPS   448(SI)(R11*4), Z8, Z8
-	VMOVUPS  Z8, 448(CX)(R11*4)
-	VMOVNTPS Z8, 448(DX)(R11*4)
-	VADDPS   Z8, Z7, Z7
+	VMOVUPS  (BX)(R11*4), Z9
+	VADDPS   (SI)(R11*4), Z9, Z9
+	VMOVUPS  Z9, (CX)(R11*4)
+	VMOVNTPS Z9, (DX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z1, Z1
+	VMOVUPS  64(BX)(R11*4), Z9
+	VADDPS   64(SI)(R11*4), Z9, Z9
+	VMOVUPS  Z9, 64(CX)(R11*4)
+	VMOVNTPS Z9, 64(DX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z2, Z2
+	VMOVUPS  128(BX)(R11*4), Z9
+	VADDPS   128(SI)(R11*4), Z9, Z9
+	VMOVUPS  Z9, 128(CX)(R11*4)
+	VMOVNTPS Z9, 128(DX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z3, Z3
+	VMOVUPS  192(BX)(R11*4), Z9
+	VADDPS   192(SI)(R11*4), Z9, Z9
+	VMOVUPS  Z9, 192(CX)(R11*4)
+	VMOVNTPS Z9, 192(DX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z4, Z4
+	VMOVUPS  256(BX)(R11*4), Z9
+	VADDPS   256(SI)(R11*4), Z9, Z9
+	VMOVUPS  Z9, 256(CX)(R11*4)
+	VMOVNTPS Z9, 256(DX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z5, Z5
+	VMOVUPS  320(BX)(R11*4), Z9
+	VADDPS   320(SI)(R11*4), Z9, Z9
+	VMOVUPS  Z9, 320(CX)(R11*4)
+	VMOVNTPS Z9, 320(DX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z6, Z6
+	VMOVUPS  384(BX)(R11*4), Z9
+	VADDPS   384(SI)(R11*4), Z9, Z9
+	VMOVUPS  Z9, 384(CX)(R11*4)
+	VMOVNTPS Z9, 384(DX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z7, Z7
+	VMOVUPS  448(BX)(R11*4), Z9
+	VADDPS   448(SI)(R11*4), Z9, Z9
+	VMOVUPS  Z9, 448(CX)(R11*4)
+	VMOVNTPS Z9, 448(DX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z8, Z8
 	ADDQ     DI, R11
 	CMPQ     R11, R8
 	JB       avx512Add2SumNT_block_chunk
-	VMOVUPS  Z0, (AX)(R9*4)
-	VMOVUPS  Z1, 64(AX)(R9*4)
-	VMOVUPS  Z2, 128(AX)(R9*4)
-	VMOVUPS  Z3, 192(AX)(R9*4)
-	VMOVUPS  Z4, 256(AX)(R9*4)
-	VMOVUPS  Z5, 320(AX)(R9*4)
-	VMOVUPS  Z6, 384(AX)(R9*4)
-	VMOVUPS  Z7, 448(AX)(R9*4)
+	VMOVUPS  Z1, (AX)(R9*4)
+	VMOVUPS  Z2, 64(AX)(R9*4)
+	VMOVUPS  Z3, 128(AX)(R9*4)
+	VMOVUPS  Z4, 192(AX)(R9*4)
+	VMOVUPS  Z5, 256(AX)(R9*4)
+	VMOVUPS  Z6, 320(AX)(R9*4)
+	VMOVUPS  Z7, 384(AX)(R9*4)
+	VMOVUPS  Z8, 448(AX)(R9*4)
 	ADDQ     $0x00000080, R9
 	JMP      avx512Add2SumNT_block
 
@@ -8171,19 +8664,20 @@ avx512Add2SumNT_block_done:
 avx512Add2SumNT_vec:
 	CMPQ   R9, DI
 	JAE    avx512Add2SumNT_vec_done
-	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
 	MOVQ   R9, R10
 
 avx512Add2SumNT_vec_chunk:
-	VMOVUPS  (BX)(R10*4), Z0
-	VADDPS   (SI)(R10*4), Z0, Z0
-	VMOVUPS  Z0, (CX)(R10*4)
-	VMOVNTPS Z0, (DX)(R10*4)
-	VADDPS   Z0, Z9, Z9
+	VMOVUPS  (BX)(R10*4), Z1
+	VADDPS   (SI)(R10*4), Z1, Z1
+	VMOVUPS  Z1, (CX)(R10*4)
+	VMOVNTPS Z1, (DX)(R10*4)
+	VSUBPS   Z0, Z1, Z1
+	VADDPS   Z1, Z10, Z10
 	ADDQ     DI, R10
 	CMPQ     R10, R8
 	JB       avx512Add2SumNT_vec_chunk
-	VMOVUPS  Z9, (AX)(R9*4)
+	VMOVUPS  Z10, (AX)(R9*4)
 	ADDQ     $0x00000010, R9
 	JMP      avx512Add2SumNT_vec
 
@@ -8191,25 +8685,25 @@ avx512Add2SumNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32)
+// func avx512Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add3SumNT(SB), NOSPLIT, $0-144
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ d_base+120(FP), DI
-	MOVQ part_len+8(FP), R8
-	MOVQ s_len+32(FP), R9
-	XORQ R10, R10
-	MOVQ R8, R11
-	ANDQ $-128, R11
+TEXT ·avx512Add3SumNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         s_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
 
 avx512Add3SumNT_block:
 	CMPQ   R10, R11
 	JAE    avx512Add3SumNT_block_done
-	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -8217,68 +8711,77 @@ avx512Add3SumNT_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
 	MOVQ   R10, R12
 
 avx512Add3SumNT_block_chunk:
-	VMOVUPS  (BX)(R12*4), Z8
-	VADDPS   (SI)(R12*4), Z8, Z8
-	VADDPS   (DI)(R12*4), Z8, Z8
-	VMOVUPS  Z8, (CX)(R12*4)
-	VMOVNTPS Z8, (DX)(R12*4)
-	VADDPS   Z8, Z0, Z0
-	VMOVUPS  64(BX)(R12*4), Z8
-	VADDPS   64(SI)(R12*4), Z8, Z8
-	VADDPS   64(DI)(R12*4), Z8, Z8
-	VMOVUPS  Z8, 64(CX)(R12*4)
-	VMOVNTPS Z8, 64(DX)(R12*4)
-	VADDPS   Z8, Z1, Z1
-	VMOVUPS  128(BX)(R12*4), Z8
-	VADDPS   128(SI)(R12*4), Z8, Z8
-	VADDPS   128(DI)(R12*4), Z8, Z8
-	VMOVUPS  Z8, 128(CX)(R12*4)
-	VMOVNTPS Z8, 128(DX)(R12*4)
-	VADDPS   Z8, Z2, Z2
-	VMOVUPS  192(BX)(R12*4), Z8
-	VADDPS   192(SI)(R12*4), Z8, Z8
-	VADDPS   192(DI)(R12*4), Z8, Z8
-	VMOVUPS  Z8, 192(CX)(R12*4)
-	VMOVNTPS Z8, 192(DX)(R12*4)
-	VADDPS   Z8, Z3, Z3
-	VMOVUPS  256(BX)(R12*4), Z8
-	VADDPS   256(SI)(R12*4), Z8, Z8
-	VADDPS   256(DI)(R12*4), Z8, Z8
-	VMOVUPS  Z8, 256(CX)(R12*4)
-	VMOVNTPS Z8, 256(DX)(R12*4)
-	VADDPS   Z8, Z4, Z4
-	VMOVUPS  320(BX)(R12*4), Z8
-	VADDPS   320(SI)(R12*4), Z8, Z8
-	VADDPS   320(DI)(R12*4), Z8, Z8
-	VMOVUPS  Z8, 320(CX)(R12*4)
-	VMOVNTPS Z8, 320(DX)(R12*4)
-	VADDPS   Z8, Z5, Z5
-	VMOVUPS  384(BX)(R12*4), Z8
-	VADDPS   384(SI)(R12*4), Z8, Z8
-	VADDPS   384(DI)(R12*4), Z8, Z8
-	VMOVUPS  Z8, 384(CX)(R12*4)
-	VMOVNTPS Z8, 384(DX)(R12*4)
-	VADDPS   Z8, Z6, Z6
-	VMOVUPS  448(BX)(R12*4), Z8
-	VADDPS   448(SI)(R12*4), Z8, Z8
-	VADDPS   448(DI)(R12*4), Z8, Z8
-	VMOVUPS  Z8, 448(CX)(R12*4)
-	VMOVNTPS Z8, 448(DX)(R12*4)
-	VADDPS   Z8, Z7, Z7
+	VMOVUPS  (BX)(R12*4), Z9
+	VADDPS   (SI)(R12*4), Z9, Z9
+	VADDPS   (DI)(R12*4), Z9, Z9
+	VMOVUPS  Z9, (CX)(R12*4)
+	VMOVNTPS Z9, (DX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z1, Z1
+	VMOVUPS  64(BX)(R12*4), Z9
+	VADDPS   64(SI)(R12*4), Z9, Z9
+	VADDPS   64(DI)(R12*4), Z9, Z9
+	VMOVUPS  Z9, 64(CX)(R12*4)
+	VMOVNTPS Z9, 64(DX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z2, Z2
+	VMOVUPS  128(BX)(R12*4), Z9
+	VADDPS   128(SI)(R12*4), Z9, Z9
+	VADDPS   128(DI)(R12*4), Z9, Z9
+	VMOVUPS  Z9, 128(CX)(R12*4)
+	VMOVNTPS Z9, 128(DX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z3, Z3
+	VMOVUPS  192(BX)(R12*4), Z9
+	VADDPS   192(SI)(R12*4), Z9, Z9
+	VADDPS   192(DI)(R12*4), Z9, Z9
+	VMOVUPS  Z9, 192(CX)(R12*4)
+	VMOVNTPS Z9, 192(DX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z4, Z4
+	VMOVUPS  256(BX)(R12*4), Z9
+	VADDPS   256(SI)(R12*4), Z9, Z9
+	VADDPS   256(DI)(R12*4), Z9, Z9
+	VMOVUPS  Z9, 256(CX)(R12*4)
+	VMOVNTPS Z9, 256(DX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z5, Z5
+	VMOVUPS  320(BX)(R12*4), Z9
+	VADDPS   320(SI)(R12*4), Z9, Z9
+	VADDPS   320(DI)(R12*4), Z9, Z9
+	VMOVUPS  Z9, 320(CX)(R12*4)
+	VMOVNTPS Z9, 320(DX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z6, Z6
+	VMOVUPS  384(BX)(R12*4), Z9
+	VADDPS   384(SI)(R12*4), Z9, Z9
+	VADDPS   384(DI)(R12*4), Z9, Z9
+	VMOVUPS  Z9, 384(CX)(R12*4)
+	VMOVNTPS Z9, 384(DX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z7, Z7
+	VMOVUPS  448(BX)(R12*4), Z9
+	VADDPS   448(SI)(R12*4), Z9, Z9
+	VADDPS   448(DI)(R12*4), Z9, Z9
+	VMOVUPS  Z9, 448(CX)(R12*4)
+	VMOVNTPS Z9, 448(DX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
+	VADDPS   Z9, Z8, Z8
 	ADDQ     R8, R12
 	CMPQ     R12, R9
 	JB       avx512Add3SumNT_block_chunk
-	VMOVUPS  Z0, (AX)(R10*4)
-	VMOVUPS  Z1, 64(AX)(R10*4)
-	VMOVUPS  Z2, 128(AX)(R10*4)
-	VMOVUPS  Z3, 192(AX)(R10*4)
-	VMOVUPS  Z4, 256(AX)(R10*4)
-	VMOVUPS  Z5, 320(AX)(R10*4)
-	VMOVUPS  Z6, 384(AX)(R10*4)
-	VMOVUPS  Z7, 448(AX)(R10*4)
+	VMOVUPS  Z1, (AX)(R10*4)
+	VMOVUPS  Z2, 64(AX)(R10*4)
+	VMOVUPS  Z3, 128(AX)(R10*4)
+	VMOVUPS  Z4, 192(AX)(R10*4)
+	VMOVUPS  Z5, 256(AX)(R10*4)
+	VMOVUPS  Z6, 320(AX)(R10*4)
+	VMOVUPS  Z7, 384(AX)(R10*4)
+	VMOVUPS  Z8, 448(AX)(R10*4)
 	ADDQ     $0x00000080, R10
 	JMP      avx512Add3SumNT_block
 
@@ -8286,20 +8789,21 @@ avx512Add3SumNT_block_done:
 avx512Add3SumNT_vec:
 	CMPQ   R10, R8
 	JAE    avx512Add3SumNT_vec_done
-	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
 	MOVQ   R10, R11
 
 avx512Add3SumNT_vec_chunk:
-	VMOVUPS  (BX)(R11*4), Z0
-	VADDPS   (SI)(R11*4), Z0, Z0
-	VADDPS   (DI)(R11*4), Z0, Z0
-	VMOVUPS  Z0, (CX)(R11*4)
-	VMOVNTPS Z0, (DX)(R11*4)
-	VADDPS   Z0, Z9, Z9
+	VMOVUPS  (BX)(R11*4), Z1
+	VADDPS   (SI)(R11*4), Z1, Z1
+	VADDPS   (DI)(R11*4), Z1, Z1
+	VMOVUPS  Z1, (CX)(R11*4)
+	VMOVNTPS Z1, (DX)(R11*4)
+	VSUBPS   Z0, Z1, Z1
+	VADDPS   Z1, Z10, Z10
 	ADDQ     R8, R11
 	CMPQ     R11, R9
 	JB       avx512Add3SumNT_vec_chunk
-	VMOVUPS  Z9, (AX)(R10*4)
+	VMOVUPS  Z10, (AX)(R10*4)
 	ADDQ     $0x00000010, R10
 	JMP      avx512Add3SumNT_vec
 
@@ -8307,76 +8811,85 @@ avx512Add3SumNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add2SumAcc(part []float32, s []float32, a []float32, b []float32)
+// func avx512Add2SumAcc(part []float32, s []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add2SumAcc(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-128, R9
+TEXT ·avx512Add2SumAcc(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Z0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-128, R9
 
 avx512Add2SumAcc_block:
 	CMPQ    R8, R9
 	JAE     avx512Add2SumAcc_block_done
-	VMOVUPS (AX)(R8*4), Z0
-	VMOVUPS 64(AX)(R8*4), Z1
-	VMOVUPS 128(AX)(R8*4), Z2
-	VMOVUPS 192(AX)(R8*4), Z3
-	VMOVUPS 256(AX)(R8*4), Z4
-	VMOVUPS 320(AX)(R8*4), Z5
-	VMOVUPS 384(AX)(R8*4), Z6
-	VMOVUPS 448(AX)(R8*4), Z7
+	VMOVUPS (AX)(R8*4), Z1
+	VMOVUPS 64(AX)(R8*4), Z2
+	VMOVUPS 128(AX)(R8*4), Z3
+	VMOVUPS 192(AX)(R8*4), Z4
+	VMOVUPS 256(AX)(R8*4), Z5
+	VMOVUPS 320(AX)(R8*4), Z6
+	VMOVUPS 384(AX)(R8*4), Z7
+	VMOVUPS 448(AX)(R8*4), Z8
 	MOVQ    R8, R10
 
 avx512Add2SumAcc_block_chunk:
-	VMOVUPS (DX)(R10*4), Z8
-	VADDPS  (BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, (CX)(R10*4)
-	VADDPS  Z8, Z0, Z0
-	VMOVUPS 64(DX)(R10*4), Z8
-	VADDPS  64(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 64(CX)(R10*4)
-	VADDPS  Z8, Z1, Z1
-	VMOVUPS 128(DX)(R10*4), Z8
-	VADDPS  128(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 128(CX)(R10*4)
-	VADDPS  Z8, Z2, Z2
-	VMOVUPS 192(DX)(R10*4), Z8
-	VADDPS  192(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 192(CX)(R10*4)
-	VADDPS  Z8, Z3, Z3
-	VMOVUPS 256(DX)(R10*4), Z8
-	VADDPS  256(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 256(CX)(R10*4)
-	VADDPS  Z8, Z4, Z4
-	VMOVUPS 320(DX)(R10*4), Z8
-	VADDPS  320(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 320(CX)(R10*4)
-	VADDPS  Z8, Z5, Z5
-	VMOVUPS 384(DX)(R10*4), Z8
-	VADDPS  384(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 384(CX)(R10*4)
-	VADDPS  Z8, Z6, Z6
-	VMOVUPS 448(DX)(R10*4), Z8
-	VADDPS  448(BX)(R10*4), Z8, Z8
-	VMOVUPS Z8, 448(CX)(R10*4)
-	VADDPS  Z8, Z7, Z7
+	VMOVUPS (DX)(R10*4), Z9
+	VADDPS  (BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, (CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(DX)(R10*4), Z9
+	VADDPS  64(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 64(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(DX)(R10*4), Z9
+	VADDPS  128(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 128(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(DX)(R10*4), Z9
+	VADDPS  192(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 192(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(DX)(R10*4), Z9
+	VADDPS  256(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 256(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(DX)(R10*4), Z9
+	VADDPS  320(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 320(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(DX)(R10*4), Z9
+	VADDPS  384(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 384(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(DX)(R10*4), Z9
+	VADDPS  448(BX)(R10*4), Z9, Z9
+	VMOVUPS Z9, 448(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z8, Z8
 	ADDQ    SI, R10
 	CMPQ    R10, DI
 	JB      avx512Add2SumAcc_block_chunk
-	VMOVUPS Z0, (AX)(R8*4)
-	VMOVUPS Z1, 64(AX)(R8*4)
-	VMOVUPS Z2, 128(AX)(R8*4)
-	VMOVUPS Z3, 192(AX)(R8*4)
-	VMOVUPS Z4, 256(AX)(R8*4)
-	VMOVUPS Z5, 320(AX)(R8*4)
-	VMOVUPS Z6, 384(AX)(R8*4)
-	VMOVUPS Z7, 448(AX)(R8*4)
+	VMOVUPS Z1, (AX)(R8*4)
+	VMOVUPS Z2, 64(AX)(R8*4)
+	VMOVUPS Z3, 128(AX)(R8*4)
+	VMOVUPS Z4, 192(AX)(R8*4)
+	VMOVUPS Z5, 256(AX)(R8*4)
+	VMOVUPS Z6, 320(AX)(R8*4)
+	VMOVUPS Z7, 384(AX)(R8*4)
+	VMOVUPS Z8, 448(AX)(R8*4)
 	ADDQ    $0x00000080, R8
 	JMP     avx512Add2SumAcc_block
 
@@ -8384,18 +8897,19 @@ avx512Add2SumAcc_block_done:
 avx512Add2SumAcc_vec:
 	CMPQ    R8, SI
 	JAE     avx512Add2SumAcc_vec_done
-	VMOVUPS (AX)(R8*4), Z0
+	VMOVUPS (AX)(R8*4), Z1
 	MOVQ    R8, R9
 
 avx512Add2SumAcc_vec_chunk:
-	VMOVUPS (DX)(R9*4), Z1
-	VADDPS  (BX)(R9*4), Z1, Z1
-	VMOVUPS Z1, (CX)(R9*4)
-	VADDPS  Z1, Z0, Z0
+	VMOVUPS (DX)(R9*4), Z2
+	VADDPS  (BX)(R9*4), Z2, Z2
+	VMOVUPS Z2, (CX)(R9*4)
+	VSUBPS  Z0, Z2, Z2
+	VADDPS  Z2, Z1, Z1
 	ADDQ    SI, R9
 	CMPQ    R9, DI
 	JB      avx512Add2SumAcc_vec_chunk
-	VMOVUPS Z0, (AX)(R8*4)
+	VMOVUPS Z1, (AX)(R8*4)
 	ADDQ    $0x00000010, R8
 	JMP     avx512Add2SumAcc_vec
 
@@ -8403,85 +8917,94 @@ avx512Add2SumAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32)
+// func avx512Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add3SumAcc(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-128, R10
+TEXT ·avx512Add3SumAcc(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
 
 avx512Add3SumAcc_block:
 	CMPQ    R9, R10
 	JAE     avx512Add3SumAcc_block_done
-	VMOVUPS (AX)(R9*4), Z0
-	VMOVUPS 64(AX)(R9*4), Z1
-	VMOVUPS 128(AX)(R9*4), Z2
-	VMOVUPS 192(AX)(R9*4), Z3
-	VMOVUPS 256(AX)(R9*4), Z4
-	VMOVUPS 320(AX)(R9*4), Z5
-	VMOVUPS 384(AX)(R9*4), Z6
-	VMOVUPS 448(AX)(R9*4), Z7
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
 	MOVQ    R9, R11
 
 avx512Add3SumAcc_block_chunk:
-	VMOVUPS (DX)(R11*4), Z8
-	VADDPS  (BX)(R11*4), Z8, Z8
-	VADDPS  (SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, (CX)(R11*4)
-	VADDPS  Z8, Z0, Z0
-	VMOVUPS 64(DX)(R11*4), Z8
-	VADDPS  64(BX)(R11*4), Z8, Z8
-	VADDPS  64(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 64(CX)(R11*4)
-	VADDPS  Z8, Z1, Z1
-	VMOVUPS 128(DX)(R11*4), Z8
-	VADDPS  128(BX)(R11*4), Z8, Z8
-	VADDPS  128(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 128(CX)(R11*4)
-	VADDPS  Z8, Z2, Z2
-	VMOVUPS 192(DX)(R11*4), Z8
-	VADDPS  192(BX)(R11*4), Z8, Z8
-	VADDPS  192(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 192(CX)(R11*4)
-	VADDPS  Z8, Z3, Z3
-	VMOVUPS 256(DX)(R11*4), Z8
-	VADDPS  256(BX)(R11*4), Z8, Z8
-	VADDPS  256(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 256(CX)(R11*4)
-	VADDPS  Z8, Z4, Z4
-	VMOVUPS 320(DX)(R11*4), Z8
-	VADDPS  320(BX)(R11*4), Z8, Z8
-	VADDPS  320(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 320(CX)(R11*4)
-	VADDPS  Z8, Z5, Z5
-	VMOVUPS 384(DX)(R11*4), Z8
-	VADDPS  384(BX)(R11*4), Z8, Z8
-	VADDPS  384(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 384(CX)(R11*4)
-	VADDPS  Z8, Z6, Z6
-	VMOVUPS 448(DX)(R11*4), Z8
-	VADDPS  448(BX)(R11*4), Z8, Z8
-	VADDPS  448(SI)(R11*4), Z8, Z8
-	VMOVUPS Z8, 448(CX)(R11*4)
-	VADDPS  Z8, Z7, Z7
+	VMOVUPS (DX)(R11*4), Z9
+	VADDPS  (BX)(R11*4), Z9, Z9
+	VADDPS  (SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, (CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(DX)(R11*4), Z9
+	VADDPS  64(BX)(R11*4), Z9, Z9
+	VADDPS  64(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 64(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(DX)(R11*4), Z9
+	VADDPS  128(BX)(R11*4), Z9, Z9
+	VADDPS  128(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 128(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(DX)(R11*4), Z9
+	VADDPS  192(BX)(R11*4), Z9, Z9
+	VADDPS  192(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 192(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(DX)(R11*4), Z9
+	VADDPS  256(BX)(R11*4), Z9, Z9
+	VADDPS  256(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 256(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(DX)(R11*4), Z9
+	VADDPS  320(BX)(R11*4), Z9, Z9
+	VADDPS  320(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 320(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(DX)(R11*4), Z9
+	VADDPS  384(BX)(R11*4), Z9, Z9
+	VADDPS  384(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 384(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(DX)(R11*4), Z9
+	VADDPS  448(BX)(R11*4), Z9, Z9
+	VADDPS  448(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 448(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z8, Z8
 	ADDQ    DI, R11
 	CMPQ    R11, R8
 	JB      avx512Add3SumAcc_block_chunk
-	VMOVUPS Z0, (AX)(R9*4)
-	VMOVUPS Z1, 64(AX)(R9*4)
-	VMOVUPS Z2, 128(AX)(R9*4)
-	VMOVUPS Z3, 192(AX)(R9*4)
-	VMOVUPS Z4, 256(AX)(R9*4)
-	VMOVUPS Z5, 320(AX)(R9*4)
-	VMOVUPS Z6, 384(AX)(R9*4)
-	VMOVUPS Z7, 448(AX)(R9*4)
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
 	ADDQ    $0x00000080, R9
 	JMP     avx512Add3SumAcc_block
 
@@ -8489,19 +9012,20 @@ avx512Add3SumAcc_block_done:
 avx512Add3SumAcc_vec:
 	CMPQ    R9, DI
 	JAE     avx512Add3SumAcc_vec_done
-	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS (AX)(R9*4), Z1
 	MOVQ    R9, R10
 
 avx512Add3SumAcc_vec_chunk:
-	VMOVUPS (DX)(R10*4), Z1
-	VADDPS  (BX)(R10*4), Z1, Z1
-	VADDPS  (SI)(R10*4), Z1, Z1
-	VMOVUPS Z1, (CX)(R10*4)
-	VADDPS  Z1, Z0, Z0
+	VMOVUPS (DX)(R10*4), Z2
+	VADDPS  (BX)(R10*4), Z2, Z2
+	VADDPS  (SI)(R10*4), Z2, Z2
+	VMOVUPS Z2, (CX)(R10*4)
+	VSUBPS  Z0, Z2, Z2
+	VADDPS  Z2, Z1, Z1
 	ADDQ    DI, R10
 	CMPQ    R10, R8
 	JB      avx512Add3SumAcc_vec_chunk
-	VMOVUPS Z0, (AX)(R9*4)
+	VMOVUPS Z1, (AX)(R9*4)
 	ADDQ    $0x00000010, R9
 	JMP     avx512Add3SumAcc_vec
 
@@ -8509,23 +9033,23 @@ avx512Add3SumAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16(part []float32, s []float32, a []uint16, b []uint16)
+// func avx512AddSumF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-128, R9
+TEXT ·avx512AddSumF16(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Z0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-128, R9
 
 avx512AddSumF16_block:
 	CMPQ   R8, R9
 	JAE    avx512AddSumF16_block_done
-	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -8533,60 +9057,69 @@ avx512AddSumF16_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
 	MOVQ   R8, R10
 
 avx512AddSumF16_block_chunk:
-	VCVTPH2PS (DX)(R10*2), Z8
-	VCVTPH2PS (BX)(R10*2), Z9
+	VCVTPH2PS (DX)(R10*2), Z9
+	VCVTPH2PS (BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, Z1
+	VCVTPH2PS 32(DX)(R10*2), Z9
+	VCVTPH2PS 32(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, Z2
+	VCVTPH2PS 64(DX)(R10*2), Z9
+	VCVTPH2PS 64(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, Z3
+	VCVTPH2PS 96(DX)(R10*2), Z9
+	VCVTPH2PS 96(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, Z4
+	VCVTPH2PS 128(DX)(R10*2), Z9
+	VCVTPH2PS 128(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VCVTPH2PS 160(DX)(R10*2), Z9
+	VCVTPH2PS 160(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, Z6
+	VCVTPH2PS 192(DX)(R10*2), Z9
+	VCVTPH2PS 192(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, Z7
+	VCVTPH2PS 224(DX)(R10*2), Z9
+	VCVTPH2PS 224(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R10*4)
-	VADDPS    Z8, Z0, Z0
-	VCVTPH2PS 32(DX)(R10*2), Z8
-	VCVTPH2PS 32(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R10*4)
-	VADDPS    Z8, Z1, Z1
-	VCVTPH2PS 64(DX)(R10*2), Z8
-	VCVTPH2PS 64(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R10*4)
-	VADDPS    Z8, Z2, Z2
-	VCVTPH2PS 96(DX)(R10*2), Z8
-	VCVTPH2PS 96(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R10*4)
-	VADDPS    Z8, Z3, Z3
-	VCVTPH2PS 128(DX)(R10*2), Z8
-	VCVTPH2PS 128(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R10*4)
-	VADDPS    Z8, Z4, Z4
-	VCVTPH2PS 160(DX)(R10*2), Z8
-	VCVTPH2PS 160(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R10*4)
-	VADDPS    Z8, Z5, Z5
-	VCVTPH2PS 192(DX)(R10*2), Z8
-	VCVTPH2PS 192(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R10*4)
-	VADDPS    Z8, Z6, Z6
-	VCVTPH2PS 224(DX)(R10*2), Z8
-	VCVTPH2PS 224(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R10*4)
-	VADDPS    Z8, Z7, Z7
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumF16_block_chunk
-	VMOVUPS   Z0, (AX)(R8*4)
-	VMOVUPS   Z1, 64(AX)(R8*4)
-	VMOVUPS   Z2, 128(AX)(R8*4)
-	VMOVUPS   Z3, 192(AX)(R8*4)
-	VMOVUPS   Z4, 256(AX)(R8*4)
-	VMOVUPS   Z5, 320(AX)(R8*4)
-	VMOVUPS   Z6, 384(AX)(R8*4)
-	VMOVUPS   Z7, 448(AX)(R8*4)
+	VMOVUPS   Z1, (AX)(R8*4)
+	VMOVUPS   Z2, 64(AX)(R8*4)
+	VMOVUPS   Z3, 128(AX)(R8*4)
+	VMOVUPS   Z4, 192(AX)(R8*4)
+	VMOVUPS   Z5, 256(AX)(R8*4)
+	VMOVUPS   Z6, 320(AX)(R8*4)
+	VMOVUPS   Z7, 384(AX)(R8*4)
+	VMOVUPS   Z8, 448(AX)(R8*4)
 	ADDQ      $0x00000080, R8
 	JMP       avx512AddSumF16_block
 
@@ -8594,19 +9127,20 @@ avx512AddSumF16_block_done:
 avx512AddSumF16_vec:
 	CMPQ   R8, SI
 	JAE    avx512AddSumF16_vec_done
-	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
 	MOVQ   R8, R9
 
 avx512AddSumF16_vec_chunk:
-	VCVTPH2PS (DX)(R9*2), Z0
-	VCVTPH2PS (BX)(R9*2), Z1
-	VADDPS    Z1, Z0, Z0
-	VMOVUPS   Z0, (CX)(R9*4)
-	VADDPS    Z0, Z10, Z10
+	VCVTPH2PS (DX)(R9*2), Z1
+	VCVTPH2PS (BX)(R9*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, Z11
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumF16_vec_chunk
-	VMOVUPS   Z10, (AX)(R8*4)
+	VMOVUPS   Z11, (AX)(R8*4)
 	ADDQ      $0x00000010, R8
 	JMP       avx512AddSumF16_vec
 
@@ -8614,24 +9148,24 @@ avx512AddSumF16_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// func avx512AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16NT(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-128, R10
+TEXT ·avx512AddSumF16NT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
 
 avx512AddSumF16NT_block:
 	CMPQ   R9, R10
 	JAE    avx512AddSumF16NT_block_done
-	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -8639,76 +9173,85 @@ avx512AddSumF16NT_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
 	MOVQ   R9, R11
 
 avx512AddSumF16NT_block_chunk:
-	VCVTPH2PS (BX)(R11*2), Z8
-	VCVTPH2PS (SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R11*4)
-	VADDPS    Z8, Z0, Z0
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, (DX)(R11*2)
-	VCVTPH2PS 32(BX)(R11*2), Z8
-	VCVTPH2PS 32(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R11*4)
-	VADDPS    Z8, Z1, Z1
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 32(DX)(R11*2)
-	VCVTPH2PS 64(BX)(R11*2), Z8
-	VCVTPH2PS 64(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R11*4)
-	VADDPS    Z8, Z2, Z2
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 64(DX)(R11*2)
-	VCVTPH2PS 96(BX)(R11*2), Z8
-	VCVTPH2PS 96(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R11*4)
-	VADDPS    Z8, Z3, Z3
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 96(DX)(R11*2)
-	VCVTPH2PS 128(BX)(R11*2), Z8
-	VCVTPH2PS 128(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R11*4)
-	VADDPS    Z8, Z4, Z4
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 128(DX)(R11*2)
-	VCVTPH2PS 160(BX)(R11*2), Z8
-	VCVTPH2PS 160(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R11*4)
-	VADDPS    Z8, Z5, Z5
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 160(DX)(R11*2)
-	VCVTPH2PS 192(BX)(R11*2), Z8
-	VCVTPH2PS 192(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R11*4)
-	VADDPS    Z8, Z6, Z6
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 192(DX)(R11*2)
-	VCVTPH2PS 224(BX)(R11*2), Z8
-	VCVTPH2PS 224(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R11*4)
-	VADDPS    Z8, Z7, Z7
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 224(DX)(R11*2)
+	VCVTPH2PS (BX)(R11*2), Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, (DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 32(DX)(R11*2)
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 64(DX)(R11*2)
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 96(DX)(R11*2)
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 128(DX)(R11*2)
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 160(DX)(R11*2)
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 192(DX)(R11*2)
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 224(DX)(R11*2)
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16NT_block_chunk
-	VMOVUPS   Z0, (AX)(R9*4)
-	VMOVUPS   Z1, 64(AX)(R9*4)
-	VMOVUPS   Z2, 128(AX)(R9*4)
-	VMOVUPS   Z3, 192(AX)(R9*4)
-	VMOVUPS   Z4, 256(AX)(R9*4)
-	VMOVUPS   Z5, 320(AX)(R9*4)
-	VMOVUPS   Z6, 384(AX)(R9*4)
-	VMOVUPS   Z7, 448(AX)(R9*4)
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
 	ADDQ      $0x00000080, R9
 	JMP       avx512AddSumF16NT_block
 
@@ -8716,21 +9259,22 @@ avx512AddSumF16NT_block_done:
 avx512AddSumF16NT_vec:
 	CMPQ   R9, DI
 	JAE    avx512AddSumF16NT_vec_done
-	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
 	MOVQ   R9, R10
 
 avx512AddSumF16NT_vec_chunk:
-	VCVTPH2PS (BX)(R10*2), Z0
-	VCVTPH2PS (SI)(R10*2), Z1
-	VADDPS    Z1, Z0, Z0
-	VMOVUPS   Z0, (CX)(R10*4)
-	VADDPS    Z0, Z10, Z10
-	VCVTPS2PH $0x00, Z0, Y0
-	VMOVNTDQ  Y0, (DX)(R10*2)
+	VCVTPH2PS (BX)(R10*2), Z1
+	VCVTPH2PS (SI)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z2
+	VADDPS    Z2, Z11, Z11
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVNTDQ  Y1, (DX)(R10*2)
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16NT_vec_chunk
-	VMOVUPS   Z10, (AX)(R9*4)
+	VMOVUPS   Z11, (AX)(R9*4)
 	ADDQ      $0x00000010, R9
 	JMP       avx512AddSumF16NT_vec
 
@@ -8738,84 +9282,93 @@ avx512AddSumF16NT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+// func avx512AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16Acc(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-128, R9
+TEXT ·avx512AddSumF16Acc(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Z0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-128, R9
 
 avx512AddSumF16Acc_block:
 	CMPQ    R8, R9
 	JAE     avx512AddSumF16Acc_block_done
-	VMOVUPS (AX)(R8*4), Z0
-	VMOVUPS 64(AX)(R8*4), Z1
-	VMOVUPS 128(AX)(R8*4), Z2
-	VMOVUPS 192(AX)(R8*4), Z3
-	VMOVUPS 256(AX)(R8*4), Z4
-	VMOVUPS 320(AX)(R8*4), Z5
-	VMOVUPS 384(AX)(R8*4), Z6
-	VMOVUPS 448(AX)(R8*4), Z7
+	VMOVUPS (AX)(R8*4), Z1
+	VMOVUPS 64(AX)(R8*4), Z2
+	VMOVUPS 128(AX)(R8*4), Z3
+	VMOVUPS 192(AX)(R8*4), Z4
+	VMOVUPS 256(AX)(R8*4), Z5
+	VMOVUPS 320(AX)(R8*4), Z6
+	VMOVUPS 384(AX)(R8*4), Z7
+	VMOVUPS 448(AX)(R8*4), Z8
 	MOVQ    R8, R10
 
 avx512AddSumF16Acc_block_chunk:
-	VCVTPH2PS (DX)(R10*2), Z8
-	VCVTPH2PS (BX)(R10*2), Z9
+	VCVTPH2PS (DX)(R10*2), Z9
+	VCVTPH2PS (BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, Z1
+	VCVTPH2PS 32(DX)(R10*2), Z9
+	VCVTPH2PS 32(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, Z2
+	VCVTPH2PS 64(DX)(R10*2), Z9
+	VCVTPH2PS 64(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, Z3
+	VCVTPH2PS 96(DX)(R10*2), Z9
+	VCVTPH2PS 96(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, Z4
+	VCVTPH2PS 128(DX)(R10*2), Z9
+	VCVTPH2PS 128(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VCVTPH2PS 160(DX)(R10*2), Z9
+	VCVTPH2PS 160(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, Z6
+	VCVTPH2PS 192(DX)(R10*2), Z9
+	VCVTPH2PS 192(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, Z7
+	VCVTPH2PS 224(DX)(R10*2), Z9
+	VCVTPH2PS 224(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R10*4)
-	VADDPS    Z8, Z0, Z0
-	VCVTPH2PS 32(DX)(R10*2), Z8
-	VCVTPH2PS 32(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R10*4)
-	VADDPS    Z8, Z1, Z1
-	VCVTPH2PS 64(DX)(R10*2), Z8
-	VCVTPH2PS 64(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R10*4)
-	VADDPS    Z8, Z2, Z2
-	VCVTPH2PS 96(DX)(R10*2), Z8
-	VCVTPH2PS 96(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R10*4)
-	VADDPS    Z8, Z3, Z3
-	VCVTPH2PS 128(DX)(R10*2), Z8
-	VCVTPH2PS 128(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R10*4)
-	VADDPS    Z8, Z4, Z4
-	VCVTPH2PS 160(DX)(R10*2), Z8
-	VCVTPH2PS 160(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R10*4)
-	VADDPS    Z8, Z5, Z5
-	VCVTPH2PS 192(DX)(R10*2), Z8
-	VCVTPH2PS 192(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R10*4)
-	VADDPS    Z8, Z6, Z6
-	VCVTPH2PS 224(DX)(R10*2), Z8
-	VCVTPH2PS 224(BX)(R10*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R10*4)
-	VADDPS    Z8, Z7, Z7
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumF16Acc_block_chunk
-	VMOVUPS   Z0, (AX)(R8*4)
-	VMOVUPS   Z1, 64(AX)(R8*4)
-	VMOVUPS   Z2, 128(AX)(R8*4)
-	VMOVUPS   Z3, 192(AX)(R8*4)
-	VMOVUPS   Z4, 256(AX)(R8*4)
-	VMOVUPS   Z5, 320(AX)(R8*4)
-	VMOVUPS   Z6, 384(AX)(R8*4)
-	VMOVUPS   Z7, 448(AX)(R8*4)
+	VMOVUPS   Z1, (AX)(R8*4)
+	VMOVUPS   Z2, 64(AX)(R8*4)
+	VMOVUPS   Z3, 128(AX)(R8*4)
+	VMOVUPS   Z4, 192(AX)(R8*4)
+	VMOVUPS   Z5, 256(AX)(R8*4)
+	VMOVUPS   Z6, 320(AX)(R8*4)
+	VMOVUPS   Z7, 384(AX)(R8*4)
+	VMOVUPS   Z8, 448(AX)(R8*4)
 	ADDQ      $0x00000080, R8
 	JMP       avx512AddSumF16Acc_block
 
@@ -8823,19 +9376,20 @@ avx512AddSumF16Acc_block_done:
 avx512AddSumF16Acc_vec:
 	CMPQ    R8, SI
 	JAE     avx512AddSumF16Acc_vec_done
-	VMOVUPS (AX)(R8*4), Z0
+	VMOVUPS (AX)(R8*4), Z1
 	MOVQ    R8, R9
 
 avx512AddSumF16Acc_vec_chunk:
-	VCVTPH2PS (DX)(R9*2), Z1
-	VCVTPH2PS (BX)(R9*2), Z2
+	VCVTPH2PS (DX)(R9*2), Z2
+	VCVTPH2PS (BX)(R9*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (CX)(R9*4)
+	VSUBPS    Z0, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R9*4)
-	VADDPS    Z1, Z0, Z0
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumF16Acc_vec_chunk
-	VMOVUPS   Z0, (AX)(R8*4)
+	VMOVUPS   Z1, (AX)(R8*4)
 	ADDQ      $0x00000010, R8
 	JMP       avx512AddSumF16Acc_vec
 
@@ -8843,101 +9397,110 @@ avx512AddSumF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// func avx512AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16AccNT(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-128, R10
+TEXT ·avx512AddSumF16AccNT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
 
 avx512AddSumF16AccNT_block:
 	CMPQ    R9, R10
 	JAE     avx512AddSumF16AccNT_block_done
-	VMOVUPS (AX)(R9*4), Z0
-	VMOVUPS 64(AX)(R9*4), Z1
-	VMOVUPS 128(AX)(R9*4), Z2
-	VMOVUPS 192(AX)(R9*4), Z3
-	VMOVUPS 256(AX)(R9*4), Z4
-	VMOVUPS 320(AX)(R9*4), Z5
-	VMOVUPS 384(AX)(R9*4), Z6
-	VMOVUPS 448(AX)(R9*4), Z7
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
 	MOVQ    R9, R11
 
 avx512AddSumF16AccNT_block_chunk:
-	VCVTPH2PS (BX)(R11*2), Z8
-	VCVTPH2PS (SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R11*4)
-	VADDPS    Z8, Z0, Z0
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, (DX)(R11*2)
-	VCVTPH2PS 32(BX)(R11*2), Z8
-	VCVTPH2PS 32(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R11*4)
-	VADDPS    Z8, Z1, Z1
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 32(DX)(R11*2)
-	VCVTPH2PS 64(BX)(R11*2), Z8
-	VCVTPH2PS 64(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R11*4)
-	VADDPS    Z8, Z2, Z2
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 64(DX)(R11*2)
-	VCVTPH2PS 96(BX)(R11*2), Z8
-	VCVTPH2PS 96(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R11*4)
-	VADDPS    Z8, Z3, Z3
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 96(DX)(R11*2)
-	VCVTPH2PS 128(BX)(R11*2), Z8
-	VCVTPH2PS 128(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R11*4)
-	VADDPS    Z8, Z4, Z4
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 128(DX)(R11*2)
-	VCVTPH2PS 160(BX)(R11*2), Z8
-	VCVTPH2PS 160(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R11*4)
-	VADDPS    Z8, Z5, Z5
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 160(DX)(R11*2)
-	VCVTPH2PS 192(BX)(R11*2), Z8
-	VCVTPH2PS 192(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R11*4)
-	VADDPS    Z8, Z6, Z6
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 192(DX)(R11*2)
-	VCVTPH2PS 224(BX)(R11*2), Z8
-	VCVTPH2PS 224(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R11*4)
-	VADDPS    Z8, Z7, Z7
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 224(DX)(R11*2)
+	VCVTPH2PS (BX)(R11*2), Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, (DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 32(DX)(R11*2)
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 64(DX)(R11*2)
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 96(DX)(R11*2)
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 128(DX)(R11*2)
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 160(DX)(R11*2)
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 192(DX)(R11*2)
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 224(DX)(R11*2)
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16AccNT_block_chunk
-	VMOVUPS   Z0, (AX)(R9*4)
-	VMOVUPS   Z1, 64(AX)(R9*4)
-	VMOVUPS   Z2, 128(AX)(R9*4)
-	VMOVUPS   Z3, 192(AX)(R9*4)
-	VMOVUPS   Z4, 256(AX)(R9*4)
-	VMOVUPS   Z5, 320(AX)(R9*4)
-	VMOVUPS   Z6, 384(AX)(R9*4)
-	VMOVUPS   Z7, 448(AX)(R9*4)
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
 	ADDQ      $0x00000080, R9
 	JMP       avx512AddSumF16AccNT_block
 
@@ -8945,21 +9508,22 @@ avx512AddSumF16AccNT_block_done:
 avx512AddSumF16AccNT_vec:
 	CMPQ    R9, DI
 	JAE     avx512AddSumF16AccNT_vec_done
-	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS (AX)(R9*4), Z1
 	MOVQ    R9, R10
 
 avx512AddSumF16AccNT_vec_chunk:
-	VCVTPH2PS (BX)(R10*2), Z1
-	VCVTPH2PS (SI)(R10*2), Z2
-	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R10*4)
-	VADDPS    Z1, Z0, Z0
-	VCVTPS2PH $0x00, Z1, Y1
-	VMOVNTDQ  Y1, (DX)(R10*2)
+	VCVTPH2PS (BX)(R10*2), Z2
+	VCVTPH2PS (SI)(R10*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
+	VSUBPS    Z0, Z2, Z3
+	VADDPS    Z3, Z1, Z1
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, (DX)(R10*2)
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16AccNT_vec_chunk
-	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, (AX)(R9*4)
 	ADDQ      $0x00000010, R9
 	JMP       avx512AddSumF16AccNT_vec
 
@@ -8967,24 +9531,24 @@ avx512AddSumF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// func avx512AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16Full(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-128, R10
+TEXT ·avx512AddSumF16Full(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
 
 avx512AddSumF16Full_block:
 	CMPQ   R9, R10
 	JAE    avx512AddSumF16Full_block_done
-	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -8992,76 +9556,85 @@ avx512AddSumF16Full_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
 	MOVQ   R9, R11
 
 avx512AddSumF16Full_block_chunk:
-	VCVTPH2PS (DX)(R11*2), Z8
-	VCVTPH2PS (BX)(R11*2), Z9
+	VCVTPH2PS (DX)(R11*2), Z9
+	VCVTPH2PS (BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, Z1
+	VCVTPH2PS 32(DX)(R11*2), Z9
+	VCVTPH2PS 32(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, Z2
+	VCVTPH2PS 64(DX)(R11*2), Z9
+	VCVTPH2PS 64(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, Z3
+	VCVTPH2PS 96(DX)(R11*2), Z9
+	VCVTPH2PS 96(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, Z4
+	VCVTPH2PS 128(DX)(R11*2), Z9
+	VCVTPH2PS 128(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VCVTPH2PS 160(DX)(R11*2), Z9
+	VCVTPH2PS 160(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, Z6
+	VCVTPH2PS 192(DX)(R11*2), Z9
+	VCVTPH2PS 192(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, Z7
+	VCVTPH2PS 224(DX)(R11*2), Z9
+	VCVTPH2PS 224(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS (SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R11*4)
-	VADDPS    Z8, Z0, Z0
-	VCVTPH2PS 32(DX)(R11*2), Z8
-	VCVTPH2PS 32(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 32(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R11*4)
-	VADDPS    Z8, Z1, Z1
-	VCVTPH2PS 64(DX)(R11*2), Z8
-	VCVTPH2PS 64(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 64(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R11*4)
-	VADDPS    Z8, Z2, Z2
-	VCVTPH2PS 96(DX)(R11*2), Z8
-	VCVTPH2PS 96(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 96(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R11*4)
-	VADDPS    Z8, Z3, Z3
-	VCVTPH2PS 128(DX)(R11*2), Z8
-	VCVTPH2PS 128(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 128(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R11*4)
-	VADDPS    Z8, Z4, Z4
-	VCVTPH2PS 160(DX)(R11*2), Z8
-	VCVTPH2PS 160(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 160(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R11*4)
-	VADDPS    Z8, Z5, Z5
-	VCVTPH2PS 192(DX)(R11*2), Z8
-	VCVTPH2PS 192(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 192(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R11*4)
-	VADDPS    Z8, Z6, Z6
-	VCVTPH2PS 224(DX)(R11*2), Z8
-	VCVTPH2PS 224(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 224(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R11*4)
-	VADDPS    Z8, Z7, Z7
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16Full_block_chunk
-	VMOVUPS   Z0, (AX)(R9*4)
-	VMOVUPS   Z1, 64(AX)(R9*4)
-	VMOVUPS   Z2, 128(AX)(R9*4)
-	VMOVUPS   Z3, 192(AX)(R9*4)
-	VMOVUPS   Z4, 256(AX)(R9*4)
-	VMOVUPS   Z5, 320(AX)(R9*4)
-	VMOVUPS   Z6, 384(AX)(R9*4)
-	VMOVUPS   Z7, 448(AX)(R9*4)
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
 	ADDQ      $0x00000080, R9
 	JMP       avx512AddSumF16Full_block
 
@@ -9069,21 +9642,22 @@ avx512AddSumF16Full_block_done:
 avx512AddSumF16Full_vec:
 	CMPQ   R9, DI
 	JAE    avx512AddSumF16Full_vec_done
-	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
 	MOVQ   R9, R10
 
 avx512AddSumF16Full_vec_chunk:
-	VCVTPH2PS (DX)(R10*2), Z0
-	VCVTPH2PS (BX)(R10*2), Z1
-	VADDPS    Z1, Z0, Z0
-	VCVTPH2PS (SI)(R10*2), Z1
-	VADDPS    Z1, Z0, Z0
-	VMOVUPS   Z0, (CX)(R10*4)
-	VADDPS    Z0, Z10, Z10
+	VCVTPH2PS (DX)(R10*2), Z1
+	VCVTPH2PS (BX)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPH2PS (SI)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, Z11
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16Full_vec_chunk
-	VMOVUPS   Z10, (AX)(R9*4)
+	VMOVUPS   Z11, (AX)(R9*4)
 	ADDQ      $0x00000010, R9
 	JMP       avx512AddSumF16Full_vec
 
@@ -9091,25 +9665,25 @@ avx512AddSumF16Full_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// func avx512AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16FullNT(SB), NOSPLIT, $0-144
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ d_base+120(FP), DI
-	MOVQ part_len+8(FP), R8
-	MOVQ s_len+32(FP), R9
-	XORQ R10, R10
-	MOVQ R8, R11
-	ANDQ $-128, R11
+TEXT ·avx512AddSumF16FullNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         s_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
 
 avx512AddSumF16FullNT_block:
 	CMPQ   R10, R11
 	JAE    avx512AddSumF16FullNT_block_done
-	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -9117,92 +9691,101 @@ avx512AddSumF16FullNT_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
 	MOVQ   R10, R12
 
 avx512AddSumF16FullNT_block_chunk:
-	VCVTPH2PS (BX)(R12*2), Z8
-	VCVTPH2PS (SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS (DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R12*4)
-	VADDPS    Z8, Z0, Z0
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, (DX)(R12*2)
-	VCVTPH2PS 32(BX)(R12*2), Z8
-	VCVTPH2PS 32(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 32(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R12*4)
-	VADDPS    Z8, Z1, Z1
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 32(DX)(R12*2)
-	VCVTPH2PS 64(BX)(R12*2), Z8
-	VCVTPH2PS 64(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 64(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R12*4)
-	VADDPS    Z8, Z2, Z2
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 64(DX)(R12*2)
-	VCVTPH2PS 96(BX)(R12*2), Z8
-	VCVTPH2PS 96(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 96(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R12*4)
-	VADDPS    Z8, Z3, Z3
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 96(DX)(R12*2)
-	VCVTPH2PS 128(BX)(R12*2), Z8
-	VCVTPH2PS 128(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 128(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R12*4)
-	VADDPS    Z8, Z4, Z4
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 128(DX)(R12*2)
-	VCVTPH2PS 160(BX)(R12*2), Z8
-	VCVTPH2PS 160(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 160(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R12*4)
-	VADDPS    Z8, Z5, Z5
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 160(DX)(R12*2)
-	VCVTPH2PS 192(BX)(R12*2), Z8
-	VCVTPH2PS 192(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 192(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R12*4)
-	VADDPS    Z8, Z6, Z6
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 192(DX)(R12*2)
-	VCVTPH2PS 224(BX)(R12*2), Z8
-	VCVTPH2PS 224(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 224(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R12*4)
-	VADDPS    Z8, Z7, Z7
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 224(DX)(R12*2)
+	VCVTPH2PS (BX)(R12*2), Z9
+	VCVTPH2PS (SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS (DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, (DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Z9
+	VCVTPH2PS 32(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 32(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 32(DX)(R12*2)
+	VCVTPH2PS 64(BX)(R12*2), Z9
+	VCVTPH2PS 64(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 64(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 64(DX)(R12*2)
+	VCVTPH2PS 96(BX)(R12*2), Z9
+	VCVTPH2PS 96(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 96(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 96(DX)(R12*2)
+	VCVTPH2PS 128(BX)(R12*2), Z9
+	VCVTPH2PS 128(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 128(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 128(DX)(R12*2)
+	VCVTPH2PS 160(BX)(R12*2), Z9
+	VCVTPH2PS 160(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 160(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 160(DX)(R12*2)
+	VCVTPH2PS 192(BX)(R12*2), Z9
+	VCVTPH2PS 192(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 192(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 192(DX)(R12*2)
+	VCVTPH2PS 224(BX)(R12*2), Z9
+	VCVTPH2PS 224(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 224(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 224(DX)(R12*2)
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumF16FullNT_block_chunk
-	VMOVUPS   Z0, (AX)(R10*4)
-	VMOVUPS   Z1, 64(AX)(R10*4)
-	VMOVUPS   Z2, 128(AX)(R10*4)
-	VMOVUPS   Z3, 192(AX)(R10*4)
-	VMOVUPS   Z4, 256(AX)(R10*4)
-	VMOVUPS   Z5, 320(AX)(R10*4)
-	VMOVUPS   Z6, 384(AX)(R10*4)
-	VMOVUPS   Z7, 448(AX)(R10*4)
+	VMOVUPS   Z1, (AX)(R10*4)
+	VMOVUPS   Z2, 64(AX)(R10*4)
+	VMOVUPS   Z3, 128(AX)(R10*4)
+	VMOVUPS   Z4, 192(AX)(R10*4)
+	VMOVUPS   Z5, 256(AX)(R10*4)
+	VMOVUPS   Z6, 320(AX)(R10*4)
+	VMOVUPS   Z7, 384(AX)(R10*4)
+	VMOVUPS   Z8, 448(AX)(R10*4)
 	ADDQ      $0x00000080, R10
 	JMP       avx512AddSumF16FullNT_block
 
@@ -9210,23 +9793,24 @@ avx512AddSumF16FullNT_block_done:
 avx512AddSumF16FullNT_vec:
 	CMPQ   R10, R8
 	JAE    avx512AddSumF16FullNT_vec_done
-	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
 	MOVQ   R10, R11
 
 avx512AddSumF16FullNT_vec_chunk:
-	VCVTPH2PS (BX)(R11*2), Z0
-	VCVTPH2PS (SI)(R11*2), Z1
-	VADDPS    Z1, Z0, Z0
-	VCVTPH2PS (DI)(R11*2), Z1
-	VADDPS    Z1, Z0, Z0
-	VMOVUPS   Z0, (CX)(R11*4)
-	VADDPS    Z0, Z10, Z10
-	VCVTPS2PH $0x00, Z0, Y0
-	VMOVNTDQ  Y0, (DX)(R11*2)
+	VCVTPH2PS (BX)(R11*2), Z1
+	VCVTPH2PS (SI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPH2PS (DI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
+	VSUBPS    Z0, Z1, Z2
+	VADDPS    Z2, Z11, Z11
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVNTDQ  Y1, (DX)(R11*2)
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumF16FullNT_vec_chunk
-	VMOVUPS   Z10, (AX)(R10*4)
+	VMOVUPS   Z11, (AX)(R10*4)
 	ADDQ      $0x00000010, R10
 	JMP       avx512AddSumF16FullNT_vec
 
@@ -9234,101 +9818,110 @@ avx512AddSumF16FullNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// func avx512AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16FullAcc(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-128, R10
+TEXT ·avx512AddSumF16FullAcc(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
 
 avx512AddSumF16FullAcc_block:
 	CMPQ    R9, R10
 	JAE     avx512AddSumF16FullAcc_block_done
-	VMOVUPS (AX)(R9*4), Z0
-	VMOVUPS 64(AX)(R9*4), Z1
-	VMOVUPS 128(AX)(R9*4), Z2
-	VMOVUPS 192(AX)(R9*4), Z3
-	VMOVUPS 256(AX)(R9*4), Z4
-	VMOVUPS 320(AX)(R9*4), Z5
-	VMOVUPS 384(AX)(R9*4), Z6
-	VMOVUPS 448(AX)(R9*4), Z7
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
 	MOVQ    R9, R11
 
 avx512AddSumF16FullAcc_block_chunk:
-	VCVTPH2PS (DX)(R11*2), Z8
-	VCVTPH2PS (BX)(R11*2), Z9
+	VCVTPH2PS (DX)(R11*2), Z9
+	VCVTPH2PS (BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, Z1
+	VCVTPH2PS 32(DX)(R11*2), Z9
+	VCVTPH2PS 32(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, Z2
+	VCVTPH2PS 64(DX)(R11*2), Z9
+	VCVTPH2PS 64(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, Z3
+	VCVTPH2PS 96(DX)(R11*2), Z9
+	VCVTPH2PS 96(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, Z4
+	VCVTPH2PS 128(DX)(R11*2), Z9
+	VCVTPH2PS 128(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VCVTPH2PS 160(DX)(R11*2), Z9
+	VCVTPH2PS 160(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, Z6
+	VCVTPH2PS 192(DX)(R11*2), Z9
+	VCVTPH2PS 192(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, Z7
+	VCVTPH2PS 224(DX)(R11*2), Z9
+	VCVTPH2PS 224(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS (SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R11*4)
-	VADDPS    Z8, Z0, Z0
-	VCVTPH2PS 32(DX)(R11*2), Z8
-	VCVTPH2PS 32(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 32(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R11*4)
-	VADDPS    Z8, Z1, Z1
-	VCVTPH2PS 64(DX)(R11*2), Z8
-	VCVTPH2PS 64(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 64(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R11*4)
-	VADDPS    Z8, Z2, Z2
-	VCVTPH2PS 96(DX)(R11*2), Z8
-	VCVTPH2PS 96(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 96(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R11*4)
-	VADDPS    Z8, Z3, Z3
-	VCVTPH2PS 128(DX)(R11*2), Z8
-	VCVTPH2PS 128(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 128(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R11*4)
-	VADDPS    Z8, Z4, Z4
-	VCVTPH2PS 160(DX)(R11*2), Z8
-	VCVTPH2PS 160(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 160(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R11*4)
-	VADDPS    Z8, Z5, Z5
-	VCVTPH2PS 192(DX)(R11*2), Z8
-	VCVTPH2PS 192(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 192(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R11*4)
-	VADDPS    Z8, Z6, Z6
-	VCVTPH2PS 224(DX)(R11*2), Z8
-	VCVTPH2PS 224(BX)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 224(SI)(R11*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R11*4)
-	VADDPS    Z8, Z7, Z7
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16FullAcc_block_chunk
-	VMOVUPS   Z0, (AX)(R9*4)
-	VMOVUPS   Z1, 64(AX)(R9*4)
-	VMOVUPS   Z2, 128(AX)(R9*4)
-	VMOVUPS   Z3, 192(AX)(R9*4)
-	VMOVUPS   Z4, 256(AX)(R9*4)
-	VMOVUPS   Z5, 320(AX)(R9*4)
-	VMOVUPS   Z6, 384(AX)(R9*4)
-	VMOVUPS   Z7, 448(AX)(R9*4)
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
 	ADDQ      $0x00000080, R9
 	JMP       avx512AddSumF16FullAcc_block
 
@@ -9336,21 +9929,22 @@ avx512AddSumF16FullAcc_block_done:
 avx512AddSumF16FullAcc_vec:
 	CMPQ    R9, DI
 	JAE     avx512AddSumF16FullAcc_vec_done
-	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS (AX)(R9*4), Z1
 	MOVQ    R9, R10
 
 avx512AddSumF16FullAcc_vec_chunk:
-	VCVTPH2PS (DX)(R10*2), Z1
-	VCVTPH2PS (BX)(R10*2), Z2
+	VCVTPH2PS (DX)(R10*2), Z2
+	VCVTPH2PS (BX)(R10*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPH2PS (SI)(R10*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
+	VSUBPS    Z0, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VCVTPH2PS (SI)(R10*2), Z2
-	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R10*4)
-	VADDPS    Z1, Z0, Z0
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16FullAcc_vec_chunk
-	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, (AX)(R9*4)
 	ADDQ      $0x00000010, R9
 	JMP       avx512AddSumF16FullAcc_vec
 
@@ -9358,118 +9952,127 @@ avx512AddSumF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// func avx512AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16FullAccNT(SB), NOSPLIT, $0-144
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ x_base+48(FP), DX
-	MOVQ a_base+72(FP), BX
-	MOVQ b_base+96(FP), SI
-	MOVQ d_base+120(FP), DI
-	MOVQ part_len+8(FP), R8
-	MOVQ s_len+32(FP), R9
-	XORQ R10, R10
-	MOVQ R8, R11
-	ANDQ $-128, R11
+TEXT ·avx512AddSumF16FullAccNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         s_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
 
 avx512AddSumF16FullAccNT_block:
 	CMPQ    R10, R11
 	JAE     avx512AddSumF16FullAccNT_block_done
-	VMOVUPS (AX)(R10*4), Z0
-	VMOVUPS 64(AX)(R10*4), Z1
-	VMOVUPS 128(AX)(R10*4), Z2
-	VMOVUPS 192(AX)(R10*4), Z3
-	VMOVUPS 256(AX)(R10*4), Z4
-	VMOVUPS 320(AX)(R10*4), Z5
-	VMOVUPS 384(AX)(R10*4), Z6
-	VMOVUPS 448(AX)(R10*4), Z7
+	VMOVUPS (AX)(R10*4), Z1
+	VMOVUPS 64(AX)(R10*4), Z2
+	VMOVUPS 128(AX)(R10*4), Z3
+	VMOVUPS 192(AX)(R10*4), Z4
+	VMOVUPS 256(AX)(R10*4), Z5
+	VMOVUPS 320(AX)(R10*4), Z6
+	VMOVUPS 384(AX)(R10*4), Z7
+	VMOVUPS 448(AX)(R10*4), Z8
 	MOVQ    R10, R12
 
 avx512AddSumF16FullAccNT_block_chunk:
-	VCVTPH2PS (BX)(R12*2), Z8
-	VCVTPH2PS (SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS (DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R12*4)
-	VADDPS    Z8, Z0, Z0
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, (DX)(R12*2)
-	VCVTPH2PS 32(BX)(R12*2), Z8
-	VCVTPH2PS 32(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 32(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R12*4)
-	VADDPS    Z8, Z1, Z1
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 32(DX)(R12*2)
-	VCVTPH2PS 64(BX)(R12*2), Z8
-	VCVTPH2PS 64(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 64(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R12*4)
-	VADDPS    Z8, Z2, Z2
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 64(DX)(R12*2)
-	VCVTPH2PS 96(BX)(R12*2), Z8
-	VCVTPH2PS 96(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 96(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R12*4)
-	VADDPS    Z8, Z3, Z3
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 96(DX)(R12*2)
-	VCVTPH2PS 128(BX)(R12*2), Z8
-	VCVTPH2PS 128(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 128(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R12*4)
-	VADDPS    Z8, Z4, Z4
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 128(DX)(R12*2)
-	VCVTPH2PS 160(BX)(R12*2), Z8
-	VCVTPH2PS 160(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 160(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R12*4)
-	VADDPS    Z8, Z5, Z5
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 160(DX)(R12*2)
-	VCVTPH2PS 192(BX)(R12*2), Z8
-	VCVTPH2PS 192(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 192(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R12*4)
-	VADDPS    Z8, Z6, Z6
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 192(DX)(R12*2)
-	VCVTPH2PS 224(BX)(R12*2), Z8
-	VCVTPH2PS 224(SI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VCVTPH2PS 224(DI)(R12*2), Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R12*4)
-	VADDPS    Z8, Z7, Z7
-	VCVTPS2PH $0x00, Z8, Y8
-	VMOVNTDQ  Y8, 224(DX)(R12*2)
+	VCVTPH2PS (BX)(R12*2), Z9
+	VCVTPH2PS (SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS (DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, (DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Z9
+	VCVTPH2PS 32(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 32(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 32(DX)(R12*2)
+	VCVTPH2PS 64(BX)(R12*2), Z9
+	VCVTPH2PS 64(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 64(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 64(DX)(R12*2)
+	VCVTPH2PS 96(BX)(R12*2), Z9
+	VCVTPH2PS 96(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 96(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 96(DX)(R12*2)
+	VCVTPH2PS 128(BX)(R12*2), Z9
+	VCVTPH2PS 128(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 128(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 128(DX)(R12*2)
+	VCVTPH2PS 160(BX)(R12*2), Z9
+	VCVTPH2PS 160(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 160(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 160(DX)(R12*2)
+	VCVTPH2PS 192(BX)(R12*2), Z9
+	VCVTPH2PS 192(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 192(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 192(DX)(R12*2)
+	VCVTPH2PS 224(BX)(R12*2), Z9
+	VCVTPH2PS 224(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 224(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z10
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 224(DX)(R12*2)
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumF16FullAccNT_block_chunk
-	VMOVUPS   Z0, (AX)(R10*4)
-	VMOVUPS   Z1, 64(AX)(R10*4)
-	VMOVUPS   Z2, 128(AX)(R10*4)
-	VMOVUPS   Z3, 192(AX)(R10*4)
-	VMOVUPS   Z4, 256(AX)(R10*4)
-	VMOVUPS   Z5, 320(AX)(R10*4)
-	VMOVUPS   Z6, 384(AX)(R10*4)
-	VMOVUPS   Z7, 448(AX)(R10*4)
+	VMOVUPS   Z1, (AX)(R10*4)
+	VMOVUPS   Z2, 64(AX)(R10*4)
+	VMOVUPS   Z3, 128(AX)(R10*4)
+	VMOVUPS   Z4, 192(AX)(R10*4)
+	VMOVUPS   Z5, 256(AX)(R10*4)
+	VMOVUPS   Z6, 320(AX)(R10*4)
+	VMOVUPS   Z7, 384(AX)(R10*4)
+	VMOVUPS   Z8, 448(AX)(R10*4)
 	ADDQ      $0x00000080, R10
 	JMP       avx512AddSumF16FullAccNT_block
 
@@ -9477,23 +10080,24 @@ avx512AddSumF16FullAccNT_block_done:
 avx512AddSumF16FullAccNT_vec:
 	CMPQ    R10, R8
 	JAE     avx512AddSumF16FullAccNT_vec_done
-	VMOVUPS (AX)(R10*4), Z0
+	VMOVUPS (AX)(R10*4), Z1
 	MOVQ    R10, R11
 
 avx512AddSumF16FullAccNT_vec_chunk:
-	VCVTPH2PS (BX)(R11*2), Z1
-	VCVTPH2PS (SI)(R11*2), Z2
-	VADDPS    Z2, Z1, Z1
-	VCVTPH2PS (DI)(R11*2), Z2
-	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R11*4)
-	VADDPS    Z1, Z0, Z0
-	VCVTPS2PH $0x00, Z1, Y1
-	VMOVNTDQ  Y1, (DX)(R11*2)
+	VCVTPH2PS (BX)(R11*2), Z2
+	VCVTPH2PS (SI)(R11*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPH2PS (DI)(R11*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (CX)(R11*4)
+	VSUBPS    Z0, Z2, Z3
+	VADDPS    Z3, Z1, Z1
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, (DX)(R11*2)
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumF16FullAccNT_vec_chunk
-	VMOVUPS   Z0, (AX)(R10*4)
+	VMOVUPS   Z1, (AX)(R10*4)
 	ADDQ      $0x00000010, R10
 	JMP       avx512AddSumF16FullAccNT_vec
 
@@ -9501,23 +10105,23 @@ avx512AddSumF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16(part []float32, s []float32, a []uint16, b []uint16)
+// func avx512AddSumBF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-128, R9
+TEXT ·avx512AddSumBF16(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Z0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-128, R9
 
 avx512AddSumBF16_block:
 	CMPQ   R8, R9
 	JAE    avx512AddSumBF16_block_done
-	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -9525,76 +10129,85 @@ avx512AddSumBF16_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
 	MOVQ   R8, R10
 
 avx512AddSumBF16_block_chunk:
-	VPMOVZXWD (DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD (BX)(R10*2), Z9
+	VPMOVZXWD (DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R10*4)
-	VADDPS    Z8, Z0, Z0
-	VPMOVZXWD 32(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 32(BX)(R10*2), Z9
+	VPMOVZXWD (BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, Z1
+	VPMOVZXWD 32(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R10*4)
-	VADDPS    Z8, Z1, Z1
-	VPMOVZXWD 64(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 64(BX)(R10*2), Z9
+	VPMOVZXWD 32(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, Z2
+	VPMOVZXWD 64(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R10*4)
-	VADDPS    Z8, Z2, Z2
-	VPMOVZXWD 96(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 96(BX)(R10*2), Z9
+	VPMOVZXWD 64(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, Z3
+	VPMOVZXWD 96(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R10*4)
-	VADDPS    Z8, Z3, Z3
-	VPMOVZXWD 128(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 128(BX)(R10*2), Z9
+	VPMOVZXWD 96(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, Z4
+	VPMOVZXWD 128(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R10*4)
-	VADDPS    Z8, Z4, Z4
-	VPMOVZXWD 160(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 160(BX)(R10*2), Z9
+	VPMOVZXWD 128(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VPMOVZXWD 160(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R10*4)
-	VADDPS    Z8, Z5, Z5
-	VPMOVZXWD 192(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 192(BX)(R10*2), Z9
+	VPMOVZXWD 160(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, Z6
+	VPMOVZXWD 192(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R10*4)
-	VADDPS    Z8, Z6, Z6
-	VPMOVZXWD 224(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 224(BX)(R10*2), Z9
+	VPMOVZXWD 192(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, Z7
+	VPMOVZXWD 224(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 224(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R10*4)
-	VADDPS    Z8, Z7, Z7
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumBF16_block_chunk
-	VMOVUPS   Z0, (AX)(R8*4)
-	VMOVUPS   Z1, 64(AX)(R8*4)
-	VMOVUPS   Z2, 128(AX)(R8*4)
-	VMOVUPS   Z3, 192(AX)(R8*4)
-	VMOVUPS   Z4, 256(AX)(R8*4)
-	VMOVUPS   Z5, 320(AX)(R8*4)
-	VMOVUPS   Z6, 384(AX)(R8*4)
-	VMOVUPS   Z7, 448(AX)(R8*4)
+	VMOVUPS   Z1, (AX)(R8*4)
+	VMOVUPS   Z2, 64(AX)(R8*4)
+	VMOVUPS   Z3, 128(AX)(R8*4)
+	VMOVUPS   Z4, 192(AX)(R8*4)
+	VMOVUPS   Z5, 256(AX)(R8*4)
+	VMOVUPS   Z6, 320(AX)(R8*4)
+	VMOVUPS   Z7, 384(AX)(R8*4)
+	VMOVUPS   Z8, 448(AX)(R8*4)
 	ADDQ      $0x00000080, R8
 	JMP       avx512AddSumBF16_block
 
@@ -9602,21 +10215,22 @@ avx512AddSumBF16_block_done:
 avx512AddSumBF16_vec:
 	CMPQ   R8, SI
 	JAE    avx512AddSumBF16_vec_done
-	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
 	MOVQ   R8, R9
 
 avx512AddSumBF16_vec_chunk:
-	VPMOVZXWD (DX)(R9*2), Z0
-	VPSLLD    $0x10, Z0, Z0
-	VPMOVZXWD (BX)(R9*2), Z1
+	VPMOVZXWD (DX)(R9*2), Z1
 	VPSLLD    $0x10, Z1, Z1
-	VADDPS    Z1, Z0, Z0
-	VMOVUPS   Z0, (CX)(R9*4)
-	VADDPS    Z0, Z10, Z10
+	VPMOVZXWD (BX)(R9*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, Z11
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumBF16_vec_chunk
-	VMOVUPS   Z10, (AX)(R8*4)
+	VMOVUPS   Z11, (AX)(R8*4)
 	ADDQ      $0x00000010, R8
 	JMP       avx512AddSumBF16_vec
 
@@ -9624,9 +10238,9 @@ avx512AddSumBF16_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// func avx512AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16NT(SB), NOSPLIT, $0-120
+TEXT ·avx512AddSumBF16NT(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         s_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
@@ -9647,6 +10261,7 @@ TEXT ·avx512AddSumBF16NT(SB), NOSPLIT, $0-120
 	MOVL         $0x00000040, DI
 	VMOVD        DI, X13
 	VPBROADCASTD X13, Z13
+	VBROADCASTSS x0+120(FP), Z14
 	MOVQ         part_len+8(FP), DI
 	MOVQ         s_len+32(FP), R8
 	XORQ         R9, R9
@@ -9667,150 +10282,158 @@ avx512AddSumBF16NT_block:
 	MOVQ   R9, R11
 
 avx512AddSumBF16NT_block_chunk:
-	VPMOVZXWD (BX)(R11*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD (SI)(R11*2), Z15
+	VPMOVZXWD (BX)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, (CX)(R11*4)
-	VADDPS    Z14, Z1, Z1
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, (DX)(R11*2)
-	VPMOVZXWD 32(BX)(R11*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 32(SI)(R11*2), Z15
+	VPMOVZXWD (SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, (CX)(R11*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z1, Z1
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, (DX)(R11*2)
+	VPMOVZXWD 32(BX)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 64(CX)(R11*4)
-	VADDPS    Z14, Z2, Z2
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 32(DX)(R11*2)
-	VPMOVZXWD 64(BX)(R11*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 64(SI)(R11*2), Z15
+	VPMOVZXWD 32(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 64(CX)(R11*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z2, Z2
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 32(DX)(R11*2)
+	VPMOVZXWD 64(BX)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 128(CX)(R11*4)
-	VADDPS    Z14, Z3, Z3
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 64(DX)(R11*2)
-	VPMOVZXWD 96(BX)(R11*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 96(SI)(R11*2), Z15
+	VPMOVZXWD 64(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 128(CX)(R11*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z3, Z3
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 64(DX)(R11*2)
+	VPMOVZXWD 96(BX)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 192(CX)(R11*4)
-	VADDPS    Z14, Z4, Z4
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 96(DX)(R11*2)
-	VPMOVZXWD 128(BX)(R11*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 128(SI)(R11*2), Z15
+	VPMOVZXWD 96(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 192(CX)(R11*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z4, Z4
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 96(DX)(R11*2)
+	VPMOVZXWD 128(BX)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 256(CX)(R11*4)
-	VADDPS    Z14, Z5, Z5
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 128(DX)(R11*2)
-	VPMOVZXWD 160(BX)(R11*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 160(SI)(R11*2), Z15
+	VPMOVZXWD 128(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 256(CX)(R11*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z5, Z5
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 128(DX)(R11*2)
+	VPMOVZXWD 160(BX)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 320(CX)(R11*4)
-	VADDPS    Z14, Z6, Z6
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 160(DX)(R11*2)
-	VPMOVZXWD 192(BX)(R11*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 192(SI)(R11*2), Z15
+	VPMOVZXWD 160(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 320(CX)(R11*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z6, Z6
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 160(DX)(R11*2)
+	VPMOVZXWD 192(BX)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 384(CX)(R11*4)
-	VADDPS    Z14, Z7, Z7
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 192(DX)(R11*2)
-	VPMOVZXWD 224(BX)(R11*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 224(SI)(R11*2), Z15
+	VPMOVZXWD 192(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 384(CX)(R11*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z7, Z7
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 192(DX)(R11*2)
+	VPMOVZXWD 224(BX)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 448(CX)(R11*4)
-	VADDPS    Z14, Z8, Z8
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 224(DX)(R11*2)
+	VPMOVZXWD 224(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 448(CX)(R11*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z8, Z8
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 224(DX)(R11*2)
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16NT_block_chunk
@@ -9839,7 +10462,8 @@ avx512AddSumBF16NT_vec_chunk:
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
 	VMOVUPS   Z1, (CX)(R10*4)
-	VADDPS    Z1, Z9, Z9
+	VSUBPS    Z14, Z1, Z2
+	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
 	VPADDD    Z10, Z3, Z3
@@ -9862,100 +10486,109 @@ avx512AddSumBF16NT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16)
+// func avx512AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16Acc(SB), NOSPLIT, $0-96
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ part_len+8(FP), SI
-	MOVQ s_len+32(FP), DI
-	XORQ R8, R8
-	MOVQ SI, R9
-	ANDQ $-128, R9
+TEXT ·avx512AddSumBF16Acc(SB), NOSPLIT, $0-100
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Z0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         s_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-128, R9
 
 avx512AddSumBF16Acc_block:
 	CMPQ    R8, R9
 	JAE     avx512AddSumBF16Acc_block_done
-	VMOVUPS (AX)(R8*4), Z0
-	VMOVUPS 64(AX)(R8*4), Z1
-	VMOVUPS 128(AX)(R8*4), Z2
-	VMOVUPS 192(AX)(R8*4), Z3
-	VMOVUPS 256(AX)(R8*4), Z4
-	VMOVUPS 320(AX)(R8*4), Z5
-	VMOVUPS 384(AX)(R8*4), Z6
-	VMOVUPS 448(AX)(R8*4), Z7
+	VMOVUPS (AX)(R8*4), Z1
+	VMOVUPS 64(AX)(R8*4), Z2
+	VMOVUPS 128(AX)(R8*4), Z3
+	VMOVUPS 192(AX)(R8*4), Z4
+	VMOVUPS 256(AX)(R8*4), Z5
+	VMOVUPS 320(AX)(R8*4), Z6
+	VMOVUPS 384(AX)(R8*4), Z7
+	VMOVUPS 448(AX)(R8*4), Z8
 	MOVQ    R8, R10
 
 avx512AddSumBF16Acc_block_chunk:
-	VPMOVZXWD (DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD (BX)(R10*2), Z9
+	VPMOVZXWD (DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R10*4)
-	VADDPS    Z8, Z0, Z0
-	VPMOVZXWD 32(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 32(BX)(R10*2), Z9
+	VPMOVZXWD (BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, Z1
+	VPMOVZXWD 32(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R10*4)
-	VADDPS    Z8, Z1, Z1
-	VPMOVZXWD 64(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 64(BX)(R10*2), Z9
+	VPMOVZXWD 32(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, Z2
+	VPMOVZXWD 64(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R10*4)
-	VADDPS    Z8, Z2, Z2
-	VPMOVZXWD 96(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 96(BX)(R10*2), Z9
+	VPMOVZXWD 64(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, Z3
+	VPMOVZXWD 96(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R10*4)
-	VADDPS    Z8, Z3, Z3
-	VPMOVZXWD 128(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 128(BX)(R10*2), Z9
+	VPMOVZXWD 96(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, Z4
+	VPMOVZXWD 128(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R10*4)
-	VADDPS    Z8, Z4, Z4
-	VPMOVZXWD 160(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 160(BX)(R10*2), Z9
+	VPMOVZXWD 128(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VPMOVZXWD 160(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R10*4)
-	VADDPS    Z8, Z5, Z5
-	VPMOVZXWD 192(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 192(BX)(R10*2), Z9
+	VPMOVZXWD 160(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, Z6
+	VPMOVZXWD 192(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R10*4)
-	VADDPS    Z8, Z6, Z6
-	VPMOVZXWD 224(DX)(R10*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 224(BX)(R10*2), Z9
+	VPMOVZXWD 192(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, Z7
+	VPMOVZXWD 224(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 224(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R10*4)
-	VADDPS    Z8, Z7, Z7
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumBF16Acc_block_chunk
-	VMOVUPS   Z0, (AX)(R8*4)
-	VMOVUPS   Z1, 64(AX)(R8*4)
-	VMOVUPS   Z2, 128(AX)(R8*4)
-	VMOVUPS   Z3, 192(AX)(R8*4)
-	VMOVUPS   Z4, 256(AX)(R8*4)
-	VMOVUPS   Z5, 320(AX)(R8*4)
-	VMOVUPS   Z6, 384(AX)(R8*4)
-	VMOVUPS   Z7, 448(AX)(R8*4)
+	VMOVUPS   Z1, (AX)(R8*4)
+	VMOVUPS   Z2, 64(AX)(R8*4)
+	VMOVUPS   Z3, 128(AX)(R8*4)
+	VMOVUPS   Z4, 192(AX)(R8*4)
+	VMOVUPS   Z5, 256(AX)(R8*4)
+	VMOVUPS   Z6, 320(AX)(R8*4)
+	VMOVUPS   Z7, 384(AX)(R8*4)
+	VMOVUPS   Z8, 448(AX)(R8*4)
 	ADDQ      $0x00000080, R8
 	JMP       avx512AddSumBF16Acc_block
 
@@ -9963,21 +10596,22 @@ avx512AddSumBF16Acc_block_done:
 avx512AddSumBF16Acc_vec:
 	CMPQ    R8, SI
 	JAE     avx512AddSumBF16Acc_vec_done
-	VMOVUPS (AX)(R8*4), Z0
+	VMOVUPS (AX)(R8*4), Z1
 	MOVQ    R8, R9
 
 avx512AddSumBF16Acc_vec_chunk:
-	VPMOVZXWD (DX)(R9*2), Z1
-	VPSLLD    $0x10, Z1, Z1
-	VPMOVZXWD (BX)(R9*2), Z2
+	VPMOVZXWD (DX)(R9*2), Z2
 	VPSLLD    $0x10, Z2, Z2
+	VPMOVZXWD (BX)(R9*2), Z3
+	VPSLLD    $0x10, Z3, Z3
+	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (CX)(R9*4)
+	VSUBPS    Z0, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R9*4)
-	VADDPS    Z1, Z0, Z0
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumBF16Acc_vec_chunk
-	VMOVUPS   Z0, (AX)(R8*4)
+	VMOVUPS   Z1, (AX)(R8*4)
 	ADDQ      $0x00000010, R8
 	JMP       avx512AddSumBF16Acc_vec
 
@@ -9985,9 +10619,9 @@ avx512AddSumBF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16)
+// func avx512AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16AccNT(SB), NOSPLIT, $0-120
+TEXT ·avx512AddSumBF16AccNT(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         s_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
@@ -10008,6 +10642,7 @@ TEXT ·avx512AddSumBF16AccNT(SB), NOSPLIT, $0-120
 	MOVL         $0x00000040, DI
 	VMOVD        DI, X4
 	VPBROADCASTD X4, Z4
+	VBROADCASTSS x0+120(FP), Z5
 	MOVQ         part_len+8(FP), DI
 	MOVQ         s_len+32(FP), R8
 	XORQ         R9, R9
@@ -10017,172 +10652,180 @@ TEXT ·avx512AddSumBF16AccNT(SB), NOSPLIT, $0-120
 avx512AddSumBF16AccNT_block:
 	CMPQ    R9, R10
 	JAE     avx512AddSumBF16AccNT_block_done
-	VMOVUPS (AX)(R9*4), Z5
-	VMOVUPS 64(AX)(R9*4), Z6
-	VMOVUPS 128(AX)(R9*4), Z7
-	VMOVUPS 192(AX)(R9*4), Z8
-	VMOVUPS 256(AX)(R9*4), Z9
-	VMOVUPS 320(AX)(R9*4), Z10
-	VMOVUPS 384(AX)(R9*4), Z11
-	VMOVUPS 448(AX)(R9*4), Z12
+	VMOVUPS (AX)(R9*4), Z6
+	VMOVUPS 64(AX)(R9*4), Z7
+	VMOVUPS 128(AX)(R9*4), Z8
+	VMOVUPS 192(AX)(R9*4), Z9
+	VMOVUPS 256(AX)(R9*4), Z10
+	VMOVUPS 320(AX)(R9*4), Z11
+	VMOVUPS 384(AX)(R9*4), Z12
+	VMOVUPS 448(AX)(R9*4), Z13
 	MOVQ    R9, R11
 
 avx512AddSumBF16AccNT_block_chunk:
-	VPMOVZXWD (BX)(R11*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD (SI)(R11*2), Z14
+	VPMOVZXWD (BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, (CX)(R11*4)
-	VADDPS    Z13, Z5, Z5
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, (DX)(R11*2)
-	VPMOVZXWD 32(BX)(R11*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 32(SI)(R11*2), Z14
+	VPMOVZXWD (SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R11*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z6, Z6
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, (DX)(R11*2)
+	VPMOVZXWD 32(BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 64(CX)(R11*4)
-	VADDPS    Z13, Z6, Z6
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 32(DX)(R11*2)
-	VPMOVZXWD 64(BX)(R11*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 64(SI)(R11*2), Z14
+	VPMOVZXWD 32(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R11*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z7, Z7
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 32(DX)(R11*2)
+	VPMOVZXWD 64(BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 128(CX)(R11*4)
-	VADDPS    Z13, Z7, Z7
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 64(DX)(R11*2)
-	VPMOVZXWD 96(BX)(R11*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 96(SI)(R11*2), Z14
+	VPMOVZXWD 64(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R11*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z8, Z8
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 64(DX)(R11*2)
+	VPMOVZXWD 96(BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 192(CX)(R11*4)
-	VADDPS    Z13, Z8, Z8
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 96(DX)(R11*2)
-	VPMOVZXWD 128(BX)(R11*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 128(SI)(R11*2), Z14
+	VPMOVZXWD 96(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R11*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z9, Z9
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 96(DX)(R11*2)
+	VPMOVZXWD 128(BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 256(CX)(R11*4)
-	VADDPS    Z13, Z9, Z9
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 128(DX)(R11*2)
-	VPMOVZXWD 160(BX)(R11*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 160(SI)(R11*2), Z14
+	VPMOVZXWD 128(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R11*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z10, Z10
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 128(DX)(R11*2)
+	VPMOVZXWD 160(BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 320(CX)(R11*4)
-	VADDPS    Z13, Z10, Z10
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 160(DX)(R11*2)
-	VPMOVZXWD 192(BX)(R11*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 192(SI)(R11*2), Z14
+	VPMOVZXWD 160(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R11*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z11, Z11
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 160(DX)(R11*2)
+	VPMOVZXWD 192(BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 384(CX)(R11*4)
-	VADDPS    Z13, Z11, Z11
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 192(DX)(R11*2)
-	VPMOVZXWD 224(BX)(R11*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 224(SI)(R11*2), Z14
+	VPMOVZXWD 192(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R11*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z12, Z12
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 192(DX)(R11*2)
+	VPMOVZXWD 224(BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 448(CX)(R11*4)
-	VADDPS    Z13, Z12, Z12
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 224(DX)(R11*2)
+	VPMOVZXWD 224(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R11*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z13, Z13
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 224(DX)(R11*2)
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16AccNT_block_chunk
-	VMOVUPS   Z5, (AX)(R9*4)
-	VMOVUPS   Z6, 64(AX)(R9*4)
-	VMOVUPS   Z7, 128(AX)(R9*4)
-	VMOVUPS   Z8, 192(AX)(R9*4)
-	VMOVUPS   Z9, 256(AX)(R9*4)
-	VMOVUPS   Z10, 320(AX)(R9*4)
-	VMOVUPS   Z11, 384(AX)(R9*4)
-	VMOVUPS   Z12, 448(AX)(R9*4)
+	VMOVUPS   Z6, (AX)(R9*4)
+	VMOVUPS   Z7, 64(AX)(R9*4)
+	VMOVUPS   Z8, 128(AX)(R9*4)
+	VMOVUPS   Z9, 192(AX)(R9*4)
+	VMOVUPS   Z10, 256(AX)(R9*4)
+	VMOVUPS   Z11, 320(AX)(R9*4)
+	VMOVUPS   Z12, 384(AX)(R9*4)
+	VMOVUPS   Z13, 448(AX)(R9*4)
 	ADDQ      $0x00000080, R9
 	JMP       avx512AddSumBF16AccNT_block
 
@@ -10190,32 +10833,33 @@ avx512AddSumBF16AccNT_block_done:
 avx512AddSumBF16AccNT_vec:
 	CMPQ    R9, DI
 	JAE     avx512AddSumBF16AccNT_vec_done
-	VMOVUPS (AX)(R9*4), Z5
+	VMOVUPS (AX)(R9*4), Z6
 	MOVQ    R9, R10
 
 avx512AddSumBF16AccNT_vec_chunk:
-	VPMOVZXWD (BX)(R10*2), Z6
-	VPSLLD    $0x10, Z6, Z6
-	VPMOVZXWD (SI)(R10*2), Z7
+	VPMOVZXWD (BX)(R10*2), Z7
 	VPSLLD    $0x10, Z7, Z7
-	VADDPS    Z7, Z6, Z6
-	VMOVUPS   Z6, (CX)(R10*4)
-	VADDPS    Z6, Z5, Z5
-	VPSRLD    $0x10, Z6, Z7
-	VPANDD    Z0, Z7, Z8
-	VPADDD    Z1, Z8, Z8
-	VPADDD    Z6, Z8, Z8
-	VPSRLD    $0x10, Z8, Z8
-	VPANDD    Z2, Z6, Z6
-	VPCMPGTD  Z3, Z6, K1
-	VPORD     Z4, Z7, Z7
-	VPBLENDMD Z7, Z8, K1, Z8
-	VPMOVDW   Z8, Y6
-	VMOVNTDQ  Y6, (DX)(R10*2)
+	VPMOVZXWD (SI)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VMOVUPS   Z7, (CX)(R10*4)
+	VSUBPS    Z5, Z7, Z8
+	VADDPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z0, Z8, Z9
+	VPADDD    Z1, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z2, Z7, Z7
+	VPCMPGTD  Z3, Z7, K1
+	VPORD     Z4, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, (DX)(R10*2)
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16AccNT_vec_chunk
-	VMOVUPS   Z5, (AX)(R9*4)
+	VMOVUPS   Z6, (AX)(R9*4)
 	ADDQ      $0x00000010, R9
 	JMP       avx512AddSumBF16AccNT_vec
 
@@ -10223,24 +10867,24 @@ avx512AddSumBF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// func avx512AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16Full(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-128, R10
+TEXT ·avx512AddSumBF16Full(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
 
 avx512AddSumBF16Full_block:
 	CMPQ   R9, R10
 	JAE    avx512AddSumBF16Full_block_done
-	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -10248,100 +10892,109 @@ avx512AddSumBF16Full_block:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
 	MOVQ   R9, R11
 
 avx512AddSumBF16Full_block_chunk:
-	VPMOVZXWD (DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD (BX)(R11*2), Z9
+	VPMOVZXWD (DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD (SI)(R11*2), Z9
+	VPMOVZXWD (BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD (SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, Z1
+	VPMOVZXWD 32(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R11*4)
-	VADDPS    Z8, Z0, Z0
-	VPMOVZXWD 32(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 32(BX)(R11*2), Z9
+	VPMOVZXWD 32(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 32(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, Z2
+	VPMOVZXWD 64(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 32(SI)(R11*2), Z9
+	VPMOVZXWD 64(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 64(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, Z3
+	VPMOVZXWD 96(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R11*4)
-	VADDPS    Z8, Z1, Z1
-	VPMOVZXWD 64(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 64(BX)(R11*2), Z9
+	VPMOVZXWD 96(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 96(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, Z4
+	VPMOVZXWD 128(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 64(SI)(R11*2), Z9
+	VPMOVZXWD 128(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 128(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VPMOVZXWD 160(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R11*4)
-	VADDPS    Z8, Z2, Z2
-	VPMOVZXWD 96(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 96(BX)(R11*2), Z9
+	VPMOVZXWD 160(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 160(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, Z6
+	VPMOVZXWD 192(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 96(SI)(R11*2), Z9
+	VPMOVZXWD 192(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 192(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, Z7
+	VPMOVZXWD 224(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 224(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 224(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R11*4)
-	VADDPS    Z8, Z3, Z3
-	VPMOVZXWD 128(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 128(BX)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 128(SI)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R11*4)
-	VADDPS    Z8, Z4, Z4
-	VPMOVZXWD 160(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 160(BX)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 160(SI)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R11*4)
-	VADDPS    Z8, Z5, Z5
-	VPMOVZXWD 192(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 192(BX)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 192(SI)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R11*4)
-	VADDPS    Z8, Z6, Z6
-	VPMOVZXWD 224(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 224(BX)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 224(SI)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R11*4)
-	VADDPS    Z8, Z7, Z7
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16Full_block_chunk
-	VMOVUPS   Z0, (AX)(R9*4)
-	VMOVUPS   Z1, 64(AX)(R9*4)
-	VMOVUPS   Z2, 128(AX)(R9*4)
-	VMOVUPS   Z3, 192(AX)(R9*4)
-	VMOVUPS   Z4, 256(AX)(R9*4)
-	VMOVUPS   Z5, 320(AX)(R9*4)
-	VMOVUPS   Z6, 384(AX)(R9*4)
-	VMOVUPS   Z7, 448(AX)(R9*4)
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
 	ADDQ      $0x00000080, R9
 	JMP       avx512AddSumBF16Full_block
 
@@ -10349,24 +11002,25 @@ avx512AddSumBF16Full_block_done:
 avx512AddSumBF16Full_vec:
 	CMPQ   R9, DI
 	JAE    avx512AddSumBF16Full_vec_done
-	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
 	MOVQ   R9, R10
 
 avx512AddSumBF16Full_vec_chunk:
-	VPMOVZXWD (DX)(R10*2), Z0
-	VPSLLD    $0x10, Z0, Z0
-	VPMOVZXWD (BX)(R10*2), Z1
+	VPMOVZXWD (DX)(R10*2), Z1
 	VPSLLD    $0x10, Z1, Z1
-	VADDPS    Z1, Z0, Z0
-	VPMOVZXWD (SI)(R10*2), Z1
-	VPSLLD    $0x10, Z1, Z1
-	VADDPS    Z1, Z0, Z0
-	VMOVUPS   Z0, (CX)(R10*4)
-	VADDPS    Z0, Z10, Z10
+	VPMOVZXWD (BX)(R10*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VPMOVZXWD (SI)(R10*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, Z11
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16Full_vec_chunk
-	VMOVUPS   Z10, (AX)(R9*4)
+	VMOVUPS   Z11, (AX)(R9*4)
 	ADDQ      $0x00000010, R9
 	JMP       avx512AddSumBF16Full_vec
 
@@ -10374,9 +11028,9 @@ avx512AddSumBF16Full_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// func avx512AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16FullNT(SB), NOSPLIT, $0-144
+TEXT ·avx512AddSumBF16FullNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         s_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
@@ -10398,6 +11052,7 @@ TEXT ·avx512AddSumBF16FullNT(SB), NOSPLIT, $0-144
 	MOVL         $0x00000040, R8
 	VMOVD        R8, X13
 	VPBROADCASTD X13, Z13
+	VBROADCASTSS x0+144(FP), Z14
 	MOVQ         part_len+8(FP), R8
 	MOVQ         s_len+32(FP), R9
 	XORQ         R10, R10
@@ -10418,174 +11073,182 @@ avx512AddSumBF16FullNT_block:
 	MOVQ   R10, R12
 
 avx512AddSumBF16FullNT_block_chunk:
-	VPMOVZXWD (BX)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD (SI)(R12*2), Z15
+	VPMOVZXWD (BX)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VPMOVZXWD (DI)(R12*2), Z15
+	VPMOVZXWD (SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD (DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, (CX)(R12*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z1, Z1
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, (DX)(R12*2)
+	VPMOVZXWD 32(BX)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, (CX)(R12*4)
-	VADDPS    Z14, Z1, Z1
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, (DX)(R12*2)
-	VPMOVZXWD 32(BX)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 32(SI)(R12*2), Z15
+	VPMOVZXWD 32(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 32(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 64(CX)(R12*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z2, Z2
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 32(DX)(R12*2)
+	VPMOVZXWD 64(BX)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VPMOVZXWD 32(DI)(R12*2), Z15
+	VPMOVZXWD 64(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 64(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 128(CX)(R12*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z3, Z3
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 64(DX)(R12*2)
+	VPMOVZXWD 96(BX)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 64(CX)(R12*4)
-	VADDPS    Z14, Z2, Z2
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 32(DX)(R12*2)
-	VPMOVZXWD 64(BX)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 64(SI)(R12*2), Z15
+	VPMOVZXWD 96(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 96(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 192(CX)(R12*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z4, Z4
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 96(DX)(R12*2)
+	VPMOVZXWD 128(BX)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VPMOVZXWD 64(DI)(R12*2), Z15
+	VPMOVZXWD 128(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 128(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 256(CX)(R12*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z5, Z5
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 128(DX)(R12*2)
+	VPMOVZXWD 160(BX)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 128(CX)(R12*4)
-	VADDPS    Z14, Z3, Z3
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 64(DX)(R12*2)
-	VPMOVZXWD 96(BX)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 96(SI)(R12*2), Z15
+	VPMOVZXWD 160(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 160(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 320(CX)(R12*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z6, Z6
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 160(DX)(R12*2)
+	VPMOVZXWD 192(BX)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VPMOVZXWD 96(DI)(R12*2), Z15
+	VPMOVZXWD 192(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 192(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 384(CX)(R12*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z7, Z7
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 192(DX)(R12*2)
+	VPMOVZXWD 224(BX)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 192(CX)(R12*4)
-	VADDPS    Z14, Z4, Z4
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 96(DX)(R12*2)
-	VPMOVZXWD 128(BX)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 128(SI)(R12*2), Z15
-	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VPMOVZXWD 128(DI)(R12*2), Z15
-	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 256(CX)(R12*4)
-	VADDPS    Z14, Z5, Z5
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 128(DX)(R12*2)
-	VPMOVZXWD 160(BX)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 160(SI)(R12*2), Z15
-	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VPMOVZXWD 160(DI)(R12*2), Z15
-	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 320(CX)(R12*4)
-	VADDPS    Z14, Z6, Z6
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 160(DX)(R12*2)
-	VPMOVZXWD 192(BX)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 192(SI)(R12*2), Z15
-	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VPMOVZXWD 192(DI)(R12*2), Z15
-	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 384(CX)(R12*4)
-	VADDPS    Z14, Z7, Z7
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 192(DX)(R12*2)
-	VPMOVZXWD 224(BX)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VPMOVZXWD 224(SI)(R12*2), Z15
-	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VPMOVZXWD 224(DI)(R12*2), Z15
-	VPSLLD    $0x10, Z15, Z15
-	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 448(CX)(R12*4)
-	VADDPS    Z14, Z8, Z8
-	VPSRLD    $0x10, Z14, Z15
-	VPANDD    Z0, Z15, Z16
-	VPADDD    Z10, Z16, Z16
-	VPADDD    Z14, Z16, Z16
-	VPSRLD    $0x10, Z16, Z16
-	VPANDD    Z11, Z14, Z14
-	VPCMPGTD  Z12, Z14, K1
-	VPORD     Z13, Z15, Z15
-	VPBLENDMD Z15, Z16, K1, Z16
-	VPMOVDW   Z16, Y14
-	VMOVNTDQ  Y14, 224(DX)(R12*2)
+	VPMOVZXWD 224(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 224(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 448(CX)(R12*4)
+	VSUBPS    Z14, Z15, Z16
+	VADDPS    Z16, Z8, Z8
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVNTDQ  Y15, 224(DX)(R12*2)
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumBF16FullNT_block_chunk
@@ -10617,7 +11280,8 @@ avx512AddSumBF16FullNT_vec_chunk:
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
 	VMOVUPS   Z1, (CX)(R11*4)
-	VADDPS    Z1, Z9, Z9
+	VSUBPS    Z14, Z1, Z2
+	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
 	VPADDD    Z10, Z3, Z3
@@ -10640,125 +11304,134 @@ avx512AddSumBF16FullNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16)
+// func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16FullAcc(SB), NOSPLIT, $0-120
-	MOVQ part_base+0(FP), AX
-	MOVQ s_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ part_len+8(FP), DI
-	MOVQ s_len+32(FP), R8
-	XORQ R9, R9
-	MOVQ DI, R10
-	ANDQ $-128, R10
+TEXT ·avx512AddSumBF16FullAcc(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         s_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         s_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
 
 avx512AddSumBF16FullAcc_block:
 	CMPQ    R9, R10
 	JAE     avx512AddSumBF16FullAcc_block_done
-	VMOVUPS (AX)(R9*4), Z0
-	VMOVUPS 64(AX)(R9*4), Z1
-	VMOVUPS 128(AX)(R9*4), Z2
-	VMOVUPS 192(AX)(R9*4), Z3
-	VMOVUPS 256(AX)(R9*4), Z4
-	VMOVUPS 320(AX)(R9*4), Z5
-	VMOVUPS 384(AX)(R9*4), Z6
-	VMOVUPS 448(AX)(R9*4), Z7
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
 	MOVQ    R9, R11
 
 avx512AddSumBF16FullAcc_block_chunk:
-	VPMOVZXWD (DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD (BX)(R11*2), Z9
+	VPMOVZXWD (DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD (SI)(R11*2), Z9
+	VPMOVZXWD (BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD (SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, Z1
+	VPMOVZXWD 32(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, (CX)(R11*4)
-	VADDPS    Z8, Z0, Z0
-	VPMOVZXWD 32(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 32(BX)(R11*2), Z9
+	VPMOVZXWD 32(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 32(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, Z2
+	VPMOVZXWD 64(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 32(SI)(R11*2), Z9
+	VPMOVZXWD 64(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 64(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, Z3
+	VPMOVZXWD 96(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 64(CX)(R11*4)
-	VADDPS    Z8, Z1, Z1
-	VPMOVZXWD 64(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 64(BX)(R11*2), Z9
+	VPMOVZXWD 96(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 96(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, Z4
+	VPMOVZXWD 128(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 64(SI)(R11*2), Z9
+	VPMOVZXWD 128(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 128(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, Z5
+	VPMOVZXWD 160(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 128(CX)(R11*4)
-	VADDPS    Z8, Z2, Z2
-	VPMOVZXWD 96(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 96(BX)(R11*2), Z9
+	VPMOVZXWD 160(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 160(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, Z6
+	VPMOVZXWD 192(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 96(SI)(R11*2), Z9
+	VPMOVZXWD 192(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 192(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, Z7
+	VPMOVZXWD 224(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 224(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 224(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 192(CX)(R11*4)
-	VADDPS    Z8, Z3, Z3
-	VPMOVZXWD 128(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 128(BX)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 128(SI)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 256(CX)(R11*4)
-	VADDPS    Z8, Z4, Z4
-	VPMOVZXWD 160(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 160(BX)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 160(SI)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 320(CX)(R11*4)
-	VADDPS    Z8, Z5, Z5
-	VPMOVZXWD 192(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 192(BX)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 192(SI)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 384(CX)(R11*4)
-	VADDPS    Z8, Z6, Z6
-	VPMOVZXWD 224(DX)(R11*2), Z8
-	VPSLLD    $0x10, Z8, Z8
-	VPMOVZXWD 224(BX)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPMOVZXWD 224(SI)(R11*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VMOVUPS   Z8, 448(CX)(R11*4)
-	VADDPS    Z8, Z7, Z7
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16FullAcc_block_chunk
-	VMOVUPS   Z0, (AX)(R9*4)
-	VMOVUPS   Z1, 64(AX)(R9*4)
-	VMOVUPS   Z2, 128(AX)(R9*4)
-	VMOVUPS   Z3, 192(AX)(R9*4)
-	VMOVUPS   Z4, 256(AX)(R9*4)
-	VMOVUPS   Z5, 320(AX)(R9*4)
-	VMOVUPS   Z6, 384(AX)(R9*4)
-	VMOVUPS   Z7, 448(AX)(R9*4)
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
 	ADDQ      $0x00000080, R9
 	JMP       avx512AddSumBF16FullAcc_block
 
@@ -10766,24 +11439,25 @@ avx512AddSumBF16FullAcc_block_done:
 avx512AddSumBF16FullAcc_vec:
 	CMPQ    R9, DI
 	JAE     avx512AddSumBF16FullAcc_vec_done
-	VMOVUPS (AX)(R9*4), Z0
+	VMOVUPS (AX)(R9*4), Z1
 	MOVQ    R9, R10
 
 avx512AddSumBF16FullAcc_vec_chunk:
-	VPMOVZXWD (DX)(R10*2), Z1
-	VPSLLD    $0x10, Z1, Z1
-	VPMOVZXWD (BX)(R10*2), Z2
+	VPMOVZXWD (DX)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
+	VPMOVZXWD (BX)(R10*2), Z3
+	VPSLLD    $0x10, Z3, Z3
+	VADDPS    Z3, Z2, Z2
+	VPMOVZXWD (SI)(R10*2), Z3
+	VPSLLD    $0x10, Z3, Z3
+	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
+	VSUBPS    Z0, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VPMOVZXWD (SI)(R10*2), Z2
-	VPSLLD    $0x10, Z2, Z2
-	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R10*4)
-	VADDPS    Z1, Z0, Z0
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16FullAcc_vec_chunk
-	VMOVUPS   Z0, (AX)(R9*4)
+	VMOVUPS   Z1, (AX)(R9*4)
 	ADDQ      $0x00000010, R9
 	JMP       avx512AddSumBF16FullAcc_vec
 
@@ -10791,9 +11465,9 @@ avx512AddSumBF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16)
+// func avx512AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16FullAccNT(SB), NOSPLIT, $0-144
+TEXT ·avx512AddSumBF16FullAccNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         s_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
@@ -10815,6 +11489,7 @@ TEXT ·avx512AddSumBF16FullAccNT(SB), NOSPLIT, $0-144
 	MOVL         $0x00000040, R8
 	VMOVD        R8, X4
 	VPBROADCASTD X4, Z4
+	VBROADCASTSS x0+144(FP), Z5
 	MOVQ         part_len+8(FP), R8
 	MOVQ         s_len+32(FP), R9
 	XORQ         R10, R10
@@ -10824,196 +11499,204 @@ TEXT ·avx512AddSumBF16FullAccNT(SB), NOSPLIT, $0-144
 avx512AddSumBF16FullAccNT_block:
 	CMPQ    R10, R11
 	JAE     avx512AddSumBF16FullAccNT_block_done
-	VMOVUPS (AX)(R10*4), Z5
-	VMOVUPS 64(AX)(R10*4), Z6
-	VMOVUPS 128(AX)(R10*4), Z7
-	VMOVUPS 192(AX)(R10*4), Z8
-	VMOVUPS 256(AX)(R10*4), Z9
-	VMOVUPS 320(AX)(R10*4), Z10
-	VMOVUPS 384(AX)(R10*4), Z11
-	VMOVUPS 448(AX)(R10*4), Z12
+	VMOVUPS (AX)(R10*4), Z6
+	VMOVUPS 64(AX)(R10*4), Z7
+	VMOVUPS 128(AX)(R10*4), Z8
+	VMOVUPS 192(AX)(R10*4), Z9
+	VMOVUPS 256(AX)(R10*4), Z10
+	VMOVUPS 320(AX)(R10*4), Z11
+	VMOVUPS 384(AX)(R10*4), Z12
+	VMOVUPS 448(AX)(R10*4), Z13
 	MOVQ    R10, R12
 
 avx512AddSumBF16FullAccNT_block_chunk:
-	VPMOVZXWD (BX)(R12*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD (SI)(R12*2), Z14
+	VPMOVZXWD (BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VPMOVZXWD (DI)(R12*2), Z14
+	VPMOVZXWD (SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD (DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R12*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z6, Z6
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, (DX)(R12*2)
+	VPMOVZXWD 32(BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, (CX)(R12*4)
-	VADDPS    Z13, Z5, Z5
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, (DX)(R12*2)
-	VPMOVZXWD 32(BX)(R12*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 32(SI)(R12*2), Z14
+	VPMOVZXWD 32(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 32(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R12*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z7, Z7
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 32(DX)(R12*2)
+	VPMOVZXWD 64(BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VPMOVZXWD 32(DI)(R12*2), Z14
+	VPMOVZXWD 64(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 64(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R12*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z8, Z8
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 64(DX)(R12*2)
+	VPMOVZXWD 96(BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 64(CX)(R12*4)
-	VADDPS    Z13, Z6, Z6
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 32(DX)(R12*2)
-	VPMOVZXWD 64(BX)(R12*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 64(SI)(R12*2), Z14
+	VPMOVZXWD 96(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 96(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R12*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z9, Z9
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 96(DX)(R12*2)
+	VPMOVZXWD 128(BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VPMOVZXWD 64(DI)(R12*2), Z14
+	VPMOVZXWD 128(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 128(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R12*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z10, Z10
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 128(DX)(R12*2)
+	VPMOVZXWD 160(BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 128(CX)(R12*4)
-	VADDPS    Z13, Z7, Z7
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 64(DX)(R12*2)
-	VPMOVZXWD 96(BX)(R12*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 96(SI)(R12*2), Z14
+	VPMOVZXWD 160(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 160(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R12*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z11, Z11
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 160(DX)(R12*2)
+	VPMOVZXWD 192(BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VPMOVZXWD 96(DI)(R12*2), Z14
+	VPMOVZXWD 192(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 192(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R12*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z12, Z12
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 192(DX)(R12*2)
+	VPMOVZXWD 224(BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 192(CX)(R12*4)
-	VADDPS    Z13, Z8, Z8
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 96(DX)(R12*2)
-	VPMOVZXWD 128(BX)(R12*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 128(SI)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VPMOVZXWD 128(DI)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 256(CX)(R12*4)
-	VADDPS    Z13, Z9, Z9
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 128(DX)(R12*2)
-	VPMOVZXWD 160(BX)(R12*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 160(SI)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VPMOVZXWD 160(DI)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 320(CX)(R12*4)
-	VADDPS    Z13, Z10, Z10
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 160(DX)(R12*2)
-	VPMOVZXWD 192(BX)(R12*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 192(SI)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VPMOVZXWD 192(DI)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 384(CX)(R12*4)
-	VADDPS    Z13, Z11, Z11
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 192(DX)(R12*2)
-	VPMOVZXWD 224(BX)(R12*2), Z13
-	VPSLLD    $0x10, Z13, Z13
-	VPMOVZXWD 224(SI)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VPMOVZXWD 224(DI)(R12*2), Z14
-	VPSLLD    $0x10, Z14, Z14
-	VADDPS    Z14, Z13, Z13
-	VMOVUPS   Z13, 448(CX)(R12*4)
-	VADDPS    Z13, Z12, Z12
-	VPSRLD    $0x10, Z13, Z14
-	VPANDD    Z0, Z14, Z15
-	VPADDD    Z1, Z15, Z15
-	VPADDD    Z13, Z15, Z15
-	VPSRLD    $0x10, Z15, Z15
-	VPANDD    Z2, Z13, Z13
-	VPCMPGTD  Z3, Z13, K1
-	VPORD     Z4, Z14, Z14
-	VPBLENDMD Z14, Z15, K1, Z15
-	VPMOVDW   Z15, Y13
-	VMOVNTDQ  Y13, 224(DX)(R12*2)
+	VPMOVZXWD 224(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 224(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R12*4)
+	VSUBPS    Z5, Z14, Z15
+	VADDPS    Z15, Z13, Z13
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 224(DX)(R12*2)
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumBF16FullAccNT_block_chunk
-	VMOVUPS   Z5, (AX)(R10*4)
-	VMOVUPS   Z6, 64(AX)(R10*4)
-	VMOVUPS   Z7, 128(AX)(R10*4)
-	VMOVUPS   Z8, 192(AX)(R10*4)
-	VMOVUPS   Z9, 256(AX)(R10*4)
-	VMOVUPS   Z10, 320(AX)(R10*4)
-	VMOVUPS   Z11, 384(AX)(R10*4)
-	VMOVUPS   Z12, 448(AX)(R10*4)
+	VMOVUPS   Z6, (AX)(R10*4)
+	VMOVUPS   Z7, 64(AX)(R10*4)
+	VMOVUPS   Z8, 128(AX)(R10*4)
+	VMOVUPS   Z9, 192(AX)(R10*4)
+	VMOVUPS   Z10, 256(AX)(R10*4)
+	VMOVUPS   Z11, 320(AX)(R10*4)
+	VMOVUPS   Z12, 384(AX)(R10*4)
+	VMOVUPS   Z13, 448(AX)(R10*4)
 	ADDQ      $0x00000080, R10
 	JMP       avx512AddSumBF16FullAccNT_block
 
@@ -11021,35 +11704,36 @@ avx512AddSumBF16FullAccNT_block_done:
 avx512AddSumBF16FullAccNT_vec:
 	CMPQ    R10, R8
 	JAE     avx512AddSumBF16FullAccNT_vec_done
-	VMOVUPS (AX)(R10*4), Z5
+	VMOVUPS (AX)(R10*4), Z6
 	MOVQ    R10, R11
 
 avx512AddSumBF16FullAccNT_vec_chunk:
-	VPMOVZXWD (BX)(R11*2), Z6
-	VPSLLD    $0x10, Z6, Z6
-	VPMOVZXWD (SI)(R11*2), Z7
+	VPMOVZXWD (BX)(R11*2), Z7
 	VPSLLD    $0x10, Z7, Z7
-	VADDPS    Z7, Z6, Z6
-	VPMOVZXWD (DI)(R11*2), Z7
-	VPSLLD    $0x10, Z7, Z7
-	VADDPS    Z7, Z6, Z6
-	VMOVUPS   Z6, (CX)(R11*4)
-	VADDPS    Z6, Z5, Z5
-	VPSRLD    $0x10, Z6, Z7
-	VPANDD    Z0, Z7, Z8
-	VPADDD    Z1, Z8, Z8
-	VPADDD    Z6, Z8, Z8
-	VPSRLD    $0x10, Z8, Z8
-	VPANDD    Z2, Z6, Z6
-	VPCMPGTD  Z3, Z6, K1
-	VPORD     Z4, Z7, Z7
-	VPBLENDMD Z7, Z8, K1, Z8
-	VPMOVDW   Z8, Y6
-	VMOVNTDQ  Y6, (DX)(R11*2)
+	VPMOVZXWD (SI)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPMOVZXWD (DI)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VMOVUPS   Z7, (CX)(R11*4)
+	VSUBPS    Z5, Z7, Z8
+	VADDPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z0, Z8, Z9
+	VPADDD    Z1, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z2, Z7, Z7
+	VPCMPGTD  Z3, Z7, K1
+	VPORD     Z4, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, (DX)(R11*2)
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumBF16FullAccNT_vec_chunk
-	VMOVUPS   Z5, (AX)(R10*4)
+	VMOVUPS   Z6, (AX)(R10*4)
 	ADDQ      $0x00000010, R10
 	JMP       avx512AddSumBF16FullAccNT_vec
 

@@ -61,11 +61,11 @@ func BenchmarkKernels(b *testing.B) {
 		bytes int
 		fn    func(k *kernelSet)
 	}{
-		{"accumulate", 4 * n, func(k *kernelSet) { k.accumulate(part, x) }},
-		{"accumulateSqDev", 4 * n, func(k *kernelSet) { k.accumulateSqDev(part, x, 0.5) }},
-		{"accumulateSqDevFMA", 4 * n, func(k *kernelSet) { k.accumulateSqDevFMA(part, x, 0.5) }},
-		{"affine", 16 * n, func(k *kernelSet) { k.affine(y, x, g, be, 0.5, 1.5) }},
-		{"affineFMA", 16 * n, func(k *kernelSet) { k.affineFMA(y, x, g, be, 0.5, 1.5) }},
+		{"accumulate", 4 * n, func(k *kernelSet) { k.accumulate(part, x, 0.25) }},
+		{"accumulateSqDev", 4 * n, func(k *kernelSet) { k.accumulateSqDev(part, x, 0.25, 0.5) }},
+		{"accumulateSqDevFMA", 4 * n, func(k *kernelSet) { k.accumulateSqDevFMA(part, x, 0.25, 0.5) }},
+		{"affine", 16 * n, func(k *kernelSet) { k.affine(y, x, g, be, 0.25, 0.5, 1.5) }},
+		{"affineFMA", 16 * n, func(k *kernelSet) { k.affineFMA(y, x, g, be, 0.25, 0.5, 1.5) }},
 		{"embedSumF32", 16 * n, func(k *kernelSet) { k.embedSumF32(y, x, g, be) }},
 		{"embedSumF16", 12 * n, func(k *kernelSet) { k.embedSumF16(y, bits, h1, h2, h3) }},
 		{"add2", 12 * n, func(k *kernelSet) { k.add2(y, x, g) }},
@@ -78,11 +78,11 @@ func BenchmarkKernels(b *testing.B) {
 		{"maskCountOnes", 4 * n, func(k *kernelSet) { k.maskCountOnes(mask) }},
 		{"maskFirstZero", 4 * n, func(k *kernelSet) { k.maskFirstZero(mask) }},
 		// The 16-bit AddLayerNorm row: first pass with a bias row, x stored, affine step.
-		{"addSum16", 10 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, nil, h1, h2, h3) }},
-		{"addSum16X", 12 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, bits, h1, h2, h3); k.fence() }},
+		{"addSum16", 10 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, nil, h1, h2, h3, 0.25) }},
+		{"addSum16X", 12 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, bits, h1, h2, h3, 0.25); k.fence() }},
 		{"narrow16NT", 6 * n, func(k *kernelSet) { k.narrow16NT(false, bits, x) }},
-		{"affine16H", 10 * n, func(k *kernelSet) { k.affine16H(form16{}, bits, x, h1, h2, 0.5, 1.5) }},
-		{"affine16HFMA", 10 * n, func(k *kernelSet) { k.affine16H(form16{fused: true}, bits, x, h1, h2, 0.5, 1.5) }},
+		{"affine16H", 10 * n, func(k *kernelSet) { k.affine16H(form16{}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
+		{"affine16HFMA", 10 * n, func(k *kernelSet) { k.affine16H(form16{fused: true}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
 	}
 	for _, k := range kernels {
 		b.Run(k.name, func(b *testing.B) {

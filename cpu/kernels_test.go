@@ -86,7 +86,7 @@ var (
 	// Sizes around both vector widths (8 and 16 lanes), their unrolled loops and the blocks
 	// the reductions keep in registers (32 and 128 partials), and odd large ones.
 	kernelSizes = []int{0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 1000, 4099}
-	planWidths  = []int{1, 2, 4, 8, 16, 32, 128, 256}
+	planWidths  = []int{1, 2, 4, 8, 16, 32, 128, 256, 1024}
 )
 
 const guards = 9 // guard elements after every output slice
@@ -306,11 +306,12 @@ func TestElementwiseKernels(t *testing.T) {
 			same32(t, tag("embedSumF32"), got, want)
 
 			mean, rstd := float32(r.NormFloat64()), float32(math.Exp(r.NormFloat64()*3))
-			k.affine(got, a, b, c, mean, rstd)
-			g.affine(want, a, b, c, mean, rstd)
+			x0 := float32(r.NormFloat64()) // the plan's shift
+			k.affine(got, a, b, c, x0, mean, rstd)
+			g.affine(want, a, b, c, x0, mean, rstd)
 			same32(t, tag("affine"), got, want)
-			k.affineFMA(got, a, b, c, mean, rstd)
-			g.affineFMA(want, a, b, c, mean, rstd)
+			k.affineFMA(got, a, b, c, x0, mean, rstd)
+			g.affineFMA(want, a, b, c, x0, mean, rstd)
 			same32(t, tag("affineFMA"), got, want)
 
 			// The affine steps that round y to 16 bits; rstd large enough that values land
@@ -320,9 +321,9 @@ func TestElementwiseKernels(t *testing.T) {
 				{nt: true}, {fused: true, nt: true}, {bf: true, nt: true}, {bf: true, fused: true, nt: true}} {
 				for _, off := range []int{0, 1, 3, 8} { // y's start within a vector of halves
 					y := out16(n + off)[off:]
-					k.affine16(f, y, a, b, c, mean, rstd)
+					k.affine16(f, y, a, b, c, x0, mean, rstd)
 					k.fence()
-					g.affine16(f, want16, a, b, c, mean, rstd)
+					g.affine16(f, want16, a, b, c, x0, mean, rstd)
 					same16(t, tag(fmt.Sprintf("affine16%+v/off=%d", f, off)), y, want16)
 				}
 				// gamma and beta in y's format, against their widened copies.
@@ -340,9 +341,9 @@ func TestElementwiseKernels(t *testing.T) {
 				widen(bw, bh)
 				for _, off := range []int{0, 1, 3, 8} {
 					y := out16(n + off)[off:]
-					k.affine16H(f, y, a, gh, bh, mean, rstd)
+					k.affine16H(f, y, a, gh, bh, x0, mean, rstd)
 					k.fence()
-					g.affine16(f, want16, a, gw, bw, mean, rstd)
+					g.affine16(f, want16, a, gw, bw, x0, mean, rstd)
 					same16(t, tag(fmt.Sprintf("affine16H%+v/off=%d", f, off)), y, want16)
 				}
 			}
@@ -494,45 +495,46 @@ func TestAccumulateKernels(t *testing.T) {
 					init := values(r, w, false)
 					start := func(i int) float32 { return init[i] }
 					mean := float32(r.NormFloat64())
+					x0 := float32(r.NormFloat64()) // the plan's shift
 
 					got, want := out32(w, start), out32(w, start)
-					k.accumulate(got, x)
-					g.accumulate(want, x)
+					k.accumulate(got, x, x0)
+					g.accumulate(want, x, x0)
 					same32(t, tag("accumulate"), got, want)
 
 					got, want = out32(w, start), out32(w, start)
-					k.accumulateSqDev(got, x, mean)
-					g.accumulateSqDev(want, x, mean)
+					k.accumulateSqDev(got, x, x0, mean)
+					g.accumulateSqDev(want, x, x0, mean)
 					same32(t, tag("accumulateSqDev"), got, want)
 
 					got, want = out32(w, start), out32(w, start)
-					k.accumulateSqDevFMA(got, x, mean)
-					g.accumulateSqDevFMA(want, x, mean)
+					k.accumulateSqDevFMA(got, x, x0, mean)
+					g.accumulateSqDevFMA(want, x, x0, mean)
 					same32(t, tag("accumulateSqDevFMA"), got, want)
 
 					// The zero-start variants ignore what part held.
 					got, want = out32(w, start), out32(w, start)
-					k.sumZero(got, x)
-					g.sumZero(want, x)
+					k.sumZero(got, x, x0)
+					g.sumZero(want, x, x0)
 					same32(t, tag("sumZero"), got, want)
 					clear(want)
-					g.accumulate(want, x)
+					g.accumulate(want, x, x0)
 					same32(t, tag("sumZero/accumulate"), got, want)
 
 					got, want = out32(w, start), out32(w, start)
-					k.sqDevZero(got, x, mean)
-					g.sqDevZero(want, x, mean)
+					k.sqDevZero(got, x, x0, mean)
+					g.sqDevZero(want, x, x0, mean)
 					same32(t, tag("sqDevZero"), got, want)
 					clear(want)
-					g.accumulateSqDev(want, x, mean)
+					g.accumulateSqDev(want, x, x0, mean)
 					same32(t, tag("sqDevZero/accumulateSqDev"), got, want)
 
 					got, want = out32(w, start), out32(w, start)
-					k.sqDevFMAZero(got, x, mean)
-					g.sqDevFMAZero(want, x, mean)
+					k.sqDevFMAZero(got, x, x0, mean)
+					g.sqDevFMAZero(want, x, x0, mean)
 					same32(t, tag("sqDevFMAZero"), got, want)
 					clear(want)
-					g.accumulateSqDevFMA(want, x, mean)
+					g.accumulateSqDevFMA(want, x, x0, mean)
 					same32(t, tag("sqDevFMAZero/accumulateSqDevFMA"), got, want)
 				}
 			}
@@ -553,10 +555,10 @@ func TestAccumulateFollowsPlan(t *testing.T) {
 				p := plan.For(h, prof)
 				x := values(r, h, false)
 				part := make([]float32, p.W)
-				mean, rstd := rowStats(kernelsOf(name), &p, x, part, 1e-5, nil)
-				wantMean, wantRstd := p.Stats(x, 1e-5, make([]float32, p.W))
-				if math.Float32bits(mean) != math.Float32bits(wantMean) || math.Float32bits(rstd) != math.Float32bits(wantRstd) {
-					t.Fatalf("%s: H=%d %v: rowStats = (%g, %g), plan.Stats = (%g, %g)", name, h, prof, mean, rstd, wantMean, wantRstd)
+				got := rowStats(kernelsOf(name), &p, x, part, 1e-5, nil)
+				want := p.Stats(x, 1e-5, make([]float32, p.W))
+				if got != want {
+					t.Fatalf("%s: H=%d %v: rowStats = %+v, plan.Stats = %+v", name, h, prof, got, want)
 				}
 			}
 		}
@@ -773,18 +775,19 @@ func TestMemoryKernels(t *testing.T) {
 				got, want := shifted(), shifted()
 
 				mean, rstd := float32(r.NormFloat64()), float32(math.Exp(r.NormFloat64()*3))
-				k.affineNT(got, a, b, c, mean, rstd)
-				g.affineNT(want, a, b, c, mean, rstd)
+				x0 := float32(r.NormFloat64()) // the plan's shift
+				k.affineNT(got, a, b, c, x0, mean, rstd)
+				g.affineNT(want, a, b, c, x0, mean, rstd)
 				k.fence()
 				same32(t, tag("affineNT"), got, want)
-				g.affine(want, a, b, c, mean, rstd)
+				g.affine(want, a, b, c, x0, mean, rstd)
 				same32(t, tag("affineNT/affine"), got, want)
 
-				k.affineFMANT(got, a, b, c, mean, rstd)
-				g.affineFMANT(want, a, b, c, mean, rstd)
+				k.affineFMANT(got, a, b, c, x0, mean, rstd)
+				g.affineFMANT(want, a, b, c, x0, mean, rstd)
 				k.fence()
 				same32(t, tag("affineFMANT"), got, want)
-				g.affineFMA(want, a, b, c, mean, rstd)
+				g.affineFMA(want, a, b, c, x0, mean, rstd)
 				same32(t, tag("affineFMANT/affineFMA"), got, want)
 
 				got = shifted()
@@ -843,6 +846,7 @@ func TestAddSumKernel(t *testing.T) {
 				for _, special := range []bool{false, true} {
 					a, b, c := values(r, n, special), values(r, n, false), values(r, n, special)
 					init := values(r, w, false)
+					x0 := float32(r.NormFloat64()) // the plan's shift
 					for _, three := range []bool{false, true} {
 						cc := c
 						if !three {
@@ -857,16 +861,16 @@ func TestAddSumKernel(t *testing.T) {
 							if off < 16 {
 								gotX, wantX = out32(n+off, nil)[off:], out32(n+off, nil)[off:]
 							}
-							g.addSum(wantP, wantS, wantX, a, b, cc)
+							g.addSum(wantP, wantS, wantX, a, b, cc, x0)
 							// The fused pass, and the two-pass form for streamed inputs: the
 							// same bits.
-							for form, kern := range map[string]func(part, s, x, a, b, c []float32){
+							for form, kern := range map[string]func(part, s, x, a, b, c []float32, x0 float32){
 								"": k.addSum, "/stream": k.addSumStream} {
 								gotP, gotS = out32(w, start), out32(n, nil)
 								if off < 16 {
 									gotX = out32(n+off, nil)[off:]
 								}
-								kern(gotP, gotS, gotX, a, b, cc)
+								kern(gotP, gotS, gotX, a, b, cc, x0)
 								k.fence()
 								same32(t, tag+form+"/s", gotS, wantS)
 								same32(t, tag+form+"/part", gotP, wantP)
@@ -889,9 +893,9 @@ func TestAddSumKernel(t *testing.T) {
 								if three {
 									cp = cc[lo:hi]
 								}
-								k.addSumAcc(gotP, gotS[lo:hi], a[lo:hi], b[lo:hi], cp)
+								k.addSumAcc(gotP, gotS[lo:hi], a[lo:hi], b[lo:hi], cp, x0)
 							}
-							g.addSumAcc(wantP, wantS, a, b, cc)
+							g.addSumAcc(wantP, wantS, a, b, cc, x0)
 							same32(t, tag+"/s", gotS, wantS)
 							same32(t, tag+"/part", gotP, wantP)
 
@@ -916,9 +920,9 @@ func TestAddSumKernel(t *testing.T) {
 										}
 										wantP, wantS = out32(w, start), out32(n, nil)
 										if acc {
-											g.addSumAcc(wantP, wantS, w1, w2, wc)
+											g.addSumAcc(wantP, wantS, w1, w2, wc, x0)
 										} else {
-											g.addSum(wantP, wantS, nil, w1, w2, wc)
+											g.addSum(wantP, wantS, nil, w1, w2, wc, x0)
 										}
 										wantX := out16(n)
 										g.narrow16NT(bf, wantX, wantS)
@@ -929,7 +933,7 @@ func TestAddSumKernel(t *testing.T) {
 											if off >= 0 {
 												gotX = out16(n + off)[off:]
 											}
-											k.addSum16(sum16{bf: bf, acc: acc}, gotP, gotS, gotX, h1, h2, half)
+											k.addSum16(sum16{bf: bf, acc: acc}, gotP, gotS, gotX, h1, h2, half, x0)
 											k.fence()
 											same32(t, tag+"/s", gotS, wantS)
 											same32(t, tag+"/part", gotP, wantP)

@@ -5,82 +5,85 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-func accumulateGo(part, x []float32) {
+// The twins of the plan's passes (internal/plan, plan v2): the sum of x − x0, the squared
+// deviations d = (x − x0) − meanD, and the affine step on the same d.
+
+func accumulateGo(part, x []float32, x0 float32) {
 	w := len(part)
 	for base := 0; base < len(x); base += w {
 		c := x[base:min(base+w, len(x))]
 		p := part[:len(c)]
 		for k, v := range c {
-			p[k] += v
+			p[k] += v - x0
 		}
 	}
 }
 
-func accumulateSqDevGo(part, x []float32, mean float32) {
+func accumulateSqDevGo(part, x []float32, x0, meanD float32) {
 	w := len(part)
 	for base := 0; base < len(x); base += w {
 		c := x[base:min(base+w, len(x))]
 		p := part[:len(c)]
 		for k, v := range c {
-			d := v - mean
+			d := (v - x0) - meanD
 			p[k] += float32(d * d)
 		}
 	}
 }
 
-func accumulateSqDevFMAGo(part, x []float32, mean float32) {
+func accumulateSqDevFMAGo(part, x []float32, x0, meanD float32) {
 	w := len(part)
 	for base := 0; base < len(x); base += w {
 		c := x[base:min(base+w, len(x))]
 		p := part[:len(c)]
 		for k, v := range c {
-			d := v - mean
+			d := (v - x0) - meanD
 			p[k] = plan.FMA32(d, d, p[k])
 		}
 	}
 }
 
-func affineGo(y, x, gamma, beta []float32, mean, rstd float32) {
+func affineGo(y, x, gamma, beta []float32, x0, meanD, rstd float32) {
 	x = x[:len(y)]
 	gamma = gamma[:len(y)]
 	beta = beta[:len(y)]
 	for i, v := range x {
-		n := float32((v - mean) * rstd)
+		n := float32(((v - x0) - meanD) * rstd)
 		y[i] = float32(n*gamma[i]) + beta[i]
 	}
 }
 
-func affineFMAGo(y, x, gamma, beta []float32, mean, rstd float32) {
+func affineFMAGo(y, x, gamma, beta []float32, x0, meanD, rstd float32) {
 	x = x[:len(y)]
 	gamma = gamma[:len(y)]
 	beta = beta[:len(y)]
 	for i, v := range x {
-		n := float32((v - mean) * rstd)
+		n := float32(((v - x0) - meanD) * rstd)
 		y[i] = plan.FMA32(n, gamma[i], beta[i])
 	}
 }
 
 // affine16Go is the twin of the affine steps that round y to 16 bits: the float32 affine
 // value, narrowed.
-func affine16Go(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32) {
-	affine16Twin(f, y, x, gamma, beta, mean, rstd, func(v float32) float32 { return v })
+func affine16Go(f form16, y []uint16, x, gamma, beta []float32, x0, meanD, rstd float32) {
+	affine16Twin(f, y, x, gamma, beta, x0, meanD, rstd, func(v float32) float32 { return v })
 }
 
 // affine16HGo is affine16Go with gamma and beta in y's 16-bit format.
-func affine16HGo(f form16, y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32) {
+func affine16HGo(f form16, y []uint16, x []float32, gamma, beta []uint16, x0, meanD, rstd float32) {
 	widen := F16ToF32
 	if f.bf {
 		widen = BF16ToF32
 	}
-	affine16Twin(f, y, x, gamma, beta, mean, rstd, widen)
+	affine16Twin(f, y, x, gamma, beta, x0, meanD, rstd, widen)
 }
 
-func affine16Twin[G float32 | uint16](f form16, y []uint16, x []float32, gamma, beta []G, mean, rstd float32, widen func(G) float32) {
+func affine16Twin[G float32 | uint16](f form16, y []uint16, x []float32, gamma, beta []G, x0, meanD, rstd float32, widen func(G) float32) {
 	x = x[:len(y)]
 	gamma = gamma[:len(y)]
 	beta = beta[:len(y)]
 	for i, v := range x {
-		n := float32((v - mean) * rstd)
+		n := float32(((v - x0) - meanD) * rstd)
 		var r float32
 		if f.fused {
 			r = plan.FMA32(n, widen(gamma[i]), widen(beta[i]))
@@ -96,25 +99,25 @@ func affine16Twin[G float32 | uint16](f form16, y []uint16, x []float32, gamma, 
 }
 
 // sumZeroGo, sqDevZeroGo and sqDevFMAZeroGo clear the partials, then accumulate.
-func sumZeroGo(part, x []float32) {
+func sumZeroGo(part, x []float32, x0 float32) {
 	clear(part)
-	accumulateGo(part, x)
+	accumulateGo(part, x, x0)
 }
 
-func sqDevZeroGo(part, x []float32, mean float32) {
+func sqDevZeroGo(part, x []float32, x0, meanD float32) {
 	clear(part)
-	accumulateSqDevGo(part, x, mean)
+	accumulateSqDevGo(part, x, x0, meanD)
 }
 
-func sqDevFMAZeroGo(part, x []float32, mean float32) {
+func sqDevFMAZeroGo(part, x []float32, x0, meanD float32) {
 	clear(part)
-	accumulateSqDevFMAGo(part, x, mean)
+	accumulateSqDevFMAGo(part, x, x0, meanD)
 }
 
 // addSumGo is the twin of addSum: s = a + b, or (a + b) + c when c is not nil; x = s when
 // x is not nil (the SIMD kernels store x non-temporally: the caller fences); then part =
-// the plan's partial sums of s, from zero (len(part) = W).
-func addSumGo(part, s, x, a, b, c []float32) {
+// the plan's partial sums of s − x0, from zero (len(part) = W).
+func addSumGo(part, s, x, a, b, c []float32, x0 float32) {
 	if c == nil {
 		add2Go(s, a, b)
 	} else {
@@ -123,23 +126,23 @@ func addSumGo(part, s, x, a, b, c []float32) {
 	if x != nil {
 		copy(x[:len(s)], s)
 	}
-	sumZeroGo(part, s)
+	sumZeroGo(part, s, x0)
 }
 
 // addSumAccGo is the twin of addSumAcc: s = a + b, or (a + b) + c, then the partial sums
-// of s added onto part (a later piece of a row summed a piece at a time).
-func addSumAccGo(part, s, a, b, c []float32) {
+// of s − x0 added onto part (a later piece of a row summed a piece at a time).
+func addSumAccGo(part, s, a, b, c []float32, x0 float32) {
 	if c == nil {
 		add2Go(s, a, b)
 	} else {
 		add3Go(s, a, b, c)
 	}
-	accumulateGo(part, s)
+	accumulateGo(part, s, x0)
 }
 
 // addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo/addSumAccGo
 // sum them, then x (if any) narrowed from s.
-func addSum16Go(f sum16, part, s []float32, x, a, b, c []uint16) {
+func addSum16Go(f sum16, part, s []float32, x, a, b, c []uint16, x0 float32) {
 	widen := F16ToF32
 	if f.bf {
 		widen = BF16ToF32
@@ -155,48 +158,48 @@ func addSum16Go(f sum16, part, s []float32, x, a, b, c []uint16) {
 		}
 		s[i] = v
 	}
-	accumulateGo(part, s)
+	accumulateGo(part, s, x0)
 	if x != nil {
 		narrow16Go(f.bf, x[:len(s)], s)
 	}
 }
 
-// rowStats returns mean and rstd of x under plan p; part is scratch of p.W elements. pf
+// rowStats returns the statistics of x under plan p; part is scratch of p.W elements. pf
 // (nil for none) takes a step after each pass over x.
-func rowStats(k *kernelSet, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) (mean, rstd float32) {
+func rowStats(k *kernelSet, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) plan.Stats {
 	part = part[:p.W]
-	k.sumZero(part, x)
+	k.sumZero(part, x, x[0])
 	pf.step()
-	return rowStatsSummed(k, p, x, part, eps, pf)
+	return rowStatsSummed(k, p, x, part, x[0], eps, pf)
 }
 
 // rowStatsSummed is rowStats after the first accumulation: part[:p.W] holds the partial
-// sums of x (from addSum).
-func rowStatsSummed(k *kernelSet, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) (mean, rstd float32) {
+// sums of x − x0 (from addSum), x0 = x[0].
+func rowStatsSummed(k *kernelSet, p *plan.Plan, x, part []float32, x0, eps float32, pf *rowPrefetch) plan.Stats {
 	part = part[:p.W]
-	mean = k.tree(part) * p.InvH
+	meanD := k.tree(part) * p.InvH
 	if p.Profile.FuseVariance {
-		k.sqDevFMAZero(part, x, mean)
+		k.sqDevFMAZero(part, x, x0, meanD)
 	} else {
-		k.sqDevZero(part, x, mean)
+		k.sqDevZero(part, x, x0, meanD)
 	}
 	pf.step()
 	variance := k.tree(part) * p.InvH
-	return mean, plan.Rstd(variance + eps)
+	return plan.Stats{X0: x0, MeanD: meanD, Rstd: plan.Rstd(variance + eps)}
 }
 
 // normalize writes the affine step under the plan's profile; nt stores y non-temporally
 // (the caller fences).
-func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, mean, rstd float32, nt bool) {
+func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, st plan.Stats, nt bool) {
 	switch {
 	case nt && p.Profile.FuseAffine:
-		k.affineFMANT(y, x, gamma, beta, mean, rstd)
+		k.affineFMANT(y, x, gamma, beta, st.X0, st.MeanD, st.Rstd)
 	case nt:
-		k.affineNT(y, x, gamma, beta, mean, rstd)
+		k.affineNT(y, x, gamma, beta, st.X0, st.MeanD, st.Rstd)
 	case p.Profile.FuseAffine:
-		k.affineFMA(y, x, gamma, beta, mean, rstd)
+		k.affineFMA(y, x, gamma, beta, st.X0, st.MeanD, st.Rstd)
 	default:
-		k.affine(y, x, gamma, beta, mean, rstd)
+		k.affine(y, x, gamma, beta, st.X0, st.MeanD, st.Rstd)
 	}
 }
 
@@ -246,13 +249,13 @@ func widened(k *kernelSet, buf []float32, gamma, beta ops.Buf) weights16 {
 
 // normalize16 writes the affine step into elements [off, off+len(x)) of a 16-bit y,
 // rounding in the kernel's store.
-func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []float32, w weights16, mean, rstd float32, nt bool) {
+func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []float32, w weights16, st plan.Stats, nt bool) {
 	f := form16{bf: y.DType == ops.BF16, fused: p.Profile.FuseAffine, nt: nt}
 	if w.gammaH != nil {
-		k.affine16H(f, y.U16[off:off+len(x)], x, w.gammaH, w.betaH, mean, rstd)
+		k.affine16H(f, y.U16[off:off+len(x)], x, w.gammaH, w.betaH, st.X0, st.MeanD, st.Rstd)
 		return
 	}
-	k.affine16(f, y.U16[off:off+len(x)], x, w.gamma, w.beta, mean, rstd)
+	k.affine16(f, y.U16[off:off+len(x)], x, w.gamma, w.beta, st.X0, st.MeanD, st.Rstd)
 }
 
 // sumPiece is how many elements of a row the 16-bit first passes work on at a time (4 KiB

@@ -47,27 +47,27 @@ type (
 	binaryFn func(s, a []float32)
 	addFn    func(s, a, b []float32)
 	add3Fn   func(s, a, b, d []float32)
-	affineFn func(y, x, gamma, beta []float32, mean, rstd float32)
-	affine16 func(y []uint16, x, gamma, beta []float32, mean, rstd float32)
-	affineH  func(y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32)
+	affineFn func(y, x, gamma, beta []float32, x0, meanD, rstd float32)
+	affine16 func(y []uint16, x, gamma, beta []float32, x0, meanD, rstd float32)
+	affineH  func(y []uint16, x []float32, gamma, beta []uint16, x0, meanD, rstd float32)
 	widenFn  func(dst []float32, src []uint16)
 	narrowFn func(dst []uint16, src []float32)
-	reduceFn func(part, x []float32, mean float32)
-	sum2Fn   func(part, s, a, b []float32)
-	sum3Fn   func(part, s, a, b, d []float32)
-	sum2NTFn func(part, s, x, a, b []float32)
-	sum3NTFn func(part, s, x, a, b, d []float32)
+	reduceFn func(part, x []float32, x0, meanD float32)
+	sum2Fn   func(part, s, a, b []float32, x0 float32)
+	sum3Fn   func(part, s, a, b, d []float32, x0 float32)
+	sum2NTFn func(part, s, x, a, b []float32, x0 float32)
+	sum3NTFn func(part, s, x, a, b, d []float32, x0 float32)
 	add3NTFn func(s, x, a, b, d []float32)
 	embed2Fn func(x []float32, bits []uint16, w, p []uint16)
 	embed3Fn func(x []float32, bits []uint16, w, p, g []uint16)
 	countFn  func(m []int32) int32
 	findFn   func(m []int32) int
-	accumFn  func(part, x []float32)
+	accumFn  func(part, x []float32, x0 float32)
 	sum16Fns struct {
-		two    func(part, s []float32, a, b []uint16)
-		full   func(part, s []float32, a, b, d []uint16)
-		twoNT  func(part, s []float32, x, a, b []uint16) // and x = s rounded, non-temporally
-		fullNT func(part, s []float32, x, a, b, d []uint16)
+		two    func(part, s []float32, a, b []uint16, x0 float32)
+		full   func(part, s []float32, a, b, d []uint16, x0 float32)
+		twoNT  func(part, s []float32, x, a, b []uint16, x0 float32) // and x = s rounded, non-temporally
+		fullNT func(part, s []float32, x, a, b, d []uint16, x0 float32)
 	}
 	affineSet struct{ plain, fma affineFn }
 	affine16s = [2][2][2]affine16 // [bf][fused][nt]
@@ -111,8 +111,8 @@ func (v *vecKernels) kernelSet() *kernelSet {
 		accumulateSqDev:    v.sqDevRow,
 		accumulateSqDevFMA: v.sqDevFMARow,
 		tree:               treeAVX2,
-		affine:             func(y, x, g, b []float32, m, r float32) { v.affineRow(false, y, x, g, b, m, r) },
-		affineFMA:          func(y, x, g, b []float32, m, r float32) { v.affineRow(true, y, x, g, b, m, r) },
+		affine:             func(y, x, g, b []float32, x0, m, r float32) { v.affineRow(false, y, x, g, b, x0, m, r) },
+		affineFMA:          func(y, x, g, b []float32, x0, m, r float32) { v.affineRow(true, y, x, g, b, x0, m, r) },
 		affine16:           v.affine16Row,
 		affine16H:          v.affine16HRow,
 		narrow16NT:         v.narrow16NTRow,
@@ -127,8 +127,8 @@ func (v *vecKernels) kernelSet() *kernelSet {
 		widenBF16:          v.widenBF16Row,
 		narrowF16:          v.narrowF16Row,
 		narrowBF16:         v.narrowBF16Row,
-		affineNT:           func(y, x, g, b []float32, m, r float32) { v.affineNTRow(false, y, x, g, b, m, r) },
-		affineFMANT:        func(y, x, g, b []float32, m, r float32) { v.affineNTRow(true, y, x, g, b, m, r) },
+		affineNT:           func(y, x, g, b []float32, x0, m, r float32) { v.affineNTRow(false, y, x, g, b, x0, m, r) },
+		affineFMANT:        func(y, x, g, b []float32, x0, m, r float32) { v.affineNTRow(true, y, x, g, b, x0, m, r) },
 		copyNT:             v.copyNTRow,
 		prefetch:           avx2Prefetch,
 		fence:              avx2Fence,
@@ -212,65 +212,65 @@ func (v *vecKernels) embedSumF32(x, w, p, g []float32) {
 	v.add3Row(x, w, p, g)
 }
 
-func (v *vecKernels) affineRow(fused bool, y, x, gamma, beta []float32, mean, rstd float32) {
+func (v *vecKernels) affineRow(fused bool, y, x, gamma, beta []float32, x0, meanD, rstd float32) {
 	x, gamma, beta = x[:len(y)], gamma[:len(y)], beta[:len(y)]
 	n := v.whole(len(y))
 	if n > 0 {
 		if fused {
-			v.affine.fma(y[:n], x, gamma, beta, mean, rstd)
+			v.affine.fma(y[:n], x, gamma, beta, x0, meanD, rstd)
 		} else {
-			v.affine.plain(y[:n], x, gamma, beta, mean, rstd)
+			v.affine.plain(y[:n], x, gamma, beta, x0, meanD, rstd)
 		}
 	}
 	switch {
 	case n == len(y):
 	case v.narrower != nil:
-		v.narrower.affineRow(fused, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+		v.narrower.affineRow(fused, y[n:], x[n:], gamma[n:], beta[n:], x0, meanD, rstd)
 	case fused:
-		affineFMAGo(y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+		affineFMAGo(y[n:], x[n:], gamma[n:], beta[n:], x0, meanD, rstd)
 	default:
-		affineGo(y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+		affineGo(y[n:], x[n:], gamma[n:], beta[n:], x0, meanD, rstd)
 	}
 }
 
 // affineNTRow is affineRow with non-temporal stores for the aligned whole vectors.
-func (v *vecKernels) affineNTRow(fused bool, y, x, gamma, beta []float32, mean, rstd float32) {
+func (v *vecKernels) affineNTRow(fused bool, y, x, gamma, beta []float32, x0, meanD, rstd float32) {
 	x, gamma, beta = x[:len(y)], gamma[:len(y)], beta[:len(y)]
 	h := v.ntHead(y)
 	if h > 0 {
-		v.affineRow(fused, y[:h], x[:h], gamma[:h], beta[:h], mean, rstd)
+		v.affineRow(fused, y[:h], x[:h], gamma[:h], beta[:h], x0, meanD, rstd)
 	}
 	y, x, gamma, beta = y[h:], x[h:], gamma[h:], beta[h:]
 	n := v.whole(len(y))
 	if n > 0 {
 		if fused {
-			v.affineNT.fma(y[:n], x, gamma, beta, mean, rstd)
+			v.affineNT.fma(y[:n], x, gamma, beta, x0, meanD, rstd)
 		} else {
-			v.affineNT.plain(y[:n], x, gamma, beta, mean, rstd)
+			v.affineNT.plain(y[:n], x, gamma, beta, x0, meanD, rstd)
 		}
 	}
 	if n < len(y) {
-		v.affineRow(fused, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+		v.affineRow(fused, y[n:], x[n:], gamma[n:], beta[n:], x0, meanD, rstd)
 	}
 }
 
 // affine16Row is the affine step with y rounded to 16 bits; with f.nt, the whole vectors
 // from y's first aligned address on are stored non-temporally.
-func (v *vecKernels) affine16Row(f form16, y []uint16, x, gamma, beta []float32, mean, rstd float32) {
-	affine16Rows(v, f, y, x, gamma, beta, mean, rstd,
+func (v *vecKernels) affine16Row(f form16, y []uint16, x, gamma, beta []float32, x0, meanD, rstd float32) {
+	affine16Rows(v, f, y, x, gamma, beta, x0, meanD, rstd,
 		func(v *vecKernels) *affine16s { return &v.affine16 }, affine16Go)
 }
 
 // affine16HRow is affine16Row with gamma and beta in y's 16-bit format.
-func (v *vecKernels) affine16HRow(f form16, y []uint16, x []float32, gamma, beta []uint16, mean, rstd float32) {
-	affine16Rows(v, f, y, x, gamma, beta, mean, rstd,
+func (v *vecKernels) affine16HRow(f form16, y []uint16, x []float32, gamma, beta []uint16, x0, meanD, rstd float32) {
+	affine16Rows(v, f, y, x, gamma, beta, x0, meanD, rstd,
 		func(v *vecKernels) *affineHs { return &v.affine16H }, affine16HGo)
 }
 
 // affine16Rows is both: kerns picks a width's kernel table, twin is the Go twin.
-func affine16Rows[G float32 | uint16, K ~func([]uint16, []float32, []G, []G, float32, float32)](
-	v *vecKernels, f form16, y []uint16, x []float32, gamma, beta []G, mean, rstd float32,
-	kerns func(*vecKernels) *[2][2][2]K, twin func(form16, []uint16, []float32, []G, []G, float32, float32)) {
+func affine16Rows[G float32 | uint16, K ~func([]uint16, []float32, []G, []G, float32, float32, float32)](
+	v *vecKernels, f form16, y []uint16, x []float32, gamma, beta []G, x0, meanD, rstd float32,
+	kerns func(*vecKernels) *[2][2][2]K, twin func(form16, []uint16, []float32, []G, []G, float32, float32, float32)) {
 	x, gamma, beta = x[:len(y)], gamma[:len(y)], beta[:len(y)]
 	h := 0
 	if f.nt {
@@ -279,19 +279,19 @@ func affine16Rows[G float32 | uint16, K ~func([]uint16, []float32, []G, []G, flo
 	plain := f
 	plain.nt = false
 	if h > 0 {
-		affine16Rows(v, plain, y[:h], x[:h], gamma[:h], beta[:h], mean, rstd, kerns, twin)
+		affine16Rows(v, plain, y[:h], x[:h], gamma[:h], beta[:h], x0, meanD, rstd, kerns, twin)
 	}
 	y, x, gamma, beta = y[h:], x[h:], gamma[h:], beta[h:]
 	n := v.whole(len(y))
 	if n > 0 {
-		kerns(v)[b2i(f.bf)][b2i(f.fused)][b2i(f.nt)](y[:n], x, gamma, beta, mean, rstd)
+		kerns(v)[b2i(f.bf)][b2i(f.fused)][b2i(f.nt)](y[:n], x, gamma, beta, x0, meanD, rstd)
 	}
 	switch {
 	case n == len(y):
 	case v.narrower != nil:
-		affine16Rows(v.narrower, plain, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd, kerns, twin)
+		affine16Rows(v.narrower, plain, y[n:], x[n:], gamma[n:], beta[n:], x0, meanD, rstd, kerns, twin)
 	default:
-		twin(plain, y[n:], x[n:], gamma[n:], beta[n:], mean, rstd)
+		twin(plain, y[n:], x[n:], gamma[n:], beta[n:], x0, meanD, rstd)
 	}
 }
 
@@ -445,34 +445,42 @@ func (v *vecKernels) reduce(part, x []float32, kern, next func(part, x []float32
 	}
 }
 
-func (v *vecKernels) accumulateRow(part, x []float32) {
-	next := accumulateGo
-	if v.narrower != nil {
-		next = v.narrower.accumulateRow
-	}
-	v.reduce(part, x, v.accumulate, next)
+func (v *vecKernels) accumulateRow(part, x []float32, x0 float32) {
+	v.reduce(part, x,
+		func(part, x []float32) { v.accumulate(part, x, x0) },
+		func(part, x []float32) {
+			if v.narrower != nil {
+				v.narrower.accumulateRow(part, x, x0)
+				return
+			}
+			accumulateGo(part, x, x0)
+		})
 }
 
-func (v *vecKernels) sqDevRow(part, x []float32, mean float32) { v.sqDevAcc(false, part, x, mean) }
+func (v *vecKernels) sqDevRow(part, x []float32, x0, meanD float32) {
+	v.sqDevAcc(false, part, x, x0, meanD)
+}
 
-func (v *vecKernels) sqDevFMARow(part, x []float32, mean float32) { v.sqDevAcc(true, part, x, mean) }
+func (v *vecKernels) sqDevFMARow(part, x []float32, x0, meanD float32) {
+	v.sqDevAcc(true, part, x, x0, meanD)
+}
 
 // sqDevAcc is the squared-deviation accumulation (fused: FMA) in the reduce scheme.
-func (v *vecKernels) sqDevAcc(fused bool, part, x []float32, mean float32) {
+func (v *vecKernels) sqDevAcc(fused bool, part, x []float32, x0, meanD float32) {
 	kern := v.sqDev
 	if fused {
 		kern = v.sqDevFMA
 	}
 	v.reduce(part, x,
-		func(part, x []float32) { kern(part, x, mean) },
+		func(part, x []float32) { kern(part, x, x0, meanD) },
 		func(part, x []float32) {
 			switch {
 			case v.narrower != nil:
-				v.narrower.sqDevAcc(fused, part, x, mean)
+				v.narrower.sqDevAcc(fused, part, x, x0, meanD)
 			case fused:
-				accumulateSqDevFMAGo(part, x, mean)
+				accumulateSqDevFMAGo(part, x, x0, meanD)
 			default:
-				accumulateSqDevGo(part, x, mean)
+				accumulateSqDevGo(part, x, x0, meanD)
 			}
 		})
 }
@@ -492,56 +500,63 @@ func (v *vecKernels) reduceZero(part, x []float32, zero, rest, fallback func(par
 	rest(part, x[full:])
 }
 
-func (v *vecKernels) sumZeroRow(part, x []float32) {
-	v.reduceZero(part, x, v.accumulateZero, v.accumulateRow, func(part, x []float32) {
-		if v.narrower != nil {
-			v.narrower.sumZeroRow(part, x)
-			return
-		}
-		clear(part)
-		v.accumulateRow(part, x)
-	})
+func (v *vecKernels) sumZeroRow(part, x []float32, x0 float32) {
+	v.reduceZero(part, x,
+		func(part, x []float32) { v.accumulateZero(part, x, x0) },
+		func(part, x []float32) { v.accumulateRow(part, x, x0) },
+		func(part, x []float32) {
+			if v.narrower != nil {
+				v.narrower.sumZeroRow(part, x, x0)
+				return
+			}
+			clear(part)
+			v.accumulateRow(part, x, x0)
+		})
 }
 
-func (v *vecKernels) sqDevZeroRow(part, x []float32, mean float32) {
-	v.sqDevZeroAcc(false, part, x, mean)
+func (v *vecKernels) sqDevZeroRow(part, x []float32, x0, meanD float32) {
+	v.sqDevZeroAcc(false, part, x, x0, meanD)
 }
 
-func (v *vecKernels) sqDevFMAZeroRow(part, x []float32, mean float32) {
-	v.sqDevZeroAcc(true, part, x, mean)
+func (v *vecKernels) sqDevFMAZeroRow(part, x []float32, x0, meanD float32) {
+	v.sqDevZeroAcc(true, part, x, x0, meanD)
 }
 
-func (v *vecKernels) sqDevZeroAcc(fused bool, part, x []float32, mean float32) {
+func (v *vecKernels) sqDevZeroAcc(fused bool, part, x []float32, x0, meanD float32) {
 	zero := v.sqDevZero
 	if fused {
 		zero = v.sqDevFMAZero
 	}
 	v.reduceZero(part, x,
-		func(part, x []float32) { zero(part, x, mean) },
-		func(part, x []float32) { v.sqDevAcc(fused, part, x, mean) },
+		func(part, x []float32) { zero(part, x, x0, meanD) },
+		func(part, x []float32) { v.sqDevAcc(fused, part, x, x0, meanD) },
 		func(part, x []float32) {
 			if v.narrower != nil {
-				v.narrower.sqDevZeroAcc(fused, part, x, mean)
+				v.narrower.sqDevZeroAcc(fused, part, x, x0, meanD)
 				return
 			}
 			clear(part)
-			v.sqDevAcc(fused, part, x, mean)
+			v.sqDevAcc(fused, part, x, x0, meanD)
 		})
 }
 
-func (v *vecKernels) addSumRow(part, s, x, a, b, c []float32) { v.addSums(false, part, s, x, a, b, c) }
+func (v *vecKernels) addSumRow(part, s, x, a, b, c []float32, x0 float32) {
+	v.addSums(false, part, s, x, a, b, c, x0)
+}
 
 // addSumAccRow is addSumRow without x, adding onto the partials instead of starting them
 // at zero: a later piece of a row summed a piece at a time (len(s) a multiple of W except
 // for the row's last piece).
-func (v *vecKernels) addSumAccRow(part, s, a, b, c []float32) { v.addSums(true, part, s, nil, a, b, c) }
+func (v *vecKernels) addSumAccRow(part, s, a, b, c []float32, x0 float32) {
+	v.addSums(true, part, s, nil, a, b, c, x0)
+}
 
 // addSums runs the fused kernel over the whole chunks and the separate passes over the
 // shorter last chunk (which the plan adds last); shapes the kernel does not take (W not a
 // multiple of the lanes, no whole chunk, an x that does not start on a vector boundary)
 // go to the narrower width, or run the separate passes. acc: onto the partials as they
 // are (x is nil then), else from +0.
-func (v *vecKernels) addSums(acc bool, part, s, x, a, b, c []float32) {
+func (v *vecKernels) addSums(acc bool, part, s, x, a, b, c []float32, x0 float32) {
 	n := len(s)
 	a, b = a[:n], b[:n]
 	if c != nil {
@@ -557,30 +572,30 @@ func (v *vecKernels) addSums(acc bool, part, s, x, a, b, c []float32) {
 	}
 	if w%v.lanes != 0 || full == 0 || v.ntHead(x) != 0 {
 		if v.narrower != nil {
-			v.narrower.addSums(acc, part, s, x, a, b, c)
+			v.narrower.addSums(acc, part, s, x, a, b, c, x0)
 			return
 		}
 		v.addRow(s, x, a, b, c)
 		if acc {
-			v.accumulateRow(part, s)
+			v.accumulateRow(part, s, x0)
 		} else {
-			v.sumZeroRow(part, s)
+			v.sumZeroRow(part, s, x0)
 		}
 		return
 	}
 	switch {
 	case acc && c == nil:
-		v.add2SumAcc(part, s[:full], a, b)
+		v.add2SumAcc(part, s[:full], a, b, x0)
 	case acc:
-		v.add3SumAcc(part, s[:full], a, b, c)
+		v.add3SumAcc(part, s[:full], a, b, c, x0)
 	case c == nil && x == nil:
-		v.add2Sum(part, s[:full], a, b)
+		v.add2Sum(part, s[:full], a, b, x0)
 	case c == nil:
-		v.add2SumNT(part, s[:full], x, a, b)
+		v.add2SumNT(part, s[:full], x, a, b, x0)
 	case x == nil:
-		v.add3Sum(part, s[:full], a, b, c)
+		v.add3Sum(part, s[:full], a, b, c, x0)
 	default:
-		v.add3SumNT(part, s[:full], x, a, b, c)
+		v.add3SumNT(part, s[:full], x, a, b, c, x0)
 	}
 	if full < n {
 		var xt, ct []float32
@@ -591,22 +606,22 @@ func (v *vecKernels) addSums(acc bool, part, s, x, a, b, c []float32) {
 			ct = c[full:]
 		}
 		v.addRow(s[full:], xt, a[full:], b[full:], ct)
-		v.accumulateRow(part, s[full:])
+		v.accumulateRow(part, s[full:], x0)
 	}
 }
 
 // addSumStreamRow is addSumRow in two passes: the sequential first pass, then the blocked
 // sum of s.
-func (v *vecKernels) addSumStreamRow(part, s, x, a, b, c []float32) {
+func (v *vecKernels) addSumStreamRow(part, s, x, a, b, c []float32, x0 float32) {
 	v.addRow(s, x, a, b, c)
-	v.sumZeroRow(part, s)
+	v.sumZeroRow(part, s, x0)
 }
 
 // addSum16Row runs the 16-bit kernel over the whole chunks and the twin over the shorter
 // last chunk; a W the width does not divide goes to the narrower width, or the twin. An x
 // output goes through the kernel's non-temporal stores when x starts on a vector boundary,
 // else through narrow16NTRow after the sum.
-func (v *vecKernels) addSum16Row(f sum16, part, s []float32, x, a, b, c []uint16) {
+func (v *vecKernels) addSum16Row(f sum16, part, s []float32, x, a, b, c []uint16, x0 float32) {
 	n := len(s)
 	a, b = a[:n], b[:n]
 	if c != nil {
@@ -615,7 +630,7 @@ func (v *vecKernels) addSum16Row(f sum16, part, s []float32, x, a, b, c []uint16
 	if x != nil {
 		x = x[:n]
 		if v.nt16Head(x) != 0 {
-			v.addSum16Row(f, part, s, nil, a, b, c)
+			v.addSum16Row(f, part, s, nil, a, b, c, x0)
 			v.narrow16NTRow(f.bf, x, s)
 			return
 		}
@@ -627,22 +642,22 @@ func (v *vecKernels) addSum16Row(f sum16, part, s []float32, x, a, b, c []uint16
 	}
 	if w%v.lanes != 0 || full == 0 {
 		if v.narrower != nil {
-			v.narrower.addSum16Row(f, part, s, x, a, b, c)
+			v.narrower.addSum16Row(f, part, s, x, a, b, c, x0)
 			return
 		}
-		addSum16Go(f, part, s, x, a, b, c)
+		addSum16Go(f, part, s, x, a, b, c, x0)
 		return
 	}
 	k := v.addSum16[b2i(f.bf)][b2i(f.acc)]
 	switch {
 	case c == nil && x == nil:
-		k.two(part, s[:full], a, b)
+		k.two(part, s[:full], a, b, x0)
 	case c == nil:
-		k.twoNT(part, s[:full], x, a, b)
+		k.twoNT(part, s[:full], x, a, b, x0)
 	case x == nil:
-		k.full(part, s[:full], a, b, c)
+		k.full(part, s[:full], a, b, c, x0)
 	default:
-		k.fullNT(part, s[:full], x, a, b, c)
+		k.fullNT(part, s[:full], x, a, b, c, x0)
 	}
 	if full < n {
 		var ct []uint16
@@ -651,7 +666,7 @@ func (v *vecKernels) addSum16Row(f sum16, part, s []float32, x, a, b, c []uint16
 		}
 		tail := f
 		tail.acc = true
-		addSum16Go(tail, part, s[full:], nil, a[full:], b[full:], ct)
+		addSum16Go(tail, part, s[full:], nil, a[full:], b[full:], ct, x0)
 		if x != nil {
 			v.narrow16NTRow(f.bf, x[full:], s[full:])
 		}

@@ -883,3 +883,50 @@ func (g *gpuTimer) report() {
 		g.bm.ReportMetric(float64(g.total)/float64(g.n)/1e3, "gpu-µs/op")
 	}
 }
+
+// TestHalfFastPaths checks the kernels' shortcuts for 16-bit data against the CPU: round16
+// (rounding in place where the result is a normal binary16) and f16x2_to_f32 (the builtin
+// for two normal halves), on every binary16 pattern and on values around each rounding.
+func TestHalfFastPaths(t *testing.T) {
+	b := backend(t)
+	var words []uint32
+	for _, hi := range []uint32{0x3c00, 0x0001, 0x7c00, 0x8400} { // normal, subnormal, Inf, -normal
+		for i := uint32(0); i < 1<<16; i++ {
+			words = append(words, i|hi<<16, hi|i<<16)
+		}
+	}
+	lo, hi := probe(t, b, shaders.ProbeF16x2Lo, words), probe(t, b, shaders.ProbeF16x2Hi, words)
+	for i, w := range words {
+		for k, g := range []uint32{lo[i], hi[i]} {
+			want := cpu.F16ToF32(uint16(w >> (16 * k)))
+			if math.IsNaN(float64(want)) {
+				continue
+			}
+			if g != math.Float32bits(want) {
+				t.Fatalf("f16x2_to_f32(%#08x) half %d = %#08x, want %#08x", w, k, g, math.Float32bits(want))
+			}
+		}
+	}
+	var vals []uint32
+	r := rand.New(rand.NewPCG(5, 6))
+	for h := uint32(0); h < 0x7c00; h += 3 {
+		f := cpu.F16ToF32(uint16(h))
+		mid := float32((float64(f) + float64(cpu.F16ToF32(uint16(h+1)))) / 2)
+		for _, x := range []float32{f, mid, math.Nextafter32(mid, 0), math.Nextafter32(mid, 1e9)} {
+			vals = append(vals, math.Float32bits(x), math.Float32bits(-x))
+		}
+	}
+	for i := 0; i < 50000; i++ {
+		vals = append(vals, r.Uint32())
+	}
+	got := probe(t, b, shaders.ProbeRound16, vals)
+	for i, v := range vals {
+		f := math.Float32frombits(v)
+		if math.IsNaN(float64(f)) {
+			continue
+		}
+		if want := math.Float32bits(cpu.F16ToF32(cpu.F32ToF16(f))); got[i] != want {
+			t.Fatalf("round16(%g = %#08x) = %#08x, want %#08x", f, v, got[i], want)
+		}
+	}
+}

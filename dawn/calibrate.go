@@ -75,11 +75,11 @@ func (d calibrationData) expect(prof plan.Contraction) prediction {
 		for i := range s {
 			s[i] = d.x1[row*calibrationH+i] + d.x2[row*calibrationH+i]
 		}
-		mean, rstd := p.Stats(s, calibrationEps, part)
+		st := p.Stats(s, calibrationEps, part)
 		for i, v := range s {
-			out.y = append(out.y, math.Float32bits(p.Affine(v, mean, rstd, d.gamma[i], d.beta[i])))
+			out.y = append(out.y, math.Float32bits(p.Affine(v, st, d.gamma[i], d.beta[i])))
 		}
-		out.stats = append(out.stats, math.Float32bits(mean), math.Float32bits(rstd))
+		out.stats = append(out.stats, math.Float32bits(st.Mean()), math.Float32bits(st.Rstd))
 	}
 	return out
 }

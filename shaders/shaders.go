@@ -16,6 +16,7 @@ import (
 	"text/template"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
 //go:embed common/*.wgsl.tmpl embedlayernorm/*.wgsl.tmpl addlayernorm/*.wgsl.tmpl probe/*.wgsl.tmpl
@@ -40,6 +41,8 @@ type Embed struct {
 	CountOnes bool      // mask_index rule ops.MaskCountOnes (else first zero)
 	Sum       bool      // embedding_sum requested
 	OddH      bool      // H odd: 16-bit rows may share a word with their neighbours
+	Vec       bool      // the vector kernel (H a multiple of 4, see VecOK)
+	Wide      bool      // with Vec: the 8-lane vector kernel (f16, H a multiple of 8, see WideOK)
 }
 
 // AddLN selects an AddLayerNorm kernel.
@@ -53,7 +56,27 @@ type AddLN struct {
 	Out      ops.DType // OutT of y and x
 	WriteX   bool      // the x output is requested
 	OddD     bool      // D odd: 16-bit rows may share a word with their neighbours
+	Vec      bool      // the vector kernel (D a multiple of 4, see VecOK)
+	Wide     bool      // with Vec: the 8-lane vector kernel (16-bit tensors only, see WideOK)
 }
+
+// VecLanes is how many of the plan's invocations one invocation of a vector kernel stands
+// for: invocation t owns the plan's lanes 4t … 4t+3 and loads their elements of a chunk as
+// one vector (vec4<f32>, or vec2<u32> holding four 16-bit values), so the workgroup has
+// W/VecLanes invocations and every partial sum keeps the plan's order (internal/plan).
+const VecLanes = plan.VecLanes
+
+// VecOK reports whether rows of h elements can use the vector kernels: every row then
+// starts on a vector boundary (h a multiple of VecLanes), and so does every table row.
+func VecOK(h int) bool { return h%VecLanes == 0 }
+
+// WideLanes is VecLanes for the wide vector kernels of 16-bit data: invocation t owns the
+// plan's lanes 8t … 8t+7 and loads them as one vec4<u32> of eight 16-bit values.
+const WideLanes = 2 * VecLanes
+
+// WideOK reports whether rows of h elements whose tensors are all 16-bit, under a plan of
+// width w, can use the wide vector kernels.
+func WideOK(h, w int) bool { return h%WideLanes == 0 && w >= WideLanes }
 
 // PrivateFor is the Private parameter for rows of h elements over w invocations.
 func PrivateFor(h, w int) int {
@@ -70,8 +93,11 @@ func (p Embed) Key() string { return fmt.Sprintf("embed%+v", p) }
 func (p AddLN) Key() string { return fmt.Sprintf("addln%+v", p) }
 
 func (p Embed) check() error {
-	if err := checkW(p.W, p.Private); err != nil {
+	if err := checkW(p.W, p.Private, p.Vec, p.Wide); err != nil {
 		return err
+	}
+	if p.Wide && p.DType != ops.F16 {
+		return fmt.Errorf("shaders: embed: wide kernel of dtype %v", p.DType)
 	}
 	if p.DType != ops.F32 && p.DType != ops.F16 {
 		return fmt.Errorf("shaders: embed: dtype %v", p.DType)
@@ -83,8 +109,13 @@ func (p Embed) check() error {
 }
 
 func (p AddLN) check() error {
-	if err := checkW(p.W, p.Private); err != nil {
+	if err := checkW(p.W, p.Private, p.Vec, p.Wide); err != nil {
 		return err
+	}
+	for _, d := range []ops.DType{p.X1, p.X2, p.Gamma, p.Out, p.Bias} {
+		if p.Wide && d != ops.Invalid && !d.Is16() {
+			return fmt.Errorf("shaders: addln: wide kernel with a %v tensor", d)
+		}
 	}
 	for _, d := range []ops.DType{p.X1, p.X2, p.Gamma, p.Out} {
 		if wgslName(d) == "" {
@@ -97,9 +128,15 @@ func (p AddLN) check() error {
 	return nil
 }
 
-func checkW(w, private int) error {
+func checkW(w, private int, vec, wide bool) error {
+	if wide && (!vec || w < WideLanes) {
+		return fmt.Errorf("shaders: wide kernel needs Vec and W ≥ %d (W %d)", WideLanes, w)
+	}
 	if w < 1 || w > 1024 || w&(w-1) != 0 {
 		return fmt.Errorf("shaders: W %d is not a power of two in [1, 1024]", w)
+	}
+	if vec && w < VecLanes {
+		return fmt.Errorf("shaders: W %d is less than the vector kernels' %d lanes", w, VecLanes)
 	}
 	if private < 0 || private > MaxPrivate {
 		return fmt.Errorf("shaders: private %d outside [0, %d]", private, MaxPrivate)
@@ -128,10 +165,35 @@ func elemType(d string) string {
 	return "u32" // two 16-bit values per word
 }
 
-// outElem is the array element of a written tensor: 16-bit rows that can share a word with a
-// neighbour are written with atomics.
-func outElem(d string, odd bool) string {
+// vecElem is the WGSL array element a tensor of dtype d is bound as in the vector kernels:
+// one vector of VecLanes values.
+func vecElem(d string) string {
+	if d == "f32" {
+		return "vec4<f32>"
+	}
+	return "vec2<u32>" // four 16-bit values
+}
+
+// elemFor is elemType, or vecElem in the vector kernels, or vec4<u32> (eight 16-bit values)
+// in the wide ones.
+func elemFor(vec, wide bool) func(string) string {
 	switch {
+	case wide:
+		return func(string) string { return "vec4<u32>" }
+	case vec:
+		return vecElem
+	}
+	return elemType
+}
+
+// outElem is the array element of a written tensor: 16-bit rows that can share a word with a
+// neighbour are written with atomics; the vector kernels write whole vectors.
+func outElem(d string, odd, vec, wide bool) string {
+	switch {
+	case wide:
+		return "vec4<u32>"
+	case vec:
+		return vecElem(d)
 	case d == "f32":
 		return "f32"
 	case odd:
@@ -149,17 +211,30 @@ type flushArg struct {
 
 var funcs = template.FuncMap{
 	"tensor": func(name, t string) tensorArg { return tensorArg{name, t} },
+	"vec":    vecElem,
 	"flush":  func(name string, odd bool) flushArg { return flushArg{name, odd} },
 	"elem":   elemType,
 }
 
 // stageWords is the workgroup staging size for 16-bit rows of up to private·w elements:
 // such a row spans at most private·w/2 + 1 words. 0 when the kernel does not stage.
-func stageWords(out ops.DType, w, private int) int {
-	if !out.Is16() || private == 0 {
+func stageWords(out ops.DType, w, private int, vec bool) int {
+	if !out.Is16() || private == 0 || vec {
 		return 0
 	}
 	return private*w/2 + 1
+}
+
+// groupSize is the workgroup size of a kernel: W, or W/VecLanes for the vector kernels, or
+// W/WideLanes for the wide ones.
+func groupSize(w int, vec, wide bool) int {
+	switch {
+	case wide:
+		return w / WideLanes
+	case vec:
+		return w / VecLanes
+	}
+	return w
 }
 
 // parse builds the template set of one op: the shared include plus the op's file.
@@ -192,13 +267,13 @@ func RenderEmbed(p Embed) (string, error) {
 		return "", err
 	}
 	t := wgslName(p.DType)
-	sw := stageWords(p.DType, p.W, p.Private)
+	sw := stageWords(p.DType, p.W, p.Private, p.Vec)
 	data := struct {
 		Embed
 		T, Elem, OutElem string
 		Half, Stage      bool
-		StageWords       int
-	}{p, t, elemType(t), outElem(t, p.OddH), p.DType == ops.F16, sw > 0, sw}
+		StageWords, WG   int
+	}{p, t, elemFor(p.Vec, p.Wide)(t), outElem(t, p.OddH, p.Vec, p.Wide), p.DType == ops.F16, sw > 0, sw, groupSize(p.W, p.Vec, p.Wide)}
 	return render(p.Key(), embedTmpl(), "embedlayernorm.wgsl.tmpl", data)
 }
 
@@ -208,16 +283,17 @@ func RenderAddLN(p AddLN) (string, error) {
 		return "", err
 	}
 	out := wgslName(p.Out)
-	sw := stageWords(p.Out, p.W, p.Private)
+	sw := stageWords(p.Out, p.W, p.Private, p.Vec)
 	data := struct {
-		W, Private               int
-		X1, X2, Gamma, Bias, Out string
-		BiasFull, WriteX, OddD   bool
-		OutElem                  string
-		Stage                    bool
-		StageWords               int
-	}{p.W, p.Private, wgslName(p.X1), wgslName(p.X2), wgslName(p.Gamma), wgslName(p.Bias), out,
-		p.BiasFull, p.WriteX, p.OddD, outElem(out, p.OddD), sw > 0, sw}
+		W, Private, WG                    int
+		X1, X2, Gamma, Bias, Out          string
+		BiasFull, WriteX, OddD, Vec, Wide bool
+		OutElem                           string
+		Stage                             bool
+		StageWords                        int
+		E                                 func(string) string
+	}{p.W, p.Private, groupSize(p.W, p.Vec, p.Wide), wgslName(p.X1), wgslName(p.X2), wgslName(p.Gamma), wgslName(p.Bias), out,
+		p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Wide, outElem(out, p.OddD, p.Vec, p.Wide), sw > 0, sw, elemFor(p.Vec, p.Wide)}
 	return render(p.Key(), addlnTmpl(), "addlayernorm.wgsl.tmpl", data)
 }
 
@@ -229,6 +305,9 @@ const (
 	ProbeFromF16   = 3 // integer f16 → f32
 	ProbeToBF16    = 4 // integer f32 → bf16 (RNE)
 	ProbeUnpackF16 = 5 // builtin unpack2x16float, low half
+	ProbeRound16   = 6 // round16(f32) → f32 bits
+	ProbeF16x2Lo   = 7 // f16x2_to_f32, low half → f32 bits
+	ProbeF16x2Hi   = 8 // f16x2_to_f32, high half → f32 bits
 	ProbeWorkgroup = 64
 )
 
@@ -237,7 +316,7 @@ const (
 // workgroups of ProbeWorkgroup invocations, element = gid.x + gid.y·nwg.x·ProbeWorkgroup).
 func RenderProbe() (string, error) {
 	return render("probe", probeTmpl(), "probe.wgsl.tmpl", struct {
-		W     int
-		Stage bool
-	}{W: ProbeWorkgroup})
+		W, WG            int
+		Stage, Vec, Wide bool
+	}{W: ProbeWorkgroup, WG: ProbeWorkgroup})
 }

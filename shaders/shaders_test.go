@@ -28,11 +28,24 @@ func embedParams() []Embed {
 					for _, sum := range []bool{false, true} {
 						for _, odd := range []bool{false, true} {
 							for _, sh := range []shape{{64, 2}, {1, 1}, {256, 0}} {
-								out = append(out, Embed{
+								p := Embed{
 									W: sh.w, Private: sh.private, DType: dt,
 									Segment: seg > 0, SegIDs: seg > 1, PosIDs: pos,
 									MaskIndex: mi > 0, CountOnes: mi == 2, Sum: sum, OddH: odd,
-								})
+								}
+								out = append(out, p)
+								if p.Vec = true; !odd && sh.w >= VecLanes {
+									out = append(out, p) // the vector kernel (H a multiple of 4)
+									if dt == ops.F16 {
+										wide := p
+										wide.Wide = true
+										out = append(out, wide) // the wide kernel (H a multiple of 8)
+									}
+									if sh.w == 256 {
+										p.W, p.Private = 1024, 8 // long rows: W up to plan.MaxVecW
+										out = append(out, p)
+									}
+								}
 							}
 						}
 					}
@@ -60,6 +73,18 @@ func addlnParams() []AddLN {
 							p.Bias = r[3]
 						}
 						out = append(out, p)
+						if p.Vec = true; !odd && sh.w >= VecLanes {
+							out = append(out, p) // the vector kernel (D a multiple of 4)
+							if r[0].Is16() && r[1].Is16() && r[2].Is16() {
+								wide := p
+								wide.Wide = true
+								out = append(out, wide) // the wide kernel (D a multiple of 8)
+							}
+							if sh.w == 256 {
+								p.W, p.Private = 1024, 8 // long rows: W up to plan.MaxVecW
+								out = append(out, p)
+							}
+						}
 					}
 				}
 			}

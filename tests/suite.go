@@ -39,6 +39,7 @@ func Run(t *testing.T, eng *fn.Engine) {
 	t.Run("EmbedLayerNorm", s.embedCases)
 	t.Run("AddLayerNorm", s.addCases)
 	t.Run("ORT", s.ortCases)
+	t.Run("HardRows", s.hardRows)
 	if s.Plan != nil {
 		t.Logf("largest ulp difference against the CPU plan (profile %s):\n%s", info.Profile, s.ulps)
 	}

@@ -1,9 +1,11 @@
 package plan
 
 import (
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -53,7 +55,8 @@ func isBad(f float32) bool {
 }
 
 func TestForWidth(t *testing.T) {
-	for _, c := range []struct{ h, w int }{{1, 1}, {2, 2}, {3, 4}, {4, 4}, {5, 8}, {255, 256}, {256, 256}, {257, 256}, {65536, 256}} {
+	for _, c := range []struct{ h, w int }{{1, 1}, {2, 2}, {3, 4}, {4, 4}, {5, 8}, {255, 256}, {256, 256}, {257, 256}, {2048, 256},
+		{2052, 512}, {4096, 512}, {4097, 256}, {4098, 256}, {5120, 1024}, {8192, 1024}, {65536, 1024}, {65537, 256}} {
 		if p := For(c.h, Contraction{}); p.W != c.w {
 			t.Errorf("For(%d).W = %d, want %d", c.h, p.W, c.w)
 		}
@@ -74,7 +77,108 @@ func TestSumOrder(t *testing.T) {
 	a0 = a0 + float32(-1e8)
 	a1 = a1 + 1
 	want := a0 + a1
-	if got := p.Sum(x, part); got != want {
+	if got := p.Sum(x, 0, part); got != want {
 		t.Fatalf("Sum = %v, want %v", got, want)
 	}
+}
+
+// hardRow is a row the plan must get right: exactly constant (c), or offset ± spread.
+type hardRow struct {
+	name string
+	x    []float32
+}
+
+func hardRows() []hardRow {
+	var rows []hardRow
+	r := rand.New(rand.NewPCG(16, 4))
+	for _, h := range []int{1, 3, 7, 64, 100, 255, 768, 1000, 1024, 4096, 4097, 8192} {
+		for _, c := range []float32{0, 1, -2.7, 0.1, 1000.1, -1e4, 3.3e7, 1e-20, 65504} {
+			x := make([]float32, h)
+			for i := range x {
+				x[i] = c
+			}
+			rows = append(rows, hardRow{fmt.Sprintf("const(H=%d,c=%g)", h, c), x})
+		}
+		for _, off := range []float64{1000, -1000, 1e4, 1e5} {
+			x := make([]float32, h)
+			for i := range x {
+				x[i] = float32(off + 2*r.Float64() - 1)
+			}
+			rows = append(rows, hardRow{fmt.Sprintf("offset(H=%d,%g±1)", h, off), x})
+		}
+	}
+	return rows
+}
+
+// ref64 is the row's layer norm in float64: mean, variance, y with gamma 1 and beta 0.
+func ref64(x []float32, eps float64) (mean, variance float64, y []float64) {
+	for _, v := range x {
+		mean += float64(v)
+	}
+	mean /= float64(len(x))
+	for _, v := range x {
+		variance += (float64(v) - mean) * (float64(v) - mean)
+	}
+	variance /= float64(len(x))
+	y = make([]float64, len(x))
+	for i, v := range x {
+		y[i] = (float64(v) - mean) / math.Sqrt(variance+eps)
+	}
+	return mean, variance, y
+}
+
+// TestHardRows checks plan v2 against float64 on constant and offset rows (SPEC §C.4a):
+// constant rows exactly (mean = c, variance 0, y = beta), offset rows within 1e-5 with
+// gamma 1, under every profile; and logs the largest errors, with plan v1's for contrast.
+func TestHardRows(t *testing.T) {
+	for _, prof := range []Contraction{{}, {FuseVariance: true, FuseAffine: true}} {
+		for _, eps := range []float32{1e-5, 1e-12} {
+			var worstV2, worstV1, worstV1Offset float64
+			for _, row := range hardRows() {
+				p := For(len(row.x), prof)
+				part := make([]float32, p.W)
+				st := p.Stats(row.x, eps, part)
+				mean64, _, y64 := ref64(row.x, float64(eps))
+				constant := strings.HasPrefix(row.name, "const")
+				if constant {
+					if st.Mean() != row.x[0] || st.Rstd != Rstd(eps) {
+						t.Errorf("%v eps=%g %s: mean %g rstd %g, want %g and %g", prof, eps, row.name, st.Mean(), st.Rstd, row.x[0], Rstd(eps))
+					}
+				} else if d := math.Abs(float64(st.Mean()) - mean64); d > 2*ulp32(mean64) {
+					t.Errorf("%v eps=%g %s: mean %g, float64 %g", prof, eps, row.name, st.Mean(), mean64)
+				}
+				m1, r1 := statsV1(p, row.x, eps, part)
+				for i, v := range row.x {
+					y := p.Affine(v, st, 1.5, 0.25)
+					if constant && y != 0.25 {
+						t.Fatalf("%v eps=%g %s: y[%d] = %g, want beta exactly", prof, eps, row.name, i, y)
+					}
+					want := 1.5*y64[i] + 0.25
+					worstV2 = max(worstV2, math.Abs(float64(y)-want)/1.5)
+					y1 := float32(float32((v-m1)*r1)*1.5) + 0.25
+					worstV1 = max(worstV1, math.Abs(float64(y1)-want)/1.5)
+					if !constant {
+						worstV1Offset = max(worstV1Offset, math.Abs(float64(y1)-want)/1.5)
+					}
+				}
+			}
+			t.Logf("%v eps=%g: largest |y − y64|/|gamma|: plan v2 %.3g, plan v1 %.3g (%.3g on the offset rows)",
+				prof, eps, worstV2, worstV1, worstV1Offset)
+			if worstV2 > 1e-5 {
+				t.Errorf("%v eps=%g: plan v2 is %.3g from float64, want ≤ 1e-5", prof, eps, worstV2)
+			}
+		}
+	}
+}
+
+// statsV1 is plan v1's mean and rstd (SPEC §C.4), for contrast in TestHardRows.
+func statsV1(p Plan, x []float32, eps float32, part []float32) (mean, rstd float32) {
+	mean = p.Sum(x, 0, part) * p.InvH
+	variance := p.SumSqDev(x, mean, 0, part) * p.InvH
+	return mean, Rstd(variance + eps)
+}
+
+func ulp32(v float64) float64 {
+	f := float32(math.Abs(v))
+	return float64(math.Nextafter32(f, float32(math.Inf(1))) - f)
 }

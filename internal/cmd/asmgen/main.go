@@ -349,7 +349,7 @@ func elementwise(v isa) {
 			bf, half := strings.HasPrefix(out, "BF16"), strings.Contains(out, "16H")
 			nt16 := strings.HasPrefix(out, "F16") || bf
 			nt16 = nt16 && strings.HasSuffix(out, "NT")
-			yT, doc := "[]float32", []string{name + " writes y[i] = " + what + ", n = f32((x[i] − mean)·rstd),"}
+			yT, doc := "[]float32", []string{name + " writes y[i] = " + what + ", n = f32(((x[i] − x0) − meanD)·rstd),"}
 			switch {
 			case out == "":
 				doc = append(doc, "for whole vectors of y.")
@@ -373,9 +373,9 @@ func elementwise(v isa) {
 			if half {
 				gT = "[]uint16"
 			}
-			text(name, "func(y "+yT+", x []float32, gamma, beta "+gT+", mean, rstd float32)", doc...)
+			text(name, "func(y "+yT+", x []float32, gamma, beta "+gT+", x0, meanD, rstd float32)", doc...)
 			y, x, g, b := base("y"), base("x"), base("gamma"), base("beta")
-			mean, rstd := v.broadcastParam("mean"), v.broadcastParam("rstd")
+			x0, mean, rstd := v.broadcastParam("x0"), v.broadcastParam("meanD"), v.broadcastParam("rstd")
 			var bk bf16Consts
 			unroll := 4
 			if bf {
@@ -385,6 +385,7 @@ func elementwise(v isa) {
 			v.loop(name, length("y"), unroll, func(i reg.Register, off int) {
 				t := v.vec()
 				c.VMOVUPS(f32(x, i, off), t)
+				c.VSUBPS(x0, t, t)
 				c.VSUBPS(mean, t, t)
 				c.VMULPS(rstd, t, t)
 				switch {
@@ -521,25 +522,30 @@ func (v isa) blocks(name string, part reg.GPVirtual, w, n reg.Register, zero boo
 func reductions(v isa) {
 	type variant struct {
 		name, sig, doc string
-		step           func(acc reg.VecVirtual, m Mem, mean reg.VecVirtual)
+		step           func(acc reg.VecVirtual, m Mem, x0, mean reg.VecVirtual)
 	}
 	variants := []variant{
-		{v.name + "Accumulate", "func(part, x []float32)", "part[k] += x[c·W+k]",
-			func(acc reg.VecVirtual, m Mem, _ reg.VecVirtual) {
-				c.VADDPS(m, acc, acc)
-			}},
-		{v.name + "AccumulateSqDev", "func(part, x []float32, mean float32)", "part[k] += f32(d·d), d = x[c·W+k] − mean",
-			func(acc reg.VecVirtual, m Mem, mean reg.VecVirtual) {
+		{v.name + "Accumulate", "func(part, x []float32, x0 float32)", "part[k] += x[c·W+k] − x0",
+			func(acc reg.VecVirtual, m Mem, x0, _ reg.VecVirtual) {
 				d := v.vec()
 				c.VMOVUPS(m, d)
+				c.VSUBPS(x0, d, d)
+				c.VADDPS(d, acc, acc)
+			}},
+		{v.name + "AccumulateSqDev", "func(part, x []float32, x0, meanD float32)", "part[k] += f32(d·d), d = (x[c·W+k] − x0) − meanD",
+			func(acc reg.VecVirtual, m Mem, x0, mean reg.VecVirtual) {
+				d := v.vec()
+				c.VMOVUPS(m, d)
+				c.VSUBPS(x0, d, d)
 				c.VSUBPS(mean, d, d)
 				c.VMULPS(d, d, d)
 				c.VADDPS(d, acc, acc)
 			}},
-		{v.name + "AccumulateSqDevFMA", "func(part, x []float32, mean float32)", "part[k] = fma(d, d, part[k]), d = x[c·W+k] − mean",
-			func(acc reg.VecVirtual, m Mem, mean reg.VecVirtual) {
+		{v.name + "AccumulateSqDevFMA", "func(part, x []float32, x0, meanD float32)", "part[k] = fma(d, d, part[k]), d = (x[c·W+k] − x0) − meanD",
+			func(acc reg.VecVirtual, m Mem, x0, mean reg.VecVirtual) {
 				d := v.vec()
 				c.VMOVUPS(m, d)
+				c.VSUBPS(x0, d, d)
 				c.VSUBPS(mean, d, d)
 				c.VFMADD231PS(d, d, acc)
 			}},
@@ -557,12 +563,13 @@ func reductions(v isa) {
 			}
 			part, x := base("part"), base("x")
 			w := length("part")
+			x0 := v.broadcastParam("x0")
 			var mean reg.VecVirtual
-			if vr.sig != "func(part, x []float32)" {
-				mean = v.broadcastParam("mean")
+			if strings.Contains(vr.sig, "meanD") {
+				mean = v.broadcastParam("meanD")
 			}
 			v.blocks(name, part, w, length("x"), zero, func(e reg.Register, j int, acc reg.VecVirtual) {
-				vr.step(acc, f32(x, e, v.lanes*j), mean)
+				vr.step(acc, f32(x, e, v.lanes*j), x0, mean)
 			})
 		}
 	}
@@ -594,7 +601,8 @@ func sums(v isa) {
 		if vr.acc {
 			from = "added onto part"
 		}
-		doc := []string{name + " writes s[i] = " + what + " and part[k] = Σ_c s[c·W+k] " + from + " (chunks in order),"}
+		sig = strings.Replace(sig, "[]float32)", "[]float32, x0 float32)", 1)
+		doc := []string{name + " writes s[i] = " + what + " and part[k] = Σ_c (s[c·W+k] − x0) " + from + " (chunks in order),"}
 		if vr.nt {
 			doc = append(doc, "and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),")
 		}
@@ -609,6 +617,7 @@ func sums(v isa) {
 		if vr.three {
 			d = base("d")
 		}
+		x0 := v.broadcastParam("x0")
 		v.blocks(name, part, length("part"), length("s"), !vr.acc, func(e reg.Register, j int, acc reg.VecVirtual) {
 			o := v.lanes * j
 			t := v.vec()
@@ -621,7 +630,8 @@ func sums(v isa) {
 			if vr.nt {
 				c.VMOVNTPS(t, f32(x, e, o))
 			}
-			c.VADDPS(t, acc, acc) // part[k] + s
+			c.VSUBPS(x0, t, t)
+			c.VADDPS(t, acc, acc) // part[k] + (s − x0)
 		})
 	}
 }
@@ -663,12 +673,13 @@ func sum16Kernel(v isa, bf, full, acc, nt bool) {
 		name += "NT"
 		sig = strings.Replace(sig, "a, b", "x, a, b", 1)
 	}
+	sig = strings.Replace(sig, "[]uint16)", "[]uint16, x0 float32)", 1)
 	from := "from +0"
 	if acc {
 		from = "added onto part"
 	}
 	doc := []string{name + " writes s[i] = " + what + ", with the " + strings.ToLower(t) + " inputs widened exactly, and",
-		"part[k] = Σ_c s[c·W+k] " + from + " (chunks in order),"}
+		"part[k] = Σ_c (s[c·W+k] − x0) " + from + " (chunks in order),"}
 	if nt {
 		doc = append(doc, "and x[i] = s[i] rounded to "+strings.ToLower(t)+" with non-temporal stores (x aligned to a",
 			"vector of 16-bit values; the caller fences),")
@@ -688,6 +699,7 @@ func sum16Kernel(v isa, bf, full, acc, nt bool) {
 	if nt && bf {
 		k = v.bf16Consts()
 	}
+	x0 := v.broadcastParam("x0")
 	v.blocks(name, part, length("part"), length("s"), !acc, func(e reg.Register, j int, sum reg.VecVirtual) {
 		o := v.lanes * j
 		r := v.widen16(bf, u16(a, e, o))
@@ -696,7 +708,9 @@ func sum16Kernel(v isa, bf, full, acc, nt bool) {
 			c.VADDPS(v.widen16(bf, u16(d, e, o)), r, r)
 		}
 		c.VMOVUPS(r, f32(sp, e, o))
-		c.VADDPS(r, sum, sum) // part[k] + s
+		sh := v.vec()
+		c.VSUBPS(x0, r, sh)
+		c.VADDPS(sh, sum, sum) // part[k] + (s − x0)
 		switch {
 		case nt && bf:
 			v.narrowBF16(k, r, u16(x, e, o), true) // clobbers r, after its last use
