@@ -51,11 +51,8 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 		Out:      a.Y.DType,
 		WriteX:   a.X.Present(),
 		OddD:     a.Y.DType.Is16() && D%2 == 1,
-		Vec:      shaders.VecOK(D),
 	}
-	// Rows of 16-bit tensors alone move eight values a vector (one vec4<u32>).
-	k.Wide = k.Vec && shaders.WideOK(D, p.W) && k.X1.Is16() && k.X2.Is16() && k.Gamma.Is16() && k.Out.Is16() &&
-		(k.Bias == ops.Invalid || k.Bias.Is16())
+	k.Vectorize(D, p.W)
 	if reread {
 		k.Private = 0
 	}

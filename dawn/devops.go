@@ -254,6 +254,7 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 		Sum:       out.Sum.Present(),
 		OddH:      w.DType == ops.F16 && H%2 == 1,
 	}
+	k.Vectorize(H, op.plan.W)
 	pipe, err := b.embedPipeline(k)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
@@ -502,6 +503,7 @@ func (b *Backend) addDev(ctx context.Context, a *ops.AddLN, prep *addPrep) error
 		WriteX:   a.X.Present(),
 		OddD:     a.Y.DType.Is16() && D%2 == 1,
 	}
+	k.Vectorize(D, pl.W)
 	pipe, err := b.addPipeline(k)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)

@@ -178,9 +178,8 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		CountOnes: w.Rule == ops.MaskCountOnes,
 		Sum:       out.Sum.Present(),
 		OddH:      w.DType == ops.F16 && H%2 == 1,
-		Vec:       shaders.VecOK(H),
 	}
-	k.Wide = k.Vec && w.DType == ops.F16 && shaders.WideOK(H, op.plan.W) // eight values a vector
+	k.Vectorize(H, op.plan.W)
 	if !k.MaskIndex {
 		k.CountOnes = false
 	}

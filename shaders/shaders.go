@@ -78,6 +78,22 @@ const WideLanes = 2 * VecLanes
 // width w, can use the wide vector kernels.
 func WideOK(h, w int) bool { return h%WideLanes == 0 && w >= WideLanes }
 
+// Vectorize picks the vector kernels for rows of h elements under a plan of width w: Vec
+// when h allows, Wide when every tensor is 16-bit too. Every dispatch of the op sets them
+// here, so the kernels chosen for host and device tensors are the same.
+func (k *Embed) Vectorize(h, w int) {
+	k.Vec = VecOK(h)
+	k.Wide = k.Vec && k.DType == ops.F16 && WideOK(h, w)
+}
+
+// Vectorize is Embed.Vectorize for AddLayerNorm: Wide when x1, x2, gamma (and bias), y
+// are all 16-bit.
+func (k *AddLN) Vectorize(d, w int) {
+	k.Vec = VecOK(d)
+	k.Wide = k.Vec && WideOK(d, w) && k.X1.Is16() && k.X2.Is16() && k.Gamma.Is16() && k.Out.Is16() &&
+		(k.Bias == ops.Invalid || k.Bias.Is16())
+}
+
 // PrivateFor is the Private parameter for rows of h elements over w invocations.
 func PrivateFor(h, w int) int {
 	if n := (h + w - 1) / w; n <= MaxPrivate {
