@@ -217,7 +217,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// call includes uploading the per-call inputs and reading the outputs back.
 	timed := eng.KernelTiming(true) == nil
 	if timed {
-		fmt.Fprintln(stdout, "kernel: device time of the compute pass (timestamp queries, rounded by Dawn to 65.536 us steps)")
+		fmt.Fprintln(stdout, "kernel: device time of the compute pass (timestamp queries, timestamp_quantization off); device-resident: wall per call of a chain on device tensors ended by one Sync (in -json)")
 	}
 	info := eng.Info()
 	fmt.Fprintf(stdout, "engine: %s\n", info)
