@@ -163,9 +163,12 @@ func rooflineSVG(info fusednorm.Info, results []*result) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">`+"\n", W, H, W, H)
 	fmt.Fprintf(&b, `<rect width="%.0f" height="%.0f" fill="white"/>`+"\n", W, H)
-	title := "fusednorm roofline: " + info.Backend + " on " + info.Device
-	if len(title) > 110 {
-		title = title[:107] + "..."
+	// The device's name, without the driver detail in parentheses: a bold title of more
+	// than about 80 characters runs off the picture.
+	dev, _, _ := strings.Cut(info.Device, " (")
+	title := "fusednorm roofline: " + info.Backend + " on " + dev
+	if len(title) > 80 {
+		title = title[:77] + "..."
 	}
 	fmt.Fprintf(&b, `<text x="%.0f" y="24" font-size="15" font-weight="bold">%s</text>`+"\n", left, esc(title))
 	fmt.Fprintf(&b, `<text x="%.0f" y="44" fill="#444">achieved GB/s = (bytes read + written) / median time, against the bytes each case moves; 1 GB = 1e9 B</text>`+"\n", left)
