@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a GPU machine without Go or network needs, into carry/ (git-ignored): the
-# conformance suite, the root package's and the cpu package's tests as test binaries, and
-# the benchmark. Then
+# conformance suite, the root package's and the cpu package's tests as test binaries, the
+# benchmark, the C tiny-dispatch benchmark and torch's anchor script. Then
 # carry carry/, third_party/dawn, third_party/env.sh and .gl (Vulkan loader and glvnd debs,
 # see the device tool's README) and run scripts/device-run.sh there.
 # With ORT=1 it also packs carry/ort.tar.xz: Node.js, the oracle with onnxruntime-node's
@@ -21,6 +21,11 @@ go test -c -ldflags='-s -w' -o carry/conformance.test ./tests
 go test -c -ldflags='-s -w' -o carry/root.test .
 go test -c -ldflags='-s -w' -o carry/cpu.test ./cpu
 go build -ldflags='-s -w' -o carry/fusednorm-bench ./cmd/fusednorm-bench
+# The tiny-dispatch benchmark's C twin and the WGSL it loads, and torch's anchor script.
+(set -a; source third_party/env.sh; set +a
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build --target tiny_bench >/dev/null)
+go run ./internal/cmd/tinywgsl carry/tiny
+cp build/tiny_bench tools/anchors/gpu_anchor.py carry/
 ls -la carry
 if [ "${ORT:-}" = 1 ]; then
 	make "$PWD/build/oracle/node_modules" >/dev/null

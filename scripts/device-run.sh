@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine, from the repository root, after scripts/device-build.sh here:
-# the conformance suite on Dawn (Dawn required), the root package's tests (fault injection on
-# the real device), and the benchmark with the backend left to auto. Results go to $OUT.
+# Runs on the GPU machine, from the repository root, after scripts/device-build.sh here
+# (carry carry/, third_party/dawn and .gl: the Vulkan loader and glvnd debs, see the device
+# tool's README). Results go to $OUT.
+#   (no argument)  correctness: the conformance suite on Dawn (Dawn required, every output
+#                  against the CPU plan), device tensors and device loss through the root
+#                  package's tests, a 20,000-call soak's peak RSS, and the tiny-dispatch
+#                  benchmark of the C layer beside the Go API's (issue 17's two patterns).
+#   speed          the benchmark on Dawn (host-tensor wall, device-resident wall, kernel
+#                  time), on the CPU (all threads) and in auto mode, then torch's anchors
+#                  (tools/anchors/gpu_anchor.py: device copy, transfers, eager,
+#                  torch.compile) in the same run on that machine.
 # With the argument "cpu" it runs the CPU part instead: that machine's processor has
 # AVX-512, so it is where the avx512 kernels are tested (the kernel tests and the whole
 # conformance suite at every level, bit for bit against the pure-Go plan) and timed
@@ -42,8 +50,29 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 export FUSEDNORM_DAWN_LIB=$PWD/third_party/dawn/libwebgpu_wrapper.so FUSEDNORM_REQUIRE_DAWN=1
+if [ "${1:-}" = speed ]; then
+	timeout 300 carry/fusednorm-bench -cases shaders -backend dawn -probe=false -reps 5 -min-time 0.2s \
+		-json "$OUT/bench-dawn.json" -plot "$OUT/roofline-dawn.svg" >"$OUT/bench-dawn.txt" 2>/dev/null
+	echo "bench dawn rc=$?"; cat "$OUT/bench-dawn.txt"
+	timeout 150 carry/fusednorm-bench -cases shaders -backend cpu -threads "$(nproc)" -reps 3 -min-time 0.2s \
+		-json "$OUT/bench-cpu.json" >"$OUT/bench-cpu.txt" 2>/dev/null
+	echo "bench cpu rc=$?"; cat "$OUT/bench-cpu.txt"
+	timeout 150 carry/fusednorm-bench -cases shaders -backend auto -threads "$(nproc)" -probe=false -reps 3 -min-time 0.2s \
+		-json "$OUT/bench-auto.json" >"$OUT/bench-auto.txt" 2>/dev/null
+	echo "bench auto rc=$?"; cat "$OUT/bench-auto.txt"
+	(cd carry && PYTHONUNBUFFERED=1 timeout 240 python3 gpu_anchor.py >"$OUT/anchor.jsonl" 2>"$OUT/anchor.err"; echo "anchor rc=$?")
+	cut -c1-160 "$OUT/anchor.jsonl"
+	exit 0
+fi
+nvidia-smi -L
 (cd tests && timeout 240 ../carry/conformance.test -test.run TestDawn -test.v >"$OUT/conformance.log" 2>&1; echo "rc=$?" >>"$OUT/conformance.log")
 grep -E "engine:|max ulp|--- FAIL|rc=" "$OUT/conformance.log"
-timeout 120 carry/root.test -test.v >"$OUT/root.log" 2>&1; echo "root tests rc=$?"
-timeout 240 carry/fusednorm-bench -cases shaders -probe=false -reps 5 -min-time 0.2s -json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
-echo "bench rc=$?"; tail -16 "$OUT/bench.txt"
+timeout 150 carry/root.test -test.run 'TestDevice|TestInfoNames|TestCloseDuringCallDawn|TestDawn' -test.v >"$OUT/root.log" 2>&1
+echo "root tests rc=$?"; grep -E "^(--- |ok|FAIL)|lost|recover|differ" "$OUT/root.log"
+FUSEDNORM_BACKEND=dawn timeout 120 carry/root.test -test.run TestSoak -soak.calls=20000 -test.v >"$OUT/soak.log" 2>&1
+echo "soak rc=$?"; grep -E "VmHWM|^--- " "$OUT/soak.log"
+{ timeout 60 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 5000
+  timeout 60 carry/fusednorm-bench -backend dawn -tiny 5000
+  FUSEDNORM_BACKEND=dawn timeout 120 carry/root.test -test.run XXX -test.bench Tiny -test.benchmem -test.benchtime 5000x
+} >"$OUT/tiny.txt" 2>&1
+grep -E "^(C |Go |Benchmark)" "$OUT/tiny.txt"
