@@ -77,6 +77,9 @@ func (b *Backend) WriteDevice(m ops.DeviceMem, src []byte) error {
 	if err := injected(d.inject, "write-buffer"); err != nil {
 		return fmt.Errorf("dawn: WriteDevice: %w: %w", ops.ErrDevice, err)
 	}
+	if d.useRing(uint64(len(src))) {
+		return d.uploadLocked("WriteDevice", db.buf, 0, src)
+	}
 	for off := 0; off < len(src); off += writeChunk {
 		n := min(writeChunk, len(src)-off)
 		d.queueWrite(db.buf, uint64(off), unsafe.Pointer(&src[off]), n)
