@@ -85,7 +85,7 @@ func (d *Device) ring() *xferRing {
 		if r.copiers > 0 {
 			r.work = make(chan copyJob, r.copiers)
 			for i := 0; i < r.copiers; i++ {
-				go r.copier()
+				go r.copier(r.work)
 			}
 		}
 		d.xfer = r
@@ -106,8 +106,8 @@ func (d *Device) setTransfer(chunk, minBytes uint64) {
 	r.chunk, r.min = chunk, minBytes
 }
 
-func (r *xferRing) copier() {
-	for j := range r.work {
+func (r *xferRing) copier(work <-chan copyJob) {
+	for j := range work {
 		copy(unsafe.Slice((*byte)(j.dst), j.n), unsafe.Slice((*byte)(j.src), j.n))
 		r.wg.Done()
 	}
