@@ -100,6 +100,9 @@ func (b *Backend) ReadDevice(ctx context.Context, m ops.DeviceMem, dst []byte) e
 	defer specs.Put(s)
 	s.reset("ReadDevice")
 	s.wait = true
+	if b.dev.ringFor(uint64(len(dst))) {
+		return b.readRing(ctx, s, db.buf, dst)
+	}
 	s.read(readOp{buf: db.buf, scratch: atBuffer, dst: dst})
 	return b.run2(ctx, s)
 }

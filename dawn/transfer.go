@@ -331,3 +331,37 @@ func (d *Device) copyMapped(method string, staging C.WGPUBuffer, dst []byte) err
 	d.ring().copy(unsafe.Pointer(&dst[0]), p, len(dst))
 	return nil
 }
+
+// ringFor reports whether a transfer of n bytes goes through the ring.
+func (d *Device) ringFor(n uint64) bool {
+	if err := d.lock(context.Background()); err != nil {
+		return false
+	}
+	defer d.unlock()
+	return !d.closed && d.useRing(n)
+}
+
+// readRing is ReadDevice of a large tensor: s, a wait without reads, waits for the work
+// queued so far and reports earlier calls' errors (as Sync); then the ring reads buf back.
+func (b *Backend) readRing(ctx context.Context, s *callSpec, buf *Buffer, dst []byte) error {
+	b.life.RLock()
+	defer b.life.RUnlock()
+	if b.closed {
+		return fmt.Errorf("dawn: %s: %w", s.name, ops.ErrClosed)
+	}
+	if err := b.exec(ctx, s); err != nil {
+		return err
+	}
+	d := b.dev
+	if err := d.lock(ctx); err != nil {
+		return fmt.Errorf("dawn: %s: %w", s.name, err)
+	}
+	defer d.unlock()
+	if err := d.usable(s.name); err != nil {
+		return err
+	}
+	if buf.c == nil {
+		return fmt.Errorf("dawn: %s: device tensor closed: %w", s.name, ops.ErrInvalidArgument)
+	}
+	return d.downloadLocked(s.name, buf, 0, dst)
+}

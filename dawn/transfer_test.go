@@ -200,7 +200,7 @@ func TestTransferOps(t *testing.T) {
 // BenchmarkTransfer reports the bandwidth (MB/s) of uploads and read-backs of 256 MiB and
 // 1 GiB, through the staging ring and through the simple path, each in one call of
 // WriteBuffer or one Run's Readback; an upload's time includes waiting for the GPU's copies.
-// On a GPU: go test ./dawn/ -run '^$' -bench Transfer -benchtime 5x
+// On a GPU: go test ./dawn/ -run '^$' -bench Transfer -benchtime 5x (-short: 256 MiB only).
 func BenchmarkTransfer(bm *testing.B) {
 	d, err := OpenDevice(Options{})
 	if err != nil {
@@ -218,7 +218,7 @@ func BenchmarkTransfer(bm *testing.B) {
 	}
 	binds := []Binding{{Binding: 0, Buffer: x}, {Binding: 1, Buffer: y}}
 	for _, size := range []int{256 << 20, 1 << 30} {
-		if uint64(size) > d.limits.MaxBufferSize {
+		if uint64(size) > d.limits.MaxBufferSize || testing.Short() && size > 256<<20 {
 			continue
 		}
 		buf, err := d.CreateBuffer("transfer", uint64(size), UsageStorage|UsageCopySrc|UsageCopyDst)
@@ -291,5 +291,52 @@ func TestParallelCopy(t *testing.T) {
 		if r.work != nil {
 			close(r.work)
 		}
+	}
+}
+
+// TestTransferDeviceTensors writes and reads device tensors through a ring of small chunks
+// (odd 16-bit lengths included), reads them again through the simple path, and finds no
+// buffer left behind.
+func TestTransferDeviceTensors(t *testing.T) {
+	b := backend(t)
+	defer b.dev.setTransfer(xferChunkDefault, xferMinDefault)
+	before := b.LiveBuffers()
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, dt := range []ops.DType{ops.F16, ops.F32} {
+		for _, n := range []int{1, 3, 129, 1001} {
+			b.dev.setTransfer(256, 1)
+			m, err := b.NewDeviceMem(dt, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := make([]byte, n*dt.Size())
+			for i := range src {
+				src[i] = byte(r.Uint32())
+			}
+			if err := b.WriteDevice(m, src); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, len(src))
+			if err := b.ReadDevice(context.Background(), m, got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, src) {
+				t.Fatalf("%v × %d: the ring read back other bytes", dt, n)
+			}
+			b.dev.setTransfer(256, math.MaxUint64)
+			clear(got)
+			if err := b.ReadDevice(context.Background(), m, got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, src) {
+				t.Fatalf("%v × %d: the simple path read back other bytes than the ring wrote", dt, n)
+			}
+			if err := b.FreeDevice(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if after := b.LiveBuffers(); after != before {
+		t.Fatalf("%d buffers alive after, %d before", after, before)
 	}
 }
