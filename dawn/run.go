@@ -138,7 +138,7 @@ func (d *Device) dispatch(ctx context.Context, method string, p *Pipeline, binds
 	var big []Readback
 	if !d.closed {
 		for _, r := range reads {
-			if d.useRing(uint64(len(r.Dst))) {
+			if d.useRingRead(uint64(len(r.Dst))) {
 				big = append(big, r)
 			}
 		}
@@ -146,7 +146,7 @@ func (d *Device) dispatch(ctx context.Context, method string, p *Pipeline, binds
 	if big != nil {
 		small, smallC := make([]Readback, 0, len(reads)), make([]C.drt_read, 0, len(reads))
 		for i, r := range reads {
-			if !d.useRing(uint64(len(r.Dst))) {
+			if !d.useRingRead(uint64(len(r.Dst))) {
 				small, smallC = append(small, r), append(smallC, creads[i])
 			}
 		}

@@ -36,7 +36,8 @@ import (
 //     the copy of the chunk xferSlots further on.
 //
 // Smaller transfers keep the simple path (a queue write; a read-back into a pooled staging
-// buffer of the whole size), whose fixed costs are lower. The whole transfer runs under the
+// buffer of the whole size, copied out on several goroutines), whose fixed costs are lower;
+// a read-back of one chunk or less too (useRingRead). The whole transfer runs under the
 // device lock, so the ring has one user at a time and Close cannot release it mid-copy.
 const (
 	xferSlots        = 4
@@ -166,9 +167,17 @@ func (d *Device) freeXfer() {
 	d.xfer = nil
 }
 
-// useRing reports whether a transfer of n bytes goes through the ring; under the lock.
+// useRing reports whether an upload of n bytes goes through the ring; under the lock.
 func (d *Device) useRing(n uint64) bool {
 	return n >= d.ring().min
+}
+
+// useRingRead reports whether a read-back of n bytes goes through the ring: one of a chunk or
+// less gains no overlap there and costs a round trip more than a copy in the call's own
+// submit (into a pooled staging buffer, copied out on several goroutines). Under the lock.
+func (d *Device) useRingRead(n uint64) bool {
+	r := d.ring()
+	return n >= r.min && n > r.chunk
 }
 
 // waitMap waits for the map in w; under the lock.
@@ -332,13 +341,13 @@ func (d *Device) copyMapped(method string, staging C.WGPUBuffer, dst []byte) err
 	return nil
 }
 
-// ringFor reports whether a transfer of n bytes goes through the ring.
+// ringFor reports whether a read-back of n bytes goes through the ring.
 func (d *Device) ringFor(n uint64) bool {
 	if err := d.lock(context.Background()); err != nil {
 		return false
 	}
 	defer d.unlock()
-	return !d.closed && d.useRing(n)
+	return !d.closed && d.useRingRead(n)
 }
 
 // readRing is ReadDevice of a large tensor: s, a wait without reads, waits for the work
