@@ -340,3 +340,47 @@ func TestTransferDeviceTensors(t *testing.T) {
 		t.Fatalf("%d buffers alive after, %d before", after, before)
 	}
 }
+
+// TestTransferPrepared runs a prepared AddLayerNorm (the low-overhead path, whose host inputs
+// go through the ring when large) with small chunks, against the host path through the simple
+// transfers: the same bits.
+func TestTransferPrepared(t *testing.T) {
+	b := backend(t)
+	defer b.dev.setTransfer(xferChunkDefault, xferMinDefault)
+	const N, D = 5, 301 // 16-bit rows of an odd length: words shared across rows
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, dt := range []ops.DType{ops.F16, ops.F32} {
+		x1 := floatBuf(dt, randVals(r, N*D, 2, 1))
+		x2 := floatBuf(dt, randVals(r, N*D, 1, -0.5))
+		gamma := floatBuf(dt, randVals(r, D, 1, 0.5))
+		beta := floatBuf(dt, randVals(r, D, 0.5, 0))
+		bias := floatBuf(dt, randVals(r, D, 0.3, 0.1))
+		mk := func() *ops.AddLN {
+			a := &ops.AddLN{N: N, D: D, Epsilon: 1e-5, X1: x1, X2: x2, Gamma: gamma, Beta: beta, Bias: bias,
+				Y: newBuf(dt, N*D), X: newBuf(dt, N*D), Mean: make([]float32, N), Rstd: make([]float32, N)}
+			poison(a.Y)
+			poison(a.X)
+			return a
+		}
+		b.dev.setTransfer(256, math.MaxUint64)
+		want := mk()
+		if err := b.AddLayerNorm(context.Background(), want); err != nil {
+			t.Fatal(err)
+		}
+		b.dev.setTransfer(256, 1)
+		p, err := b.PrepareAddLN(gamma, beta, bias, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := mk()
+		err = p.Run(context.Background(), got)
+		p.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Y.Bytes(), want.Y.Bytes()) || !bytes.Equal(got.X.Bytes(), want.X.Bytes()) ||
+			!bytes.Equal(bytesOf(got.Mean), bytesOf(want.Mean)) || !bytes.Equal(bytesOf(got.Rstd), bytesOf(want.Rstd)) {
+			t.Fatalf("%v: the prepared call through the ring gave other bits", dt)
+		}
+	}
+}
