@@ -269,4 +269,20 @@ int drt_wait_error(const drt_wait *w, char *err, size_t cap) {
     return DRT_OK;
 }
 
+void drt_map(drt_device *d, WGPUBuffer b, int write, uint64_t size, drt_wait *w) {
+    WGPUBufferMapCallbackInfo mi;
+    w->n = 0;
+    memset(w->st, 0, sizeof w->st);
+    memset(&mi, 0, sizeof mi);
+    mi.mode = WGPUCallbackMode_WaitAnyOnly;
+    mi.callback = fast_on_map;
+    mi.userdata1 = &w->st[0];
+    wait_add(w, d->p->BufferMapAsync(b, write ? WGPUMapMode_Write : WGPUMapMode_Read, 0, (size_t)size, mi));
+}
+
+void *drt_mapped(drt_device *d, WGPUBuffer b, int write, uint64_t size) {
+    if (write) return d->p->BufferGetMappedRange(b, 0, (size_t)size);
+    return (void *)d->p->BufferGetConstMappedRange(b, 0, (size_t)size);
+}
+
 void drt_process_events(drt_device *d) { d->p->InstanceProcessEvents(d->instance); }

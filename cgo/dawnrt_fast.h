@@ -59,6 +59,14 @@ int drt_wait_all(drt_device *d, drt_wait *w, uint64_t timeout_ns, char *err, siz
 /* The first failure among w's completed futures (map or queue-done status), or DRT_OK. */
 int drt_wait_error(const drt_wait *w, char *err, size_t cap);
 
+/* Resets w and queues a map of b's first size bytes, for writing when write is set, else for
+ * reading; its future joins w (transfer staging, transfer.go). */
+void drt_map(drt_device *d, WGPUBuffer b, int write, uint64_t size, drt_wait *w);
+
+/* The mapped range of b's first size bytes (writable when write is set), NULL when b is not
+ * mapped so. */
+void *drt_mapped(drt_device *d, WGPUBuffer b, int write, uint64_t size);
+
 /* Runs the callbacks of completed futures (error-scope verdicts of earlier calls). */
 void drt_process_events(drt_device *d);
 

@@ -712,6 +712,7 @@ typedef WGPUFuture (*WGPUProcQueueOnSubmittedWorkDone)(WGPUQueue queue, WGPUQueu
 typedef void (*WGPUProcQueueRelease)(WGPUQueue queue);
 typedef WGPUFuture (*WGPUProcBufferMapAsync)(WGPUBuffer buffer, WGPUMapMode mode, size_t offset, size_t size, WGPUBufferMapCallbackInfo callbackInfo);
 typedef void const * (*WGPUProcBufferGetConstMappedRange)(WGPUBuffer buffer, size_t offset, size_t size);
+typedef void * (*WGPUProcBufferGetMappedRange)(WGPUBuffer buffer, size_t offset, size_t size);
 typedef void (*WGPUProcBufferUnmap)(WGPUBuffer buffer);
 typedef void (*WGPUProcBufferRelease)(WGPUBuffer buffer);
 typedef void (*WGPUProcShaderModuleRelease)(WGPUShaderModule shaderModule);
@@ -768,6 +769,7 @@ typedef void (*WGPUProcQuerySetRelease)(WGPUQuerySet querySet);
     REQ(QueueRelease) \
     REQ(BufferMapAsync) \
     REQ(BufferGetConstMappedRange) \
+    REQ(BufferGetMappedRange) \
     REQ(BufferUnmap) \
     REQ(BufferRelease) \
     REQ(ShaderModuleRelease) \

@@ -105,6 +105,9 @@ func (d *Device) WriteBuffer(b *Buffer, offset uint64, data []byte) error {
 	if err := injected(d.inject, "write-buffer"); err != nil {
 		return fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrDevice, err)
 	}
+	if d.useRing(n) {
+		return d.uploadLocked(method, b, offset, data)
+	}
 	// Dawn copies the bytes before the call returns, so the Go memory is only borrowed.
 	if rc := C.drt_write_buffer(d.c, b.c, C.uint64_t(offset), unsafe.Pointer(&data[0]), C.size_t(n), d.errbuf, errCap); rc != C.DRT_OK {
 		return d.failure(method, rc)

@@ -96,6 +96,7 @@ type Device struct {
 	uncaptured C.uint64_t
 	inflight   map[*inflight]struct{} // submitted dispatches not yet finished or reaped
 	logSeen    uint64                 // messages of the device log passed on to logger
+	xfer       *xferRing              // staging of large transfers (transfer.go)
 	lossLogged bool
 }
 
@@ -351,6 +352,7 @@ func (d *Device) Close() error {
 		}
 	}
 	d.staging = nil
+	d.releaseXfer()
 	for _, t := range d.timings {
 		t.release(d)
 	}
@@ -365,6 +367,7 @@ func (d *Device) Close() error {
 		f.freeTicket()
 	}
 	d.inflight = nil
+	d.freeXfer()
 	if d.logger != nil {
 		d.passLog()
 	}

@@ -77,6 +77,9 @@ func (b *Backend) WriteDevice(m ops.DeviceMem, src []byte) error {
 	if err := injected(d.inject, "write-buffer"); err != nil {
 		return fmt.Errorf("dawn: WriteDevice: %w: %w", ops.ErrDevice, err)
 	}
+	if d.useRing(uint64(len(src))) {
+		return d.uploadLocked("WriteDevice", db.buf, 0, src)
+	}
 	for off := 0; off < len(src); off += writeChunk {
 		n := min(writeChunk, len(src)-off)
 		d.queueWrite(db.buf, uint64(off), unsafe.Pointer(&src[off]), n)
@@ -97,6 +100,9 @@ func (b *Backend) ReadDevice(ctx context.Context, m ops.DeviceMem, dst []byte) e
 	defer specs.Put(s)
 	s.reset("ReadDevice")
 	s.wait = true
+	if b.dev.ringFor(uint64(len(dst))) {
+		return b.readRing(ctx, s, db.buf, dst)
+	}
 	s.read(readOp{buf: db.buf, scratch: atBuffer, dst: dst})
 	return b.run2(ctx, s)
 }

@@ -507,6 +507,12 @@ func (b *Backend) enqueue(s *callSpec) (*waiter, error) {
 			st.join = append(append(st.join[:0], wr.data...), wr.data2...)
 			data = st.join
 		}
+		if d.useRing(uint64(len(data))) {
+			if err := d.uploadLocked(s.name, e.scratch[wr.scratch], wr.off, data); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		C.drt_queue_write(d.c, e.scratch[wr.scratch].c, C.uint64_t(wr.off), unsafe.Pointer(&data[0]), C.size_t(len(data)))
 	}
 	st.seq++
@@ -700,8 +706,8 @@ func (b *Backend) await(ctx context.Context, s *callSpec, wt *waiter) error {
 	}
 	for i := 0; i < s.nreads; i++ {
 		r := &s.reads[i]
-		if rc := C.drt_copy_mapped(d.c, wt.staging[i], unsafe.Pointer(&r.dst[0]), C.size_t(len(r.dst)), d.errbuf, errCap); rc != C.DRT_OK {
-			return d.failure(s.name, rc)
+		if err := d.copyMapped(s.name, wt.staging[i], r.dst); err != nil {
+			return err
 		}
 	}
 	if wt.timing != nil {

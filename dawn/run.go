@@ -134,6 +134,24 @@ func (d *Device) dispatch(ctx context.Context, method string, p *Pipeline, binds
 	if err := d.lock(ctx); err != nil {
 		return 0, fmt.Errorf("dawn: %s: %w", method, err)
 	}
+	// Large read-backs go through the transfer ring once the dispatch is done (transfer.go).
+	var big []Readback
+	if !d.closed {
+		for _, r := range reads {
+			if d.useRingRead(uint64(len(r.Dst))) {
+				big = append(big, r)
+			}
+		}
+	}
+	if big != nil {
+		small, smallC := make([]Readback, 0, len(reads)), make([]C.drt_read, 0, len(reads))
+		for i, r := range reads {
+			if !d.useRingRead(uint64(len(r.Dst))) {
+				small, smallC = append(small, r), append(smallC, creads[i])
+			}
+		}
+		reads, creads = small, smallC
+	}
 	f, err := d.submit(method, p, binds, cbinds, groups, reads, creads, timed)
 	if err == nil && d.inject != nil {
 		if cause := injected(d.inject, "lose"); cause != nil {
@@ -178,7 +196,14 @@ func (d *Device) dispatch(ctx context.Context, method string, p *Pipeline, binds
 		d.unlock()
 	}
 	defer d.unlock()
-	return d.finish(method, f, reads)
+	dur, err := d.finish(method, f, reads)
+	for _, r := range big {
+		if err != nil {
+			break
+		}
+		err = d.downloadLocked(method, r.Src, r.Offset, r.Dst)
+	}
+	return dur, err
 }
 
 // submit acquires staging, encodes and submits; under the lock.
@@ -277,9 +302,8 @@ func (d *Device) finish(method string, f *inflight, reads []Readback) (time.Dura
 		return 0, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrDevice, err)
 	}
 	for i, r := range reads {
-		rc := C.drt_copy_mapped(d.c, f.staging[i], unsafe.Pointer(&r.Dst[0]), C.size_t(len(r.Dst)), d.errbuf, errCap)
-		if rc != C.DRT_OK {
-			return 0, d.failure(method, rc)
+		if err := d.copyMapped(method, f.staging[i], r.Dst); err != nil {
+			return 0, err
 		}
 	}
 	if f.timing == nil {

@@ -68,6 +68,7 @@ var procs = []struct {
 	{"queue", "release", false},
 	{"buffer", "map async", false},
 	{"buffer", "get const mapped range", false},
+	{"buffer", "get mapped range", false},
 	{"buffer", "unmap", false},
 	{"buffer", "release", false},
 	{"shader module", "release", false},
