@@ -54,6 +54,9 @@ type config struct {
 	profile  *plan.Contraction
 	inject   func(site string) error
 	logger   *slog.Logger
+	// autoSoftware lets auto keep a software adapter (lavapipe) and route between it and
+	// the CPU: tests of the routing on a machine without a GPU (route_export_test.go).
+	autoSoftware bool
 }
 
 // WithBackend picks the backend: "auto", "cpu" or "dawn". It overrides FUSEDNORM_BACKEND.
@@ -182,7 +185,7 @@ func Open(opts ...Option) (*Engine, error) {
 		return &Engine{be: be, reason: "dawn requested by " + source}, nil
 	case BackendAuto:
 		be, err := openDawn(&c, true)
-		if err == nil && be.Info().Software {
+		if err == nil && be.Info().Software && !c.autoSoftware {
 			// A CPU rasterizer (lavapipe) runs the shaders correctly but far slower than the
 			// CPU backend: auto takes the CPU; WithBackend("dawn") still gets the adapter.
 			err = fmt.Errorf("dawn: only a software adapter (%s); the CPU backend is faster", be.Info().Device)
@@ -195,10 +198,31 @@ func Open(opts ...Option) (*Engine, error) {
 			}
 			return &Engine{be: cb, reason: "auto: dawn unavailable: " + err.Error()}, nil
 		}
-		return &Engine{be: be, reason: "auto: dawn loaded"}, nil
+		return openRouter(&c, be)
 	}
 	return nil, fmt.Errorf("fusednorm: Open: backend %q (from %s) is not one of auto, cpu, dawn: %w",
 		name, source, ErrInvalidArgument)
+}
+
+// openRouter is auto mode with a GPU open: the CPU backend beside it, mirroring its
+// contraction profile, and the cost model that routes host-tensor calls (route.go). When
+// the model cannot be measured, the engine runs on the GPU alone and Reason says why.
+func openRouter(c *config, gpu Backend) (*Engine, error) {
+	cc := *c
+	p := gpu.Info().Profile
+	cc.profile = &p
+	cb, err := newCPU(&cc)
+	if err != nil {
+		gpu.Close()
+		return nil, err
+	}
+	m, err := calibrateRoute(gpu, cb)
+	if err != nil {
+		cb.Close()
+		return &Engine{be: gpu, reason: "auto: dawn loaded; no routing to the cpu (the cost model failed: " + err.Error() + ")"}, nil
+	}
+	reason := fmt.Sprintf("auto: device-tensor calls on dawn, host-tensor calls on the cpu or dawn, whichever the model says finishes sooner (model: %s)", &m)
+	return &Engine{be: &router{gpu: gpu, cpu: cb, m: m}, reason: reason}, nil
 }
 
 func newCPU(c *config) (Backend, error) {
