@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/fusednorm/fusednorm/internal/testalloc"
 	"github.com/stretchr/testify/require"
 )
 
@@ -166,4 +167,46 @@ func TestAutoReportsPlainBackend(t *testing.T) {
 	require.Equal(t, BackendCPU, where)
 	_, ok := e.routeModelOf()
 	require.False(t, ok)
+}
+
+// TestNoAllocsRoutedToCPU: a host-tensor call that auto routes to the CPU allocates nothing
+// in steady state, as on a CPU engine.
+func TestNoAllocsRoutedToCPU(t *testing.T) {
+	testalloc.SkipUnderRace(t)
+	ctx := context.Background()
+	e := autoSoftwareEngine(t)
+	m, _ := e.routeModelOf()
+	m.launch = 1e9
+	r := rand.New(rand.NewPCG(7, 9))
+	const B, S, H, V = 2, 16, 64, 30
+	op, err := e.NewEmbedLayerNorm(EmbedWeights{Word: allocTensor(r, Float32, 0, V, H), Position: allocTensor(r, Float32, 0, S, H),
+		Gamma: allocTensor(r, Float32, 0, H), Beta: allocTensor(r, Float32, 0, H)})
+	require.NoError(t, err)
+	defer op.Close()
+	in := EmbedInputs{InputIDs: allocTensor(r, Int32, V, B, S)}
+	out := EmbedOutputs{Output: allocTensor(r, Float32, 0, B, S, H)}
+	var where string
+	rctx := ReportBackend(ctx, &where)
+	testalloc.None(t, "EmbedLayerNorm", func() {
+		if err := op.Run(rctx, in, &out); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Equal(t, BackendCPU, where)
+	ain := AddLayerNormInputs{X1: allocTensor(r, Float32, 0, B, S, H), X2: allocTensor(r, Float32, 0, B, S, H),
+		Gamma: allocTensor(r, Float32, 0, H), Beta: allocTensor(r, Float32, 0, H)}
+	aout := AddLayerNormOutputs{Y: allocTensor(r, Float32, 0, B, S, H), Mean: allocTensor(r, Float32, 0, B, S, 1),
+		Rstd: allocTensor(r, Float32, 0, B, S, 1)}
+	p, err := e.NewAddLayerNorm(AddLayerNormWeights{Gamma: ain.Gamma, Beta: ain.Beta})
+	require.NoError(t, err)
+	defer p.Close()
+	testalloc.None(t, "AddLayerNorm", func() {
+		if err := e.AddLayerNorm(rctx, ain, &aout); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Run(rctx, ain.X1, ain.X2, &aout); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Equal(t, BackendCPU, where)
 }
