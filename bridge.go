@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,8 @@ type config struct {
 	// autoSoftware lets auto keep a software adapter (lavapipe) and route between it and
 	// the CPU: tests of the routing on a machine without a GPU (route_export_test.go).
 	autoSoftware bool
+	adapter      string // WithAdapter's selector, when adapterSet
+	adapterSet   bool
 }
 
 // WithBackend picks the backend: "auto", "cpu" or "dawn". It overrides FUSEDNORM_BACKEND.
@@ -69,6 +72,15 @@ func WithBackend(name string) Option { return func(c *config) { c.backend = name
 // Reason says why. Without either, the library is looked for next to the executable, then by
 // the system loader, never in or above the working directory.
 func WithDawnLibrary(path string) Option { return func(c *config) { c.dawnLib = path } }
+
+// WithAdapter opens the GPU adapter sel names: its index in Adapters' list ("0", "1", …),
+// else the first adapter whose name, vendor or driver contains sel, ignoring case ("H200",
+// "llvmpipe"). Without it Dawn takes the first of that list. On a machine with several
+// GPUs, open one engine per GPU. An adapter that does not exist is a demand that cannot be
+// met: with Dawn forced, Open fails (wrapping ErrUnavailable, naming the adapters there
+// are); in auto mode the engine runs on the CPU and Info's Reason says why. A negative index
+// or an empty sel is an error wrapping ErrInvalidArgument in every mode.
+func WithAdapter(sel string) Option { return func(c *config) { c.adapter, c.adapterSet = sel, true } }
 
 // WithThreads bounds the goroutines one CPU call uses (default GOMAXPROCS).
 func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
@@ -165,10 +177,15 @@ func Open(opts ...Option) (*Engine, error) {
 	}
 	name = strings.ToLower(strings.TrimSpace(name))
 	if c.dawnLib == "" {
-		c.dawnLib = os.Getenv(EnvDawnLib)
+		c.dawnLib = envDawnLib()
 	}
 	if c.cpuLevel == "" {
 		c.cpuLevel = os.Getenv(EnvCPULevel)
+	}
+	if c.adapterSet && name != BackendCPU {
+		if i, err := strconv.Atoi(strings.TrimSpace(c.adapter)); (err == nil && i < 0) || strings.TrimSpace(c.adapter) == "" {
+			return nil, fmt.Errorf("fusednorm: Open: WithAdapter(%q): want an index >= 0 or part of an adapter's name: %w", c.adapter, ErrInvalidArgument)
+		}
 	}
 	switch name {
 	case BackendCPU:
@@ -224,6 +241,8 @@ func openRouter(c *config, gpu Backend) (*Engine, error) {
 	reason := fmt.Sprintf("auto: device-tensor calls on dawn, host-tensor calls on the cpu or dawn, whichever the model says finishes sooner (model: %s)", &m)
 	return &Engine{be: &router{gpu: gpu, cpu: cb, m: m}, reason: reason}, nil
 }
+
+func envDawnLib() string { return os.Getenv(EnvDawnLib) }
 
 func newCPU(c *config) (Backend, error) {
 	o := cpu.Options{Threads: c.threads, Level: c.cpuLevel, NoHugePages: c.noHuge}

@@ -2,10 +2,12 @@ package fusednorm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -209,4 +211,65 @@ func TestNoAllocsRoutedToCPU(t *testing.T) {
 		}
 	})
 	require.Equal(t, BackendCPU, where)
+}
+
+// TestAdapterChoice lists the adapters (lavapipe listed twice through a second ICD manifest
+// when VK_ICD_FILENAMES names one), opens each by index and by name, and refuses an unknown
+// name: an error with Dawn forced, the CPU with the cause in Reason in auto mode.
+func TestAdapterChoice(t *testing.T) {
+	dawnEngine(t) // skips without Dawn, fails without it under FUSEDNORM_REQUIRE_DAWN=1
+	if env := os.Getenv("VK_ICD_FILENAMES"); env != "" {
+		t.Setenv("VK_ICD_FILENAMES", env+string(os.PathListSeparator)+secondManifest(t, strings.Split(env, string(os.PathListSeparator))[0]))
+	}
+	list, err := Adapters()
+	require.NoError(t, err)
+	require.NotEmpty(t, list)
+	t.Logf("adapters: %+v", list)
+	for _, a := range list {
+		e, err := Open(WithBackend(BackendDawn), WithAdapter(fmt.Sprint(a.Index)))
+		require.NoError(t, err, "adapter %d", a.Index)
+		require.Contains(t, e.Info().Device, a.Name)
+		require.NoError(t, e.Close())
+	}
+	name := strings.Fields(list[0].Name)[0]
+	e, err := Open(WithBackend(BackendDawn), WithAdapter(strings.ToUpper(name)))
+	require.NoError(t, err)
+	require.Contains(t, e.Info().Device, list[0].Name)
+	require.NoError(t, e.Close())
+
+	_, err = Open(WithBackend(BackendDawn), WithAdapter("no-such-gpu"))
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Contains(t, err.Error(), list[0].Name, "the error names the adapters there are")
+	_, err = Open(WithBackend(BackendDawn), WithAdapter(fmt.Sprint(len(list))))
+	require.ErrorIs(t, err, ErrUnavailable)
+	e, err = Open(WithBackend(BackendAuto), WithAdapter("no-such-gpu"))
+	require.NoError(t, err)
+	require.Equal(t, BackendCPU, e.Info().Backend)
+	require.Contains(t, e.Info().Reason, "no-such-gpu")
+	require.NoError(t, e.Close())
+	for _, bad := range []string{"-1", " "} {
+		_, err = Open(WithBackend(BackendDawn), WithAdapter(bad))
+		require.ErrorIs(t, err, ErrInvalidArgument, "WithAdapter(%q)", bad)
+	}
+}
+
+// secondManifest writes a copy of the ICD manifest at first with its library path made
+// absolute, so the Vulkan loader lists that driver's adapter twice.
+func secondManifest(t *testing.T, first string) string {
+	t.Helper()
+	raw, err := os.ReadFile(first)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(raw, &m))
+	icd, _ := m["ICD"].(map[string]any)
+	lib, _ := icd["library_path"].(string)
+	require.NotEmpty(t, lib, "%s: ICD.library_path", first)
+	if strings.Contains(lib, "/") && !filepath.IsAbs(lib) {
+		icd["library_path"] = filepath.Join(filepath.Dir(first), lib)
+	}
+	out, err := json.Marshal(m)
+	require.NoError(t, err)
+	second := filepath.Join(t.TempDir(), "second_icd.json")
+	require.NoError(t, os.WriteFile(second, out, 0o644))
+	return second
 }
