@@ -72,10 +72,13 @@ func reportRoute(ctx context.Context, name string) {
 	}
 }
 
-// report is reportRoute for an engine's plain (unrouted) backend.
+// report is reportRoute for an engine's plain (unrouted) backend. It looks the backend's
+// name up only when asked: Info allocates.
 func (e *Engine) report(ctx context.Context) {
-	if _, ok := e.be.(*router); !ok {
-		reportRoute(ctx, e.be.Info().Name)
+	if p, ok := ctx.Value(routeKey{}).(*string); ok && p != nil {
+		if _, routed := e.be.(*router); !routed {
+			*p = e.be.Info().Name
+		}
 	}
 }
 

@@ -217,7 +217,9 @@ func TestNoAllocsRoutedToCPU(t *testing.T) {
 // when VK_ICD_FILENAMES names one), opens each by index and by name, and refuses an unknown
 // name: an error with Dawn forced, the CPU with the cause in Reason in auto mode.
 func TestAdapterChoice(t *testing.T) {
-	dawnEngine(t) // skips without Dawn, fails without it under FUSEDNORM_REQUIRE_DAWN=1
+	if dawnEngine(t) == nil { // fails instead under FUSEDNORM_REQUIRE_DAWN=1
+		t.Skip("Dawn unavailable")
+	}
 	if env := os.Getenv("VK_ICD_FILENAMES"); env != "" {
 		t.Setenv("VK_ICD_FILENAMES", env+string(os.PathListSeparator)+secondManifest(t, strings.Split(env, string(os.PathListSeparator))[0]))
 	}
@@ -272,4 +274,21 @@ func secondManifest(t *testing.T, first string) string {
 	second := filepath.Join(t.TempDir(), "second_icd.json")
 	require.NoError(t, os.WriteFile(second, out, 0o644))
 	return second
+}
+
+// TestAdapterSelectorRules runs in every build: a negative index or an empty selector is an
+// argument error for Dawn and auto alike, and the CPU backend ignores WithAdapter.
+func TestAdapterSelectorRules(t *testing.T) {
+	for _, b := range []string{BackendDawn, BackendAuto} {
+		for _, bad := range []string{"-1", ""} {
+			_, err := Open(WithBackend(b), WithAdapter(bad))
+			require.ErrorIs(t, err, ErrInvalidArgument, "%s, WithAdapter(%q)", b, bad)
+		}
+	}
+	e, err := Open(WithBackend(BackendCPU), WithAdapter("-1"))
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+	if _, err := Adapters(); err != nil {
+		require.ErrorIs(t, err, ErrUnavailable)
+	}
 }
