@@ -28,7 +28,7 @@ type Plan = plan.Plan
 
 // Backend names accepted by WithBackend and FUSEDNORM_BACKEND.
 const (
-	BackendAuto = "auto" // Dawn when the library loads and a hardware adapter exists, else CPU
+	BackendAuto = "auto" // with a hardware adapter, Dawn and the CPU, chosen per call (ReportBackend); else the CPU
 	BackendCPU  = "cpu"
 	BackendDawn = "dawn"
 )
@@ -161,8 +161,12 @@ type Engine struct {
 	allocCap int
 }
 
-// Open chooses a backend: the WithBackend option, else FUSEDNORM_BACKEND, else auto (Dawn
-// when it loads and finds a real adapter, else the CPU, with the cause recorded in Info).
+// Open chooses a backend: the WithBackend option, else FUSEDNORM_BACKEND, else auto. Auto
+// with Dawn loaded on a real (not software) adapter runs device-tensor calls on the GPU and
+// each host-tensor call where a cost model measured at Open says it finishes sooner, the GPU
+// or the CPU backend (which mirrors the GPU's contraction profile, so the bits are the same);
+// see ReportBackend and the README's "What auto picks and why". Without such an adapter auto
+// runs on the CPU, with the cause recorded in Info.
 func Open(opts ...Option) (*Engine, error) {
 	var c config
 	for _, o := range opts {

@@ -60,7 +60,8 @@ type routeKey struct{}
 // of the backend that ran it ("cpu" or "dawn") to *where once it succeeds. An auto engine
 // with a GPU open chooses per call (see the README, "What auto picks and why"); other
 // engines always write their one backend's name. Unlike a method on the engine that would
-// report its last call, this names the call made with ctx, whatever runs concurrently.
+// report its last call, this names the call made with ctx, whatever else runs; calls made
+// concurrently need a ctx (and a string) each. A failed call leaves *where as it was.
 func ReportBackend(ctx context.Context, where *string) context.Context {
 	return context.WithValue(ctx, routeKey{}, where)
 }
