@@ -88,6 +88,7 @@ func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLay
 		}
 	}
 	if err == nil { // only now does the caller see the outputs the call allocated
+		e.report(ctx)
 		for i, t := range [...]*Tensor{&out.Y, &out.Mean, &out.Rstd, &out.X} {
 			if !f.fresh[i].IsZero() {
 				*t = f.fresh[i]

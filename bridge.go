@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,7 +28,7 @@ type Plan = plan.Plan
 
 // Backend names accepted by WithBackend and FUSEDNORM_BACKEND.
 const (
-	BackendAuto = "auto" // Dawn when the library loads and a hardware adapter exists, else CPU
+	BackendAuto = "auto" // with a hardware adapter, Dawn and the CPU, chosen per call (ReportBackend); else the CPU
 	BackendCPU  = "cpu"
 	BackendDawn = "dawn"
 )
@@ -54,6 +55,11 @@ type config struct {
 	profile  *plan.Contraction
 	inject   func(site string) error
 	logger   *slog.Logger
+	// autoSoftware lets auto keep a software adapter (lavapipe) and route between it and
+	// the CPU: tests of the routing on a machine without a GPU (route_export_test.go).
+	autoSoftware bool
+	adapter      string // WithAdapter's selector, when adapterSet
+	adapterSet   bool
 }
 
 // WithBackend picks the backend: "auto", "cpu" or "dawn". It overrides FUSEDNORM_BACKEND.
@@ -66,6 +72,15 @@ func WithBackend(name string) Option { return func(c *config) { c.backend = name
 // Reason says why. Without either, the library is looked for next to the executable, then by
 // the system loader, never in or above the working directory.
 func WithDawnLibrary(path string) Option { return func(c *config) { c.dawnLib = path } }
+
+// WithAdapter opens the GPU adapter sel names: its index in Adapters' list ("0", "1", …),
+// else the first adapter whose name, vendor or driver contains sel, ignoring case ("H200",
+// "llvmpipe"). Without it Dawn takes the first of that list. On a machine with several
+// GPUs, open one engine per GPU. An adapter that does not exist is a demand that cannot be
+// met: with Dawn forced, Open fails (wrapping ErrUnavailable, naming the adapters there
+// are); in auto mode the engine runs on the CPU and Info's Reason says why. A negative index
+// or an empty sel is an error wrapping ErrInvalidArgument in every mode.
+func WithAdapter(sel string) Option { return func(c *config) { c.adapter, c.adapterSet = sel, true } }
 
 // WithThreads bounds the goroutines one CPU call uses (default GOMAXPROCS).
 func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
@@ -146,8 +161,12 @@ type Engine struct {
 	allocCap int
 }
 
-// Open chooses a backend: the WithBackend option, else FUSEDNORM_BACKEND, else auto (Dawn
-// when it loads and finds a real adapter, else the CPU, with the cause recorded in Info).
+// Open chooses a backend: the WithBackend option, else FUSEDNORM_BACKEND, else auto. Auto
+// with Dawn loaded on a real (not software) adapter runs device-tensor calls on the GPU and
+// each host-tensor call where a cost model measured at Open says it finishes sooner, the GPU
+// or the CPU backend (which mirrors the GPU's contraction profile, so the bits are the same);
+// see ReportBackend and the README's "What auto picks and why". Without such an adapter auto
+// runs on the CPU, with the cause recorded in Info.
 func Open(opts ...Option) (*Engine, error) {
 	var c config
 	for _, o := range opts {
@@ -162,10 +181,15 @@ func Open(opts ...Option) (*Engine, error) {
 	}
 	name = strings.ToLower(strings.TrimSpace(name))
 	if c.dawnLib == "" {
-		c.dawnLib = os.Getenv(EnvDawnLib)
+		c.dawnLib = envDawnLib()
 	}
 	if c.cpuLevel == "" {
 		c.cpuLevel = os.Getenv(EnvCPULevel)
+	}
+	if c.adapterSet && name != BackendCPU {
+		if i, err := strconv.Atoi(strings.TrimSpace(c.adapter)); (err == nil && i < 0) || strings.TrimSpace(c.adapter) == "" {
+			return nil, fmt.Errorf("fusednorm: Open: WithAdapter(%q): want an index >= 0 or part of an adapter's name: %w", c.adapter, ErrInvalidArgument)
+		}
 	}
 	switch name {
 	case BackendCPU:
@@ -182,7 +206,7 @@ func Open(opts ...Option) (*Engine, error) {
 		return &Engine{be: be, reason: "dawn requested by " + source}, nil
 	case BackendAuto:
 		be, err := openDawn(&c, true)
-		if err == nil && be.Info().Software {
+		if err == nil && be.Info().Software && !c.autoSoftware {
 			// A CPU rasterizer (lavapipe) runs the shaders correctly but far slower than the
 			// CPU backend: auto takes the CPU; WithBackend("dawn") still gets the adapter.
 			err = fmt.Errorf("dawn: only a software adapter (%s); the CPU backend is faster", be.Info().Device)
@@ -195,11 +219,34 @@ func Open(opts ...Option) (*Engine, error) {
 			}
 			return &Engine{be: cb, reason: "auto: dawn unavailable: " + err.Error()}, nil
 		}
-		return &Engine{be: be, reason: "auto: dawn loaded"}, nil
+		return openRouter(&c, be)
 	}
 	return nil, fmt.Errorf("fusednorm: Open: backend %q (from %s) is not one of auto, cpu, dawn: %w",
 		name, source, ErrInvalidArgument)
 }
+
+// openRouter is auto mode with a GPU open: the CPU backend beside it, mirroring its
+// contraction profile, and the cost model that routes host-tensor calls (route.go). When
+// the model cannot be measured, the engine runs on the GPU alone and Reason says why.
+func openRouter(c *config, gpu Backend) (*Engine, error) {
+	cc := *c
+	p := gpu.Info().Profile
+	cc.profile = &p
+	cb, err := newCPU(&cc)
+	if err != nil {
+		gpu.Close()
+		return nil, err
+	}
+	m, err := calibrateRoute(gpu, cb)
+	if err != nil {
+		cb.Close()
+		return &Engine{be: gpu, reason: "auto: dawn loaded; no routing to the cpu (the cost model failed: " + err.Error() + ")"}, nil
+	}
+	reason := fmt.Sprintf("auto: device-tensor calls on dawn, host-tensor calls on the cpu or dawn, whichever the model says finishes sooner (model: %s)", &m)
+	return &Engine{be: &router{gpu: gpu, cpu: cb, m: m}, reason: reason}, nil
+}
+
+func envDawnLib() string { return os.Getenv(EnvDawnLib) }
 
 func newCPU(c *config) (Backend, error) {
 	o := cpu.Options{Threads: c.threads, Level: c.cpuLevel, NoHugePages: c.noHuge}

@@ -127,6 +127,7 @@ func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOu
 		}
 	}
 	if err == nil { // only now does the caller see the outputs the call allocated
+		op.eng.report(ctx)
 		for i, t := range [...]*Tensor{&out.Output, &out.MaskIndex, &out.EmbeddingSum} {
 			if !f.fresh[i].IsZero() {
 				*t = f.fresh[i]

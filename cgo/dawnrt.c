@@ -123,6 +123,66 @@ static int instance_desc_ok(void (*ctor)(void *)) {
     return 1;
 }
 
+/* ---- adapter enumeration ----------------------------------------------------------------- */
+
+/*
+ * Dawn's C API requests one adapter; the C++ one, dawn::native::Instance::EnumerateAdapters
+ * (dawn/native/DawnNative.h), lists them all. Its ABI, read from the library (libstdc++,
+ * x86-64 SysV): Instance and Adapter each hold one pointer (InstanceBase*, AdapterBase*, the
+ * objects behind WGPUInstance and WGPUAdapter); the std::vector<Adapter> result is returned
+ * through a hidden pointer passed before `this`, as begin, end and end of storage. Each
+ * element holds a reference the Adapter destructor drops; the storage is freed with operator
+ * delete. Used only when every symbol resolves.
+ */
+typedef struct drt_adapter_vec {
+    WGPUAdapter *begin, *end, *cap;
+} drt_adapter_vec;
+
+static void load_enumerate(void *h, drt_procs *p) {
+    *(void **)(&p->instance_ctor) = dlsym(h, "_ZN4dawn6native8InstanceC1EPNS0_12InstanceBaseE");
+    *(void **)(&p->instance_dtor) = dlsym(h, "_ZN4dawn6native8InstanceD1Ev");
+    *(void **)(&p->enumerate) = dlsym(h, "_ZNK4dawn6native8Instance17EnumerateAdaptersEPK25WGPURequestAdapterOptions");
+    *(void **)(&p->adapter_dtor) = dlsym(h, "_ZN4dawn6native7AdapterD1Ev");
+    *(void **)(&p->op_delete) = dlsym(h, "_ZdlPv");
+    *(void **)(&p->adapter_add_ref) = dlsym(h, "wgpuAdapterAddRef");
+    if (!p->instance_ctor || !p->instance_dtor || !p->enumerate || !p->adapter_dtor || !p->op_delete ||
+        !p->adapter_add_ref) {
+        p->instance_ctor = NULL;
+        p->instance_dtor = NULL;
+        p->enumerate = NULL;
+        p->adapter_dtor = NULL;
+        p->op_delete = NULL;
+        p->adapter_add_ref = NULL;
+    }
+}
+
+/* The options drt_open requests its adapter with: Vulkan by name (a default request silently
+ * falls back to the Null backend). */
+static void vulkan_options(WGPURequestAdapterOptions *ao) {
+    memset(ao, 0, sizeof *ao);
+    ao->featureLevel = WGPUFeatureLevel_Core;
+    ao->powerPreference = WGPUPowerPreference_HighPerformance;
+    ao->backendType = WGPUBackendType_Vulkan;
+}
+
+/* enumerate_adapters lists inst's Vulkan adapters into v; free_adapters drops them. */
+static void enumerate_adapters(const drt_procs *p, WGPUInstance inst, drt_adapter_vec *v) {
+    void *self[4] = {0}; /* a dawn::native::Instance: one pointer, room to spare */
+    WGPURequestAdapterOptions ao;
+    vulkan_options(&ao);
+    memset(v, 0, sizeof *v);
+    p->instance_ctor(self, inst);
+    p->enumerate(v, self, &ao);
+    p->instance_dtor(self);
+}
+
+static void free_adapters(const drt_procs *p, drt_adapter_vec *v) {
+    WGPUAdapter *a;
+    for (a = v->begin; a != NULL && a < v->end; a++) p->adapter_dtor(a);
+    if (v->begin != NULL) p->op_delete(v->begin);
+    memset(v, 0, sizeof *v);
+}
+
 /* ---- loading ---------------------------------------------------------------------------- */
 
 int drt_load(const char *const *candidates, int n, drt_lib *lib, char *report, size_t cap) {
@@ -159,6 +219,7 @@ int drt_load(const char *const *candidates, int n, drt_lib *lib, char *report, s
             dlclose(h);
             continue;
         }
+        load_enumerate(h, &p);
         *(void **)(&p.instance_desc_ctor) = dlsym(h, DRT_INSTANCE_DESC_CTOR);
         if (p.instance_desc_ctor != NULL && !instance_desc_ok(p.instance_desc_ctor)) p.instance_desc_ctor = NULL;
         lib->handle = h;
@@ -346,9 +407,76 @@ static int fail_open(drt_device *d, int code) {
     return code;
 }
 
-int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, size_t cap) {
+/* create_instance makes d's instance, its log going to d's ring. */
+static int create_instance(const drt_procs *p, drt_device *d, char *err, size_t cap) {
     WGPUInstanceDescriptor idesc;
     drt_instance_desc dawn_desc;
+    memset(&idesc, 0, sizeof idesc);
+    idesc.capabilities.timedWaitAnyEnable = 1; /* without it a timed WaitAny is an error */
+    if (p->instance_desc_ctor != NULL) { /* the instance's log goes where the device's goes */
+        p->instance_desc_ctor(&dawn_desc);
+        dawn_desc.logging.callback = on_log;
+        dawn_desc.logging.userdata1 = d;
+        idesc.nextInChain = (WGPUChainedStruct *)&dawn_desc;
+    }
+    d->instance = p->CreateInstance(&idesc);
+    if (d->instance == NULL) {
+        fmt(err, cap, "wgpuCreateInstance failed");
+        return DRT_EUNAVAILABLE;
+    }
+    return DRT_OK;
+}
+
+int drt_adapters(const drt_procs *p, drt_adapter_info *out, int cap_out, int *n, char *err, size_t cap) {
+    drt_device *d;
+    drt_adapter_vec v;
+    WGPUAdapterInfo info;
+    int i, rc;
+    *n = 0;
+    if (p->enumerate == NULL) {
+        fmt(err, cap, "this Dawn library cannot list adapters (no dawn::native::Instance::EnumerateAdapters)");
+        return DRT_EUNAVAILABLE;
+    }
+    d = (drt_device *)calloc(1, sizeof *d);
+    if (d == NULL) {
+        fmt(err, cap, "out of memory");
+        return DRT_EUNAVAILABLE;
+    }
+    d->p = p;
+    if ((rc = create_instance(p, d, err, cap)) != DRT_OK) {
+        free(d);
+        return rc;
+    }
+    enumerate_adapters(p, d->instance, &v);
+    for (i = 0; v.begin + i < v.end; i++) {
+        drt_adapter_info *a;
+        if (i >= cap_out) continue;
+        a = &out[i];
+        memset(a, 0, sizeof *a);
+        memset(&info, 0, sizeof info);
+        if (p->AdapterGetInfo(v.begin[i], &info) != WGPUStatus_Success) continue;
+        copy_sv(a->vendor, sizeof a->vendor, info.vendor);
+        copy_sv(a->architecture, sizeof a->architecture, info.architecture);
+        copy_sv(a->device_name, sizeof a->device_name, info.device);
+        copy_sv(a->description, sizeof a->description, info.description);
+        a->backend_type = (uint32_t)info.backendType;
+        a->adapter_type = (uint32_t)info.adapterType;
+        a->vendor_id = info.vendorID;
+        a->device_id = info.deviceID;
+        p->AdapterInfoFreeMembers(info);
+    }
+    *n = i;
+    free_adapters(p, &v);
+    drt_close(d);
+    free(d);
+    return DRT_OK;
+}
+
+int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, size_t cap) {
+    return drt_open_adapter(p, d, -1, timeout_ns, err, cap);
+}
+
+int drt_open_adapter(const drt_procs *p, drt_device *d, int index, uint64_t timeout_ns, char *err, size_t cap) {
     WGPURequestAdapterOptions ao;
     WGPURequestAdapterCallbackInfo aci;
     WGPURequestDeviceCallbackInfo dci;
@@ -367,25 +495,30 @@ int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, 
     memset(d, 0, sizeof *d);
     d->p = p;
 
-    memset(&idesc, 0, sizeof idesc);
-    idesc.capabilities.timedWaitAnyEnable = 1; /* without it a timed WaitAny is an error */
-    if (p->instance_desc_ctor != NULL) { /* the instance's log goes where the device's goes */
-        p->instance_desc_ctor(&dawn_desc);
-        dawn_desc.logging.callback = on_log;
-        dawn_desc.logging.userdata1 = d;
-        idesc.nextInChain = (WGPUChainedStruct *)&dawn_desc;
-    }
-    d->instance = p->CreateInstance(&idesc);
-    if (d->instance == NULL) {
-        fmt(err, cap, "wgpuCreateInstance failed");
-        return fail_open(d, DRT_EUNAVAILABLE);
+    if (create_instance(p, d, err, cap) != DRT_OK) return fail_open(d, DRT_EUNAVAILABLE);
+
+    if (index >= 0) {
+        drt_adapter_vec v;
+        size_t count;
+        if (p->enumerate == NULL) {
+            fmt(err, cap, "this Dawn library cannot list adapters, so adapter %d cannot be chosen", index);
+            return fail_open(d, DRT_EUNAVAILABLE);
+        }
+        enumerate_adapters(p, d->instance, &v);
+        count = (size_t)(v.end - v.begin);
+        if ((size_t)index >= count) {
+            free_adapters(p, &v);
+            fmt(err, cap, "no adapter %d: Dawn lists %zu Vulkan adapter(s)", index, count);
+            return fail_open(d, DRT_EUNAVAILABLE);
+        }
+        p->adapter_add_ref(v.begin[index]);
+        adapter = v.begin[index];
+        free_adapters(p, &v);
+        goto have_adapter;
     }
 
     /* Ask for Vulkan by name: a default request silently falls back to the Null backend. */
-    memset(&ao, 0, sizeof ao);
-    ao.featureLevel = WGPUFeatureLevel_Core;
-    ao.powerPreference = WGPUPowerPreference_HighPerformance;
-    ao.backendType = WGPUBackendType_Vulkan;
+    vulkan_options(&ao);
     memset(&aci, 0, sizeof aci);
     memset(&st, 0, sizeof st);
     aci.mode = WGPUCallbackMode_WaitAnyOnly;
@@ -403,6 +536,7 @@ int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, 
         if (adapter) p->AdapterRelease(adapter);
         return fail_open(d, DRT_EUNAVAILABLE);
     }
+have_adapter:
     d->adapter = adapter;
 
     memset(&info, 0, sizeof info);

@@ -38,6 +38,16 @@ typedef struct drt_procs {
      * layout dawnrt.c declares (drt_instance_desc); NULL otherwise, and then the instance's
      * messages keep going to stderr. */
     void (*instance_desc_ctor)(void *self);
+    /* Adapter enumeration, which Dawn's C API lacks: dawn::native::Instance's constructor from
+     * its implementation, its EnumerateAdapters and destructor, dawn::native::Adapter's
+     * destructor, operator delete and wgpuAdapterAddRef (C++, see dawnrt.c); all set or all
+     * NULL, and then only the default adapter can be opened. */
+    void (*instance_ctor)(void *self, WGPUInstance impl);
+    void (*instance_dtor)(void *self);
+    void (*enumerate)(void *ret, const void *self, const WGPURequestAdapterOptions *opts);
+    void (*adapter_dtor)(void *self);
+    void (*op_delete)(void *p);
+    void (*adapter_add_ref)(WGPUAdapter a);
 } drt_procs;
 
 typedef struct drt_lib {
@@ -98,6 +108,20 @@ typedef struct drt_device {
  * On failure every half-built object is released.
  */
 int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, size_t cap);
+/* drt_open_adapter is drt_open on the adapter at index of drt_adapters' list (Vulkan adapters
+ * in Dawn's order, the first being drt_open's); index < 0 is drt_open. DRT_EUNAVAILABLE when
+ * the index is past the list or the library cannot enumerate. */
+int drt_open_adapter(const drt_procs *p, drt_device *d, int index, uint64_t timeout_ns, char *err, size_t cap);
+
+/* One adapter of drt_adapters' list. */
+typedef struct drt_adapter_info {
+    char vendor[256], architecture[256], device_name[256], description[256];
+    uint32_t backend_type, adapter_type, vendor_id, device_id;
+} drt_adapter_info;
+
+/* drt_adapters lists up to cap_out Vulkan adapters in Dawn's order into out and their count
+ * into *n (which may exceed cap_out). DRT_EUNAVAILABLE when the library cannot enumerate. */
+int drt_adapters(const drt_procs *p, drt_adapter_info *out, int cap_out, int *n, char *err, size_t cap);
 void drt_close(drt_device *d);
 int drt_has_feature(drt_device *d, uint32_t feature);
 

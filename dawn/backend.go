@@ -29,6 +29,9 @@ type Config struct {
 	// with the backend Fallback returns (the CPU, mirroring the given contraction profile).
 	// Without it such calls fail wrapping ops.ErrDevice. See recover.go.
 	Fallback func(plan.Contraction) (ops.Backend, error)
+	// Adapter, when > 0, opens adapter Adapter-1 of ListAdapters (see Options.Adapter); a
+	// device reopened after a loss is on the same adapter.
+	Adapter int
 }
 
 // Backend runs both ops on one Dawn device. It implements ops.Backend.
@@ -73,7 +76,7 @@ var _ ops.Backend = (*Backend)(nil)
 // New opens the device, calibrates the contraction profile and returns the backend. Errors
 // wrap ops.ErrUnavailable when Dawn or a usable adapter is missing.
 func New(cfg Config) (*Backend, error) {
-	dev, err := OpenDevice(Options{LibPath: cfg.LibPath, Inject: cfg.Inject, Logger: cfg.Logger})
+	dev, err := OpenDevice(Options{LibPath: cfg.LibPath, Inject: cfg.Inject, Logger: cfg.Logger, Adapter: cfg.Adapter})
 	if err != nil {
 		if errors.Is(err, ops.ErrUnavailable) {
 			return nil, err

@@ -17,6 +17,7 @@ type Config struct {
 	Inject   func(site string) error
 	Logger   *slog.Logger
 	Fallback func(plan.Contraction) (ops.Backend, error)
+	Adapter  int
 }
 
 // Backend is the Dawn backend; without cgo it cannot be constructed.
@@ -45,3 +46,16 @@ func (b *Backend) AddLayerNorm(context.Context, *ops.AddLN) error {
 
 // Close does nothing.
 func (b *Backend) Close() error { return nil }
+
+// AdapterInfo describes an adapter; without cgo none is listed.
+type AdapterInfo struct {
+	Vendor, Architecture, Device, Description string
+	Backend, AdapterType                      string
+	VendorID, DeviceID                        uint32
+	SubgroupMinSize, SubgroupMaxSize          uint32
+}
+
+// ListAdapters reports that this build cannot load Dawn.
+func ListAdapters(libPath string) ([]AdapterInfo, error) {
+	return nil, fmt.Errorf("dawn: built without cgo: %w", ops.ErrUnavailable)
+}

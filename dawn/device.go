@@ -39,6 +39,9 @@ type Options struct {
 	// among others), errors raised outside every error scope, and device loss. nil discards
 	// them.
 	Logger *slog.Logger
+	// Adapter, when > 0, opens adapter Adapter-1 of ListAdapters' list instead of the one
+	// Dawn picks (the list's first).
+	Adapter int
 }
 
 // Limits are the device limits the runtime raised to what the adapter offers.
@@ -126,7 +129,7 @@ func OpenDevice(opts Options) (*Device, error) {
 		buffers:   map[*Buffer]struct{}{},
 		staging:   map[uint64][]C.WGPUBuffer{},
 	}
-	if rc := C.drt_open(&lib.p, d.c, openTimeoutNS, d.errbuf, errCap); rc != C.DRT_OK {
+	if rc := C.drt_open_adapter(&lib.p, d.c, C.int(opts.Adapter-1), openTimeoutNS, d.errbuf, errCap); rc != C.DRT_OK {
 		msg := C.GoString(d.errbuf)
 		if d.logger != nil {
 			d.passLog() // what Dawn met looking for an adapter
@@ -168,6 +171,41 @@ func OpenDevice(opts Options) (*Device, error) {
 		}
 	}
 	return d, nil
+}
+
+// ListAdapters lists the Vulkan adapters Dawn finds, in its order of preference (discrete
+// GPUs first; the first is the one OpenDevice takes by default). libPath is as
+// Options.LibPath. The list comes from Dawn's C++ API (dawn::native::Instance::
+// EnumerateAdapters): a library without it gives an error wrapping ops.ErrUnavailable.
+func ListAdapters(libPath string) ([]AdapterInfo, error) {
+	lib, err := loadLib(libPath)
+	if err != nil {
+		return nil, err
+	}
+	const max = 64
+	out := (*[max]C.drt_adapter_info)(C.calloc(max, C.sizeof_drt_adapter_info))
+	defer C.free(unsafe.Pointer(out))
+	errbuf := (*C.char)(C.calloc(1, errCap))
+	defer C.free(unsafe.Pointer(errbuf))
+	var n C.int
+	if rc := C.drt_adapters(&lib.p, &out[0], max, &n, errbuf, errCap); rc != C.DRT_OK {
+		return nil, fmt.Errorf("dawn: ListAdapters: %w: %s", ops.ErrUnavailable, C.GoString(errbuf))
+	}
+	list := make([]AdapterInfo, 0, min(int(n), max))
+	for i := range min(int(n), max) {
+		a := &out[i]
+		list = append(list, AdapterInfo{
+			Vendor:       C.GoString(&a.vendor[0]),
+			Architecture: C.GoString(&a.architecture[0]),
+			Device:       C.GoString(&a.device_name[0]),
+			Description:  C.GoString(&a.description[0]),
+			Backend:      enumName(backendTypeNames, uint32(a.backend_type)),
+			AdapterType:  enumName(adapterTypeNames, uint32(a.adapter_type)),
+			VendorID:     uint32(a.vendor_id),
+			DeviceID:     uint32(a.device_id),
+		})
+	}
+	return list, nil
 }
 
 func enumName(table map[uint32]string, v uint32) string {

@@ -82,7 +82,7 @@ func (b *Backend) recover() error {
 
 // reopen opens a new device and moves the backend and its prepared ops onto it.
 func (b *Backend) reopen() error {
-	dev, err := OpenDevice(Options{LibPath: b.cfg.LibPath, Inject: b.cfg.Inject, Logger: b.cfg.Logger})
+	dev, err := OpenDevice(Options{LibPath: b.cfg.LibPath, Inject: b.cfg.Inject, Logger: b.cfg.Logger, Adapter: b.cfg.Adapter})
 	if err != nil {
 		return err
 	}

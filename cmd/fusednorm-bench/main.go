@@ -146,6 +146,7 @@ type result struct {
 	Shape        map[string]int `json:"shape"`
 	DType        string         `json:"dtype"`
 	Backend      string         `json:"backend,omitempty"`
+	RanOn        string         `json:"ran_on,omitempty"` // where the timed host-tensor calls ran (auto routes per call)
 	BytesRead    int64          `json:"bytes_read"`
 	BytesWritten int64          `json:"bytes_written"`
 	AllocBytes   int64          `json:"alloc_bytes"`
@@ -296,7 +297,7 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 	if o.probe && r.AllocBytes+r.bytes() <= o.maxBytes {
 		pr = newProber(r.bytes(), o.threads)
 	}
-	if err := timeCase(ctx, eng, c, o, r, pr, say); err != nil {
+	if err := timeCase(fusednorm.ReportBackend(ctx, &r.RanOn), eng, c, o, r, pr, say); err != nil {
 		r.Error = err.Error()
 	}
 	pr = nil
@@ -382,7 +383,8 @@ func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 		}
 		d := time.Since(t)
 		ts, timed = append(ts, d), timed+d
-		if k, ok := eng.LastKernelTime(); ok && k > 0 {
+		// A call auto routed to the CPU leaves the last GPU call's time: not this call's.
+		if k, ok := eng.LastKernelTime(); ok && k > 0 && (r.RanOn == "" || r.RanOn == fusednorm.BackendDawn) {
 			ks = append(ks, k)
 		}
 		if pr != nil {

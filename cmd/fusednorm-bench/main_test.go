@@ -100,6 +100,7 @@ func TestSkipOverMaxBytesAndJSON(t *testing.T) {
 			MedianMs float64 `json:"median_ms"`
 			GBps     float64 `json:"GBps"`
 			Skipped  string  `json:"skipped"`
+			RanOn    string  `json:"ran_on"`
 		}
 	}
 	if err := json.Unmarshal(raw, &rep); err != nil {
@@ -111,6 +112,9 @@ func TestSkipOverMaxBytesAndJSON(t *testing.T) {
 	for _, r := range rep.Results {
 		if r.Skipped == "" && (r.MedianMs <= 0 || r.GBps <= 0) {
 			t.Errorf("JSON result %s has no timing: %+v", r.Case, r)
+		}
+		if r.Skipped == "" && r.RanOn != "cpu" {
+			t.Errorf("JSON result %s: ran_on %q, want cpu", r.Case, r.RanOn)
 		}
 	}
 }

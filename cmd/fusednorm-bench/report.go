@@ -46,7 +46,7 @@ func (t *table) header() {
 	fmt.Fprintln(t.w, strings.Repeat("-", len(t.line("case", "shape", cols))))
 }
 
-var colW = map[string]int{"dtype": 5, "backend": 7, "median ms": 10, "min ms": 10, "runs": 5, "GB/s": 7,
+var colW = map[string]int{"dtype": 5, "backend": 8, "median ms": 10, "min ms": 10, "runs": 5, "GB/s": 7,
 	"probe GB/s": 10, "% probe": 7, "ORT ms": 9, "speedup": 7, "kernel ms": 9, "kernel GB/s": 11, "device ms": 9}
 
 var colOrder = []string{"dtype", "backend", "median ms", "min ms", "runs", "GB/s", "kernel ms", "kernel GB/s", "device ms", "probe GB/s", "% probe", "ORT ms", "speedup"}
@@ -87,7 +87,11 @@ func (t *table) row(r *result) {
 		fmt.Fprintf(t.w, "%s  %s\n", t.line(r.Case, r.shape, []string{dt, r.Backend}), msg)
 		return
 	}
-	cells := []string{dt, r.Backend, fmt.Sprintf("%.3f", r.MedianMs), fmt.Sprintf("%.3f", r.MinMs),
+	ran := r.Backend
+	if r.RanOn != "" && r.RanOn != r.Backend {
+		ran = r.Backend + ">" + r.RanOn // auto routed the case's host-tensor calls
+	}
+	cells := []string{dt, ran, fmt.Sprintf("%.3f", r.MedianMs), fmt.Sprintf("%.3f", r.MinMs),
 		fmt.Sprint(r.Runs), fmt.Sprintf("%.2f", r.GBps)}
 	if t.kernel {
 		dev := "-"

@@ -1,0 +1,89 @@
+//go:build cgo
+
+package dawn
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+// secondICD lists the Vulkan driver of the first manifest in VK_ICD_FILENAMES a second time,
+// through a copy of that manifest with its library path made absolute, so the loader reports
+// two adapters (two lavapipes) and adapter choice can be tested on one machine. It skips
+// when VK_ICD_FILENAMES is unset (a machine with its own GPU driver).
+func secondICD(t *testing.T) {
+	t.Helper()
+	env := os.Getenv("VK_ICD_FILENAMES")
+	if env == "" {
+		t.Skip("VK_ICD_FILENAMES is unset: no manifest to list twice")
+	}
+	first := strings.Split(env, string(os.PathListSeparator))[0]
+	raw, err := os.ReadFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	icd, _ := m["ICD"].(map[string]any)
+	lib, _ := icd["library_path"].(string)
+	if lib == "" {
+		t.Fatalf("%s: no ICD.library_path", first)
+	}
+	if strings.Contains(lib, "/") && !filepath.IsAbs(lib) {
+		icd["library_path"] = filepath.Join(filepath.Dir(first), lib)
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := filepath.Join(t.TempDir(), "second_icd.json")
+	if err := os.WriteFile(second, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VK_ICD_FILENAMES", env+string(os.PathListSeparator)+second)
+}
+
+// TestListAndOpenAdapters lists the adapters, opens each by its index (the device's adapter
+// is the one listed), and refuses an index past the list, naming the count.
+func TestListAndOpenAdapters(t *testing.T) {
+	backend(t) // skips without Dawn
+	one, err := ListAdapters("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(one) < 1 {
+		t.Fatalf("ListAdapters: none, though a device opens")
+	}
+	secondICD(t)
+	list, err := ListAdapters("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != len(one)+1 {
+		t.Fatalf("with the first driver listed twice: %d adapters, want %d: %v", len(list), len(one)+1, list)
+	}
+	for i, a := range list {
+		d, err := OpenDevice(Options{Adapter: i + 1})
+		if err != nil {
+			t.Fatalf("adapter %d (%v): %v", i, a, err)
+		}
+		got := d.Info()
+		d.Close()
+		if got.Device != a.Device || got.Description != a.Description || got.AdapterType != a.AdapterType {
+			t.Errorf("adapter %d: opened %v, listed %v", i, got, a)
+		}
+	}
+	_, err = OpenDevice(Options{Adapter: len(list) + 1})
+	if !errors.Is(err, ops.ErrUnavailable) || !strings.Contains(fmt.Sprint(err), fmt.Sprintf("lists %d Vulkan adapter", len(list))) {
+		t.Errorf("adapter past the list: %v", err)
+	}
+}

@@ -1,0 +1,390 @@
+package fusednorm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
+)
+
+// In auto mode with a GPU open, the engine runs on a router: a call that involves a device
+// tensor runs on the GPU; a call whose tensors all live in host memory runs where the cost
+// model says it finishes sooner. The model, measured at Open (calibrateRoute):
+//
+//	gpu(call) = launch + up/h2d + down/d2h
+//	cpu(call) = touched/cpuBW
+//
+// up is the bytes of the call's host inputs (the prepared weights are resident on the GPU),
+// down the bytes of its host outputs, touched the bytes the CPU reads and writes (up and
+// down, plus the table rows EmbedLayerNorm gathers); launch is the round trip of a tiny
+// upload and read-back (a submit and a buffer map), h2d and d2h the bandwidths of a timed
+// copy through the device-tensor path, cpuBW the CPU backend's throughput on a timed
+// AddLayerNorm. The GPU's
+// kernel time is left out: at device bandwidth it is small beside the copies. The CPU
+// backend mirrors the GPU's contraction profile, so a call gives the same bits on either.
+
+// routeModel is the measured cost model.
+type routeModel struct {
+	h2d, d2h, cpuBW float64 // bytes per second
+	launch          float64 // seconds
+	took            time.Duration
+}
+
+// gpuFaster says whether a host-tensor call moving up and down bytes, the CPU touching
+// touched bytes, finishes sooner on the GPU.
+func (m *routeModel) gpuFaster(up, down, touched int) bool {
+	g := m.launch + float64(up)/m.h2d + float64(down)/m.d2h
+	return g < float64(touched)/m.cpuBW
+}
+
+func (m *routeModel) String() string {
+	return fmt.Sprintf("h2d %.2f GB/s, d2h %.2f GB/s, cpu %.2f GB/s, launch %.0f us; measured in %v",
+		m.h2d/1e9, m.d2h/1e9, m.cpuBW/1e9, m.launch*1e6, m.took.Round(time.Millisecond))
+}
+
+// router is the backend of an auto engine with a GPU open: see the comment at the top.
+type router struct {
+	gpu ops.Backend // the dawn backend: also DeviceBackend, AddPreparer, KernelTimer
+	cpu ops.Backend
+	m   routeModel
+}
+
+// Route names, written by ReportBackend.
+type routeKey struct{}
+
+// ReportBackend returns a context under which each call of the engine's ops writes the name
+// of the backend that ran it ("cpu" or "dawn") to *where once it succeeds. An auto engine
+// with a GPU open chooses per call (see the README, "What auto picks and why"); other
+// engines always write their one backend's name. Unlike a method on the engine that would
+// report its last call, this names the call made with ctx, whatever else runs; calls made
+// concurrently need a ctx (and a string) each. A failed call leaves *where as it was.
+func ReportBackend(ctx context.Context, where *string) context.Context {
+	return context.WithValue(ctx, routeKey{}, where)
+}
+
+// reportRoute writes name where ReportBackend asked for it.
+func reportRoute(ctx context.Context, name string) {
+	if p, ok := ctx.Value(routeKey{}).(*string); ok && p != nil {
+		*p = name
+	}
+}
+
+// report is reportRoute for an engine's plain (unrouted) backend. It looks the backend's
+// name up only when asked: Info allocates.
+func (e *Engine) report(ctx context.Context) {
+	if p, ok := ctx.Value(routeKey{}).(*string); ok && p != nil {
+		if _, routed := e.be.(*router); !routed {
+			*p = e.be.Info().Name
+		}
+	}
+}
+
+func (r *router) Info() ops.Info       { return r.gpu.Info() }
+func (r *router) Plan(h int) plan.Plan { return r.gpu.Plan(h) }
+
+// Close closes both backends.
+func (r *router) Close() error {
+	return errors.Join(r.gpu.Close(), r.cpu.Close())
+}
+
+func hostBytes(bs ...ops.Buf) (n int) {
+	for _, b := range bs {
+		n += len(b.Bytes())
+	}
+	return n
+}
+
+// addOnDevice: a call with any device tensor runs on the GPU.
+func addOnDevice(a *ops.AddLN) bool {
+	return a.X1.Dev != nil || a.X2.Dev != nil || a.Gamma.Dev != nil || a.Beta.Dev != nil || a.Bias.Dev != nil ||
+		a.Y.Dev != nil || a.X.Dev != nil || a.MeanDev != nil || a.RstdDev != nil
+}
+
+// addGPU says where a host-tensor AddLayerNorm goes; prepared: the weights are resident.
+func (r *router) addGPU(a *ops.AddLN, prepared bool) bool {
+	in := hostBytes(a.X1, a.X2)
+	w := hostBytes(a.Gamma, a.Beta, a.Bias)
+	up := in
+	if !prepared {
+		up += w
+	}
+	down := hostBytes(a.Y, a.X) + 4*(len(a.Mean)+len(a.Rstd))
+	return r.m.gpuFaster(up, down, in+w+down)
+}
+
+// runAdd runs a on the GPU (gpuRun) or the CPU; a host-tensor call the GPU refuses for a
+// device limit (ErrNotSupported) runs on the CPU.
+func (r *router) runAdd(ctx context.Context, a *ops.AddLN, prepared bool, gpuRun func() error) error {
+	if addOnDevice(a) {
+		err := gpuRun()
+		if err == nil {
+			reportRoute(ctx, "dawn")
+		}
+		return err
+	}
+	if r.addGPU(a, prepared) {
+		err := gpuRun()
+		if err == nil {
+			reportRoute(ctx, "dawn")
+			return nil
+		}
+		if !errors.Is(err, ops.ErrNotSupported) {
+			return err
+		}
+	}
+	if err := r.cpu.AddLayerNorm(ctx, a); err != nil {
+		return err
+	}
+	reportRoute(ctx, "cpu")
+	return nil
+}
+
+func (r *router) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
+	return r.runAdd(ctx, a, false, func() error { return r.gpu.AddLayerNorm(ctx, a) })
+}
+
+// PrepareAddLN prepares nothing yet: the CPU takes the weights with each call, and the GPU
+// prepares on the first call that goes to it.
+func (r *router) PrepareAddLN(gamma, beta, bias ops.Buf, biasFull bool) (ops.PreparedAddLN, error) {
+	if gamma.Dev != nil || beta.Dev != nil || bias.Dev != nil {
+		return r.gpu.(ops.AddPreparer).PrepareAddLN(gamma, beta, bias, biasFull)
+	}
+	return &routedAdd{r: r, gamma: gamma, beta: beta, bias: bias, biasFull: biasFull}, nil
+}
+
+type routedAdd struct {
+	r                 *router
+	gamma, beta, bias ops.Buf
+	biasFull          bool
+
+	mu     sync.Mutex
+	gpu    ops.PreparedAddLN
+	gpuErr error // the GPU's prepare failed: host calls stay on the CPU
+	closed bool
+}
+
+// gpuPrep prepares on the GPU once.
+func (p *routedAdd) gpuPrep() (ops.PreparedAddLN, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("fusednorm: AddLayerNorm: prepared op: %w", ErrClosed)
+	}
+	if p.gpu == nil && p.gpuErr == nil {
+		p.gpu, p.gpuErr = p.r.gpu.(ops.AddPreparer).PrepareAddLN(p.gamma, p.beta, p.bias, p.biasFull)
+	}
+	return p.gpu, p.gpuErr
+}
+
+func (p *routedAdd) Run(ctx context.Context, a *ops.AddLN) error {
+	return p.r.runAdd(ctx, a, true, func() error {
+		g, err := p.gpuPrep()
+		if err != nil {
+			return err
+		}
+		return g.Run(ctx, a)
+	})
+}
+
+func (p *routedAdd) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.gpu != nil {
+		return p.gpu.Close()
+	}
+	return nil
+}
+
+// PrepareEmbed prepares on the CPU (it keeps references) and, on the first call that goes
+// to the GPU, there; weights on the device prepare on the GPU alone.
+func (r *router) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
+	if w.Word.Dev != nil || w.Pos.Dev != nil || w.Seg.Dev != nil || w.Gamma.Dev != nil || w.Beta.Dev != nil {
+		return r.gpu.PrepareEmbed(w)
+	}
+	c, err := r.cpu.PrepareEmbed(w)
+	if err != nil {
+		return nil, err
+	}
+	return &routedEmbed{r: r, w: *w, cpu: c}, nil
+}
+
+type routedEmbed struct {
+	r   *router
+	w   ops.EmbedWeights
+	cpu ops.PreparedEmbed
+
+	mu     sync.Mutex
+	gpu    ops.PreparedEmbed
+	gpuErr error
+	closed bool
+}
+
+func (p *routedEmbed) gpuPrep() (ops.PreparedEmbed, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("fusednorm: EmbedLayerNorm: prepared op: %w", ErrClosed)
+	}
+	if p.gpu == nil && p.gpuErr == nil {
+		p.gpu, p.gpuErr = p.r.gpu.PrepareEmbed(&p.w)
+	}
+	return p.gpu, p.gpuErr
+}
+
+func (p *routedEmbed) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
+	dev := in.IDsDev != nil || in.SegIDsDev != nil || in.MaskDev != nil || in.PosIDsDev != nil ||
+		out.MaskIndexDev != nil || out.Out.Dev != nil || out.Sum.Dev != nil
+	gpu := dev
+	if !dev {
+		up := 4 * (len(in.IDs) + len(in.SegIDs) + len(in.Mask) + len(in.PosIDs))
+		down := hostBytes(out.Out, out.Sum) + 4*len(out.MaskIndex)
+		tables := 2
+		if p.w.G > 0 {
+			tables = 3
+		}
+		gathered := tables * len(out.Out.Bytes())
+		gpu = p.r.m.gpuFaster(up, down, up+down+gathered)
+	}
+	if gpu {
+		g, err := p.gpuPrep()
+		if err == nil {
+			err = g.Run(ctx, in, out)
+		}
+		if err == nil {
+			reportRoute(ctx, "dawn")
+			return nil
+		}
+		if dev || !errors.Is(err, ops.ErrNotSupported) {
+			return err
+		}
+	}
+	if err := p.cpu.Run(ctx, in, out); err != nil {
+		return err
+	}
+	reportRoute(ctx, "cpu")
+	return nil
+}
+
+func (p *routedEmbed) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	err := p.cpu.Close()
+	if p.gpu != nil {
+		err = errors.Join(err, p.gpu.Close())
+	}
+	return err
+}
+
+// The device-tensor methods and the kernel timer are the GPU's.
+
+func (r *router) NewDeviceMem(dt ops.DType, n int) (ops.DeviceMem, error) {
+	return r.gpu.(ops.DeviceBackend).NewDeviceMem(dt, n)
+}
+func (r *router) WriteDevice(m ops.DeviceMem, src []byte) error {
+	return r.gpu.(ops.DeviceBackend).WriteDevice(m, src)
+}
+func (r *router) ReadDevice(ctx context.Context, m ops.DeviceMem, dst []byte) error {
+	return r.gpu.(ops.DeviceBackend).ReadDevice(ctx, m, dst)
+}
+func (r *router) FreeDevice(m ops.DeviceMem) error { return r.gpu.(ops.DeviceBackend).FreeDevice(m) }
+func (r *router) Sync(ctx context.Context) error   { return r.gpu.(ops.DeviceBackend).Sync(ctx) }
+
+func (r *router) SetKernelTiming(on bool) error {
+	kt, ok := r.gpu.(ops.KernelTimer)
+	if !ok {
+		return fmt.Errorf("fusednorm: KernelTiming: no device timer: %w", ErrNotSupported)
+	}
+	return kt.SetKernelTiming(on)
+}
+
+func (r *router) LastKernelTime() time.Duration {
+	if kt, ok := r.gpu.(ops.KernelTimer); ok {
+		return kt.LastKernelTime()
+	}
+	return 0
+}
+
+// LiveBuffers forwards the GPU's buffer count (tests).
+func (r *router) LiveBuffers() int {
+	if lb, ok := r.gpu.(interface{ LiveBuffers() int }); ok {
+		return lb.LiveBuffers()
+	}
+	return 0
+}
+
+// calibrateRoute measures the cost model: a copy of 4 MiB each way through the device-tensor
+// path, the round trip of an 8-byte upload and read-back (a submit and a map: a host call's
+// fixed cost; a tiny dispatch would first compile a pipeline, 0.2 s on lavapipe), and an
+// AddLayerNorm of 4 MiB inputs on the CPU, each the best of two runs after a warm-up.
+func calibrateRoute(gpu, cpu ops.Backend) (routeModel, error) {
+	start := time.Now()
+	var m routeModel
+	ctx := context.Background()
+	db := gpu.(ops.DeviceBackend)
+	const n = 1 << 20 // f32 elements: 4 MiB
+	host := make([]float32, n)
+	hb := ops.Buf{DType: ops.F32, F32: host}.Bytes()
+	dm, err := db.NewDeviceMem(ops.F32, n)
+	if err != nil {
+		return m, err
+	}
+	defer db.FreeDevice(dm)
+	best := func(f func() error) (float64, error) {
+		b := 0.0
+		for i := 0; i < 3; i++ {
+			t := time.Now()
+			if err := f(); err != nil {
+				return 0, err
+			}
+			if s := time.Since(t).Seconds(); i > 0 && (b == 0 || s < b) {
+				b = s
+			}
+		}
+		return max(b, 1e-9), nil
+	}
+	s, err := best(func() error {
+		if err := db.WriteDevice(dm, hb); err != nil {
+			return err
+		}
+		return db.Sync(ctx)
+	})
+	if err != nil {
+		return m, err
+	}
+	m.h2d = float64(len(hb)) / s
+	if s, err = best(func() error { return db.ReadDevice(ctx, dm, hb) }); err != nil {
+		return m, err
+	}
+	m.d2h = float64(len(hb)) / s
+	small, err := db.NewDeviceMem(ops.F32, 2)
+	if err != nil {
+		return m, err
+	}
+	defer db.FreeDevice(small)
+	if m.launch, err = best(func() error {
+		if err := db.WriteDevice(small, hb[:8]); err != nil {
+			return err
+		}
+		return db.ReadDevice(ctx, small, hb[:8])
+	}); err != nil {
+		return m, err
+	}
+	addCase := func(rows, d int) *ops.AddLN {
+		f := func(k int) ops.Buf { return ops.Buf{DType: ops.F32, F32: make([]float32, k)} }
+		return &ops.AddLN{N: rows, D: d, X1: f(rows * d), X2: f(rows * d), Gamma: f(d), Beta: f(d), Epsilon: 1e-5,
+			Y: f(rows * d), Mean: make([]float32, rows), Rstd: make([]float32, rows)}
+	}
+	c := addCase(n/1024, 1024)
+	if s, err = best(func() error { return cpu.AddLayerNorm(ctx, c) }); err != nil {
+		return m, err
+	}
+	m.cpuBW = float64(3*4*n) / s
+	m.took = time.Since(start)
+	return m, nil
+}
