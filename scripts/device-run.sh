@@ -7,7 +7,8 @@
 #                  package's tests, a 20,000-call soak's peak RSS, and the tiny-dispatch
 #                  benchmark of the C layer beside the Go API's (issue 17's two patterns).
 #   speed          the benchmark on Dawn (host-tensor wall, device-resident wall, kernel
-#                  time), on the CPU (all threads) and in auto mode, then torch's anchors
+#                  time), on the CPU (all threads) and in auto mode, the staging ring's
+#                  upload and read-back GB/s beside the plain path's, then torch's anchors
 #                  (tools/anchors/gpu_anchor.py: device copy, transfers, eager,
 #                  torch.compile) in the same run on that machine.
 # With the argument "cpu" it runs the CPU part instead: that machine's processor has
@@ -60,6 +61,8 @@ if [ "${1:-}" = speed ]; then
 	timeout 150 carry/fusednorm-bench -cases shaders -backend auto -threads "$(nproc)" -probe=false -reps 3 -min-time 0.2s \
 		-json "$OUT/bench-auto.json" >"$OUT/bench-auto.txt" 2>/dev/null
 	echo "bench auto rc=$?"; cat "$OUT/bench-auto.txt"
+	timeout 120 carry/dawn.test -test.run '^$' -test.bench Transfer -test.benchtime 5x >"$OUT/transfer.txt" 2>&1
+	echo "transfer rc=$?"; grep -E "^Benchmark" "$OUT/transfer.txt"
 	(cd carry && PYTHONUNBUFFERED=1 timeout 240 python3 gpu_anchor.py >"$OUT/anchor.jsonl" 2>"$OUT/anchor.err"; echo "anchor rc=$?")
 	cut -c1-160 "$OUT/anchor.jsonl"
 	exit 0
