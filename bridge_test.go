@@ -3,7 +3,6 @@ package fusednorm
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -94,10 +93,7 @@ func TestDawnFaultInjection(t *testing.T) {
 		return nil
 	}))
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatalf("Dawn is required here: %v", err)
-		}
-		t.Skipf("Dawn unavailable: %v", err)
+		skipWithoutDawn(t, err)
 	}
 	defer e.Close()
 	in := AddLayerNormInputs{

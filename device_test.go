@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -31,7 +30,7 @@ func dawnEngine(t *testing.T, opts ...Option) *Engine {
 	t.Helper()
 	d, err := Open(append([]Option{WithBackend(BackendDawn)}, opts...)...)
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
+		if dawnRequired() {
 			t.Fatalf("Dawn is required here: %v", err)
 		}
 		t.Logf("Dawn unavailable: %v", err)

@@ -17,15 +17,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// dawnRequired says whether Dawn must run here (FUSEDNORM_REQUIRE_DAWN=1, as make test sets):
+// then a test that cannot open it fails instead of skipping.
+func dawnRequired() bool { return os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" }
+
+// skipWithoutDawn skips t, Dawn being unavailable (why), or fails it where Dawn is required.
+func skipWithoutDawn(t *testing.T, why any) {
+	t.Helper()
+	if dawnRequired() {
+		t.Fatalf("Dawn is required here: %v", why)
+	}
+	t.Skipf("Dawn unavailable: %v", why)
+}
+
 // openDawnOrSkip opens a Dawn engine, skipping without Dawn unless FUSEDNORM_REQUIRE_DAWN=1.
 func openDawnOrSkip(t *testing.T, opts ...Option) *Engine {
 	t.Helper()
 	e, err := Open(append([]Option{WithBackend(BackendDawn)}, opts...)...)
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatalf("Dawn is required here: %v", err)
-		}
-		t.Skipf("Dawn unavailable: %v", err)
+		skipWithoutDawn(t, err)
 	}
 	return e
 }
@@ -288,10 +298,7 @@ func TestDeviceLossAutoFallback(t *testing.T) {
 	}, dawnLib: os.Getenv(EnvDawnLib)}
 	be, err := openDawn(&c, true)
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		skipWithoutDawn(t, err)
 	}
 	e := &Engine{be: be, reason: "auto: dawn loaded"}
 	defer e.Close()

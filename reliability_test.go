@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -395,10 +394,7 @@ func TestDeviceFaultLeavesOutputs(t *testing.T) {
 		return nil
 	}))
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatalf("Dawn is required here: %v", err)
-		}
-		t.Skipf("Dawn unavailable: %v", err)
+		skipWithoutDawn(t, err)
 	}
 	defer e.Close()
 	ctx := context.Background()

@@ -24,10 +24,7 @@ func autoSoftwareEngine(t *testing.T, opts ...Option) *Engine {
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
 	if e.Info().Backend != BackendDawn {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatalf("Dawn is required here: %v", e.Info())
-		}
-		t.Skipf("Dawn unavailable: %v", e.Info())
+		skipWithoutDawn(t, e.Info())
 	}
 	return e
 }

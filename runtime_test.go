@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -296,10 +295,7 @@ func TestNoAllocsWithDeadline(t *testing.T) {
 func TestCloseDuringCallDawn(t *testing.T) {
 	e, err := Open(WithBackend(BackendDawn))
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatalf("Dawn is required here: %v", err)
-		}
-		t.Skipf("Dawn unavailable: %v", err)
+		skipWithoutDawn(t, err)
 	}
 	const B, S, H = 8, 128, 256
 	b := newBigEmbed(t, e, B, S, H)

@@ -28,18 +28,24 @@ type Buffer struct {
 	label string
 }
 
-// CreateBuffer creates a buffer of size bytes rounded up to a multiple of 4.
+// CreateBuffer creates a buffer of size bytes rounded up to a multiple of 4 (at least 4:
+// a binding may not be empty).
 func (d *Device) CreateBuffer(label string, size uint64, usage BufferUsage) (*Buffer, error) {
-	const method = "(*Device).CreateBuffer"
-	size = (size + 3) &^ 3
-	if size > d.limits.MaxBufferSize {
-		return nil, fmt.Errorf("dawn: %s: %s: %d bytes over the device's maxBufferSize %d: %w",
-			method, label, size, d.limits.MaxBufferSize, ops.ErrNotSupported)
-	}
 	if err := d.lock(context.Background()); err != nil {
 		return nil, err
 	}
 	defer d.unlock()
+	return d.createLocked(label, size, usage)
+}
+
+// createLocked is CreateBuffer for a caller that holds the lock.
+func (d *Device) createLocked(label string, size uint64, usage BufferUsage) (*Buffer, error) {
+	const method = "(*Device).CreateBuffer"
+	size = max((size+3)&^3, 4)
+	if size > d.limits.MaxBufferSize {
+		return nil, fmt.Errorf("dawn: %s: %s: %d bytes over the device's maxBufferSize %d: %w",
+			method, label, size, d.limits.MaxBufferSize, ops.ErrNotSupported)
+	}
 	if err := d.usable(method); err != nil {
 		return nil, err
 	}
@@ -52,9 +58,19 @@ func (d *Device) CreateBuffer(label string, size uint64, usage BufferUsage) (*Bu
 	if rc := C.drt_create_buffer(d.c, cl, C.uint64_t(size), C.uint64_t(usage), &cb, d.errbuf, errCap); rc != C.DRT_OK {
 		return nil, d.failure(method, rc)
 	}
-	b := &Buffer{d: d, c: cb, size: size, label: label}
-	d.buffers[b] = struct{}{}
-	return b, nil
+	buf := &Buffer{d: d, c: cb, size: size, label: label}
+	d.buffers[buf] = struct{}{}
+	return buf, nil
+}
+
+// releaseLocked is Buffer.Release for a caller that holds the lock.
+func (d *Device) releaseLocked(b *Buffer) {
+	if b == nil || b.c == nil || d.closed {
+		return
+	}
+	C.drt_buffer_release(d.c, b.c)
+	b.c = nil
+	delete(d.buffers, b)
 }
 
 // Size is the buffer's size in bytes (a multiple of 4).
@@ -69,12 +85,7 @@ func (b *Buffer) Release() {
 	d := b.d
 	_ = d.lock(context.Background())
 	defer d.unlock()
-	if b.c == nil || d.closed {
-		return
-	}
-	C.drt_buffer_release(d.c, b.c)
-	b.c = nil
-	delete(d.buffers, b)
+	d.releaseLocked(b)
 }
 
 // WriteBuffer writes data into b at offset (a multiple of 4). A tail that is not a multiple

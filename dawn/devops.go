@@ -446,14 +446,7 @@ func (b *Backend) PrepareAddLN(gamma, beta, bias ops.Buf, biasFull bool) (ops.Pr
 	return p, nil
 }
 
-func (p *addPrep) release() {
-	for _, x := range []**Buffer{&p.gb, &p.biasOwn} {
-		if *x != nil {
-			(*x).Release()
-			*x = nil
-		}
-	}
-}
+func (p *addPrep) release() { releaseAll(&p.gb, &p.biasOwn) }
 
 // Close releases the resident weights after the runs in flight.
 func (p *addPrep) Close() error {

@@ -102,8 +102,11 @@ func concat(gamma, beta ops.Buf) []byte {
 	return append(append(out, g...), bt...)
 }
 
-func (op *embedOp) release() {
-	for _, p := range []**Buffer{&op.word, &op.pos, &op.seg, &op.gb} {
+func (op *embedOp) release() { releaseAll(&op.word, &op.pos, &op.seg, &op.gb) }
+
+// releaseAll releases the buffers that ps point to and clears them; nil ones are skipped.
+func releaseAll(ps ...**Buffer) {
+	for _, p := range ps {
 		if *p != nil {
 			(*p).Release()
 			*p = nil

@@ -272,41 +272,6 @@ func (b *Backend) freeFast() {
 	st.closing = nil
 }
 
-// createLocked is CreateBuffer for a caller that holds the lock.
-func (d *Device) createLocked(label string, size uint64, usage BufferUsage) (*Buffer, error) {
-	const method = "(*Device).CreateBuffer"
-	size = max((size+3)&^3, 4)
-	if size > d.limits.MaxBufferSize {
-		return nil, fmt.Errorf("dawn: %s: %s: %d bytes over the device's maxBufferSize %d: %w",
-			method, label, size, d.limits.MaxBufferSize, ops.ErrNotSupported)
-	}
-	if err := d.usable(method); err != nil {
-		return nil, err
-	}
-	if err := injected(d.inject, "create-buffer"); err != nil {
-		return nil, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrDevice, err)
-	}
-	cl := C.CString(label)
-	defer C.free(unsafe.Pointer(cl))
-	var cb C.WGPUBuffer
-	if rc := C.drt_create_buffer(d.c, cl, C.uint64_t(size), C.uint64_t(usage), &cb, d.errbuf, errCap); rc != C.DRT_OK {
-		return nil, d.failure(method, rc)
-	}
-	buf := &Buffer{d: d, c: cb, size: size, label: label}
-	d.buffers[buf] = struct{}{}
-	return buf, nil
-}
-
-// releaseLocked is Buffer.Release for a caller that holds the lock.
-func (d *Device) releaseLocked(b *Buffer) {
-	if b == nil || b.c == nil || d.closed {
-		return
-	}
-	C.drt_buffer_release(d.c, b.c)
-	b.c = nil
-	delete(d.buffers, b)
-}
-
 // forgetBuffers drops the cached bind groups that bind any of bufs (resident weights of
 // an op being closed), so the device memory goes with the op.
 func (b *Backend) forgetBuffers(bufs ...*Buffer) {

@@ -24,8 +24,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -55,7 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		def = filepath.Join(c, "fusednorm", "dawn-"+npmVersion)
 	}
 	dir := fs.String("dir", def, "folder to put "+libName+" in")
-	registry := fs.String("registry", "https://registry.npmjs.org", "npm registry to fetch from")
+	registry := fs.String("registry", "", "npm registry to fetch from (default: NPM_CONFIG_REGISTRY, else npm's configured registry)")
 	quiet := fs.Bool("q", false, "print only the library's path")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -73,6 +75,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if sum, err := fileSHA256(lib); err == nil && sum == libSHA256 {
 		report(stdout, lib, "present, sha256 ok", *quiet)
 		return nil
+	}
+	if *registry == "" {
+		r, err := npmRegistry(ctx)
+		if err != nil {
+			return err
+		}
+		*registry = r
 	}
 	url := fmt.Sprintf("%s/%s/-/%s-%s.tgz", *registry, npmPackage, npmPackage, npmVersion)
 	if !*quiet {
@@ -166,4 +175,20 @@ func fileSHA256(path string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// npmRegistry is the registry npm itself would use: NPM_CONFIG_REGISTRY (either case), else
+// `npm config get registry`. The download is checked against the pinned hash, so any mirror
+// of the package does.
+func npmRegistry(ctx context.Context) (string, error) {
+	for _, k := range []string{"NPM_CONFIG_REGISTRY", "npm_config_registry"} {
+		if r := os.Getenv(k); r != "" {
+			return strings.TrimRight(r, "/"), nil
+		}
+	}
+	out, err := exec.CommandContext(ctx, "npm", "config", "get", "registry").Output()
+	if r := strings.TrimSpace(string(out)); err == nil && strings.HasPrefix(r, "http") {
+		return strings.TrimRight(r, "/"), nil
+	}
+	return "", fmt.Errorf("no npm registry known (npm config get registry: %v): pass -registry URL or set NPM_CONFIG_REGISTRY", err)
 }
