@@ -827,6 +827,38 @@ static void add_future(drt_ticket *t, WGPUFuture f, drt_status *s) {
     t->nfutures++;
 }
 
+/* drt_encode_dispatch records one compute pass (pipeline, bind group 0, one dispatch) into
+   enc, with begin/end timestamps when timing is given; drt_encode_timing then resolves those
+   into timing's staging buffer. Both submit paths (drt_submit, drt_enqueue) encode through
+   them. */
+void drt_encode_dispatch(const drt_procs *p, WGPUCommandEncoder enc, WGPUComputePipeline pl, WGPUBindGroup bg,
+                         uint32_t gx, uint32_t gy, uint32_t gz, const drt_timing *timing) {
+    WGPUComputePassDescriptor pd;
+    WGPUPassTimestampWrites tw;
+    WGPUComputePassEncoder pass;
+    memset(&pd, 0, sizeof pd);
+    pd.label = sv(NULL);
+    if (timing != NULL) {
+        memset(&tw, 0, sizeof tw);
+        tw.querySet = timing->query_set;
+        tw.beginningOfPassWriteIndex = 0;
+        tw.endOfPassWriteIndex = 1;
+        pd.timestampWrites = &tw;
+    }
+    pass = p->CommandEncoderBeginComputePass(enc, &pd);
+    p->ComputePassEncoderSetPipeline(pass, pl);
+    if (bg) p->ComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
+    p->ComputePassEncoderDispatchWorkgroups(pass, gx, gy, gz);
+    p->ComputePassEncoderEnd(pass);
+    p->ComputePassEncoderRelease(pass);
+}
+
+void drt_encode_timing(const drt_procs *p, WGPUCommandEncoder enc, const drt_timing *timing) {
+    if (timing == NULL) return;
+    p->CommandEncoderResolveQuerySet(enc, timing->query_set, 0, 2, timing->resolve, 0);
+    p->CommandEncoderCopyBufferToBuffer(enc, timing->resolve, 0, timing->staging, 0, 16);
+}
+
 int drt_submit(drt_device *d, drt_ticket *t, WGPUComputePipeline pl, WGPUBindGroupLayout bgl,
                const drt_binding *binds, int nbinds, uint32_t gx, uint32_t gy, uint32_t gz, const drt_read *reads,
                const drt_timing *timing, char *err, size_t cap) {
@@ -834,9 +866,6 @@ int drt_submit(drt_device *d, drt_ticket *t, WGPUComputePipeline pl, WGPUBindGro
     WGPUBindGroupEntry *entries = NULL;
     WGPUBindGroup bg = NULL;
     WGPUCommandEncoder enc;
-    WGPUComputePassEncoder pass;
-    WGPUComputePassDescriptor pd;
-    WGPUPassTimestampWrites tw;
     WGPUCommandBuffer cb;
     WGPUFuture scope_f[3];
     int i;
@@ -870,25 +899,8 @@ int drt_submit(drt_device *d, drt_ticket *t, WGPUComputePipeline pl, WGPUBindGro
         bg = p->DeviceCreateBindGroup(d->device, &bgd);
     }
     enc = p->DeviceCreateCommandEncoder(d->device, NULL);
-    memset(&pd, 0, sizeof pd);
-    pd.label = sv(NULL);
-    if (timing != NULL) {
-        memset(&tw, 0, sizeof tw);
-        tw.querySet = timing->query_set;
-        tw.beginningOfPassWriteIndex = 0;
-        tw.endOfPassWriteIndex = 1;
-        pd.timestampWrites = &tw;
-    }
-    pass = p->CommandEncoderBeginComputePass(enc, &pd);
-    p->ComputePassEncoderSetPipeline(pass, pl);
-    if (bg) p->ComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
-    p->ComputePassEncoderDispatchWorkgroups(pass, gx, gy, gz);
-    p->ComputePassEncoderEnd(pass);
-    p->ComputePassEncoderRelease(pass);
-    if (timing != NULL) {
-        p->CommandEncoderResolveQuerySet(enc, timing->query_set, 0, 2, timing->resolve, 0);
-        p->CommandEncoderCopyBufferToBuffer(enc, timing->resolve, 0, timing->staging, 0, 16);
-    }
+    drt_encode_dispatch(p, enc, pl, bg, gx, gy, gz, timing);
+    drt_encode_timing(p, enc, timing);
     for (i = 0; i < t->nreads; i++) {
         p->CommandEncoderCopyBufferToBuffer(enc, reads[i].src, reads[i].src_offset, reads[i].staging, 0,
                                             reads[i].size);

@@ -166,6 +166,12 @@ typedef struct drt_timing {
     WGPUBuffer staging;     /* MapRead | CopyDst, 256 bytes */
 } drt_timing;
 
+/* Encode one compute pass (timestamped when timing is given), and the resolve of its
+   timestamps; see dawnrt.c. */
+void drt_encode_dispatch(const drt_procs *p, WGPUCommandEncoder enc, WGPUComputePipeline pl, WGPUBindGroup bg,
+                         uint32_t gx, uint32_t gy, uint32_t gz, const drt_timing *timing);
+void drt_encode_timing(const drt_procs *p, WGPUCommandEncoder enc, const drt_timing *timing);
+
 /*
  * A ticket tracks one submitted dispatch until all of its futures complete. It lives in C
  * memory because Dawn's callbacks write into it; if the Go caller gives up waiting, the

@@ -164,33 +164,11 @@ int drt_enqueue(drt_device *d, WGPUComputePipeline pl, WGPUBindGroup bg, uint32_
     for (i = 0; i < npre; i++)
         p->CommandEncoderCopyBufferToBuffer(enc, copies[i].src, copies[i].src_offset, copies[i].dst,
                                             copies[i].dst_offset, copies[i].size);
-    if (pl != NULL) {
-        WGPUComputePassDescriptor pd;
-        WGPUPassTimestampWrites tw;
-        WGPUComputePassEncoder pass;
-        memset(&pd, 0, sizeof pd);
-        pd.label = fast_nostr();
-        if (timing != NULL) {
-            memset(&tw, 0, sizeof tw);
-            tw.querySet = timing->query_set;
-            tw.beginningOfPassWriteIndex = 0;
-            tw.endOfPassWriteIndex = 1;
-            pd.timestampWrites = &tw;
-        }
-        pass = p->CommandEncoderBeginComputePass(enc, &pd);
-        p->ComputePassEncoderSetPipeline(pass, pl);
-        if (bg) p->ComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
-        p->ComputePassEncoderDispatchWorkgroups(pass, gx, gy, gz);
-        p->ComputePassEncoderEnd(pass);
-        p->ComputePassEncoderRelease(pass);
-    }
+    if (pl != NULL) drt_encode_dispatch(p, enc, pl, bg, gx, gy, gz, timing);
     for (i = npre; i < npre + npost; i++)
         p->CommandEncoderCopyBufferToBuffer(enc, copies[i].src, copies[i].src_offset, copies[i].dst,
                                             copies[i].dst_offset, copies[i].size);
-    if (timing != NULL) {
-        p->CommandEncoderResolveQuerySet(enc, timing->query_set, 0, 2, timing->resolve, 0);
-        p->CommandEncoderCopyBufferToBuffer(enc, timing->resolve, 0, timing->staging, 0, 16);
-    }
+    drt_encode_timing(p, enc, timing);
     for (i = 0; i < nreads; i++)
         p->CommandEncoderCopyBufferToBuffer(enc, reads[i].src, reads[i].src_offset, reads[i].staging, 0,
                                             reads[i].size);
