@@ -89,13 +89,8 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 		return err
 	}
 
-	var u uniform
-	u.u32(uint32(N))
-	u.u32(uint32(D))
-	u.u32(nx)
-	u.u32(0) // zero
-	u.f32(p.InvH)
-	u.f32(a.Epsilon)
+	var u params
+	addParams(&u, N, D, nx, p.InvH, a.Epsilon)
 
 	l := lease{p: &b.pool}
 	defer l.done()
@@ -103,7 +98,7 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
-	if err := b.write(params, 0, u.pad()); err != nil {
+	if err := b.write(params, 0, u.bytes()); err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
 	binds := []Binding{{Binding: 0, Buffer: params, Size: addlnParamsSize}}
@@ -147,4 +142,15 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 		return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
 	}
 	return b.takePending()
+}
+
+// addParams writes the kernel's Params block: rows, row length, workgroups a grid row, the
+// zero that keeps the compiler from contracting, 1/D and epsilon.
+func addParams(p *params, N, D int, nx uint32, invD, eps float32) {
+	p.u32(uint32(N))
+	p.u32(uint32(D))
+	p.u32(nx)
+	p.u32(0)
+	p.f32(invD)
+	p.f32(eps)
 }

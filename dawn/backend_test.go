@@ -91,11 +91,11 @@ func probe(t *testing.T, b *Backend, mode uint32, src []uint32) []uint32 {
 		t.Fatal(err)
 	}
 	n := uint64(len(src))
-	params, err := b.dev.CreateBuffer("probe.params", 16, UsageUniform|UsageCopyDst)
+	pbuf, err := b.dev.CreateBuffer("probe.params", 16, UsageUniform|UsageCopyDst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer params.Release()
+	defer pbuf.Release()
 	in, err := b.dev.CreateBuffer("probe.src", n*4, UsageStorage|UsageCopyDst)
 	if err != nil {
 		t.Fatal(err)
@@ -106,12 +106,12 @@ func probe(t *testing.T, b *Backend, mode uint32, src []uint32) []uint32 {
 		t.Fatal(err)
 	}
 	defer out.Release()
-	var u uniform
+	var u params
 	u.u32(uint32(n))
 	u.u32(mode)
 	u.u32(0)
 	u.u32(0)
-	if err := b.write(params, 0, u.pad()); err != nil {
+	if err := b.write(pbuf, 0, u.bytes()); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.write(in, 0, bytesOf(src)); err != nil {
@@ -121,7 +121,7 @@ func probe(t *testing.T, b *Backend, mode uint32, src []uint32) []uint32 {
 	nx := min(groups, 65535)
 	dst := make([]uint32, n)
 	err = b.dev.Run(context.Background(), pipe, []Binding{
-		{Binding: 0, Buffer: params, Size: 16},
+		{Binding: 0, Buffer: pbuf, Size: 16},
 		{Binding: 1, Buffer: in, Size: n * 4},
 		{Binding: 2, Buffer: out, Size: n * 4},
 	}, [3]uint32{uint32(nx), uint32((groups + nx - 1) / nx), 1}, []Readback{{Src: out, Dst: bytesOf(dst)}})

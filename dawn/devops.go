@@ -14,8 +14,9 @@ import (
 )
 
 // The two ops on the low-overhead path (exec.go): calls with device tensors, and prepared
-// AddLayerNorms. Bindings and parameter blocks are the kernels' own, as in embed.go and
-// addln.go; device tensors are bound where they are, host tensors go through cached scratch.
+// AddLayerNorms. The kernel variant and parameter block come from embed.go and addln.go
+// (embedOp.kernel, embedOp.params, addParams), so both paths run the same kernels; device
+// tensors are bound where they are, host tensors go through cached scratch.
 
 // params is a little-endian parameter block built without allocating.
 type params struct {
@@ -239,22 +240,7 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 	if err != nil {
 		return err
 	}
-	hasSegIDs := in.SegIDs != nil || in.SegIDsDev != nil
-	hasMask := in.Mask != nil || in.MaskDev != nil
-	wantMI := out.MaskIndex != nil || out.MaskIndexDev != nil
-	k := shaders.Embed{
-		W:         op.plan.W,
-		Private:   privateFor(op.plan),
-		DType:     w.DType,
-		Segment:   w.G > 0,
-		SegIDs:    w.G > 0 && hasSegIDs,
-		PosIDs:    in.PosIDs != nil || in.PosIDsDev != nil,
-		MaskIndex: wantMI && hasMask,
-		CountOnes: w.Rule == ops.MaskCountOnes && wantMI && hasMask,
-		Sum:       out.Sum.Present(),
-		OddH:      w.DType == ops.F16 && H%2 == 1,
-	}
-	k.Vectorize(H, op.plan.W)
+	k := op.kernel(in, out)
 	pipe, err := b.embedPipeline(k)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
@@ -295,14 +281,7 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 		return err
 	}
 	var p params
-	for _, v := range [...]uint32{uint32(rows), uint32(H), nx, uint32(in.S), uint32(w.V), uint32(w.P),
-		uint32(w.G), uint32(max(in.PosBatch, 1)), offs[0], offs[1], offs[2], offs[3]} {
-		p.u32(v)
-	}
-	p.f32(op.plan.InvH)
-	p.f32(w.Epsilon)
-	p.u32(0)
-	p.u32(uint32(in.B))
+	op.params(&p, in, nx, offs)
 	s.setParams(p.bytes())
 
 	ints := s.scratchFor(uint64(max(nInts, 1))*4, UsageStorage|UsageCopyDst)
@@ -513,12 +492,7 @@ func (b *Backend) addDev(ctx context.Context, a *ops.AddLN, prep *addPrep) error
 	s.key.pipe = pipe
 	s.groups = groups
 	var p params
-	p.u32(uint32(N))
-	p.u32(uint32(D))
-	p.u32(nx)
-	p.u32(0)
-	p.f32(pl.InvH)
-	p.f32(a.Epsilon)
+	addParams(&p, N, D, nx, pl.InvH, a.Epsilon)
 	s.setParams(p.bytes())
 	s.bind(bindRef{binding: 0, scratch: atParams, size: addlnParamsSize})
 

@@ -132,6 +132,41 @@ func (op *embedOp) Close() error {
 	return nil
 }
 
+// kernel is the kernel variant a call runs, for host and device tensors alike (the Dev
+// fields are nil on the host path).
+func (op *embedOp) kernel(in *ops.EmbedInputs, out *ops.EmbedOutputs) shaders.Embed {
+	w, H := &op.w, op.w.H
+	mi := (out.MaskIndex != nil || out.MaskIndexDev != nil) && (in.Mask != nil || in.MaskDev != nil)
+	k := shaders.Embed{
+		W:         op.plan.W,
+		Private:   privateFor(op.plan),
+		DType:     w.DType,
+		Segment:   w.G > 0,
+		SegIDs:    w.G > 0 && (in.SegIDs != nil || in.SegIDsDev != nil),
+		PosIDs:    in.PosIDs != nil || in.PosIDsDev != nil,
+		MaskIndex: mi,
+		CountOnes: mi && w.Rule == ops.MaskCountOnes,
+		Sum:       out.Sum.Present(),
+		OddH:      w.DType == ops.F16 && H%2 == 1,
+	}
+	k.Vectorize(H, op.plan.W)
+	return k
+}
+
+// params writes the kernel's Params block: nx workgroups a grid row, offs the word offsets
+// of ids, segment ids, mask and position ids in the int32 binding.
+func (op *embedOp) params(p *params, in *ops.EmbedInputs, nx uint32, offs [4]uint32) {
+	w := &op.w
+	for _, v := range [...]uint32{uint32(in.B * in.S), uint32(w.H), nx, uint32(in.S), uint32(w.V), uint32(w.P),
+		uint32(w.G), uint32(max(in.PosBatch, 1)), offs[0], offs[1], offs[2], offs[3]} {
+		p.u32(v)
+	}
+	p.f32(op.plan.InvH)
+	p.f32(w.Epsilon)
+	p.u32(0) // zero: the opaque() operand that keeps the compiler from contracting
+	p.u32(uint32(in.B))
+}
+
 // embedParamsSize is the byte size of the kernel's Params struct.
 const embedParamsSize = 64
 
@@ -170,22 +205,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	if err != nil {
 		return err
 	}
-	k := shaders.Embed{
-		W:         op.plan.W,
-		Private:   privateFor(op.plan),
-		DType:     w.DType,
-		Segment:   w.G > 0,
-		SegIDs:    w.G > 0 && in.SegIDs != nil,
-		PosIDs:    in.PosIDs != nil,
-		MaskIndex: out.MaskIndex != nil && in.Mask != nil,
-		CountOnes: w.Rule == ops.MaskCountOnes,
-		Sum:       out.Sum.Present(),
-		OddH:      w.DType == ops.F16 && H%2 == 1,
-	}
-	k.Vectorize(H, op.plan.W)
-	if !k.MaskIndex {
-		k.CountOnes = false
-	}
+	k := op.kernel(in, out)
 	pipe, err := b.pipeline(k.Key(), func() (string, error) { return shaders.RenderEmbed(k) })
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
@@ -212,15 +232,8 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		return err
 	}
 
-	var u uniform
-	for _, v := range []uint32{uint32(rows), uint32(H), nx, uint32(in.S), uint32(w.V), uint32(w.P),
-		uint32(w.G), uint32(max(in.PosBatch, 1)), secs[0].off, secs[1].off, secs[2].off, secs[3].off} {
-		u.u32(v)
-	}
-	u.f32(op.plan.InvH)
-	u.f32(w.Epsilon)
-	u.u32(0) // zero
-	u.u32(uint32(in.B))
+	var u params
+	op.params(&u, in, nx, [4]uint32{secs[0].off, secs[1].off, secs[2].off, secs[3].off})
 
 	l := lease{p: &b.pool}
 	defer l.done()
@@ -248,7 +261,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
 
-	if err := b.write(params, 0, u.pad()); err != nil {
+	if err := b.write(params, 0, u.bytes()); err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
 	for _, s := range secs {

@@ -3,9 +3,7 @@
 package dawn
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"math/bits"
 	"sync"
 	"unsafe"
@@ -128,20 +126,6 @@ func (r *readPlan) add(src *Buffer, off uint64, dst []byte) {
 	if len(dst) > 0 {
 		r.reads = append(r.reads, Readback{Src: src, Offset: off, Dst: dst})
 	}
-}
-
-// uniform builds a little-endian parameter block of u32/f32 words.
-type uniform []byte
-
-func (u *uniform) u32(v uint32)  { *u = binary.LittleEndian.AppendUint32(*u, v) }
-func (u *uniform) f32(v float32) { u.u32(math.Float32bits(v)) }
-
-// pad rounds the block up to a multiple of 16 bytes (uniform struct alignment).
-func (u uniform) pad() []byte {
-	for len(u)%16 != 0 {
-		u = append(u, 0)
-	}
-	return u
 }
 
 // bytesOf views an int32 or float32 slice as bytes without copying.
