@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
@@ -40,19 +41,7 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 
 	N, D := a.N, a.D
 	p := b.Plan(D)
-	k := shaders.AddLN{
-		W:        p.W,
-		Private:  privateFor(p),
-		X1:       a.X1.DType,
-		X2:       a.X2.DType,
-		Gamma:    a.Gamma.DType,
-		Bias:     a.Bias.DType,
-		BiasFull: a.Bias.Present() && a.BiasFull,
-		Out:      a.Y.DType,
-		WriteX:   a.X.Present(),
-		OddD:     a.Y.DType.Is16() && D%2 == 1,
-	}
-	k.Vectorize(D, p.W)
+	k := addKernel(p, a, a.Gamma.DType, a.Bias.DType, a.Bias.Present() && a.BiasFull)
 	if reread {
 		k.Private = 0
 	}
@@ -153,4 +142,23 @@ func addParams(p *params, N, D int, nx uint32, invD, eps float32) {
 	p.u32(0)
 	p.f32(invD)
 	p.f32(eps)
+}
+
+// addKernel is the kernel variant of a call, for the host and device-tensor paths alike:
+// gamma's and bias's dtypes and biasFull are given apart, since a prepared op holds them.
+func addKernel(p plan.Plan, a *ops.AddLN, gamma, bias ops.DType, biasFull bool) shaders.AddLN {
+	k := shaders.AddLN{
+		W:        p.W,
+		Private:  privateFor(p),
+		X1:       a.X1.DType,
+		X2:       a.X2.DType,
+		Gamma:    gamma,
+		Bias:     bias,
+		BiasFull: biasFull,
+		Out:      a.Y.DType,
+		WriteX:   a.X.Present(),
+		OddD:     a.Y.DType.Is16() && a.D%2 == 1,
+	}
+	k.Vectorize(a.D, p.W)
+	return k
 }

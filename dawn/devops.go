@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
-	"github.com/fusednorm/fusednorm/shaders"
 )
 
 // The two ops on the low-overhead path (exec.go): calls with device tensors, and prepared
@@ -463,19 +462,7 @@ func (b *Backend) addDev(ctx context.Context, a *ops.AddLN, prep *addPrep) error
 	if prep != nil {
 		gammaT, biasT, biasFull = prep.gamma, prep.bias, prep.bias != ops.Invalid && prep.biasFull && N > 1
 	}
-	k := shaders.AddLN{
-		W:        pl.W,
-		Private:  privateFor(pl),
-		X1:       a.X1.DType,
-		X2:       a.X2.DType,
-		Gamma:    gammaT,
-		Bias:     biasT,
-		BiasFull: biasFull,
-		Out:      a.Y.DType,
-		WriteX:   a.X.Present(),
-		OddD:     a.Y.DType.Is16() && D%2 == 1,
-	}
-	k.Vectorize(D, pl.W)
+	k := addKernel(pl, a, gammaT, biasT, biasFull)
 	pipe, err := b.addPipeline(k)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
