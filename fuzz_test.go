@@ -286,15 +286,6 @@ func sharedFuzzEngine(f *testing.F) *Engine {
 	return e
 }
 
-// fuzzEngine opens a CPU engine for one call of a fuzz target.
-func fuzzEngine(t *testing.T) *Engine {
-	e, err := Open(WithBackend(BackendCPU))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
 func checkFuzzErr(t *testing.T, err error, ctx context.Context) {
 	if err == nil {
 		if ctx == nil {

@@ -23,13 +23,12 @@ func FuzzKernelAttrs(f *testing.F) {
 		f.Add(seed, true)
 	}
 	ctx := context.Background()
+	e := sharedFuzzEngine(f)
 	f.Fuzz(func(t *testing.T, attrJSON string, add bool) {
 		var attrs map[string]any
 		if json.Unmarshal([]byte(attrJSON), &attrs) != nil {
 			return
 		}
-		e := fuzzEngine(t)
-		defer e.Close()
 		name, in, required := "com.microsoft.EmbedLayerNormalization", embedKernelInputs(2, 3, 5, 4), []string{"outputT"}
 		if add {
 			name, in, required = "ascend.AddLayerNorm", addKernelInputs(3, 5), []string{"yT", "meanT", "rstdT"}
