@@ -827,15 +827,16 @@ static void add_future(drt_ticket *t, WGPUFuture f, drt_status *s) {
     t->nfutures++;
 }
 
-/* drt_encode_dispatch records one compute pass (pipeline, bind group 0, one dispatch) into
-   enc, with begin/end timestamps when timing is given; drt_encode_timing then resolves those
-   into timing's staging buffer. Both submit paths (drt_submit, drt_enqueue) encode through
-   them. */
+/* drt_encode_dispatch records one compute pass (pipeline, bind group 0, one dispatch, or
+   timing->repeat of them) into enc, with begin/end timestamps when timing is given;
+   drt_encode_timing then resolves those into timing's staging buffer. Both submit paths
+   (drt_submit, drt_enqueue) encode through them. */
 void drt_encode_dispatch(const drt_procs *p, WGPUCommandEncoder enc, WGPUComputePipeline pl, WGPUBindGroup bg,
                          uint32_t gx, uint32_t gy, uint32_t gz, const drt_timing *timing) {
     WGPUComputePassDescriptor pd;
     WGPUPassTimestampWrites tw;
     WGPUComputePassEncoder pass;
+    uint32_t k, repeat = timing != NULL && timing->repeat > 1 ? timing->repeat : 1;
     memset(&pd, 0, sizeof pd);
     pd.label = sv(NULL);
     if (timing != NULL) {
@@ -848,7 +849,7 @@ void drt_encode_dispatch(const drt_procs *p, WGPUCommandEncoder enc, WGPUCompute
     pass = p->CommandEncoderBeginComputePass(enc, &pd);
     p->ComputePassEncoderSetPipeline(pass, pl);
     if (bg) p->ComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
-    p->ComputePassEncoderDispatchWorkgroups(pass, gx, gy, gz);
+    for (k = 0; k < repeat; k++) p->ComputePassEncoderDispatchWorkgroups(pass, gx, gy, gz);
     p->ComputePassEncoderEnd(pass);
     p->ComputePassEncoderRelease(pass);
 }

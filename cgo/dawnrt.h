@@ -159,11 +159,14 @@ typedef struct drt_read {
     uint64_t size;      /* multiple of 4 */
 } drt_read;
 
-/* Optional GPU timing of the pass: two timestamps resolved into resolve, copied to staging. */
+/* Optional GPU timing of the pass: two timestamps resolved into resolve, copied to staging.
+   repeat > 1 records the dispatch that many times inside the one timed pass (a kernel timed
+   as K back-to-back dispatches: small kernels are shorter than a pass's own overhead). */
 typedef struct drt_timing {
     WGPUQuerySet query_set; /* Timestamp query set of 2 */
     WGPUBuffer resolve;     /* QueryResolve | CopySrc, 256 bytes */
     WGPUBuffer staging;     /* MapRead | CopyDst, 256 bytes */
+    uint32_t repeat;        /* dispatches in the pass; 0 and 1 both mean one */
 } drt_timing;
 
 /* Encode one compute pass (timestamped when timing is given), and the resolve of its

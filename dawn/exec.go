@@ -46,6 +46,8 @@ const (
 	idSlots = 256
 	// cacheCap bounds the cached bind groups; past it the least recently used goes.
 	cacheCap = 128
+	// maxRepeat bounds a timed call's dispatches (ops.KernelClock.Repeat).
+	maxRepeat = 1024
 )
 
 // Operand places: a buffer of its own (resident weights, a device tensor), a scratch buffer
@@ -120,6 +122,8 @@ type callSpec struct {
 	idCheck bool
 	// wait: wait for the call even though it reads nothing back (Sync).
 	wait bool
+	// clock: time the kernel on the device (ops.WithKernelClock); the call then waits.
+	clock *ops.KernelClock
 }
 
 func (s *callSpec) reset(name string) {
@@ -405,6 +409,9 @@ func (b *Backend) exec(ctx context.Context, s *callSpec) error {
 		return fmt.Errorf("dawn: %s: %w", s.name, err)
 	}
 	d := b.dev
+	if s.key.pipe != nil {
+		s.clock = ops.KernelClockFrom(ctx)
+	}
 	if err := d.lock(ctx); err != nil {
 		return fmt.Errorf("dawn: %s: %w", s.name, err)
 	}
@@ -447,7 +454,8 @@ func (b *Backend) enqueue(s *callSpec) (*waiter, error) {
 		}
 		st.zero = z // WebGPU buffers start zeroed
 	}
-	wait := s.wait || s.nreads > 0 || b.timed.Load()
+	timed := s.key.pipe != nil && (s.clock != nil || b.timed.Load())
+	wait := s.wait || s.nreads > 0 || timed
 	if s.idCheck {
 		if st.idBuf == nil {
 			ib, err := d.createLocked("fusednorm.idstatus", idSlots*4, UsageStorage|UsageCopySrc|UsageCopyDst)
@@ -532,11 +540,15 @@ func (b *Backend) enqueue(s *callSpec) (*waiter, error) {
 			wt.n = i + 1
 			st.cargs.reads[i] = C.drt_read{src: src.c, src_offset: C.uint64_t(off), staging: sb, size: C.uint64_t(n)}
 		}
-		if b.timed.Load() && s.key.pipe != nil {
+		if timed {
 			t, err := d.getTiming(s.name)
 			if err != nil {
 				b.putWaiter(wt)
 				return nil, err
+			}
+			t.c.repeat = 1
+			if s.clock != nil {
+				t.c.repeat = C.uint32_t(min(max(s.clock.Repeat, 1), maxRepeat))
 			}
 			wt.timing = t
 		}
@@ -679,6 +691,9 @@ func (b *Backend) await(ctx context.Context, s *callSpec, wt *waiter) error {
 		var begin, end C.uint64_t
 		if rc := C.drt_read_timestamps(d.c, &wt.timing.c, &begin, &end, d.errbuf, errCap); rc == C.DRT_OK && end >= begin {
 			b.gpuTime.Store(int64(end - begin))
+			if s.clock != nil {
+				s.clock.Per = time.Duration(end-begin) / time.Duration(wt.timing.c.repeat)
+			}
 		}
 		d.timings = append(d.timings, wt.timing)
 		wt.timing = nil

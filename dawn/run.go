@@ -373,6 +373,7 @@ func (d *Device) getTiming(method string) (*timing, error) {
 	if n := len(d.timings); n > 0 {
 		t := d.timings[n-1]
 		d.timings = d.timings[:n-1]
+		t.c.repeat = 0
 		return t, nil
 	}
 	t := &timing{}

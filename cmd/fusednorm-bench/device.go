@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fusednorm/fusednorm"
+	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
 // The -tiny mode (issue 17): what a call costs beyond its kernel, through the public API
@@ -288,12 +289,14 @@ func embedIDs(c *benchCase, B, S, V, G int) (ids, seg, mask []int32) {
 	return ids, seg, mask
 }
 
-// timeDeviceResident sets r.DeviceMs: the case on device tensors, a chain of calls sized
-// from the kernel time (else the host-tensor median) to last about -min-time, then one Sync
-// that waits for every call of the chain, divided by the chain's length; the median of -reps
-// chains. The main output is read back after each chain, untimed, so the chain's work is
-// checked to have happened: at PCIe speed a read-back of the big cases' outputs alone takes
-// longer than the chain. A failure is reported, not fatal.
+// timeDeviceResident sets r.DeviceMs and r.KernelMs: the case on device tensors, a chain of
+// calls sized from the host-tensor median to last about -min-time, then one Sync that waits
+// for every call of the chain, divided by the chain's length; the median of -reps chains.
+// The main output is read back after each chain, untimed, so the chain's work is checked to
+// have happened: at PCIe speed a read-back of the big cases' outputs alone takes longer than
+// the chain. Then the kernel alone: K back-to-back dispatches of the call in one compute
+// pass between two timestamps (ops.KernelClock), K chosen to fill about 2 ms, over K; the
+// median of -reps. A failure is reported, not fatal.
 func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result) {
 	w, err := setupDevice(eng, c, o.threads)
 	if err != nil {
@@ -301,16 +304,9 @@ func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase
 		return
 	}
 	defer w.close()
-	// Kernel timing makes every call wait for its timestamps: off for the chain.
-	if _, timed := eng.LastKernelTime(); timed && eng.KernelTiming(false) == nil {
-		defer eng.KernelTiming(true)
-	}
 	n := 10
-	if per := r.KernelMs; per > 0 || r.MedianMs > 0 {
-		if per <= 0 {
-			per = r.MedianMs
-		}
-		n = int(min(max(float64(o.minTime.Milliseconds())/per, 10), 1000))
+	if r.MedianMs > 0 {
+		n = int(min(max(float64(o.minTime.Milliseconds())/r.MedianMs, 10), 1000))
 	}
 	chain := func() (time.Duration, error) {
 		t := time.Now()
@@ -338,5 +334,25 @@ func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase
 		}
 		ts = append(ts, d)
 	}
-	r.DeviceMs = ms(median(ts))
+	per := median(ts)
+	r.DeviceMs = ms(per)
+
+	clock := &ops.KernelClock{Repeat: int(min(max(int64(2*time.Millisecond/max(per, 1)), 1), 256))}
+	cctx := ops.WithKernelClock(ctx, clock)
+	ks := make([]time.Duration, 0, o.reps)
+	for i := range o.reps + 1 {
+		clock.Per = 0
+		if err := w.run(cctx); err != nil {
+			r.Error = "kernel timing: " + err.Error()
+			return
+		}
+		if clock.Per <= 0 {
+			return // no device timer
+		}
+		if i > 0 { // the first pass warms the timestamp objects
+			ks = append(ks, clock.Per)
+		}
+	}
+	r.KernelMs = ms(median(ks))
+	r.KernelRepeat = clock.Repeat
 }

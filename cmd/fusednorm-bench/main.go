@@ -141,30 +141,33 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 
 // result is one case's row, as the table prints it and -json writes it.
 type result struct {
-	Case         string         `json:"case"`
-	Op           string         `json:"op"`
-	Shape        map[string]int `json:"shape"`
-	DType        string         `json:"dtype"`
-	Backend      string         `json:"backend,omitempty"`
-	RanOn        string         `json:"ran_on,omitempty"` // where the timed host-tensor calls ran (auto routes per call)
-	BytesRead    int64          `json:"bytes_read"`
-	BytesWritten int64          `json:"bytes_written"`
-	AllocBytes   int64          `json:"alloc_bytes"`
-	SetupSec     float64        `json:"setup_s,omitempty"`
-	Runs         int            `json:"runs,omitempty"`
-	MedianMs     float64        `json:"median_ms,omitempty"`
-	MinMs        float64        `json:"min_ms,omitempty"`
-	KernelMs     float64        `json:"kernel_ms_median,omitempty"` // device time of the dispatch (GPU timestamps)
-	KernelGBps   float64        `json:"kernel_GBps,omitempty"`
-	DeviceMs     float64        `json:"device_resident_ms,omitempty"` // per call of a chain on device tensors
-	GBps         float64        `json:"GBps,omitempty"`
-	Probe        *probeResult   `json:"probe,omitempty"`
-	PctOfProbe   float64        `json:"pct_of_probe,omitempty"`
-	ORT          *ortResult     `json:"ort,omitempty"`
-	ORTError     string         `json:"ort_error,omitempty"`
-	OursOverORT  float64        `json:"time_ratio_ours_over_ort,omitempty"`
-	Skipped      string         `json:"skipped,omitempty"`
-	Error        string         `json:"error,omitempty"`
+	Case          string         `json:"case"`
+	Op            string         `json:"op"`
+	Shape         map[string]int `json:"shape"`
+	DType         string         `json:"dtype"`
+	Backend       string         `json:"backend,omitempty"`
+	RanOn         string         `json:"ran_on,omitempty"` // where the timed host-tensor calls ran (auto routes per call)
+	BytesRead     int64          `json:"bytes_read"`
+	BytesWritten  int64          `json:"bytes_written"`
+	AllocBytes    int64          `json:"alloc_bytes"`
+	SetupSec      float64        `json:"setup_s,omitempty"`
+	Runs          int            `json:"runs,omitempty"`
+	MedianMs      float64        `json:"median_ms,omitempty"`
+	MinMs         float64        `json:"min_ms,omitempty"`
+	KernelMs      float64        `json:"kernel_ms_median,omitempty"` // device time per dispatch (GPU timestamps around kernel_repeat dispatches)
+	KernelRepeat  int            `json:"kernel_repeat,omitempty"`
+	KernelGBps    float64        `json:"kernel_GBps,omitempty"`
+	CopyGBps      float64        `json:"device_copy_GBps,omitempty"` // a vec4 WGSL copy on the same device, same run
+	KernelPctCopy float64        `json:"kernel_pct_of_copy,omitempty"`
+	DeviceMs      float64        `json:"device_resident_ms,omitempty"` // per call of a chain on device tensors
+	GBps          float64        `json:"GBps,omitempty"`
+	Probe         *probeResult   `json:"probe,omitempty"`
+	PctOfProbe    float64        `json:"pct_of_probe,omitempty"`
+	ORT           *ortResult     `json:"ort,omitempty"`
+	ORTError      string         `json:"ort_error,omitempty"`
+	OursOverORT   float64        `json:"time_ratio_ours_over_ort,omitempty"`
+	Skipped       string         `json:"skipped,omitempty"`
+	Error         string         `json:"error,omitempty"`
 
 	shape string // printed form
 }
@@ -214,13 +217,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer eng.Close()
-	// On a GPU with timestamps, also report the kernel's own device time: the wall time of a
-	// call includes uploading the per-call inputs and reading the outputs back.
-	timed := eng.KernelTiming(true) == nil
-	if timed {
-		fmt.Fprintln(stdout, "kernel: device time of the compute pass (timestamp queries, timestamp_quantization off); device-resident: wall per call of a chain on device tensors ended by one Sync (in -json)")
-	}
+	// On a GPU, also report the kernel's own device time and the device-resident wall: the
+	// wall time of a host-tensor call includes uploading its inputs and reading its outputs back.
 	info := eng.Info()
+	timed := info.Backend == fusednorm.BackendDawn && o.device
+	var copier *deviceCopier
+	if timed {
+		fmt.Fprintln(stdout, "kernel: device time per dispatch, K back-to-back dispatches on device tensors between two timestamps (timestamp_quantization off) over K; device-resident: wall per call of a chain on device tensors ended by one Sync; copy: a vec4 WGSL copy of the same bytes (up to 1 GiB each way) on the same device, timed the same way")
+		if copier, err = newDeviceCopier(info.Library); err != nil {
+			fmt.Fprintf(stdout, "copy: not measured: %v\n", err)
+		} else {
+			defer copier.close()
+		}
+	}
 	fmt.Fprintf(stdout, "engine: %s\n", info)
 	fmt.Fprintf(stdout, "timing: median of ≥%d runs and ≥%v after %d warm-up; threads %d; max-bytes %s; cases from %s\n",
 		o.reps, o.minTime, o.warmup, o.threads, fmtGiB(o.maxBytes), where)
@@ -247,7 +256,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		say := func(what string) {
 			prog.step(fmt.Sprintf("case %d/%d %s (%s) %s: %s", i+1, len(cases), c.Name, c.shapeString(), c.shortDType(), what))
 		}
-		r := benchOne(ctx, eng, c, o, ort, say)
+		r := benchOne(ctx, eng, c, o, ort, copier, say)
 		prog.end()
 		if r.Error != "" {
 			failed++
@@ -278,7 +287,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // benchOne sets a case up, times it, frees it, then samples the bandwidth probe and ORT.
 // say reports the step under way (setting up, timing, probe, ORT) to the progress line.
-func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, ort *ortRunner, say func(string)) *result {
+func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, ort *ortRunner, copier *deviceCopier, say func(string)) *result {
 	r := &result{Case: c.Name, Op: c.op, Shape: c.Shape, DType: c.DType, shape: c.shapeString(),
 		BytesRead: c.Bytes.Read, BytesWritten: c.Bytes.Write, AllocBytes: c.allocBytes()}
 	need := r.AllocBytes
@@ -306,6 +315,12 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 	debug.FreeOSMemory()
 	if r.Error == "" && o.device && r.Backend == fusednorm.BackendDawn {
 		timeDeviceResident(ctx, eng, c, o, r)
+		if copier != nil && r.Error == "" {
+			say("device copy")
+			if g, err := copier.gbps(ctx, r.bytes(), o.reps); err == nil {
+				r.CopyGBps = g
+			}
+		}
 	}
 	if r.Error != "" {
 		return r
@@ -313,6 +328,9 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 	r.GBps = float64(r.bytes()) / (r.MedianMs * 1e6)
 	if r.KernelMs > 0 {
 		r.KernelGBps = float64(r.bytes()) / (r.KernelMs * 1e6)
+		if r.CopyGBps > 0 {
+			r.KernelPctCopy = 100 * r.KernelGBps / r.CopyGBps
+		}
 	}
 	if o.probe {
 		if r.Probe == nil {
@@ -366,7 +384,7 @@ func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 		pr.copyPass()
 		pr.streamPass()
 	}
-	var ts, ks, copies, streams []time.Duration
+	var ts, copies, streams []time.Duration
 	var timed time.Duration // the timed runs' total: what -min-time counts
 	for len(ts) < o.reps || timed < o.minTime {
 		if err := ctx.Err(); err != nil {
@@ -383,10 +401,6 @@ func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 		}
 		d := time.Since(t)
 		ts, timed = append(ts, d), timed+d
-		// A call auto routed to the CPU leaves the last GPU call's time: not this call's.
-		if k, ok := eng.LastKernelTime(); ok && k > 0 && (r.RanOn == "" || r.RanOn == fusednorm.BackendDawn) {
-			ks = append(ks, k)
-		}
 		if pr != nil {
 			copies, streams = append(copies, pr.copyPass()), append(streams, pr.streamPass())
 		}
@@ -395,10 +409,6 @@ func timeCase(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 		p := pr.result(copies, streams, passes(3, pr.readPass), true)
 		r.Probe = &p
 		r.PctOfProbe = 100 * pr.pairedShare(r.bytes(), ts, copies, streams)
-	}
-	if len(ks) > 0 {
-		slices.Sort(ks)
-		r.KernelMs = ms(ks[len(ks)/2])
 	}
 	slices.Sort(ts)
 	r.Runs = len(ts)

@@ -34,7 +34,7 @@ func newTable(w io.Writer, cases []benchCase, probe, ort, kernel bool) *table {
 func (t *table) header() {
 	cols := []string{"dtype", "backend", "median ms", "min ms", "runs", "GB/s"}
 	if t.kernel {
-		cols = append(cols, "kernel ms", "kernel GB/s", "device ms")
+		cols = append(cols, "kernel ms", "kernel GB/s", "% copy", "device ms")
 	}
 	if t.probe {
 		cols = append(cols, "probe GB/s", "% probe")
@@ -47,9 +47,9 @@ func (t *table) header() {
 }
 
 var colW = map[string]int{"dtype": 5, "backend": 8, "median ms": 10, "min ms": 10, "runs": 5, "GB/s": 7,
-	"probe GB/s": 10, "% probe": 7, "ORT ms": 9, "speedup": 7, "kernel ms": 9, "kernel GB/s": 11, "device ms": 9}
+	"probe GB/s": 10, "% probe": 7, "ORT ms": 9, "speedup": 7, "kernel ms": 9, "kernel GB/s": 11, "% copy": 6, "device ms": 9}
 
-var colOrder = []string{"dtype", "backend", "median ms", "min ms", "runs", "GB/s", "kernel ms", "kernel GB/s", "device ms", "probe GB/s", "% probe", "ORT ms", "speedup"}
+var colOrder = []string{"dtype", "backend", "median ms", "min ms", "runs", "GB/s", "kernel ms", "kernel GB/s", "% copy", "device ms", "probe GB/s", "% probe", "ORT ms", "speedup"}
 
 // line lays out a row; cells are the values of the columns in use, in colOrder.
 func (t *table) line(name, shape string, cells []string) string {
@@ -58,7 +58,7 @@ func (t *table) line(name, shape string, cells []string) string {
 	i := 0
 	for _, c := range colOrder {
 		if (!t.probe && (c == "probe GB/s" || c == "% probe")) || (!t.ort && (c == "ORT ms" || c == "speedup")) ||
-			(!t.kernel && (c == "kernel ms" || c == "kernel GB/s" || c == "device ms")) {
+			(!t.kernel && (c == "kernel ms" || c == "kernel GB/s" || c == "% copy" || c == "device ms")) {
 			continue
 		}
 		if i >= len(cells) {
@@ -98,7 +98,11 @@ func (t *table) row(r *result) {
 		if r.DeviceMs > 0 {
 			dev = fmt.Sprintf("%.4f", r.DeviceMs)
 		}
-		cells = append(cells, fmt.Sprintf("%.4f", r.KernelMs), fmt.Sprintf("%.1f", r.KernelGBps), dev)
+		pct := "-"
+		if r.KernelPctCopy > 0 {
+			pct = fmt.Sprintf("%.0f%%", r.KernelPctCopy)
+		}
+		cells = append(cells, fmt.Sprintf("%.4f", r.KernelMs), fmt.Sprintf("%.1f", r.KernelGBps), pct, dev)
 	}
 	if t.probe {
 		cells = append(cells, fmt.Sprintf("%.2f", r.Probe.Best()), fmt.Sprintf("%.0f%%", r.PctOfProbe))
@@ -140,7 +144,7 @@ func writeJSON(path string, info fusednorm.Info, o *options, results []*result) 
 		Notes: []string{
 			"GBps = (bytes_read + bytes_written) / median; 1 GB = 1e9 B; bytes follow bytes_rule in shaders/<op>/bench.json",
 			"probe: over the case's byte count with the same thread count, right after the case: Go's copy (copy_GBps), two copies interleaved a 16 KiB row at a time with the CPU kernels' non-temporal stores (stream_GBps), and a read (read_GBps); pct_of_probe is, with the probe paired, the median over the timed runs of the run's GB/s over the better of the copy and stream passes right after it, else GBps over the higher of copy_GBps and stream_GBps",
-			"kernel_ms_median: the compute pass's device time from timestamp queries, exact to the driver's tick (the device is opened with Dawn's timestamp_quantization off); device_resident_ms: a chain of calls with every tensor on the device, then one Sync that waits for all of them, divided by the chain's length",
+			"kernel_ms_median: device time per dispatch: kernel_repeat dispatches of the call on device tensors in one compute pass between two timestamp queries (the device is opened with Dawn's timestamp_quantization off), over kernel_repeat; device_resident_ms: a chain of calls with every tensor on the device, then one Sync that waits for all of them, divided by the chain's length; device_copy_GBps: a vec4<f32> WGSL copy of the case's bytes (half read, half written, at most 1 GiB each way) on the same device, median of reps passes; kernel_pct_of_copy = kernel_GBps / device_copy_GBps",
 			"ort: bench_ort.js row for the same thread count; kernel_ms_median is ORT's profiler time of the op",
 		},
 		Results: results,

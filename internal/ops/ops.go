@@ -250,6 +250,29 @@ type KernelTimer interface {
 	LastKernelTime() time.Duration
 }
 
+// KernelClock asks a GPU backend to time one call's kernel on the device (benchmarks): the
+// call dispatches its kernel Repeat times in one compute pass between two timestamps, waits
+// for it, and sets Per to the pass's device time over Repeat. A kernel shorter than a pass's
+// own overhead is timed by a Repeat large enough to hide it; every repeat computes the same
+// outputs from the same inputs. Backends without device timing leave Per at zero.
+type KernelClock struct {
+	Repeat int
+	Per    time.Duration
+}
+
+type kernelClockKey struct{}
+
+// WithKernelClock returns a context under which a GPU call is timed into c.
+func WithKernelClock(ctx context.Context, c *KernelClock) context.Context {
+	return context.WithValue(ctx, kernelClockKey{}, c)
+}
+
+// KernelClockFrom returns the clock WithKernelClock put in ctx, or nil.
+func KernelClockFrom(ctx context.Context) *KernelClock {
+	c, _ := ctx.Value(kernelClockKey{}).(*KernelClock)
+	return c
+}
+
 // Backend computes both ops. Implementations: cpu.Backend and dawn.Backend.
 type Backend interface {
 	Info() Info
