@@ -41,7 +41,7 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 
 	N, D := a.N, a.D
 	p := b.Plan(D)
-	k := addKernel(p, a, a.Gamma.DType, a.Bias.DType, a.Bias.Present() && a.BiasFull)
+	k := addKernel(p, a, a.Gamma.DType, a.Bias.DType, a.Bias.Present() && a.BiasFull, b.fast16)
 	if reread {
 		k.Private = 0
 	}
@@ -146,7 +146,7 @@ func addParams(p *params, N, D int, nx uint32, invD, eps float32) {
 
 // addKernel is the kernel variant of a call, for the host and device-tensor paths alike:
 // gamma's and bias's dtypes and biasFull are given apart, since a prepared op holds them.
-func addKernel(p plan.Plan, a *ops.AddLN, gamma, bias ops.DType, biasFull bool) shaders.AddLN {
+func addKernel(p plan.Plan, a *ops.AddLN, gamma, bias ops.DType, biasFull, fast16 bool) shaders.AddLN {
 	k := shaders.AddLN{
 		W:        p.W,
 		Private:  privateFor(p),
@@ -159,6 +159,7 @@ func addKernel(p plan.Plan, a *ops.AddLN, gamma, bias ops.DType, biasFull bool) 
 		WriteX:   a.X.Present(),
 		OddD:     a.Y.DType.Is16() && a.D%2 == 1,
 	}
+	k.Fast16 = fast16 && (k.X1 == ops.F16 || k.X2 == ops.F16 || k.Gamma == ops.F16 || k.Bias == ops.F16 || k.Out == ops.F16)
 	k.Vectorize(a.D, p.W)
 	return k
 }

@@ -45,6 +45,9 @@ type Backend struct {
 	// profileKnown is false when no contraction profile reproduced the calibration run.
 	profileKnown bool
 	calibration  string
+	// fast16: the device's builtin float16 conversions are exact (convert16.go), so the
+	// kernels use them.
+	fast16 bool
 
 	pool pool
 
@@ -91,7 +94,13 @@ func New(cfg Config) (*Backend, error) {
 		dev.Close()
 		return nil, fmt.Errorf("dawn: New: calibration: %w", err)
 	}
-	b.prof, b.profileKnown, b.calibration = prof, known, report
+	fast16, report16, err := b.calibrate16(context.Background())
+	if err != nil {
+		b.pool.release()
+		dev.Close()
+		return nil, fmt.Errorf("dawn: New: calibration: %w", err)
+	}
+	b.prof, b.profileKnown, b.calibration, b.fast16 = prof, known, report+"; "+report16, fast16
 	return b, nil
 }
 
@@ -113,7 +122,7 @@ func (b *Backend) Info() ops.Info {
 	return ops.Info{
 		Name:     "dawn",
 		Device:   info.String(),
-		Detail:   fmt.Sprintf("backend %v, profile: %s", info.Backend, prof),
+		Detail:   fmt.Sprintf("backend %v, profile: %s, f16 %s", info.Backend, prof, map[bool]string{true: "builtins", false: "integer"}[b.fast16]),
 		Profile:  b.prof,
 		Software: info.AdapterType == "CPU",
 		Library:  b.dev.Library(),

@@ -79,52 +79,11 @@ func TestCalibration(t *testing.T) {
 	}
 }
 
-// probe runs the shaders' probe kernel in one mode over src and returns the output words.
+// probe runs the shaders' probe kernel (its integer 16-bit form) in one mode over src and
+// returns the output words.
 func probe(t *testing.T, b *Backend, mode uint32, src []uint32) []uint32 {
 	t.Helper()
-	wgsl, err := shaders.RenderProbe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pipe, err := b.dev.Pipeline("probe", wgsl, shaders.Entry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := uint64(len(src))
-	pbuf, err := b.dev.CreateBuffer("probe.params", 16, UsageUniform|UsageCopyDst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pbuf.Release()
-	in, err := b.dev.CreateBuffer("probe.src", n*4, UsageStorage|UsageCopyDst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Release()
-	out, err := b.dev.CreateBuffer("probe.dst", n*4, UsageStorage|UsageCopySrc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Release()
-	var u params
-	u.u32(uint32(n))
-	u.u32(mode)
-	u.u32(0)
-	u.u32(0)
-	if err := b.write(pbuf, 0, u.bytes()); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.write(in, 0, bytesOf(src)); err != nil {
-		t.Fatal(err)
-	}
-	groups := (len(src) + shaders.ProbeWorkgroup - 1) / shaders.ProbeWorkgroup
-	nx := min(groups, 65535)
-	dst := make([]uint32, n)
-	err = b.dev.Run(context.Background(), pipe, []Binding{
-		{Binding: 0, Buffer: pbuf, Size: 16},
-		{Binding: 1, Buffer: in, Size: n * 4},
-		{Binding: 2, Buffer: out, Size: n * 4},
-	}, [3]uint32{uint32(nx), uint32((groups + nx - 1) / nx), 1}, []Readback{{Src: out, Dst: bytesOf(dst)}})
+	dst, err := b.runProbe(context.Background(), false, mode, src)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -462,7 +462,7 @@ func (b *Backend) addDev(ctx context.Context, a *ops.AddLN, prep *addPrep) error
 	if prep != nil {
 		gammaT, biasT, biasFull = prep.gamma, prep.bias, prep.bias != ops.Invalid && prep.biasFull && N > 1
 	}
-	k := addKernel(pl, a, gammaT, biasT, biasFull)
+	k := addKernel(pl, a, gammaT, biasT, biasFull, b.fast16)
 	pipe, err := b.addPipeline(k)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)

@@ -3,6 +3,7 @@
 package dawn
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -86,7 +87,7 @@ func (b *Backend) reopen() error {
 	if err != nil {
 		return err
 	}
-	prof, known, report := b.prof, b.profileKnown, b.calibration
+	prof, known, report, fast16 := b.prof, b.profileKnown, b.calibration, b.fast16
 	if dev.Info() != b.dev.Info() {
 		// Another adapter: its compiler may fuse differently. Calibrate on a backend of its own
 		// (this one is held exclusively).
@@ -98,11 +99,18 @@ func (b *Backend) reopen() error {
 			dev.Close()
 			return fmt.Errorf("calibration: %w", err)
 		}
+		var report16 string
+		if fast16, report16, err = nb.calibrate16(context.Background()); err != nil {
+			nb.pool.release()
+			dev.Close()
+			return fmt.Errorf("calibration: %w", err)
+		}
+		report += "; " + report16
 		nb.pool.release()
 	}
 	b.mu.Lock()
 	b.dev, b.limits = dev, dev.Limits()
-	b.prof, b.profileKnown, b.calibration = prof, known, report
+	b.prof, b.profileKnown, b.calibration, b.fast16 = prof, known, report, fast16
 	b.mu.Unlock()
 	b.pool.release()
 	b.pool.dev = dev

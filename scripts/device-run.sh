@@ -6,6 +6,8 @@
 #                  against the CPU plan), device tensors and device loss through the root
 #                  package's tests, a 20,000-call soak's peak RSS, and the tiny-dispatch
 #                  benchmark of the C layer beside the Go API's (issue 17's two patterns).
+#   diag           this round's A/Bs: conformance, the tiny twins alternating, the float16
+#                  conversions (builtins or integer routines) and the transfer ring's shape.
 #   speed          the benchmark on Dawn (host-tensor wall, device-resident wall, kernel
 #                  time), on the CPU (all threads) and in auto mode, the staging ring's
 #                  upload and read-back GB/s beside the plain path's, then torch's anchors
@@ -51,6 +53,30 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 export FUSEDNORM_DAWN_LIB=$PWD/third_party/dawn/libwebgpu_wrapper.so FUSEDNORM_REQUIRE_DAWN=1
+if [ "${1:-}" = diag ]; then
+	# The measurements that decide this round's choices, each one A/B in a random order: the
+	# conformance suite first (the f16 builtins are only worth it if the bits stay), the tiny
+	# twins (C and Go alternating), the float16 conversions (builtins against the integer
+	# routines, FUSEDNORM_F16_BUILTIN, on the f16 cases) and the transfer ring's shape.
+	nvidia-smi -L
+	(cd tests && timeout 170 ../carry/conformance.test -test.run TestDawn -test.v >"$OUT/conformance.log" 2>&1; echo "rc=$?" >>"$OUT/conformance.log")
+	grep -E "engine:|max ulp|--- FAIL|rc=" "$OUT/conformance.log" | tail -12
+	{ for round in 1 2; do
+		timeout 40 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 3000
+		timeout 40 carry/fusednorm-bench -backend dawn -tiny 3000
+	  done
+	} >"$OUT/tiny.txt" 2>&1
+	grep -E "^(C |Go )" "$OUT/tiny.txt"
+	arms="1 0"; [ $((RANDOM % 2)) = 0 ] && arms="0 1"
+	for a in $arms; do
+		FUSEDNORM_F16_BUILTIN=$a timeout 110 carry/fusednorm-bench -cases shaders -backend dawn -dtype f16 -probe=false -reps 5 -min-time 0.1s \
+			-json "$OUT/ab16-builtin$a.json" >"$OUT/ab16-builtin$a.txt" 2>/dev/null
+		echo "f16 builtin=$a rc=$?"; cat "$OUT/ab16-builtin$a.txt"
+	done
+	timeout 100 carry/dawn.test -test.run '^$' -test.bench 'Transfer/.*/1024MiB' -test.benchtime 4x -ring-sweep >"$OUT/transfer.txt" 2>&1
+	echo "transfer rc=$?"; grep -E "^Benchmark" "$OUT/transfer.txt"
+	exit 0
+fi
 if [ "${1:-}" = speed ]; then
 	timeout 300 carry/fusednorm-bench -cases shaders -backend dawn -probe=false -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-dawn.json" -plot "$OUT/roofline-dawn.svg" >"$OUT/bench-dawn.txt" 2>/dev/null
@@ -74,8 +100,12 @@ timeout 150 carry/root.test -test.run 'TestDevice|TestInfoNames|TestCloseDuringC
 echo "root tests rc=$?"; grep -E "^(--- |ok|FAIL)|lost|recover|differ" "$OUT/root.log"
 FUSEDNORM_BACKEND=dawn timeout 120 carry/root.test -test.run TestSoak -soak.calls=20000 -test.v >"$OUT/soak.log" 2>&1
 echo "soak rc=$?"; grep -E "VmHWM|^--- " "$OUT/soak.log"
-{ timeout 60 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 5000
-  timeout 60 carry/fusednorm-bench -backend dawn -tiny 5000
+# The C and Go twins alternate, twice, so a drift of the machine shows as a difference
+# between rounds rather than between the twins.
+{ for round in 1 2; do
+	timeout 60 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 5000
+	timeout 60 carry/fusednorm-bench -backend dawn -tiny 5000
+  done
   FUSEDNORM_BACKEND=dawn timeout 120 carry/root.test -test.run XXX -test.bench Tiny -test.benchmem -test.benchtime 5000x
 } >"$OUT/tiny.txt" 2>&1
 grep -E "^(C |Go |Benchmark)" "$OUT/tiny.txt"

@@ -43,6 +43,7 @@ type Embed struct {
 	OddH      bool      // H odd: 16-bit rows may share a word with their neighbours
 	Vec       bool      // the vector kernel (H a multiple of 4, see VecOK)
 	Wide      bool      // with Vec: the 8-lane vector kernel (f16, H a multiple of 8, see WideOK)
+	Fast16    bool      // f16 by the builtin conversions, which the device was found to round exactly
 }
 
 // AddLN selects an AddLayerNorm kernel.
@@ -58,6 +59,7 @@ type AddLN struct {
 	OddD     bool      // D odd: 16-bit rows may share a word with their neighbours
 	Vec      bool      // the vector kernel (D a multiple of 4, see VecOK)
 	Wide     bool      // with Vec: the 8-lane vector kernel (16-bit tensors only, see WideOK)
+	Fast16   bool      // f16 by the builtin conversions, which the device was found to round exactly
 }
 
 // VecLanes is how many of the plan's invocations one invocation of a vector kernel stands
@@ -301,38 +303,42 @@ func RenderAddLN(p AddLN) (string, error) {
 	out := wgslName(p.Out)
 	sw := stageWords(p.Out, p.W, p.Private, p.Vec)
 	data := struct {
-		W, Private, WG                    int
-		X1, X2, Gamma, Bias, Out          string
-		BiasFull, WriteX, OddD, Vec, Wide bool
-		OutElem                           string
-		Stage                             bool
-		StageWords                        int
-		E                                 func(string) string
+		W, Private, WG                            int
+		X1, X2, Gamma, Bias, Out                  string
+		BiasFull, WriteX, OddD, Vec, Wide, Fast16 bool
+		OutElem                                   string
+		Stage                                     bool
+		StageWords                                int
+		E                                         func(string) string
 	}{p.W, p.Private, groupSize(p.W, p.Vec, p.Wide), wgslName(p.X1), wgslName(p.X2), wgslName(p.Gamma), wgslName(p.Bias), out,
-		p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Wide, outElem(out, p.OddD, p.Vec, p.Wide), sw > 0, sw, elemFor(p.Vec, p.Wide)}
+		p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Wide, p.Fast16, outElem(out, p.OddD, p.Vec, p.Wide), sw > 0, sw, elemFor(p.Vec, p.Wide)}
 	return render(p.Key(), addlnTmpl(), "addlayernorm.wgsl.tmpl", data)
 }
 
 // Probe modes: what the probe kernel applies to each input word.
 const (
-	ProbeRstd      = 0 // rstd_exact(f32) → f32 bits
-	ProbeToF16     = 1 // integer f32 → f16 (RNE)
-	ProbePackF16   = 2 // builtin pack2x16float, low half
-	ProbeFromF16   = 3 // integer f16 → f32
-	ProbeToBF16    = 4 // integer f32 → bf16 (RNE)
-	ProbeUnpackF16 = 5 // builtin unpack2x16float, low half
-	ProbeRound16   = 6 // round16(f32) → f32 bits
-	ProbeF16x2Lo   = 7 // f16x2_to_f32, low half → f32 bits
-	ProbeF16x2Hi   = 8 // f16x2_to_f32, high half → f32 bits
+	ProbeRstd      = 0  // rstd_exact(f32) → f32 bits
+	ProbeToF16     = 1  // integer f32 → f16 (RNE)
+	ProbePackF16   = 2  // builtin pack2x16float, low half
+	ProbeFromF16   = 3  // integer f16 → f32
+	ProbeToBF16    = 4  // integer f32 → bf16 (RNE)
+	ProbeUnpackF16 = 5  // builtin unpack2x16float, low half
+	ProbeRound16   = 6  // round16(f32) → f32 bits
+	ProbeF16x2Lo   = 7  // f16x2_to_f32, low half → f32 bits
+	ProbeF16x2Hi   = 8  // f16x2_to_f32, high half → f32 bits
+	ProbePackLo    = 9  // f32x2_to_f16x2, the value in the low half → f16 bits
+	ProbePackHi    = 10 // f32x2_to_f16x2, the value in the high half → f16 bits
 	ProbeWorkgroup = 64
 )
 
-// RenderProbe returns the WGSL of the test kernel that exposes the shared helpers
-// (bindings: 0 uniform {n, mode, zero, pad}; 1 src array<u32>; 2 dst array<u32>;
-// workgroups of ProbeWorkgroup invocations, element = gid.x + gid.y·nwg.x·ProbeWorkgroup).
-func RenderProbe() (string, error) {
-	return render("probe", probeTmpl(), "probe.wgsl.tmpl", struct {
-		W, WG            int
-		Stage, Vec, Wide bool
-	}{W: ProbeWorkgroup, WG: ProbeWorkgroup})
+// RenderProbe returns the WGSL of the kernel that exposes the shared helpers, with the
+// 16-bit conversions in their Fast16 form or not (bindings: 0 uniform {n, mode, zero, pad};
+// 1 src array<u32>; 2 dst array<u32>; workgroups of ProbeWorkgroup invocations, element =
+// gid.x + gid.y·nwg.x·ProbeWorkgroup). The dawn backend calibrates with it; tests compare
+// the helpers with the CPU through it.
+func RenderProbe(fast16 bool) (string, error) {
+	return render(fmt.Sprintf("probe(fast16=%v)", fast16), probeTmpl(), "probe.wgsl.tmpl", struct {
+		W, WG                    int
+		Stage, Vec, Wide, Fast16 bool
+	}{W: ProbeWorkgroup, WG: ProbeWorkgroup, Fast16: fast16})
 }

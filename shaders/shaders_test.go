@@ -53,6 +53,12 @@ func embedParams() []Embed {
 			}
 		}
 	}
+	for _, p := range out {
+		if p.Vec && p.DType == ops.F16 {
+			p.Fast16 = true // the builtin conversions (a device that rounds them exactly)
+			out = append(out, p)
+		}
+	}
 	return out
 }
 
@@ -88,6 +94,12 @@ func addlnParams() []AddLN {
 					}
 				}
 			}
+		}
+	}
+	for _, p := range out {
+		if p.Vec && (p.X1 == ops.F16 || p.X2 == ops.F16 || p.Gamma == ops.F16 || p.Out == ops.F16) {
+			p.Fast16 = true // the builtin conversions (a device that rounds them exactly)
+			out = append(out, p)
 		}
 	}
 	return out
@@ -133,8 +145,10 @@ func TestRenderAll(t *testing.T) {
 		src, err := RenderAddLN(p)
 		check(p.Key(), src, err, p.W == 64 || (p.WriteX && p.Bias != ops.Invalid))
 	}
-	src, err := RenderProbe()
-	check("probe", src, err, true)
+	for _, fast16 := range []bool{false, true} {
+		src, err := RenderProbe(fast16)
+		check(fmt.Sprintf("probe(fast16=%v)", fast16), src, err, true)
+	}
 }
 
 func TestRenderCached(t *testing.T) {
