@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
@@ -157,9 +158,9 @@ func (c *addCall) first(off int) float32 {
 func elemF32(b ops.Buf, i int) float32 {
 	switch b.DType {
 	case ops.F16:
-		return F16ToF32(b.U16[i])
+		return half.F16ToF32(b.U16[i])
 	case ops.BF16:
-		return BF16ToF32(b.U16[i])
+		return half.BF16ToF32(b.U16[i])
 	}
 	return b.F32[i]
 }

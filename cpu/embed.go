@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
@@ -25,20 +26,20 @@ func embedSumF32Go(x, w, p, g []float32) {
 }
 
 func embedSumF16Go(x []float32, bits []uint16, w, p, g []uint16) {
-	t := f16Table()
+	t := half.F16Table()
 	w = w[:len(x)]
 	p = p[:len(x)]
 	bits = bits[:len(x)]
 	if g == nil {
 		for i := range x {
-			h := F32ToF16(t[w[i]] + t[p[i]])
+			h := half.F32ToF16(t[w[i]] + t[p[i]])
 			bits[i], x[i] = h, t[h]
 		}
 		return
 	}
 	g = g[:len(x)]
 	for i := range x {
-		h := F32ToF16(t[F32ToF16(t[w[i]]+t[g[i]])] + t[p[i]])
+		h := half.F32ToF16(t[half.F32ToF16(t[w[i]]+t[g[i]])] + t[p[i]])
 		bits[i], x[i] = h, t[h]
 	}
 }

@@ -24,7 +24,7 @@ type kernelSet struct {
 	widenF16           func(dst []float32, src []uint16)                                                      // binary16 → float32
 	widenBF16          func(dst []float32, src []uint16)                                                      // bfloat16 → float32
 	narrowF16          func(dst []uint16, src []float32)                                                      // float32 → binary16, nearest-even
-	narrowBF16         func(dst []uint16, src []float32)                                                      // float32 → bfloat16 (F32ToBF16)
+	narrowBF16         func(dst []uint16, src []float32)                                                      // float32 → bfloat16 (half.F32ToBF16)
 	narrow16NT         func(bf bool, dst []uint16, src []float32)                                             // narrowBF16 (bf) or narrowF16, NT stores
 	maskCountOnes      func(m []int32) int32                                                                  // how many of m are 1
 	maskFirstZero      func(m []int32) int                                                                    // index of the first 0 in m, else len(m)
@@ -64,7 +64,7 @@ type sum16 struct {
 
 // form16 is how an affine step stores 16-bit values.
 type form16 struct {
-	bf    bool // bfloat16 (F32ToBF16), else binary16 (F32ToF16)
+	bf    bool // bfloat16 (half.F32ToBF16), else binary16 (half.F32ToF16)
 	fused bool // fma(n, gamma, beta), else f32(n·gamma) + beta
 	nt    bool // non-temporal stores (the caller fences): the same values
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
@@ -229,9 +230,9 @@ func narrowInputs(r *rand.Rand, n int) []float32 {
 		switch k := r.IntN(8); k {
 		case 0: // binary16 midpoint (13 dropped bits = 1000…0), ±1 ulp
 			h := uint32(r.IntN(0x7c00))
-			f := math.Float32bits(F16ToF32(uint16(h))) + 1<<12
+			f := math.Float32bits(half.F16ToF32(uint16(h))) + 1<<12
 			if h < 0x400 { // subnormal halves: midpoint of the 2^-24 grid
-				f = math.Float32bits(F16ToF32(uint16(h)) + 0x1p-25)
+				f = math.Float32bits(half.F16ToF32(uint16(h)) + 0x1p-25)
 			}
 			u = u&0x80000000 | (f + uint32(r.IntN(3)) - 1)
 		case 1: // bfloat16 midpoint, ±1 ulp

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
@@ -71,9 +72,9 @@ func affine16Go(f form16, y []uint16, x, gamma, beta []float32, x0, meanD, rstd 
 
 // affine16HGo is affine16Go with gamma and beta in y's 16-bit format.
 func affine16HGo(f form16, y []uint16, x []float32, gamma, beta []uint16, x0, meanD, rstd float32) {
-	widen := F16ToF32
+	widen := half.F16ToF32
 	if f.bf {
-		widen = BF16ToF32
+		widen = half.BF16ToF32
 	}
 	affine16Twin(f, y, x, gamma, beta, x0, meanD, rstd, widen)
 }
@@ -91,9 +92,9 @@ func affine16Twin[G float32 | uint16](f form16, y []uint16, x []float32, gamma, 
 			r = float32(n*widen(gamma[i])) + widen(beta[i])
 		}
 		if f.bf {
-			y[i] = F32ToBF16(r)
+			y[i] = half.F32ToBF16(r)
 		} else {
-			y[i] = F32ToF16(r)
+			y[i] = half.F32ToF16(r)
 		}
 	}
 }
@@ -143,9 +144,9 @@ func addSumAccGo(part, s, a, b, c []float32, x0 float32) {
 // addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo/addSumAccGo
 // sum them, then x (if any) narrowed from s.
 func addSum16Go(f sum16, part, s []float32, x, a, b, c []uint16, x0 float32) {
-	widen := F16ToF32
+	widen := half.F16ToF32
 	if f.bf {
-		widen = BF16ToF32
+		widen = half.BF16ToF32
 	}
 	a, b = a[:len(s)], b[:len(s)]
 	if !f.acc {
