@@ -57,11 +57,11 @@ type Backend struct {
 func New(opts Options) (*Backend, error) {
 	name := opts.Level
 	if name == "" {
-		name = level
+		name = levels[0].name
 	}
 	k := kernelsOf(name)
 	if k == nil {
-		return nil, fmt.Errorf("cpu: kernel level %q is not available (have %v): %w", name, Levels(), ops.ErrUnavailable)
+		return nil, fmt.Errorf("cpu: kernel level %q is not available (have %v): %w", name, levelNames(), ops.ErrUnavailable)
 	}
 	b := &Backend{opts: opts, k: k, level: name, pool: newWorkers()}
 	// A Backend dropped without Close stops its workers when it is collected (they hold the
@@ -129,9 +129,3 @@ func (b *Backend) cut(ctx context.Context) error {
 	}
 	return ops.ErrClosed
 }
-
-// Level names the default kernel level of new backends: the widest this processor runs,
-// unless SetLevel chose another.
-func Level() string { return level }
-
-var level = "go"

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -11,13 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fusednorm/fusednorm/internal/cpuhook"
 	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// -cpu.off takes SIMD levels out of the tests (and out of the package while they run), e.g.
-// -cpu.off=avx512 to test the AVX2 kernels as the default on an AVX-512 machine. Each level
+// -cpu.off takes SIMD levels out of the tests (newBackend's default level is the widest left),
+// e.g. -cpu.off=avx512 to test the AVX2 kernels as the default on an AVX-512 machine. Each level
 // builds on the one below it (avx512fp16 is avx512 with a few kernels replaced, and both
 // finish their tails with the avx2 kernels), so switching a level off switches off those
 // above it too; -cpu.off=avx2 leaves the pure-Go path as what every other test in the
@@ -40,11 +42,6 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	if name := testLevels()[0]; name != Level() {
-		if _, err := SetLevel(name); err != nil {
-			panic(err)
-		}
-	}
 	fmt.Printf("cpu tests: SIMD levels %v against go\n", simdLevels())
 	os.Exit(m.Run())
 }
@@ -64,7 +61,7 @@ func switchedOff(level string) bool {
 // testLevels are the kernel levels to test, widest first: what the machine has, less those
 // switched off.
 func testLevels() []string {
-	return slices.DeleteFunc(Levels(), switchedOff)
+	return slices.DeleteFunc(levelNames(), switchedOff)
 }
 
 // simdLevels are testLevels without "go" (the reference every level is compared with),
@@ -250,28 +247,31 @@ func narrowInputs(r *rand.Rand, n int) []float32 {
 }
 
 func TestLevels(t *testing.T) {
-	ls := Levels()
+	ls := levelNames()
 	if ls[len(ls)-1] != "go" {
-		t.Fatalf("Levels() = %v: go must be last", ls)
+		t.Fatalf("levelNames() = %v: go must be last", ls)
 	}
-	if want := testLevels()[0]; Level() != want {
-		t.Fatalf("Level() = %q, want %q, the widest of %v not switched off", Level(), want, ls)
+	if hooked := cpuhook.Levels(); !slices.Equal(hooked, ls) {
+		t.Fatalf("cpuhook.Levels() = %v, want %v", hooked, ls)
 	}
-	if _, err := SetLevel("avx1024"); err == nil {
-		t.Fatalf("SetLevel(avx1024) succeeded")
+	if got := newBackend(t, Options{}).Info().Level; got != testLevels()[0] {
+		t.Fatalf("a test backend's default level is %q, want %q, the widest of %v not switched off", got, testLevels()[0], ls)
+	}
+	b, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Info().Level; got != ls[0] {
+		t.Fatalf("New(Options{}) runs level %q, want %q, the widest of %v", got, ls[0], ls)
+	}
+	b.Close()
+	if _, err := New(Options{Level: "avx1024"}); !errors.Is(err, ops.ErrUnavailable) {
+		t.Fatalf("New(Level: avx1024) = %v, want ErrUnavailable", err)
 	}
 	for _, name := range ls {
-		prev := Level()
-		restore, err := SetLevel(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if Level() != name {
-			t.Fatalf("after SetLevel(%q) Level() = %q", name, Level())
-		}
-		restore()
-		if Level() != prev {
-			t.Fatalf("restore left Level() = %q, want %q", Level(), prev)
+		b := newBackend(t, Options{Level: name})
+		if b.Info().Level != name || b.k != kernelsOf(name) {
+			t.Fatalf("New(Level: %q) runs level %q", name, b.Info().Level)
 		}
 	}
 }
@@ -547,10 +547,6 @@ func TestAccumulateKernels(t *testing.T) {
 func TestAccumulateFollowsPlan(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, name := range testLevels() {
-		restore, err := SetLevel(name)
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, h := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000, 4099} {
 			for _, prof := range []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}} {
 				p := plan.For(h, prof)
@@ -563,25 +559,17 @@ func TestAccumulateFollowsPlan(t *testing.T) {
 				}
 			}
 		}
-		restore()
 	}
 }
 
 var profiles = []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}, {FuseVariance: true}, {FuseAffine: true}}
 
-// runAt runs fn with the package switched to the named level.
-func runAt(t *testing.T, level string, fn func()) {
-	t.Helper()
-	restore, err := SetLevel(level)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer restore()
-	fn()
-}
-
+// newBackend is New, at the widest level under test unless opts names one.
 func newBackend(t testing.TB, opts Options) *Backend {
 	t.Helper()
+	if opts.Level == "" {
+		opts.Level = testLevels()[0]
+	}
 	b, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -650,11 +638,9 @@ func TestAddLayerNormLevels(t *testing.T) {
 							c := a
 							c.Y, c.X = emptyBuf(cb.out, n*d), emptyBuf(cb.out, n*d)
 							c.Mean, c.Rstd = make([]float32, n), make([]float32, n)
-							runAt(t, level, func() {
-								if err := newBackend(t, Options{Profile: prof, Threads: 1}).AddLayerNorm(context.Background(), &c); err != nil {
-									t.Fatal(err)
-								}
-							})
+							if err := newBackend(t, Options{Profile: prof, Threads: 1, Level: level}).AddLayerNorm(context.Background(), &c); err != nil {
+								t.Fatal(err)
+							}
 							return c
 						}
 						got := run(name)
@@ -704,15 +690,13 @@ func TestEmbedLayerNormLevels(t *testing.T) {
 						}
 						run := func(level string) ops.EmbedOutputs {
 							out := ops.EmbedOutputs{Out: emptyBuf(dt, B*S*h), Sum: emptyBuf(dt, B*S*h)}
-							runAt(t, level, func() {
-								op, err := newBackend(t, Options{Profile: prof, Threads: 1}).PrepareEmbed(&w)
-								if err != nil {
-									t.Fatal(err)
-								}
-								if err := op.Run(context.Background(), &in, &out); err != nil {
-									t.Fatal(err)
-								}
-							})
+							op, err := newBackend(t, Options{Profile: prof, Threads: 1, Level: level}).PrepareEmbed(&w)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if err := op.Run(context.Background(), &in, &out); err != nil {
+								t.Fatal(err)
+							}
 							return out
 						}
 						got := run(name)

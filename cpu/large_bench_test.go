@@ -61,8 +61,8 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 	in := benchEmbedInputs(r, B, S, V, G)
 	out := ops.EmbedOutputs{Out: mk(B * S * H), MaskIndex: make([]int32, B)}
 	b.Run(fmt.Sprintf("%v_%dx%dx%d", dt, B, S, H), func(b *testing.B) {
-		atLevels(b, func(b *testing.B) {
-			op, err := newBackend(b, Options{Threads: 1}).PrepareEmbed(&w)
+		atLevels(b, func(b *testing.B, level string) {
+			op, err := newBackend(b, Options{Threads: 1, Level: level}).PrepareEmbed(&w)
 			if err != nil {
 				b.Fatal(err)
 			}

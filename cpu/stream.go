@@ -147,12 +147,3 @@ func (p *rowPrefetch) rest() {
 		}
 	}
 }
-
-// CopyNT copies src into dst (len(dst) elements) with the non-temporal stores of the
-// default kernel level, then fences: the store side of a bandwidth probe that streams the
-// way the ops stream their outputs. Without SIMD kernels it is copy.
-func CopyNT(dst, src []float32) {
-	k := kernelsOf(level)
-	k.copyNT(dst, src)
-	k.fence()
-}
