@@ -83,10 +83,10 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.nt16 = big && a.Y.DType != ops.F32
 	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType
 	c.touch = c.stream && c.sum16
-	c.x16 = fuse16 && c.sum16 && c.nt16 && a.X.Present() && a.X.DType == a.X1.DType
+	c.x16 = c.sum16 && c.nt16 && a.X.Present() && a.X.DType == a.X1.DType
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32
 	c.w16 = weightsOf(a.Gamma, a.Beta)
-	if wideWeights && c.w16.gammaH != nil && 8*D <= wideBytes {
+	if c.w16.gammaH != nil && 8*D <= wideBytes {
 		if cap(c.wide) < 2*D {
 			c.wide = make([]float32, 2*D)
 		}
@@ -119,10 +119,10 @@ type addCall struct {
 	pieces             bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
 	sum16              bool // x1 and x2 (and the bias) of one 16-bit format: addSum16
 	nt16               bool // 16-bit outputs stored non-temporally
-	x16                bool // addSum16 writes x too (non-temporally, in the inputs' format)
+	x16                bool // addSum16 writes x too, non-temporally: every 16-bit x with nt16 (SPEC B.2 gives it the inputs' format)
 	piece              int
 	w16                weights16 // gamma and beta for a 16-bit y: as given, or widened into wide
-	wide               []float32 // scratch kept with the pooled call: gamma and beta widened (wideWeights in rowstats.go)
+	wide               []float32 // scratch kept with the pooled call: gamma and beta widened (wideBytes in rowstats.go)
 	join               rowJoin
 }
 
@@ -209,8 +209,6 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scra
 		case c.x16: // written by addSum16
 		case xs != nil:
 			k.copyNT(xs[lo:hi], s[lo:hi])
-		case a.X.Present() && a.X.DType != ops.F32 && c.nt16:
-			k.narrow16NT(a.X.DType == ops.BF16, a.X.U16[off+lo:off+hi], s[lo:hi])
 		case a.X.Present() && a.X.DType != ops.F32:
 			store(k, a.X, off+lo, s[lo:hi])
 		}

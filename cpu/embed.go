@@ -51,7 +51,7 @@ type embedOp struct {
 	k      *kernelSet
 	w      ops.EmbedWeights
 	plan   plan.Plan
-	w16    weights16 // gamma and beta of the f16 affine step: widened once (wideWeights), or as given
+	w16    weights16 // gamma and beta of the f16 affine step: widened once (wideBytes), or as given
 	closed atomic.Bool
 	quit   chan struct{} // closed by Close: stops the huge-page collapse
 	huge   *collapse     // the word table's huge-page collapse; nil when none was started
@@ -66,7 +66,7 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 		return nil, ops.ErrClosed
 	}
 	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H), w16: weightsOf(w.Gamma, w.Beta), quit: make(chan struct{})}
-	if wideWeights && w.DType == ops.F16 && 8*w.H <= wideBytes {
+	if w.DType == ops.F16 && 8*w.H <= wideBytes {
 		op.w16 = widened(b.k, make([]float32, 2*w.H), w.Gamma, w.Beta)
 	}
 	if word := w.Word.Bytes(); !b.opts.NoHugePages && len(word) >= hugeBytes {

@@ -26,7 +26,6 @@ type kernelSet struct {
 	widenBF16          func(dst []float32, src []uint16)                                                      // bfloat16 → float32
 	narrowF16          func(dst []uint16, src []float32)                                                      // float32 → binary16, nearest-even
 	narrowBF16         func(dst []uint16, src []float32)                                                      // float32 → bfloat16 (half.F32ToBF16)
-	narrow16NT         func(bf bool, dst []uint16, src []float32)                                             // narrowBF16 (bf) or narrowF16, NT stores
 	maskCountOnes      func(m []int32) int32                                                                  // how many of m are 1
 	maskFirstZero      func(m []int32) int                                                                    // index of the first 0 in m, else len(m)
 
@@ -89,7 +88,6 @@ var goKernels = kernelSet{
 	widenBF16:          widenBF16Go,
 	narrowF16:          narrowF16Go,
 	narrowBF16:         narrowBF16Go,
-	narrow16NT:         narrow16Go,
 	maskCountOnes:      maskCountOnesGo,
 	maskFirstZero:      maskFirstZeroGo,
 	affineNT:           affineGo,

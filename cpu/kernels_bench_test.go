@@ -73,7 +73,6 @@ func BenchmarkKernels(b *testing.B) {
 		// The 16-bit AddLayerNorm row: first pass with a bias row, x stored, affine step.
 		{"addSum16", 10 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, nil, h1, h2, h3, 0.25) }},
 		{"addSum16X", 12 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, bits, h1, h2, h3, 0.25); k.fence() }},
-		{"narrow16NT", 6 * n, func(k *kernelSet) { k.narrow16NT(false, bits, x) }},
 		{"affine16H", 10 * n, func(k *kernelSet) { k.affine16H(form16{}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
 		{"affine16HFMA", 10 * n, func(k *kernelSet) { k.affine16H(form16{fused: true}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
 	}

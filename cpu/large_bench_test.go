@@ -90,9 +90,8 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 //	now       the settings as they are
 //	ahead     every row's inputs prefetched a row ahead (hwStreamRow and hwGatherRow past any row)
 //	hardware  no row prefetched ahead (hwStreamRow and hwGatherRow 0)
-//	unfused16 a 16-bit x output narrowed in a pass of its own after the first pass (fuse16 off)
 //	smallpages EmbedLayerNorm with a word table left on small pages (Options.NoHugePages)
-//	narrowweights 16-bit gamma and beta widened on every row, not once (wideWeights off)
+//	narrowweights 16-bit gamma and beta widened on every row, not once (wideBytes 0)
 //	aheadN    rows prefetched N rows ahead where they are prefetched (prefetchAhead = N)
 //	stepsN    each row's prefetch cut into N pieces (prefetchSteps = N)
 //	a+b       the settings of a and b at once (hardware+steps1)
@@ -149,17 +148,17 @@ func BenchmarkStreamAB(b *testing.B) {
 		ws.Word = mk(V * H)
 		prepared["smallpages"] = prepare(newBackend(b, Options{Threads: 1, NoHugePages: true}), &ws)
 		// The same op with its 16-bit weights as given (EmbedLayerNorm widens them when prepared).
-		wide := wideWeights
-		wideWeights = false
+		wide := wideBytes
+		wideBytes = 0
 		prepared["narrowweights"] = prepare(be, &w)
-		wideWeights = wide
+		wideBytes = wide
 		pa, pb, pc, pd, row = words(out.Out), words(mk(B*S*H)), words(mk(B*S*H)), words(mk(B*S*H)), H*dt.Size()/4
 	default:
 		b.Fatalf("OP=%q: want add or embed", os.Getenv("OP"))
 	}
-	hw, hwg, fx, pa0, ps0, ww := hwStreamRow, hwGatherRow, fuse16, prefetchAhead, prefetchSteps, wideWeights
+	hw, hwg, pa0, ps0, wb := hwStreamRow, hwGatherRow, prefetchAhead, prefetchSteps, wideBytes
 	restore := func() {
-		hwStreamRow, hwGatherRow, fuse16, prefetchAhead, prefetchSteps, wideWeights = hw, hwg, fx, pa0, ps0, ww
+		hwStreamRow, hwGatherRow, prefetchAhead, prefetchSteps, wideBytes = hw, hwg, pa0, ps0, wb
 	}
 	defer restore()
 	run := func(cfg string) time.Duration {
@@ -190,10 +189,8 @@ func BenchmarkStreamAB(b *testing.B) {
 			hwStreamRow, hwGatherRow = 1<<62, 1<<62
 		case "hardware":
 			hwStreamRow, hwGatherRow = 0, 0
-		case "unfused16":
-			fuse16 = false
 		case "narrowweights": // AddLayerNorm reads it per call; EmbedLayerNorm's op is prepared
-			wideWeights = false
+			wideBytes = 0
 			if p := prepared[named]; p != nil {
 				f = p
 			}

@@ -220,19 +220,11 @@ func weightsOf(gamma, beta ops.Buf) weights16 {
 	return weights16{gammaH: gamma.U16, betaH: beta.U16}
 }
 
-// wideWeights has the 16-bit affine step read gamma and beta widened to float32 once (in
-// EmbedLayerNorm's PrepareEmbed; once per AddLayerNorm call) instead of on every row, for
-// rows whose widened weights take at most wideBytes: the affine step then converts one
-// vector instead of three. Longer rows keep them 16-bit, where they take half the L1 beside x. Paired on the
-// Xeon (time over the probe's, BenchmarkStreamAB CFGS=probe,now,narrowweights, three
-// runs): EmbedLN f16 (64,512,1024) 0.90/0.96/0.99 widened against 1.06/1.03/1.02, AddLN
-// f16 (16384,1024) 1.24/1.44/1.18 against 1.30/1.55/1.27, but EmbedLN (32,512,4096)
-// 1.59/1.61/1.57 against 1.43/1.47/1.45 (docs/measurements/wide-weights.txt). wideWeights
-// is off only for those comparisons.
-var (
-	wideWeights = true
-	wideBytes   = 8 << 10
-)
+// wideBytes is the most that 16-bit gamma and beta may take widened to float32 for the
+// affine step to read them so (widened once in PrepareEmbed, once per AddLayerNorm call),
+// converting one vector instead of three; longer rows keep them 16-bit, where they take
+// half the L1 beside x. 0 keeps them 16-bit at every width.
+var wideBytes = 8 << 10
 
 // widened is 16-bit gamma and beta widened into buf (twice their length): exact, so the
 // affine step gives the same bits from either form.

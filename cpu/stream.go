@@ -67,11 +67,6 @@ var hwStreamRow = 4096
 //	f16,  2 KiB rows   1.43   1.60        1.99   2.21
 var hwGatherRow = 8192
 
-// fuse16 has AddLayerNorm's 16-bit first pass write a streamed 16-bit x output itself
-// (addSum16's non-temporal variants), instead of narrowing each piece of s in a pass of
-// its own. Off only for BenchmarkStreamAB's comparisons.
-var fuse16 = true
-
 // prefetchSteps is how many pieces a row prefetch is cut into: one after each pass the
 // current row makes (the sum with its partial sums, the variance pass, the affine step).
 // Issued at once, a 3 KiB row's 48 lines would fill the core's miss buffers and stall the
