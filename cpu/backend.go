@@ -38,7 +38,7 @@ type Options struct {
 	// Level caps the kernels: "go" (pure Go) or a SIMD level the processor has; "" = best.
 	Level string
 	// NoHugePages leaves EmbedLayerNorm's word table on the pages it has. By default,
-	// PrepareEmbed has Linux move a table of hugeBytes or more onto 2 MiB pages, on a
+	// PrepareEmbed has Linux move a table of 16 MiB or more onto 2 MiB pages, on a
 	// goroutine of its own that the op's Close and the Backend's Close stop and wait for
 	// (hugepages.go).
 	NoHugePages bool
@@ -47,6 +47,7 @@ type Options struct {
 // Backend is the CPU implementation of both ops.
 type Backend struct {
 	opts  Options
+	tune  tuning
 	k     *kernelSet
 	level string
 	pool  *workers // the worker goroutines of its calls, and the huge-page collapses
@@ -54,7 +55,10 @@ type Backend struct {
 
 // New returns a CPU backend, or an error wrapping ops.ErrUnavailable for a level this
 // processor or build does not have.
-func New(opts Options) (*Backend, error) {
+func New(opts Options) (*Backend, error) { return newTuned(opts, defaultTuning()) }
+
+// newTuned is New with a tuning of the caller's.
+func newTuned(opts Options, tune tuning) (*Backend, error) {
 	name := opts.Level
 	if name == "" {
 		name = levels[0].name
@@ -63,7 +67,7 @@ func New(opts Options) (*Backend, error) {
 	if k == nil {
 		return nil, fmt.Errorf("cpu: kernel level %q is not available (have %v): %w", name, levelNames(), ops.ErrUnavailable)
 	}
-	b := &Backend{opts: opts, k: k, level: name, pool: newWorkers()}
+	b := &Backend{opts: opts, tune: tune, k: k, level: name, pool: newWorkers()}
 	// A Backend dropped without Close stops its workers when it is collected (they hold the
 	// set, not the Backend).
 	runtime.AddCleanup(b, (*workers).shut, b.pool)

@@ -41,7 +41,7 @@ func normal(r *rand.Rand, n int) []float32 {
 func BenchmarkKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	n := benchRow
-	envInt(b, "ROW", &n)
+	envInt("ROW", &n)
 	x, y, g, be := normal(r, n), make([]float32, n), normal(r, n), normal(r, n)
 	h1, h2, h3, bits := halves(r, n), halves(r, n), halves(r, n), make([]uint16, n)
 	part := make([]float32, plan.MaxW)

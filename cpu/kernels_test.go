@@ -557,10 +557,16 @@ var profiles = []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}, {F
 // newBackend is New, at the widest level under test unless opts names one.
 func newBackend(t testing.TB, opts Options) *Backend {
 	t.Helper()
+	return newTunedBackend(t, opts, defaultTuning())
+}
+
+// newTunedBackend is newBackend with another tuning.
+func newTunedBackend(t testing.TB, opts Options, tune tuning) *Backend {
+	t.Helper()
 	if opts.Level == "" {
 		opts.Level = testLevels()[0]
 	}
-	b, err := New(opts)
+	b, err := newTuned(opts, tune)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,7 +606,14 @@ func sameBuf(t *testing.T, what string, got, want ops.Buf) {
 
 // TestAddLayerNormLevels runs whole AddLayerNorm calls at every level and compares each
 // output with the pure-Go level, bit for bit.
-func TestAddLayerNormLevels(t *testing.T) {
+func TestAddLayerNormLevels(t *testing.T) { addLayerNormLevels(t, defaultTuning()) }
+
+// addLayerNormLevels is TestAddLayerNormLevels on backends of the tuning.
+func addLayerNormLevels(t *testing.T, tune tuning) {
+	// The reference runs the first pass over whole rows (TestNonTemporalLevels runs it in
+	// pieces too).
+	ref := tune
+	ref.sumPiece = 1 << 30
 	r := rand.New(rand.NewPCG(11, 12))
 	type combo struct{ x1, x2, gb, out ops.DType }
 	// Every dtype row of SPEC B.2: the backend reads the weights as they come, in the
@@ -624,22 +637,17 @@ func TestAddLayerNormLevels(t *testing.T) {
 						case 2:
 							a.Bias, a.BiasFull = mk(cb.out, n*d), true
 						}
-						run := func(level string) ops.AddLN {
+						run := func(level string, tune tuning) ops.AddLN {
 							c := a
 							c.Y, c.X = emptyBuf(cb.out, n*d), emptyBuf(cb.out, n*d)
 							c.Mean, c.Rstd = make([]float32, n), make([]float32, n)
-							if err := newBackend(t, Options{Profile: prof, Threads: 1, Level: level}).AddLayerNorm(context.Background(), &c); err != nil {
+							be := newTunedBackend(t, Options{Profile: prof, Threads: 1, Level: level}, tune)
+							if err := be.AddLayerNorm(context.Background(), &c); err != nil {
 								t.Fatal(err)
 							}
 							return c
 						}
-						got := run(name)
-						// The reference runs the first pass over whole rows (TestNonTemporalLevels
-						// runs it in pieces too).
-						piece := sumPiece
-						sumPiece = 1 << 30
-						want := run("go")
-						sumPiece = piece
+						got, want := run(name, tune), run("go", ref)
 						tag := fmt.Sprintf("%s/%v/%v/D=%d/bias=%d", name, prof, cb, d, bias)
 						sameBuf(t, tag+"/y", got.Y, want.Y)
 						sameBuf(t, tag+"/x", got.X, want.X)
@@ -654,7 +662,12 @@ func TestAddLayerNormLevels(t *testing.T) {
 
 // TestEmbedLayerNormLevels does the same for EmbedLayerNorm, f32 and f16, with and without
 // the segment table and the embedding_sum output.
-func TestEmbedLayerNormLevels(t *testing.T) {
+func TestEmbedLayerNormLevels(t *testing.T) { embedLayerNormLevels(t, defaultTuning()) }
+
+// embedLayerNormLevels is TestEmbedLayerNormLevels on backends of the tuning.
+func embedLayerNormLevels(t *testing.T, tune tuning) {
+	ref := tune
+	ref.sumPiece = 1 << 30 // the reference sums whole rows
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, name := range simdLevels() {
 		for _, prof := range profiles {
@@ -678,9 +691,9 @@ func TestEmbedLayerNormLevels(t *testing.T) {
 								in.SegIDs[i] = int32(r.IntN(segs))
 							}
 						}
-						run := func(level string) ops.EmbedOutputs {
+						run := func(level string, tune tuning) ops.EmbedOutputs {
 							out := ops.EmbedOutputs{Out: emptyBuf(dt, B*S*h), Sum: emptyBuf(dt, B*S*h)}
-							op, err := newBackend(t, Options{Profile: prof, Threads: 1, Level: level}).PrepareEmbed(&w)
+							op, err := newTunedBackend(t, Options{Profile: prof, Threads: 1, Level: level}, tune).PrepareEmbed(&w)
 							if err != nil {
 								t.Fatal(err)
 							}
@@ -689,11 +702,7 @@ func TestEmbedLayerNormLevels(t *testing.T) {
 							}
 							return out
 						}
-						got := run(name)
-						piece := sumPiece
-						sumPiece = 1 << 30 // the reference sums whole rows
-						want := run("go")
-						sumPiece = piece
+						got, want := run(name, tune), run("go", ref)
 						tag := fmt.Sprintf("%s/%v/%v/H=%d/segs=%d", name, prof, dt, h, segs)
 						sameBuf(t, tag+"/out", got.Out, want.Out)
 						sameBuf(t, tag+"/sum", got.Sum, want.Sum)
@@ -781,31 +790,28 @@ func TestMemoryKernels(t *testing.T) {
 	}
 }
 
-// TestNonTemporalLevels reruns the whole-op comparisons with the non-temporal stores, the
-// streamed first passes and deeper prefetching switched on at every size.
+// TestNonTemporalLevels reruns the whole-op comparisons on backends tuned to take the
+// non-temporal stores, the streamed first passes and deeper prefetching at every size.
 func TestNonTemporalLevels(t *testing.T) {
-	nt, pf, piece, hw, hwg := bigBytes, prefetchAhead, sumPiece, hwStreamRow, hwGatherRow
-	defer func() { bigBytes, prefetchAhead, sumPiece, hwStreamRow, hwGatherRow = nt, pf, piece, hw, hwg }()
-	bigBytes, prefetchAhead, hwStreamRow, hwGatherRow = 0, 3, 1<<62, 1<<62
-	t.Run("AddLayerNorm", TestAddLayerNormLevels)
-	t.Run("EmbedLayerNorm", TestEmbedLayerNormLevels)
+	tune := defaultTuning()
+	tune.bigBytes, tune.prefetchAhead, tune.hwStreamRow, tune.hwGatherRow = 0, 3, 1<<62, 1<<62
+	levels := func(name string, tune tuning) {
+		t.Run("AddLayerNorm"+name, func(t *testing.T) { addLayerNormLevels(t, tune) })
+		t.Run("EmbedLayerNorm"+name, func(t *testing.T) { embedLayerNormLevels(t, tune) })
+	}
+	levels("", tune)
 	// Every row left to the hardware prefetchers (16-bit pieces prefetched just before use).
-	hwStreamRow, hwGatherRow = 1, 1
-	t.Run("AddLayerNormHardwareStream", TestAddLayerNormLevels)
-	t.Run("EmbedLayerNormHardwareStream", TestEmbedLayerNormLevels)
-	hwStreamRow, hwGatherRow = 1<<62, 1<<62
+	hardware := tune
+	hardware.hwStreamRow, hardware.hwGatherRow = 1, 1
+	levels("HardwareStream", hardware)
 	// 16-bit gamma and beta widened at every width, and at none.
-	defer func(b int) { wideBytes = b }(wideBytes)
-	wideBytes = 1 << 62
-	t.Run("AddLayerNormWideWeights", TestAddLayerNormLevels)
-	t.Run("EmbedLayerNormWideWeights", TestEmbedLayerNormLevels)
-	wideBytes = 0
-	t.Run("AddLayerNormNarrowWeights", TestAddLayerNormLevels)
-	t.Run("EmbedLayerNormNarrowWeights", TestEmbedLayerNormLevels)
+	tune.wideBytes = 1 << 62
+	levels("WideWeights", tune)
+	tune.wideBytes = 0
+	levels("NarrowWeights", tune)
 	// The 16-bit first passes in pieces of one W.
-	sumPiece = 1
-	t.Run("AddLayerNormPieces", TestAddLayerNormLevels)
-	t.Run("EmbedLayerNormPieces", TestEmbedLayerNormLevels)
+	tune.sumPiece = 1
+	levels("Pieces", tune)
 }
 
 // TestAddSumKernel checks the fused first pass (s, the optional streamed copy x, and the

@@ -220,12 +220,6 @@ func weightsOf(gamma, beta ops.Buf) weights16 {
 	return weights16{gammaH: gamma.U16, betaH: beta.U16}
 }
 
-// wideBytes is the most that 16-bit gamma and beta may take widened to float32 for the
-// affine step to read them so (widened once in PrepareEmbed, once per AddLayerNorm call),
-// converting one vector instead of three; longer rows keep them 16-bit, where they take
-// half the L1 beside x. 0 keeps them 16-bit at every width.
-var wideBytes = 8 << 10
-
 // widened is 16-bit gamma and beta widened into buf (twice their length): exact, so the
 // affine step gives the same bits from either form.
 func widened(k *kernelSet, buf []float32, gamma, beta ops.Buf) weights16 {
@@ -250,14 +244,6 @@ func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []float32, w 
 	}
 	k.affine16(f, y.U16[off:off+len(x)], x, w.gamma, w.beta, st.X0, st.MeanD, st.Rstd)
 }
-
-// sumPiece is how many elements of a row the 16-bit first passes work on at a time (4 KiB
-// of f32), rounded up to a multiple of the plan width (sumPieceOf) so that pieces add
-// whole chunks onto the partials, in the plan's order.
-var sumPiece = 1024
-
-// sumPieceOf is sumPiece rounded up to a multiple of w.
-func sumPieceOf(w int) int { return roundUp(sumPiece, w) }
 
 // roundUp is n rounded up to a multiple of w.
 func roundUp(n, w int) int { return (n + w - 1) / w * w }
