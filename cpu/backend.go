@@ -1,6 +1,23 @@
-// Package cpu is the CPU backend: the reduction plan of SPEC.md §C.4 in Go, with SIMD
-// kernels chosen at run time where the processor has them. It gives the bits a GPU running
-// the same plan gives, and is the fallback where there is no GPU.
+// Package cpu is the CPU backend of package fusednorm: the reduction plan of SPEC.md §C.4
+// in Go, with SIMD kernels chosen at run time where the processor has them. It gives the
+// bits a GPU running the same plan gives, and is the fallback where there is no GPU.
+//
+// # Who imports it
+//
+// The API is the root package: fusednorm.Open(fusednorm.WithBackend("cpu")) runs this
+// backend, and WithThreads, WithCPULevel, WithHugePages and WithContraction set its
+// Options. Importing cpu directly is not supported: its methods take the module's internal
+// op descriptors (internal/ops), which only the module's own packages can name, so New,
+// Options and Backend are for those packages (the root opens the backend, dawn's tests
+// take it as their bit-exact reference) and change with them. F16ToF32, F32ToF16 and
+// F32ToBF16 are deprecated leftovers for dawn's tests.
+//
+// # Kernel levels
+//
+// Options.Level picks the kernels: "go" (the pure-Go twins, present on every build),
+// "avx2" (AVX2+FMA+F16C), "avx512" (AVX-512 F/BW/VL) or "avx512fp16" (AVX512-FP16), each
+// available where the processor has it and the build has assembly (amd64, without the
+// noasm and purego tags). Empty means the widest available. Every level gives the same bits.
 //
 // # Thread safety
 //
@@ -28,14 +45,15 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// Options configure a CPU backend.
+// Options configure a CPU backend; the root package fills them in from its Open options.
 type Options struct {
 	// Profile is the contraction profile to mirror: unfused alone, or the profile a GPU
 	// backend detected when the CPU serves as its bit-exact reference.
 	Profile plan.Contraction
 	// Threads bounds the goroutines one call uses; 0 means GOMAXPROCS.
 	Threads int
-	// Level caps the kernels: "go" (pure Go) or a SIMD level the processor has; "" = best.
+	// Level picks the kernels (see Kernel levels): "go" or a SIMD level the processor has;
+	// empty means the widest.
 	Level string
 	// NoHugePages leaves EmbedLayerNorm's word table on the pages it has. By default,
 	// PrepareEmbed has Linux move a table of 16 MiB or more onto 2 MiB pages, on a
@@ -44,7 +62,7 @@ type Options struct {
 	NoHugePages bool
 }
 
-// Backend is the CPU implementation of both ops.
+// Backend is the CPU implementation of both ops: the ops.Backend the root package opens.
 type Backend struct {
 	opts  Options
 	tune  tuning
@@ -53,8 +71,8 @@ type Backend struct {
 	pool  *workers // the worker goroutines of its calls, and the huge-page collapses
 }
 
-// New returns a CPU backend, or an error wrapping ops.ErrUnavailable for a level this
-// processor or build does not have.
+// New returns a CPU backend with the default tuning, or an error wrapping
+// ops.ErrUnavailable for a level this processor or build does not have.
 func New(opts Options) (*Backend, error) { return newTuned(opts, defaultTuning()) }
 
 // newTuned is New with a tuning of the caller's.
