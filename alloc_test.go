@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/fusednorm/fusednorm/cpu"
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/testalloc"
 )
 
@@ -22,9 +22,9 @@ func allocTensor(r *rand.Rand, dt DType, n int, shape ...int) Tensor {
 		case Float32:
 			t.buf.F32[i] = v
 		case Float16:
-			t.buf.U16[i] = cpu.F32ToF16(v)
+			t.buf.U16[i] = half.F32ToF16(v)
 		case BFloat16:
-			t.buf.U16[i] = cpu.F32ToBF16(v)
+			t.buf.U16[i] = half.F32ToBF16(v)
 		case Int32:
 			t.buf.I32[i] = int32(r.IntN(n))
 		}

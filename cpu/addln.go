@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
@@ -65,6 +66,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 		return err
 	}
 	D := a.D
+	t := &b.tune
 	c := addCalls.Get().(*addCall)
 	c.k, c.a, c.p = b.k, *a, b.Plan(D)
 	// Past the caches, outputs are stored non-temporally. Rows too short for the hardware
@@ -73,19 +75,21 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	// and the first pass reads them in address order: float32 rows in one sequential pass
 	// (addSumStream), the pieces of 16-bit rows prefetched in order just before addSum16
 	// walks them (touch).
-	big := a.N*D*4 >= bigBytes
-	c.prefetch = big && prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < hwStreamRow
+	big := a.N*D*4 >= t.bigBytes
+	c.prefetch = big && t.prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < t.hwStreamRow
 	c.stream = big && !c.prefetch
-	c.piece = prefetchPiece(4 * D)
+	c.ahead = t.prefetchAhead
+	c.piece = t.prefetchPiece(4 * D)
+	c.sumPiece = t.sumPieceOf(c.p.W)
 	c.ntY = big && a.Y.DType == ops.F32
 	c.ntX = big && a.X.Present() && a.X.DType == ops.F32
 	c.nt16 = big && a.Y.DType != ops.F32
 	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType
 	c.touch = c.stream && c.sum16
-	c.x16 = fuse16 && c.sum16 && c.nt16 && a.X.Present() && a.X.DType == a.X1.DType
+	c.x16 = c.sum16 && c.nt16 && a.X.Present() && a.X.DType == a.X1.DType
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32
 	c.w16 = weightsOf(a.Gamma, a.Beta)
-	if wideWeights && c.w16.gammaH != nil && 8*D <= wideBytes {
+	if c.w16.gammaH != nil && 8*D <= t.wideBytes {
 		if cap(c.wide) < 2*D {
 			c.wide = make([]float32, 2*D)
 		}
@@ -113,15 +117,17 @@ type addCall struct {
 	a                  ops.AddLN
 	p                  plan.Plan
 	prefetch, ntY, ntX bool
-	stream             bool // inputs past the caches, not prefetched ahead: float32 rows through addSumStream
-	touch              bool // stream for 16-bit rows: each piece prefetched before addSum16
-	pieces             bool // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
-	sum16              bool // x1 and x2 (and the bias) of one 16-bit format: addSum16
-	nt16               bool // 16-bit outputs stored non-temporally
-	x16                bool // addSum16 writes x too (non-temporally, in the inputs' format)
-	piece              int
+	stream             bool      // inputs past the caches, not prefetched ahead: float32 rows through addSumStream
+	touch              bool      // stream for 16-bit rows: each piece prefetched before addSum16
+	pieces             bool      // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
+	sum16              bool      // x1 and x2 (and the bias) of one 16-bit format: addSum16
+	nt16               bool      // 16-bit outputs stored non-temporally
+	x16                bool      // addSum16 writes x too, non-temporally: every 16-bit x with nt16 (SPEC B.2 gives it the inputs' format)
+	ahead              int       // tuning.prefetchAhead
+	piece              int       // tuning.prefetchPiece
+	sumPiece           int       // tuning.sumPieceOf(W): the piece of sumPieces
 	w16                weights16 // gamma and beta for a 16-bit y: as given, or widened into wide
-	wide               []float32 // scratch kept with the pooled call: gamma and beta widened (wideWeights in rowstats.go)
+	wide               []float32 // scratch kept with the pooled call: gamma and beta widened (tuning.wideBytes)
 	join               rowJoin
 }
 
@@ -157,22 +163,22 @@ func (c *addCall) first(off int) float32 {
 func elemF32(b ops.Buf, i int) float32 {
 	switch b.DType {
 	case ops.F16:
-		return F16ToF32(b.U16[i])
+		return half.F16ToF32(b.U16[i])
 	case ops.BF16:
-		return BF16ToF32(b.U16[i])
+		return half.BF16ToF32(b.U16[i])
 	}
 	return b.F32[i]
 }
 
 // sumPieces is the first pass of a row with 16-bit inputs: s = (x1 + x2) + bias in float32
-// and its partial sums, a piece of sumPiece elements (a multiple of W) at a time, so the
+// and its partial sums, a piece of c.sumPiece elements (a multiple of W) at a time, so the
 // inputs (widened in addSum16's loads, or into scratch for mixed rows) and the piece of s
 // stay in L1; the x output is written from each piece while it is there (xs: streamed,
 // f32).
 func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scratch) {
 	k, a := c.k, &c.a
 	D := a.D
-	n := sumPieceOf(len(part))
+	n := c.sumPiece
 	for lo := 0; lo < D; lo += n {
 		hi := min(lo+n, D)
 		m := hi - lo
@@ -208,8 +214,6 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scra
 		case c.x16: // written by addSum16
 		case xs != nil:
 			k.copyNT(xs[lo:hi], s[lo:hi])
-		case a.X.Present() && a.X.DType != ops.F32 && c.nt16:
-			k.narrow16NT(a.X.DType == ops.BF16, a.X.U16[off+lo:off+hi], s[lo:hi])
 		case a.X.Present() && a.X.DType != ops.F32:
 			store(k, a.X, off+lo, s[lo:hi])
 		}
@@ -226,9 +230,9 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 		off := r * D
 		var pf *rowPrefetch
 		var next rowPrefetch
-		if prefetch && r+prefetchAhead < hi {
+		if prefetch && r+c.ahead < hi {
 			next = newRowPrefetch(k, c.piece)
-			ahead := off + prefetchAhead*D
+			ahead := off + c.ahead*D
 			next.add(a.X1, ahead, D)
 			next.add(a.X2, ahead, D)
 			if a.BiasFull {

@@ -51,17 +51,15 @@ func TestNoAllocsPerCall(t *testing.T) {
 				}
 				run := func(threads int) ops.EmbedOutputs {
 					out := ops.EmbedOutputs{Out: emptyBuf(dt, B*Sq*H), Sum: emptyBuf(dt, B*Sq*H), MaskIndex: make([]int32, B)}
-					runAt(t, level, func() {
-						op, err := newBackend(t, Options{Threads: threads}).PrepareEmbed(&w)
-						if err != nil {
+					op, err := newBackend(t, Options{Threads: threads, Level: level}).PrepareEmbed(&w)
+					if err != nil {
+						t.Fatal(err)
+					}
+					tag := fmt.Sprintf("%s/embed/%s/%v/threads=%d", level, sh.name, dt, threads)
+					testalloc.None(t, tag, func() {
+						if err := op.Run(ctx, &in, &out); err != nil {
 							t.Fatal(err)
 						}
-						tag := fmt.Sprintf("%s/embed/%s/%v/threads=%d", level, sh.name, dt, threads)
-						testalloc.None(t, tag, func() {
-							if err := op.Run(ctx, &in, &out); err != nil {
-								t.Fatal(err)
-							}
-						})
 					})
 					return out
 				}
@@ -80,14 +78,12 @@ func TestNoAllocsPerCall(t *testing.T) {
 					c := a
 					c.Y, c.X = emptyBuf(row[3], N*D), emptyBuf(row[3], N*D)
 					c.Mean, c.Rstd = make([]float32, N), make([]float32, N)
-					runAt(t, level, func() {
-						be := newBackend(t, Options{Threads: threads})
-						tag := fmt.Sprintf("%s/add/%s/%v/threads=%d", level, sh.name, row, threads)
-						testalloc.None(t, tag, func() {
-							if err := be.AddLayerNorm(ctx, &c); err != nil {
-								t.Fatal(err)
-							}
-						})
+					be := newBackend(t, Options{Threads: threads, Level: level})
+					tag := fmt.Sprintf("%s/add/%s/%v/threads=%d", level, sh.name, row, threads)
+					testalloc.None(t, tag, func() {
+						if err := be.AddLayerNorm(ctx, &c); err != nil {
+							t.Fatal(err)
+						}
 					})
 					return c
 				}

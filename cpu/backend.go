@@ -1,6 +1,23 @@
-// Package cpu is the CPU backend: the reduction plan of SPEC.md §C.4 in Go, with SIMD
-// kernels chosen at run time where the processor has them. It gives the bits a GPU running
-// the same plan gives, and is the fallback where there is no GPU.
+// Package cpu is the CPU backend of package fusednorm: the reduction plan of SPEC.md §C.4
+// in Go, with SIMD kernels chosen at run time where the processor has them. It gives the
+// bits a GPU running the same plan gives, and is the fallback where there is no GPU.
+//
+// # Who imports it
+//
+// The API is the root package: fusednorm.Open(fusednorm.WithBackend("cpu")) runs this
+// backend, and WithThreads, WithCPULevel, WithHugePages and WithContraction set its
+// Options. Importing cpu directly is not supported: its methods take the module's internal
+// op descriptors (internal/ops), which only the module's own packages can name, so New,
+// Options and Backend are for those packages (the root opens the backend, dawn's tests
+// take it as their bit-exact reference) and change with them. F16ToF32, F32ToF16 and
+// F32ToBF16 are deprecated leftovers for dawn's tests.
+//
+// # Kernel levels
+//
+// Options.Level picks the kernels: "go" (the pure-Go twins, present on every build),
+// "avx2" (AVX2+FMA+F16C), "avx512" (AVX-512 F/BW/VL) or "avx512fp16" (AVX512-FP16), each
+// available where the processor has it and the build has assembly (amd64, without the
+// noasm and purego tags). Empty means the widest available. Every level gives the same bits.
 //
 // # Thread safety
 //
@@ -28,42 +45,47 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// Options configure a CPU backend.
+// Options configure a CPU backend; the root package fills them in from its Open options.
 type Options struct {
 	// Profile is the contraction profile to mirror: unfused alone, or the profile a GPU
 	// backend detected when the CPU serves as its bit-exact reference.
 	Profile plan.Contraction
 	// Threads bounds the goroutines one call uses; 0 means GOMAXPROCS.
 	Threads int
-	// Level caps the kernels: "go" (pure Go) or a SIMD level the processor has; "" = best.
+	// Level picks the kernels (see Kernel levels): "go" or a SIMD level the processor has;
+	// empty means the widest.
 	Level string
 	// NoHugePages leaves EmbedLayerNorm's word table on the pages it has. By default,
-	// PrepareEmbed has Linux move a table of hugeBytes or more onto 2 MiB pages, on a
+	// PrepareEmbed has Linux move a table of 16 MiB or more onto 2 MiB pages, on a
 	// goroutine of its own that the op's Close and the Backend's Close stop and wait for
 	// (hugepages.go).
 	NoHugePages bool
 }
 
-// Backend is the CPU implementation of both ops.
+// Backend is the CPU implementation of both ops: the ops.Backend the root package opens.
 type Backend struct {
 	opts  Options
+	tune  tuning
 	k     *kernelSet
 	level string
 	pool  *workers // the worker goroutines of its calls, and the huge-page collapses
 }
 
-// New returns a CPU backend, or an error wrapping ops.ErrUnavailable for a level this
-// processor or build does not have.
-func New(opts Options) (*Backend, error) {
+// New returns a CPU backend with the default tuning, or an error wrapping
+// ops.ErrUnavailable for a level this processor or build does not have.
+func New(opts Options) (*Backend, error) { return newTuned(opts, defaultTuning()) }
+
+// newTuned is New with a tuning of the caller's.
+func newTuned(opts Options, tune tuning) (*Backend, error) {
 	name := opts.Level
 	if name == "" {
-		name = level
+		name = levels[0].name
 	}
 	k := kernelsOf(name)
 	if k == nil {
-		return nil, fmt.Errorf("cpu: kernel level %q is not available (have %v): %w", name, Levels(), ops.ErrUnavailable)
+		return nil, fmt.Errorf("cpu: kernel level %q is not available (have %v): %w", name, levelNames(), ops.ErrUnavailable)
 	}
-	b := &Backend{opts: opts, k: k, level: name, pool: newWorkers()}
+	b := &Backend{opts: opts, tune: tune, k: k, level: name, pool: newWorkers()}
 	// A Backend dropped without Close stops its workers when it is collected (they hold the
 	// set, not the Backend).
 	runtime.AddCleanup(b, (*workers).shut, b.pool)
@@ -129,9 +151,3 @@ func (b *Backend) cut(ctx context.Context) error {
 	}
 	return ops.ErrClosed
 }
-
-// Level names the default kernel level of new backends: the widest this processor runs,
-// unless SetLevel chose another.
-func Level() string { return level }
-
-var level = "go"

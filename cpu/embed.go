@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
@@ -25,20 +26,20 @@ func embedSumF32Go(x, w, p, g []float32) {
 }
 
 func embedSumF16Go(x []float32, bits []uint16, w, p, g []uint16) {
-	t := f16Table()
+	t := half.F16Table()
 	w = w[:len(x)]
 	p = p[:len(x)]
 	bits = bits[:len(x)]
 	if g == nil {
 		for i := range x {
-			h := F32ToF16(t[w[i]] + t[p[i]])
+			h := half.F32ToF16(t[w[i]] + t[p[i]])
 			bits[i], x[i] = h, t[h]
 		}
 		return
 	}
 	g = g[:len(x)]
 	for i := range x {
-		h := F32ToF16(t[F32ToF16(t[w[i]]+t[g[i]])] + t[p[i]])
+		h := half.F32ToF16(t[half.F32ToF16(t[w[i]]+t[g[i]])] + t[p[i]])
 		bits[i], x[i] = h, t[h]
 	}
 }
@@ -50,14 +51,15 @@ type embedOp struct {
 	k      *kernelSet
 	w      ops.EmbedWeights
 	plan   plan.Plan
-	w16    weights16 // gamma and beta of the f16 affine step: widened once (wideWeights), or as given
+	w16    weights16 // gamma and beta of the f16 affine step: widened once (tuning.wideBytes), or as given
+	piece  int       // tuning.sumPieceOf(W): the piece of the f16 first pass
 	closed atomic.Bool
 	quit   chan struct{} // closed by Close: stops the huge-page collapse
 	huge   *collapse     // the word table's huge-page collapse; nil when none was started
 }
 
 // PrepareEmbed binds the weights. The tables must not change while the op is in use. A
-// word table of hugeBytes or more is moved onto huge pages (unless Options.NoHugePages) by
+// word table of 16 MiB or more is moved onto huge pages (unless Options.NoHugePages) by
 // a goroutine of its own, off the caller's path, which Close stops and waits for: its
 // values and address stay, and a kernel that declines leaves it as it was.
 func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
@@ -65,10 +67,11 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 		return nil, ops.ErrClosed
 	}
 	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H), w16: weightsOf(w.Gamma, w.Beta), quit: make(chan struct{})}
-	if wideWeights && w.DType == ops.F16 && 8*w.H <= wideBytes {
+	op.piece = b.tune.sumPieceOf(op.plan.W)
+	if w.DType == ops.F16 && 8*w.H <= b.tune.wideBytes {
 		op.w16 = widened(b.k, make([]float32, 2*w.H), w.Gamma, w.Beta)
 	}
-	if word := w.Word.Bytes(); !b.opts.NoHugePages && len(word) >= hugeBytes {
+	if word := w.Word.Bytes(); !b.opts.NoHugePages && len(word) >= b.tune.hugeBytes {
 		op.huge = b.pool.collapse(word, op.quit)
 	}
 	return op, nil
@@ -95,18 +98,20 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	}
 	H := op.w.H
 	tokens := in.B * in.S
+	t := &op.be.tune
 	c := embedCalls.Get().(*embedCall)
 	c.op, c.in, c.out = op, *in, *out
 	// Outputs past the caches are stored non-temporally.
-	c.nt = tokens*H*4 >= bigBytes
+	c.nt = tokens*H*4 >= t.bigBytes
 	// The word rows are random reads from a table past the caches (big): short rows are
 	// prefetched a token ahead; rows of at least hwGatherRow bytes are read in address
 	// order (inOrder), where the hardware prefetchers follow them: the float32 sum in one
 	// sequential pass, each 16-bit piece prefetched just before it is summed.
-	big := op.w.V*H*op.w.DType.Size() >= bigBytes
-	c.prefetch = big && prefetchAhead > 0 && H*op.w.DType.Size() < hwGatherRow
+	big := op.w.V*H*op.w.DType.Size() >= t.bigBytes
+	c.prefetch = big && t.prefetchAhead > 0 && H*op.w.DType.Size() < t.hwGatherRow
 	c.inOrder = big && !c.prefetch
-	c.piece = prefetchPiece(H * op.w.DType.Size())
+	c.ahead = t.prefetchAhead
+	c.piece = t.prefetchPiece(H * op.w.DType.Size())
 	whole := op.be.pool.forRows(ctx, tokens, H, op.plan.W, op.be.opts.Threads, c, &c.join)
 	c.reset()
 	embedCalls.Put(c)
@@ -128,7 +133,8 @@ type embedCall struct {
 	out          ops.EmbedOutputs
 	nt, prefetch bool
 	inOrder      bool // the word rows past the caches, not prefetched ahead: read in address order
-	piece        int
+	ahead        int  // tuning.prefetchAhead
+	piece        int  // tuning.prefetchPiece
 	join         rowJoin
 }
 
@@ -141,15 +147,15 @@ func (c *embedCall) reset() {
 // rows computes tokens [lo, hi).
 func (c *embedCall) rows(lo, hi int, sc *scratch) {
 	op, in, out := c.op, &c.in, &c.out
-	for t := lo; c.prefetch && t < min(lo+prefetchAhead, hi); t++ {
+	for t := lo; c.prefetch && t < min(lo+c.ahead, hi); t++ {
 		first := op.wordRow(in, t, c.piece)
 		first.rest()
 	}
 	for t := lo; t < hi; t++ {
 		var next *rowPrefetch
 		var pf rowPrefetch
-		if c.prefetch && t+prefetchAhead < hi {
-			pf = op.wordRow(in, t+prefetchAhead, c.piece)
+		if c.prefetch && t+c.ahead < hi {
+			pf = op.wordRow(in, t+c.ahead, c.piece)
 			next = &pf
 		}
 		op.token(t, in, out, sc, c.nt, c.inOrder, next)
@@ -239,7 +245,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		// The staged sum and its partial sums a piece at a time, so each piece of x is
 		// summed while it is in L1.
 		part := sc.part[:op.plan.W]
-		n := sumPieceOf(op.plan.W)
+		n := op.piece
 		for lo := 0; lo < H; lo += n {
 			hi := min(lo+n, H)
 			var gp []uint16

@@ -9,20 +9,13 @@ import (
 // Huge pages for the gathered tables. EmbedLayerNorm reads each token's word row from a
 // random place in a table of tens or hundreds of MiB: on 4 KiB pages nearly every row
 // misses the TLB (a core's second-level TLB covers 8 MiB of them) and waits for a page
-// walk on top of the row's own memory latency. On 2 MiB pages the table fits the TLB.
-// Paired against a table left on small pages (BenchmarkStreamAB CFGS=probe,now,smallpages),
-// one thread, on every bench shape from (8,512,768) to (16,512,4096): 2-9% less time on
-// the Xeon, 6-22% on the EPYC (docs/measurements/huge-pages.txt).
+// walk on top of the row's own memory latency. On 2 MiB pages the table fits the TLB
+// (BenchmarkStreamAB CFGS=probe,now,smallpages compares the two).
 
-// The collapse of a large table takes the kernel a while (0.4-1.8 s for BERT-base's 94 MiB
-// word table on a busy machine), so PrepareEmbed does not wait for it: a goroutine moves
-// the table a huge page at a time, while the op may already run
-// (the kernel keeps the values readable throughout), and the op's and the Backend's Close
-// stop it between two pieces and wait for it.
-
-// hugeBytes is the table size from which PrepareEmbed collapses the word table into huge
-// pages (twice the TLB reach of small pages). A variable so tests can lower it.
-var hugeBytes = 16 << 20
+// The collapse of a large table takes the kernel up to seconds, so PrepareEmbed does not
+// wait for it: a goroutine moves the table a huge page at a time, while the op may already
+// run (the kernel keeps the values readable throughout), and the op's and the Backend's
+// Close stop it between two pieces and wait for it.
 
 // hugePage is the size of a transparent huge page over 4 KiB pages (x86-64, and arm64
 // with 4 KiB pages; on other page sizes the kernel declines the misaligned ranges).

@@ -101,8 +101,8 @@ func anonHugeKB(a uintptr) (int, error) {
 // TestEmbedHugePages runs EmbedLayerNorm on a word table moved onto huge pages and on a copy
 // left where it was: the outputs must be the same bits.
 func TestEmbedHugePages(t *testing.T) {
-	defer func(h int) { hugeBytes = h }(hugeBytes)
-	hugeBytes = 4 << 20
+	tune := defaultTuning()
+	tune.hugeBytes = 4 << 20
 	const B, S, H, V, P, G = 2, 64, 512, 4096, 64, 2 // an 8 MiB word table
 	r := rand.New(rand.NewPCG(9, 9))
 	in := benchEmbedInputs(r, B, S, V, G)
@@ -116,7 +116,7 @@ func TestEmbedHugePages(t *testing.T) {
 		w    *ops.EmbedWeights
 		opts Options
 	}{{&w, Options{}}, {&small, Options{NoHugePages: true}}} {
-		op, err := newBackend(t, c.opts).PrepareEmbed(c.w)
+		op, err := newTunedBackend(t, c.opts, tune).PrepareEmbed(c.w)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,14 +134,14 @@ func TestEmbedHugePages(t *testing.T) {
 // word table to a goroutine that still moves it onto huge pages (where the kernel does),
 // that the op's Close waits for that goroutine, and that a closed Backend starts none.
 func TestEmbedHugePagesInBackground(t *testing.T) {
-	defer func(h int) { hugeBytes = h }(hugeBytes)
-	hugeBytes = 4 << 20
+	tune := defaultTuning()
+	tune.hugeBytes = 4 << 20
 	const H, V = 256, 8192 // an 8 MiB word table
 	r := rand.New(rand.NewPCG(5, 6))
 	w := ops.EmbedWeights{DType: ops.F32, H: H, V: V, P: 4, Word: randBuf(r, ops.F32, V*H, 1),
 		Pos: randBuf(r, ops.F32, 4*H, 1), Gamma: randBuf(r, ops.F32, H, 1), Beta: randBuf(r, ops.F32, H, 1),
 		Epsilon: 1e-12}
-	be := newBackend(t, Options{})
+	be := newTunedBackend(t, Options{}, tune)
 	p, err := be.PrepareEmbed(&w)
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,9 @@
 package cpu
 
 import (
-	"fmt"
 	"slices"
+
+	"github.com/fusednorm/fusednorm/internal/cpuhook"
 )
 
 // kernelSet is one complete set of the hot loops, all giving the bits of the pure-Go twins
@@ -24,8 +25,7 @@ type kernelSet struct {
 	widenF16           func(dst []float32, src []uint16)                                                      // binary16 → float32
 	widenBF16          func(dst []float32, src []uint16)                                                      // bfloat16 → float32
 	narrowF16          func(dst []uint16, src []float32)                                                      // float32 → binary16, nearest-even
-	narrowBF16         func(dst []uint16, src []float32)                                                      // float32 → bfloat16 (F32ToBF16)
-	narrow16NT         func(bf bool, dst []uint16, src []float32)                                             // narrowBF16 (bf) or narrowF16, NT stores
+	narrowBF16         func(dst []uint16, src []float32)                                                      // float32 → bfloat16 (half.F32ToBF16)
 	maskCountOnes      func(m []int32) int32                                                                  // how many of m are 1
 	maskFirstZero      func(m []int32) int                                                                    // index of the first 0 in m, else len(m)
 
@@ -64,7 +64,7 @@ type sum16 struct {
 
 // form16 is how an affine step stores 16-bit values.
 type form16 struct {
-	bf    bool // bfloat16 (F32ToBF16), else binary16 (F32ToF16)
+	bf    bool // bfloat16 (half.F32ToBF16), else binary16 (half.F32ToF16)
 	fused bool // fma(n, gamma, beta), else f32(n·gamma) + beta
 	nt    bool // non-temporal stores (the caller fences): the same values
 }
@@ -88,7 +88,6 @@ var goKernels = kernelSet{
 	widenBF16:          widenBF16Go,
 	narrowF16:          narrowF16Go,
 	narrowBF16:         narrowBF16Go,
-	narrow16NT:         narrow16Go,
 	maskCountOnes:      maskCountOnesGo,
 	maskFirstZero:      maskFirstZeroGo,
 	affineNT:           affineGo,
@@ -121,40 +120,26 @@ type namedLevel struct {
 	k    *kernelSet
 }
 
-// levels are the kernel sets this processor can run, widest first; "go" is always last.
+// levels are the kernel sets this processor can run, widest first; "go" is always last, and
+// the first is the default of a Backend whose Options.Level is empty.
 var levels = []namedLevel{{"go", &goKernels}}
 
-// addLevel registers a SIMD level (from an init that has checked cpuid) and makes it the
-// default: the widest level registered wins.
+// addLevel registers a SIMD level, from an init that has checked cpuid; a wider level is
+// registered after the narrower ones it builds on.
 func addLevel(name string, k *kernelSet) {
 	levels = slices.Insert(levels, 0, namedLevel{name, k})
-	level = name
 }
 
-// Levels names the kernel levels this processor can run, widest first: "avx512fp16",
-// "avx512", "avx2", "go" on a machine with AVX512-FP16 (and AVX-512 F/BW/VL); "avx512",
-// "avx2", "go" on one with AVX-512 F/BW/VL; "avx2", "go" on an AVX2+FMA+F16C machine; "go"
-// alone in noasm and purego builds and on other architectures.
-func Levels() []string {
+// levelNames names the levels, widest first: "avx512fp16", "avx512", "avx2", "go" on a
+// machine with AVX512-FP16 (and AVX-512 F/BW/VL); "avx512", "avx2", "go" on one with
+// AVX-512 F/BW/VL; "avx2", "go" on an AVX2+FMA+F16C machine; "go" alone in noasm and
+// purego builds and on other architectures.
+func levelNames() []string {
 	names := make([]string, len(levels))
 	for i, l := range levels {
 		names[i] = l.name
 	}
 	return names
-}
-
-// SetLevel makes the named kernel level (one of Levels) the default of backends created from
-// now on, e.g. "go" to take the SIMD kernels out of play, and returns a func that restores
-// the previous default. All levels give identical bits; this is for tests, benchmarks and
-// bug hunts (Options.Level chooses per backend).
-func SetLevel(name string) (restore func(), err error) {
-	i := slices.IndexFunc(levels, func(l namedLevel) bool { return l.name == name })
-	if i < 0 {
-		return nil, fmt.Errorf("cpu: kernel level %q not available (have %v)", name, Levels())
-	}
-	prev := slices.IndexFunc(levels, func(l namedLevel) bool { return l.name == level })
-	level = levels[i].name
-	return func() { level = levels[prev].name }, nil
 }
 
 // kernelsOf returns the named level's kernels, or nil when this processor or build lacks it.
@@ -164,4 +149,13 @@ func kernelsOf(name string) *kernelSet {
 		return nil
 	}
 	return levels[i].k
+}
+
+func init() {
+	cpuhook.Levels = levelNames
+	cpuhook.CopyNT = func(dst, src []float32) {
+		k := levels[0].k
+		k.copyNT(dst, src)
+		k.fence()
+	}
 }

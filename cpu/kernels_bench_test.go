@@ -16,17 +16,10 @@ import (
 // Bytes per op count what the op must read and write (every gathered row, as ONNX Runtime's
 // bench in tools/oracle counts them), so MB/s compares with its kernel_GBps.
 
-// atLevels runs fn as a sub-benchmark per level, with the package switched to that level.
-func atLevels(b *testing.B, fn func(b *testing.B)) {
+// atLevels runs fn as a sub-benchmark per level under test.
+func atLevels(b *testing.B, fn func(b *testing.B, level string)) {
 	for _, name := range testLevels() {
-		b.Run(name, func(b *testing.B) {
-			restore, err := SetLevel(name)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer restore()
-			fn(b)
-		})
+		b.Run(name, func(b *testing.B) { fn(b, name) })
 	}
 }
 
@@ -48,7 +41,7 @@ func normal(r *rand.Rand, n int) []float32 {
 func BenchmarkKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	n := benchRow
-	envInt(b, "ROW", &n)
+	envInt("ROW", &n)
 	x, y, g, be := normal(r, n), make([]float32, n), normal(r, n), normal(r, n)
 	h1, h2, h3, bits := halves(r, n), halves(r, n), halves(r, n), make([]uint16, n)
 	part := make([]float32, plan.MaxW)
@@ -80,15 +73,14 @@ func BenchmarkKernels(b *testing.B) {
 		// The 16-bit AddLayerNorm row: first pass with a bias row, x stored, affine step.
 		{"addSum16", 10 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, nil, h1, h2, h3, 0.25) }},
 		{"addSum16X", 12 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, bits, h1, h2, h3, 0.25); k.fence() }},
-		{"narrow16NT", 6 * n, func(k *kernelSet) { k.narrow16NT(false, bits, x) }},
 		{"affine16H", 10 * n, func(k *kernelSet) { k.affine16H(form16{}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
 		{"affine16HFMA", 10 * n, func(k *kernelSet) { k.affine16H(form16{fused: true}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
 	}
 	for _, k := range kernels {
 		b.Run(k.name, func(b *testing.B) {
-			atLevels(b, func(b *testing.B) {
+			atLevels(b, func(b *testing.B, level string) {
 				b.SetBytes(int64(k.bytes))
-				ks := mustKernels(b, Level())
+				ks := mustKernels(b, level)
 				for b.Loop() {
 					k.fn(ks)
 				}
@@ -120,8 +112,8 @@ func BenchmarkEmbedLayerNorm(b *testing.B) {
 			name += "+sum"
 		}
 		b.Run(name, func(b *testing.B) {
-			atLevels(b, func(b *testing.B) {
-				op, err := newBackend(b, Options{Threads: 1}).PrepareEmbed(&w)
+			atLevels(b, func(b *testing.B, level string) {
+				op, err := newBackend(b, Options{Threads: 1, Level: level}).PrepareEmbed(&w)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -169,8 +161,8 @@ func BenchmarkAddLayerNorm(b *testing.B) {
 			name += "+x"
 		}
 		b.Run(name, func(b *testing.B) {
-			atLevels(b, func(b *testing.B) {
-				be := newBackend(b, Options{Threads: 1})
+			atLevels(b, func(b *testing.B, level string) {
+				be := newBackend(b, Options{Threads: 1, Level: level})
 				a := ops.AddLN{N: N, D: D, X1: x1, X2: x2, Gamma: gamma, Beta: beta, Bias: bias,
 					Epsilon: 1e-5, Y: f32(N * D), Mean: make([]float32, N), Rstd: make([]float32, N)}
 				bytes := 3*N*D*4 + 3*D*4 + 2*N*4

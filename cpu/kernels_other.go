@@ -2,4 +2,4 @@
 
 package cpu
 
-// No SIMD kernels in this build: the pure-Go twins are the only level and Levels is ["go"].
+// No SIMD kernels in this build: the pure-Go twins are the only level (levels holds "go" alone).

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -11,12 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fusednorm/fusednorm/internal/cpuhook"
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// -cpu.off takes SIMD levels out of the tests (and out of the package while they run), e.g.
-// -cpu.off=avx512 to test the AVX2 kernels as the default on an AVX-512 machine. Each level
+// -cpu.off takes SIMD levels out of the tests (newBackend's default level is the widest left),
+// e.g. -cpu.off=avx512 to test the AVX2 kernels as the default on an AVX-512 machine. Each level
 // builds on the one below it (avx512fp16 is avx512 with a few kernels replaced, and both
 // finish their tails with the avx2 kernels), so switching a level off switches off those
 // above it too; -cpu.off=avx2 leaves the pure-Go path as what every other test in the
@@ -39,11 +42,6 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	if name := testLevels()[0]; name != Level() {
-		if _, err := SetLevel(name); err != nil {
-			panic(err)
-		}
-	}
 	fmt.Printf("cpu tests: SIMD levels %v against go\n", simdLevels())
 	os.Exit(m.Run())
 }
@@ -63,7 +61,7 @@ func switchedOff(level string) bool {
 // testLevels are the kernel levels to test, widest first: what the machine has, less those
 // switched off.
 func testLevels() []string {
-	return slices.DeleteFunc(Levels(), switchedOff)
+	return slices.DeleteFunc(levelNames(), switchedOff)
 }
 
 // simdLevels are testLevels without "go" (the reference every level is compared with),
@@ -229,9 +227,9 @@ func narrowInputs(r *rand.Rand, n int) []float32 {
 		switch k := r.IntN(8); k {
 		case 0: // binary16 midpoint (13 dropped bits = 1000…0), ±1 ulp
 			h := uint32(r.IntN(0x7c00))
-			f := math.Float32bits(F16ToF32(uint16(h))) + 1<<12
+			f := math.Float32bits(half.F16ToF32(uint16(h))) + 1<<12
 			if h < 0x400 { // subnormal halves: midpoint of the 2^-24 grid
-				f = math.Float32bits(F16ToF32(uint16(h)) + 0x1p-25)
+				f = math.Float32bits(half.F16ToF32(uint16(h)) + 0x1p-25)
 			}
 			u = u&0x80000000 | (f + uint32(r.IntN(3)) - 1)
 		case 1: // bfloat16 midpoint, ±1 ulp
@@ -249,28 +247,31 @@ func narrowInputs(r *rand.Rand, n int) []float32 {
 }
 
 func TestLevels(t *testing.T) {
-	ls := Levels()
+	ls := levelNames()
 	if ls[len(ls)-1] != "go" {
-		t.Fatalf("Levels() = %v: go must be last", ls)
+		t.Fatalf("levelNames() = %v: go must be last", ls)
 	}
-	if want := testLevels()[0]; Level() != want {
-		t.Fatalf("Level() = %q, want %q, the widest of %v not switched off", Level(), want, ls)
+	if hooked := cpuhook.Levels(); !slices.Equal(hooked, ls) {
+		t.Fatalf("cpuhook.Levels() = %v, want %v", hooked, ls)
 	}
-	if _, err := SetLevel("avx1024"); err == nil {
-		t.Fatalf("SetLevel(avx1024) succeeded")
+	if got := newBackend(t, Options{}).Info().Level; got != testLevels()[0] {
+		t.Fatalf("a test backend's default level is %q, want %q, the widest of %v not switched off", got, testLevels()[0], ls)
+	}
+	b, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Info().Level; got != ls[0] {
+		t.Fatalf("New(Options{}) runs level %q, want %q, the widest of %v", got, ls[0], ls)
+	}
+	b.Close()
+	if _, err := New(Options{Level: "avx1024"}); !errors.Is(err, ops.ErrUnavailable) {
+		t.Fatalf("New(Level: avx1024) = %v, want ErrUnavailable", err)
 	}
 	for _, name := range ls {
-		prev := Level()
-		restore, err := SetLevel(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if Level() != name {
-			t.Fatalf("after SetLevel(%q) Level() = %q", name, Level())
-		}
-		restore()
-		if Level() != prev {
-			t.Fatalf("restore left Level() = %q, want %q", Level(), prev)
+		b := newBackend(t, Options{Level: name})
+		if b.Info().Level != name || b.k != kernelsOf(name) {
+			t.Fatalf("New(Level: %q) runs level %q", name, b.Info().Level)
 		}
 	}
 }
@@ -347,16 +348,6 @@ func TestElementwiseKernels(t *testing.T) {
 					same16(t, tag(fmt.Sprintf("affine16H%+v/off=%d", f, off)), y, want16)
 				}
 			}
-			for _, bf := range []bool{false, true} {
-				for _, off := range []int{0, 1, 5, 8} {
-					y := out16(n + off)[off:]
-					k.narrow16NT(bf, y, a)
-					k.fence()
-					g.narrow16NT(bf, want16, a)
-					same16(t, tag(fmt.Sprintf("narrow16NT/bf=%v/off=%d", bf, off)), y, want16)
-				}
-			}
-
 		}
 	}
 }
@@ -546,10 +537,6 @@ func TestAccumulateKernels(t *testing.T) {
 func TestAccumulateFollowsPlan(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, name := range testLevels() {
-		restore, err := SetLevel(name)
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, h := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000, 4099} {
 			for _, prof := range []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}} {
 				p := plan.For(h, prof)
@@ -562,26 +549,24 @@ func TestAccumulateFollowsPlan(t *testing.T) {
 				}
 			}
 		}
-		restore()
 	}
 }
 
 var profiles = []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}, {FuseVariance: true}, {FuseAffine: true}}
 
-// runAt runs fn with the package switched to the named level.
-func runAt(t *testing.T, level string, fn func()) {
-	t.Helper()
-	restore, err := SetLevel(level)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer restore()
-	fn()
-}
-
+// newBackend is New, at the widest level under test unless opts names one.
 func newBackend(t testing.TB, opts Options) *Backend {
 	t.Helper()
-	b, err := New(opts)
+	return newTunedBackend(t, opts, defaultTuning())
+}
+
+// newTunedBackend is newBackend with another tuning.
+func newTunedBackend(t testing.TB, opts Options, tune tuning) *Backend {
+	t.Helper()
+	if opts.Level == "" {
+		opts.Level = testLevels()[0]
+	}
+	b, err := newTuned(opts, tune)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -621,7 +606,14 @@ func sameBuf(t *testing.T, what string, got, want ops.Buf) {
 
 // TestAddLayerNormLevels runs whole AddLayerNorm calls at every level and compares each
 // output with the pure-Go level, bit for bit.
-func TestAddLayerNormLevels(t *testing.T) {
+func TestAddLayerNormLevels(t *testing.T) { addLayerNormLevels(t, defaultTuning()) }
+
+// addLayerNormLevels is TestAddLayerNormLevels on backends of the tuning.
+func addLayerNormLevels(t *testing.T, tune tuning) {
+	// The reference runs the first pass over whole rows (TestNonTemporalLevels runs it in
+	// pieces too).
+	ref := tune
+	ref.sumPiece = 1 << 30
 	r := rand.New(rand.NewPCG(11, 12))
 	type combo struct{ x1, x2, gb, out ops.DType }
 	// Every dtype row of SPEC B.2: the backend reads the weights as they come, in the
@@ -645,24 +637,17 @@ func TestAddLayerNormLevels(t *testing.T) {
 						case 2:
 							a.Bias, a.BiasFull = mk(cb.out, n*d), true
 						}
-						run := func(level string) ops.AddLN {
+						run := func(level string, tune tuning) ops.AddLN {
 							c := a
 							c.Y, c.X = emptyBuf(cb.out, n*d), emptyBuf(cb.out, n*d)
 							c.Mean, c.Rstd = make([]float32, n), make([]float32, n)
-							runAt(t, level, func() {
-								if err := newBackend(t, Options{Profile: prof, Threads: 1}).AddLayerNorm(context.Background(), &c); err != nil {
-									t.Fatal(err)
-								}
-							})
+							be := newTunedBackend(t, Options{Profile: prof, Threads: 1, Level: level}, tune)
+							if err := be.AddLayerNorm(context.Background(), &c); err != nil {
+								t.Fatal(err)
+							}
 							return c
 						}
-						got := run(name)
-						// The reference runs the first pass over whole rows (TestNonTemporalLevels
-						// runs it in pieces too).
-						piece := sumPiece
-						sumPiece = 1 << 30
-						want := run("go")
-						sumPiece = piece
+						got, want := run(name, tune), run("go", ref)
 						tag := fmt.Sprintf("%s/%v/%v/D=%d/bias=%d", name, prof, cb, d, bias)
 						sameBuf(t, tag+"/y", got.Y, want.Y)
 						sameBuf(t, tag+"/x", got.X, want.X)
@@ -677,7 +662,12 @@ func TestAddLayerNormLevels(t *testing.T) {
 
 // TestEmbedLayerNormLevels does the same for EmbedLayerNorm, f32 and f16, with and without
 // the segment table and the embedding_sum output.
-func TestEmbedLayerNormLevels(t *testing.T) {
+func TestEmbedLayerNormLevels(t *testing.T) { embedLayerNormLevels(t, defaultTuning()) }
+
+// embedLayerNormLevels is TestEmbedLayerNormLevels on backends of the tuning.
+func embedLayerNormLevels(t *testing.T, tune tuning) {
+	ref := tune
+	ref.sumPiece = 1 << 30 // the reference sums whole rows
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, name := range simdLevels() {
 		for _, prof := range profiles {
@@ -701,24 +691,18 @@ func TestEmbedLayerNormLevels(t *testing.T) {
 								in.SegIDs[i] = int32(r.IntN(segs))
 							}
 						}
-						run := func(level string) ops.EmbedOutputs {
+						run := func(level string, tune tuning) ops.EmbedOutputs {
 							out := ops.EmbedOutputs{Out: emptyBuf(dt, B*S*h), Sum: emptyBuf(dt, B*S*h)}
-							runAt(t, level, func() {
-								op, err := newBackend(t, Options{Profile: prof, Threads: 1}).PrepareEmbed(&w)
-								if err != nil {
-									t.Fatal(err)
-								}
-								if err := op.Run(context.Background(), &in, &out); err != nil {
-									t.Fatal(err)
-								}
-							})
+							op, err := newTunedBackend(t, Options{Profile: prof, Threads: 1, Level: level}, tune).PrepareEmbed(&w)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if err := op.Run(context.Background(), &in, &out); err != nil {
+								t.Fatal(err)
+							}
 							return out
 						}
-						got := run(name)
-						piece := sumPiece
-						sumPiece = 1 << 30 // the reference sums whole rows
-						want := run("go")
-						sumPiece = piece
+						got, want := run(name, tune), run("go", ref)
 						tag := fmt.Sprintf("%s/%v/%v/H=%d/segs=%d", name, prof, dt, h, segs)
 						sameBuf(t, tag+"/out", got.Out, want.Out)
 						sameBuf(t, tag+"/sum", got.Sum, want.Sum)
@@ -806,31 +790,28 @@ func TestMemoryKernels(t *testing.T) {
 	}
 }
 
-// TestNonTemporalLevels reruns the whole-op comparisons with the non-temporal stores, the
-// streamed first passes and deeper prefetching switched on at every size.
+// TestNonTemporalLevels reruns the whole-op comparisons on backends tuned to take the
+// non-temporal stores, the streamed first passes and deeper prefetching at every size.
 func TestNonTemporalLevels(t *testing.T) {
-	nt, pf, piece, hw, hwg := bigBytes, prefetchAhead, sumPiece, hwStreamRow, hwGatherRow
-	defer func() { bigBytes, prefetchAhead, sumPiece, hwStreamRow, hwGatherRow = nt, pf, piece, hw, hwg }()
-	bigBytes, prefetchAhead, hwStreamRow, hwGatherRow = 0, 3, 1<<62, 1<<62
-	t.Run("AddLayerNorm", TestAddLayerNormLevels)
-	t.Run("EmbedLayerNorm", TestEmbedLayerNormLevels)
+	tune := defaultTuning()
+	tune.bigBytes, tune.prefetchAhead, tune.hwStreamRow, tune.hwGatherRow = 0, 3, 1<<62, 1<<62
+	levels := func(name string, tune tuning) {
+		t.Run("AddLayerNorm"+name, func(t *testing.T) { addLayerNormLevels(t, tune) })
+		t.Run("EmbedLayerNorm"+name, func(t *testing.T) { embedLayerNormLevels(t, tune) })
+	}
+	levels("", tune)
 	// Every row left to the hardware prefetchers (16-bit pieces prefetched just before use).
-	hwStreamRow, hwGatherRow = 1, 1
-	t.Run("AddLayerNormHardwareStream", TestAddLayerNormLevels)
-	t.Run("EmbedLayerNormHardwareStream", TestEmbedLayerNormLevels)
-	hwStreamRow, hwGatherRow = 1<<62, 1<<62
+	hardware := tune
+	hardware.hwStreamRow, hardware.hwGatherRow = 1, 1
+	levels("HardwareStream", hardware)
 	// 16-bit gamma and beta widened at every width, and at none.
-	defer func(b int) { wideBytes = b }(wideBytes)
-	wideBytes = 1 << 62
-	t.Run("AddLayerNormWideWeights", TestAddLayerNormLevels)
-	t.Run("EmbedLayerNormWideWeights", TestEmbedLayerNormLevels)
-	wideBytes = 0
-	t.Run("AddLayerNormNarrowWeights", TestAddLayerNormLevels)
-	t.Run("EmbedLayerNormNarrowWeights", TestEmbedLayerNormLevels)
+	tune.wideBytes = 1 << 62
+	levels("WideWeights", tune)
+	tune.wideBytes = 0
+	levels("NarrowWeights", tune)
 	// The 16-bit first passes in pieces of one W.
-	sumPiece = 1
-	t.Run("AddLayerNormPieces", TestAddLayerNormLevels)
-	t.Run("EmbedLayerNormPieces", TestEmbedLayerNormLevels)
+	tune.sumPiece = 1
+	levels("Pieces", tune)
 }
 
 // TestAddSumKernel checks the fused first pass (s, the optional streamed copy x, and the
@@ -925,7 +906,7 @@ func TestAddSumKernel(t *testing.T) {
 											g.addSum(wantP, wantS, nil, w1, w2, wc, x0)
 										}
 										wantX := out16(n)
-										g.narrow16NT(bf, wantX, wantS)
+										narrow16Go(bf, wantX, wantS)
 										for _, off := range []int{-1, 0, 1, 5, 8} { // x's start within a vector of halves; -1: no x
 											tag := fmt.Sprintf("%s/addSum16/W=%d/n=%d/bf=%v/bias=%d/acc=%v/off=%d", name, w, n, bf, bias, acc, off)
 											gotP, gotS = out32(w, start), out32(n, nil)

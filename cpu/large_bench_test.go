@@ -18,17 +18,18 @@ import (
 
 // BenchmarkAddLayerNormLarge is the long-row bench shapes (rows of 3, 16 and 32 KiB), f32
 // with a bias row and the x output, as the bench tool runs them (fewer rows). PFA sets
-// prefetchAhead from the environment, to compare settings in one build (BenchmarkStreamAB
-// compares them paired).
+// tuning.prefetchAhead from the environment, to compare settings in one build
+// (BenchmarkStreamAB compares them paired).
 func BenchmarkAddLayerNormLarge(b *testing.B) {
-	envInt(b, "PFA", &prefetchAhead)
+	tune := defaultTuning()
+	envInt("PFA", &tune.prefetchAhead)
 	for _, sh := range [][2]int{{4096, 768}, {16384, 768}, {4096, 4096}, {2048, 8192}} {
 		N, D := sh[0], sh[1]
 		r := rand.New(rand.NewPCG(4, 4))
 		f32 := func(n int) ops.Buf { return ops.Buf{DType: ops.F32, F32: normal(r, n)} }
 		x1, x2, gamma, beta, bias := f32(N*D), f32(N*D), f32(D), f32(D), f32(D)
 		b.Run(fmt.Sprintf("f32_%dx%d+x", N, D), func(b *testing.B) {
-			be := newBackend(b, Options{Threads: 1})
+			be := newTunedBackend(b, Options{Threads: 1}, tune)
 			a := ops.AddLN{N: N, D: D, X1: x1, X2: x2, Gamma: gamma, Beta: beta, Bias: bias,
 				Epsilon: 1e-5, Y: f32(N * D), X: f32(N * D), Mean: make([]float32, N), Rstd: make([]float32, N)}
 			b.SetBytes(int64(4*N*D*4 + 3*D*4 + 2*N*4))
@@ -44,15 +45,17 @@ func BenchmarkAddLayerNormLarge(b *testing.B) {
 
 // BenchmarkEmbedLayerNormShape runs one EmbedLayerNorm shape at every level, single-
 // threaded, for comparing levels and settings on one machine: SHAPE=B,S,H (default
-// 64,512,1024), DT=f16 or f32 (default f16), BIG (bigBytes: 1<<62 turns the non-temporal
-// stores and the row prefetch off), PIECE (sumPiece), V (the vocabulary size).
+// 64,512,1024), DT=f16 or f32 (default f16), BIG (tuning.bigBytes: 1<<62 turns the
+// non-temporal stores and the row prefetch off), PIECE (tuning.sumPiece), V (the vocabulary
+// size).
 func BenchmarkEmbedLayerNormShape(b *testing.B) {
 	B, S, H := envShape(b, 64, 512, 1024)
 	dt := envDType(ops.F16)
-	envInt(b, "BIG", &bigBytes)
-	envInt(b, "PIECE", &sumPiece)
+	tune := defaultTuning()
+	envInt("BIG", &tune.bigBytes)
+	envInt("PIECE", &tune.sumPiece)
 	V, P, G := 30522, 512, 2
-	envInt(b, "V", &V) // a small vocabulary keeps the tables in the caches: the compute alone
+	envInt("V", &V) // a small vocabulary keeps the tables in the caches: the compute alone
 	r := rand.New(rand.NewPCG(2, 2))
 	mk := func(n int) ops.Buf { return randBuf(r, dt, n, 0.05) }
 	w := ops.EmbedWeights{DType: dt, H: H, V: V, P: P, G: G,
@@ -61,8 +64,8 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 	in := benchEmbedInputs(r, B, S, V, G)
 	out := ops.EmbedOutputs{Out: mk(B * S * H), MaskIndex: make([]int32, B)}
 	b.Run(fmt.Sprintf("%v_%dx%dx%d", dt, B, S, H), func(b *testing.B) {
-		atLevels(b, func(b *testing.B) {
-			op, err := newBackend(b, Options{Threads: 1}).PrepareEmbed(&w)
+		atLevels(b, func(b *testing.B, level string) {
+			op, err := newTunedBackend(b, Options{Threads: 1, Level: level}, tune).PrepareEmbed(&w)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -77,22 +80,21 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 	})
 }
 
-// BenchmarkStreamAB compares the memory-level settings of the ops past the caches with the
-// configurations alternated run by run, so that a shared machine's drift (tens of percent
-// from one minute to the next) cancels out of the ratios. One thread, at the widest level
-// (-cpu.off to narrow it). OP=add (default): AddLayerNorm over N×D rows (default
-// 4096×4096) with a bias row and the x output; OP=embed: EmbedLayerNorm over SHAPE=B,S,H
-// (default 16,512,4096), vocabulary 30522. DT=f32 (default) or f16. CFGS lists the
-// configurations, the first being the one the others are divided by (default
-// probe,now,ahead,hardware):
+// BenchmarkStreamAB compares tunings of the ops past the caches with the configurations
+// alternated run by run, so that a shared machine's drift (tens of percent from one minute
+// to the next) cancels out of the ratios. One thread, at the widest level (-cpu.off to
+// narrow it). OP=add (default): AddLayerNorm over N×D rows (default 4096×4096) with a bias
+// row and the x output; OP=embed: EmbedLayerNorm over SHAPE=B,S,H (default 16,512,4096),
+// vocabulary 30522. DT=f32 (default) or f16. CFGS lists the configurations, the first being
+// the one the others are divided by (default probe,now,ahead,hardware); each but the probe
+// runs on a backend of its own tuning:
 //
 //	probe     two non-temporal copies over the bytes the op must move, a row at a time (the bench's stream probe)
-//	now       the settings as they are
+//	now       defaultTuning()
 //	ahead     every row's inputs prefetched a row ahead (hwStreamRow and hwGatherRow past any row)
 //	hardware  no row prefetched ahead (hwStreamRow and hwGatherRow 0)
-//	unfused16 a 16-bit x output narrowed in a pass of its own after the first pass (fuse16 off)
 //	smallpages EmbedLayerNorm with a word table left on small pages (Options.NoHugePages)
-//	narrowweights 16-bit gamma and beta widened on every row, not once (wideWeights off)
+//	narrowweights 16-bit gamma and beta widened on every row, not once (wideBytes 0)
 //	aheadN    rows prefetched N rows ahead where they are prefetched (prefetchAhead = N)
 //	stepsN    each row's prefetch cut into N pieces (prefetchSteps = N)
 //	a+b       the settings of a and b at once (hardware+steps1)
@@ -101,9 +103,9 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 // configuration's (…/first), and its median time in ms. REPS sets the pairs (default 9).
 func BenchmarkStreamAB(b *testing.B) {
 	N, D, reps := 4096, 4096, 9
-	envInt(b, "N", &N)
-	envInt(b, "D", &D)
-	envInt(b, "REPS", &reps)
+	envInt("N", &N)
+	envInt("D", &D)
+	envInt("REPS", &reps)
 	B, S, H := envShape(b, 16, 512, 4096)
 	dt := envDType(ops.F32)
 	cfgs := strings.Split(cmp.Or(os.Getenv("CFGS"), "probe,now,ahead,hardware"), ",")
@@ -118,16 +120,21 @@ func BenchmarkStreamAB(b *testing.B) {
 		}
 		return unsafe.Slice((*float32)(unsafe.Pointer(&t.U16[0])), len(t.U16)/2)
 	}
-	be := newBackend(b, Options{Threads: 1})
-	var op func() error
-	prepared := map[string]func() error{} // configurations that are an op of their own
+	probeK := newBackend(b, Options{Threads: 1}).k
+	// op prepares the op on a backend: what a configuration times.
+	var op func(be *Backend, smallPages bool) func() error
 	var pa, pb, pc, pd []float32
 	var row int
 	switch os.Getenv("OP") {
 	case "", "add":
 		a := ops.AddLN{N: N, D: D, X1: mk(N * D), X2: mk(N * D), Gamma: mk(D), Beta: mk(D), Bias: mk(D),
 			Epsilon: 1e-5, Y: mk(N * D), X: mk(N * D), Mean: make([]float32, N), Rstd: make([]float32, N)}
-		op = func() error { return be.AddLayerNorm(context.Background(), &a) }
+		op = func(be *Backend, smallPages bool) func() error {
+			if smallPages {
+				b.Fatal("CFGS: smallpages is for OP=embed")
+			}
+			return func() error { return be.AddLayerNorm(context.Background(), &a) }
+		}
 		pa, pb, pc, pd, row = words(a.X1), words(a.X2), words(a.X), words(a.Y), D*dt.Size()/4
 	case "embed":
 		const V, P, G = 30522, 512, 2
@@ -135,81 +142,73 @@ func BenchmarkStreamAB(b *testing.B) {
 			Seg: mk(G * H), Gamma: mk(H), Beta: mk(H), Epsilon: 1e-12, Rule: ops.MaskCountOnes}
 		in := benchEmbedInputs(r, B, S, V, G)
 		out := ops.EmbedOutputs{Out: mk(B * S * H), MaskIndex: make([]int32, B)}
-		prepare := func(be *Backend, w *ops.EmbedWeights) func() error {
-			e, err := be.PrepareEmbed(w)
+		var small *ops.EmbedWeights // the same weights with a word table of its own, left on small pages
+		op = func(be *Backend, smallPages bool) func() error {
+			ws := &w
+			if smallPages {
+				if small == nil {
+					c := w
+					c.Word = mk(V * H)
+					small = &c
+				}
+				ws = small
+			}
+			e, err := be.PrepareEmbed(ws)
 			if err != nil {
 				b.Fatal(err)
 			}
 			awaitHuge(e)
 			return func() error { return e.Run(context.Background(), &in, &out) }
 		}
-		op = prepare(be, &w)
-		// The same op on a word table of its own left on small pages.
-		ws := w
-		ws.Word = mk(V * H)
-		prepared["smallpages"] = prepare(newBackend(b, Options{Threads: 1, NoHugePages: true}), &ws)
-		// The same op with its 16-bit weights as given (EmbedLayerNorm widens them when prepared).
-		wide := wideWeights
-		wideWeights = false
-		prepared["narrowweights"] = prepare(be, &w)
-		wideWeights = wide
 		pa, pb, pc, pd, row = words(out.Out), words(mk(B*S*H)), words(mk(B*S*H)), words(mk(B*S*H)), H*dt.Size()/4
 	default:
 		b.Fatalf("OP=%q: want add or embed", os.Getenv("OP"))
 	}
-	hw, hwg, fx, pa0, ps0, ww := hwStreamRow, hwGatherRow, fuse16, prefetchAhead, prefetchSteps, wideWeights
-	restore := func() {
-		hwStreamRow, hwGatherRow, fuse16, prefetchAhead, prefetchSteps, wideWeights = hw, hwg, fx, pa0, ps0, ww
+	probe := func() time.Duration {
+		t := time.Now()
+		for o := 0; o+row <= len(pa); o += row {
+			probeK.copyNT(pc[o:o+row], pa[o:o+row])
+			probeK.copyNT(pd[o:o+row], pb[o:o+row])
+		}
+		probeK.fence()
+		return time.Since(t)
 	}
-	defer restore()
-	run := func(cfg string) time.Duration {
-		restore()
-		named := "now" // the configuration the aheadN and stepsN settings modify
-		f := op
+	// runs[i] times one run of configuration i.
+	runs := make([]func() time.Duration, len(cfgs))
+	for i, cfg := range cfgs {
+		if cfg == "probe" {
+			runs[i] = probe
+			continue
+		}
+		tune, opts := defaultTuning(), Options{Threads: 1}
 		for _, m := range strings.Split(cfg, "+") {
 			var n int
-			if _, err := fmt.Sscanf(m, "ahead%d", &n); err == nil {
-				prefetchAhead = n
-			} else if _, err := fmt.Sscanf(m, "steps%d", &n); err == nil {
-				prefetchSteps = n
-			} else {
-				named = m
+			switch {
+			case m == "now":
+			case m == "ahead":
+				tune.hwStreamRow, tune.hwGatherRow = 1<<62, 1<<62
+			case m == "hardware":
+				tune.hwStreamRow, tune.hwGatherRow = 0, 0
+			case m == "narrowweights":
+				tune.wideBytes = 0
+			case m == "smallpages":
+				opts.NoHugePages = true
+			case scan(m, "ahead%d", &n):
+				tune.prefetchAhead = n
+			case scan(m, "steps%d", &n):
+				tune.prefetchSteps = n
+			default:
+				b.Fatalf("CFGS: unknown configuration %q in %q", m, cfg)
 			}
 		}
-		switch named {
-		case "probe":
+		f := op(newTunedBackend(b, opts, tune), opts.NoHugePages)
+		runs[i] = func() time.Duration {
 			t := time.Now()
-			for o := 0; o+row <= len(pa); o += row {
-				be.k.copyNT(pc[o:o+row], pa[o:o+row])
-				be.k.copyNT(pd[o:o+row], pb[o:o+row])
+			if err := f(); err != nil {
+				b.Fatal(err)
 			}
-			be.k.fence()
 			return time.Since(t)
-		case "now":
-		case "ahead":
-			hwStreamRow, hwGatherRow = 1<<62, 1<<62
-		case "hardware":
-			hwStreamRow, hwGatherRow = 0, 0
-		case "unfused16":
-			fuse16 = false
-		case "narrowweights": // AddLayerNorm reads it per call; EmbedLayerNorm's op is prepared
-			wideWeights = false
-			if p := prepared[named]; p != nil {
-				f = p
-			}
-		case "smallpages":
-			if prepared[named] == nil {
-				b.Fatal("CFGS: smallpages is for OP=embed")
-			}
-			f = prepared[named]
-		default:
-			b.Fatalf("CFGS: unknown configuration %q in %q", named, cfg)
 		}
-		t := time.Now()
-		if err := f(); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(t)
 	}
 	// Each round runs the configurations in a new random order: what ran just before
 	// matters (the configuration after the probe ran up to 20% slower on the EPYC, the
@@ -219,8 +218,8 @@ func BenchmarkStreamAB(b *testing.B) {
 	for b.Loop() {
 		for range reps {
 			for _, i := range order.Perm(len(cfgs)) {
-				run(cfgs[i]) // the same cache state before each timed run
-				times[i] = append(times[i], float64(run(cfgs[i]).Nanoseconds()))
+				runs[i]() // the same cache state before each timed run
+				times[i] = append(times[i], float64(runs[i]().Nanoseconds()))
 			}
 		}
 	}
@@ -233,6 +232,12 @@ func BenchmarkStreamAB(b *testing.B) {
 		b.ReportMetric(median(ratio), cfg+"/"+cfgs[0])
 		b.ReportMetric(median(times[i])/1e6, cfg+"-ms")
 	}
+}
+
+// scan reports whether s is format with one integer, stored in *n.
+func scan(s, format string, n *int) bool {
+	_, err := fmt.Sscanf(s, format, n)
+	return err == nil
 }
 
 // envShape is SHAPE=B,S,H from the environment, else the defaults.
@@ -256,13 +261,10 @@ func envDType(def ops.DType) ops.DType {
 	return def
 }
 
-// envInt sets *p from the environment variable name when it holds an integer, and puts
-// the old value back when the benchmark ends (for the package's knobs).
-func envInt(b *testing.B, name string, p *int) {
+// envInt sets *p from the environment variable name when it holds an integer.
+func envInt(name string, p *int) {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		old := *p
 		*p = v
-		b.Cleanup(func() { *p = old })
 	}
 }
 

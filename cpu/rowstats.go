@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
@@ -71,9 +72,9 @@ func affine16Go(f form16, y []uint16, x, gamma, beta []float32, x0, meanD, rstd 
 
 // affine16HGo is affine16Go with gamma and beta in y's 16-bit format.
 func affine16HGo(f form16, y []uint16, x []float32, gamma, beta []uint16, x0, meanD, rstd float32) {
-	widen := F16ToF32
+	widen := half.F16ToF32
 	if f.bf {
-		widen = BF16ToF32
+		widen = half.BF16ToF32
 	}
 	affine16Twin(f, y, x, gamma, beta, x0, meanD, rstd, widen)
 }
@@ -91,9 +92,9 @@ func affine16Twin[G float32 | uint16](f form16, y []uint16, x []float32, gamma, 
 			r = float32(n*widen(gamma[i])) + widen(beta[i])
 		}
 		if f.bf {
-			y[i] = F32ToBF16(r)
+			y[i] = half.F32ToBF16(r)
 		} else {
-			y[i] = F32ToF16(r)
+			y[i] = half.F32ToF16(r)
 		}
 	}
 }
@@ -143,9 +144,9 @@ func addSumAccGo(part, s, a, b, c []float32, x0 float32) {
 // addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo/addSumAccGo
 // sum them, then x (if any) narrowed from s.
 func addSum16Go(f sum16, part, s []float32, x, a, b, c []uint16, x0 float32) {
-	widen := F16ToF32
+	widen := half.F16ToF32
 	if f.bf {
-		widen = BF16ToF32
+		widen = half.BF16ToF32
 	}
 	a, b = a[:len(s)], b[:len(s)]
 	if !f.acc {
@@ -219,20 +220,6 @@ func weightsOf(gamma, beta ops.Buf) weights16 {
 	return weights16{gammaH: gamma.U16, betaH: beta.U16}
 }
 
-// wideWeights has the 16-bit affine step read gamma and beta widened to float32 once (in
-// EmbedLayerNorm's PrepareEmbed; once per AddLayerNorm call) instead of on every row, for
-// rows whose widened weights take at most wideBytes: the affine step then converts one
-// vector instead of three. Longer rows keep them 16-bit, where they take half the L1 beside x. Paired on the
-// Xeon (time over the probe's, BenchmarkStreamAB CFGS=probe,now,narrowweights, three
-// runs): EmbedLN f16 (64,512,1024) 0.90/0.96/0.99 widened against 1.06/1.03/1.02, AddLN
-// f16 (16384,1024) 1.24/1.44/1.18 against 1.30/1.55/1.27, but EmbedLN (32,512,4096)
-// 1.59/1.61/1.57 against 1.43/1.47/1.45 (docs/measurements/wide-weights.txt). wideWeights
-// is off only for those comparisons.
-var (
-	wideWeights = true
-	wideBytes   = 8 << 10
-)
-
 // widened is 16-bit gamma and beta widened into buf (twice their length): exact, so the
 // affine step gives the same bits from either form.
 func widened(k *kernelSet, buf []float32, gamma, beta ops.Buf) weights16 {
@@ -257,14 +244,6 @@ func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []float32, w 
 	}
 	k.affine16(f, y.U16[off:off+len(x)], x, w.gamma, w.beta, st.X0, st.MeanD, st.Rstd)
 }
-
-// sumPiece is how many elements of a row the 16-bit first passes work on at a time (4 KiB
-// of f32), rounded up to a multiple of the plan width (sumPieceOf) so that pieces add
-// whole chunks onto the partials, in the plan's order.
-var sumPiece = 1024
-
-// sumPieceOf is sumPiece rounded up to a multiple of w.
-func sumPieceOf(w int) int { return roundUp(sumPiece, w) }
 
 // roundUp is n rounded up to a multiple of w.
 func roundUp(n, w int) int { return (n + w - 1) / w * w }

@@ -115,7 +115,6 @@ func (v *vecKernels) kernelSet() *kernelSet {
 		affineFMA:          func(y, x, g, b []float32, x0, m, r float32) { v.affineRow(true, y, x, g, b, x0, m, r) },
 		affine16:           v.affine16Row,
 		affine16H:          v.affine16HRow,
-		narrow16NT:         v.narrow16NTRow,
 		maskCountOnes:      v.maskCountOnesRow,
 		maskFirstZero:      v.maskFirstZeroRow,
 		embedSumF32:        v.embedSumF32,

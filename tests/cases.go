@@ -21,7 +21,7 @@ import (
 	"github.com/x448/float16"
 
 	fn "github.com/fusednorm/fusednorm"
-	"github.com/fusednorm/fusednorm/internal/reference"
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
@@ -360,7 +360,7 @@ func makeTensor(dt fn.DType, shape []int, data []float64) fn.Tensor {
 	case fn.BFloat16:
 		v := make([]uint16, len(data))
 		for i, d := range data {
-			v[i] = reference.ToBF16(float32(d))
+			v[i] = half.F32ToBF16(float32(d))
 		}
 		return fn.FromBFloat16Bits(v, shape...)
 	default:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/x448/float16"
 
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
@@ -15,16 +16,6 @@ func f16(h uint16) float32    { return float16.Frombits(h).Float32() }
 func rnd16(f float32) float32 { return float16.Fromfloat32(f).Float32() }
 func bf16(b uint16) float32   { return math.Float32frombits(uint32(b) << 16) }
 func toF16(f float32) uint16  { return float16.Fromfloat32(f).Bits() }
-
-// ToBF16 rounds to the nearest bfloat16, ties to even (NaN stays a quiet NaN).
-func ToBF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
-}
 
 // At returns element i of b as float32.
 func At(b ops.Buf, i int) float32 {
@@ -49,7 +40,7 @@ func Set(b ops.Buf, i int, v float32) {
 	case ops.F16:
 		b.U16[i] = toF16(v)
 	case ops.BF16:
-		b.U16[i] = ToBF16(v)
+		b.U16[i] = half.F32ToBF16(v)
 	}
 }
 
