@@ -9,8 +9,7 @@
 // Options. Importing cpu directly is not supported: its methods take the module's internal
 // op descriptors (internal/ops), which only the module's own packages can name, so New,
 // Options and Backend are for those packages (the root opens the backend, dawn's tests
-// take it as their bit-exact reference) and change with them. F16ToF32, F32ToF16 and
-// F32ToBF16 are deprecated leftovers for dawn's tests.
+// take it as their bit-exact reference) and change with them.
 //
 // # Kernel levels
 //

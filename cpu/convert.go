@@ -43,19 +43,3 @@ func narrow16Go(bf bool, dst []uint16, src []float32) {
 	}
 	narrowF16Go(dst, src)
 }
-
-// F16ToF32 is half.F16ToF32. It, F32ToF16 and F32ToBF16 stay exported only for dawn's
-// tests, which call them here, and go once those tests import internal/half.
-//
-// Deprecated: use internal/half.
-func F16ToF32(h uint16) float32 { return half.F16ToF32(h) }
-
-// F32ToF16 is half.F32ToF16.
-//
-// Deprecated: use internal/half.
-func F32ToF16(f float32) uint16 { return half.F32ToF16(f) }
-
-// F32ToBF16 is half.F32ToBF16.
-//
-// Deprecated: use internal/half.
-func F32ToBF16(f float32) uint16 { return half.F32ToBF16(f) }

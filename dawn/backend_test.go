@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/fusednorm/fusednorm/cpu"
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 	"github.com/fusednorm/fusednorm/shaders"
@@ -145,7 +146,7 @@ func TestRstdExact(t *testing.T) {
 }
 
 // f16Round is the reference f32 → f16 rounding (nearest-even), independent of the kernels.
-func f16Round(f float32) uint16 { return cpu.F32ToF16(f) }
+func f16Round(f float32) uint16 { return half.F32ToF16(f) }
 
 func TestHalfConversions(t *testing.T) {
 	b := backend(t)
@@ -156,7 +157,7 @@ func TestHalfConversions(t *testing.T) {
 	}
 	got := probe(t, b, shaders.ProbeFromF16, all)
 	for i, g := range got {
-		want := cpu.F16ToF32(uint16(i))
+		want := half.F16ToF32(uint16(i))
 		if math.IsNaN(float64(want)) {
 			if !math.IsNaN(float64(math.Float32frombits(g))) {
 				t.Errorf("f16_to_f32(%#04x) = %#08x, want NaN", i, g)
@@ -171,8 +172,8 @@ func TestHalfConversions(t *testing.T) {
 	var vals []uint32
 	r := rand.New(rand.NewPCG(3, 4))
 	for h := uint32(0); h < 0x7c00; h += 7 {
-		f := cpu.F16ToF32(uint16(h))
-		n := cpu.F16ToF32(uint16(h + 1))
+		f := half.F16ToF32(uint16(h))
+		n := half.F16ToF32(uint16(h + 1))
 		mid := float32((float64(f) + float64(n)) / 2)
 		for _, x := range []float32{f, mid, math.Nextafter32(mid, 0), math.Nextafter32(mid, 1e9)} {
 			vals = append(vals, math.Float32bits(x), math.Float32bits(-x))
@@ -204,7 +205,7 @@ func TestHalfConversions(t *testing.T) {
 				packDiff++
 			}
 		}
-		if wantbf := uint32(cpu.F32ToBF16(f)); tobf[i] != wantbf {
+		if wantbf := uint32(half.F32ToBF16(f)); tobf[i] != wantbf {
 			t.Fatalf("f32_to_bf16(%g = %#08x) = %#04x, want %#04x", f, v, tobf[i], wantbf)
 		}
 	}
@@ -259,7 +260,7 @@ func floatBuf(dt ops.DType, v []float32) ops.Buf {
 	}
 	out := make([]uint16, len(v))
 	for i, x := range v {
-		out[i] = cpu.F32ToBF16(x)
+		out[i] = half.F32ToBF16(x)
 	}
 	return ops.Buf{DType: dt, U16: out}
 }
@@ -857,7 +858,7 @@ func TestHalfFastPaths(t *testing.T) {
 	lo, hi := probe(t, b, shaders.ProbeF16x2Lo, words), probe(t, b, shaders.ProbeF16x2Hi, words)
 	for i, w := range words {
 		for k, g := range []uint32{lo[i], hi[i]} {
-			want := cpu.F16ToF32(uint16(w >> (16 * k)))
+			want := half.F16ToF32(uint16(w >> (16 * k)))
 			if math.IsNaN(float64(want)) {
 				continue
 			}
@@ -869,8 +870,8 @@ func TestHalfFastPaths(t *testing.T) {
 	var vals []uint32
 	r := rand.New(rand.NewPCG(5, 6))
 	for h := uint32(0); h < 0x7c00; h += 3 {
-		f := cpu.F16ToF32(uint16(h))
-		mid := float32((float64(f) + float64(cpu.F16ToF32(uint16(h+1)))) / 2)
+		f := half.F16ToF32(uint16(h))
+		mid := float32((float64(f) + float64(half.F16ToF32(uint16(h+1)))) / 2)
 		for _, x := range []float32{f, mid, math.Nextafter32(mid, 0), math.Nextafter32(mid, 1e9)} {
 			vals = append(vals, math.Float32bits(x), math.Float32bits(-x))
 		}
@@ -884,7 +885,7 @@ func TestHalfFastPaths(t *testing.T) {
 		if math.IsNaN(float64(f)) {
 			continue
 		}
-		if want := math.Float32bits(cpu.F16ToF32(cpu.F32ToF16(f))); got[i] != want {
+		if want := math.Float32bits(half.F16ToF32(half.F32ToF16(f))); got[i] != want {
 			t.Fatalf("round16(%g = %#08x) = %#08x, want %#08x", f, v, got[i], want)
 		}
 	}
