@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 
 	"github.com/x448/float16"
 
@@ -25,9 +24,6 @@ import (
 // calibrate16 reports whether the device's builtin float16 conversions are exact on every
 // value the Fast16 helpers hand them.
 func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
-	if os.Getenv("FUSEDNORM_F16_BUILTIN") == "0" { // A/B switch of the 2026-12 speed run; goes after it
-		return false, "f16 builtins off (FUSEDNORM_F16_BUILTIN=0)", nil
-	}
 	// Widening: every binary16 but Inf and NaN (those take the integer route), low and high half.
 	var words []uint32
 	for h := uint32(0); h < 1<<16; h++ {
