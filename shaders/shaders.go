@@ -310,12 +310,8 @@ func RenderAddLN(p AddLN) (string, error) {
 		Stage                                     bool
 		StageWords                                int
 		E                                         func(string) string
-		// Raw, RawGB: the vector kernel loads a row's x1, x2 and bias (gamma and beta) before
-		// converting any of them (16-bit tensors: see the template).
-		Raw, RawGB bool
 	}{p.W, p.Private, groupSize(p.W, p.Vec, p.Wide), wgslName(p.X1), wgslName(p.X2), wgslName(p.Gamma), wgslName(p.Bias), out,
-		p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Wide, p.Fast16, outElem(out, p.OddD, p.Vec, p.Wide), sw > 0, sw, elemFor(p.Vec, p.Wide),
-		p.X1.Is16() || p.X2.Is16() || p.Bias.Is16(), p.Gamma.Is16()}
+		p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Wide, p.Fast16, outElem(out, p.OddD, p.Vec, p.Wide), sw > 0, sw, elemFor(p.Vec, p.Wide)}
 	return render(p.Key(), addlnTmpl(), "addlayernorm.wgsl.tmpl", data)
 }
 
