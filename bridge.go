@@ -163,9 +163,10 @@ type Engine struct {
 
 // Open chooses a backend: the WithBackend option, else FUSEDNORM_BACKEND, else auto. Auto
 // with Dawn loaded on a real (not software) adapter runs device-tensor calls on the GPU and
-// each host-tensor call where a cost model measured at Open says it finishes sooner, the GPU
-// or the CPU backend (which mirrors the GPU's contraction profile, so the bits are the same);
-// see ReportBackend and the README's "What auto picks and why". Without such an adapter auto
+// each host-tensor call where calls of its shape were timed to finish sooner, the GPU or the
+// CPU backend (which mirrors the GPU's contraction profile, so the bits are the same), a cost
+// model measured at Open placing a new shape's first call; see ReportBackend and the README's
+// "What auto picks and why". Without such an adapter auto
 // runs on the CPU, with the cause recorded in Info.
 func Open(opts ...Option) (*Engine, error) {
 	var c config
@@ -226,7 +227,8 @@ func Open(opts ...Option) (*Engine, error) {
 }
 
 // openRouter is auto mode with a GPU open: the CPU backend beside it, mirroring its
-// contraction profile, and the cost model that routes host-tensor calls (route.go). When
+// contraction profile, and the cost model that places a new host-tensor call shape's first
+// call (route.go). When
 // the model cannot be measured, the engine runs on the GPU alone and Reason says why.
 func openRouter(c *config, gpu Backend) (*Engine, error) {
 	cc := *c
@@ -242,8 +244,8 @@ func openRouter(c *config, gpu Backend) (*Engine, error) {
 		cb.Close()
 		return &Engine{be: gpu, reason: "auto: dawn loaded; no routing to the cpu (the cost model failed: " + err.Error() + ")"}, nil
 	}
-	reason := fmt.Sprintf("auto: device-tensor calls on dawn, host-tensor calls on the cpu or dawn, whichever the model says finishes sooner (model: %s)", &m)
-	return &Engine{be: &router{gpu: gpu, cpu: cb, m: m}, reason: reason}, nil
+	reason := fmt.Sprintf("auto: device-tensor calls on dawn; host-tensor calls on the cpu or dawn, per call shape whichever its timed calls finished sooner, the model's guess first (model: %s)", &m)
+	return &Engine{be: newRouter(gpu, cb, m), reason: reason}, nil
 }
 
 func envDawnLib() string { return os.Getenv(EnvDawnLib) }

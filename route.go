@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -12,8 +13,10 @@ import (
 )
 
 // In auto mode with a GPU open, the engine runs on a router: a call that involves a device
-// tensor runs on the GPU; a call whose tensors all live in host memory runs where the cost
-// model says it finishes sooner. The model, measured at Open (calibrateRoute):
+// tensor runs on the GPU; a call whose tensors all live in host memory runs where calls of
+// its shape have finished sooner. A call shape (callShape) is the op (Engine.AddLayerNorm or
+// one prepared op), its dimensions, its dtypes and which optional tensors it has. The first
+// call of a new shape runs where a cost model measured at Open (calibrateRoute) says:
 //
 //	gpu(call) = launch + up/h2d + down/d2h
 //	cpu(call) = touched/cpuBW
@@ -23,9 +26,22 @@ import (
 // down, plus the table rows EmbedLayerNorm gathers); launch is the round trip of a tiny
 // upload and read-back (a submit and a buffer map), h2d and d2h the bandwidths of a timed
 // copy through the device-tensor path, cpuBW the CPU backend's throughput on a timed
-// AddLayerNorm. The GPU's
-// kernel time is left out: at device bandwidth it is small beside the copies. The CPU
-// backend mirrors the GPU's contraction profile, so a call gives the same bits on either.
+// AddLayerNorm. The model is a first guess only: it has no kernel term, its probes are small,
+// and it cannot know how busy the machine will be (on the H200 machine it kept EmbedLayerNorm
+// on the GPU at 1.4-2.4x the CPU's wall time). So the shape's second call runs on the other
+// backend, and from then on the shape runs on the backend whose timed calls were faster (a
+// backend's first call of a shape counts only as an upper bound: it may compile a pipeline or
+// upload the prepared weights), the other getting one call per as many calls of the chosen
+// one as that call costs, until each has routeSamples timed calls; then the shape is chosen
+// and runs on the lock-free path. Every so often (routeRecheck calls, times that ratio, so
+// the check costs about 1/routeRecheck of the shape's time) one call is timed on each
+// backend, so a change in the machine's load moves the shape. Calls coming one at a time,
+// exploring costs one call on the slower backend among a new shape's first four, so that even
+// a benchmark of three timed runs after a warm-up times the faster backend in two. A shape the GPU refuses for a device limit
+// (ErrNotSupported) runs on the CPU from then on; a call that fails on the backend its shape
+// has not chosen runs on the other. The CPU backend mirrors the GPU's contraction profile,
+// so a call gives the same bits on either: where it ran shows only in its time and in
+// ReportBackend.
 
 // routeModel is the measured cost model.
 type routeModel struct {
@@ -51,6 +67,15 @@ type router struct {
 	gpu ops.Backend // the dawn backend: also DeviceBackend, AddPreparer, KernelTimer
 	cpu ops.Backend
 	m   routeModel
+
+	shapes routeTable
+	ops    atomic.Uint64    // the number of the last prepared op: part of its calls' shapes
+	now    func() time.Time // time.Now; tests give a clock of their own
+}
+
+// newRouter routes between gpu and cpu, m the model measured for them.
+func newRouter(gpu, cpu ops.Backend, m routeModel) *router {
+	return &router{gpu: gpu, cpu: cpu, m: m, now: time.Now}
 }
 
 // Route names, written by ReportBackend.
@@ -104,7 +129,8 @@ func addOnDevice(a *ops.AddLN) bool {
 		a.Y.Dev != nil || a.X.Dev != nil || a.MeanDev != nil || a.RstdDev != nil
 }
 
-// addGPU says where a host-tensor AddLayerNorm goes; prepared: the weights are resident.
+// addGPU says where the model sends a host-tensor AddLayerNorm; prepared: the weights are
+// resident.
 func (r *router) addGPU(a *ops.AddLN, prepared bool) bool {
 	in := hostBytes(a.X1, a.X2)
 	w := hostBytes(a.Gamma, a.Beta, a.Bias)
@@ -116,35 +142,51 @@ func (r *router) addGPU(a *ops.AddLN, prepared bool) bool {
 	return r.m.gpuFaster(up, down, in+w+down)
 }
 
-// runAdd runs a on the GPU (gpuRun) or the CPU; a host-tensor call the GPU refuses for a
-// device limit (ErrNotSupported) runs on the CPU.
-func (r *router) runAdd(ctx context.Context, a *ops.AddLN, prepared bool, gpuRun func() error) error {
-	if addOnDevice(a) {
-		err := gpuRun()
-		if err == nil {
-			reportRoute(ctx, "dawn")
-		}
-		return err
+// runAdd runs a on the GPU (gpuRun) or the CPU, a host-tensor call where its shape runs
+// (route); op is the prepared op's number, 0 for Engine.AddLayerNorm.
+func (r *router) runAdd(ctx context.Context, a *ops.AddLN, op uint64, gpuRun func() error) error {
+	t := onDevice()
+	if !addOnDevice(a) {
+		t = r.route(addShape(op, a), sideOf(r.addGPU(a, op != 0)))
 	}
-	if r.addGPU(a, prepared) {
-		err := gpuRun()
-		if err == nil {
-			reportRoute(ctx, "dawn")
-			return nil
+	return r.run(ctx, &t, gpuRun, func() error { return r.cpu.AddLayerNorm(ctx, a) })
+}
+
+// onDevice is the route of a call with a device tensor: the GPU, untimed.
+func onDevice() routeTicket { return routeTicket{on: onGPU} }
+
+// run runs a call where t says, and reports where it ran. A host-tensor call the GPU refuses
+// for a device limit (ErrNotSupported) runs on the CPU, as its shape will from now on; one
+// that failed on the backend its shape has not chosen (a trial) runs on the other, so that
+// exploring shows in no call's result.
+func (r *router) run(ctx context.Context, t *routeTicket, gpuRun, cpuRun func() error) error {
+	on := func(b side) error {
+		if b == onGPU {
+			return gpuRun()
 		}
-		if !errors.Is(err, ops.ErrNotSupported) {
-			return err
+		return cpuRun()
+	}
+	err := on(t.on)
+	if err != nil && t.s != nil {
+		switch {
+		case t.on == onGPU && errors.Is(err, ops.ErrNotSupported):
+			t.refused()
+			err = on(onCPU)
+		case t.trial:
+			r.finish(t, err)
+			*t = routeTicket{s: t.s, on: t.on.other()}
+			err = on(t.on)
 		}
 	}
-	if err := r.cpu.AddLayerNorm(ctx, a); err != nil {
-		return err
+	r.finish(t, err)
+	if err == nil {
+		reportRoute(ctx, t.on.name())
 	}
-	reportRoute(ctx, "cpu")
-	return nil
+	return err
 }
 
 func (r *router) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
-	return r.runAdd(ctx, a, false, func() error { return r.gpu.AddLayerNorm(ctx, a) })
+	return r.runAdd(ctx, a, 0, func() error { return r.gpu.AddLayerNorm(ctx, a) })
 }
 
 // PrepareAddLN prepares nothing yet: the CPU takes the weights with each call, and the GPU
@@ -153,11 +195,12 @@ func (r *router) PrepareAddLN(gamma, beta, bias ops.Buf, biasFull bool) (ops.Pre
 	if gamma.Dev != nil || beta.Dev != nil || bias.Dev != nil {
 		return r.gpu.(ops.AddPreparer).PrepareAddLN(gamma, beta, bias, biasFull)
 	}
-	return &routedAdd{r: r, gamma: gamma, beta: beta, bias: bias, biasFull: biasFull}, nil
+	return &routedAdd{r: r, id: r.ops.Add(1), gamma: gamma, beta: beta, bias: bias, biasFull: biasFull}, nil
 }
 
 type routedAdd struct {
 	r                 *router
+	id                uint64 // its calls' shapes are its own
 	gamma, beta, bias ops.Buf
 	biasFull          bool
 
@@ -181,7 +224,7 @@ func (p *routedAdd) gpuPrep() (ops.PreparedAddLN, error) {
 }
 
 func (p *routedAdd) Run(ctx context.Context, a *ops.AddLN) error {
-	return p.r.runAdd(ctx, a, true, func() error {
+	return p.r.runAdd(ctx, a, p.id, func() error {
 		g, err := p.gpuPrep()
 		if err != nil {
 			return err
@@ -210,11 +253,12 @@ func (r *router) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &routedEmbed{r: r, w: *w, cpu: c}, nil
+	return &routedEmbed{r: r, id: r.ops.Add(1), w: *w, cpu: c}, nil
 }
 
 type routedEmbed struct {
 	r   *router
+	id  uint64 // its calls' shapes are its own
 	w   ops.EmbedWeights
 	cpu ops.PreparedEmbed
 
@@ -237,37 +281,31 @@ func (p *routedEmbed) gpuPrep() (ops.PreparedEmbed, error) {
 }
 
 func (p *routedEmbed) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
-	dev := in.IDsDev != nil || in.SegIDsDev != nil || in.MaskDev != nil || in.PosIDsDev != nil ||
-		out.MaskIndexDev != nil || out.Out.Dev != nil || out.Sum.Dev != nil
-	gpu := dev
-	if !dev {
-		up := 4 * (len(in.IDs) + len(in.SegIDs) + len(in.Mask) + len(in.PosIDs))
-		down := hostBytes(out.Out, out.Sum) + 4*len(out.MaskIndex)
-		tables := 2
-		if p.w.G > 0 {
-			tables = 3
-		}
-		gathered := tables * len(out.Out.Bytes())
-		gpu = p.r.m.gpuFaster(up, down, up+down+gathered)
-	}
-	if gpu {
+	gpuRun := func() error {
 		g, err := p.gpuPrep()
-		if err == nil {
-			err = g.Run(ctx, in, out)
-		}
-		if err == nil {
-			reportRoute(ctx, "dawn")
-			return nil
-		}
-		if dev || !errors.Is(err, ops.ErrNotSupported) {
+		if err != nil {
 			return err
 		}
+		return g.Run(ctx, in, out)
 	}
-	if err := p.cpu.Run(ctx, in, out); err != nil {
-		return err
+	t := onDevice()
+	if in.IDsDev == nil && in.SegIDsDev == nil && in.MaskDev == nil && in.PosIDsDev == nil &&
+		out.MaskIndexDev == nil && out.Out.Dev == nil && out.Sum.Dev == nil {
+		t = p.r.route(embedShape(p.id, in, out), sideOf(p.modelGPU(in, out)))
 	}
-	reportRoute(ctx, "cpu")
-	return nil
+	return p.r.run(ctx, &t, gpuRun, func() error { return p.cpu.Run(ctx, in, out) })
+}
+
+// modelGPU says where the model sends a host-tensor call.
+func (p *routedEmbed) modelGPU(in *ops.EmbedInputs, out *ops.EmbedOutputs) bool {
+	up := 4 * (len(in.IDs) + len(in.SegIDs) + len(in.Mask) + len(in.PosIDs))
+	down := hostBytes(out.Out, out.Sum) + 4*len(out.MaskIndex)
+	tables := 2
+	if p.w.G > 0 {
+		tables = 3
+	}
+	gathered := tables * len(out.Out.Bytes())
+	return p.r.m.gpuFaster(up, down, up+down+gathered)
 }
 
 func (p *routedEmbed) Close() error {
