@@ -5,11 +5,9 @@ package dawn
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"testing"
 	"unsafe"
@@ -105,8 +103,8 @@ func TestTransferChunks(t *testing.T) {
 			n++
 		}
 	}
-	if n > 2*xferSlotsDefault {
-		t.Fatalf("%d staging buffers, over %d", n, 2*xferSlotsDefault)
+	if n > 2*xferSlots {
+		t.Fatalf("%d staging buffers, over %d", n, 2*xferSlots)
 	}
 }
 
@@ -203,10 +201,6 @@ func TestTransferOps(t *testing.T) {
 // 1 GiB, through the staging ring and through the simple path, each in one call of
 // WriteBuffer or one Run's Readback; an upload's time includes waiting for the GPU's copies.
 // On a GPU: go test ./dawn/ -run '^$' -bench Transfer -benchtime 5x (-short: 256 MiB only).
-// ringSweep adds the ring's chunk size, staging buffers and copier goroutines to
-// BenchmarkTransfer, in a random order (one A/B of the ring's shape).
-var ringSweep = flag.Bool("ring-sweep", false, "BenchmarkTransfer: also sweep the ring's chunk, slots and copiers")
-
 func BenchmarkTransfer(bm *testing.B) {
 	d, err := OpenDevice(Options{})
 	if err != nil {
@@ -235,25 +229,11 @@ func BenchmarkTransfer(bm *testing.B) {
 		for i := range host {
 			host[i] = byte(i)
 		}
-		type path struct {
-			name           string
-			min, chunk     uint64
-			slots, copiers int
-		}
-		paths := []path{{"ring", xferMinDefault, xferChunkDefault, xferSlotsDefault, min(runtime.GOMAXPROCS(0), maxCopiers) - 1},
-			{"simple", math.MaxUint64, xferChunkDefault, xferSlotsDefault, min(runtime.GOMAXPROCS(0), maxCopiers) - 1}}
-		if *ringSweep {
-			for _, chunk := range []uint64{16 << 20, 64 << 20} {
-				for _, slots := range []int{4, 8} {
-					for _, copiers := range []int{7, 15} {
-						paths = append(paths, path{fmt.Sprintf("ring-c%dMiB-s%d-t%d", chunk>>20, slots, copiers+1), xferMinDefault, chunk, slots, copiers})
-					}
-				}
-			}
-			rand.Shuffle(len(paths), func(i, j int) { paths[i], paths[j] = paths[j], paths[i] })
-		}
-		for _, path := range paths {
-			d.setRing(path.chunk, path.min, path.slots, path.copiers)
+		for _, path := range []struct {
+			name string
+			min  uint64
+		}{{"ring", xferMinDefault}, {"simple", math.MaxUint64}} {
+			d.setTransfer(xferChunkDefault, path.min)
 			bm.Run(fmt.Sprintf("upload/%s/%dMiB", path.name, size>>20), func(bm *testing.B) {
 				bm.SetBytes(int64(size))
 				for i := 0; i < bm.N; i++ {
