@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/shaders"
 )
 
 // The two ops on the low-overhead path (exec.go): calls with device tensors, and prepared
@@ -250,16 +251,30 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 	s.key.pipe = pipe
 	s.groups = groups
 
-	// int32 inputs share one buffer: ids | segment ids | mask | position ids.
+	// The int32 inputs (ids, segment ids, mask, position ids): a device tensor is bound where
+	// it is when the kernel can give each its own binding (SplitInts, within the device's
+	// storage buffers a stage), else copied into the one int32 buffer; host ones share one
+	// scratch buffer, told apart by their offsets in params.
 	n := uint32(rows)
 	var offs [4]uint32
 	var devs [4]*Buffer
-	var hosts [4][]int32
 	lens := [4]uint32{n, 0, 0, 0}
-	hosts[0], hosts[1], hosts[2], hosts[3] = in.IDs, in.SegIDs, in.Mask, in.PosIDs
+	hosts := [4][]int32{in.IDs, in.SegIDs, in.Mask, in.PosIDs}
+	anyDev := false
 	for i, m := range [4]ops.DeviceMem{in.IDsDev, in.SegIDsDev, in.MaskDev, in.PosIDsDev} {
 		if devs[i], err = b.devOperand(name, embedIDNames[i], m); err != nil {
 			return err
+		}
+		anyDev = anyDev || devs[i] != nil
+	}
+	if split := k; anyDev {
+		split.SplitInts = true
+		if split.StorageBuffers() <= int(b.limits.MaxStorageBuffersPerShaderStage) {
+			k = split
+			if pipe, err = b.embedPipeline(k); err != nil {
+				return fmt.Errorf("dawn: %s: %w", name, err)
+			}
+			s.key.pipe = pipe
 		}
 	}
 	if k.SegIDs {
@@ -273,8 +288,10 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 	}
 	var nInts uint32
 	for i := range offs {
-		offs[i] = nInts
-		nInts += lens[i]
+		if lens[i] > 0 && (devs[i] == nil || !k.SplitInts) {
+			offs[i] = nInts
+			nInts += lens[i]
+		}
 	}
 	if err := b.checkBinding(name, "int32 inputs", uint64(nInts)*4); err != nil {
 		return err
@@ -282,19 +299,29 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 	var p params
 	op.params(&p, in, nx, offs)
 	s.setParams(p.bytes())
-
-	ints := s.scratchFor(uint64(max(nInts, 1))*4, UsageStorage|UsageCopyDst)
 	s.bind(bindRef{binding: 0, scratch: atParams, size: embedParamsSize})
-	s.bind(bindRef{binding: 1, scratch: ints, size: align4(uint64(max(nInts, 1)) * 4)})
+	ints := atNowhere
+	if nInts > 0 || !k.SplitInts {
+		ints = s.scratchFor(uint64(max(nInts, 1))*4, UsageStorage|UsageCopyDst)
+	}
+	if !k.SplitInts {
+		s.bind(bindRef{binding: 1, scratch: ints, size: align4(uint64(max(nInts, 1)) * 4)})
+	}
 	for i := range lens {
-		if lens[i] == 0 {
-			continue
-		}
-		if devs[i] != nil {
+		switch {
+		case lens[i] == 0:
+		case devs[i] != nil && k.SplitInts:
+			s.bind(bindRef{binding: shaders.IntBindings[i], buf: devs[i], scratch: atBuffer, size: devs[i].Size()})
+		case devs[i] != nil:
 			s.pre(copyOp{src: devs[i], srcScratch: atBuffer, dstScratch: ints, dstOff: uint64(offs[i]) * 4, size: uint64(lens[i]) * 4})
-			s.idCheck = s.idCheck || i != 2 // the mask is never validated
-		} else {
+		default:
+			if k.SplitInts {
+				s.bind(bindRef{binding: shaders.IntBindings[i], scratch: ints, size: uint64(nInts) * 4})
+			}
 			s.write(writeOp{scratch: ints, off: uint64(offs[i]) * 4, data: bytesOf(hosts[i])})
+		}
+		if lens[i] > 0 && devs[i] != nil && i != 2 { // the mask is never validated
+			s.idCheck = true
 		}
 	}
 	word, pos, seg := orBuf(op.word, op.wordDev), orBuf(op.pos, op.posDev), orBuf(op.seg, op.segDev)

@@ -150,7 +150,7 @@ func (op *embedOp) kernel(in *ops.EmbedInputs, out *ops.EmbedOutputs) shaders.Em
 		OddH:      w.DType == ops.F16 && H%2 == 1,
 		Fast16:    op.b.fast16 && w.DType == ops.F16,
 	}
-	k.Vectorize(H, op.plan.W)
+	k.Vectorize(H)
 	return k
 }
 

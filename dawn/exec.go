@@ -33,7 +33,7 @@ import (
 // under the device lock, so consecutive calls on one entry never see each other's data.
 
 const (
-	maxBinds   = 10
+	maxBinds   = 16 // drt_bind_group's most
 	maxScratch = 6
 	maxCopies  = 10
 	maxReads   = 8

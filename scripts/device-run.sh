@@ -6,8 +6,8 @@
 #                  against the CPU plan), device tensors and device loss through the root
 #                  package's tests, a 20,000-call soak's peak RSS, and the tiny-dispatch
 #                  benchmark of the C layer beside the Go API's (issue 17's two patterns).
-#   diag           this round's A/Bs: conformance, the kernels, the tiny twins alternating,
-#                  and the transfer ring's shape.
+#   diag           this round's A/Bs: conformance, the 16-bit kernels' shape, the f32
+#                  kernels, the tiny twins alternating.
 #   speed          the benchmark on Dawn (host-tensor wall, device-resident wall, kernel
 #                  time), on the CPU (all threads) and in auto mode, the staging ring's
 #                  upload and read-back GB/s beside the plain path's, then torch's anchors
@@ -54,23 +54,28 @@ ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 export FUSEDNORM_DAWN_LIB=$PWD/third_party/dawn/libwebgpu_wrapper.so FUSEDNORM_REQUIRE_DAWN=1
 if [ "${1:-}" = diag ]; then
-	# The measurements that decide this round's choices, each A/B in a random order: the
-	# conformance suite first, the kernels on Dawn, the tiny twins (C and Go alternating,
-	# three rounds, on the same four cores) and the transfer ring's shape.
+	# The measurements that decide this round's choices: the conformance suite first, then
+	# one A/B of the 16-bit kernels' shape (FUSEDNORM_WIDE: eight lanes an invocation, or
+	# four), the arms in a random order, the f32 kernels, and the tiny twins (C and Go
+	# alternating, three rounds, on the same four cores).
 	nvidia-smi -L
 	(cd tests && timeout 170 ../carry/conformance.test -test.run TestDawn -test.v >"$OUT/conformance.log" 2>&1; echo "rc=$?" >>"$OUT/conformance.log")
 	grep -E "engine:|--- FAIL|rc=" "$OUT/conformance.log" | tail -6
-	timeout 200 carry/fusednorm-bench -cases shaders -backend dawn -probe=false -reps 5 -min-time 0.1s \
-		-json "$OUT/bench-dawn.json" >"$OUT/bench-dawn.txt" 2>/dev/null
-	echo "bench dawn rc=$?"; cat "$OUT/bench-dawn.txt"
+	arms="1 0"; [ $((RANDOM % 2)) = 0 ] && arms="0 1"
+	for a in $arms; do
+		FUSEDNORM_WIDE=$a timeout 100 carry/fusednorm-bench -cases shaders -backend dawn -dtype f16 -probe=false -reps 5 -min-time 0.1s \
+			-json "$OUT/wide$a.json" >"$OUT/wide$a.txt" 2>/dev/null
+		echo "wide=$a rc=$?"; tail -7 "$OUT/wide$a.txt"
+	done
+	timeout 100 carry/fusednorm-bench -cases shaders -backend dawn -dtype f32 -probe=false -reps 5 -min-time 0.1s \
+		-json "$OUT/f32.json" >"$OUT/f32.txt" 2>/dev/null
+	echo "f32 rc=$?"; tail -7 "$OUT/f32.txt"
 	{ for round in 1 2 3; do
-		TINY_NOCOPY=1 taskset -c 4-7 timeout 40 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 3000
+		taskset -c 4-7 timeout 40 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 3000
 		GOMAXPROCS=4 taskset -c 4-7 timeout 40 carry/fusednorm-bench -backend dawn -tiny 3000
 	  done
 	} >"$OUT/tiny.txt" 2>&1
 	grep -E "^(C |Go )" "$OUT/tiny.txt"
-	timeout 100 carry/dawn.test -test.run '^$' -test.bench 'Transfer/.*/.*/1024MiB' -test.benchtime 4x -ring-sweep >"$OUT/transfer.txt" 2>&1
-	echo "transfer rc=$?"; grep -E "^Benchmark" "$OUT/transfer.txt"
 	exit 0
 fi
 if [ "${1:-}" = speed ]; then

@@ -42,8 +42,8 @@ type Embed struct {
 	Sum       bool      // embedding_sum requested
 	OddH      bool      // H odd: 16-bit rows may share a word with their neighbours
 	Vec       bool      // the vector kernel (H a multiple of 4, see VecOK)
-	Wide      bool      // with Vec: the 8-lane vector kernel (f16, H a multiple of 8, see WideOK)
 	Fast16    bool      // f16 by the builtin conversions, which the device was found to round exactly
+	SplitInts bool      // each int32 input at its own binding (device tensors bound in place), see IntBindings
 }
 
 // AddLN selects an AddLayerNorm kernel.
@@ -58,7 +58,6 @@ type AddLN struct {
 	WriteX   bool      // the x output is requested
 	OddD     bool      // D odd: 16-bit rows may share a word with their neighbours
 	Vec      bool      // the vector kernel (D a multiple of 4, see VecOK)
-	Wide     bool      // with Vec: the 8-lane vector kernel (16-bit tensors only, see WideOK)
 	Fast16   bool      // f16 by the builtin conversions, which the device was found to round exactly
 }
 
@@ -72,29 +71,14 @@ const VecLanes = plan.VecLanes
 // starts on a vector boundary (h a multiple of VecLanes), and so does every table row.
 func VecOK(h int) bool { return h%VecLanes == 0 }
 
-// WideLanes is VecLanes for the wide vector kernels of 16-bit data: invocation t owns the
-// plan's lanes 8t … 8t+7 and loads them as one vec4<u32> of eight 16-bit values.
-const WideLanes = 2 * VecLanes
+// Vectorize picks the vector kernel for rows of h elements when h allows. Every dispatch of
+// the op sets it here, so the kernels chosen for host and device tensors are the same. (An
+// eight-lane kernel for 16-bit rows, one vec4<u32> an invocation, lost to this one on four
+// of five f16 cases on the H200, up to 2x: half the invocations a row held twice the data.)
+func (k *Embed) Vectorize(h int) { k.Vec = VecOK(h) }
 
-// WideOK reports whether rows of h elements whose tensors are all 16-bit, under a plan of
-// width w, can use the wide vector kernels.
-func WideOK(h, w int) bool { return h%WideLanes == 0 && w >= WideLanes }
-
-// Vectorize picks the vector kernels for rows of h elements under a plan of width w: Vec
-// when h allows, Wide when every tensor is 16-bit too. Every dispatch of the op sets them
-// here, so the kernels chosen for host and device tensors are the same.
-func (k *Embed) Vectorize(h, w int) {
-	k.Vec = VecOK(h)
-	k.Wide = k.Vec && k.DType == ops.F16 && WideOK(h, w)
-}
-
-// Vectorize is Embed.Vectorize for AddLayerNorm: Wide when x1, x2, gamma (and bias), y
-// are all 16-bit.
-func (k *AddLN) Vectorize(d, w int) {
-	k.Vec = VecOK(d)
-	k.Wide = k.Vec && WideOK(d, w) && k.X1.Is16() && k.X2.Is16() && k.Gamma.Is16() && k.Out.Is16() &&
-		(k.Bias == ops.Invalid || k.Bias.Is16())
-}
+// Vectorize is Embed.Vectorize for AddLayerNorm.
+func (k *AddLN) Vectorize(d int) { k.Vec = VecOK(d) }
 
 // PrivateFor is the Private parameter for rows of h elements over w invocations.
 func PrivateFor(h, w int) int {
@@ -104,6 +88,21 @@ func PrivateFor(h, w int) int {
 	return 0
 }
 
+// IntBindings are the bindings of the int32 inputs of a SplitInts kernel: input_ids,
+// segment_ids, mask, position_ids. Otherwise all are read from binding 1.
+var IntBindings = [4]uint32{1, 9, 10, 11}
+
+// StorageBuffers is how many storage buffers the kernel binds (a device limit per stage).
+func (p Embed) StorageBuffers() int {
+	n := 6 // ints or ids, word, pos, gamma+beta, output, aux
+	for _, b := range []bool{p.Segment, p.Sum, p.SplitInts && p.SegIDs, p.SplitInts && p.MaskIndex, p.SplitInts && p.PosIDs} {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
 // Key is the cache key of the kernel, also usable as a pipeline key.
 func (p Embed) Key() string { return fmt.Sprintf("embed%+v", p) }
 
@@ -111,11 +110,8 @@ func (p Embed) Key() string { return fmt.Sprintf("embed%+v", p) }
 func (p AddLN) Key() string { return fmt.Sprintf("addln%+v", p) }
 
 func (p Embed) check() error {
-	if err := checkW(p.W, p.Private, p.Vec, p.Wide); err != nil {
+	if err := checkW(p.W, p.Private, p.Vec); err != nil {
 		return err
-	}
-	if p.Wide && p.DType != ops.F16 {
-		return fmt.Errorf("shaders: embed: wide kernel of dtype %v", p.DType)
 	}
 	if p.DType != ops.F32 && p.DType != ops.F16 {
 		return fmt.Errorf("shaders: embed: dtype %v", p.DType)
@@ -127,13 +123,8 @@ func (p Embed) check() error {
 }
 
 func (p AddLN) check() error {
-	if err := checkW(p.W, p.Private, p.Vec, p.Wide); err != nil {
+	if err := checkW(p.W, p.Private, p.Vec); err != nil {
 		return err
-	}
-	for _, d := range []ops.DType{p.X1, p.X2, p.Gamma, p.Out, p.Bias} {
-		if p.Wide && d != ops.Invalid && !d.Is16() {
-			return fmt.Errorf("shaders: addln: wide kernel with a %v tensor", d)
-		}
 	}
 	for _, d := range []ops.DType{p.X1, p.X2, p.Gamma, p.Out} {
 		if wgslName(d) == "" {
@@ -146,10 +137,7 @@ func (p AddLN) check() error {
 	return nil
 }
 
-func checkW(w, private int, vec, wide bool) error {
-	if wide && (!vec || w < WideLanes) {
-		return fmt.Errorf("shaders: wide kernel needs Vec and W ≥ %d (W %d)", WideLanes, w)
-	}
+func checkW(w, private int, vec bool) error {
 	if w < 1 || w > 1024 || w&(w-1) != 0 {
 		return fmt.Errorf("shaders: W %d is not a power of two in [1, 1024]", w)
 	}
@@ -192,13 +180,9 @@ func vecElem(d string) string {
 	return "vec2<u32>" // four 16-bit values
 }
 
-// elemFor is elemType, or vecElem in the vector kernels, or vec4<u32> (eight 16-bit values)
-// in the wide ones.
-func elemFor(vec, wide bool) func(string) string {
-	switch {
-	case wide:
-		return func(string) string { return "vec4<u32>" }
-	case vec:
+// elemFor is elemType, or vecElem in the vector kernels.
+func elemFor(vec bool) func(string) string {
+	if vec {
 		return vecElem
 	}
 	return elemType
@@ -206,10 +190,8 @@ func elemFor(vec, wide bool) func(string) string {
 
 // outElem is the array element of a written tensor: 16-bit rows that can share a word with a
 // neighbour are written with atomics; the vector kernels write whole vectors.
-func outElem(d string, odd, vec, wide bool) string {
+func outElem(d string, odd, vec bool) string {
 	switch {
-	case wide:
-		return "vec4<u32>"
 	case vec:
 		return vecElem(d)
 	case d == "f32":
@@ -243,13 +225,9 @@ func stageWords(out ops.DType, w, private int, vec bool) int {
 	return private*w/2 + 1
 }
 
-// groupSize is the workgroup size of a kernel: W, or W/VecLanes for the vector kernels, or
-// W/WideLanes for the wide ones.
-func groupSize(w int, vec, wide bool) int {
-	switch {
-	case wide:
-		return w / WideLanes
-	case vec:
+// groupSize is the workgroup size of a kernel: W, or W/VecLanes for the vector kernels.
+func groupSize(w int, vec bool) int {
+	if vec {
 		return w / VecLanes
 	}
 	return w
@@ -286,12 +264,18 @@ func RenderEmbed(p Embed) (string, error) {
 	}
 	t := wgslName(p.DType)
 	sw := stageWords(p.DType, p.W, p.Private, p.Vec)
+	ints := [4]string{"ints", "ints", "ints", "ints"}
+	if p.SplitInts {
+		ints = [4]string{"ids", "segids", "maskv", "posids"}
+	}
 	data := struct {
 		Embed
-		T, Elem, OutElem string
-		Half, Stage      bool
-		StageWords, WG   int
-	}{p, t, elemFor(p.Vec, p.Wide)(t), outElem(t, p.OddH, p.Vec, p.Wide), p.DType == ops.F16, sw > 0, sw, groupSize(p.W, p.Vec, p.Wide)}
+		T, Elem, OutElem                string
+		Half, Stage                     bool
+		StageWords, WG                  int
+		IDsVar, SegVar, MaskVar, PosVar string // the arrays each int32 input is read from
+	}{p, t, elemFor(p.Vec)(t), outElem(t, p.OddH, p.Vec), p.DType == ops.F16, sw > 0, sw, groupSize(p.W, p.Vec),
+		ints[0], ints[1], ints[2], ints[3]}
 	return render(p.Key(), embedTmpl(), "embedlayernorm.wgsl.tmpl", data)
 }
 
@@ -303,15 +287,15 @@ func RenderAddLN(p AddLN) (string, error) {
 	out := wgslName(p.Out)
 	sw := stageWords(p.Out, p.W, p.Private, p.Vec)
 	data := struct {
-		W, Private, WG                            int
-		X1, X2, Gamma, Bias, Out                  string
-		BiasFull, WriteX, OddD, Vec, Wide, Fast16 bool
-		OutElem                                   string
-		Stage                                     bool
-		StageWords                                int
-		E                                         func(string) string
-	}{p.W, p.Private, groupSize(p.W, p.Vec, p.Wide), wgslName(p.X1), wgslName(p.X2), wgslName(p.Gamma), wgslName(p.Bias), out,
-		p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Wide, p.Fast16, outElem(out, p.OddD, p.Vec, p.Wide), sw > 0, sw, elemFor(p.Vec, p.Wide)}
+		W, Private, WG                      int
+		X1, X2, Gamma, Bias, Out            string
+		BiasFull, WriteX, OddD, Vec, Fast16 bool
+		OutElem                             string
+		Stage                               bool
+		StageWords                          int
+		E                                   func(string) string
+	}{p.W, p.Private, groupSize(p.W, p.Vec), wgslName(p.X1), wgslName(p.X2), wgslName(p.Gamma), wgslName(p.Bias), out,
+		p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Fast16, outElem(out, p.OddD, p.Vec), sw > 0, sw, elemFor(p.Vec)}
 	return render(p.Key(), addlnTmpl(), "addlayernorm.wgsl.tmpl", data)
 }
 
@@ -338,7 +322,7 @@ const (
 // the helpers with the CPU through it.
 func RenderProbe(fast16 bool) (string, error) {
 	return render(fmt.Sprintf("probe(fast16=%v)", fast16), probeTmpl(), "probe.wgsl.tmpl", struct {
-		W, WG                    int
-		Stage, Vec, Wide, Fast16 bool
+		W, WG              int
+		Stage, Vec, Fast16 bool
 	}{W: ProbeWorkgroup, WG: ProbeWorkgroup, Fast16: fast16})
 }

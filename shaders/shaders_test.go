@@ -36,11 +36,6 @@ func embedParams() []Embed {
 								out = append(out, p)
 								if p.Vec = true; !odd && sh.w >= VecLanes {
 									out = append(out, p) // the vector kernel (H a multiple of 4)
-									if dt == ops.F16 {
-										wide := p
-										wide.Wide = true
-										out = append(out, wide) // the wide kernel (H a multiple of 8)
-									}
 									if sh.w == 256 {
 										p.W, p.Private = 1024, 8 // long rows: W up to plan.MaxVecW
 										out = append(out, p)
@@ -57,6 +52,9 @@ func embedParams() []Embed {
 		if p.Vec && p.DType == ops.F16 {
 			p.Fast16 = true // the builtin conversions (a device that rounds them exactly)
 			out = append(out, p)
+		}
+		if p.SplitInts = true; p.W == 64 && p.StorageBuffers() <= 8 {
+			out = append(out, p) // device-resident int32 inputs bound where they are, within WebGPU's default limit
 		}
 	}
 	return out
@@ -81,11 +79,6 @@ func addlnParams() []AddLN {
 						out = append(out, p)
 						if p.Vec = true; !odd && sh.w >= VecLanes {
 							out = append(out, p) // the vector kernel (D a multiple of 4)
-							if r[0].Is16() && r[1].Is16() && r[2].Is16() {
-								wide := p
-								wide.Wide = true
-								out = append(out, wide) // the wide kernel (D a multiple of 8)
-							}
 							if sh.w == 256 {
 								p.W, p.Private = 1024, 8 // long rows: W up to plan.MaxVecW
 								out = append(out, p)

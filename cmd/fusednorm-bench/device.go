@@ -292,14 +292,15 @@ func embedIDs(c *benchCase, B, S, V, G int) (ids, seg, mask []int32) {
 	return ids, seg, mask
 }
 
-// timeDeviceResident sets r.DeviceMs and r.KernelMs: the case on device tensors, a chain of
-// calls sized from the host-tensor median to last about -min-time, then one Sync that waits
-// for every call of the chain, divided by the chain's length; the median of -reps chains.
-// The main output is read back after each chain, untimed, so the chain's work is checked to
-// have happened: at PCIe speed a read-back of the big cases' outputs alone takes longer than
-// the chain. Then the kernel alone: K back-to-back dispatches of the call in one compute
-// pass between two timestamps (ops.KernelClock), K chosen to fill about 2 ms, over K; the
-// median of -reps. A failure is reported, not fatal.
+// timeDeviceResident sets r.DeviceMs and r.KernelMs from the case on device tensors. First
+// the device-resident wall: a chain of calls sized to keep the GPU busy for about -min-time
+// (at least 20 calls), then one Sync that waits for every call of the chain, divided by the
+// chain's length; the median of -reps chains after one untimed chain. Then, the GPU's clocks
+// up from those chains (an idle H200 runs a lone dispatch of the largest case 3.5 times
+// slower), the kernel alone: K back-to-back dispatches of the call in one compute pass
+// between two timestamps (ops.KernelClock), K chosen to fill about 2 ms, over K; the median
+// of -reps. The main output is read back once at the end, untimed, so the work is checked to
+// have happened. A failure is reported, not fatal.
 func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result) {
 	w, err := setupDevice(eng, c, o.threads)
 	if err != nil {
@@ -307,11 +308,7 @@ func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase
 		return
 	}
 	defer w.close()
-	n := 10
-	if r.MedianMs > 0 {
-		n = int(min(max(float64(o.minTime.Milliseconds())/r.MedianMs, 10), 1000))
-	}
-	chain := func() (time.Duration, error) {
+	chain := func(n int) (time.Duration, error) {
 		t := time.Now()
 		for range n {
 			if err := w.run(ctx); err != nil {
@@ -321,16 +318,21 @@ func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase
 		if err := eng.Sync(ctx); err != nil {
 			return 0, err
 		}
-		d := time.Since(t) / time.Duration(n)
-		return d, w.read(ctx)
+		return time.Since(t) / time.Duration(n), nil
 	}
-	if _, err := chain(); err != nil { // warm
+	est, err := chain(3) // warm: pipelines, bind groups; a first estimate
+	if err != nil {
+		r.Error = "device-resident: " + err.Error()
+		return
+	}
+	n := int(min(max(int64(o.minTime/max(est, 1)), 20), 2000))
+	if _, err := chain(n); err != nil { // the GPU's clocks up
 		r.Error = "device-resident: " + err.Error()
 		return
 	}
 	ts := make([]time.Duration, 0, o.reps)
 	for range o.reps {
-		d, err := chain()
+		d, err := chain(n)
 		if err != nil {
 			r.Error = "device-resident: " + err.Error()
 			return
@@ -340,7 +342,7 @@ func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase
 	per := median(ts)
 	r.DeviceMs = ms(per)
 
-	clock := &ops.KernelClock{Repeat: int(min(max(int64(2*time.Millisecond/max(per, 1)), 1), 256))}
+	clock := &ops.KernelClock{Repeat: int(min(max(int64(2*time.Millisecond/max(per, 1)), 2), 256))}
 	cctx := ops.WithKernelClock(ctx, clock)
 	ks := make([]time.Duration, 0, o.reps)
 	for i := range o.reps + 1 {
@@ -350,12 +352,17 @@ func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase
 			return
 		}
 		if clock.Per <= 0 {
-			return // no device timer
+			break // no device timer
 		}
-		if i > 0 { // the first pass warms the timestamp objects
+		if i > 0 { // the first pass makes the timestamp objects
 			ks = append(ks, clock.Per)
 		}
 	}
-	r.KernelMs = ms(median(ks))
-	r.KernelRepeat = clock.Repeat
+	if len(ks) > 0 {
+		r.KernelMs = ms(median(ks))
+		r.KernelRepeat = clock.Repeat
+	}
+	if err := w.read(ctx); err != nil {
+		r.Error = "device-resident read-back: " + err.Error()
+	}
 }

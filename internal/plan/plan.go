@@ -10,8 +10,7 @@
 // The GPU kernels may run the plan's invocations four to a thread: in the vector kernels
 // (shaders.VecOK: H a multiple of 4), thread t of W/4 holds the partials of invocations
 // 4t … 4t+3 as the lanes of a vec4 and loads their elements of chunk m, x[mW+4t … mW+4t+3],
-// as one 16-byte vector (8 bytes for 16-bit data; rows of 16-bit tensors alone whose length
-// is a multiple of 8 go eight to a thread, one vec4<u32>); the tree then runs over the same W
+// as one 16-byte vector (8 bytes for 16-bit data); the tree then runs over the same W
 // partials in workgroup memory. Every partial sees the same additions in the same order, so
 // the CPU mirror is the same for both.
 //

@@ -33,14 +33,15 @@ func run(dir string) error {
 	// The kernels do not depend on the contraction profile; the plan's width does not either.
 	p := plan.For(tinyH, plan.Contraction{})
 	private := shaders.PrivateFor(p.H, p.W)
-	ek := shaders.Embed{W: p.W, Private: private, DType: ops.F32}
-	ek.Vectorize(p.H, p.W) // as the Go path picks its kernel
+	// Its ids are a device tensor, bound where it is (SplitInts), as the Go path does.
+	ek := shaders.Embed{W: p.W, Private: private, DType: ops.F32, SplitInts: true}
+	ek.Vectorize(p.H) // as the Go path picks its kernel
 	embed, err := shaders.RenderEmbed(ek)
 	if err != nil {
 		return err
 	}
 	ak := shaders.AddLN{W: p.W, Private: private, X1: ops.F32, X2: ops.F32, Gamma: ops.F32, Out: ops.F32}
-	ak.Vectorize(p.H, p.W)
+	ak.Vectorize(p.H)
 	add, err := shaders.RenderAddLN(ak)
 	if err != nil {
 		return err
