@@ -2,17 +2,17 @@
 # Runs on the GPU machine, from the repository root, after scripts/device-build.sh here
 # (carry carry/, third_party/dawn and .gl: the Vulkan loader and glvnd debs, see the device
 # tool's README). Results go to $OUT.
-#   (no argument)  correctness: the conformance suite on Dawn (Dawn required, every output
-#                  against the CPU plan), device tensors and device loss through the root
-#                  package's tests, a 20,000-call soak's peak RSS, and the tiny-dispatch
-#                  benchmark of the C layer beside the Go API's (issue 17's two patterns).
-#   diag           this round's A/Bs: conformance, the 16-bit kernels' shape, the f32
-#                  kernels, the tiny twins alternating.
+#   (no argument)  correctness, then the small measurements: the conformance suite on Dawn
+#                  (Dawn required, every output against the CPU plan), device tensors and
+#                  device loss through the root package's tests, the tiny-dispatch benchmark
+#                  of the C layer beside the Go API's (issue 17's two patterns), the staging
+#                  ring's upload and read-back GB/s beside the plain path's, and torch's
+#                  anchors (tools/anchors/gpu_anchor.py: device copy, transfers, eager,
+#                  torch.compile).
 #   speed          the benchmark on Dawn (host-tensor wall, device-resident wall, kernel
-#                  time), on the CPU (all threads) and in auto mode, the staging ring's
-#                  upload and read-back GB/s beside the plain path's, then torch's anchors
-#                  (tools/anchors/gpu_anchor.py: device copy, transfers, eager,
-#                  torch.compile) in the same run on that machine.
+#                  time, the WGSL copy), on the CPU (all threads) and in auto mode. Run it
+#                  right after the first, on the same machine, so every figure comes from
+#                  the same minutes.
 # With the argument "cpu" it runs the CPU part instead: that machine's processor has
 # AVX-512, so it is where the avx512 kernels are tested (the kernel tests and the whole
 # conformance suite at every level, bit for bit against the pure-Go plan) and timed
@@ -53,60 +53,33 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 export FUSEDNORM_DAWN_LIB=$PWD/third_party/dawn/libwebgpu_wrapper.so FUSEDNORM_REQUIRE_DAWN=1
-if [ "${1:-}" = diag ]; then
-	# The measurements that decide this round's choices: the conformance suite first, then
-	# one A/B of the 16-bit kernels' shape (FUSEDNORM_WIDE: eight lanes an invocation, or
-	# four), the arms in a random order, the f32 kernels, and the tiny twins (C and Go
-	# alternating, three rounds, on the same four cores).
-	nvidia-smi -L
-	(cd tests && timeout 170 ../carry/conformance.test -test.run TestDawn -test.v >"$OUT/conformance.log" 2>&1; echo "rc=$?" >>"$OUT/conformance.log")
-	grep -E "engine:|--- FAIL|rc=" "$OUT/conformance.log" | tail -6
-	arms="1 0"; [ $((RANDOM % 2)) = 0 ] && arms="0 1"
-	for a in $arms; do
-		FUSEDNORM_WIDE=$a timeout 100 carry/fusednorm-bench -cases shaders -backend dawn -dtype f16 -probe=false -reps 5 -min-time 0.1s \
-			-json "$OUT/wide$a.json" >"$OUT/wide$a.txt" 2>/dev/null
-		echo "wide=$a rc=$?"; tail -7 "$OUT/wide$a.txt"
-	done
-	timeout 100 carry/fusednorm-bench -cases shaders -backend dawn -dtype f32 -probe=false -reps 5 -min-time 0.1s \
-		-json "$OUT/f32.json" >"$OUT/f32.txt" 2>/dev/null
-	echo "f32 rc=$?"; tail -7 "$OUT/f32.txt"
-	{ for round in 1 2 3; do
-		taskset -c 4-7 timeout 40 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 3000
-		GOMAXPROCS=4 taskset -c 4-7 timeout 40 carry/fusednorm-bench -backend dawn -tiny 3000
-	  done
-	} >"$OUT/tiny.txt" 2>&1
-	grep -E "^(C |Go )" "$OUT/tiny.txt"
-	exit 0
-fi
 if [ "${1:-}" = speed ]; then
-	timeout 300 carry/fusednorm-bench -cases shaders -backend dawn -probe=false -reps 5 -min-time 0.2s \
+	timeout 240 carry/fusednorm-bench -cases shaders -backend dawn -probe=false -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-dawn.json" -plot "$OUT/roofline-dawn.svg" >"$OUT/bench-dawn.txt" 2>/dev/null
 	echo "bench dawn rc=$?"; cat "$OUT/bench-dawn.txt"
 	timeout 150 carry/fusednorm-bench -cases shaders -backend cpu -threads "$(nproc)" -reps 3 -min-time 0.2s \
 		-json "$OUT/bench-cpu.json" >"$OUT/bench-cpu.txt" 2>/dev/null
 	echo "bench cpu rc=$?"; cat "$OUT/bench-cpu.txt"
-	timeout 150 carry/fusednorm-bench -cases shaders -backend auto -threads "$(nproc)" -probe=false -reps 3 -min-time 0.2s \
+	timeout 180 carry/fusednorm-bench -cases shaders -backend auto -threads "$(nproc)" -probe=false -device-resident=false -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-auto.json" >"$OUT/bench-auto.txt" 2>/dev/null
 	echo "bench auto rc=$?"; cat "$OUT/bench-auto.txt"
-	timeout 120 carry/dawn.test -test.run '^$' -test.bench Transfer -test.benchtime 5x >"$OUT/transfer.txt" 2>&1
-	echo "transfer rc=$?"; grep -E "^Benchmark" "$OUT/transfer.txt"
-	(cd carry && PYTHONUNBUFFERED=1 timeout 240 python3 gpu_anchor.py >"$OUT/anchor.jsonl" 2>"$OUT/anchor.err"; echo "anchor rc=$?")
-	cut -c1-160 "$OUT/anchor.jsonl"
 	exit 0
 fi
 nvidia-smi -L
-(cd tests && timeout 240 ../carry/conformance.test -test.run TestDawn -test.v >"$OUT/conformance.log" 2>&1; echo "rc=$?" >>"$OUT/conformance.log")
-grep -E "engine:|max ulp|--- FAIL|rc=" "$OUT/conformance.log"
-timeout 150 carry/root.test -test.run 'TestDevice|TestInfoNames|TestCloseDuringCallDawn|TestDawn' -test.v >"$OUT/root.log" 2>&1
-echo "root tests rc=$?"; grep -E "^(--- |ok|FAIL)|lost|recover|differ" "$OUT/root.log"
-FUSEDNORM_BACKEND=dawn timeout 120 carry/root.test -test.run TestSoak -soak.calls=20000 -test.v >"$OUT/soak.log" 2>&1
-echo "soak rc=$?"; grep -E "VmHWM|^--- " "$OUT/soak.log"
-# The C and Go twins alternate, twice, so a drift of the machine shows as a difference
-# between rounds rather than between the twins.
-{ for round in 1 2; do
-	timeout 60 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 5000
-	timeout 60 carry/fusednorm-bench -backend dawn -tiny 5000
+(cd tests && timeout 170 ../carry/conformance.test -test.run TestDawn -test.v >"$OUT/conformance.log" 2>&1; echo "rc=$?" >>"$OUT/conformance.log")
+grep -E "engine:|--- FAIL|rc=" "$OUT/conformance.log" | tail -5
+timeout 100 carry/root.test -test.run 'TestDevice|TestInfoNames|TestCloseDuringCallDawn|TestDawn' -test.v >"$OUT/root.log" 2>&1
+echo "root tests rc=$?"; grep -E "^(--- FAIL|ok|FAIL)" "$OUT/root.log"; grep -c "^--- PASS" "$OUT/root.log"
+# The C and Go twins alternate, three rounds on the same four cores, so a drift of the
+# machine shows as a difference between rounds rather than between the twins.
+{ for round in 1 2 3; do
+	taskset -c 4-7 timeout 40 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 3000
+	GOMAXPROCS=4 taskset -c 4-7 timeout 40 carry/fusednorm-bench -backend dawn -tiny 3000
   done
-  FUSEDNORM_BACKEND=dawn timeout 120 carry/root.test -test.run XXX -test.bench Tiny -test.benchmem -test.benchtime 5000x
+  FUSEDNORM_BACKEND=dawn timeout 60 carry/root.test -test.run XXX -test.bench Tiny -test.benchmem -test.benchtime 3000x
 } >"$OUT/tiny.txt" 2>&1
 grep -E "^(C |Go |Benchmark)" "$OUT/tiny.txt"
+timeout 60 carry/dawn.test -test.run '^$' -test.bench 'Transfer/.*/.*/1024MiB' -test.benchtime 4x >"$OUT/transfer.txt" 2>&1
+echo "transfer rc=$?"; grep -E "^Benchmark" "$OUT/transfer.txt"
+(cd carry && PYTHONUNBUFFERED=1 timeout 200 python3 gpu_anchor.py >"$OUT/anchor.jsonl" 2>"$OUT/anchor.err"; echo "anchor rc=$?")
+cut -c1-200 "$OUT/anchor.jsonl"
