@@ -14,7 +14,7 @@ import (
 // alone when one is named, else dawn's search list; errors wrap ErrUnavailable with the cause
 // (the path and why, no adapter, Null backend only, built without cgo). In auto mode a device
 // that is lost and cannot be reopened hands over to the CPU backend, mirroring its profile.
-func openDawn(c *config, auto bool) (Backend, error) {
+func openDawn(c *config, auto bool) (ops.Backend, error) {
 	cfg := dawn.Config{LibPath: c.dawnLib, Inject: c.inject, Logger: c.logger}
 	if c.adapterSet {
 		i, err := chooseAdapter(c.dawnLib, c.adapter)

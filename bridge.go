@@ -8,23 +8,15 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/fusednorm/fusednorm/cpu"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// Backend is what computes the ops: the CPU (package cpu) or Dawn (package dawn). The
-// engine picks one at Open; Engine.Info says which and why.
-type Backend = ops.Backend
-
 // Contraction is a device's contraction profile: which multiply-adds of the reduction plan
 // it fuses (SPEC §C.4). Engine.Info reports it; WithContraction makes the CPU mirror it.
 type Contraction = plan.Contraction
-
-// Plan is the reduction plan of SPEC §C.4 for one row length.
-type Plan = plan.Plan
 
 // Backend names accepted by WithBackend and FUSEDNORM_BACKEND.
 const (
@@ -108,11 +100,11 @@ func WithHugePages(on bool) Option { return func(c *config) { c.noHuge = !on } }
 // its own.
 func WithContraction(p Contraction) Option { return func(c *config) { c.profile = &p } }
 
-// WithFaultInjection installs a hook the Dawn backend calls at each place the device can
-// fail; a non-nil return is treated as that failure. For tests of error paths. The sites:
+// withFaultInjection installs a hook the Dawn backend calls at each place the device can
+// fail; a non-nil return is treated as that failure (the tests of error paths). The sites:
 // "load", "open", "create-buffer", "write-buffer", "pipeline", "submit", "map", and "lose",
 // where a non-nil return makes Dawn lose the device for real while a dispatch is in flight.
-func WithFaultInjection(hook func(site string) error) Option {
+func withFaultInjection(hook func(site string) error) Option {
 	return func(c *config) { c.inject = hook }
 }
 
@@ -149,7 +141,7 @@ func (i Info) String() string {
 
 // Engine runs the ops on one backend. It is safe for concurrent use.
 type Engine struct {
-	be        Backend
+	be        ops.Backend
 	reason    string
 	mu        sync.RWMutex
 	closed    bool
@@ -230,7 +222,7 @@ func Open(opts ...Option) (*Engine, error) {
 // contraction profile, and the cost model that places a new host-tensor call shape's first
 // call (route.go). When
 // the model cannot be measured, the engine runs on the GPU alone and Reason says why.
-func openRouter(c *config, gpu Backend) (*Engine, error) {
+func openRouter(c *config, gpu ops.Backend) (*Engine, error) {
 	cc := *c
 	p := gpu.Info().Profile
 	cc.profile = &p
@@ -250,7 +242,7 @@ func openRouter(c *config, gpu Backend) (*Engine, error) {
 
 func envDawnLib() string { return os.Getenv(EnvDawnLib) }
 
-func newCPU(c *config) (Backend, error) {
+func newCPU(c *config) (ops.Backend, error) {
 	o := cpu.Options{Threads: c.threads, Level: c.cpuLevel, NoHugePages: c.noHuge}
 	if c.profile != nil {
 		o.Profile = *c.profile
@@ -267,34 +259,6 @@ func (e *Engine) Info() Info {
 	bi := e.be.Info()
 	return Info{Backend: bi.Name, Device: bi.Device, Detail: bi.Detail, Level: bi.Level, Reason: e.reason,
 		Profile: bi.Profile, Library: bi.Library, Health: bi.Health}
-}
-
-// Plan returns the reduction plan the engine's backend uses for rows of h elements (h ≥ 1).
-func (e *Engine) Plan(h int) Plan { return e.be.Plan(h) }
-
-// KernelTiming switches device-side timing of each dispatch on or off (timestamp queries on
-// the GPU). It returns an error wrapping ErrNotSupported on backends that cannot time their
-// kernels (the CPU, or a GPU without timestamps), and ErrClosed after Close.
-func (e *Engine) KernelTiming(on bool) error {
-	if err := e.use(); err != nil {
-		return fmt.Errorf("fusednorm: KernelTiming: %w", ErrClosed)
-	}
-	defer e.done()
-	kt, ok := e.be.(ops.KernelTimer)
-	if !ok {
-		return fmt.Errorf("fusednorm: KernelTiming: backend %s has no device timer: %w", e.be.Info().Name, ErrNotSupported)
-	}
-	return kt.SetKernelTiming(on)
-}
-
-// LastKernelTime is the device time of the engine's most recent dispatch while KernelTiming
-// is on; false when the backend has no timer.
-func (e *Engine) LastKernelTime() (time.Duration, bool) {
-	kt, ok := e.be.(ops.KernelTimer)
-	if !ok {
-		return 0, false
-	}
-	return kt.LastKernelTime(), true
 }
 
 // Close releases the backend; prepared ops of the engine stop working. From its start,

@@ -86,7 +86,7 @@ func TestClosedEngine(t *testing.T) {
 // reports a device error and leaves caller outputs untouched. Needs Dawn (lavapipe in CI).
 func TestDawnFaultInjection(t *testing.T) {
 	var fail string
-	e, err := Open(WithBackend(BackendDawn), WithFaultInjection(func(site string) error {
+	e, err := Open(WithBackend(BackendDawn), withFaultInjection(func(site string) error {
 		if site == fail {
 			return errors.New("injected fault at " + site)
 		}

@@ -282,7 +282,7 @@ func TestDeviceIDsCheckedByTheKernel(t *testing.T) {
 // the next call that waits, naming the failed call.
 func TestDeviceErrorAtNextWait(t *testing.T) {
 	var fail bool
-	e := dawnEngine(t, WithFaultInjection(func(site string) error {
+	e := dawnEngine(t, withFaultInjection(func(site string) error {
 		if fail && site == "async" {
 			return errors.New("injected")
 		}

@@ -122,19 +122,6 @@ func TestInfoNamesDawnLibrary(t *testing.T) {
 	require.NoError(t, cpuEng.Close())
 }
 
-// TestKernelTimingAfterClose (issue 12 item 8): ErrClosed on every backend.
-func TestKernelTimingAfterClose(t *testing.T) {
-	e, err := Open(WithBackend(BackendCPU))
-	require.NoError(t, err)
-	require.NoError(t, e.Close())
-	require.ErrorIs(t, e.KernelTiming(true), ErrClosed)
-
-	e = openDawnOrSkip(t)
-	require.NoError(t, e.Close())
-	require.ErrorIs(t, e.KernelTiming(true), ErrClosed)
-	require.ErrorIs(t, e.KernelTiming(false), ErrClosed)
-}
-
 // lockedBuffer collects log output from several goroutines.
 type lockedBuffer struct {
 	mu sync.Mutex
@@ -164,7 +151,7 @@ func TestDeviceLossRecovery(t *testing.T) {
 	var lose atomic.Bool
 	var logs lockedBuffer
 	e := openDawnOrSkip(t,
-		WithFaultInjection(func(site string) error {
+		withFaultInjection(func(site string) error {
 			if site == "lose" && lose.CompareAndSwap(true, false) {
 				return errors.New("device lost on purpose by TestDeviceLossRecovery")
 			}

@@ -387,7 +387,7 @@ func TestErrorsNameTheWrongTensor(t *testing.T) {
 // Needs Dawn (lavapipe in CI).
 func TestDeviceFaultLeavesOutputs(t *testing.T) {
 	var fail string
-	e, err := Open(WithBackend(BackendDawn), WithFaultInjection(func(site string) error {
+	e, err := Open(WithBackend(BackendDawn), withFaultInjection(func(site string) error {
 		if site == fail {
 			return errors.New("injected fault at " + site)
 		}

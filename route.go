@@ -64,7 +64,7 @@ func (m *routeModel) String() string {
 
 // router is the backend of an auto engine with a GPU open: see the comment at the top.
 type router struct {
-	gpu ops.Backend // the dawn backend: also DeviceBackend, AddPreparer, KernelTimer
+	gpu ops.Backend // the dawn backend: also DeviceBackend, AddPreparer
 	cpu ops.Backend
 	m   routeModel
 
@@ -319,7 +319,7 @@ func (p *routedEmbed) Close() error {
 	return err
 }
 
-// The device-tensor methods and the kernel timer are the GPU's.
+// The device-tensor methods are the GPU's.
 
 func (r *router) NewDeviceMem(dt ops.DType, n int) (ops.DeviceMem, error) {
 	return r.gpu.(ops.DeviceBackend).NewDeviceMem(dt, n)
@@ -332,21 +332,6 @@ func (r *router) ReadDevice(ctx context.Context, m ops.DeviceMem, dst []byte) er
 }
 func (r *router) FreeDevice(m ops.DeviceMem) error { return r.gpu.(ops.DeviceBackend).FreeDevice(m) }
 func (r *router) Sync(ctx context.Context) error   { return r.gpu.(ops.DeviceBackend).Sync(ctx) }
-
-func (r *router) SetKernelTiming(on bool) error {
-	kt, ok := r.gpu.(ops.KernelTimer)
-	if !ok {
-		return fmt.Errorf("fusednorm: KernelTiming: no device timer: %w", ErrNotSupported)
-	}
-	return kt.SetKernelTiming(on)
-}
-
-func (r *router) LastKernelTime() time.Duration {
-	if kt, ok := r.gpu.(ops.KernelTimer); ok {
-		return kt.LastKernelTime()
-	}
-	return 0
-}
 
 // LiveBuffers forwards the GPU's buffer count (tests).
 func (r *router) LiveBuffers() int {

@@ -234,7 +234,7 @@ func TestAutoPastDeviceLimitRunsOnCPU(t *testing.T) {
 		}
 		return nil
 	}
-	e := autoSoftwareEngine(t, WithFaultInjection(hook))
+	e := autoSoftwareEngine(t, withFaultInjection(hook))
 	m, _ := e.routeModelOf()
 	m.cpuBW = 1 // host calls go to the GPU first
 	r := rand.New(rand.NewPCG(5, 6))

@@ -230,27 +230,27 @@ func (b *Backend) pipeline(key string, render func() (string, error)) (*Pipeline
 	return p, nil
 }
 
-// SetKernelTiming makes every dispatch measure its compute pass with timestamp queries, for
+// setKernelTiming makes every dispatch measure its compute pass with timestamp queries, for
 // benchmarks; it costs a query resolve per call. ErrNotSupported without TimestampQuery.
-func (b *Backend) SetKernelTiming(on bool) error {
-	leave, err := b.enter("SetKernelTiming")
+func (b *Backend) setKernelTiming(on bool) error {
+	leave, err := b.enter("setKernelTiming")
 	if err != nil {
 		return err
 	}
 	defer leave()
 	if b.fallback != nil {
-		return fmt.Errorf("dawn: SetKernelTiming: running on the CPU since the device was lost: %w", ops.ErrNotSupported)
+		return fmt.Errorf("dawn: setKernelTiming: running on the CPU since the device was lost: %w", ops.ErrNotSupported)
 	}
 	if on && !b.dev.HasFeature("TimestampQuery") {
-		return fmt.Errorf("dawn: SetKernelTiming: the adapter has no TimestampQuery: %w", ops.ErrNotSupported)
+		return fmt.Errorf("dawn: setKernelTiming: the adapter has no TimestampQuery: %w", ops.ErrNotSupported)
 	}
 	b.timed.Store(on)
 	return nil
 }
 
-// LastKernelTime is the device time of the most recent timed dispatch (0 before any). With
+// lastKernelTime is the device time of the most recent timed dispatch (0 before any). With
 // concurrent calls it is the time of whichever finished last.
-func (b *Backend) LastKernelTime() time.Duration { return time.Duration(b.gpuTime.Load()) }
+func (b *Backend) lastKernelTime() time.Duration { return time.Duration(b.gpuTime.Load()) }
 
 // run dispatches one kernel and reads back, timing the pass when timed is set.
 func (b *Backend) run(ctx context.Context, p *Pipeline, binds []Binding, groups [3]uint32, reads []Readback) error {

@@ -266,8 +266,8 @@ func TestBackendDeviceLossFallback(t *testing.T) {
 		if fallback && (info.Name != "cpu" || !strings.Contains(info.Health, "running on the CPU")) {
 			t.Errorf("Info after falling back: %+v", info)
 		}
-		if err := f.b.SetKernelTiming(true); fallback && !errors.Is(err, ops.ErrNotSupported) {
-			t.Errorf("SetKernelTiming on the CPU fallback: %v", err)
+		if err := f.b.setKernelTiming(true); fallback && !errors.Is(err, ops.ErrNotSupported) {
+			t.Errorf("setKernelTiming on the CPU fallback: %v", err)
 		}
 	}
 }
@@ -279,8 +279,8 @@ func TestBackendKernelTimingAfterClose(t *testing.T) {
 		t.Skip(err)
 	}
 	b.Close()
-	if err := b.SetKernelTiming(true); !errors.Is(err, ops.ErrClosed) {
-		t.Errorf("SetKernelTiming after Close: %v", err)
+	if err := b.setKernelTiming(true); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("setKernelTiming after Close: %v", err)
 	}
 }
 

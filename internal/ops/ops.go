@@ -243,13 +243,6 @@ type Info struct {
 	Health string
 }
 
-// KernelTimer is implemented by backends that can time their kernels on the device
-// (timestamp queries): benchmarks read the device time of the last dispatch.
-type KernelTimer interface {
-	SetKernelTiming(on bool) error
-	LastKernelTime() time.Duration
-}
-
 // KernelClock asks a GPU backend to time one call's kernel on the device (benchmarks): the
 // call dispatches its kernel Repeat times in one compute pass between two timestamps, waits
 // for it, and sets Per to the pass's device time over Repeat. A kernel shorter than a pass's
