@@ -293,7 +293,21 @@ func (p *routedEmbed) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 		out.MaskIndexDev == nil && out.Out.Dev == nil && out.Sum.Dev == nil {
 		t = p.r.route(embedShape(p.id, in, out), sideOf(p.modelGPU(in, out)))
 	}
-	return p.r.run(ctx, &t, gpuRun, func() error { return p.cpu.Run(ctx, in, out) })
+	return p.r.run(ctx, &t, gpuRun, func() error {
+		settling := p.settling()
+		err := p.cpu.Run(ctx, in, out)
+		if settling || p.settling() {
+			t.cold = t.on == onCPU // an upper bound: the op ran slower than it will
+		}
+		return err
+	})
+}
+
+// settling reports whether the CPU op is still preparing in the background (moving its word
+// table onto huge pages): its calls' times are then no measure of its cost.
+func (p *routedEmbed) settling() bool {
+	s, ok := p.cpu.(interface{ Settling() bool })
+	return ok && s.Settling()
 }
 
 // modelGPU says where the model sends a host-tensor call.

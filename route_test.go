@@ -311,6 +311,10 @@ type stagedBackend struct {
 	tries  atomic.Int64 // calls it was given
 	refuse atomic.Bool
 	broken atomic.Bool
+	// settling: this many more calls of its prepared EmbedLayerNorms run while the op still
+	// prepares in the background (Settling), each costing slowBy more.
+	settling atomic.Int64
+	slowBy   atomic.Int64
 }
 
 func (b *stagedBackend) step() error {
@@ -359,8 +363,15 @@ func (p stagedEmbed) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.Embe
 	if err := p.b.step(); err != nil {
 		return err
 	}
+	if p.b.settling.Load() > 0 {
+		p.b.clock.Add(p.b.slowBy.Load())
+		defer p.b.settling.Add(-1)
+	}
 	return p.PreparedEmbed.Run(ctx, in, out)
 }
+
+// Settling is the CPU op's report (cpu's embedOp.Settling) that it still prepares.
+func (p stagedEmbed) Settling() bool { return p.b.settling.Load() > 0 }
 
 // stagedRoute is a routed engine over two staged CPU backends: the router's choices tested
 // with call times the test sets, and real results on both sides.
@@ -437,6 +448,23 @@ func TestRouteOutgrowsFirstCall(t *testing.T) {
 	ran := settle(t, s.e, c, want)
 	require.Equal(t, []string{BackendCPU, BackendDawn, BackendCPU}, ran[:3], "the GPU's first call was the slower")
 	require.Equal(t, []string{BackendDawn, BackendDawn}, runRouted(t, c, want, 2), "then its second the faster: %v", ran)
+}
+
+// TestRouteIgnoresSettlingCPU: the CPU's EmbedLayerNorm calls made while the op still moves
+// its word table onto huge pages in the background run slower than it will; the router takes
+// them as upper bounds only, so they do not send the shape to a GPU that is slower once the
+// op has settled.
+func TestRouteIgnoresSettlingCPU(t *testing.T) {
+	s := newStagedRoute(t, modelPicking(onCPU))
+	s.costs(time.Millisecond, 3*time.Millisecond)
+	s.cpu.settling.Store(8)
+	s.cpu.slowBy.Store(int64(20 * time.Millisecond))
+	c := routeCalls(t, s.e, 9, 4)[2]
+	want := wants(t, routeCalls(t, cpuEngine(t), 9, 4))[2]
+	ran := settle(t, s.e, c, want)
+	require.Zero(t, s.cpu.settling.Load(), "the router chose before the op settled: %v", ran)
+	require.Equal(t, []string{BackendCPU, BackendCPU, BackendCPU, BackendCPU}, runRouted(t, c, want, 4),
+		"the CPU, faster once settled, is the choice: %v", ran)
 }
 
 // TestRouteFollowsLoad: a chosen shape times one call on the other backend every

@@ -77,6 +77,21 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	return op, nil
 }
 
+// Settling reports whether the op's word table is still being moved onto huge pages: its
+// calls then run slower than they will (misses of the small pages' TLB, and the collapse's
+// own copying), so a caller timing them (auto's router) does not take them as the op's cost.
+func (op *embedOp) Settling() bool {
+	if op.huge == nil {
+		return false
+	}
+	select {
+	case <-op.huge.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // Close stops the op, and the huge-page collapse of its word table if that is still
 // running, and waits for the collapse to end (one madvise of a huge page at most).
 func (op *embedOp) Close() error {
