@@ -54,14 +54,15 @@ ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 export FUSEDNORM_DAWN_LIB=$PWD/third_party/dawn/libwebgpu_wrapper.so FUSEDNORM_REQUIRE_DAWN=1
 if [ "${1:-}" = speed ]; then
-	timeout 240 carry/fusednorm-bench -cases shaders -backend dawn -probe=false -reps 5 -min-time 0.2s \
+	# Twelve untimed calls a case on every backend: auto times each call shape on both
+	# backends before it settles (a handful of calls), so its table shows where it settles,
+	# and the other two warm the same way.
+	timeout 240 carry/fusednorm-bench -cases shaders -backend dawn -probe=false -warmup 12 -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-dawn.json" -plot "$OUT/roofline-dawn.svg" >"$OUT/bench-dawn.txt" 2>/dev/null
 	echo "bench dawn rc=$?"; cat "$OUT/bench-dawn.txt"
-	timeout 150 carry/fusednorm-bench -cases shaders -backend cpu -threads "$(nproc)" -reps 3 -min-time 0.2s \
+	timeout 150 carry/fusednorm-bench -cases shaders -backend cpu -threads "$(nproc)" -warmup 12 -reps 3 -min-time 0.2s \
 		-json "$OUT/bench-cpu.json" >"$OUT/bench-cpu.txt" 2>/dev/null
 	echo "bench cpu rc=$?"; cat "$OUT/bench-cpu.txt"
-	# auto times each call shape on both backends before it settles (a handful of calls):
-	# twelve untimed calls first, so the table shows where it settles.
 	timeout 180 carry/fusednorm-bench -cases shaders -backend auto -threads "$(nproc)" -probe=false -device-resident=false -warmup 12 -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-auto.json" >"$OUT/bench-auto.txt" 2>/dev/null
 	echo "bench auto rc=$?"; cat "$OUT/bench-auto.txt"
