@@ -15,9 +15,9 @@ import (
 // kernels' own: a vec4<f32> WGSL copy, one vector per invocation, 256 per workgroup (the
 // fastest copy measured through this Dawn), on a device of its own.
 type CopyProbe struct {
-	d        *Device
-	p        *Pipeline
-	src, dst *Buffer
+	d        *device
+	p        *pipeline
+	src, dst *buffer
 }
 
 // copyMax is the most bytes copied each way: one binding of 4 GiB fails, and a copy this
@@ -40,18 +40,18 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>, @builtin(num_workgroups) n:
 // Config.LibPath does (empty: the usual search), and allocates two 1 GiB buffers for the copy. Errors wrap
 // ops.ErrUnavailable when Dawn or an adapter is missing.
 func NewCopyProbe(libPath string) (*CopyProbe, error) {
-	d, err := OpenDevice(Options{LibPath: libPath})
+	d, err := openDevice(deviceOptions{LibPath: libPath})
 	if err != nil {
 		return nil, err
 	}
 	p := &CopyProbe{d: d}
-	if p.p, err = d.Pipeline("dawn.copyprobe", copyWGSL, "main"); err == nil {
-		if p.src, err = d.CreateBuffer("dawn.copyprobe.src", copyMax, UsageStorage); err == nil {
-			p.dst, err = d.CreateBuffer("dawn.copyprobe.dst", copyMax, UsageStorage)
+	if p.p, err = d.pipeline("dawn.copyprobe", copyWGSL, "main"); err == nil {
+		if p.src, err = d.createBuffer("dawn.copyprobe.src", copyMax, usageStorage); err == nil {
+			p.dst, err = d.createBuffer("dawn.copyprobe.dst", copyMax, usageStorage)
 		}
 	}
 	if err != nil {
-		d.Close()
+		d.close()
 		return nil, fmt.Errorf("dawn: NewCopyProbe: %w", err)
 	}
 	return p, nil
@@ -68,11 +68,11 @@ func (p *CopyProbe) GBps(ctx context.Context, bytes int64, reps int) (float64, e
 	wgs := (vecs + 255) / 256
 	nx := min(wgs, 65535)
 	groups := [3]uint32{uint32(nx), uint32((wgs + nx - 1) / nx), 1}
-	binds := []Binding{{Binding: 0, Buffer: p.src, Size: n}, {Binding: 1, Buffer: p.dst, Size: n}}
+	binds := []binding{{Binding: 0, Buffer: p.src, Size: n}, {Binding: 1, Buffer: p.dst, Size: n}}
 	reps = max(reps, 1)
 	ts := make([]time.Duration, 0, reps)
 	for i := range reps + 1 {
-		d, err := p.d.RunTimed(ctx, p.p, binds, groups, nil)
+		d, err := p.d.runTimed(ctx, p.p, binds, groups, nil)
 		if err != nil {
 			return 0, fmt.Errorf("dawn: (*CopyProbe).GBps: %w", err)
 		}
@@ -88,4 +88,4 @@ func (p *CopyProbe) GBps(ctx context.Context, bytes int64, reps int) (float64, e
 }
 
 // Close releases the buffers and the probe's device.
-func (p *CopyProbe) Close() error { return p.d.Close() }
+func (p *CopyProbe) Close() error { return p.d.close() }

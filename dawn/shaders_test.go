@@ -12,9 +12,9 @@ import (
 // TestCompileShaders compiles every template of package shaders under every flag combination,
 // so a template that renders but does not compile fails here.
 func TestCompileShaders(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
+	d := openRuntimeDevice(t, deviceOptions{})
 	shadertest.RenderAll(t, func(key, wgsl string) error {
-		_, err := d.Pipeline("shaderstest."+key, wgsl, shaders.Entry)
+		_, err := d.pipeline("shaderstest."+key, wgsl, shaders.Entry)
 		return err
 	})
 }
