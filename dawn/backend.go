@@ -140,9 +140,6 @@ func (b *Backend) Plan(h int) plan.Plan {
 	return plan.For(h, prof)
 }
 
-// Calibration describes how the profile was detected (which kernels matched which profiles).
-func (b *Backend) Calibration() string { return b.calibration }
-
 // Close waits for calls in flight, releases the pooled buffers and closes the device. Ops
 // prepared on the backend must be closed first; their buffers are released with the device.
 func (b *Backend) Close() error {

@@ -68,9 +68,9 @@ func TestCalibration(t *testing.T) {
 	info := b.Info()
 	t.Logf("device: %s", info.Device)
 	t.Logf("detail: %s", info.Detail)
-	t.Logf("calibration: %s", b.Calibration())
+	t.Logf("calibration: %s", b.calibration)
 	if strings.Contains(info.Detail, "undetermined") {
-		t.Errorf("no contraction profile reproduced the calibration kernels: %s", b.Calibration())
+		t.Errorf("no contraction profile reproduced the calibration kernels: %s", b.calibration)
 	}
 	if onLavapipe(b) && info.Profile != (plan.Contraction{}) {
 		t.Errorf("lavapipe profile = %s, want unfused", info.Profile)

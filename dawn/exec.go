@@ -293,9 +293,12 @@ func (b *Backend) forgetBuffers(bufs ...*buffer) {
 	}
 }
 
+var _ ops.BufferCounter = (*Backend)(nil)
+
 // LiveBuffers counts the device buffers alive now: those the device holds (device
 // tensors, resident weights, pooled and cached scratch) and released ones that a cached
-// bind group still keeps alive. A test finds leaks by comparing it before and after.
+// bind group still keeps alive. It is exported only to implement ops.BufferCounter, for the
+// leak tests of this package and the root package, which compare it before and after.
 func (b *Backend) LiveBuffers() int {
 	d := b.dev
 	_ = d.lock(context.Background())
