@@ -347,9 +347,9 @@ func (r *router) ReadDevice(ctx context.Context, m ops.DeviceMem, dst []byte) er
 func (r *router) FreeDevice(m ops.DeviceMem) error { return r.gpu.(ops.DeviceBackend).FreeDevice(m) }
 func (r *router) Sync(ctx context.Context) error   { return r.gpu.(ops.DeviceBackend).Sync(ctx) }
 
-// LiveBuffers forwards the GPU's buffer count (tests).
+// LiveBuffers forwards the GPU's buffer count (ops.BufferCounter, for the leak tests).
 func (r *router) LiveBuffers() int {
-	if lb, ok := r.gpu.(interface{ LiveBuffers() int }); ok {
+	if lb, ok := r.gpu.(ops.BufferCounter); ok {
 		return lb.LiveBuffers()
 	}
 	return 0

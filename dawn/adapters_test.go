@@ -72,17 +72,17 @@ func TestListAndOpenAdapters(t *testing.T) {
 		t.Fatalf("with the first driver listed twice: %d adapters, want %d: %v", len(list), len(one)+1, list)
 	}
 	for i, a := range list {
-		d, err := OpenDevice(Options{Adapter: i + 1})
+		d, err := openDevice(deviceOptions{Adapter: i + 1})
 		if err != nil {
 			t.Fatalf("adapter %d (%v): %v", i, a, err)
 		}
-		got := d.Info()
-		d.Close()
+		got := d.info
+		d.close()
 		if got.Device != a.Device || got.Description != a.Description || got.AdapterType != a.AdapterType {
 			t.Errorf("adapter %d: opened %v, listed %v", i, got, a)
 		}
 	}
-	_, err = OpenDevice(Options{Adapter: len(list) + 1})
+	_, err = openDevice(deviceOptions{Adapter: len(list) + 1})
 	if !errors.Is(err, ops.ErrUnavailable) || !strings.Contains(fmt.Sprint(err), fmt.Sprintf("lists %d Vulkan adapter", len(list))) {
 		t.Errorf("adapter past the list: %v", err)
 	}

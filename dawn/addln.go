@@ -83,45 +83,45 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 
 	l := lease{p: &b.pool}
 	defer l.done()
-	params, err := l.get("fusednorm.addln.params", addlnParamsSize, UsageUniform|UsageCopyDst)
+	params, err := l.get("fusednorm.addln.params", addlnParamsSize, usageUniform|usageCopyDst)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
 	if err := b.write(params, 0, u.bytes()); err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
-	binds := []Binding{{Binding: 0, Buffer: params, Size: addlnParamsSize}}
+	binds := []binding{{Binding: 0, Buffer: params, Size: addlnParamsSize}}
 	for _, in := range inputs {
 		size := align4(uint64(len(in.data)))
-		buf, err := l.get("fusednorm.addln."+in.name, size, UsageStorage|UsageCopyDst)
+		buf, err := l.get("fusednorm.addln."+in.name, size, usageStorage|usageCopyDst)
 		if err != nil {
 			return fmt.Errorf("dawn: %s: %w", name, err)
 		}
 		if err := b.write(buf, 0, in.data); err != nil {
 			return fmt.Errorf("dawn: %s: %s: %w", name, in.name, err)
 		}
-		binds = append(binds, Binding{Binding: in.index, Buffer: buf, Size: size})
+		binds = append(binds, binding{Binding: in.index, Buffer: buf, Size: size})
 	}
-	yBuf, err := l.get("fusednorm.addln.y", outBytes, UsageStorage|UsageCopySrc)
+	yBuf, err := l.get("fusednorm.addln.y", outBytes, usageStorage|usageCopySrc)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
-	statBuf, err := l.get("fusednorm.addln.stats", statBytes, UsageStorage|UsageCopySrc)
+	statBuf, err := l.get("fusednorm.addln.stats", statBytes, usageStorage|usageCopySrc)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
 	binds = append(binds,
-		Binding{Binding: 5, Buffer: yBuf, Size: outBytes},
-		Binding{Binding: 7, Buffer: statBuf, Size: statBytes})
+		binding{Binding: 5, Buffer: yBuf, Size: outBytes},
+		binding{Binding: 7, Buffer: statBuf, Size: statBytes})
 
 	var rp readPlan
 	rp.add(yBuf, 0, a.Y.Bytes())
 	if k.WriteX {
-		xBuf, err := l.get("fusednorm.addln.x", outBytes, UsageStorage|UsageCopySrc)
+		xBuf, err := l.get("fusednorm.addln.x", outBytes, usageStorage|usageCopySrc)
 		if err != nil {
 			return fmt.Errorf("dawn: %s: %w", name, err)
 		}
-		binds = append(binds, Binding{Binding: 6, Buffer: xBuf, Size: outBytes})
+		binds = append(binds, binding{Binding: 6, Buffer: xBuf, Size: outBytes})
 		rp.add(xBuf, 0, a.X.Bytes())
 	}
 	rp.add(statBuf, 0, bytesOf(a.Mean))

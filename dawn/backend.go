@@ -18,10 +18,12 @@ import (
 
 // Config chooses the Dawn library and, for tests, injects faults at named sites.
 type Config struct {
-	// LibPath is the Dawn shared library; empty searches the usual places (see OpenDevice).
+	// LibPath is the Dawn shared library, and only it is tried; empty: $FUSEDNORM_DAWN_LIB, else
+	// the library next to the executable, else the system loader's.
 	LibPath string
-	// Inject, when set, is called at named fault sites; a non-nil error fails that step
-	// ("lose" loses the device, see Options.Inject).
+	// Inject, when set, is called at named fault sites ("load", "open", "create-buffer",
+	// "write-buffer", "pipeline", "submit", "map"); a non-nil error fails that step. At "lose",
+	// called once a dispatch is submitted, it makes Dawn lose the device for real.
 	Inject func(site string) error
 	// Logger receives Dawn's messages and the backend's reports of device loss; nil discards.
 	Logger *slog.Logger
@@ -29,7 +31,7 @@ type Config struct {
 	// with the backend Fallback returns (the CPU, mirroring the given contraction profile).
 	// Without it such calls fail wrapping ops.ErrDevice. See recover.go.
 	Fallback func(plan.Contraction) (ops.Backend, error)
-	// Adapter, when > 0, opens adapter Adapter-1 of ListAdapters (see Options.Adapter); a
+	// Adapter, when > 0, opens adapter Adapter-1 of ListAdapters' list instead of the first; a
 	// device reopened after a loss is on the same adapter.
 	Adapter int
 }
@@ -39,8 +41,8 @@ type Backend struct {
 	cfg Config
 
 	// Replaced by a recovery (which holds life exclusively); mu guards them for Info and Plan.
-	dev    *Device
-	limits Limits
+	dev    *device
+	limits deviceLimits
 	prof   plan.Contraction
 	// profileKnown is false when no contraction profile reproduced the calibration run.
 	profileKnown bool
@@ -79,25 +81,25 @@ var _ ops.Backend = (*Backend)(nil)
 // New opens the device, calibrates the contraction profile and returns the backend. Errors
 // wrap ops.ErrUnavailable when Dawn or a usable adapter is missing.
 func New(cfg Config) (*Backend, error) {
-	dev, err := OpenDevice(Options{LibPath: cfg.LibPath, Inject: cfg.Inject, Logger: cfg.Logger, Adapter: cfg.Adapter})
+	dev, err := openDevice(deviceOptions{LibPath: cfg.LibPath, Inject: cfg.Inject, Logger: cfg.Logger, Adapter: cfg.Adapter})
 	if err != nil {
 		if errors.Is(err, ops.ErrUnavailable) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("dawn: New: %w: %w", ops.ErrUnavailable, err)
 	}
-	b := &Backend{cfg: cfg, dev: dev, limits: dev.Limits()}
+	b := &Backend{cfg: cfg, dev: dev, limits: dev.limits}
 	b.pool.dev = dev
 	prof, known, report, err := b.calibrate()
 	if err != nil {
 		b.pool.release()
-		dev.Close()
+		dev.close()
 		return nil, fmt.Errorf("dawn: New: calibration: %w", err)
 	}
 	fast16, report16, err := b.calibrate16(context.Background())
 	if err != nil {
 		b.pool.release()
-		dev.Close()
+		dev.close()
 		return nil, fmt.Errorf("dawn: New: calibration: %w", err)
 	}
 	b.prof, b.profileKnown, b.calibration, b.fast16 = prof, known, report+"; "+report16, fast16
@@ -118,14 +120,14 @@ func (b *Backend) Info() ops.Info {
 	if !b.profileKnown {
 		prof = "undetermined (using unfused)"
 	}
-	info := b.dev.Info()
+	info := b.dev.info
 	return ops.Info{
 		Name:     "dawn",
 		Device:   info.String(),
 		Detail:   fmt.Sprintf("backend %v, profile: %s, f16 %s", info.Backend, prof, map[bool]string{true: "builtins", false: "integer"}[b.fast16]),
 		Profile:  b.prof,
 		Software: info.AdapterType == "CPU",
-		Library:  b.dev.Library(),
+		Library:  b.dev.library(),
 		Health:   b.health,
 	}
 }
@@ -137,9 +139,6 @@ func (b *Backend) Plan(h int) plan.Plan {
 	b.mu.Unlock()
 	return plan.For(h, prof)
 }
-
-// Calibration describes how the profile was detected (which kernels matched which profiles).
-func (b *Backend) Calibration() string { return b.calibration }
 
 // Close waits for calls in flight, releases the pooled buffers and closes the device. Ops
 // prepared on the backend must be closed first; their buffers are released with the device.
@@ -155,7 +154,7 @@ func (b *Backend) Close() error {
 		b.fallback.Close()
 	}
 	b.closeFast()
-	err := b.dev.Close() // after a fallback, the lost device, closed already: nil
+	err := b.dev.close() // after a fallback, the lost device, closed already: nil
 	b.freeFast()
 	return err
 }
@@ -218,12 +217,12 @@ func (b *Backend) checkBinding(op, tensor string, size uint64) error {
 }
 
 // pipeline renders (cached by the shaders package) and builds (cached by the device) a kernel.
-func (b *Backend) pipeline(key string, render func() (string, error)) (*Pipeline, error) {
+func (b *Backend) pipeline(key string, render func() (string, error)) (*pipeline, error) {
 	src, err := render()
 	if err != nil {
 		return nil, err
 	}
-	p, err := b.dev.Pipeline(key, src, shaders.Entry)
+	p, err := b.dev.pipeline(key, src, shaders.Entry)
 	if err != nil {
 		return nil, deviceErr(err)
 	}
@@ -241,7 +240,7 @@ func (b *Backend) setKernelTiming(on bool) error {
 	if b.fallback != nil {
 		return fmt.Errorf("dawn: setKernelTiming: running on the CPU since the device was lost: %w", ops.ErrNotSupported)
 	}
-	if on && !b.dev.HasFeature("TimestampQuery") {
+	if on && !b.dev.hasFeature("TimestampQuery") {
 		return fmt.Errorf("dawn: setKernelTiming: the adapter has no TimestampQuery: %w", ops.ErrNotSupported)
 	}
 	b.timed.Store(on)
@@ -253,13 +252,13 @@ func (b *Backend) setKernelTiming(on bool) error {
 func (b *Backend) lastKernelTime() time.Duration { return time.Duration(b.gpuTime.Load()) }
 
 // run dispatches one kernel and reads back, timing the pass when timed is set.
-func (b *Backend) run(ctx context.Context, p *Pipeline, binds []Binding, groups [3]uint32, reads []Readback) error {
+func (b *Backend) run(ctx context.Context, p *pipeline, binds []binding, groups [3]uint32, reads []readback) error {
 	if b.timed.Load() {
-		d, err := b.dev.RunTimed(ctx, p, binds, groups, reads)
+		d, err := b.dev.runTimed(ctx, p, binds, groups, reads)
 		b.gpuTime.Store(int64(d))
 		return err
 	}
-	return b.dev.Run(ctx, p, binds, groups, reads)
+	return b.dev.run(ctx, p, binds, groups, reads)
 }
 
 // deviceErr makes sure a runtime failure wraps ops.ErrDevice (context errors stay as they are).

@@ -59,3 +59,19 @@ type AdapterInfo struct {
 func ListAdapters(libPath string) ([]AdapterInfo, error) {
 	return nil, fmt.Errorf("dawn: built without cgo: %w", ops.ErrUnavailable)
 }
+
+// CopyProbe measures a device's copy bandwidth; without cgo it cannot be constructed.
+type CopyProbe struct{}
+
+// NewCopyProbe reports that this build cannot load Dawn.
+func NewCopyProbe(libPath string) (*CopyProbe, error) {
+	return nil, fmt.Errorf("dawn: built without cgo: %w", ops.ErrUnavailable)
+}
+
+// GBps fails: no device.
+func (p *CopyProbe) GBps(context.Context, int64, int) (float64, error) {
+	return 0, fmt.Errorf("dawn: built without cgo: %w", ops.ErrUnavailable)
+}
+
+// Close does nothing.
+func (p *CopyProbe) Close() error { return nil }

@@ -59,7 +59,7 @@ func reference(t *testing.T, b *Backend) *cpu.Backend {
 
 // onLavapipe reports whether the device is Mesa's CPU Vulkan driver.
 func onLavapipe(b *Backend) bool {
-	i := b.dev.Info()
+	i := b.dev.info
 	return strings.Contains(strings.ToLower(i.Device+i.Vendor), "llvmpipe") || strings.EqualFold(i.Vendor, "mesa")
 }
 
@@ -68,9 +68,9 @@ func TestCalibration(t *testing.T) {
 	info := b.Info()
 	t.Logf("device: %s", info.Device)
 	t.Logf("detail: %s", info.Detail)
-	t.Logf("calibration: %s", b.Calibration())
+	t.Logf("calibration: %s", b.calibration)
 	if strings.Contains(info.Detail, "undetermined") {
-		t.Errorf("no contraction profile reproduced the calibration kernels: %s", b.Calibration())
+		t.Errorf("no contraction profile reproduced the calibration kernels: %s", b.calibration)
 	}
 	if onLavapipe(b) && info.Profile != (plan.Contraction{}) {
 		t.Errorf("lavapipe profile = %s, want unfused", info.Profile)
@@ -587,7 +587,7 @@ func TestEmbedClosed(t *testing.T) {
 }
 
 func TestBindingLimit(t *testing.T) {
-	fake := &Backend{limits: Limits{MaxStorageBufferBindingSize: 1 << 20, MaxBufferSize: 1 << 30}}
+	fake := &Backend{limits: deviceLimits{MaxStorageBufferBindingSize: 1 << 20, MaxBufferSize: 1 << 30}}
 	err := fake.checkBinding("PrepareEmbed", "word_embedding", 1<<21)
 	if !errors.Is(err, ops.ErrNotSupported) || !strings.Contains(err.Error(), "word_embedding") ||
 		!strings.Contains(err.Error(), "maxStorageBufferBindingSize") {
@@ -823,7 +823,7 @@ type gpuTimer struct {
 }
 
 func timeGPU(b *Backend, bm *testing.B) *gpuTimer {
-	if !b.dev.HasFeature("TimestampQuery") {
+	if !b.dev.hasFeature("TimestampQuery") {
 		return &gpuTimer{bm: bm}
 	}
 	b.timed.Store(true)

@@ -17,20 +17,20 @@ import (
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
-// BufferUsage is a set of WebGPU buffer usages (values in zdawn_gen.go, from dawn.json).
-type BufferUsage uint64
+// bufferUsage is a set of WebGPU buffer usages (values in zdawn_gen.go, from dawn.json).
+type bufferUsage uint64
 
-// Buffer is a device buffer. Release it when done; Close releases what is left.
-type Buffer struct {
-	d     *Device
+// buffer is a device buffer. release it when done; the device's close releases what is left.
+type buffer struct {
+	d     *device
 	c     C.WGPUBuffer // nil once released
 	size  uint64
 	label string
 }
 
-// CreateBuffer creates a buffer of size bytes rounded up to a multiple of 4 (at least 4:
+// createBuffer creates a buffer of size bytes rounded up to a multiple of 4 (at least 4:
 // a binding may not be empty).
-func (d *Device) CreateBuffer(label string, size uint64, usage BufferUsage) (*Buffer, error) {
+func (d *device) createBuffer(label string, size uint64, usage bufferUsage) (*buffer, error) {
 	if err := d.lock(context.Background()); err != nil {
 		return nil, err
 	}
@@ -38,9 +38,9 @@ func (d *Device) CreateBuffer(label string, size uint64, usage BufferUsage) (*Bu
 	return d.createLocked(label, size, usage)
 }
 
-// createLocked is CreateBuffer for a caller that holds the lock.
-func (d *Device) createLocked(label string, size uint64, usage BufferUsage) (*Buffer, error) {
-	const method = "(*Device).CreateBuffer"
+// createLocked is createBuffer for a caller that holds the lock.
+func (d *device) createLocked(label string, size uint64, usage bufferUsage) (*buffer, error) {
+	const method = "(*device).createBuffer"
 	size = max((size+3)&^3, 4)
 	if size > d.limits.MaxBufferSize {
 		return nil, fmt.Errorf("dawn: %s: %s: %d bytes over the device's maxBufferSize %d: %w",
@@ -58,13 +58,13 @@ func (d *Device) createLocked(label string, size uint64, usage BufferUsage) (*Bu
 	if rc := C.drt_create_buffer(d.c, cl, C.uint64_t(size), C.uint64_t(usage), &cb, d.errbuf, errCap); rc != C.DRT_OK {
 		return nil, d.failure(method, rc)
 	}
-	buf := &Buffer{d: d, c: cb, size: size, label: label}
+	buf := &buffer{d: d, c: cb, size: size, label: label}
 	d.buffers[buf] = struct{}{}
 	return buf, nil
 }
 
-// releaseLocked is Buffer.Release for a caller that holds the lock.
-func (d *Device) releaseLocked(b *Buffer) {
+// releaseLocked is buffer.release for a caller that holds the lock.
+func (d *device) releaseLocked(b *buffer) {
 	if b == nil || b.c == nil || d.closed {
 		return
 	}
@@ -73,12 +73,9 @@ func (d *Device) releaseLocked(b *Buffer) {
 	delete(d.buffers, b)
 }
 
-// Size is the buffer's size in bytes (a multiple of 4).
-func (b *Buffer) Size() uint64 { return b.size }
-
-// Release releases the buffer; work already submitted that uses it still completes. It is a
-// no-op on a released buffer or after the device's Close.
-func (b *Buffer) Release() {
+// release releases the buffer; work already submitted that uses it still completes. It is a
+// no-op on a released buffer or after the device's close.
+func (b *buffer) release() {
 	if b == nil || b.d == nil {
 		return
 	}
@@ -88,10 +85,10 @@ func (b *Buffer) Release() {
 	d.releaseLocked(b)
 }
 
-// WriteBuffer writes data into b at offset (a multiple of 4). A tail that is not a multiple
+// writeBuffer writes data into b at offset (a multiple of 4). A tail that is not a multiple
 // of 4 bytes is padded with zeros, which overwrite the buffer up to the next multiple of 4.
-func (d *Device) WriteBuffer(b *Buffer, offset uint64, data []byte) error {
-	const method = "(*Device).WriteBuffer"
+func (d *device) writeBuffer(b *buffer, offset uint64, data []byte) error {
+	const method = "(*device).writeBuffer"
 	if b == nil {
 		return fmt.Errorf("dawn: %s: nil buffer: %w", method, ops.ErrInvalidArgument)
 	}
@@ -139,7 +136,7 @@ const maxPooledPerClass = 16
 
 // getStaging takes a MapRead staging buffer of at least n bytes from the pool or makes one.
 // Under the lock.
-func (d *Device) getStaging(method string, n uint64) (C.WGPUBuffer, uint64, error) {
+func (d *device) getStaging(method string, n uint64) (C.WGPUBuffer, uint64, error) {
 	class := stagingClass(n)
 	if list := d.staging[class]; len(list) > 0 {
 		s := list[len(list)-1]
@@ -152,14 +149,14 @@ func (d *Device) getStaging(method string, n uint64) (C.WGPUBuffer, uint64, erro
 	var s C.WGPUBuffer
 	cl := C.CString("fusednorm staging")
 	defer C.free(unsafe.Pointer(cl))
-	if rc := C.drt_create_buffer(d.c, cl, C.uint64_t(class), C.uint64_t(UsageMapRead|UsageCopyDst), &s, d.errbuf, errCap); rc != C.DRT_OK {
+	if rc := C.drt_create_buffer(d.c, cl, C.uint64_t(class), C.uint64_t(usageMapRead|usageCopyDst), &s, d.errbuf, errCap); rc != C.DRT_OK {
 		return nil, 0, d.failure(method, rc)
 	}
 	return s, class, nil
 }
 
 // putStaging returns an unmapped staging buffer to the pool. Under the lock.
-func (d *Device) putStaging(s C.WGPUBuffer, class uint64) {
+func (d *device) putStaging(s C.WGPUBuffer, class uint64) {
 	if d.staging == nil || len(d.staging[class]) >= maxPooledPerClass {
 		C.drt_buffer_release(d.c, s)
 		return

@@ -85,24 +85,24 @@ func (b *Backend) runProbe(ctx context.Context, fast16 bool, mode uint32, src []
 	if err != nil {
 		return nil, err
 	}
-	pipe, err := b.dev.Pipeline(fmt.Sprintf("probe(fast16=%v)", fast16), wgsl, shaders.Entry)
+	pipe, err := b.dev.pipeline(fmt.Sprintf("probe(fast16=%v)", fast16), wgsl, shaders.Entry)
 	if err != nil {
 		return nil, err
 	}
 	n := uint64(len(src))
-	var bufs [3]*Buffer
+	var bufs [3]*buffer
 	defer func() {
 		for _, buf := range bufs {
 			if buf != nil {
-				buf.Release()
+				buf.release()
 			}
 		}
 	}()
 	for i, s := range []struct {
 		size  uint64
-		usage BufferUsage
-	}{{16, UsageUniform | UsageCopyDst}, {n * 4, UsageStorage | UsageCopyDst}, {n * 4, UsageStorage | UsageCopySrc}} {
-		if bufs[i], err = b.dev.CreateBuffer("fusednorm.probe", s.size, s.usage); err != nil {
+		usage bufferUsage
+	}{{16, usageUniform | usageCopyDst}, {n * 4, usageStorage | usageCopyDst}, {n * 4, usageStorage | usageCopySrc}} {
+		if bufs[i], err = b.dev.createBuffer("fusednorm.probe", s.size, s.usage); err != nil {
 			return nil, err
 		}
 	}
@@ -120,11 +120,11 @@ func (b *Backend) runProbe(ctx context.Context, fast16 bool, mode uint32, src []
 	groups := (len(src) + shaders.ProbeWorkgroup - 1) / shaders.ProbeWorkgroup
 	nx := min(groups, 65535)
 	dst := make([]uint32, n)
-	err = b.dev.Run(ctx, pipe, []Binding{
+	err = b.dev.run(ctx, pipe, []binding{
 		{Binding: 0, Buffer: bufs[0], Size: 16},
 		{Binding: 1, Buffer: bufs[1], Size: n * 4},
 		{Binding: 2, Buffer: bufs[2], Size: n * 4},
-	}, [3]uint32{uint32(nx), uint32((groups + nx - 1) / nx), 1}, []Readback{{Src: bufs[2], Dst: bytesOf(dst)}})
+	}, [3]uint32{uint32(nx), uint32((groups + nx - 1) / nx), 1}, []readback{{Src: bufs[2], Dst: bytesOf(dst)}})
 	if err != nil {
 		return nil, err
 	}

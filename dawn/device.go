@@ -25,8 +25,8 @@ const openTimeoutNS = 60e9
 // errCap is the size of the C buffer Dawn's messages are formatted into.
 const errCap = 8192
 
-// Options configure OpenDevice.
-type Options struct {
+// deviceOptions configure openDevice.
+type deviceOptions struct {
 	// LibPath is an explicit library path, tried first.
 	LibPath string
 	// Inject is an optional fault-injection hook, called at each place Dawn can fail with
@@ -44,8 +44,8 @@ type Options struct {
 	Adapter int
 }
 
-// Limits are the device limits the runtime raised to what the adapter offers.
-type Limits struct {
+// deviceLimits are the device limits the runtime raised to what the adapter offers.
+type deviceLimits struct {
 	MaxStorageBufferBindingSize, MaxBufferSize                          uint64
 	MaxComputeWorkgroupsPerDimension, MaxComputeInvocationsPerWorkgroup uint32
 	MaxComputeWorkgroupSizeX, MaxComputeWorkgroupStorageSize            uint32
@@ -57,7 +57,7 @@ type Limits struct {
 	MaxUniformBufferBindingSize                        uint64
 }
 
-// AdapterInfo describes the adapter a Device runs on.
+// AdapterInfo describes the adapter a device runs on.
 type AdapterInfo struct {
 	Vendor, Architecture, Device, Description string
 	Backend, AdapterType                      string // e.g. "Vulkan", "DiscreteGPU" or "CPU"
@@ -78,8 +78,8 @@ func (a AdapterInfo) String() string {
 	return s + ")"
 }
 
-// Device is an open Dawn device with its queue, pipeline cache and readback staging pool.
-type Device struct {
+// device is an open Dawn device with its queue, pipeline cache and readback staging pool.
+type device struct {
 	sem    chan struct{} // the lock around every Dawn call; a channel so waits can honour ctx
 	c      *C.drt_device
 	errbuf *C.char
@@ -87,13 +87,13 @@ type Device struct {
 	lib    string // the library file loaded
 	logger *slog.Logger
 	info   AdapterInfo
-	limits Limits
+	limits deviceLimits
 	feats  map[string]bool
 
 	// Under sem.
 	closed     bool
-	pipelines  map[string]*Pipeline
-	buffers    map[*Buffer]struct{}
+	pipelines  map[string]*pipeline
+	buffers    map[*buffer]struct{}
 	staging    map[uint64][]C.WGPUBuffer
 	timings    []*timing
 	uncaptured C.uint64_t
@@ -103,11 +103,11 @@ type Device struct {
 	lossLogged bool
 }
 
-// OpenDevice loads Dawn, requests a Vulkan adapter (refusing Dawn's Null backend) and opens
+// openDevice loads Dawn, requests a Vulkan adapter (refusing Dawn's Null backend) and opens
 // a device with its storage, buffer and compute limits raised to the adapter's and the
 // TimestampQuery, ShaderF16 and Subgroups features enabled where the adapter has them.
-func OpenDevice(opts Options) (*Device, error) {
-	const method = "OpenDevice"
+func openDevice(opts deviceOptions) (*device, error) {
+	const method = "openDevice"
 	if err := injected(opts.Inject, "load"); err != nil {
 		return nil, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrUnavailable, err)
 	}
@@ -118,15 +118,15 @@ func OpenDevice(opts Options) (*Device, error) {
 	if err := injected(opts.Inject, "open"); err != nil {
 		return nil, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrUnavailable, err)
 	}
-	d := &Device{
+	d := &device{
 		sem:       make(chan struct{}, 1),
 		c:         (*C.drt_device)(C.calloc(1, C.sizeof_drt_device)),
 		errbuf:    (*C.char)(C.calloc(1, errCap)),
 		inject:    opts.Inject,
 		lib:       C.GoString(&lib.path[0]),
 		logger:    opts.Logger,
-		pipelines: map[string]*Pipeline{},
-		buffers:   map[*Buffer]struct{}{},
+		pipelines: map[string]*pipeline{},
+		buffers:   map[*buffer]struct{}{},
 		staging:   map[uint64][]C.WGPUBuffer{},
 	}
 	if rc := C.drt_open_adapter(&lib.p, d.c, C.int(opts.Adapter-1), openTimeoutNS, d.errbuf, errCap); rc != C.DRT_OK {
@@ -151,7 +151,7 @@ func OpenDevice(opts Options) (*Device, error) {
 		SubgroupMaxSize: uint32(c.subgroup_max),
 	}
 	l := &c.limits
-	d.limits = Limits{
+	d.limits = deviceLimits{
 		MaxStorageBufferBindingSize:       uint64(l.maxStorageBufferBindingSize),
 		MaxBufferSize:                     uint64(l.maxBufferSize),
 		MaxComputeWorkgroupsPerDimension:  uint32(l.maxComputeWorkgroupsPerDimension),
@@ -174,9 +174,9 @@ func OpenDevice(opts Options) (*Device, error) {
 }
 
 // ListAdapters lists the Vulkan adapters Dawn finds, in its order of preference (discrete
-// GPUs first; the first is the one OpenDevice takes by default). libPath is as
-// Options.LibPath. The list comes from Dawn's C++ API (dawn::native::Instance::
-// EnumerateAdapters): a library without it gives an error wrapping ops.ErrUnavailable.
+// GPUs first; the first is the one New opens by default). libPath is as Config.LibPath. The
+// list comes from Dawn's C++ API (dawn::native::Instance::EnumerateAdapters): a library
+// without it gives an error wrapping ops.ErrUnavailable.
 func ListAdapters(libPath string) ([]AdapterInfo, error) {
 	lib, err := loadLib(libPath)
 	if err != nil {
@@ -225,21 +225,15 @@ func injected(hook func(string) error, site string) error {
 	return nil
 }
 
-// Info describes the adapter.
-func (d *Device) Info() AdapterInfo { return d.info }
+// library is the path of the Dawn library file the device runs on.
+func (d *device) library() string { return d.lib }
 
-// Library is the path of the Dawn library file the device runs on.
-func (d *Device) Library() string { return d.lib }
-
-// Limits are the device's limits.
-func (d *Device) Limits() Limits { return d.limits }
-
-// HasFeature reports whether the device has the named feature enabled, e.g. "TimestampQuery",
+// hasFeature reports whether the device has the named feature enabled, e.g. "TimestampQuery",
 // "ShaderF16", "Subgroups".
-func (d *Device) HasFeature(name string) bool { return d.feats[name] }
+func (d *device) hasFeature(name string) bool { return d.feats[name] }
 
-// Features lists the device's enabled features by name.
-func (d *Device) Features() []string {
+// features lists the device's enabled features by name.
+func (d *device) features() []string {
 	var out []string
 	for f := range d.feats {
 		out = append(out, f)
@@ -249,7 +243,7 @@ func (d *Device) Features() []string {
 }
 
 // lock takes the device lock, giving up when ctx ends first.
-func (d *Device) lock(ctx context.Context) error {
+func (d *device) lock(ctx context.Context) error {
 	select {
 	case d.sem <- struct{}{}:
 		return nil
@@ -263,7 +257,7 @@ func (d *Device) lock(ctx context.Context) error {
 	}
 }
 
-func (d *Device) unlock() {
+func (d *device) unlock() {
 	if d.logger != nil && d.c != nil && uint64(d.c.log_written) != d.logSeen {
 		d.passLog()
 	}
@@ -271,7 +265,7 @@ func (d *Device) unlock() {
 }
 
 // passLog hands the device log's new messages to the logger; under the lock.
-func (d *Device) passLog() {
+func (d *device) passLog() {
 	var msg [C.DRT_LOG_MSG_CAP]C.char
 	var typ C.uint32_t
 	for n := uint64(d.c.log_written); d.logSeen < n; d.logSeen++ {
@@ -291,11 +285,11 @@ func (d *Device) passLog() {
 	}
 }
 
-// lost reports whether Dawn lost the device (Close, which destroys it, is not a loss).
-func (d *Device) lost() bool { return !d.closed && d.c != nil && C.drt_lost(d.c) != 0 }
+// lost reports whether Dawn lost the device (close, which destroys it, is not a loss).
+func (d *device) lost() bool { return !d.closed && d.c != nil && C.drt_lost(d.c) != 0 }
 
 // lossError is the error of a call on a lost device; under the lock.
-func (d *Device) lossError(method string) error {
+func (d *device) lossError(method string) error {
 	msg := C.GoString(&d.c.lost_msg[0])
 	if !d.lossLogged {
 		d.lossLogged = true
@@ -307,7 +301,7 @@ func (d *Device) lossError(method string) error {
 }
 
 // lossMessage is Dawn's message for the loss, or "" while the device is not lost.
-func (d *Device) lossMessage() string {
+func (d *device) lossMessage() string {
 	if err := d.lock(context.Background()); err != nil {
 		return ""
 	}
@@ -319,7 +313,7 @@ func (d *Device) lossMessage() string {
 }
 
 // usable reports, under the lock, why the device cannot take work, or nil.
-func (d *Device) usable(method string) error {
+func (d *device) usable(method string) error {
 	if d.closed {
 		return fmt.Errorf("dawn: %s: %w", method, ops.ErrClosed)
 	}
@@ -331,7 +325,7 @@ func (d *Device) usable(method string) error {
 
 // failure wraps the message in d.errbuf for a DRT_* code; on a lost device the error says so
 // first, since the loss is why Dawn failed.
-func (d *Device) failure(method string, rc C.int) error {
+func (d *device) failure(method string, rc C.int) error {
 	if d.lost() {
 		return fmt.Errorf("%w (%s)", d.lossError(method), C.GoString(d.errbuf))
 	}
@@ -343,7 +337,7 @@ func (d *Device) failure(method string, rc C.int) error {
 }
 
 // uncapturedError reports an error Dawn raised outside every error scope since the last check.
-func (d *Device) uncapturedError(method string) error {
+func (d *device) uncapturedError(method string) error {
 	if d.c.uncaptured == d.uncaptured {
 		return nil
 	}
@@ -357,16 +351,16 @@ func (d *Device) uncapturedError(method string) error {
 
 // forceLoss makes Dawn lose the device, as a driver reset or a removed GPU would; under the
 // lock. For the "lose" fault site: a library without wgpuDeviceForceLoss loses nothing.
-func (d *Device) forceLoss(cause error) {
+func (d *device) forceLoss(cause error) {
 	msg := C.CString(cause.Error())
 	defer C.free(unsafe.Pointer(msg))
 	C.drt_force_loss(d.c, msg, d.errbuf, errCap)
 }
 
-// Close waits briefly for abandoned dispatches, releases every object made from the device
+// close waits briefly for abandoned dispatches, releases every object made from the device
 // (pipelines, buffers, staging) and the device itself. Later calls return ops.ErrClosed;
-// Close itself may be called again.
-func (d *Device) Close() error {
+// close itself may be called again.
+func (d *device) close() error {
 	if err := d.lock(context.Background()); err != nil {
 		return err
 	}
@@ -397,7 +391,7 @@ func (d *Device) Close() error {
 	d.timings = nil
 	var err error
 	if d.lost() && d.c.lost_reason != C.WGPUDeviceLostReason_Destroyed {
-		err = fmt.Errorf("dawn: (*Device).Close: %w: device was lost: %s", ops.ErrDevice, C.GoString(&d.c.lost_msg[0]))
+		err = fmt.Errorf("dawn: (*device).close: %w: device was lost: %s", ops.ErrDevice, C.GoString(&d.c.lost_msg[0]))
 	}
 	C.drt_close(d.c)
 	// Only now, with the instance gone, can no callback write into a pending ticket.
@@ -414,7 +408,7 @@ func (d *Device) Close() error {
 	return err
 }
 
-func (d *Device) free() {
+func (d *device) free() {
 	C.free(unsafe.Pointer(d.c))
 	C.free(unsafe.Pointer(d.errbuf))
 	d.c, d.errbuf = nil, nil

@@ -30,7 +30,7 @@ func (p *params) bytes() []byte { return p.b[:(p.n+15)&^15] }
 
 // operand is where one tensor of a call lives: a device tensor's buffer, or host bytes.
 type operand struct {
-	buf  *Buffer
+	buf  *buffer
 	host []byte
 }
 
@@ -46,7 +46,7 @@ func (b *Backend) operandOf(op, name string, x ops.Buf) (operand, error) {
 	return operand{buf: db.buf}, nil
 }
 
-func (b *Backend) devOperand(op, name string, m ops.DeviceMem) (*Buffer, error) {
+func (b *Backend) devOperand(op, name string, m ops.DeviceMem) (*buffer, error) {
 	if m == nil {
 		return nil, nil
 	}
@@ -63,7 +63,7 @@ func (s *callSpec) input(binding uint32, o operand, size uint64) {
 		s.bind(bindRef{binding: binding, buf: o.buf, scratch: atBuffer, size: size})
 		return
 	}
-	i := s.scratchFor(size, UsageStorage|UsageCopyDst)
+	i := s.scratchFor(size, usageStorage|usageCopyDst)
 	s.bind(bindRef{binding: binding, scratch: i, size: size})
 	s.write(writeOp{scratch: i, data: o.host})
 }
@@ -74,7 +74,7 @@ func (s *callSpec) output(binding uint32, o operand, size uint64) {
 		s.bind(bindRef{binding: binding, buf: o.buf, scratch: atBuffer, size: size, write: true})
 		return
 	}
-	i := s.scratchFor(size, UsageStorage|UsageCopySrc)
+	i := s.scratchFor(size, usageStorage|usageCopySrc)
 	s.bind(bindRef{binding: binding, scratch: i, size: size, write: true})
 	s.read(readOp{scratch: i, dst: o.host})
 }
@@ -161,8 +161,8 @@ func (b *Backend) prepareEmbedDev(w *ops.EmbedWeights) (ops.PreparedEmbed, error
 	tables := []struct {
 		name string
 		x    ops.Buf
-		own  **Buffer
-		dev  **Buffer
+		own  **buffer
+		dev  **buffer
 	}{
 		{"word_embedding", w.Word, &op.word, &op.wordDev},
 		{"position_embedding", w.Pos, &op.pos, &op.posDev},
@@ -189,7 +189,7 @@ func (b *Backend) prepareEmbedDev(w *ops.EmbedWeights) (ops.PreparedEmbed, error
 			op.release()
 			return nil, err
 		}
-		buf, err := b.dev.CreateBuffer("fusednorm."+t.name, align4(uint64(len(o.host))), UsageStorage|UsageCopyDst)
+		buf, err := b.dev.createBuffer("fusednorm."+t.name, align4(uint64(len(o.host))), usageStorage|usageCopyDst)
 		if err != nil {
 			op.release()
 			return nil, deviceErr(fmt.Errorf("dawn: %s: %s: %w", name, t.name, err))
@@ -200,7 +200,7 @@ func (b *Backend) prepareEmbedDev(w *ops.EmbedWeights) (ops.PreparedEmbed, error
 			return nil, fmt.Errorf("dawn: %s: %s: %w", name, t.name, err)
 		}
 	}
-	buf, err := b.dev.CreateBuffer("fusednorm.gamma+beta", align4(uint64(len(gb))), UsageStorage|UsageCopyDst)
+	buf, err := b.dev.createBuffer("fusednorm.gamma+beta", align4(uint64(len(gb))), usageStorage|usageCopyDst)
 	if err != nil {
 		op.release()
 		return nil, deviceErr(fmt.Errorf("dawn: %s: gamma+beta: %w", name, err))
@@ -213,7 +213,7 @@ func (b *Backend) prepareEmbedDev(w *ops.EmbedWeights) (ops.PreparedEmbed, error
 	return op, nil
 }
 
-func orBuf(own, dev *Buffer) *Buffer {
+func orBuf(own, dev *buffer) *buffer {
 	if dev != nil {
 		return dev
 	}
@@ -257,7 +257,7 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 	// scratch buffer, told apart by their offsets in params.
 	n := uint32(rows)
 	var offs [4]uint32
-	var devs [4]*Buffer
+	var devs [4]*buffer
 	lens := [4]uint32{n, 0, 0, 0}
 	hosts := [4][]int32{in.IDs, in.SegIDs, in.Mask, in.PosIDs}
 	anyDev := false
@@ -302,7 +302,7 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 	s.bind(bindRef{binding: 0, scratch: atParams, size: embedParamsSize})
 	ints := atNowhere
 	if nInts > 0 || !k.SplitInts {
-		ints = s.scratchFor(uint64(max(nInts, 1))*4, UsageStorage|UsageCopyDst)
+		ints = s.scratchFor(uint64(max(nInts, 1))*4, usageStorage|usageCopyDst)
 	}
 	if !k.SplitInts {
 		s.bind(bindRef{binding: 1, scratch: ints, size: align4(uint64(max(nInts, 1)) * 4)})
@@ -311,7 +311,7 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 		switch {
 		case lens[i] == 0:
 		case devs[i] != nil && k.SplitInts:
-			s.bind(bindRef{binding: shaders.IntBindings[i], buf: devs[i], scratch: atBuffer, size: devs[i].Size()})
+			s.bind(bindRef{binding: shaders.IntBindings[i], buf: devs[i], scratch: atBuffer, size: devs[i].size})
 		case devs[i] != nil:
 			s.pre(copyOp{src: devs[i], srcScratch: atBuffer, dstScratch: ints, dstOff: uint64(offs[i]) * 4, size: uint64(lens[i]) * 4})
 		default:
@@ -325,12 +325,12 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 		}
 	}
 	word, pos, seg := orBuf(op.word, op.wordDev), orBuf(op.pos, op.posDev), orBuf(op.seg, op.segDev)
-	s.bind(bindRef{binding: 2, buf: word, scratch: atBuffer, size: word.Size()})
-	s.bind(bindRef{binding: 3, buf: pos, scratch: atBuffer, size: pos.Size()})
+	s.bind(bindRef{binding: 2, buf: word, scratch: atBuffer, size: word.size})
+	s.bind(bindRef{binding: 3, buf: pos, scratch: atBuffer, size: pos.size})
 	if k.Segment {
-		s.bind(bindRef{binding: 4, buf: seg, scratch: atBuffer, size: seg.Size()})
+		s.bind(bindRef{binding: 4, buf: seg, scratch: atBuffer, size: seg.size})
 	}
-	s.bind(bindRef{binding: 5, buf: op.gb, scratch: atBuffer, size: op.gb.Size()})
+	s.bind(bindRef{binding: 5, buf: op.gb, scratch: atBuffer, size: op.gb.size})
 	o, err := b.operandOf(name, "output", out.Out)
 	if err != nil {
 		return err
@@ -344,7 +344,7 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 		s.output(7, o, outBytes)
 	}
 	auxBytes := uint64(1+in.B) * 4
-	aux := s.scratchFor(auxBytes, UsageStorage|UsageCopySrc|UsageCopyDst)
+	aux := s.scratchFor(auxBytes, usageStorage|usageCopySrc|usageCopyDst)
 	s.bind(bindRef{binding: 8, scratch: aux, size: auxBytes, write: true})
 	s.pre(copyOp{srcZero: true, srcScratch: atNowhere, dstScratch: aux, size: 4})
 	s.zeroBytes = max(s.zeroBytes, 4)
@@ -392,9 +392,9 @@ type addPrep struct {
 	bias     ops.DType // Invalid: none
 	biasFull bool
 	d        int
-	gb       *Buffer
-	biasOwn  *Buffer
-	biasDev  *Buffer
+	gb       *buffer
+	biasOwn  *buffer
+	biasDev  *buffer
 
 	life   sync.RWMutex
 	closed bool
@@ -422,7 +422,7 @@ func (b *Backend) PrepareAddLN(gamma, beta, bias ops.Buf, biasFull bool) (ops.Pr
 		return nil, err
 	}
 	p := &addPrep{b: b, gamma: gamma.DType, bias: bias.DType, biasFull: biasFull, d: gamma.Len()}
-	if p.gb, err = b.dev.CreateBuffer("fusednorm.addln.gamma+beta", align4(uint64(len(gb))), UsageStorage|UsageCopyDst); err != nil {
+	if p.gb, err = b.dev.createBuffer("fusednorm.addln.gamma+beta", align4(uint64(len(gb))), usageStorage|usageCopyDst); err != nil {
 		return nil, deviceErr(fmt.Errorf("dawn: %s: %w", name, err))
 	}
 	if err := b.write(p.gb, 0, gb); err != nil {
@@ -438,7 +438,7 @@ func (b *Backend) PrepareAddLN(gamma, beta, bias ops.Buf, biasFull bool) (ops.Pr
 		if o.buf != nil {
 			p.biasDev = o.buf
 		} else {
-			if p.biasOwn, err = b.dev.CreateBuffer("fusednorm.addln.bias", align4(uint64(len(o.host))), UsageStorage|UsageCopyDst); err != nil {
+			if p.biasOwn, err = b.dev.createBuffer("fusednorm.addln.bias", align4(uint64(len(o.host))), usageStorage|usageCopyDst); err != nil {
 				p.release()
 				return nil, deviceErr(fmt.Errorf("dawn: %s: %w", name, err))
 			}
@@ -523,15 +523,15 @@ func (b *Backend) addDev(ctx context.Context, a *ops.AddLN, prep *addPrep) error
 		s.input(uint32(1+i), o, size)
 	}
 	if prep != nil {
-		s.bind(bindRef{binding: 3, buf: prep.gb, scratch: atBuffer, size: prep.gb.Size()})
+		s.bind(bindRef{binding: 3, buf: prep.gb, scratch: atBuffer, size: prep.gb.size})
 		if biasT != ops.Invalid {
 			bb := orBuf(prep.biasOwn, prep.biasDev)
-			s.bind(bindRef{binding: 4, buf: bb, scratch: atBuffer, size: bb.Size()})
+			s.bind(bindRef{binding: 4, buf: bb, scratch: atBuffer, size: bb.size})
 		}
 	} else {
 		gbBytes := uint64(D) * uint64(a.Gamma.DType.Size())
 		size := align4(2 * gbBytes)
-		gbs := s.scratchFor(size, UsageStorage|UsageCopyDst)
+		gbs := s.scratchFor(size, usageStorage|usageCopyDst)
 		s.bind(bindRef{binding: 3, scratch: gbs, size: size})
 		g, err := b.operandOf(name, "gamma", a.Gamma)
 		if err != nil {
@@ -582,7 +582,7 @@ func (b *Backend) addDev(ctx context.Context, a *ops.AddLN, prep *addPrep) error
 		}
 		s.output(6, o, outBytes)
 	}
-	stats := s.scratchFor(statBytes, UsageStorage|UsageCopySrc)
+	stats := s.scratchFor(statBytes, usageStorage|usageCopySrc)
 	s.bind(bindRef{binding: 7, scratch: stats, size: statBytes, write: true})
 	for i, m := range [2]ops.DeviceMem{a.MeanDev, a.RstdDev} {
 		off := uint64(i) * uint64(N) * 4

@@ -17,7 +17,7 @@ var _ ops.DeviceBackend = (*Backend)(nil)
 // devBuf is a device tensor's storage.
 type devBuf struct {
 	b     *Backend
-	buf   *Buffer
+	buf   *buffer
 	dtype ops.DType
 	n     int
 	bytes uint64 // n elements, before rounding up to whole words
@@ -38,7 +38,7 @@ func (b *Backend) NewDeviceMem(dt ops.DType, n int) (ops.DeviceMem, error) {
 	if err := b.checkBinding("NewDeviceMem", "tensor", align4(bytes)); err != nil {
 		return nil, err
 	}
-	buf, err := b.dev.CreateBuffer("fusednorm.tensor", max(align4(bytes), 4), UsageStorage|UsageCopySrc|UsageCopyDst)
+	buf, err := b.dev.createBuffer("fusednorm.tensor", max(align4(bytes), 4), usageStorage|usageCopySrc|usageCopyDst)
 	if err != nil {
 		return nil, deviceErr(err)
 	}
@@ -151,7 +151,7 @@ func (b *Backend) run2(ctx context.Context, s *callSpec) error {
 var specs = sync.Pool{New: func() any { return new(callSpec) }}
 
 // embedPipeline is the pipeline of k, cached by the parameter struct (Key formats a string).
-func (b *Backend) embedPipeline(k shaders.Embed) (*Pipeline, error) {
+func (b *Backend) embedPipeline(k shaders.Embed) (*pipeline, error) {
 	st := &b.dt
 	st.pipeMu.RLock()
 	p := st.embedPipe[k]
@@ -165,7 +165,7 @@ func (b *Backend) embedPipeline(k shaders.Embed) (*Pipeline, error) {
 	}
 	st.pipeMu.Lock()
 	if st.embedPipe == nil {
-		st.embedPipe = map[shaders.Embed]*Pipeline{}
+		st.embedPipe = map[shaders.Embed]*pipeline{}
 	}
 	st.embedPipe[k] = p
 	st.pipeMu.Unlock()
@@ -173,7 +173,7 @@ func (b *Backend) embedPipeline(k shaders.Embed) (*Pipeline, error) {
 }
 
 // addPipeline is the pipeline of k, cached by the parameter struct.
-func (b *Backend) addPipeline(k shaders.AddLN) (*Pipeline, error) {
+func (b *Backend) addPipeline(k shaders.AddLN) (*pipeline, error) {
 	st := &b.dt
 	st.pipeMu.RLock()
 	p := st.addPipe[k]
@@ -187,7 +187,7 @@ func (b *Backend) addPipeline(k shaders.AddLN) (*Pipeline, error) {
 	}
 	st.pipeMu.Lock()
 	if st.addPipe == nil {
-		st.addPipe = map[shaders.AddLN]*Pipeline{}
+		st.addPipe = map[shaders.AddLN]*pipeline{}
 	}
 	st.addPipe[k] = p
 	st.pipeMu.Unlock()

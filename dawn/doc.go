@@ -2,6 +2,12 @@
 // native Dawn, loaded at run time, and gives the same bits as the CPU backend running the
 // same reduction plan (SPEC.md §C.4).
 //
+// The user API is the root package, fusednorm, which opens this backend (WithBackend,
+// FUSEDNORM_BACKEND); importing dawn directly is not supported, since Backend's methods take
+// and return internal/ops types. The exceptions are what this package documents for the
+// module's own tools: ListAdapters, and CopyProbe, the copy-bandwidth ceiling the benchmark
+// puts beside the kernels.
+//
 // # Backends
 //
 // New opens the default adapter (Vulkan; lavapipe on GPU-less machines), then calibrates:

@@ -21,10 +21,10 @@ type embedOp struct {
 	w    ops.EmbedWeights
 	plan plan.Plan
 
-	word, pos, seg, gb *Buffer
+	word, pos, seg, gb *buffer
 	cpu                ops.PreparedEmbed // set when the backend fell back to the CPU
 	// Tables that are device tensors, bound where they are (devops.go); not released here.
-	wordDev, posDev, segDev *Buffer
+	wordDev, posDev, segDev *buffer
 
 	life   sync.RWMutex
 	closed bool
@@ -61,7 +61,7 @@ func (op *embedOp) upload() error {
 	tensors := []struct {
 		name string
 		data []byte
-		dst  **Buffer
+		dst  **buffer
 	}{
 		{"word_embedding", w.Word.Bytes(), &op.word},
 		{"position_embedding", w.Pos.Bytes(), &op.pos},
@@ -81,7 +81,7 @@ func (op *embedOp) upload() error {
 		if t.data == nil {
 			continue
 		}
-		buf, err := b.dev.CreateBuffer("fusednorm."+t.name, align4(uint64(len(t.data))), UsageStorage|UsageCopyDst)
+		buf, err := b.dev.createBuffer("fusednorm."+t.name, align4(uint64(len(t.data))), usageStorage|usageCopyDst)
 		if err != nil {
 			op.release()
 			return deviceErr(fmt.Errorf("dawn: PrepareEmbed: %s: %w", t.name, err))
@@ -105,10 +105,10 @@ func concat(gamma, beta ops.Buf) []byte {
 func (op *embedOp) release() { releaseAll(&op.word, &op.pos, &op.seg, &op.gb) }
 
 // releaseAll releases the buffers that ps point to and clears them; nil ones are skipped.
-func releaseAll(ps ...**Buffer) {
+func releaseAll(ps ...**buffer) {
 	for _, p := range ps {
 		if *p != nil {
-			(*p).Release()
+			(*p).release()
 			*p = nil
 		}
 	}
@@ -238,26 +238,26 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 
 	l := lease{p: &b.pool}
 	defer l.done()
-	params, err := l.get("fusednorm.embed.params", embedParamsSize, UsageUniform|UsageCopyDst)
+	params, err := l.get("fusednorm.embed.params", embedParamsSize, usageUniform|usageCopyDst)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
-	ints, err := l.get("fusednorm.embed.ints", uint64(nInts)*4, UsageStorage|UsageCopyDst)
+	ints, err := l.get("fusednorm.embed.ints", uint64(nInts)*4, usageStorage|usageCopyDst)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
-	outBuf, err := l.get("fusednorm.embed.output", outBytes, UsageStorage|UsageCopySrc)
+	outBuf, err := l.get("fusednorm.embed.output", outBytes, usageStorage|usageCopySrc)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
-	var sumBuf *Buffer
+	var sumBuf *buffer
 	if k.Sum {
-		if sumBuf, err = l.get("fusednorm.embed.sum", outBytes, UsageStorage|UsageCopySrc); err != nil {
+		if sumBuf, err = l.get("fusednorm.embed.sum", outBytes, usageStorage|usageCopySrc); err != nil {
 			return fmt.Errorf("dawn: %s: %w", name, err)
 		}
 	}
 	auxBytes := uint64(1+in.B) * 4
-	aux, err := l.get("fusednorm.embed.aux", auxBytes, UsageStorage|UsageCopySrc|UsageCopyDst)
+	aux, err := l.get("fusednorm.embed.aux", auxBytes, usageStorage|usageCopySrc|usageCopyDst)
 	if err != nil {
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
@@ -276,20 +276,20 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		return fmt.Errorf("dawn: %s: %w", name, err)
 	}
 
-	binds := []Binding{
+	binds := []binding{
 		{Binding: 0, Buffer: params, Size: embedParamsSize},
 		{Binding: 1, Buffer: ints, Size: align4(uint64(max(nInts, 1)) * 4)},
-		{Binding: 2, Buffer: op.word, Size: op.word.Size()},
-		{Binding: 3, Buffer: op.pos, Size: op.pos.Size()},
-		{Binding: 5, Buffer: op.gb, Size: op.gb.Size()},
+		{Binding: 2, Buffer: op.word, Size: op.word.size},
+		{Binding: 3, Buffer: op.pos, Size: op.pos.size},
+		{Binding: 5, Buffer: op.gb, Size: op.gb.size},
 		{Binding: 6, Buffer: outBuf, Size: outBytes},
 		{Binding: 8, Buffer: aux, Size: auxBytes},
 	}
 	if k.Segment {
-		binds = append(binds, Binding{Binding: 4, Buffer: op.seg, Size: op.seg.Size()})
+		binds = append(binds, binding{Binding: 4, Buffer: op.seg, Size: op.seg.size})
 	}
 	if k.Sum {
-		binds = append(binds, Binding{Binding: 7, Buffer: sumBuf, Size: outBytes})
+		binds = append(binds, binding{Binding: 7, Buffer: sumBuf, Size: outBytes})
 	}
 
 	var status [4]byte

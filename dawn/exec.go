@@ -61,7 +61,7 @@ const (
 // bindRef is one binding of a call: a buffer, or scratch index / params.
 type bindRef struct {
 	binding   uint32
-	buf       *Buffer
+	buf       *buffer
 	scratch   int8
 	write     bool
 	off, size uint64
@@ -69,12 +69,12 @@ type bindRef struct {
 
 type scratchReq struct {
 	size  uint64
-	usage BufferUsage
+	usage bufferUsage
 }
 
 // callKey is everything a call's bind group and scratch depend on.
 type callKey struct {
-	pipe    *Pipeline
+	pipe    *pipeline
 	nparams uint8
 	params  [paramsCap]byte
 	nbinds  uint8
@@ -83,7 +83,7 @@ type callKey struct {
 }
 
 type copyOp struct {
-	src, dst               *Buffer
+	src, dst               *buffer
 	srcScratch, dstScratch int8
 	srcOff, dstOff, size   uint64
 	srcZero, dstIDStatus   bool // from the device's zero buffer / into this call's id slot
@@ -97,7 +97,7 @@ type writeOp struct {
 }
 
 type readOp struct {
-	buf     *Buffer
+	buf     *buffer
 	scratch int8
 	off     uint64
 	dst     []byte
@@ -133,7 +133,7 @@ func (s *callSpec) reset(name string) {
 func (s *callSpec) bind(r bindRef) { s.key.binds[s.key.nbinds] = r; s.key.nbinds++ }
 
 // scratchFor adds a scratch buffer of size bytes and returns its index.
-func (s *callSpec) scratchFor(size uint64, usage BufferUsage) int8 {
+func (s *callSpec) scratchFor(size uint64, usage bufferUsage) int8 {
 	for i := range s.key.scratch {
 		if s.key.scratch[i].size == 0 {
 			s.key.scratch[i] = scratchReq{size: max(align4(size), 4), usage: usage}
@@ -166,8 +166,8 @@ func (s *callSpec) setParams(p []byte) {
 // callEntry is a cached bind group with the buffers it binds that the entry owns.
 type callEntry struct {
 	bg      C.WGPUBindGroup
-	params  *Buffer
-	scratch [maxScratch]*Buffer
+	params  *buffer
+	scratch [maxScratch]*buffer
 	used    uint64
 }
 
@@ -191,8 +191,8 @@ type devState struct {
 
 	// Pipelines by parameter struct, under pipeMu (not the device lock).
 	pipeMu    sync.RWMutex
-	embedPipe map[shaders.Embed]*Pipeline
-	addPipe   map[shaders.AddLN]*Pipeline
+	embedPipe map[shaders.Embed]*pipeline
+	addPipe   map[shaders.AddLN]*pipeline
 
 	ring     *C.drt_status // ringSize slots of error-scope verdicts, C memory
 	ringName [ringSize]string
@@ -201,13 +201,13 @@ type devState struct {
 	tail     uint64
 	seq      uint64
 
-	idBuf  *Buffer
+	idBuf  *buffer
 	idName [idSlots]string
 	idSeq  [idSlots]uint64
 	idHead uint64
 	idTail uint64
 
-	zero      *Buffer
+	zero      *buffer
 	join      []byte        // host bytes of writes joined from two parts
 	pending   error         // the first device error not yet reported
 	closing   []*C.drt_wait // C memory of waits, freed by freeFast
@@ -254,7 +254,7 @@ func (b *Backend) releaseFast() {
 		w.n = 0
 	}
 	st.waiters, st.abandoned = nil, nil
-	for _, p := range []**Buffer{&st.idBuf, &st.zero} {
+	for _, p := range []**buffer{&st.idBuf, &st.zero} {
 		if *p != nil {
 			d.releaseLocked(*p)
 			*p = nil
@@ -278,7 +278,7 @@ func (b *Backend) freeFast() {
 
 // forgetBuffers drops the cached bind groups that bind any of bufs (resident weights of
 // an op being closed), so the device memory goes with the op.
-func (b *Backend) forgetBuffers(bufs ...*Buffer) {
+func (b *Backend) forgetBuffers(bufs ...*buffer) {
 	if err := b.dev.lock(context.Background()); err != nil {
 		return
 	}
@@ -293,15 +293,18 @@ func (b *Backend) forgetBuffers(bufs ...*Buffer) {
 	}
 }
 
+var _ ops.BufferCounter = (*Backend)(nil)
+
 // LiveBuffers counts the device buffers alive now: those the device holds (device
 // tensors, resident weights, pooled and cached scratch) and released ones that a cached
-// bind group still keeps alive. A test finds leaks by comparing it before and after.
+// bind group still keeps alive. It is exported only to implement ops.BufferCounter, for the
+// leak tests of this package and the root package, which compare it before and after.
 func (b *Backend) LiveBuffers() int {
 	d := b.dev
 	_ = d.lock(context.Background())
 	defer d.unlock()
 	n := len(d.buffers)
-	seen := map[*Buffer]bool{}
+	seen := map[*buffer]bool{}
 	for k := range b.dt.cache {
 		for i := 0; i < int(k.nbinds); i++ {
 			if buf := k.binds[i].buf; buf != nil && buf.c == nil && !seen[buf] {
@@ -323,7 +326,7 @@ func (b *Backend) dropEntry(k callKey, e *callEntry) {
 }
 
 // forget drops the cached bind groups that bind buf (a device tensor being freed).
-func (b *Backend) forget(buf *Buffer) {
+func (b *Backend) forget(buf *buffer) {
 	for k, e := range b.dt.cache {
 		for i := 0; i < int(k.nbinds); i++ {
 			if k.binds[i].buf == buf {
@@ -364,7 +367,7 @@ func (b *Backend) entry(s *callSpec) (*callEntry, error) {
 	}
 	k := &s.key
 	if k.nparams > 0 {
-		p, err := d.createLocked("fusednorm.params", uint64(k.nparams), UsageUniform|UsageCopyDst)
+		p, err := d.createLocked("fusednorm.params", uint64(k.nparams), usageUniform|usageCopyDst)
 		if err != nil {
 			return fail(err)
 		}
@@ -384,7 +387,7 @@ func (b *Backend) entry(s *callSpec) (*callEntry, error) {
 	n := int(k.nbinds)
 	for i := 0; i < n; i++ {
 		r := k.binds[i]
-		var buf *Buffer
+		var buf *buffer
 		switch r.scratch {
 		case atBuffer:
 			buf = r.buf
@@ -396,7 +399,7 @@ func (b *Backend) entry(s *callSpec) (*callEntry, error) {
 		st.cargs.binds[i] = C.drt_binding{binding: C.uint32_t(r.binding), buffer: buf.c, offset: C.uint64_t(r.off), size: C.uint64_t(r.size)}
 	}
 	if rc := C.drt_bind_group(d.c, k.pipe.bgl, &st.cargs.binds[0], C.int(n), &e.bg, d.errbuf, errCap); rc != C.DRT_OK {
-		return fail(d.failure("(*Device).BindGroup", rc))
+		return fail(d.failure("(*device).BindGroup", rc))
 	}
 	st.cache[s.key] = e
 	return e, nil
@@ -448,7 +451,7 @@ func (b *Backend) enqueue(s *callSpec) (*waiter, error) {
 	if s.zeroBytes > 0 && (st.zero == nil || st.zero.size < s.zeroBytes) {
 		d.releaseLocked(st.zero)
 		st.zero = nil
-		z, err := d.createLocked("fusednorm.zero", max(s.zeroBytes, 256), UsageCopySrc)
+		z, err := d.createLocked("fusednorm.zero", max(s.zeroBytes, 256), usageCopySrc)
 		if err != nil {
 			return nil, fmt.Errorf("dawn: %s: %w", s.name, deviceErr(err))
 		}
@@ -458,7 +461,7 @@ func (b *Backend) enqueue(s *callSpec) (*waiter, error) {
 	wait := s.wait || s.nreads > 0 || timed
 	if s.idCheck {
 		if st.idBuf == nil {
-			ib, err := d.createLocked("fusednorm.idstatus", idSlots*4, UsageStorage|UsageCopySrc|UsageCopyDst)
+			ib, err := d.createLocked("fusednorm.idstatus", idSlots*4, usageStorage|usageCopySrc|usageCopyDst)
 			if err != nil {
 				return nil, fmt.Errorf("dawn: %s: %w", s.name, deviceErr(err))
 			}
@@ -516,7 +519,7 @@ func (b *Backend) enqueue(s *callSpec) (*waiter, error) {
 			nreads++
 		}
 		for i := 0; i < nreads; i++ {
-			var src *Buffer
+			var src *buffer
 			var off, n uint64
 			if i == wt.idRead {
 				src, off, n = st.idBuf, 0, idSlots*4
@@ -616,7 +619,7 @@ func (b *Backend) enqueue(s *callSpec) (*waiter, error) {
 }
 
 // place resolves a copy end to its C buffer.
-func (b *Backend) place(e *callEntry, buf *Buffer, scratch int8, zero bool) C.WGPUBuffer {
+func (b *Backend) place(e *callEntry, buf *buffer, scratch int8, zero bool) C.WGPUBuffer {
 	switch {
 	case zero:
 		return b.dt.zero.c
@@ -820,7 +823,7 @@ func (b *Backend) reapFast() {
 }
 
 // queueWrite queues n bytes at p into buf at off; under the lock.
-func (d *Device) queueWrite(buf *Buffer, off uint64, p unsafe.Pointer, n int) {
+func (d *device) queueWrite(buf *buffer, off uint64, p unsafe.Pointer, n int) {
 	C.drt_queue_write(d.c, buf.c, C.uint64_t(off), p, C.size_t(n))
 }
 

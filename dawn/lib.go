@@ -13,8 +13,8 @@
 //
 // # Thread safety
 //
-// A Device and everything made from it may be used from many goroutines: every call into Dawn
-// runs under the device's lock. Run releases the lock while it waits for the GPU, so several
+// A device and everything made from it may be used from many goroutines: every call into Dawn
+// runs under the device's lock. run releases the lock while it waits for the GPU, so several
 // dispatches can be in flight.
 //
 // # Errors
@@ -23,24 +23,25 @@
 // ops.ErrUnavailable (library or adapter missing), ops.ErrNotSupported (a size over a
 // device limit), ops.ErrInvalidArgument (misuse), ops.ErrDevice (Dawn or the driver
 // rejected or failed an operation; the message carries Dawn's, e.g. the WGSL compiler's),
-// ops.ErrClosed (used after Close). A cancelled or expired context comes back as
+// ops.ErrClosed (used after close). A cancelled or expired context comes back as
 // ctx.Err(), wrapped.
 //
 // # Library search
 //
-// An explicit library, Options.LibPath or else $FUSEDNORM_DAWN_LIB, is a demand, not a hint:
-// only that file is tried, and OpenDevice fails with its path and the reason when it does not
-// load. It must be an absolute path, or a bare file name for the system loader; a relative
-// path with a directory would be resolved against the working directory and is refused.
+// An explicit library, deviceOptions.LibPath (Config.LibPath) or else $FUSEDNORM_DAWN_LIB, is
+// a demand, not a hint: only that file is tried, and openDevice fails with its path and the
+// reason when it does not load. It must be an absolute path, or a bare file name for the
+// system loader; a relative path with a directory would be resolved against the working
+// directory and is refused.
 //
-// Without one, OpenDevice tries libwebgpu_dawn.so and libwebgpu_wrapper.so next to the
+// Without one, openDevice tries libwebgpu_dawn.so and libwebgpu_wrapper.so next to the
 // executable (only when that directory and file are owned by the user or root and writable by
 // their owner alone: whoever can write there can already replace the executable), then the
 // same names through the system loader (LD_LIBRARY_PATH, the loader cache, the system
 // directories; skipped when LD_LIBRARY_PATH has an empty or relative entry, which the loader
 // reads as the working directory). Nothing is ever loaded from a place derived from the
 // working directory or from where the source was built. A failure lists every candidate and
-// why it was not used. Device.Library names the file that was loaded.
+// why it was not used. device.library names the file that was loaded.
 
 package dawn
 
@@ -167,10 +168,10 @@ func loadLib(explicit string) (*C.drt_lib, error) {
 		tried = append(tried, strings.TrimSpace(C.GoString(report)))
 	}
 	if isExplicit {
-		return nil, fmt.Errorf("dawn: OpenDevice: %w: the requested Dawn library (WithDawnLibrary or %s) did not load, and an explicit library is never replaced by another: %s",
+		return nil, fmt.Errorf("dawn: openDevice: %w: the requested Dawn library (WithDawnLibrary or %s) did not load, and an explicit library is never replaced by another: %s",
 			ops.ErrUnavailable, envLib, strings.Join(tried, "; "))
 	}
-	return nil, fmt.Errorf("dawn: OpenDevice: %w: Dawn library not found (run scripts/provision.sh and set %s); tried: %s",
+	return nil, fmt.Errorf("dawn: openDevice: %w: Dawn library not found (run scripts/provision.sh and set %s); tried: %s",
 		ops.ErrUnavailable, envLib, strings.Join(tried, "; "))
 }
 
@@ -183,8 +184,8 @@ func checkGenerated() error {
 		backendTypeNames[uint32(C.WGPUBackendType_Vulkan)] != "Vulkan" ||
 		backendTypeNames[uint32(C.WGPUBackendType_Null)] != "Null" ||
 		adapterTypeNames[uint32(C.WGPUAdapterType_CPU)] != "CPU" ||
-		uint64(UsageStorage) != uint64(C.WGPUBufferUsage_Storage) ||
-		uint64(UsageMapRead) != uint64(C.WGPUBufferUsage_MapRead) {
+		uint64(usageStorage) != uint64(C.WGPUBufferUsage_Storage) ||
+		uint64(usageMapRead) != uint64(C.WGPUBufferUsage_MapRead) {
 		return fmt.Errorf("dawn: zdawn_gen.go disagrees with cgo/webgpu_gen.h: run go generate ./dawn/")
 	}
 	if C.sizeof_WGPULimits != 152 {

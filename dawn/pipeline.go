@@ -16,26 +16,23 @@ import (
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
-// Pipeline is a compiled compute pipeline with an automatic layout. The device's cache owns
-// it; Close releases it.
-type Pipeline struct {
+// pipeline is a compiled compute pipeline with an automatic layout. The device's cache owns
+// it; the device's close releases it.
+type pipeline struct {
 	key   string
 	entry string
 	c     C.WGPUComputePipeline
 	bgl   C.WGPUBindGroupLayout // bind group 0; nil when the entry point binds nothing
 }
 
-// Key is the cache key the pipeline was compiled under.
-func (p *Pipeline) Key() string { return p.key }
-
-// Pipeline compiles wgsl's entry point once per key and returns the cached pipeline after
+// pipeline compiles wgsl's entry point once per key and returns the cached pipeline after
 // that (the key must therefore identify the source). Compile errors carry the WGSL
 // compiler's messages and are not cached.
 //
 // The layout is derived from the entry point: bind group 0 holds exactly the bindings the
-// entry point uses statically, so Run must bind those and no others.
-func (d *Device) Pipeline(key, wgsl, entry string) (*Pipeline, error) {
-	const method = "(*Device).Pipeline"
+// entry point uses statically, so run must bind those and no others.
+func (d *device) pipeline(key, wgsl, entry string) (*pipeline, error) {
+	const method = "(*device).pipeline"
 	if err := d.lock(context.Background()); err != nil {
 		return nil, err
 	}
@@ -55,7 +52,7 @@ func (d *Device) Pipeline(key, wgsl, entry string) (*Pipeline, error) {
 	defer C.free(unsafe.Pointer(csrc))
 	centry := C.CString(entry)
 	defer C.free(unsafe.Pointer(centry))
-	p := &Pipeline{key: key, entry: entry}
+	p := &pipeline{key: key, entry: entry}
 	if rc := C.drt_create_pipeline(d.c, ckey, csrc, C.size_t(len(wgsl)), centry, &p.c, &p.bgl, d.errbuf, errCap); rc != C.DRT_OK {
 		return nil, d.failure(method, rc)
 	}

@@ -11,13 +11,13 @@ import (
 
 // pool keeps per-call device buffers for reuse, by usage and power-of-two size class.
 type pool struct {
-	dev  *Device
+	dev  *device
 	mu   sync.Mutex
-	free map[poolKey][]*Buffer
+	free map[poolKey][]*buffer
 }
 
 type poolKey struct {
-	usage BufferUsage
+	usage bufferUsage
 	size  uint64
 }
 
@@ -32,7 +32,7 @@ func sizeClass(n uint64) uint64 {
 }
 
 // get returns a buffer of at least n bytes and its pool key.
-func (p *pool) get(label string, n uint64, usage BufferUsage) (*Buffer, poolKey, error) {
+func (p *pool) get(label string, n uint64, usage bufferUsage) (*buffer, poolKey, error) {
 	k := poolKey{usage, sizeClass(n)}
 	p.mu.Lock()
 	if l := p.free[k]; len(l) > 0 {
@@ -42,7 +42,7 @@ func (p *pool) get(label string, n uint64, usage BufferUsage) (*Buffer, poolKey,
 		return b, k, nil
 	}
 	p.mu.Unlock()
-	b, err := p.dev.CreateBuffer(label, k.size, usage)
+	b, err := p.dev.createBuffer(label, k.size, usage)
 	if err != nil {
 		return nil, k, deviceErr(fmt.Errorf("dawn: buffer %s (%d bytes): %w", label, k.size, err))
 	}
@@ -50,14 +50,14 @@ func (p *pool) get(label string, n uint64, usage BufferUsage) (*Buffer, poolKey,
 }
 
 // put returns a buffer to the pool.
-func (p *pool) put(k poolKey, b *Buffer) {
+func (p *pool) put(k poolKey, b *buffer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.free == nil {
-		p.free = make(map[poolKey][]*Buffer)
+		p.free = make(map[poolKey][]*buffer)
 	}
 	if len(p.free[k]) >= maxPooled {
-		b.Release()
+		b.release()
 		return
 	}
 	p.free[k] = append(p.free[k], b)
@@ -68,7 +68,7 @@ func (p *pool) release() {
 	defer p.mu.Unlock()
 	for _, l := range p.free {
 		for _, b := range l {
-			b.Release()
+			b.release()
 		}
 	}
 	p.free = nil
@@ -77,11 +77,11 @@ func (p *pool) release() {
 // lease collects the pooled buffers of one call so they go back together.
 type lease struct {
 	p    *pool
-	bufs []*Buffer
+	bufs []*buffer
 	keys []poolKey
 }
 
-func (l *lease) get(label string, n uint64, usage BufferUsage) (*Buffer, error) {
+func (l *lease) get(label string, n uint64, usage bufferUsage) (*buffer, error) {
 	b, k, err := l.p.get(label, n, usage)
 	if err != nil {
 		return nil, err
@@ -102,17 +102,17 @@ func align4(n uint64) uint64 { return (n + 3) &^ 3 }
 
 // write uploads data at off; a length that is not a whole number of words (odd 16-bit
 // tensors) gets its last partial word padded with zeros, without copying the rest.
-func (b *Backend) write(buf *Buffer, off uint64, data []byte) error {
+func (b *Backend) write(buf *buffer, off uint64, data []byte) error {
 	whole := len(data) &^ 3
 	if whole > 0 {
-		if err := b.dev.WriteBuffer(buf, off, data[:whole]); err != nil {
+		if err := b.dev.writeBuffer(buf, off, data[:whole]); err != nil {
 			return deviceErr(err)
 		}
 	}
 	if tail := data[whole:]; len(tail) > 0 {
 		var w [4]byte
 		copy(w[:], tail)
-		if err := b.dev.WriteBuffer(buf, off+uint64(whole), w[:]); err != nil {
+		if err := b.dev.writeBuffer(buf, off+uint64(whole), w[:]); err != nil {
 			return deviceErr(err)
 		}
 	}
@@ -120,11 +120,11 @@ func (b *Backend) write(buf *Buffer, off uint64, data []byte) error {
 }
 
 // readPlan collects the readbacks of one call, straight into the caller's slices.
-type readPlan struct{ reads []Readback }
+type readPlan struct{ reads []readback }
 
-func (r *readPlan) add(src *Buffer, off uint64, dst []byte) {
+func (r *readPlan) add(src *buffer, off uint64, dst []byte) {
 	if len(dst) > 0 {
-		r.reads = append(r.reads, Readback{Src: src, Offset: off, Dst: dst})
+		r.reads = append(r.reads, readback{Src: src, Offset: off, Dst: dst})
 	}
 }
 

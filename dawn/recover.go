@@ -52,7 +52,7 @@ func (b *Backend) recover() error {
 	// released before it closes, their C memory freed after, the path started afresh.
 	b.closeFast()
 	b.pool.release()
-	old.Close()
+	old.close()
 	b.freeFast()
 	b.dt = devState{}
 	err := b.reopen()
@@ -62,7 +62,7 @@ func (b *Backend) recover() error {
 	if err == nil {
 		b.broken = nil
 		b.health = fmt.Sprintf("device lost %d time(s), last: %s; reopened in %v", b.lossCount, firstLine(b.lastLoss), took.Round(time.Microsecond))
-		b.logInfo("dawn: device reopened after a loss", "took", took, "device", b.dev.Info().String())
+		b.logInfo("dawn: device reopened after a loss", "took", took, "device", b.dev.info.String())
 		return nil
 	}
 	if b.cfg.Fallback != nil {
@@ -83,33 +83,33 @@ func (b *Backend) recover() error {
 
 // reopen opens a new device and moves the backend and its prepared ops onto it.
 func (b *Backend) reopen() error {
-	dev, err := OpenDevice(Options{LibPath: b.cfg.LibPath, Inject: b.cfg.Inject, Logger: b.cfg.Logger, Adapter: b.cfg.Adapter})
+	dev, err := openDevice(deviceOptions{LibPath: b.cfg.LibPath, Inject: b.cfg.Inject, Logger: b.cfg.Logger, Adapter: b.cfg.Adapter})
 	if err != nil {
 		return err
 	}
 	prof, known, report, fast16 := b.prof, b.profileKnown, b.calibration, b.fast16
-	if dev.Info() != b.dev.Info() {
+	if dev.info != b.dev.info {
 		// Another adapter: its compiler may fuse differently. Calibrate on a backend of its own
 		// (this one is held exclusively).
-		nb := &Backend{dev: dev, limits: dev.Limits(), cfg: b.cfg}
+		nb := &Backend{dev: dev, limits: dev.limits, cfg: b.cfg}
 		nb.pool.dev = dev
 		var err error
 		if prof, known, report, err = nb.calibrate(); err != nil {
 			nb.pool.release()
-			dev.Close()
+			dev.close()
 			return fmt.Errorf("calibration: %w", err)
 		}
 		var report16 string
 		if fast16, report16, err = nb.calibrate16(context.Background()); err != nil {
 			nb.pool.release()
-			dev.Close()
+			dev.close()
 			return fmt.Errorf("calibration: %w", err)
 		}
 		report += "; " + report16
 		nb.pool.release()
 	}
 	b.mu.Lock()
-	b.dev, b.limits = dev, dev.Limits()
+	b.dev, b.limits = dev, dev.limits
 	b.prof, b.profileKnown, b.calibration, b.fast16 = prof, known, report, fast16
 	b.mu.Unlock()
 	b.pool.release()

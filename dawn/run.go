@@ -18,18 +18,18 @@ import (
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
-// Binding binds a buffer range at @group(0) @binding(Binding). Size 0 means the whole buffer
+// binding binds a buffer range at @group(0) @binding(Binding). Size 0 means the whole buffer
 // from Offset.
-type Binding struct {
+type binding struct {
 	Binding      uint32
-	Buffer       *Buffer
+	Buffer       *buffer
 	Offset, Size uint64
 }
 
-// Readback copies len(Dst) bytes of Src from Offset (a multiple of 4) into Dst after the
+// readback copies len(Dst) bytes of Src from Offset (a multiple of 4) into Dst after the
 // dispatch. The copy on the device is rounded up to 4 bytes.
-type Readback struct {
-	Src    *Buffer
+type readback struct {
+	Src    *buffer
 	Offset uint64
 	Dst    []byte
 }
@@ -62,34 +62,34 @@ type timing struct {
 	c C.drt_timing
 }
 
-func (t *timing) release(d *Device) {
+func (t *timing) release(d *device) {
 	C.drt_query_set_release(d.c, t.c.query_set)
 	C.drt_buffer_release(d.c, t.c.resolve)
 	C.drt_buffer_release(d.c, t.c.staging)
 }
 
-// Run encodes one compute pass that dispatches groups workgroups of p with binds in bind
-// group 0, copies each Readback region to pooled staging buffers, submits, waits (honouring
+// run encodes one compute pass that dispatches groups workgroups of p with binds in bind
+// group 0, copies each readback region to pooled staging buffers, submits, waits (honouring
 // ctx) and copies the results into each Dst. Everything Dawn can reject runs inside error
 // scopes.
-func (d *Device) Run(ctx context.Context, p *Pipeline, binds []Binding, groups [3]uint32, reads []Readback) error {
-	_, err := d.dispatch(ctx, "(*Device).Run", p, binds, groups, reads, false)
+func (d *device) run(ctx context.Context, p *pipeline, binds []binding, groups [3]uint32, reads []readback) error {
+	_, err := d.dispatch(ctx, "(*device).run", p, binds, groups, reads, false)
 	return err
 }
 
-// RunTimed is Run that also returns the GPU time of the compute pass, measured with
+// runTimed is run that also returns the GPU time of the compute pass, measured with
 // timestamp queries written at the pass's beginning and end. It needs the TimestampQuery
-// feature (see HasFeature) and returns ops.ErrNotSupported without it. The time covers the
+// feature (see hasFeature) and returns ops.ErrNotSupported without it. The time covers the
 // pass only, not the readback copies or the round trip.
-func (d *Device) RunTimed(ctx context.Context, p *Pipeline, binds []Binding, groups [3]uint32, reads []Readback) (time.Duration, error) {
-	if !d.HasFeature("TimestampQuery") {
-		return 0, fmt.Errorf("dawn: (*Device).RunTimed: the adapter has no TimestampQuery: %w", ops.ErrNotSupported)
+func (d *device) runTimed(ctx context.Context, p *pipeline, binds []binding, groups [3]uint32, reads []readback) (time.Duration, error) {
+	if !d.hasFeature("TimestampQuery") {
+		return 0, fmt.Errorf("dawn: (*device).runTimed: the adapter has no TimestampQuery: %w", ops.ErrNotSupported)
 	}
-	return d.dispatch(ctx, "(*Device).RunTimed", p, binds, groups, reads, true)
+	return d.dispatch(ctx, "(*device).runTimed", p, binds, groups, reads, true)
 }
 
-func (d *Device) dispatch(ctx context.Context, method string, p *Pipeline, binds []Binding, groups [3]uint32,
-	reads []Readback, timed bool) (time.Duration, error) {
+func (d *device) dispatch(ctx context.Context, method string, p *pipeline, binds []binding, groups [3]uint32,
+	reads []readback, timed bool) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("dawn: %s: %w", method, err)
 	}
@@ -135,7 +135,7 @@ func (d *Device) dispatch(ctx context.Context, method string, p *Pipeline, binds
 		return 0, fmt.Errorf("dawn: %s: %w", method, err)
 	}
 	// Large read-backs go through the transfer ring once the dispatch is done (transfer.go).
-	var big []Readback
+	var big []readback
 	if !d.closed {
 		for _, r := range reads {
 			if d.useRingRead(uint64(len(r.Dst))) {
@@ -144,7 +144,7 @@ func (d *Device) dispatch(ctx context.Context, method string, p *Pipeline, binds
 		}
 	}
 	if big != nil {
-		small, smallC := make([]Readback, 0, len(reads)), make([]C.drt_read, 0, len(reads))
+		small, smallC := make([]readback, 0, len(reads)), make([]C.drt_read, 0, len(reads))
 		for i, r := range reads {
 			if !d.useRingRead(uint64(len(r.Dst))) {
 				small, smallC = append(small, r), append(smallC, creads[i])
@@ -207,8 +207,8 @@ func (d *Device) dispatch(ctx context.Context, method string, p *Pipeline, binds
 }
 
 // submit acquires staging, encodes and submits; under the lock.
-func (d *Device) submit(method string, p *Pipeline, binds []Binding, cbinds []C.drt_binding, groups [3]uint32,
-	reads []Readback, creads []C.drt_read, timed bool) (*inflight, error) {
+func (d *device) submit(method string, p *pipeline, binds []binding, cbinds []C.drt_binding, groups [3]uint32,
+	reads []readback, creads []C.drt_read, timed bool) (*inflight, error) {
 	if err := d.usable(method); err != nil {
 		return nil, err
 	}
@@ -286,7 +286,7 @@ func (d *Device) submit(method string, p *Pipeline, binds []Binding, cbinds []C.
 }
 
 // finish checks a completed dispatch and copies its results out; under the lock.
-func (d *Device) finish(method string, f *inflight, reads []Readback) (time.Duration, error) {
+func (d *device) finish(method string, f *inflight, reads []readback) (time.Duration, error) {
 	delete(d.inflight, f)
 	defer d.recycle(f)
 	if d.lost() { // whatever the dispatch's own status, its results are not to be trusted
@@ -321,7 +321,7 @@ func (d *Device) finish(method string, f *inflight, reads []Readback) (time.Dura
 }
 
 // recycle unmaps a completed dispatch's staging buffers and returns them to the pools.
-func (d *Device) recycle(f *inflight) {
+func (d *device) recycle(f *inflight) {
 	for i, s := range f.staging {
 		C.drt_unmap(d.c, s)
 		d.putStaging(s, f.classes[i])
@@ -339,7 +339,7 @@ func (d *Device) recycle(f *inflight) {
 // the device closing (wait > 0 and called from Close) every dispatch counts as abandoned,
 // and the buffers of those still pending are released, their tickets freed after the
 // device is gone. Under the lock.
-func (d *Device) reap(wait time.Duration) {
+func (d *device) reap(wait time.Duration) {
 	closing := wait > 0
 	deadline := time.Now().Add(wait)
 	for f := range d.inflight {
@@ -369,7 +369,7 @@ func (d *Device) reap(wait time.Duration) {
 }
 
 // getTiming takes a timestamp set from the pool or makes one; under the lock.
-func (d *Device) getTiming(method string) (*timing, error) {
+func (d *device) getTiming(method string) (*timing, error) {
 	if n := len(d.timings); n > 0 {
 		t := d.timings[n-1]
 		d.timings = d.timings[:n-1]
@@ -382,11 +382,11 @@ func (d *Device) getTiming(method string) (*timing, error) {
 	}
 	cl := C.CString("fusednorm timestamps")
 	defer C.free(unsafe.Pointer(cl))
-	if rc := C.drt_create_buffer(d.c, cl, 256, C.uint64_t(UsageQueryResolve|UsageCopySrc), &t.c.resolve, d.errbuf, errCap); rc != C.DRT_OK {
+	if rc := C.drt_create_buffer(d.c, cl, 256, C.uint64_t(usageQueryResolve|usageCopySrc), &t.c.resolve, d.errbuf, errCap); rc != C.DRT_OK {
 		t.release(d)
 		return nil, d.failure(method, rc)
 	}
-	if rc := C.drt_create_buffer(d.c, cl, 256, C.uint64_t(UsageMapRead|UsageCopyDst), &t.c.staging, d.errbuf, errCap); rc != C.DRT_OK {
+	if rc := C.drt_create_buffer(d.c, cl, 256, C.uint64_t(usageMapRead|usageCopyDst), &t.c.staging, d.errbuf, errCap); rc != C.DRT_OK {
 		t.release(d)
 		return nil, d.failure(method, rc)
 	}

@@ -22,9 +22,9 @@ import (
 
 // openRuntimeDevice opens a device or skips; with FUSEDNORM_REQUIRE_DAWN=1 it fails instead,
 // so CI cannot pass by skipping.
-func openRuntimeDevice(t *testing.T, opts Options) *Device {
+func openRuntimeDevice(t *testing.T, opts deviceOptions) *device {
 	t.Helper()
-	d, err := OpenDevice(opts)
+	d, err := openDevice(opts)
 	if err != nil {
 		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
 			t.Fatalf("Dawn required (FUSEDNORM_REQUIRE_DAWN=1): %v", err)
@@ -32,7 +32,7 @@ func openRuntimeDevice(t *testing.T, opts Options) *Device {
 		t.Skipf("Dawn unavailable: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
+		if err := d.close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
@@ -59,15 +59,15 @@ func f32Bytes(v []float32) []byte {
 
 // affine holds a ready x/y pair for the y = 2x + 1 kernel.
 type affine struct {
-	d    *Device
-	p    *Pipeline
-	x, y *Buffer
+	d    *device
+	p    *pipeline
+	x, y *buffer
 	in   []float32
 }
 
-func newAffine(t *testing.T, d *Device, n int) *affine {
+func newAffine(t *testing.T, d *device, n int) *affine {
 	t.Helper()
-	p, err := d.Pipeline("test/affine", affineWGSL, "main")
+	p, err := d.pipeline("test/affine", affineWGSL, "main")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,15 +75,15 @@ func newAffine(t *testing.T, d *Device, n int) *affine {
 	for i := range in {
 		in[i] = float32(i)*0.75 - 123.5
 	}
-	x, err := d.CreateBuffer("x", uint64(4*n), UsageStorage|UsageCopyDst)
+	x, err := d.createBuffer("x", uint64(4*n), usageStorage|usageCopyDst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := d.CreateBuffer("y", uint64(4*n), UsageStorage|UsageCopySrc)
+	y, err := d.createBuffer("y", uint64(4*n), usageStorage|usageCopySrc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.WriteBuffer(x, 0, f32Bytes(in)); err != nil {
+	if err := d.writeBuffer(x, 0, f32Bytes(in)); err != nil {
 		t.Fatal(err)
 	}
 	return &affine{d: d, p: p, x: x, y: y, in: in}
@@ -91,8 +91,8 @@ func newAffine(t *testing.T, d *Device, n int) *affine {
 
 func (a *affine) run(ctx context.Context, groups [3]uint32) ([]byte, error) {
 	out := make([]byte, 4*len(a.in))
-	err := a.d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, groups,
-		[]Readback{{Src: a.y, Dst: out}})
+	err := a.d.run(ctx, a.p, []binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, groups,
+		[]readback{{Src: a.y, Dst: out}})
 	return out, err
 }
 
@@ -107,23 +107,23 @@ func (a *affine) check(t *testing.T, out []byte) {
 }
 
 func TestRuntimeOpenAndInfo(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
-	info := d.Info()
+	d := openRuntimeDevice(t, deviceOptions{})
+	info := d.info
 	t.Logf("adapter: %s", info)
-	t.Logf("limits: %+v", d.Limits())
-	t.Logf("features: %v", d.Features())
+	t.Logf("limits: %+v", d.limits)
+	t.Logf("features: %v", d.features())
 	if info.Backend != "Vulkan" {
 		t.Errorf("backend %q, want Vulkan", info.Backend)
 	}
 	if strings.Contains(info.Device, "Null") {
 		t.Errorf("Null backend accepted: %s", info)
 	}
-	l := d.Limits()
+	l := d.limits
 	if l.MaxStorageBufferBindingSize < 128<<20 || l.MaxComputeInvocationsPerWorkgroup < 256 || l.MaxComputeWorkgroupsPerDimension < 65535 {
 		t.Errorf("limits not raised to at least the WebGPU defaults: %+v", l)
 	}
-	if d.HasFeature("NoSuchFeature") {
-		t.Error("HasFeature of an unknown name")
+	if d.hasFeature("NoSuchFeature") {
+		t.Error("hasFeature of an unknown name")
 	}
 }
 
@@ -132,13 +132,13 @@ func TestRuntimeGeneratedTablesAgree(t *testing.T) {
 	if err := checkGenerated(); err != nil {
 		t.Error(err)
 	}
-	if UsageStorage != 0x80 || UsageMapRead != 1 || UsageCopySrc != 4 || UsageCopyDst != 8 || UsageUniform != 0x40 {
+	if usageStorage != 0x80 || usageMapRead != 1 || usageCopySrc != 4 || usageCopyDst != 8 || usageUniform != 0x40 {
 		t.Error("buffer usage values")
 	}
 }
 
 func TestRuntimeDispatch(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
+	d := openRuntimeDevice(t, deviceOptions{})
 	ctx := context.Background()
 	a := newAffine(t, d, 1000)
 	out, err := a.run(ctx, [3]uint32{16, 1, 1}) // 1024 invocations
@@ -160,8 +160,8 @@ func TestRuntimeDispatch(t *testing.T) {
 		out := make([]byte, 7)
 		guard := make([]byte, 16)
 		dst := append(out[:7:7], guard...)[:7]
-		if err := d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{16, 1, 1},
-			[]Readback{{Src: a.y, Offset: 40, Dst: dst}}); err != nil {
+		if err := d.run(ctx, a.p, []binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{16, 1, 1},
+			[]readback{{Src: a.y, Offset: 40, Dst: dst}}); err != nil {
 			t.Fatal(err)
 		}
 		want := f32Bytes([]float32{a.in[10]*2 + 1, a.in[11]*2 + 1})[:7]
@@ -171,20 +171,20 @@ func TestRuntimeDispatch(t *testing.T) {
 	})
 
 	t.Run("odd write length pads", func(t *testing.T) {
-		b, err := d.CreateBuffer("odd", 5, UsageStorage|UsageCopyDst|UsageCopySrc)
+		b, err := d.createBuffer("odd", 5, usageStorage|usageCopyDst|usageCopySrc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Release()
-		if b.Size() != 8 {
-			t.Fatalf("size %d, want 8", b.Size())
+		defer b.release()
+		if b.size != 8 {
+			t.Fatalf("size %d, want 8", b.size)
 		}
-		if err := d.WriteBuffer(b, 0, []byte{1, 2, 3, 4, 5}); err != nil {
+		if err := d.writeBuffer(b, 0, []byte{1, 2, 3, 4, 5}); err != nil {
 			t.Fatal(err)
 		}
 		out := make([]byte, 8)
-		if err := d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{0, 0, 0},
-			[]Readback{{Src: b, Dst: out}}); err != nil {
+		if err := d.run(ctx, a.p, []binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{0, 0, 0},
+			[]readback{{Src: b, Dst: out}}); err != nil {
 			t.Fatal(err)
 		}
 		if string(out) != string([]byte{1, 2, 3, 4, 5, 0, 0, 0}) {
@@ -193,31 +193,31 @@ func TestRuntimeDispatch(t *testing.T) {
 	})
 
 	t.Run("no readback waits for the queue", func(t *testing.T) {
-		if err := d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{16, 1, 1}, nil); err != nil {
+		if err := d.run(ctx, a.p, []binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{16, 1, 1}, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
 }
 
 func TestRuntimeErrors(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
+	d := openRuntimeDevice(t, deviceOptions{})
 	ctx := context.Background()
 
-	_, err := d.Pipeline("test/bad", "fn main( {", "main")
+	_, err := d.pipeline("test/bad", "fn main( {", "main")
 	if !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "expected ')'") ||
-		!strings.HasPrefix(err.Error(), "dawn: (*Device).Pipeline: ") {
+		!strings.HasPrefix(err.Error(), "dawn: (*device).pipeline: ") {
 		t.Errorf("bad WGSL: %v", err)
 	}
-	_, err = d.Pipeline("test/noentry", affineWGSL, "nope")
+	_, err = d.pipeline("test/noentry", affineWGSL, "nope")
 	if !errors.Is(err, ops.ErrDevice) {
 		t.Errorf("missing entry point: %v", err)
 	}
 
 	a := newAffine(t, d, 100)
 	// A binding the layout does not have is a validation error that comes back from Run.
-	err = d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}, {Binding: 7, Buffer: a.y}},
+	err = d.run(ctx, a.p, []binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}, {Binding: 7, Buffer: a.y}},
 		[3]uint32{2, 1, 1}, nil)
-	if !errors.Is(err, ops.ErrDevice) || !strings.HasPrefix(err.Error(), "dawn: (*Device).Run: ") {
+	if !errors.Is(err, ops.ErrDevice) || !strings.HasPrefix(err.Error(), "dawn: (*device).run: ") {
 		t.Errorf("extra binding: %v", err)
 	}
 	// The device stays usable after a scoped error.
@@ -227,22 +227,22 @@ func TestRuntimeErrors(t *testing.T) {
 	}
 	a.check(t, out)
 
-	if _, err := d.CreateBuffer("huge", d.Limits().MaxBufferSize+4, UsageStorage); !errors.Is(err, ops.ErrNotSupported) {
+	if _, err := d.createBuffer("huge", d.limits.MaxBufferSize+4, usageStorage); !errors.Is(err, ops.ErrNotSupported) {
 		t.Errorf("buffer over the limit: %v", err)
 	}
-	if err := d.Run(ctx, a.p, nil, [3]uint32{d.Limits().MaxComputeWorkgroupsPerDimension + 1, 1, 1}, nil); !errors.Is(err, ops.ErrNotSupported) {
+	if err := d.run(ctx, a.p, nil, [3]uint32{d.limits.MaxComputeWorkgroupsPerDimension + 1, 1, 1}, nil); !errors.Is(err, ops.ErrNotSupported) {
 		t.Errorf("grid over the limit: %v", err)
 	}
-	if err := d.WriteBuffer(a.x, 2, []byte{1}); !errors.Is(err, ops.ErrInvalidArgument) {
+	if err := d.writeBuffer(a.x, 2, []byte{1}); !errors.Is(err, ops.ErrInvalidArgument) {
 		t.Errorf("unaligned write: %v", err)
 	}
-	if err := d.Run(ctx, a.p, nil, [3]uint32{1, 1, 1}, []Readback{{Src: a.y, Offset: 400, Dst: make([]byte, 4)}}); !errors.Is(err, ops.ErrInvalidArgument) {
+	if err := d.run(ctx, a.p, nil, [3]uint32{1, 1, 1}, []readback{{Src: a.y, Offset: 400, Dst: make([]byte, 4)}}); !errors.Is(err, ops.ErrInvalidArgument) {
 		t.Errorf("readback past the end: %v", err)
 	}
-	released, _ := d.CreateBuffer("released", 16, UsageStorage)
-	released.Release()
-	released.Release()
-	if err := d.Run(ctx, a.p, []Binding{{Binding: 0, Buffer: released}}, [3]uint32{1, 1, 1}, nil); !errors.Is(err, ops.ErrInvalidArgument) {
+	released, _ := d.createBuffer("released", 16, usageStorage)
+	released.release()
+	released.release()
+	if err := d.run(ctx, a.p, []binding{{Binding: 0, Buffer: released}}, [3]uint32{1, 1, 1}, nil); !errors.Is(err, ops.ErrInvalidArgument) {
 		t.Errorf("released buffer: %v", err)
 	}
 }
@@ -261,7 +261,7 @@ func TestRuntimeLibrarySearch(t *testing.T) {
 		t.Fatalf("library from the environment: %+v", cands)
 	}
 	for _, lib := range []string{"/nonexistent/explicit.so", ""} {
-		_, err := OpenDevice(Options{LibPath: lib})
+		_, err := openDevice(deviceOptions{LibPath: lib})
 		want := lib
 		if want == "" {
 			want = "/nonexistent/env/libwebgpu_dawn.so"
@@ -271,7 +271,7 @@ func TestRuntimeLibrarySearch(t *testing.T) {
 			t.Errorf("missing explicit library %q: %v", want, err)
 		}
 	}
-	if _, err := OpenDevice(Options{LibPath: "third_party/dawn/libwebgpu_wrapper.so"}); !errors.Is(err, ops.ErrUnavailable) ||
+	if _, err := openDevice(deviceOptions{LibPath: "third_party/dawn/libwebgpu_wrapper.so"}); !errors.Is(err, ops.ErrUnavailable) ||
 		!strings.Contains(err.Error(), "relative path") {
 		t.Errorf("relative explicit library: %v", err)
 	}
@@ -315,23 +315,23 @@ func TestRuntimeNoLibraryFromWorkingDirectory(t *testing.T) {
 			t.Errorf("candidate derived from the working directory: %+v", c)
 		}
 	}
-	d, err := OpenDevice(Options{})
+	d, err := openDevice(deviceOptions{})
 	if err != nil {
 		if strings.Contains(err.Error(), dir) {
 			t.Errorf("the planted library was tried: %v", err)
 		}
 		return
 	}
-	defer d.Close()
-	if lib := d.Library(); strings.HasPrefix(lib, dir) || lib == real {
+	defer d.close()
+	if lib := d.library(); strings.HasPrefix(lib, dir) || lib == real {
 		t.Errorf("loaded %s, the planted library", lib)
 	}
 }
 
 // TestRuntimeLibraryNamed: a device says which file it loaded.
 func TestRuntimeLibraryNamed(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
-	lib := d.Library()
+	d := openRuntimeDevice(t, deviceOptions{})
+	lib := d.library()
 	if !strings.HasPrefix(lib, "/") {
 		t.Fatalf("Library() = %q, want an absolute path", lib)
 	}
@@ -347,7 +347,7 @@ func TestRuntimeDeviceLoss(t *testing.T) {
 	var lose atomic.Bool
 	var logged strings.Builder
 	var logMu sync.Mutex
-	d, err := OpenDevice(Options{
+	d, err := openDevice(deviceOptions{
 		Inject: func(site string) error {
 			if site == "lose" && lose.Load() {
 				return errors.New("test loss")
@@ -376,10 +376,10 @@ func TestRuntimeDeviceLoss(t *testing.T) {
 		}
 		t.Logf("call %d: %v", i, err)
 	}
-	if _, err := d.CreateBuffer("after", 4, UsageStorage); !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "device lost") {
-		t.Errorf("CreateBuffer on the lost device: %v", err)
+	if _, err := d.createBuffer("after", 4, usageStorage); !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "device lost") {
+		t.Errorf("createBuffer on the lost device: %v", err)
 	}
-	if err := d.Close(); !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "lost") {
+	if err := d.close(); !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "lost") {
 		t.Errorf("Close of a lost device: %v", err)
 	}
 	logMu.Lock()
@@ -403,7 +403,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func TestRuntimeInject(t *testing.T) {
 	boom := errors.New("boom")
-	if _, err := OpenDevice(Options{Inject: func(site string) error {
+	if _, err := openDevice(deviceOptions{Inject: func(site string) error {
 		if site == "load" {
 			return boom
 		}
@@ -413,7 +413,7 @@ func TestRuntimeInject(t *testing.T) {
 	}
 	var mu sync.Mutex
 	fail := ""
-	d := openRuntimeDevice(t, Options{Inject: func(site string) error {
+	d := openRuntimeDevice(t, deviceOptions{Inject: func(site string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if site == fail {
@@ -428,11 +428,11 @@ func TestRuntimeInject(t *testing.T) {
 		var err error
 		switch site {
 		case "create-buffer":
-			_, err = d.CreateBuffer("b", 4, UsageStorage)
+			_, err = d.createBuffer("b", 4, usageStorage)
 		case "write-buffer":
-			err = d.WriteBuffer(a.x, 0, []byte{1, 2, 3, 4})
+			err = d.writeBuffer(a.x, 0, []byte{1, 2, 3, 4})
 		case "pipeline":
-			_, err = d.Pipeline("test/inject", affineWGSL, "main")
+			_, err = d.pipeline("test/inject", affineWGSL, "main")
 		default:
 			_, err = a.run(context.Background(), [3]uint32{1, 1, 1})
 		}
@@ -442,7 +442,7 @@ func TestRuntimeInject(t *testing.T) {
 	}
 	set("")
 	a.in = a.in[:64]
-	if err := d.WriteBuffer(a.x, 0, f32Bytes(a.in)); err != nil {
+	if err := d.writeBuffer(a.x, 0, f32Bytes(a.in)); err != nil {
 		t.Fatal(err)
 	}
 	out, err := a.run(context.Background(), [3]uint32{1, 1, 1})
@@ -453,7 +453,7 @@ func TestRuntimeInject(t *testing.T) {
 }
 
 func TestRuntimeConcurrent(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
+	d := openRuntimeDevice(t, deviceOptions{})
 	const workers, rounds = 8, 5
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -496,19 +496,19 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 `
 
 func TestRuntimeContext(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
-	p, err := d.Pipeline("test/spin", spinWGSL, "main")
+	d := openRuntimeDevice(t, deviceOptions{})
+	p, err := d.pipeline("test/spin", spinWGSL, "main")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const n = 64 * 256
-	y, err := d.CreateBuffer("spin", 4*n, UsageStorage|UsageCopySrc)
+	y, err := d.createBuffer("spin", 4*n, usageStorage|usageCopySrc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := func(ctx context.Context) error {
-		return d.Run(ctx, p, []Binding{{Binding: 0, Buffer: y}}, [3]uint32{n / 64, 1, 1},
-			[]Readback{{Src: y, Dst: make([]byte, 4*n)}})
+		return d.run(ctx, p, []binding{{Binding: 0, Buffer: y}}, [3]uint32{n / 64, 1, 1},
+			[]readback{{Src: y, Dst: make([]byte, 4*n)}})
 	}
 
 	cancelled, cancel := context.WithCancel(context.Background())
@@ -561,12 +561,12 @@ func TestRuntimeContext(t *testing.T) {
 }
 
 func TestRuntimeTimed(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
+	d := openRuntimeDevice(t, deviceOptions{})
 	a := newAffine(t, d, 1000)
 	out := make([]byte, 4000)
-	ns, err := d.RunTimed(context.Background(), a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}},
-		[3]uint32{16, 1, 1}, []Readback{{Src: a.y, Dst: out}})
-	if !d.HasFeature("TimestampQuery") {
+	ns, err := d.runTimed(context.Background(), a.p, []binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}},
+		[3]uint32{16, 1, 1}, []readback{{Src: a.y, Dst: out}})
+	if !d.hasFeature("TimestampQuery") {
 		if !errors.Is(err, ops.ErrNotSupported) {
 			t.Fatalf("without TimestampQuery: %v", err)
 		}
@@ -580,18 +580,18 @@ func TestRuntimeTimed(t *testing.T) {
 }
 
 func TestRuntimeClose(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
+	d := openRuntimeDevice(t, deviceOptions{})
 	a := newAffine(t, d, 64)
-	if err := d.Close(); err != nil {
+	if err := d.close(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.run(context.Background(), [3]uint32{1, 1, 1}); !errors.Is(err, ops.ErrClosed) {
 		t.Errorf("Run after Close: %v", err)
 	}
-	if _, err := d.CreateBuffer("late", 4, UsageStorage); !errors.Is(err, ops.ErrClosed) {
-		t.Errorf("CreateBuffer after Close: %v", err)
+	if _, err := d.createBuffer("late", 4, usageStorage); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("createBuffer after Close: %v", err)
 	}
-	a.x.Release() // no-op after Close
+	a.x.release() // no-op after Close
 }
 
 // warnWGSL compiles with a Tint warning (unreachable code), which Dawn reports through the
@@ -605,13 +605,13 @@ fn main() {
 }
 `
 
-// TestRuntimeLogger: Dawn's device log goes to Options.Logger, and without one nowhere: not
+// TestRuntimeLogger: Dawn's device log goes to deviceOptions.Logger, and without one nowhere: not
 // to stderr (Dawn's default).
 func TestRuntimeLogger(t *testing.T) {
 	var logged strings.Builder
 	var mu sync.Mutex
-	d := openRuntimeDevice(t, Options{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &mu}, nil))})
-	if _, err := d.Pipeline("test/warn", warnWGSL, "main"); err != nil {
+	d := openRuntimeDevice(t, deviceOptions{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &mu}, nil))})
+	if _, err := d.pipeline("test/warn", warnWGSL, "main"); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -623,8 +623,8 @@ func TestRuntimeLogger(t *testing.T) {
 	}
 
 	stderr := captureStderr(t, func() {
-		d := openRuntimeDevice(t, Options{})
-		if _, err := d.Pipeline("test/warn", warnWGSL, "main"); err != nil {
+		d := openRuntimeDevice(t, deviceOptions{})
+		if _, err := d.pipeline("test/warn", warnWGSL, "main"); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -638,7 +638,7 @@ func TestRuntimeLogger(t *testing.T) {
 	t.Setenv("VK_ICD_FILENAMES", "/nonexistent/icd.json")
 	t.Setenv("VK_DRIVER_FILES", "/nonexistent/icd.json")
 	logged.Reset()
-	if _, err := OpenDevice(Options{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &mu}, nil))}); err == nil {
+	if _, err := openDevice(deviceOptions{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &mu}, nil))}); err == nil {
 		t.Skip("a Vulkan adapter without a driver file: nothing to report")
 	}
 	mu.Lock()
@@ -649,7 +649,7 @@ func TestRuntimeLogger(t *testing.T) {
 		t.Errorf("the instance's warning did not reach the logger: %q", got)
 	}
 	stderr = captureStderr(t, func() {
-		if _, err := OpenDevice(Options{}); err == nil {
+		if _, err := openDevice(deviceOptions{}); err == nil {
 			t.Fatal("opened a device without a driver")
 		}
 	})

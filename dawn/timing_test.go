@@ -10,8 +10,8 @@ import (
 // TestRuntimeTimedExact checks that the device was opened with timestamp_quantization
 // disabled: quantized, every pass time is a whole multiple of 65.536 us.
 func TestRuntimeTimedExact(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
-	if !d.HasFeature("TimestampQuery") {
+	d := openRuntimeDevice(t, deviceOptions{})
+	if !d.hasFeature("TimestampQuery") {
 		t.Skip("no TimestampQuery")
 	}
 	a := newAffine(t, d, 1<<16)
@@ -19,8 +19,8 @@ func TestRuntimeTimedExact(t *testing.T) {
 	const quantum = 65536
 	var times []int64
 	for range 5 {
-		ns, err := d.RunTimed(context.Background(), a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}},
-			[3]uint32{1024, 1, 1}, []Readback{{Src: a.y, Dst: out}})
+		ns, err := d.runTimed(context.Background(), a.p, []binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}},
+			[3]uint32{1024, 1, 1}, []readback{{Src: a.y, Dst: out}})
 		if err != nil {
 			t.Fatal(err)
 		}

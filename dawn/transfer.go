@@ -81,7 +81,7 @@ type copyJob struct {
 }
 
 // ring returns the device's transfer ring, making its host side on first use; under the lock.
-func (d *Device) ring() *xferRing {
+func (d *device) ring() *xferRing {
 	if d.xfer == nil {
 		r := &xferRing{chunk: xferChunkDefault, min: xferMinDefault}
 		r.c = (*xferC)(C.calloc(1, C.size_t(unsafe.Sizeof(xferC{}))))
@@ -104,7 +104,7 @@ func (r *xferRing) startCopiers(n int) {
 
 // setTransfer sets the ring's chunk size (a multiple of 256) and the smallest transfer that
 // uses it; for tests and the benchmark. It releases the ring's buffers.
-func (d *Device) setTransfer(chunk, minBytes uint64) {
+func (d *device) setTransfer(chunk, minBytes uint64) {
 	_ = d.lock(context.Background())
 	defer d.unlock()
 	if d.closed {
@@ -142,7 +142,7 @@ func (r *xferRing) copy(dst, src unsafe.Pointer, n int) {
 
 // releaseBuffers releases the staging buffers (a pending map is cancelled by the release);
 // under the lock, with the device open.
-func (r *xferRing) releaseBuffers(d *Device) {
+func (r *xferRing) releaseBuffers(d *device) {
 	for _, s := range []*[xferSlots]xferSlot{&r.up, &r.down} {
 		for i := range s {
 			if s[i].buf != nil {
@@ -155,7 +155,7 @@ func (r *xferRing) releaseBuffers(d *Device) {
 
 // releaseXfer releases the ring's buffers and stops its copiers; Close calls it under the
 // lock before the device goes. The C memory waits for freeXfer.
-func (d *Device) releaseXfer() {
+func (d *device) releaseXfer() {
 	if d.xfer == nil {
 		return
 	}
@@ -167,7 +167,7 @@ func (d *Device) releaseXfer() {
 }
 
 // freeXfer frees the ring's C memory once the instance is gone (no callback can write it).
-func (d *Device) freeXfer() {
+func (d *device) freeXfer() {
 	if d.xfer == nil {
 		return
 	}
@@ -176,20 +176,20 @@ func (d *Device) freeXfer() {
 }
 
 // useRing reports whether an upload of n bytes goes through the ring; under the lock.
-func (d *Device) useRing(n uint64) bool {
+func (d *device) useRing(n uint64) bool {
 	return n >= d.ring().min
 }
 
 // useRingRead reports whether a read-back of n bytes goes through the ring: one of a chunk or
 // less gains no overlap there and costs a round trip more than a copy in the call's own
 // submit (into a pooled staging buffer, copied out on several goroutines). Under the lock.
-func (d *Device) useRingRead(n uint64) bool {
+func (d *device) useRingRead(n uint64) bool {
 	r := d.ring()
 	return n >= r.min && n > r.chunk
 }
 
 // waitMap waits for the map in w; under the lock.
-func (d *Device) waitMap(method string, w *C.drt_wait) error {
+func (d *device) waitMap(method string, w *C.drt_wait) error {
 	deadline := time.Now().Add(xferWaitMax)
 	for {
 		rc := C.drt_wait_all(d.c, w, C.uint64_t(waitSlice.Nanoseconds()), d.errbuf, errCap)
@@ -214,11 +214,11 @@ func (d *Device) waitMap(method string, w *C.drt_wait) error {
 
 // slot returns slot i of a direction with its buffer mapped (write for uploads) and ready;
 // under the lock.
-func (d *Device) xferSlot(method string, up bool, i int) (*xferSlot, error) {
+func (d *device) xferSlot(method string, up bool, i int) (*xferSlot, error) {
 	r := d.xfer
-	s, w, usage, write := &r.down[i], &r.c.down[i], UsageMapRead|UsageCopyDst, C.int(0)
+	s, w, usage, write := &r.down[i], &r.c.down[i], usageMapRead|usageCopyDst, C.int(0)
 	if up {
-		s, w, usage, write = &r.up[i], &r.c.up[i], UsageMapWrite|UsageCopySrc, 1
+		s, w, usage, write = &r.up[i], &r.c.up[i], usageMapWrite|usageCopySrc, 1
 	}
 	if s.buf == nil {
 		cl := C.CString("fusednorm transfer")
@@ -244,7 +244,7 @@ func (d *Device) xferSlot(method string, up bool, i int) (*xferSlot, error) {
 
 // uploadLocked writes data into dst at off (a multiple of 4) through the ring; a tail that is
 // not a whole word is padded with zeros. Under the lock.
-func (d *Device) uploadLocked(method string, dst *Buffer, off uint64, data []byte) error {
+func (d *device) uploadLocked(method string, dst *buffer, off uint64, data []byte) error {
 	r := d.ring()
 	n := uint64(len(data))
 	for done, i := uint64(0), 0; done < n; done, i = done+r.chunk, (i+1)%xferSlots {
@@ -277,7 +277,7 @@ func (d *Device) uploadLocked(method string, dst *Buffer, off uint64, data []byt
 
 // downloadLocked copies len(dst) bytes of src from off (a multiple of 4) into dst through the
 // ring, after the work queued so far. Under the lock.
-func (d *Device) downloadLocked(method string, src *Buffer, off uint64, dst []byte) error {
+func (d *device) downloadLocked(method string, src *buffer, off uint64, dst []byte) error {
 	if src.c == nil {
 		return fmt.Errorf("dawn: %s: readback: buffer %s released: %w", method, src.label, ops.ErrInvalidArgument)
 	}
@@ -334,7 +334,7 @@ func (d *Device) downloadLocked(method string, src *Buffer, off uint64, dst []by
 
 // copyMapped copies len(dst) bytes from the start of a mapped read staging buffer into dst,
 // on several goroutines when large; under the lock.
-func (d *Device) copyMapped(method string, staging C.WGPUBuffer, dst []byte) error {
+func (d *device) copyMapped(method string, staging C.WGPUBuffer, dst []byte) error {
 	if len(dst) < copyPart*2 {
 		if rc := C.drt_copy_mapped(d.c, staging, unsafe.Pointer(&dst[0]), C.size_t(len(dst)), d.errbuf, errCap); rc != C.DRT_OK {
 			return d.failure(method, rc)
@@ -350,7 +350,7 @@ func (d *Device) copyMapped(method string, staging C.WGPUBuffer, dst []byte) err
 }
 
 // ringFor reports whether a read-back of n bytes goes through the ring.
-func (d *Device) ringFor(n uint64) bool {
+func (d *device) ringFor(n uint64) bool {
 	if err := d.lock(context.Background()); err != nil {
 		return false
 	}
@@ -360,7 +360,7 @@ func (d *Device) ringFor(n uint64) bool {
 
 // readRing is ReadDevice of a large tensor: s, a wait without reads, waits for the work
 // queued so far and reports earlier calls' errors (as Sync); then the ring reads buf back.
-func (b *Backend) readRing(ctx context.Context, s *callSpec, buf *Buffer, dst []byte) error {
+func (b *Backend) readRing(ctx context.Context, s *callSpec, buf *buffer, dst []byte) error {
 	b.life.RLock()
 	defer b.life.RUnlock()
 	if b.closed {

@@ -17,27 +17,27 @@ import (
 
 // roundTrip uploads data at off into a fresh buffer filled with 0xEE (through the simple
 // path), reads back the whole buffer, and returns it.
-func roundTrip(t *testing.T, d *Device, a *affine, off uint64, data []byte, chunk, minBytes uint64) []byte {
+func roundTrip(t *testing.T, d *device, a *affine, off uint64, data []byte, chunk, minBytes uint64) []byte {
 	t.Helper()
 	size := align4(off+uint64(len(data))) + 8
-	buf, err := d.CreateBuffer("transfer", size, UsageStorage|UsageCopySrc|UsageCopyDst)
+	buf, err := d.createBuffer("transfer", size, usageStorage|usageCopySrc|usageCopyDst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer buf.Release()
+	defer buf.release()
 	d.setTransfer(chunk, math.MaxUint64)
-	if err := d.WriteBuffer(buf, 0, bytes.Repeat([]byte{0xEE}, int(size))); err != nil {
+	if err := d.writeBuffer(buf, 0, bytes.Repeat([]byte{0xEE}, int(size))); err != nil {
 		t.Fatal(err)
 	}
 	d.setTransfer(chunk, minBytes)
-	if err := d.WriteBuffer(buf, off, data); err != nil {
+	if err := d.writeBuffer(buf, off, data); err != nil {
 		t.Fatal(err)
 	}
 	// Read back twice in one dispatch, from the start and from off, unaligned lengths included.
 	whole := make([]byte, size)
 	part := make([]byte, len(data))
-	err = d.Run(context.Background(), a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{1, 1, 1},
-		[]Readback{{Src: buf, Dst: whole}, {Src: buf, Offset: off, Dst: part}})
+	err = d.run(context.Background(), a.p, []binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}}, [3]uint32{1, 1, 1},
+		[]readback{{Src: buf, Dst: whole}, {Src: buf, Offset: off, Dst: part}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func roundTrip(t *testing.T, d *Device, a *affine, off uint64, data []byte, chun
 // more chunks than staging slots) through the ring and checks every byte, the zero padding of
 // a partial last word, and the bytes around the range left alone.
 func TestTransferChunks(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
+	d := openRuntimeDevice(t, deviceOptions{})
 	a := newAffine(t, d, 64)
 	const chunk = 1024
 	r := rand.New(rand.NewPCG(1, 2))
@@ -111,7 +111,7 @@ func TestTransferChunks(t *testing.T) {
 // TestTransferConcurrent runs uploads and read-backs through the ring from several goroutines
 // (run it with -race) and checks the device holds no more buffers after than before.
 func TestTransferConcurrent(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
+	d := openRuntimeDevice(t, deviceOptions{})
 	a := newAffine(t, d, 64)
 	d.setTransfer(4096, 1)
 	before := d.liveBuffers()
@@ -126,20 +126,20 @@ func TestTransferConcurrent(t *testing.T) {
 			for i := range data {
 				data[i] = byte(i*7 + g)
 			}
-			buf, err := d.CreateBuffer("transfer", uint64(n), UsageStorage|UsageCopySrc|UsageCopyDst)
+			buf, err := d.createBuffer("transfer", uint64(n), usageStorage|usageCopySrc|usageCopyDst)
 			if err != nil {
 				errs <- err
 				return
 			}
-			defer buf.Release()
+			defer buf.release()
 			for it := 0; it < 5; it++ {
-				if err := d.WriteBuffer(buf, 0, data); err != nil {
+				if err := d.writeBuffer(buf, 0, data); err != nil {
 					errs <- err
 					return
 				}
 				got := make([]byte, n)
-				if err := d.Run(context.Background(), a.p, []Binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}},
-					[3]uint32{1, 1, 1}, []Readback{{Src: buf, Dst: got}}); err != nil {
+				if err := d.run(context.Background(), a.p, []binding{{Binding: 0, Buffer: a.x}, {Binding: 1, Buffer: a.y}},
+					[3]uint32{1, 1, 1}, []readback{{Src: buf, Dst: got}}); err != nil {
 					errs <- err
 					return
 				}
@@ -162,22 +162,22 @@ func TestTransferConcurrent(t *testing.T) {
 
 // TestTransferClose: Close releases the ring, and a transfer after it fails cleanly.
 func TestTransferClose(t *testing.T) {
-	d := openRuntimeDevice(t, Options{})
+	d := openRuntimeDevice(t, deviceOptions{})
 	d.setTransfer(1024, 1)
-	buf, err := d.CreateBuffer("transfer", 4096, UsageStorage|UsageCopySrc|UsageCopyDst)
+	buf, err := d.createBuffer("transfer", 4096, usageStorage|usageCopySrc|usageCopyDst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.WriteBuffer(buf, 0, make([]byte, 4000)); err != nil {
+	if err := d.writeBuffer(buf, 0, make([]byte, 4000)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Close(); err != nil {
+	if err := d.close(); err != nil {
 		t.Fatal(err)
 	}
 	if d.xfer != nil {
 		t.Fatal("the transfer ring outlived Close")
 	}
-	if err := d.WriteBuffer(buf, 0, make([]byte, 4000)); err == nil {
+	if err := d.writeBuffer(buf, 0, make([]byte, 4000)); err == nil {
 		t.Fatal("a write after Close succeeded")
 	}
 }
@@ -199,29 +199,29 @@ func TestTransferOps(t *testing.T) {
 
 // BenchmarkTransfer reports the bandwidth (MB/s) of uploads and read-backs of 256 MiB and
 // 1 GiB, through the staging ring and through the simple path, each in one call of
-// WriteBuffer or one Run's Readback; an upload's time includes waiting for the GPU's copies.
+// writeBuffer or one run's readback; an upload's time includes waiting for the GPU's copies.
 // On a GPU: go test ./dawn/ -run '^$' -bench Transfer -benchtime 5x (-short: 256 MiB only).
 func BenchmarkTransfer(bm *testing.B) {
-	d, err := OpenDevice(Options{})
+	d, err := openDevice(deviceOptions{})
 	if err != nil {
 		bm.Skipf("Dawn unavailable: %v", err)
 	}
-	defer d.Close()
-	p, err := d.Pipeline("test/affine", affineWGSL, "main")
+	defer d.close()
+	p, err := d.pipeline("test/affine", affineWGSL, "main")
 	if err != nil {
 		bm.Fatal(err)
 	}
-	x, err1 := d.CreateBuffer("x", 256, UsageStorage|UsageCopyDst)
-	y, err2 := d.CreateBuffer("y", 256, UsageStorage|UsageCopySrc)
+	x, err1 := d.createBuffer("x", 256, usageStorage|usageCopyDst)
+	y, err2 := d.createBuffer("y", 256, usageStorage|usageCopySrc)
 	if err1 != nil || err2 != nil {
 		bm.Fatal(err1, err2)
 	}
-	binds := []Binding{{Binding: 0, Buffer: x}, {Binding: 1, Buffer: y}}
+	binds := []binding{{Binding: 0, Buffer: x}, {Binding: 1, Buffer: y}}
 	for _, size := range []int{256 << 20, 1 << 30} {
 		if uint64(size) > d.limits.MaxBufferSize || testing.Short() && size > 256<<20 {
 			continue
 		}
-		buf, err := d.CreateBuffer("transfer", uint64(size), UsageStorage|UsageCopySrc|UsageCopyDst)
+		buf, err := d.createBuffer("transfer", uint64(size), usageStorage|usageCopySrc|usageCopyDst)
 		if err != nil {
 			bm.Fatal(err)
 		}
@@ -237,11 +237,11 @@ func BenchmarkTransfer(bm *testing.B) {
 			bm.Run(fmt.Sprintf("upload/%s/%dMiB", path.name, size>>20), func(bm *testing.B) {
 				bm.SetBytes(int64(size))
 				for i := 0; i < bm.N; i++ {
-					if err := d.WriteBuffer(buf, 0, host); err != nil {
+					if err := d.writeBuffer(buf, 0, host); err != nil {
 						bm.Fatal(err)
 					}
 					// Wait for the copies: a dispatch that reads nothing back.
-					if err := d.Run(context.Background(), p, binds, [3]uint32{1, 1, 1}, nil); err != nil {
+					if err := d.run(context.Background(), p, binds, [3]uint32{1, 1, 1}, nil); err != nil {
 						bm.Fatal(err)
 					}
 				}
@@ -249,18 +249,18 @@ func BenchmarkTransfer(bm *testing.B) {
 			bm.Run(fmt.Sprintf("readback/%s/%dMiB", path.name, size>>20), func(bm *testing.B) {
 				bm.SetBytes(int64(size))
 				for i := 0; i < bm.N; i++ {
-					if err := d.Run(context.Background(), p, binds, [3]uint32{1, 1, 1}, []Readback{{Src: buf, Dst: host}}); err != nil {
+					if err := d.run(context.Background(), p, binds, [3]uint32{1, 1, 1}, []readback{{Src: buf, Dst: host}}); err != nil {
 						bm.Fatal(err)
 					}
 				}
 			})
 		}
-		buf.Release()
+		buf.release()
 	}
 }
 
 // liveBuffers counts the buffers the device holds.
-func (d *Device) liveBuffers() int {
+func (d *device) liveBuffers() int {
 	_ = d.lock(context.Background())
 	defer d.unlock()
 	return len(d.buffers)

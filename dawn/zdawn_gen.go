@@ -107,14 +107,14 @@ var adapterTypeNames = map[uint32]string{
 
 // Buffer usages, from Dawn's "buffer usage" bitmask.
 const (
-	UsageMapRead      BufferUsage = 0x1
-	UsageMapWrite     BufferUsage = 0x2
-	UsageCopySrc      BufferUsage = 0x4
-	UsageCopyDst      BufferUsage = 0x8
-	UsageIndex        BufferUsage = 0x10
-	UsageVertex       BufferUsage = 0x20
-	UsageUniform      BufferUsage = 0x40
-	UsageStorage      BufferUsage = 0x80
-	UsageIndirect     BufferUsage = 0x100
-	UsageQueryResolve BufferUsage = 0x200
+	usageMapRead      bufferUsage = 0x1
+	usageMapWrite     bufferUsage = 0x2
+	usageCopySrc      bufferUsage = 0x4
+	usageCopyDst      bufferUsage = 0x8
+	usageIndex        bufferUsage = 0x10
+	usageVertex       bufferUsage = 0x20
+	usageUniform      bufferUsage = 0x40
+	usageStorage      bufferUsage = 0x80
+	usageIndirect     bufferUsage = 0x100
+	usageQueryResolve bufferUsage = 0x200
 )

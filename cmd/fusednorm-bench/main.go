@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/fusednorm/fusednorm"
+	"github.com/fusednorm/fusednorm/dawn"
 )
 
 func main() {
@@ -221,13 +222,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// wall time of a host-tensor call includes uploading its inputs and reading its outputs back.
 	info := eng.Info()
 	timed := info.Backend == fusednorm.BackendDawn && o.device
-	var copier *deviceCopier
+	var copier *dawn.CopyProbe
 	if timed {
 		fmt.Fprintln(stdout, "kernel: device time per dispatch, K back-to-back dispatches on device tensors between two timestamps (timestamp_quantization off) over K; device-resident: wall per call of a chain on device tensors ended by one Sync; copy: a vec4 WGSL copy of the same bytes (up to 1 GiB each way) on the same device, timed the same way")
-		if copier, err = newDeviceCopier(info.Library); err != nil {
+		if copier, err = dawn.NewCopyProbe(info.Library); err != nil {
 			fmt.Fprintf(stdout, "copy: not measured: %v\n", err)
 		} else {
-			defer copier.close()
+			defer copier.Close()
 		}
 	}
 	fmt.Fprintf(stdout, "engine: %s\n", info)
@@ -287,7 +288,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // benchOne sets a case up, times it, frees it, then samples the bandwidth probe and ORT.
 // say reports the step under way (setting up, timing, probe, ORT) to the progress line.
-func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, ort *ortRunner, copier *deviceCopier, say func(string)) *result {
+func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, ort *ortRunner, copier *dawn.CopyProbe, say func(string)) *result {
 	r := &result{Case: c.Name, Op: c.op, Shape: c.Shape, DType: c.DType, shape: c.shapeString(),
 		BytesRead: c.Bytes.Read, BytesWritten: c.Bytes.Write, AllocBytes: c.allocBytes()}
 	need := r.AllocBytes
@@ -317,7 +318,7 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 		timeDeviceResident(ctx, eng, c, o, r)
 		if copier != nil && r.Error == "" {
 			say("device copy")
-			if g, err := copier.gbps(ctx, r.bytes(), o.reps); err == nil {
+			if g, err := copier.GBps(ctx, r.bytes(), o.reps); err == nil {
 				r.CopyGBps = g
 			}
 		}

@@ -86,6 +86,12 @@ type DeviceBackend interface {
 	Sync(ctx context.Context) error
 }
 
+// BufferCounter is implemented by backends that count their live device buffers (Dawn): the
+// root package's tests compare counts before and after to find leaks.
+type BufferCounter interface {
+	LiveBuffers() int
+}
+
 // PreparedAddLN is an AddLayerNorm with gamma, beta and bias bound once (resident on the
 // device for GPU backends). Run ignores a.Gamma, a.Beta and a.Bias.
 type PreparedAddLN interface {

@@ -574,7 +574,7 @@ func main() {
 	fmt.Fprintf(&gb, "// Buffer usages, from Dawn's \"buffer usage\" bitmask.\nconst (\n")
 	for _, v := range g.types["buffer usage"].Values {
 		if present(v.Tags) && v.Value != 0 {
-			fmt.Fprintf(&gb, "Usage%s BufferUsage = 0x%X\n", camel(v.Name), v.Value)
+			fmt.Fprintf(&gb, "usage%s bufferUsage = 0x%X\n", camel(v.Name), v.Value)
 		}
 	}
 	fmt.Fprintf(&gb, ")\n")
