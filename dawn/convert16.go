@@ -27,9 +27,7 @@ func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
 	// Widening: every binary16 but Inf and NaN (those take the integer route), low and high half.
 	var words []uint32
 	for h := uint32(0); h < 1<<16; h++ {
-		if h&0x7c00 != 0x7c00 {
-			words = append(words, h|0x3c00<<16, 0x3c00|h<<16)
-		}
+		words = append(words, h|0x3c00<<16, 0x3c00|h<<16)
 	}
 	lo, err := b.runProbe(ctx, true, shaders.ProbeF16x2Lo, words)
 	if err != nil {
@@ -40,8 +38,7 @@ func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
 		return false, "", err
 	}
 	for i, w := range words {
-		if lo[i] != math.Float32bits(float16.Frombits(uint16(w)).Float32()) ||
-			hi[i] != math.Float32bits(float16.Frombits(uint16(w>>16)).Float32()) {
+		if lo[i] != widen16(uint16(w)) || hi[i] != widen16(uint16(w>>16)) {
 			return false, fmt.Sprintf("f16 builtins off: unpack2x16float(%#08x) = %#08x, %#08x", w, lo[i], hi[i]), nil
 		}
 	}
@@ -57,9 +54,11 @@ func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
 		add(math.Nextafter32(mid, 0))
 		add(math.Nextafter32(mid, next))
 	}
-	for _, f := range []float32{65504, 65519.996, 0x1p-25, math.Nextafter32(0x1p-25, 1), 0x1p-26, 0x1p-126, 0x1p-149, 0x1p-140} {
+	for _, f := range []float32{65504, 65519.996, 65520, 1e10, float32(math.Inf(1)), 0x1p-25, math.Nextafter32(0x1p-25, 1),
+		0x1p-26, 0x1p-126, 0x1p-149, 0x1p-140} {
 		add(f)
 	}
+	vals = append(vals, 0x7fc00000, 0xffc12345, 0x7f812345) // NaNs: quiet and signalling payloads
 	plo, err := b.runProbe(ctx, true, shaders.ProbePackLo, vals)
 	if err != nil {
 		return false, "", err
@@ -69,7 +68,7 @@ func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
 		return false, "", err
 	}
 	for i, v := range vals {
-		want := uint32(float16.Fromfloat32(math.Float32frombits(v)).Bits())
+		want := narrow16(v)
 		if plo[i] != want || phi[i] != want {
 			return false, fmt.Sprintf("f16 builtins off: pack2x16float(%g) = %#04x, %#04x, want %#04x",
 				math.Float32frombits(v), plo[i], phi[i], want), nil
@@ -129,4 +128,22 @@ func (b *Backend) runProbe(ctx context.Context, fast16 bool, mode uint32, src []
 		return nil, err
 	}
 	return dst, nil
+}
+
+// widen16 is the exact float32 bits of binary16 h, as the shaders' f16_to_f32 gives them
+// (Inf, and NaN with its payload in the top fraction bits).
+func widen16(h uint16) uint32 {
+	if h&0x7c00 == 0x7c00 {
+		return uint32(h&0x8000)<<16 | 0x7f800000 | uint32(h&0x3ff)<<13
+	}
+	return math.Float32bits(float16.Frombits(h).Float32())
+}
+
+// narrow16 is binary16 bits of float32 bits v, nearest-even, as the shaders' f32_to_f16
+// gives them: ±Inf from 65520 up, a NaN quiet with the payload's top bits.
+func narrow16(v uint32) uint32 {
+	if a := v & 0x7fffffff; a > 0x7f800000 {
+		return (v>>16)&0x8000 | 0x7e00 | (a>>13)&0x3ff
+	}
+	return uint32(float16.Fromfloat32(math.Float32frombits(v)).Bits())
 }

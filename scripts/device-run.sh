@@ -58,7 +58,7 @@ if [ "${1:-}" = speed ]; then
 	# backends before it settles (a handful of calls), so its table shows where it settles,
 	# and the other two warm the same way.
 	timeout 240 carry/fusednorm-bench -cases shaders -backend dawn -probe=false -warmup 12 -reps 5 -min-time 0.2s \
-		-json "$OUT/bench-dawn.json" -plot "$OUT/roofline-dawn.svg" >"$OUT/bench-dawn.txt" 2>/dev/null
+		-json "$OUT/bench-dawn.json" >"$OUT/bench-dawn.txt" 2>/dev/null
 	echo "bench dawn rc=$?"; cat "$OUT/bench-dawn.txt"
 	timeout 150 carry/fusednorm-bench -cases shaders -backend cpu -threads "$(nproc)" -warmup 12 -reps 3 -min-time 0.2s \
 		-json "$OUT/bench-cpu.json" >"$OUT/bench-cpu.txt" 2>/dev/null
@@ -66,6 +66,14 @@ if [ "${1:-}" = speed ]; then
 	timeout 180 carry/fusednorm-bench -cases shaders -backend auto -threads "$(nproc)" -probe=false -device-resident=false -warmup 12 -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-auto.json" >"$OUT/bench-auto.txt" 2>/dev/null
 	echo "bench auto rc=$?"; cat "$OUT/bench-auto.txt"
+	# One A/B: the f16 conversions without branches (FUSEDNORM_SELECT16=1, the default) or
+	# with them, the arms in a random order.
+	arms="1 0"; [ $((RANDOM % 2)) = 0 ] && arms="0 1"
+	for a in $arms; do
+		FUSEDNORM_SELECT16=$a timeout 100 carry/fusednorm-bench -cases shaders -backend dawn -dtype f16 -probe=false -reps 5 -min-time 0.1s \
+			>"$OUT/select16-$a.txt" 2>/dev/null
+		echo "select16=$a rc=$?"; tail -8 "$OUT/select16-$a.txt"
+	done
 	exit 0
 fi
 nvidia-smi -L
