@@ -66,14 +66,6 @@ if [ "${1:-}" = speed ]; then
 	timeout 180 carry/fusednorm-bench -cases shaders -backend auto -threads "$(nproc)" -probe=false -device-resident=false -warmup 12 -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-auto.json" >"$OUT/bench-auto.txt" 2>/dev/null
 	echo "bench auto rc=$?"; cat "$OUT/bench-auto.txt"
-	# One A/B: the f16 conversions without branches (FUSEDNORM_SELECT16=1, the default) or
-	# with them, the arms in a random order.
-	arms="1 0"; [ $((RANDOM % 2)) = 0 ] && arms="0 1"
-	for a in $arms; do
-		FUSEDNORM_SELECT16=$a timeout 100 carry/fusednorm-bench -cases shaders -backend dawn -dtype f16 -probe=false -reps 5 -min-time 0.1s \
-			>"$OUT/select16-$a.txt" 2>/dev/null
-		echo "select16=$a rc=$?"; tail -8 "$OUT/select16-$a.txt"
-	done
 	exit 0
 fi
 nvidia-smi -L

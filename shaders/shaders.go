@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"embed"
 	"fmt"
-	"os"
 	"sync"
 	"text/template"
 
@@ -210,16 +209,11 @@ type flushArg struct {
 	Odd  bool
 }
 
-// selectAB is the A/B switch of the branch-free Fast16 conversions (FUSEDNORM_SELECT16=0:
-// the branching ones); it goes after the speed run that decides.
-var selectAB = os.Getenv("FUSEDNORM_SELECT16") != "0"
-
 var funcs = template.FuncMap{
-	"select16": func() bool { return selectAB },
-	"tensor":   func(name, t string) tensorArg { return tensorArg{name, t} },
-	"vec":      vecElem,
-	"flush":    func(name string, odd bool) flushArg { return flushArg{name, odd} },
-	"elem":     elemType,
+	"tensor": func(name, t string) tensorArg { return tensorArg{name, t} },
+	"vec":    vecElem,
+	"flush":  func(name string, odd bool) flushArg { return flushArg{name, odd} },
+	"elem":   elemType,
 }
 
 // stageWords is the workgroup staging size for 16-bit rows of up to private·w elements:
