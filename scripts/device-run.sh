@@ -9,6 +9,7 @@
 #                  ring's upload and read-back GB/s beside the plain path's, and torch's
 #                  anchors (tools/anchors/gpu_anchor.py: device copy, transfers, eager,
 #                  torch.compile).
+#   tiny           the tiny twins alone, alternating for nine rounds.
 #   speed          the benchmark on Dawn (host-tensor wall, device-resident wall, kernel
 #                  time, the WGSL copy), on the CPU (all threads) and in auto mode. Run it
 #                  right after the first, on the same machine, so every figure comes from
@@ -53,6 +54,16 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 export FUSEDNORM_DAWN_LIB=$PWD/third_party/dawn/libwebgpu_wrapper.so FUSEDNORM_REQUIRE_DAWN=1
+if [ "${1:-}" = tiny ]; then
+	# The tiny twins alone, C and Go alternating for nine rounds on the same four cores: the
+	# median of the rounds' medians compares them (a round moves 10-20%).
+	for round in 1 2 3 4 5 6 7 8 9; do
+		taskset -c 4-7 timeout 40 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 3000
+		GOMAXPROCS=4 taskset -c 4-7 timeout 40 carry/fusednorm-bench -backend dawn -tiny 3000
+	done >"$OUT/tiny.txt" 2>&1
+	grep -E "^(C |Go )" "$OUT/tiny.txt"
+	exit 0
+fi
 if [ "${1:-}" = speed ]; then
 	# Twelve untimed calls a case on every backend: auto times each call shape on both
 	# backends before it settles (a handful of calls), so its table shows where it settles,
