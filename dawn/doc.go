@@ -15,8 +15,10 @@
 // profile (which multiply-adds the driver fuses) and compares them with internal/plan under
 // all four profiles. The detected profile is reported by Info and carried by Plan, so the CPU
 // backend built with it is a bit-exact reference. Kernels are WGSL templates from package
-// shaders; 16-bit data is stored two values per u32 and converted with integer arithmetic,
-// so no shader-f16 feature is needed. EmbedLayerNorm and AddLayerNorm each take one dispatch.
+// shaders; 16-bit data is stored two values per u32, so no shader-f16 feature is needed, and
+// converted by the builtins pack2x16float/unpack2x16float where New finds them exact on every
+// finite binary16 and rounding boundary (convert16.go), else by integer arithmetic.
+// EmbedLayerNorm and AddLayerNorm each take one dispatch.
 //
 // A build without cgo has the same API; New then fails with ops.ErrUnavailable.
 //
