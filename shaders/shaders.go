@@ -3,9 +3,10 @@
 // parameter set, so a backend can ask for a kernel on every call.
 //
 // Every template includes common/common.wgsl.tmpl: the plan's halving-tree reduction
-// (internal/plan), the exact rstd routine of SPEC.md §C.4 and integer f16/bf16 conversions
-// (no shader-f16 needed). The binding layout of each op is documented in its template and
-// mirrored by the dawn backend.
+// (internal/plan), the exact rstd routine of SPEC.md §C.4 and f16/bf16 conversions that
+// need no shader-f16: in integer arithmetic, or for f16 by the builtins where the device was
+// found to round them exactly (Fast16). The binding layout of each op is documented in its
+// template and mirrored by the dawn backend.
 package shaders
 
 import (
