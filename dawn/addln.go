@@ -159,7 +159,7 @@ func addKernel(p plan.Plan, a *ops.AddLN, gamma, bias ops.DType, biasFull, fast1
 		WriteX:   a.X.Present(),
 		OddD:     a.Y.DType.Is16() && a.D%2 == 1,
 	}
-	k.Fast16 = fast16 && (k.X1 == ops.F16 || k.X2 == ops.F16 || k.Gamma == ops.F16 || k.Bias == ops.F16 || k.Out == ops.F16)
+	k.Fast16 = fast16 && k.HasF16()
 	k.Vectorize(a.D)
 	return k
 }

@@ -29,11 +29,7 @@ func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
 	for h := uint32(0); h < 1<<16; h++ {
 		words = append(words, h|0x3c00<<16, 0x3c00|h<<16)
 	}
-	lo, err := b.runProbe(ctx, true, shaders.ProbeF16x2Lo, words)
-	if err != nil {
-		return false, "", err
-	}
-	hi, err := b.runProbe(ctx, true, shaders.ProbeF16x2Hi, words)
+	lo, hi, err := b.probeHalves(ctx, shaders.ProbeF16x2Lo, shaders.ProbeF16x2Hi, words)
 	if err != nil {
 		return false, "", err
 	}
@@ -59,11 +55,7 @@ func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
 		add(f)
 	}
 	vals = append(vals, 0x7fc00000, 0xffc12345, 0x7f812345) // NaNs: quiet and signalling payloads
-	plo, err := b.runProbe(ctx, true, shaders.ProbePackLo, vals)
-	if err != nil {
-		return false, "", err
-	}
-	phi, err := b.runProbe(ctx, true, shaders.ProbePackHi, vals)
+	plo, phi, err := b.probeHalves(ctx, shaders.ProbePackLo, shaders.ProbePackHi, vals)
 	if err != nil {
 		return false, "", err
 	}
@@ -75,6 +67,17 @@ func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
 		}
 	}
 	return true, "f16 builtins exact", nil
+}
+
+// probeHalves runs the Fast16 probe kernel over src in the mode of a word's low half and in
+// that of its high half.
+func (b *Backend) probeHalves(ctx context.Context, lo, hi uint32, src []uint32) ([]uint32, []uint32, error) {
+	l, err := b.runProbe(ctx, true, lo, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := b.runProbe(ctx, true, hi, src)
+	return l, h, err
 }
 
 // runProbe runs the shaders' probe kernel (Fast16 form or not) in one mode over src and

@@ -252,29 +252,17 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 	s.groups = groups
 
 	// The int32 inputs (ids, segment ids, mask, position ids): a device tensor is bound where
-	// it is when the kernel can give each its own binding (SplitInts, within the device's
-	// storage buffers a stage), else copied into the one int32 buffer; host ones share one
-	// scratch buffer, told apart by their offsets in params.
+	// it is when the kernel gives each its own binding (SplitInts, see embedOp.kernel), else
+	// copied into the one int32 buffer; host ones share one scratch buffer, told apart by
+	// their offsets in params.
 	n := uint32(rows)
 	var offs [4]uint32
 	var devs [4]*buffer
 	lens := [4]uint32{n, 0, 0, 0}
 	hosts := [4][]int32{in.IDs, in.SegIDs, in.Mask, in.PosIDs}
-	anyDev := false
 	for i, m := range [4]ops.DeviceMem{in.IDsDev, in.SegIDsDev, in.MaskDev, in.PosIDsDev} {
 		if devs[i], err = b.devOperand(name, embedIDNames[i], m); err != nil {
 			return err
-		}
-		anyDev = anyDev || devs[i] != nil
-	}
-	if split := k; anyDev {
-		split.SplitInts = true
-		if split.StorageBuffers() <= int(b.limits.MaxStorageBuffersPerShaderStage) {
-			k = split
-			if pipe, err = b.embedPipeline(k); err != nil {
-				return fmt.Errorf("dawn: %s: %w", name, err)
-			}
-			s.key.pipe = pipe
 		}
 	}
 	if k.SegIDs {

@@ -151,6 +151,15 @@ func (op *embedOp) kernel(in *ops.EmbedInputs, out *ops.EmbedOutputs) shaders.Em
 		Fast16:    op.b.fast16 && w.DType == ops.F16,
 	}
 	k.Vectorize(H)
+	// Device-resident int32 inputs get bindings of their own, so they are bound where they
+	// are rather than copied into one buffer, where the device has the storage buffers.
+	if in.IDsDev != nil || in.SegIDsDev != nil || in.MaskDev != nil || in.PosIDsDev != nil {
+		split := k
+		split.SplitInts = true
+		if split.StorageBuffers() <= int(op.b.limits.MaxStorageBuffersPerShaderStage) {
+			k = split
+		}
+	}
 	return k
 }
 

@@ -36,7 +36,7 @@ import (
 // under the device lock, so consecutive calls on one entry never see each other's data.
 
 const (
-	maxBinds   = 16 // drt_bind_group's most
+	maxBinds   = 12 // EmbedLayerNorm's bindings 0-11 (drt_bind_group takes up to 16)
 	maxScratch = 6
 	maxCopies  = 10
 	maxReads   = 8

@@ -81,6 +81,11 @@ func (k *Embed) Vectorize(h int) { k.Vec = VecOK(h) }
 // Vectorize is Embed.Vectorize for AddLayerNorm.
 func (k *AddLN) Vectorize(d int) { k.Vec = VecOK(d) }
 
+// HasF16 reports whether any of the kernel's tensors is float16: the kernels Fast16 changes.
+func (k AddLN) HasF16() bool {
+	return k.X1 == ops.F16 || k.X2 == ops.F16 || k.Gamma == ops.F16 || k.Bias == ops.F16 || k.Out == ops.F16
+}
+
 // PrivateFor is the Private parameter for rows of h elements over w invocations.
 func PrivateFor(h, w int) int {
 	if n := (h + w - 1) / w; n <= MaxPrivate {
@@ -96,7 +101,7 @@ var IntBindings = [4]uint32{1, 9, 10, 11}
 // StorageBuffers is how many storage buffers the kernel binds (a device limit per stage).
 func (p Embed) StorageBuffers() int {
 	n := 6 // ints or ids, word, pos, gamma+beta, output, aux
-	for _, b := range []bool{p.Segment, p.Sum, p.SplitInts && p.SegIDs, p.SplitInts && p.MaskIndex, p.SplitInts && p.PosIDs} {
+	for _, b := range [...]bool{p.Segment, p.Sum, p.SplitInts && p.SegIDs, p.SplitInts && p.MaskIndex, p.SplitInts && p.PosIDs} {
 		if b {
 			n++
 		}

@@ -85,7 +85,7 @@ func AddLNParams() []shaders.AddLN {
 		}
 	}
 	for _, p := range out {
-		if p.Vec && (p.X1 == ops.F16 || p.X2 == ops.F16 || p.Gamma == ops.F16 || p.Out == ops.F16) {
+		if p.Vec && p.HasF16() {
 			p.Fast16 = true // the builtin conversions (a device that rounds them exactly)
 			out = append(out, p)
 		}
