@@ -14,17 +14,17 @@ import (
 
 // The kernels' float16 conversions come in two forms (shaders.Embed.Fast16,
 // shaders.AddLN.Fast16): integer routines that round nearest-even on any device, and the
-// builtins pack2x16float / unpack2x16float, whose rounding WGSL leaves to the device but
-// which cost a fraction of the integer work (the 16-bit kernels were bound by it). When a
-// device opens, calibrate16 runs both Fast16 helpers through the probe kernel on every
-// finite binary16 and on every rounding boundary between two of them, and the builtins are
-// used only when every result equals the nearest-even one the CPU computes: then the
-// kernels' bits are the same either way.
+// builtins pack2x16float / unpack2x16float alone, whose results WGSL leaves to the device
+// (rounding, subnormals, overflow, Inf and NaN) but which cost a fraction of the integer work.
+// When a device opens, calibrate16 runs the Fast16 helpers through the probe kernel on every
+// binary16, on every rounding boundary between two of them and on overflowing, infinite and
+// NaN float32, and the builtins are used only when every result is the one the CPU computes
+// (a NaN for a NaN, whatever its payload): then the kernels' bits are the same either way.
 
-// calibrate16 reports whether the device's builtin float16 conversions are exact on every
-// value the Fast16 helpers hand them.
+// calibrate16 reports whether the device's builtin float16 conversions give the CPU's
+// results on every value the kernels can hand them.
 func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
-	// Widening: every binary16 but Inf and NaN (those take the integer route), low and high half.
+	// Widening: every binary16, in the low half and in the high half.
 	var words []uint32
 	for h := uint32(0); h < 1<<16; h++ {
 		words = append(words, h|0x3c00<<16, 0x3c00|h<<16)
@@ -34,7 +34,7 @@ func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
 		return false, "", err
 	}
 	for i, w := range words {
-		if lo[i] != widen16(uint16(w)) || hi[i] != widen16(uint16(w>>16)) {
+		if !same32(lo[i], widen16(uint16(w))) || !same32(hi[i], widen16(uint16(w>>16))) {
 			return false, fmt.Sprintf("f16 builtins off: unpack2x16float(%#08x) = %#08x, %#08x", w, lo[i], hi[i]), nil
 		}
 	}
@@ -51,8 +51,13 @@ func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
 		add(math.Nextafter32(mid, next))
 	}
 	for _, f := range []float32{65504, 65519.996, 65520, 1e10, float32(math.Inf(1)), 0x1p-25, math.Nextafter32(0x1p-25, 1),
-		0x1p-26, 0x1p-126, 0x1p-149, 0x1p-140} {
+		0x1p-26, 0x1p-126, 0x1p-149, 0x1p-140, math.MaxFloat32} {
 		add(f)
+	}
+	for e := 16; e < 128; e++ { // overflow at every exponent: ±Inf
+		for _, m := range []float32{1, 1.5, 1.9990234, math.Nextafter32(2, 0)} {
+			add(float32(math.Ldexp(float64(m), e)))
+		}
 	}
 	vals = append(vals, 0x7fc00000, 0xffc12345, 0x7f812345) // NaNs: quiet and signalling payloads
 	plo, phi, err := b.probeHalves(ctx, shaders.ProbePackLo, shaders.ProbePackHi, vals)
@@ -61,7 +66,7 @@ func (b *Backend) calibrate16(ctx context.Context) (bool, string, error) {
 	}
 	for i, v := range vals {
 		want := narrow16(v)
-		if plo[i] != want || phi[i] != want {
+		if !same16(plo[i], want) || !same16(phi[i], want) {
 			return false, fmt.Sprintf("f16 builtins off: pack2x16float(%g) = %#04x, %#04x, want %#04x",
 				math.Float32frombits(v), plo[i], phi[i], want), nil
 		}
@@ -131,6 +136,19 @@ func (b *Backend) runProbe(ctx context.Context, fast16 bool, mode uint32, src []
 		return nil, err
 	}
 	return dst, nil
+}
+
+// same32 reports whether float32 bits got are want's, or a NaN where want is one: a NaN's
+// payload is no backend's contract (x86 and NVIDIA already make different NaNs of 0/0).
+func same32(got, want uint32) bool {
+	nan := func(b uint32) bool { return b&0x7fffffff > 0x7f800000 }
+	return got == want || nan(got) && nan(want)
+}
+
+// same16 is same32 for binary16 bits.
+func same16(got, want uint32) bool {
+	nan := func(b uint32) bool { return b&0x7fff > 0x7c00 }
+	return got == want || nan(got) && nan(want)
 }
 
 // widen16 is the exact float32 bits of binary16 h, as the shaders' f16_to_f32 gives them

@@ -318,6 +318,7 @@ const (
 	ProbeF16x2Hi   = 8  // f16x2_to_f32, high half → f32 bits
 	ProbePackLo    = 9  // f32x2_to_f16x2, the value in the low half → f16 bits
 	ProbePackHi    = 10 // f32x2_to_f16x2, the value in the high half → f16 bits
+	ProbeRstdDigit = 11 // rstd_exact by the digit-by-digit routines alone → f32 bits
 	ProbeWorkgroup = 64
 )
 
