@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/fusednorm/fusednorm/internal/cpuhook"
+	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
 // kernelSet is one complete set of the hot loops, all giving the bits of the pure-Go twins
@@ -12,7 +13,8 @@ type kernelSet struct {
 	accumulate         func(part, x []float32, x0 float32)                                                    // part[k] += x[c·W+k] − x0, the plan's order
 	accumulateSqDev    func(part, x []float32, x0, meanD float32)                                             // part[k] += f32(d·d), d = (x−x0)−meanD
 	accumulateSqDevFMA func(part, x []float32, x0, meanD float32)                                             // part[k] = fma(d, d, part[k])
-	tree               func(part []float32) float32                                                           // the halving tree (plan.Plan.Tree)
+	tree               func(part []float32) float32                                                           // the halving steps of plan.Plan.Tree
+	foldQuads          func(part []float32)                                                                   // a vector row's first tree step (plan.FoldQuads)
 	affine             func(y, x, gamma, beta []float32, x0, meanD, rstd float32)                             // f32(((x−x0)−meanD)·rstd)·gamma + beta
 	affineFMA          func(y, x, gamma, beta []float32, x0, meanD, rstd float32)                             // fma(((x−x0)−meanD)·rstd, gamma, beta)
 	affine16           func(f form16, y []uint16, x, gamma, beta []float32, x0, meanD, rstd float32)          // affine or affineFMA, rounded to 16 bits
@@ -75,6 +77,7 @@ var goKernels = kernelSet{
 	accumulateSqDev:    accumulateSqDevGo,
 	accumulateSqDevFMA: accumulateSqDevFMAGo,
 	tree:               treeGo,
+	foldQuads:          plan.FoldQuads,
 	affine:             affineGo,
 	affineFMA:          affineFMAGo,
 	affine16:           affine16Go,

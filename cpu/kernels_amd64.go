@@ -868,6 +868,12 @@ func avx512fp16EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 //go:noescape
 func avx2Tree(part []float32) float32
 
+// avx2FoldQuads folds part[4t:4t+4] into part[t] as (a + b) + (c + d) for t < len(part)/4;
+// len(part) must be a multiple of 32.
+//
+//go:noescape
+func avx2FoldQuads(part []float32)
+
 // avx2Prefetch issues PREFETCHT0 for every 64-byte line that b covers; it reads and writes
 // nothing architecturally (prefetches never fault).
 //

@@ -12412,6 +12412,45 @@ tree_8:
 	VMOVSS       X0, ret+24(FP)
 	RET
 
+// func avx2FoldQuads(part []float32)
+// Requires: AVX, AVX2
+TEXT ·avx2FoldQuads(SB), NOSPLIT, $0-24
+	MOVQ        part_base+0(FP), AX
+	MOVQ        part_len+8(FP), CX
+	MOVQ        $0x0000000400000000, DX
+	VMOVQ       DX, X0
+	MOVQ        $0x0000000500000001, DX
+	VMOVQ       DX, X1
+	VPUNPCKLQDQ X1, X0, X0
+	MOVQ        $0x0000000600000002, DX
+	VMOVQ       DX, X2
+	MOVQ        $0x0000000700000003, DX
+	VMOVQ       DX, X1
+	VPUNPCKLQDQ X1, X2, X2
+	VINSERTI128 $0x01, X2, Y0, Y0
+	XORQ        DX, DX
+	XORQ        BX, BX
+
+fold_loop:
+	CMPQ    DX, CX
+	JAE     fold_done
+	VMOVUPS (AX)(DX*4), Y1
+	VMOVUPS 32(AX)(DX*4), Y2
+	VMOVUPS 64(AX)(DX*4), Y3
+	VMOVUPS 96(AX)(DX*4), Y4
+	VHADDPS Y2, Y1, Y1
+	VHADDPS Y4, Y3, Y3
+	VHADDPS Y3, Y1, Y1
+	VPERMPS Y1, Y0, Y1
+	VMOVUPS Y1, (AX)(BX*4)
+	ADDQ    $0x00000020, DX
+	ADDQ    $0x00000008, BX
+	JMP     fold_loop
+
+fold_done:
+	VZEROUPPER
+	RET
+
 // func avx2Prefetch(b []byte)
 // Requires: MMX+
 TEXT ·avx2Prefetch(SB), NOSPLIT, $0-24

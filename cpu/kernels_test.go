@@ -713,6 +713,22 @@ func embedLayerNormLevels(t *testing.T, tune tuning) {
 	}
 }
 
+func TestFoldQuadsKernel(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, name := range testLevels() {
+		k := mustKernels(t, name)
+		for _, w := range []int{4, 8, 16, 32, 64, 96, 128, 256, 512, 1024, 1028} {
+			for _, special := range []bool{false, true} {
+				init := values(r, w, special)
+				got, want := out32(w, func(i int) float32 { return init[i] }), slices.Clone(init)
+				k.foldQuads(got)
+				plan.FoldQuads(want)
+				same32(t, fmt.Sprintf("%s/foldQuads/W=%d/special=%v", name, w, special), got, want)
+			}
+		}
+	}
+}
+
 func TestTreeKernel(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, name := range testLevels() {
@@ -722,7 +738,7 @@ func TestTreeKernel(t *testing.T) {
 				init := values(r, w, special)
 				got, want := out32(w, func(i int) float32 { return init[i] }), slices.Clone(init)
 				sum := k.tree(got)
-				wantSum := plan.For(w, plan.Contraction{}).Tree(want)
+				wantSum := treeGo(want)
 				tag := fmt.Sprintf("%s/tree/W=%d/special=%v", name, w, special)
 				same32(t, tag, []float32{sum}, []float32{wantSum})
 				same32(t, tag+"/part", got, want)

@@ -174,18 +174,29 @@ func rowStats(k *kernelSet, p *plan.Plan, x, part []float32, eps float32, pf *ro
 	return rowStatsSummed(k, p, x, part, x[0], eps, pf)
 }
 
+// planTree is the plan's tree (plan.Plan.Tree) over part[:p.W]: the quads folded first for
+// Vec rows, then the halving steps.
+func planTree(k *kernelSet, p *plan.Plan, part []float32) float32 {
+	part = part[:p.W]
+	if p.Vec() {
+		k.foldQuads(part)
+		part = part[:p.W/plan.VecLanes]
+	}
+	return k.tree(part)
+}
+
 // rowStatsSummed is rowStats after the first accumulation: part[:p.W] holds the partial
 // sums of x − x0 (from addSum), x0 = x[0].
 func rowStatsSummed(k *kernelSet, p *plan.Plan, x, part []float32, x0, eps float32, pf *rowPrefetch) plan.Stats {
 	part = part[:p.W]
-	meanD := k.tree(part) * p.InvH
+	meanD := planTree(k, p, part) * p.InvH
 	if p.Profile.FuseVariance {
 		k.sqDevFMAZero(part, x, x0, meanD)
 	} else {
 		k.sqDevZero(part, x, x0, meanD)
 	}
 	pf.step()
-	variance := k.tree(part) * p.InvH
+	variance := planTree(k, p, part) * p.InvH
 	return plan.Stats{X0: x0, MeanD: meanD, Rstd: plan.Rstd(variance + eps)}
 }
 

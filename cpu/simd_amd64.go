@@ -111,6 +111,7 @@ func (v *vecKernels) kernelSet() *kernelSet {
 		accumulateSqDev:    v.sqDevRow,
 		accumulateSqDevFMA: v.sqDevFMARow,
 		tree:               treeAVX2,
+		foldQuads:          foldQuadsAVX2,
 		affine:             func(y, x, g, b []float32, x0, m, r float32) { v.affineRow(false, y, x, g, b, x0, m, r) },
 		affineFMA:          func(y, x, g, b []float32, x0, m, r float32) { v.affineRow(true, y, x, g, b, x0, m, r) },
 		affine16:           v.affine16Row,
@@ -685,6 +686,16 @@ func (v *vecKernels) addRow(s, x, a, b, c []float32) {
 	}
 	if x != nil {
 		v.copyNTRow(x, s)
+	}
+}
+
+// foldQuadsAVX2 is plan.FoldQuads: whole blocks of 32 partials in one kernel, the rest in Go
+// (their quads lie past every block, which the kernel only writes below).
+func foldQuadsAVX2(part []float32) {
+	n := len(part) &^ 31
+	avx2FoldQuads(part[:n])
+	for t := n / 4; t < len(part)/4; t++ {
+		part[t] = (part[4*t] + part[4*t+1]) + (part[4*t+2] + part[4*t+3])
 	}
 }
 

@@ -95,6 +95,7 @@ func main() {
 	}
 	embedF16FP16(avx512)
 	tree()
+	foldQuads()
 	memory()
 
 	f, err := c.Result()
@@ -819,6 +820,56 @@ func tree() {
 		c.VMOVSS(lo, ret.Addr)
 		c.RET()
 	}
+}
+
+// foldQuads emits the first step of a vector row's tree (plan.FoldQuads): part[t] =
+// (part[4t] + part[4t+1]) + (part[4t+2] + part[4t+3]), 32 partials a step. VHADDPS adds
+// neighbours as (first + second), so two rounds give each quad in the plan's order; the
+// quads come out lane-interleaved and a permute puts them back in order.
+func foldQuads() {
+	text("avx2FoldQuads", "func(part []float32)",
+		"avx2FoldQuads folds part[4t:4t+4] into part[t] as (a + b) + (c + d) for t < len(part)/4;",
+		"len(part) must be a multiple of 32.")
+	p := base("part")
+	n := length("part")
+	idx := c.YMM()
+	ord := c.GP64()
+	// quads come out as [q0 q2 q4 q6 | q1 q3 q5 q7]: gather lanes 0 4 1 5 2 6 3 7
+	c.MOVQ(U64(0x0000000400000000), ord) // dwords 0, 4
+	c.VMOVQ(ord, idx.AsX())
+	c.MOVQ(U64(0x0000000500000001), ord) // 1, 5
+	t := c.XMM()
+	c.VMOVQ(ord, t)
+	c.VPUNPCKLQDQ(t, idx.AsX(), idx.AsX())
+	hi := c.XMM()
+	c.MOVQ(U64(0x0000000600000002), ord) // 2, 6
+	c.VMOVQ(ord, hi)
+	c.MOVQ(U64(0x0000000700000003), ord) // 3, 7
+	c.VMOVQ(ord, t)
+	c.VPUNPCKLQDQ(t, hi, hi)
+	c.VINSERTI128(U8(1), hi, idx, idx)
+	in, out := c.GP64(), c.GP64()
+	c.XORQ(in, in)
+	c.XORQ(out, out)
+	c.Label("fold_loop")
+	c.CMPQ(in, n)
+	c.JAE(LabelRef("fold_done"))
+	a, b, d, e := c.YMM(), c.YMM(), c.YMM(), c.YMM()
+	c.VMOVUPS(f32(p, in, 0), a)
+	c.VMOVUPS(f32(p, in, 8), b)
+	c.VMOVUPS(f32(p, in, 16), d)
+	c.VMOVUPS(f32(p, in, 24), e)
+	c.VHADDPS(b, a, a) // [a01 a23 b01 b23 | a45 a67 b45 b67]
+	c.VHADDPS(e, d, d) // [d01 d23 e01 e23 | d45 d67 e45 e67]
+	c.VHADDPS(d, a, a) // [q0 q2 q4 q6 | q1 q3 q5 q7]
+	c.VPERMPS(a, idx, a)
+	c.VMOVUPS(a, f32(p, out, 0))
+	c.ADDQ(U32(32), in)
+	c.ADDQ(U32(8), out)
+	c.JMP(LabelRef("fold_loop"))
+	c.Label("fold_done")
+	c.VZEROUPPER()
+	c.RET()
 }
 
 // embedF16 emits EmbedLayerNorm's staged binary16 sums with F16C: each stage a float32
