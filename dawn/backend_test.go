@@ -17,6 +17,7 @@ import (
 	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
@@ -32,10 +33,7 @@ func backend(t testing.TB) *Backend {
 	t.Helper()
 	sharedOnce.Do(func() { shared, sharedErr = New(Config{}) })
 	if sharedErr != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatalf("Dawn required (FUSEDNORM_REQUIRE_DAWN=1): %v", sharedErr)
-		}
-		t.Skipf("Dawn unavailable: %v", sharedErr)
+		testkit.SkipWithoutDawn(t, sharedErr)
 	}
 	return shared
 }
