@@ -23,8 +23,9 @@ type Suite struct {
 	ulps *testkit.ULPStats
 }
 
-// Run runs the whole suite on eng: both ops' test.json cases and the ONNX Runtime golden
-// data, and logs the largest ulp difference per output and dtype against the CPU plan.
+// Run runs the whole suite on eng: both ops' test.json cases, the ONNX Runtime golden data,
+// the hard rows and the sweeps (sweeps.go), and logs the largest ulp difference per output
+// and dtype against the CPU plan.
 func Run(t *testing.T, eng *fn.Engine) {
 	s := &Suite{Engine: eng, ulps: &testkit.ULPStats{}}
 	info := eng.Info()
@@ -41,6 +42,7 @@ func Run(t *testing.T, eng *fn.Engine) {
 	t.Run("AddLayerNorm", s.addCases)
 	t.Run("ORT", s.ortCases)
 	t.Run("HardRows", s.hardRows)
+	t.Run("Sweeps", s.sweeps)
 	if s.Plan != nil {
 		t.Logf("largest ulp difference against the CPU plan (profile %s):\n%s", info.Profile, s.ulps)
 	}
