@@ -22,11 +22,11 @@ import (
 	"github.com/x448/float16"
 
 	fn "github.com/fusednorm/fusednorm"
+	"github.com/fusednorm/fusednorm/internal/cases"
 	"github.com/fusednorm/fusednorm/internal/half"
-	"github.com/fusednorm/fusednorm/shaders"
 )
 
-// The schema of shaders/<op>/test.json, one for both ops. A file holds "op" and "version"
+// The schema of internal/cases/<op>/test.json, one for both ops. A file holds "op" and "version"
 // (the GetKernel name and version) and "cases"; each case is run once per entry of "types"
 // and per point of its "matrix":
 //
@@ -123,7 +123,7 @@ type fileJSON struct {
 }
 
 func loadCases(op string) (*fileJSON, error) {
-	b, err := shaders.ContractFile(op, "test.json")
+	b, err := cases.File(op, "test.json")
 	if err != nil {
 		return nil, err
 	}
