@@ -4,17 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/x448/float16"
 
 	"github.com/fusednorm/fusednorm"
+	"github.com/fusednorm/fusednorm/internal/cases"
 )
 
 // The benchmarks run the public API on the CPU for the smallest case of each op and dtype
-// in shaders/<op>/bench.json, with b.SetBytes from the case's bytes model (what the op
+// in internal/cases/<op>/bench.json, with b.SetBytes from the case's bytes model (what the op
 // must read and write), so `go test -bench .` reports MB/s comparable with the benchmark
 // binary's GB/s. cmd/fusednorm-bench runs every case, with a bandwidth probe beside it.
 
@@ -26,10 +25,11 @@ type benchCase struct {
 	Bytes struct{ Read, Write int64 }
 }
 
-// smallestCase returns the case of the dtype with the fewest bytes in shaders/<dir>/bench.json.
+// smallestCase returns the case of the dtype with the fewest bytes in
+// internal/cases/<dir>/bench.json.
 func smallestCase(b *testing.B, dir, dtype string) benchCase {
 	b.Helper()
-	raw, err := os.ReadFile(filepath.Join("shaders", dir, "bench.json"))
+	raw, err := cases.File(dir, "bench.json")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func smallestCase(b *testing.B, dir, dtype string) benchCase {
 		}
 	}
 	if best == nil {
-		b.Fatalf("shaders/%s/bench.json has no %s case", dir, dtype)
+		b.Fatalf("%s/%s/bench.json has no %s case", cases.Dir, dir, dtype)
 	}
 	return *best
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fusednorm/fusednorm/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -93,7 +94,7 @@ func TestDawnFaultInjection(t *testing.T) {
 		return nil
 	}))
 	if err != nil {
-		skipWithoutDawn(t, err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	defer e.Close()
 	in := AddLayerNormInputs{
@@ -125,7 +126,7 @@ func TestDawnFaultInjection(t *testing.T) {
 func TestAutoPassesOverSoftwareAdapters(t *testing.T) {
 	d, err := Open(WithBackend(BackendDawn))
 	if err != nil {
-		t.Skipf("Dawn unavailable: %v", err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	software := d.be.Info().Software
 	d.Close()

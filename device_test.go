@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fusednorm/fusednorm/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,10 +31,7 @@ func dawnEngine(t *testing.T, opts ...Option) *Engine {
 	t.Helper()
 	d, err := Open(append([]Option{WithBackend(BackendDawn)}, opts...)...)
 	if err != nil {
-		if dawnRequired() {
-			t.Fatalf("Dawn is required here: %v", err)
-		}
-		t.Logf("Dawn unavailable: %v", err)
+		testkit.NoteWithoutDawn(t, err)
 		return nil
 	}
 	t.Cleanup(func() { d.Close() })

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -14,28 +13,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
-
-// dawnRequired says whether Dawn must run here (FUSEDNORM_REQUIRE_DAWN=1, as make test sets):
-// then a test that cannot open it fails instead of skipping.
-func dawnRequired() bool { return os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" }
-
-// skipWithoutDawn skips t, Dawn being unavailable (why), or fails it where Dawn is required.
-func skipWithoutDawn(t *testing.T, why any) {
-	t.Helper()
-	if dawnRequired() {
-		t.Fatalf("Dawn is required here: %v", why)
-	}
-	t.Skipf("Dawn unavailable: %v", why)
-}
 
 // openDawnOrSkip opens a Dawn engine, skipping without Dawn unless FUSEDNORM_REQUIRE_DAWN=1.
 func openDawnOrSkip(t *testing.T, opts ...Option) *Engine {
 	t.Helper()
 	e, err := Open(append([]Option{WithBackend(BackendDawn)}, opts...)...)
 	if err != nil {
-		skipWithoutDawn(t, err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	return e
 }
@@ -226,13 +214,7 @@ func TestDeviceLossRecovery(t *testing.T) {
 		require.NoError(t, err, c.name)
 	}
 	differ := func(a, b []float32) int {
-		n := 0
-		for i := range a {
-			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-				n++
-			}
-		}
-		return n
+		return testkit.Compare(testkit.Float(ops.F32, a), testkit.Float(ops.F32, b), 1, nil).Count
 	}
 	for i, c := range calls {
 		t.Logf("before any loss: %s differs from the CPU backend in %d of %d elements", c.name, differ(before[i], cpuBits[i]), len(before[i]))
@@ -285,7 +267,7 @@ func TestDeviceLossAutoFallback(t *testing.T) {
 	}, dawnLib: os.Getenv(EnvDawnLib)}
 	be, err := openDawn(&c, true)
 	if err != nil {
-		skipWithoutDawn(t, err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	e := &Engine{be: be, reason: "auto: dawn loaded"}
 	defer e.Close()

@@ -2,6 +2,7 @@ package fusednorm_test
 
 import (
 	"bytes"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +63,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	// On the CPU always; on Dawn too where the suite requires it (make test-dawn: lavapipe
 	// or the GPU), which must print the same numbers.
 	runs := []struct{ backend, cgo string }{{"cpu", "0"}}
-	if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
+	if testkit.DawnRequired() {
 		runs = append(runs, struct{ backend, cgo string }{"dawn", "1"})
 	}
 	for _, r := range runs {

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/fusednorm/fusednorm/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -394,7 +395,7 @@ func TestDeviceFaultLeavesOutputs(t *testing.T) {
 		return nil
 	}))
 	if err != nil {
-		skipWithoutDawn(t, err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	defer e.Close()
 	ctx := context.Background()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/testalloc"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,7 +29,7 @@ func autoSoftwareEngine(t *testing.T, opts ...Option) *Engine {
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
 	if e.Info().Backend != BackendDawn {
-		skipWithoutDawn(t, e.Info())
+		testkit.SkipWithoutDawn(t, e.Info())
 	}
 	return e
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fusednorm/fusednorm/internal/testalloc"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
 // sentinel marks output elements not yet written: a NaN no kernel produces from the
@@ -295,7 +296,7 @@ func TestNoAllocsWithDeadline(t *testing.T) {
 func TestCloseDuringCallDawn(t *testing.T) {
 	e, err := Open(WithBackend(BackendDawn))
 	if err != nil {
-		skipWithoutDawn(t, err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	const B, S, H = 8, 128, 256
 	b := newBigEmbed(t, e, B, S, H)

@@ -5,7 +5,6 @@ package dawn
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
@@ -32,10 +32,7 @@ func backend(t testing.TB) *Backend {
 	t.Helper()
 	sharedOnce.Do(func() { shared, sharedErr = New(Config{}) })
 	if sharedErr != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatalf("Dawn required (FUSEDNORM_REQUIRE_DAWN=1): %v", sharedErr)
-		}
-		t.Skipf("Dawn unavailable: %v", sharedErr)
+		testkit.SkipWithoutDawn(t, sharedErr)
 	}
 	return shared
 }
@@ -214,342 +211,15 @@ func TestHalfConversions(t *testing.T) {
 		packDiff, subDiff, len(vals))
 }
 
-// ---- EmbedLayerNorm -------------------------------------------------------------------
-
-type embedCase struct {
-	name        string
-	dt          ops.DType
-	B, S, H     int
-	V, P, G     int
-	segIDs      bool
-	mask        bool
-	pos         int // 0: none, 1: (1,S), 2: (B,S)
-	wantMaskIdx bool
-	wantSum     bool
-	rule        ops.MaskRule
-}
-
-func (c embedCase) String() string {
-	return fmt.Sprintf("%s/%v/B%dS%dH%d/G%d-seg%v-mask%v-pos%d-mi%v-sum%v-rule%d",
-		c.name, c.dt, c.B, c.S, c.H, c.G, c.segIDs, c.mask, c.pos, c.wantMaskIdx, c.wantSum, c.rule)
-}
-
-// halfBits encodes values as f16 bits (values chosen to stay normal and finite).
-func halfBits(v []float32) []uint16 {
-	out := make([]uint16, len(v))
-	for i, x := range v {
-		out[i] = f16Round(x)
-	}
-	return out
-}
-
-func randVals(r *rand.Rand, n int, scale, offset float64) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(offset + scale*r.NormFloat64())
-	}
-	return v
-}
-
-func floatBuf(dt ops.DType, v []float32) ops.Buf {
-	switch dt {
-	case ops.F32:
-		return ops.Buf{DType: dt, F32: v}
-	case ops.F16:
-		return ops.Buf{DType: dt, U16: halfBits(v)}
-	}
-	out := make([]uint16, len(v))
-	for i, x := range v {
-		out[i] = half.F32ToBF16(x)
-	}
-	return ops.Buf{DType: dt, U16: out}
-}
-
-func newBuf(dt ops.DType, n int) ops.Buf {
-	if dt == ops.F32 {
-		return ops.Buf{DType: dt, F32: make([]float32, n)}
-	}
-	return ops.Buf{DType: dt, U16: make([]uint16, n)}
-}
-
-// poison fills an output with a recognizable pattern so unwritten elements show.
-func poison(b ops.Buf) {
-	for i := range b.F32 {
-		b.F32[i] = float32(math.NaN())
-	}
-	for i := range b.U16 {
-		b.U16[i] = 0x7e7e
-	}
-}
-
-// ulpTracker keeps the largest ulp difference per output name, logged at the end.
-type ulpTracker struct {
-	mu  sync.Mutex
-	max map[string]uint64
-}
-
-func (u *ulpTracker) note(name string, d uint64) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.max == nil {
-		u.max = map[string]uint64{}
-	}
-	if d >= u.max[name] {
-		u.max[name] = d
-	}
-}
-
-func (u *ulpTracker) log(t *testing.T) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var lines []string
-	for k, v := range u.max {
-		lines = append(lines, fmt.Sprintf("%s: %d", k, v))
-	}
-	sortStrings(lines)
-	t.Logf("largest ulp difference GPU vs CPU plan per output: %s", strings.Join(lines, ", "))
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-}
-
-// ordered maps float bits to integers whose order is the floats' order, for ulp distances.
-func ordered(bits uint64, width uint) int64 {
-	sign := uint64(1) << (width - 1)
-	if bits&sign != 0 {
-		return -int64(bits &^ sign)
-	}
-	return int64(bits)
-}
-
-// compareBuf checks got == want bit for bit and records the largest ulp distance.
-func compareBuf(t *testing.T, u *ulpTracker, name string, got, want ops.Buf) {
-	t.Helper()
-	n := want.Len()
-	var maxd uint64
-	bad, first := 0, -1
-	for i := 0; i < n; i++ {
-		var g, w uint64
-		var width uint = 32
-		if want.DType == ops.F32 {
-			g, w = uint64(math.Float32bits(got.F32[i])), uint64(math.Float32bits(want.F32[i]))
-		} else {
-			g, w, width = uint64(got.U16[i]), uint64(want.U16[i]), 16
-		}
-		if g == w {
-			continue
-		}
-		d := ordered(g, width) - ordered(w, width)
-		if d < 0 {
-			d = -d
-		}
-		maxd = max(maxd, uint64(d))
-		if first < 0 {
-			first = i
-		}
-		bad++
-	}
-	u.note(name+" "+want.DType.String(), maxd)
-	if bad > 0 {
-		t.Errorf("%s: %d of %d elements differ (max %d ulp), first at %d: got %v want %v",
-			name, bad, n, maxd, first, elem(got, first), elem(want, first))
-	}
-}
-
-func elem(b ops.Buf, i int) string {
-	if b.DType == ops.F32 {
-		return fmt.Sprintf("%g(%#08x)", b.F32[i], math.Float32bits(b.F32[i]))
-	}
-	return fmt.Sprintf("%#04x", b.U16[i])
-}
-
-var embedULP, addlnULP ulpTracker
-
-func runEmbedCase(t *testing.T, b *Backend, ref *cpu.Backend, c embedCase, seed uint64) {
-	t.Helper()
-	r := rand.New(rand.NewPCG(seed, uint64(c.H)))
-	w := ops.EmbedWeights{
-		DType: c.dt, H: c.H, V: c.V, P: c.P, G: c.G,
-		Word:    floatBuf(c.dt, randVals(r, c.V*c.H, 1, 0.2)),
-		Pos:     floatBuf(c.dt, randVals(r, c.P*c.H, 0.5, 0)),
-		Gamma:   floatBuf(c.dt, randVals(r, c.H, 1, 0.5)),
-		Beta:    floatBuf(c.dt, randVals(r, c.H, 0.3, 0)),
-		Epsilon: 1e-12,
-		Rule:    c.rule,
-	}
-	if c.G > 0 {
-		w.Seg = floatBuf(c.dt, randVals(r, c.G*c.H, 0.25, 0))
-	}
-	n := c.B * c.S
-	in := ops.EmbedInputs{B: c.B, S: c.S, IDs: make([]int32, n)}
-	for i := range in.IDs {
-		in.IDs[i] = int32(r.IntN(c.V))
-	}
-	if c.segIDs {
-		in.SegIDs = make([]int32, n)
-		for i := range in.SegIDs {
-			in.SegIDs[i] = int32(r.IntN(c.G))
-		}
-	}
-	if c.mask {
-		in.Mask = make([]int32, n)
-		for i := range in.Mask {
-			in.Mask[i] = []int32{1, 1, 1, 0, 2, -1}[r.IntN(6)]
-		}
-	}
-	if c.pos > 0 {
-		in.PosBatch = 1
-		if c.pos == 2 {
-			in.PosBatch = c.B
-		}
-		in.PosIDs = make([]int32, in.PosBatch*c.S)
-		for i := range in.PosIDs {
-			in.PosIDs[i] = int32(r.IntN(c.P))
-		}
-	}
-	outs := func() *ops.EmbedOutputs {
-		o := &ops.EmbedOutputs{Out: newBuf(c.dt, n*c.H)}
-		poison(o.Out)
-		if c.wantMaskIdx {
-			o.MaskIndex = make([]int32, c.B)
-			for i := range o.MaskIndex {
-				o.MaskIndex[i] = -7
-			}
-		}
-		if c.wantSum {
-			o.Sum = newBuf(c.dt, n*c.H)
-			poison(o.Sum)
-		}
-		return o
-	}
-	got, want := outs(), outs()
-
-	gop, err := b.PrepareEmbed(&w)
-	if err != nil {
-		t.Fatalf("%v: PrepareEmbed: %v", c, err)
-	}
-	defer gop.Close()
-	if err := gop.Run(context.Background(), &in, got); err != nil {
-		t.Fatalf("%v: Run: %v", c, err)
-	}
-	cop, err := ref.PrepareEmbed(&w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cop.Close()
-	if err := cop.Run(context.Background(), &in, want); err != nil {
-		t.Fatal(err)
-	}
-	compareBuf(t, &embedULP, "output", got.Out, want.Out)
-	if c.wantSum {
-		compareBuf(t, &embedULP, "embedding_sum", got.Sum, want.Sum)
-	}
-	for i := range want.MaskIndex {
-		if got.MaskIndex[i] != want.MaskIndex[i] {
-			t.Errorf("%v: mask_index[%d] = %d, want %d", c, i, got.MaskIndex[i], want.MaskIndex[i])
-			break
-		}
-	}
-	if t.Failed() {
-		t.Fatalf("case %v", c)
-	}
-}
-
-var sweepH = []int{1, 3, 4, 5, 63, 64, 65, 255, 256, 257, 768, 1024, 4096, 16384}
-
-func TestEmbedSizes(t *testing.T) {
-	b := backend(t)
-	ref := reference(t, b)
-	for _, dt := range []ops.DType{ops.F32, ops.F16} {
-		for i, h := range sweepH {
-			c := embedCase{name: "sizes", dt: dt, B: 2, S: 3, H: h, V: 7, P: 5, G: 2,
-				segIDs: true, mask: true, pos: 2, wantMaskIdx: true, wantSum: true, rule: ops.MaskRule(i % 2)}
-			if h >= 4096 {
-				c.B, c.S = 1, 2
-			}
-			runEmbedCase(t, b, ref, c, uint64(i))
-		}
-	}
-	embedULP.log(t)
-}
-
-// TestEmbedOptionalInputs covers every segment × position_ids combination, with mask,
-// mask_index and embedding_sum rotating so each of their on/off pairings appears (each flag
-// set is a separate kernel, and lavapipe compiles each for about a second).
-func TestEmbedOptionalInputs(t *testing.T) {
-	b := backend(t)
-	ref := reference(t, b)
-	for _, dt := range []ops.DType{ops.F32, ops.F16} {
-		for seg := 0; seg < 3; seg++ {
-			for pos := 0; pos < 3; pos++ {
-				i := seg*3 + pos
-				c := embedCase{name: "optional", dt: dt, B: 3, S: 4, H: 5, V: 9, P: 6,
-					segIDs: seg == 2, mask: i%2 == 0, pos: pos, wantMaskIdx: (i/2)%2 == 0 || i == 8,
-					wantSum: i%3 != 1, rule: ops.MaskRule((i / 4) % 2)}
-				if seg > 0 {
-					c.G = 3
-				}
-				runEmbedCase(t, b, ref, c, uint64(100+i))
-			}
-		}
-	}
-	embedULP.log(t)
-}
-
-// TestEmbedMaskIndex checks both rules on the SPEC A.7 masks, and a batch larger than H.
-func TestEmbedMaskIndex(t *testing.T) {
-	b := backend(t)
-	masks := [][]int32{{1, 1, 0, 0}, {1, 0, 1, 0}, {0, 1, 1, 1}, {2, 2, 2, 0}, {1, 1, 1, 1}, {0, 0, 0, 0}, {1, -1, 1, 0}}
-	want := map[ops.MaskRule][]int32{
-		ops.MaskFirstZero: {2, 1, 0, 3, 4, 0, 3},
-		ops.MaskCountOnes: {2, 2, 3, 0, 4, 0, 2},
-	}
-	B, S, H := len(masks), 4, 4
-	for rule, exp := range want {
-		w := ops.EmbedWeights{DType: ops.F32, H: H, V: 2, P: S, Rule: rule, Epsilon: 1e-12,
-			Word: floatBuf(ops.F32, make([]float32, 2*H)), Pos: floatBuf(ops.F32, make([]float32, S*H)),
-			Gamma: floatBuf(ops.F32, make([]float32, H)), Beta: floatBuf(ops.F32, make([]float32, H))}
-		in := ops.EmbedInputs{B: B, S: S, IDs: make([]int32, B*S)}
-		for _, m := range masks {
-			in.Mask = append(in.Mask, m...)
-		}
-		op, err := b.PrepareEmbed(&w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := ops.EmbedOutputs{Out: newBuf(ops.F32, B*S*H), MaskIndex: make([]int32, B)}
-		if err := op.Run(context.Background(), &in, &out); err != nil {
-			t.Fatal(err)
-		}
-		op.Close()
-		for i := range exp {
-			if out.MaskIndex[i] != exp[i] {
-				t.Errorf("rule %d: mask_index = %v, want %v", rule, out.MaskIndex, exp)
-				break
-			}
-		}
-	}
-}
-
-// TestEmbedGrid2D has more token rows than one dispatch dimension allows.
-func TestEmbedGrid2D(t *testing.T) {
-	b := backend(t)
-	ref := reference(t, b)
-	runEmbedCase(t, b, ref, embedCase{name: "grid2d", dt: ops.F16, B: 33000, S: 2, H: 3, V: 50, P: 2, G: 2,
-		segIDs: true, mask: true, wantMaskIdx: true, wantSum: true, rule: ops.MaskCountOnes}, 9)
-	embedULP.log(t)
-}
+// The size, option and grid sweeps of both ops run in the conformance suite (tests/, issue
+// 14), on every backend and CPU level; what stays here is what only this backend has: the
+// probe kernels, calibration, ids checked on the device, closed ops, binding limits.
 
 func TestEmbedBadIDOnDevice(t *testing.T) {
 	b := backend(t)
 	w := ops.EmbedWeights{DType: ops.F16, H: 3, V: 2, P: 2, Epsilon: 1e-12,
-		Word: floatBuf(ops.F16, make([]float32, 6)), Pos: floatBuf(ops.F16, make([]float32, 6)),
-		Gamma: floatBuf(ops.F16, make([]float32, 3)), Beta: floatBuf(ops.F16, make([]float32, 3))}
+		Word: testkit.Float(ops.F16, make([]float32, 6)), Pos: testkit.Float(ops.F16, make([]float32, 6)),
+		Gamma: testkit.Float(ops.F16, make([]float32, 3)), Beta: testkit.Float(ops.F16, make([]float32, 3))}
 	op, err := b.PrepareEmbed(&w)
 	if err != nil {
 		t.Fatal(err)
@@ -557,14 +227,14 @@ func TestEmbedBadIDOnDevice(t *testing.T) {
 	defer op.Close()
 	for _, ids := range [][]int32{{0, 2}, {-1, 0}, {1 << 30, 0}} {
 		in := ops.EmbedInputs{B: 1, S: 2, IDs: ids}
-		out := ops.EmbedOutputs{Out: newBuf(ops.F16, 6)}
+		out := ops.EmbedOutputs{Out: testkit.Zeros(ops.F16, 6)}
 		err := op.Run(context.Background(), &in, &out)
 		if !errors.Is(err, ops.ErrInvalidArgument) {
 			t.Errorf("ids %v: err = %v, want ErrInvalidArgument", ids, err)
 		}
 	}
 	// The device stays usable.
-	out := ops.EmbedOutputs{Out: newBuf(ops.F16, 6)}
+	out := ops.EmbedOutputs{Out: testkit.Zeros(ops.F16, 6)}
 	if err := op.Run(context.Background(), &ops.EmbedInputs{B: 1, S: 2, IDs: []int32{1, 0}}, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -573,14 +243,14 @@ func TestEmbedBadIDOnDevice(t *testing.T) {
 func TestEmbedClosed(t *testing.T) {
 	b := backend(t)
 	w := ops.EmbedWeights{DType: ops.F32, H: 1, V: 1, P: 1, Epsilon: 1e-12,
-		Word: floatBuf(ops.F32, []float32{1}), Pos: floatBuf(ops.F32, []float32{1}),
-		Gamma: floatBuf(ops.F32, []float32{1}), Beta: floatBuf(ops.F32, []float32{1})}
+		Word: testkit.Float(ops.F32, []float32{1}), Pos: testkit.Float(ops.F32, []float32{1}),
+		Gamma: testkit.Float(ops.F32, []float32{1}), Beta: testkit.Float(ops.F32, []float32{1})}
 	op, err := b.PrepareEmbed(&w)
 	if err != nil {
 		t.Fatal(err)
 	}
 	op.Close()
-	out := ops.EmbedOutputs{Out: newBuf(ops.F32, 1)}
+	out := ops.EmbedOutputs{Out: testkit.Zeros(ops.F32, 1)}
 	if err := op.Run(context.Background(), &ops.EmbedInputs{B: 1, S: 1, IDs: []int32{0}}, &out); !errors.Is(err, ops.ErrClosed) {
 		t.Fatalf("Run after Close: %v", err)
 	}
@@ -598,162 +268,6 @@ func TestBindingLimit(t *testing.T) {
 	}
 }
 
-// ---- AddLayerNorm -----------------------------------------------------------------------
-
-// addlnRows are SPEC §B.2's dtype rows: x1, x2, gamma(=beta), OutT (= bias dtype).
-var addlnRows = ops.AddDTypeRows
-
-type addlnCase struct {
-	row    [4]ops.DType
-	N, D   int
-	bias   int // 0 none, 1 (D), 2 (N,D)
-	writeX bool
-}
-
-func (c addlnCase) String() string {
-	return fmt.Sprintf("%v+%v,g%v->%v/N%dD%d/bias%d/x%v", c.row[0], c.row[1], c.row[2], c.row[3], c.N, c.D, c.bias, c.writeX)
-}
-
-func runAddLNCase(t *testing.T, b *Backend, ref *cpu.Backend, c addlnCase, seed uint64) {
-	t.Helper()
-	r := rand.New(rand.NewPCG(seed, uint64(c.D)))
-	n := c.N * c.D
-	mk := func() *ops.AddLN {
-		a := &ops.AddLN{N: c.N, D: c.D, Epsilon: 1e-5, Y: newBuf(c.row[3], n),
-			Mean: make([]float32, c.N), Rstd: make([]float32, c.N)}
-		poison(a.Y)
-		if c.writeX {
-			a.X = newBuf(c.row[3], n)
-			poison(a.X)
-		}
-		return a
-	}
-	got, want := mk(), mk()
-	x1 := floatBuf(c.row[0], randVals(r, n, 2, 1))
-	x2 := floatBuf(c.row[1], randVals(r, n, 1, -0.5))
-	gamma := floatBuf(c.row[2], randVals(r, c.D, 1, 0.5))
-	beta := floatBuf(c.row[2], randVals(r, c.D, 0.5, 0))
-	var bias ops.Buf
-	switch c.bias {
-	case 1:
-		bias = floatBuf(c.row[3], randVals(r, c.D, 0.3, 0.1))
-	case 2:
-		bias = floatBuf(c.row[3], randVals(r, n, 0.3, 0.1))
-	}
-	for _, a := range []*ops.AddLN{got, want} {
-		a.X1, a.X2, a.Gamma, a.Beta, a.Bias, a.BiasFull = x1, x2, gamma, beta, bias, c.bias == 2
-	}
-	if err := b.AddLayerNorm(context.Background(), got); err != nil {
-		t.Fatalf("%v: %v", c, err)
-	}
-	if err := ref.AddLayerNorm(context.Background(), want); err != nil {
-		t.Fatal(err)
-	}
-	compareBuf(t, &addlnULP, "y", got.Y, want.Y)
-	compareBuf(t, &addlnULP, "mean", ops.Buf{DType: ops.F32, F32: got.Mean}, ops.Buf{DType: ops.F32, F32: want.Mean})
-	compareBuf(t, &addlnULP, "rstd", ops.Buf{DType: ops.F32, F32: got.Rstd}, ops.Buf{DType: ops.F32, F32: want.Rstd})
-	if c.writeX {
-		compareBuf(t, &addlnULP, "x", got.X, want.X)
-	}
-	if t.Failed() {
-		t.Fatalf("case %v", c)
-	}
-}
-
-// TestAddLNSizes sweeps D with two of the nine dtype rows per size, rotating, so every row
-// meets several sizes without compiling all 126 kernels on lavapipe.
-func TestAddLNSizes(t *testing.T) {
-	b := backend(t)
-	ref := reference(t, b)
-	for i, d := range sweepH {
-		for _, j := range []int{(2 * i) % 9, (2*i + 1) % 9} {
-			c := addlnCase{row: addlnRows[j], N: 3, D: d, bias: (i + j) % 3, writeX: (i+j)%4 != 3}
-			if d >= 4096 {
-				c.N = 2
-			}
-			runAddLNCase(t, b, ref, c, uint64(100*i+j))
-		}
-	}
-	addlnULP.log(t)
-}
-
-// optionCases are the bias/x combinations per dtype row at an odd D (16-bit rows share words).
-func optionCases() []addlnCase {
-	var cs []addlnCase
-	for j, row := range addlnRows {
-		cs = append(cs, addlnCase{row: row, N: 5, D: 7, bias: j % 3, writeX: true},
-			addlnCase{row: row, N: 5, D: 7, bias: (j + 1) % 3, writeX: false})
-	}
-	return cs
-}
-
-func TestAddLNOptions(t *testing.T) {
-	b := backend(t)
-	ref := reference(t, b)
-	for i, c := range optionCases() {
-		runAddLNCase(t, b, ref, c, uint64(i))
-	}
-	addlnULP.log(t)
-}
-
-func TestAddLNGrid2D(t *testing.T) {
-	b := backend(t)
-	ref := reference(t, b)
-	runAddLNCase(t, b, ref, addlnCase{row: addlnRows[1], N: 70000, D: 3, bias: 2, writeX: true}, 5)
-	runAddLNCase(t, b, ref, addlnCase{row: addlnRows[0], N: 66000, D: 1, bias: 1, writeX: true}, 6)
-	addlnULP.log(t)
-}
-
-// TestAddLNSpecA5 is the Ascend sample of SPEC B.7: constant rows give y = beta exactly.
-func TestAddLNSpecA5(t *testing.T) {
-	b := backend(t)
-	x1 := make([]float32, 16)
-	x2 := make([]float32, 16)
-	for i := 0; i < 8; i++ {
-		x1[i], x2[i], x1[8+i], x2[8+i] = 1, 4, 2, -3
-	}
-	fill := func(v float32) []float32 {
-		s := make([]float32, 8)
-		for i := range s {
-			s[i] = v
-		}
-		return s
-	}
-	a := ops.AddLN{N: 2, D: 8, X1: floatBuf(ops.F32, x1), X2: floatBuf(ops.F32, x2),
-		Gamma: floatBuf(ops.F32, fill(2)), Beta: floatBuf(ops.F32, fill(0.1)), Bias: floatBuf(ops.F32, fill(0.5)),
-		Epsilon: 1e-6, Y: newBuf(ops.F32, 16), Mean: make([]float32, 2), Rstd: make([]float32, 2)}
-	if err := b.AddLayerNorm(context.Background(), &a); err != nil {
-		t.Fatal(err)
-	}
-	if a.Mean[0] != 5.5 || a.Mean[1] != -0.5 || math.Float32bits(a.Rstd[0]) != 0x4479ffff || a.Rstd[1] != a.Rstd[0] {
-		t.Errorf("mean %v rstd %v (%#08x)", a.Mean, a.Rstd, math.Float32bits(a.Rstd[0]))
-	}
-	for _, y := range a.Y.F32 {
-		if y != float32(0.1) {
-			t.Fatalf("y = %v, want 0.1 everywhere", a.Y.F32)
-		}
-	}
-}
-
-// TestConcurrentCalls runs AddLayerNorm and EmbedLayerNorm from parallel subtests.
-func TestConcurrentCalls(t *testing.T) {
-	b := backend(t)
-	ref := reference(t, b)
-	t.Run("group", func(t *testing.T) {
-		for g := 0; g < 4; g++ {
-			t.Run(fmt.Sprint(g), func(t *testing.T) {
-				t.Parallel()
-				cs := optionCases() // kernels compiled by TestAddLNOptions already
-				for i := 0; i < 4; i++ {
-					runAddLNCase(t, b, ref, cs[(g*4+i)%len(cs)], uint64(1000+g*10+i))
-					runEmbedCase(t, b, ref, embedCase{name: "concurrent", dt: ops.F16, B: 2, S: 3, H: 33,
-						V: 5, P: 3, G: 2, segIDs: true, mask: true, wantMaskIdx: true, wantSum: true}, uint64(g*10+i))
-				}
-			})
-		}
-	})
-}
-
 // BenchmarkAddLN times one call (upload, dispatch, readback) of a BERT-sized AddLayerNorm.
 func BenchmarkAddLN(bm *testing.B) {
 	for _, dt := range []ops.DType{ops.F32, ops.F16} {
@@ -762,9 +276,9 @@ func BenchmarkAddLN(bm *testing.B) {
 			N, D := 4096, 768
 			r := rand.New(rand.NewPCG(1, 1))
 			a := &ops.AddLN{N: N, D: D, Epsilon: 1e-5,
-				X1: floatBuf(dt, randVals(r, N*D, 1, 0)), X2: floatBuf(dt, randVals(r, N*D, 1, 0)),
-				Gamma: floatBuf(dt, randVals(r, D, 1, 0)), Beta: floatBuf(dt, randVals(r, D, 1, 0)),
-				Y: newBuf(dt, N*D), Mean: make([]float32, N), Rstd: make([]float32, N)}
+				X1: testkit.Float(dt, testkit.Normal(r, N*D, 1, 0)), X2: testkit.Float(dt, testkit.Normal(r, N*D, 1, 0)),
+				Gamma: testkit.Float(dt, testkit.Normal(r, D, 1, 0)), Beta: testkit.Float(dt, testkit.Normal(r, D, 1, 0)),
+				Y: testkit.Zeros(dt, N*D), Mean: make([]float32, N), Rstd: make([]float32, N)}
 			bm.SetBytes(int64(N * D * dt.Size() * 3))
 			gpu := timeGPU(b, bm)
 			for bm.Loop() {
@@ -786,9 +300,9 @@ func BenchmarkEmbed(bm *testing.B) {
 			B, S, H, V := 32, 128, 768, 30522
 			r := rand.New(rand.NewPCG(2, 2))
 			w := ops.EmbedWeights{DType: dt, H: H, V: V, P: 512, G: 2, Epsilon: 1e-12,
-				Word: floatBuf(dt, randVals(r, V*H, 1, 0)), Pos: floatBuf(dt, randVals(r, 512*H, 1, 0)),
-				Seg: floatBuf(dt, randVals(r, 2*H, 1, 0)), Gamma: floatBuf(dt, randVals(r, H, 1, 0)),
-				Beta: floatBuf(dt, randVals(r, H, 1, 0))}
+				Word: testkit.Float(dt, testkit.Normal(r, V*H, 1, 0)), Pos: testkit.Float(dt, testkit.Normal(r, 512*H, 1, 0)),
+				Seg: testkit.Float(dt, testkit.Normal(r, 2*H, 1, 0)), Gamma: testkit.Float(dt, testkit.Normal(r, H, 1, 0)),
+				Beta: testkit.Float(dt, testkit.Normal(r, H, 1, 0))}
 			op, err := b.PrepareEmbed(&w)
 			if err != nil {
 				bm.Fatal(err)
@@ -799,7 +313,7 @@ func BenchmarkEmbed(bm *testing.B) {
 				in.IDs[i] = int32(r.IntN(V))
 				in.Mask[i] = 1
 			}
-			out := ops.EmbedOutputs{Out: newBuf(dt, B*S*H), MaskIndex: make([]int32, B)}
+			out := ops.EmbedOutputs{Out: testkit.Zeros(dt, B*S*H), MaskIndex: make([]int32, B)}
 			bm.SetBytes(int64(B * S * H * dt.Size() * 4))
 			gpu := timeGPU(b, bm)
 			for bm.Loop() {

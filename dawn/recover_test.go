@@ -6,9 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +16,7 @@ import (
 	"github.com/fusednorm/fusednorm/cpu"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
 // lossHook is a fault-injection hook that loses the device at the next dispatch once armed,
@@ -72,10 +71,7 @@ func newLossFixture(t *testing.T, fallback bool) *lossFixture {
 	}
 	b, err := New(cfg)
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	t.Cleanup(func() { b.Close() })
 	f.b = b
@@ -84,10 +80,10 @@ func newLossFixture(t *testing.T, fallback bool) *lossFixture {
 	const V, P, H, B, S = 97, 32, 200, 3, 17
 	w := ops.EmbedWeights{
 		DType: ops.F32, H: H, V: V, P: P, Epsilon: 1e-12,
-		Word:  floatBuf(ops.F32, randVals(r, V*H, 1, 0.2)),
-		Pos:   floatBuf(ops.F32, randVals(r, P*H, 0.5, 0)),
-		Gamma: floatBuf(ops.F32, randVals(r, H, 1, 0.5)),
-		Beta:  floatBuf(ops.F32, randVals(r, H, 0.3, 0)),
+		Word:  testkit.Float(ops.F32, testkit.Normal(r, V*H, 1, 0.2)),
+		Pos:   testkit.Float(ops.F32, testkit.Normal(r, P*H, 0.5, 0)),
+		Gamma: testkit.Float(ops.F32, testkit.Normal(r, H, 1, 0.5)),
+		Beta:  testkit.Float(ops.F32, testkit.Normal(r, H, 0.3, 0)),
 	}
 	ids := make([]int32, B*S)
 	for i := range ids {
@@ -101,10 +97,10 @@ func newLossFixture(t *testing.T, fallback bool) *lossFixture {
 	const N, D = 37, 300
 	f.addIn = ops.AddLN{
 		N: N, D: D, Epsilon: 1e-5,
-		X1:    floatBuf(ops.F32, randVals(r, N*D, 2, 0.1)),
-		X2:    floatBuf(ops.F32, randVals(r, N*D, 1, -0.3)),
-		Gamma: floatBuf(ops.F32, randVals(r, D, 1, 0.5)),
-		Beta:  floatBuf(ops.F32, randVals(r, D, 0.2, 0)),
+		X1:    testkit.Float(ops.F32, testkit.Normal(r, N*D, 2, 0.1)),
+		X2:    testkit.Float(ops.F32, testkit.Normal(r, N*D, 1, -0.3)),
+		Gamma: testkit.Float(ops.F32, testkit.Normal(r, D, 1, 0.5)),
+		Beta:  testkit.Float(ops.F32, testkit.Normal(r, D, 0.2, 0)),
 	}
 	if f.embWant, err = f.runEmbed(); err != nil {
 		t.Fatal(err)
@@ -123,13 +119,13 @@ func newLossFixture(t *testing.T, fallback bool) *lossFixture {
 		t.Fatal(err)
 	}
 	defer cp.Close()
-	out := ops.EmbedOutputs{Out: newBuf(ops.F32, B*S*H)}
+	out := ops.EmbedOutputs{Out: testkit.Zeros(ops.F32, B*S*H)}
 	if err := cp.Run(context.Background(), &f.embIn, &out); err != nil {
 		t.Fatal(err)
 	}
 	f.cpuEmb = out.Out.F32
 	a := f.addIn
-	a.Y, a.Mean, a.Rstd = newBuf(ops.F32, N*D), make([]float32, N), make([]float32, N)
+	a.Y, a.Mean, a.Rstd = testkit.Zeros(ops.F32, N*D), make([]float32, N), make([]float32, N)
 	if err := ref.AddLayerNorm(context.Background(), &a); err != nil {
 		t.Fatal(err)
 	}
@@ -138,29 +134,23 @@ func newLossFixture(t *testing.T, fallback bool) *lossFixture {
 }
 
 func (f *lossFixture) runEmbed() ([]float32, error) {
-	out := ops.EmbedOutputs{Out: newBuf(ops.F32, f.embIn.B*f.embIn.S*200)}
-	poison(out.Out)
+	out := ops.EmbedOutputs{Out: testkit.Zeros(ops.F32, f.embIn.B*f.embIn.S*200)}
+	testkit.Poison(out.Out)
 	err := f.emb.Run(context.Background(), &f.embIn, &out)
 	return out.Out.F32, err
 }
 
 func (f *lossFixture) runAdd() ([]float32, error) {
 	a := f.addIn
-	a.Y, a.Mean, a.Rstd = newBuf(ops.F32, a.N*a.D), make([]float32, a.N), make([]float32, a.N)
-	poison(a.Y)
+	a.Y, a.Mean, a.Rstd = testkit.Zeros(ops.F32, a.N*a.D), make([]float32, a.N), make([]float32, a.N)
+	testkit.Poison(a.Y)
 	err := f.b.AddLayerNorm(context.Background(), &a)
 	return append(append(a.Y.F32, a.Mean...), a.Rstd...), err
 }
 
 // sameBits counts the elements whose bits differ.
 func sameBits(got, want []float32) int {
-	bad := 0
-	for i := range want {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			bad++
-		}
-	}
-	return bad
+	return testkit.Compare(testkit.Float(ops.F32, got), testkit.Float(ops.F32, want), 1, nil).Count
 }
 
 // loseDuring arms the hook, runs call (which must fail with the loss) and checks its error.

@@ -6,11 +6,11 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/plan"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
@@ -18,10 +18,7 @@ import (
 func routesBackend(t *testing.T) *Backend {
 	b, err := New(Config{})
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatalf("Dawn required (FUSEDNORM_REQUIRE_DAWN=1): %v", err)
-		}
-		t.Skip(err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	t.Cleanup(func() { b.Close() })
 	return b

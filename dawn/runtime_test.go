@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
 // openRuntimeDevice opens a device or skips; with FUSEDNORM_REQUIRE_DAWN=1 it fails instead,
@@ -26,10 +27,7 @@ func openRuntimeDevice(t *testing.T, opts deviceOptions) *device {
 	t.Helper()
 	d, err := openDevice(opts)
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatalf("Dawn required (FUSEDNORM_REQUIRE_DAWN=1): %v", err)
-		}
-		t.Skipf("Dawn unavailable: %v", err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	t.Cleanup(func() {
 		if err := d.close(); err != nil {
@@ -357,10 +355,7 @@ func TestRuntimeDeviceLoss(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &logMu}, nil)),
 	})
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	a := newAffine(t, d, 64)
 	out, err := a.run(context.Background(), [3]uint32{1, 1, 1})

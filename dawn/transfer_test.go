@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
 // roundTrip uploads data at off into a fresh buffer filled with 0xEE (through the simple
@@ -189,12 +190,14 @@ func TestTransferOps(t *testing.T) {
 	ref := reference(t, b)
 	b.dev.setTransfer(256, 1)
 	defer b.dev.setTransfer(xferChunkDefault, xferMinDefault)
-	cs := optionCases()
+	cs := testkit.AddLNOptions()
 	for i := 0; i < 4; i++ {
-		runAddLNCase(t, b, ref, cs[i%len(cs)], uint64(5000+i))
+		c := cs[i%len(cs)]
+		c.Seed = uint64(5000 + i)
+		testkit.CheckAddLN(t, nil, b, ref, c)
 	}
-	runEmbedCase(t, b, ref, embedCase{name: "transfer", dt: ops.F16, B: 2, S: 3, H: 33,
-		V: 5, P: 3, G: 2, segIDs: true, mask: true, wantMaskIdx: true, wantSum: true}, 77)
+	testkit.CheckEmbed(t, nil, b, ref, testkit.EmbedCase{Name: "transfer", DType: ops.F16, B: 2, S: 3, H: 33,
+		V: 5, P: 3, G: 2, SegIDs: true, Mask: true, WantMaskIndex: true, WantSum: true, Seed: 77})
 }
 
 // BenchmarkTransfer reports the bandwidth (MB/s) of uploads and read-backs of 256 MiB and
@@ -350,16 +353,16 @@ func TestTransferPrepared(t *testing.T) {
 	const N, D = 5, 301 // 16-bit rows of an odd length: words shared across rows
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, dt := range []ops.DType{ops.F16, ops.F32} {
-		x1 := floatBuf(dt, randVals(r, N*D, 2, 1))
-		x2 := floatBuf(dt, randVals(r, N*D, 1, -0.5))
-		gamma := floatBuf(dt, randVals(r, D, 1, 0.5))
-		beta := floatBuf(dt, randVals(r, D, 0.5, 0))
-		bias := floatBuf(dt, randVals(r, D, 0.3, 0.1))
+		x1 := testkit.Float(dt, testkit.Normal(r, N*D, 2, 1))
+		x2 := testkit.Float(dt, testkit.Normal(r, N*D, 1, -0.5))
+		gamma := testkit.Float(dt, testkit.Normal(r, D, 1, 0.5))
+		beta := testkit.Float(dt, testkit.Normal(r, D, 0.5, 0))
+		bias := testkit.Float(dt, testkit.Normal(r, D, 0.3, 0.1))
 		mk := func() *ops.AddLN {
 			a := &ops.AddLN{N: N, D: D, Epsilon: 1e-5, X1: x1, X2: x2, Gamma: gamma, Beta: beta, Bias: bias,
-				Y: newBuf(dt, N*D), X: newBuf(dt, N*D), Mean: make([]float32, N), Rstd: make([]float32, N)}
-			poison(a.Y)
-			poison(a.X)
+				Y: testkit.Zeros(dt, N*D), X: testkit.Zeros(dt, N*D), Mean: make([]float32, N), Rstd: make([]float32, N)}
+			testkit.Poison(a.Y)
+			testkit.Poison(a.X)
 			return a
 		}
 		b.dev.setTransfer(256, math.MaxUint64)

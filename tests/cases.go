@@ -1,5 +1,6 @@
 // Package tests is the cross-backend conformance suite: every case of each op's test.json
-// (SPEC golden vectors, edge cases, every validation rule) and the ONNX Runtime golden data,
+// (SPEC golden vectors, edge cases, every validation rule), the ONNX Runtime golden data, the
+// hard rows and the sweeps of internal/testkit (sizes, optional inputs, dtype rows, grids),
 // run on any engine and compared with the sequential and float64 references (SPEC §C.5) and,
 // bit for bit, with the pure-Go CPU plan under the engine's contraction profile (SPEC §C.4).
 //
@@ -21,11 +22,11 @@ import (
 	"github.com/x448/float16"
 
 	fn "github.com/fusednorm/fusednorm"
+	"github.com/fusednorm/fusednorm/internal/cases"
 	"github.com/fusednorm/fusednorm/internal/half"
-	"github.com/fusednorm/fusednorm/shaders"
 )
 
-// The schema of shaders/<op>/test.json, one for both ops. A file holds "op" and "version"
+// The schema of internal/cases/<op>/test.json, one for both ops. A file holds "op" and "version"
 // (the GetKernel name and version) and "cases"; each case is run once per entry of "types"
 // and per point of its "matrix":
 //
@@ -122,7 +123,7 @@ type fileJSON struct {
 }
 
 func loadCases(op string) (*fileJSON, error) {
-	b, err := shaders.ContractFile(op, "test.json")
+	b, err := cases.File(op, "test.json")
 	if err != nil {
 		return nil, err
 	}

@@ -1,11 +1,11 @@
 package tests
 
 import (
-	"os"
 	"testing"
 
 	fn "github.com/fusednorm/fusednorm"
 	"github.com/fusednorm/fusednorm/internal/plan"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
 // TestCPU runs the suite on the CPU backend at every kernel level this machine has — the
@@ -33,10 +33,7 @@ func TestCPU(t *testing.T) {
 func TestDawn(t *testing.T) {
 	eng, err := fn.Open(fn.WithBackend(fn.BackendDawn))
 	if err != nil {
-		if os.Getenv("FUSEDNORM_REQUIRE_DAWN") == "1" {
-			t.Fatalf("Dawn is required here: %v", err)
-		}
-		t.Skipf("Dawn unavailable: %v", err)
+		testkit.SkipWithoutDawn(t, err)
 	}
 	defer eng.Close()
 	Run(t, eng)

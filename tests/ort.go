@@ -13,6 +13,7 @@ import (
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/ortcase"
 	"github.com/fusednorm/fusednorm/internal/reference"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
 // ORT's tensor names → the library's bind keys.
@@ -131,12 +132,12 @@ func (s *Suite) ortEmbed(t *testing.T, c *ortcase.Case, dropSegIDs bool) {
 			// ORT's f16 graph sums in f32 and rounds once; the library stages its f16 sums
 			// (SPEC A.3), so the two differ by the sum's rounding: ORT's own fp16 test bound.
 			checkClose(t, "f16 output vs ORT", g, want, func(_ int, r float64) float64 {
-				return 5e-3*math.Max(1, math.Abs(r)) + ulpOf(fn.Float16, r)
+				return 5e-3*math.Max(1, math.Abs(r)) + testkit.ULPOf(fn.Float16, r)
 			}, nil)
 		default:
 			// Staged rounding (two f16 roundings at the magnitude of the partial sums, tables
 			// here within ±1) against ORT's one: at most one f16 ulp of 1 apart.
-			checkClose(t, "f16 embedding_sum vs ORT", g, want, func(_ int, r float64) float64 { return 0x1p-10 + ulpOf(fn.Float16, r) }, nil)
+			checkClose(t, "f16 embedding_sum vs ORT", g, want, func(_ int, r float64) float64 { return 0x1p-10 + testkit.ULPOf(fn.Float16, r) }, nil)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	fn "github.com/fusednorm/fusednorm"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
 // Suite runs the conformance cases on one engine.
@@ -19,13 +20,14 @@ type Suite struct {
 	// them; the typed API's cross-checks are left out.
 	BindKeyOnly bool
 
-	ulps *ulpStats
+	ulps *testkit.ULPStats
 }
 
-// Run runs the whole suite on eng: both ops' test.json cases and the ONNX Runtime golden
-// data, and logs the largest ulp difference per output and dtype against the CPU plan.
+// Run runs the whole suite on eng: both ops' test.json cases, the ONNX Runtime golden data,
+// the hard rows and the sweeps (sweeps.go), and logs the largest ulp difference per output
+// and dtype against the CPU plan.
 func Run(t *testing.T, eng *fn.Engine) {
-	s := &Suite{Engine: eng, ulps: newULPStats()}
+	s := &Suite{Engine: eng, ulps: &testkit.ULPStats{}}
 	info := eng.Info()
 	t.Logf("engine: %s", info)
 	if !(info.Backend == "cpu" && PureGo(eng)) {
@@ -40,6 +42,7 @@ func Run(t *testing.T, eng *fn.Engine) {
 	t.Run("AddLayerNorm", s.addCases)
 	t.Run("ORT", s.ortCases)
 	t.Run("HardRows", s.hardRows)
+	t.Run("Sweeps", s.sweeps)
 	if s.Plan != nil {
 		t.Logf("largest ulp difference against the CPU plan (profile %s):\n%s", info.Profile, s.ulps)
 	}
@@ -51,7 +54,7 @@ func PureGo(eng *fn.Engine) bool { return eng.Info().Level == "go" }
 // RunBindKey runs both ops' test.json cases on eng through the bind-key entry alone
 // (Suite.BindKeyOnly), comparing as Run does.
 func RunBindKey(t *testing.T, eng *fn.Engine) {
-	s := &Suite{Engine: eng, BindKeyOnly: true, ulps: newULPStats()}
+	s := &Suite{Engine: eng, BindKeyOnly: true, ulps: &testkit.ULPStats{}}
 	t.Run("EmbedLayerNorm", s.embedCases)
 	t.Run("AddLayerNorm", s.addCases)
 }
@@ -97,7 +100,7 @@ func (s *Suite) crossCheck(t *testing.T, op string, dt fn.DType, got map[string]
 			n = 1
 		}
 		d := ulpDiff(o, g, n, skip)
-		s.ulps.add(fmt.Sprintf("%s/%s/%s", op, key, dt), d)
+		s.ulps.Add(fmt.Sprintf("%s/%s/%s", op, key, dt), d)
 		if d != 0 {
 			t.Errorf("output %s differs from the CPU plan by up to %d ulp (SPEC §C.4 requires identical bits)", key, d)
 		}

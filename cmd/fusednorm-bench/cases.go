@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/fusednorm/fusednorm/shaders"
+	"github.com/fusednorm/fusednorm/internal/cases"
 )
 
-// The two ops as bench.json names them, and the folders under shaders/ that hold them.
+// The two ops as bench.json names them, and the folders under internal/cases/ that hold them.
 const (
 	opEmbed = "EmbedLayerNormalization"
 	opAdd   = "AddLayerNorm"
@@ -18,7 +18,7 @@ const (
 
 var caseFiles = []string{"embedlayernorm/bench.json", "addlayernorm/bench.json"}
 
-// benchFile is one shaders/<op>/bench.json.
+// benchFile is one internal/cases/<op>/bench.json.
 type benchFile struct {
 	Format int      `json:"format"`
 	Op     string   `json:"op"`
@@ -126,14 +126,14 @@ func (c benchCase) quick(dim string, by int) benchCase {
 // caseSource reads an op's bench.json, by folder name: "embedlayernorm/bench.json".
 type caseSource func(file string) ([]byte, error)
 
-// embeddedCases are the cases compiled into the binary (package shaders embeds them), so the
-// bench runs from any folder.
+// embeddedCases are the cases compiled into the binary (package internal/cases embeds
+// them), so the bench runs from any folder.
 func embeddedCases(file string) ([]byte, error) {
 	op, name, _ := strings.Cut(file, "/")
-	return shaders.ContractFile(op, name)
+	return cases.File(op, name)
 }
 
-// dirCases reads the cases from a folder laid out like shaders/ (-cases).
+// dirCases reads the cases from a folder laid out like internal/cases/ (-cases).
 func dirCases(dir string) caseSource {
 	return func(file string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, file)) }
 }

@@ -1,7 +1,7 @@
 // Command fusednorm-bench times EmbedLayerNorm and AddLayerNorm through the public API on
-// the cases of shaders/*/bench.json, and puts each next to the machine's memory bandwidth
-// over the same byte count, measured in the same run (and, with -ort, next to ONNX Runtime's
-// CPU kernel time).
+// the cases of internal/cases/*/bench.json, and puts each next to the machine's memory
+// bandwidth over the same byte count, measured in the same run (and, with -ort, next to ONNX
+// Runtime's CPU kernel time).
 //
 //	go run ./cmd/fusednorm-bench                    # every case, backend auto
 //	go run ./cmd/fusednorm-bench -backend cpu -only addln -dtype f32
@@ -84,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		defBackend = fusednorm.BackendAuto
 	}
 	fs.StringVar(&o.backend, "backend", defBackend, "backend: auto, cpu or dawn (default from "+fusednorm.EnvBackend+", else auto)")
-	fs.StringVar(&o.casesDir, "cases", "", "a folder holding <op>/bench.json, e.g. the repository's shaders/ (default: the cases compiled in)")
+	fs.StringVar(&o.casesDir, "cases", "", "a folder holding <op>/bench.json, e.g. the repository's internal/cases/ (default: the cases compiled in)")
 	fs.StringVar(&o.only, "only", "", "run only the cases whose name contains this")
 	fs.StringVar(&o.dtype, "dtype", "all", "f32, f16 or all")
 	fs.IntVar(&o.threads, "threads", runtime.GOMAXPROCS(0), "goroutines per CPU call, and for the bandwidth probe")
@@ -187,7 +187,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(o.from) > 0 {
 		return replot(o, stdout)
 	}
-	src, where := embeddedCases, "the compiled-in shaders/*/bench.json"
+	src, where := embeddedCases, "the compiled-in internal/cases/*/bench.json"
 	if o.casesDir != "" {
 		src, where = dirCases(o.casesDir), o.casesDir
 	}

@@ -142,7 +142,7 @@ func writeJSON(path string, info fusednorm.Info, o *options, results []*result) 
 		Settings: map[string]any{"threads": o.threads, "reps": o.reps, "min_time": o.minTime.String(), "warmup": o.warmup,
 			"quick": o.quick, "probe": o.probe, "huge_pages": o.hugePages, "max_bytes": o.maxBytes, "only": o.only, "dtype": o.dtype, "ort_dir": o.ortDir},
 		Notes: []string{
-			"GBps = (bytes_read + bytes_written) / median; 1 GB = 1e9 B; bytes follow bytes_rule in shaders/<op>/bench.json",
+			"GBps = (bytes_read + bytes_written) / median; 1 GB = 1e9 B; bytes follow bytes_rule in internal/cases/<op>/bench.json",
 			"probe: over the case's byte count with the same thread count, right after the case: Go's copy (copy_GBps), two copies interleaved a 16 KiB row at a time with the CPU kernels' non-temporal stores (stream_GBps), and a read (read_GBps); pct_of_probe is, with the probe paired, the median over the timed runs of the run's GB/s over the better of the copy and stream passes right after it, else GBps over the higher of copy_GBps and stream_GBps",
 			"kernel_ms_median: device time per dispatch: kernel_repeat dispatches of the call on device tensors in one compute pass between two timestamp queries (the device is opened with Dawn's timestamp_quantization off), over kernel_repeat; device_resident_ms: a chain of calls with every tensor on the device, then one Sync that waits for all of them, divided by the chain's length; device_copy_GBps: a vec4<f32> WGSL copy of the case's bytes (half read, half written, at most 1 GiB each way) on the same device, median of reps passes; kernel_pct_of_copy = kernel_GBps / device_copy_GBps",
 			"ort: bench_ort.js row for the same thread count; kernel_ms_median is ORT's profiler time of the op",
