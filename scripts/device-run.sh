@@ -29,7 +29,7 @@ if [ "${1:-}" = ort ]; then
 	ort=/tmp/fusednorm-ort
 	rm -rf "$ort" && mkdir -p "$ort" && tar xJf carry/ort.tar.xz -C "$ort" || exit 1
 	{ lscpu | grep "Model name"; "$ort/bin/node" --version; } | tee "$OUT/cpu.txt"
-	PATH=$ort/bin:$PATH timeout 560 carry/fusednorm-bench -cases shaders -backend cpu ${LEVEL:+-level $LEVEL} \
+	PATH=$ort/bin:$PATH timeout 560 carry/fusednorm-bench -backend cpu ${LEVEL:+-level $LEVEL} \
 		-threads 1 -ort "$ort/oracle" ${ONLY:+-only $ONLY} -json "$OUT/bench-ort.json" >"$OUT/bench-ort.txt" 2>&1
 	echo "bench with ORT rc=$?"; tail -20 "$OUT/bench-ort.txt"
 	exit 0
@@ -41,11 +41,11 @@ if [ "${1:-}" = cpu ]; then
 	(cd tests && timeout 200 ../carry/conformance.test -test.run TestCPU -test.v >"$OUT/conformance-cpu.log" 2>&1; echo "rc=$?" >>"$OUT/conformance-cpu.log")
 	grep -E "^(--- |ok|FAIL|rc=)" "$OUT/conformance-cpu.log" | tail -8
 	for lv in ${LEVELS:-avx512 avx2}; do
-		timeout 200 carry/fusednorm-bench -cases shaders -backend cpu -level $lv -threads 1 -reps 3 -min-time 0.3s \
+		timeout 200 carry/fusednorm-bench -backend cpu -level $lv -threads 1 -reps 3 -min-time 0.3s \
 			-json "$OUT/bench-cpu-$lv-1thread.json" >"$OUT/bench-cpu-$lv-1thread.txt" 2>&1
 		echo "bench $lv 1 thread rc=$?"; tail -14 "$OUT/bench-cpu-$lv-1thread.txt"
 	done
-	timeout 150 carry/fusednorm-bench -cases shaders -backend cpu -reps 3 -min-time 0.3s \
+	timeout 150 carry/fusednorm-bench -backend cpu -reps 3 -min-time 0.3s \
 		-json "$OUT/bench-cpu-avx512-all.json" >"$OUT/bench-cpu-avx512-all.txt" 2>&1
 	echo "bench all threads rc=$?"; tail -14 "$OUT/bench-cpu-avx512-all.txt"
 	exit 0
@@ -68,13 +68,13 @@ if [ "${1:-}" = speed ]; then
 	# Twelve untimed calls a case on every backend: auto times each call shape on both
 	# backends before it settles (a handful of calls), so its table shows where it settles,
 	# and the other two warm the same way.
-	timeout 240 carry/fusednorm-bench -cases shaders -backend dawn -probe=false -warmup 12 -reps 5 -min-time 0.2s \
+	timeout 240 carry/fusednorm-bench -backend dawn -probe=false -warmup 12 -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-dawn.json" >"$OUT/bench-dawn.txt" 2>/dev/null
 	echo "bench dawn rc=$?"; cat "$OUT/bench-dawn.txt"
-	timeout 150 carry/fusednorm-bench -cases shaders -backend cpu -threads "$(nproc)" -warmup 12 -reps 3 -min-time 0.2s \
+	timeout 150 carry/fusednorm-bench -backend cpu -threads "$(nproc)" -warmup 12 -reps 3 -min-time 0.2s \
 		-json "$OUT/bench-cpu.json" >"$OUT/bench-cpu.txt" 2>/dev/null
 	echo "bench cpu rc=$?"; cat "$OUT/bench-cpu.txt"
-	timeout 180 carry/fusednorm-bench -cases shaders -backend auto -threads "$(nproc)" -probe=false -device-resident=false -warmup 12 -reps 5 -min-time 0.2s \
+	timeout 180 carry/fusednorm-bench -backend auto -threads "$(nproc)" -probe=false -device-resident=false -warmup 12 -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-auto.json" >"$OUT/bench-auto.txt" 2>/dev/null
 	echo "bench auto rc=$?"; cat "$OUT/bench-auto.txt"
 	exit 0
