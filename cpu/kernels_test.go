@@ -72,7 +72,7 @@ func simdLevels() []string {
 	})
 }
 
-func mustKernels(t testing.TB, name string) *kernelSet {
+func mustKernels(t testing.TB, name string) *kernels {
 	k := kernelsOf(name)
 	if k == nil {
 		t.Fatalf("no level %q", name)
@@ -299,27 +299,27 @@ func TestElementwiseKernels(t *testing.T) {
 			g.addTo(want, b)
 			same32(t, tag("addTo"), got, want)
 
-			k.embedSumF32(got, a, b, c)
-			g.embedSumF32(want, a, b, c)
-			same32(t, tag("embedSumF32/seg"), got, want)
-			k.embedSumF32(got, a, b, nil)
-			g.embedSumF32(want, a, b, nil)
-			same32(t, tag("embedSumF32"), got, want)
-
 			mean, rstd := float32(r.NormFloat64()), float32(math.Exp(r.NormFloat64()*3))
 			x0 := float32(r.NormFloat64()) // the plan's shift
-			k.affine(got, a, b, c, x0, mean, rstd)
-			g.affine(want, a, b, c, x0, mean, rstd)
-			same32(t, tag("affine"), got, want)
-			k.affineFMA(got, a, b, c, x0, mean, rstd)
-			g.affineFMA(want, a, b, c, x0, mean, rstd)
-			same32(t, tag("affineFMA"), got, want)
+			for _, fma := range []bool{false, true} {
+				f := affineForm{dt: ops.F32, fma: fma}
+				k.affine(f, got, a, b, c, x0, mean, rstd)
+				g.affine(f, want, a, b, c, x0, mean, rstd)
+				same32(t, tag(fmt.Sprintf("affine%+v", f)), got, want)
+			}
 
 			// The affine steps that round y to 16 bits; rstd large enough that values land
 			// on rounding boundaries, overflow and underflow.
 			want16 := out16(n)
-			for _, f := range []form16{{}, {fused: true}, {bf: true}, {bf: true, fused: true},
-				{nt: true}, {fused: true, nt: true}, {bf: true, nt: true}, {bf: true, fused: true, nt: true}} {
+			var forms []affineForm
+			for _, dt := range []ops.DType{ops.F16, ops.BF16} {
+				for _, fma := range []bool{false, true} {
+					for _, nt := range []bool{false, true} {
+						forms = append(forms, affineForm{dt: dt, fma: fma, nt: nt})
+					}
+				}
+			}
+			for _, f := range forms {
 				for _, off := range []int{0, 1, 3, 8} { // y's start within a vector of halves
 					y := out16(n + off)[off:]
 					k.affine16(f, y, a, b, c, x0, mean, rstd)
@@ -329,23 +329,19 @@ func TestElementwiseKernels(t *testing.T) {
 				}
 				// gamma and beta in y's format, against their widened copies.
 				gh, bh := halves(r, n), halves(r, n)
-				if f.bf {
+				if f.dt == ops.BF16 {
 					narrowBF16Go(gh, b)
 					narrowBF16Go(bh, c)
 				}
 				gw, bw := make([]float32, n), make([]float32, n)
-				widen := g.widenF16
-				if f.bf {
-					widen = g.widenBF16
-				}
-				widen(gw, gh)
-				widen(bw, bh)
+				g.widen(convForm{dt: f.dt}, gw, gh)
+				g.widen(convForm{dt: f.dt}, bw, bh)
 				for _, off := range []int{0, 1, 3, 8} {
 					y := out16(n + off)[off:]
-					k.affine16H(f, y, a, gh, bh, x0, mean, rstd)
+					k.affineH(f, y, a, gh, bh, x0, mean, rstd)
 					k.fence()
 					g.affine16(f, want16, a, gw, bw, x0, mean, rstd)
-					same16(t, tag(fmt.Sprintf("affine16H%+v/off=%d", f, off)), y, want16)
+					same16(t, tag(fmt.Sprintf("affineH%+v/off=%d", f, off)), y, want16)
 				}
 			}
 		}
@@ -363,31 +359,31 @@ func TestConversionKernels(t *testing.T) {
 		k := mustKernels(t, name)
 		// Every 16-bit pattern, widened.
 		got, want := out32(len(all), nil), out32(len(all), nil)
-		k.widenF16(got, all)
-		g.widenF16(want, all)
+		k.widen(convForm{dt: ops.F16}, got, all)
+		g.widen(convForm{dt: ops.F16}, want, all)
 		same32(t, name+"/widenF16/all", got, want)
-		k.widenBF16(got, all)
-		g.widenBF16(want, all)
+		k.widen(convForm{dt: ops.BF16}, got, all)
+		g.widen(convForm{dt: ops.BF16}, want, all)
 		same32(t, name+"/widenBF16/all", got, want)
 
 		for _, n := range append(kernelSizes, 1<<16) {
 			tag := func(op string) string { return fmt.Sprintf("%s/%s/n=%d", name, op, n) }
 			src16 := halves(r, n)
 			got, want := out32(n, nil), out32(n, nil)
-			k.widenF16(got, src16)
-			g.widenF16(want, src16)
+			k.widen(convForm{dt: ops.F16}, got, src16)
+			g.widen(convForm{dt: ops.F16}, want, src16)
 			same32(t, tag("widenF16"), got, want)
-			k.widenBF16(got, src16)
-			g.widenBF16(want, src16)
+			k.widen(convForm{dt: ops.BF16}, got, src16)
+			g.widen(convForm{dt: ops.BF16}, want, src16)
 			same32(t, tag("widenBF16"), got, want)
 
 			src := narrowInputs(r, n)
 			got16, want16 := out16(n), out16(n)
-			k.narrowF16(got16, src)
-			g.narrowF16(want16, src)
+			k.narrow(convForm{dt: ops.F16}, got16, src)
+			g.narrow(convForm{dt: ops.F16}, want16, src)
 			same16(t, tag("narrowF16"), got16, want16)
-			k.narrowBF16(got16, src)
-			g.narrowBF16(want16, src)
+			k.narrow(convForm{dt: ops.BF16}, got16, src)
+			g.narrow(convForm{dt: ops.BF16}, want16, src)
 			same16(t, tag("narrowBF16"), got16, want16)
 		}
 	}
@@ -404,8 +400,9 @@ func TestEmbedSumF16Kernel(t *testing.T) {
 				tag := fmt.Sprintf("%s/embedSumF16/n=%d/seg=%v", name, n, seg != nil)
 				gotX, wantX := out32(n, nil), out32(n, nil)
 				gotB, wantB := out16(n), out16(n)
-				k.embedSumF16(gotX, gotB, w, p, seg)
-				g.embedSumF16(wantX, wantB, w, p, seg)
+				f := embedForm{seg: seg != nil}
+				k.embedSum(f, gotX, gotB, w, p, seg)
+				g.embedSum(f, wantX, wantB, w, p, seg)
 				same32(t, tag+"/x", gotX, wantX)
 				same16(t, tag+"/bits", gotB, wantB)
 			}
@@ -430,10 +427,10 @@ func TestMaskKernels(t *testing.T) {
 			}
 			check := func(what string) {
 				t.Helper()
-				if got, want := k.maskCountOnes(m), g.maskCountOnes(m); got != want {
+				if got, want := k.mask(ops.MaskCountOnes, m), g.mask(ops.MaskCountOnes, m); got != want {
 					t.Errorf("%s/maskCountOnes/n=%d/%s: %d, want %d", name, n, what, got, want)
 				}
-				if got, want := k.maskFirstZero(m), g.maskFirstZero(m); got != want {
+				if got, want := k.mask(ops.MaskFirstZero, m), g.mask(ops.MaskFirstZero, m); got != want {
 					t.Errorf("%s/maskFirstZero/n=%d/%s: %d, want %d", name, n, what, got, want)
 				}
 			}
@@ -488,45 +485,18 @@ func TestAccumulateKernels(t *testing.T) {
 					mean := float32(r.NormFloat64())
 					x0 := float32(r.NormFloat64()) // the plan's shift
 
-					got, want := out32(w, start), out32(w, start)
-					k.accumulate(got, x, x0)
-					g.accumulate(want, x, x0)
-					same32(t, tag("accumulate"), got, want)
-
-					got, want = out32(w, start), out32(w, start)
-					k.accumulateSqDev(got, x, x0, mean)
-					g.accumulateSqDev(want, x, x0, mean)
-					same32(t, tag("accumulateSqDev"), got, want)
-
-					got, want = out32(w, start), out32(w, start)
-					k.accumulateSqDevFMA(got, x, x0, mean)
-					g.accumulateSqDevFMA(want, x, x0, mean)
-					same32(t, tag("accumulateSqDevFMA"), got, want)
-
-					// The zero-start variants ignore what part held.
-					got, want = out32(w, start), out32(w, start)
-					k.sumZero(got, x, x0)
-					g.sumZero(want, x, x0)
-					same32(t, tag("sumZero"), got, want)
-					clear(want)
-					g.accumulate(want, x, x0)
-					same32(t, tag("sumZero/accumulate"), got, want)
-
-					got, want = out32(w, start), out32(w, start)
-					k.sqDevZero(got, x, x0, mean)
-					g.sqDevZero(want, x, x0, mean)
-					same32(t, tag("sqDevZero"), got, want)
-					clear(want)
-					g.accumulateSqDev(want, x, x0, mean)
-					same32(t, tag("sqDevZero/accumulateSqDev"), got, want)
-
-					got, want = out32(w, start), out32(w, start)
-					k.sqDevFMAZero(got, x, x0, mean)
-					g.sqDevFMAZero(want, x, x0, mean)
-					same32(t, tag("sqDevFMAZero"), got, want)
-					clear(want)
-					g.accumulateSqDevFMA(want, x, x0, mean)
-					same32(t, tag("sqDevFMAZero/accumulateSqDevFMA"), got, want)
+					for _, f := range []sumForm{{}, {sq: true}, {sq: true, fma: true},
+						{zero: true}, {sq: true, zero: true}, {sq: true, fma: true, zero: true}} {
+						got, want := out32(w, start), out32(w, start)
+						k.accumulate(f, got, x, x0, mean)
+						g.accumulate(f, want, x, x0, mean)
+						same32(t, tag(fmt.Sprintf("%+v", f)), got, want)
+						if f.zero { // the zero-start forms ignore what part held
+							clear(want)
+							g.accumulate(sumForm{sq: f.sq, fma: f.fma}, want, x, x0, mean)
+							same32(t, tag(fmt.Sprintf("%+v/cleared", f)), got, want)
+						}
+					}
 				}
 			}
 		}
@@ -743,7 +713,7 @@ func TestTreeKernel(t *testing.T) {
 
 // TestMemoryKernels checks the non-temporal kernels against their twins at every start
 // alignment (the NT stores need addresses aligned to the vector, 32 bytes for avx2 and 64
-// for avx512: the wrappers hand the head and tail to narrower kernels and the twins), and
+// for avx512: the dispatch hands the head and tail to narrower kernels and the twins), and
 // that the prefetches and the fence change nothing.
 func TestMemoryKernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(17, 18))
@@ -760,19 +730,24 @@ func TestMemoryKernels(t *testing.T) {
 
 				mean, rstd := float32(r.NormFloat64()), float32(math.Exp(r.NormFloat64()*3))
 				x0 := float32(r.NormFloat64()) // the plan's shift
-				k.affineNT(got, a, b, c, x0, mean, rstd)
-				g.affineNT(want, a, b, c, x0, mean, rstd)
-				k.fence()
-				same32(t, tag("affineNT"), got, want)
-				g.affine(want, a, b, c, x0, mean, rstd)
-				same32(t, tag("affineNT/affine"), got, want)
+				for _, fma := range []bool{false, true} {
+					f := affineForm{dt: ops.F32, fma: fma, nt: true}
+					k.affine(f, got, a, b, c, x0, mean, rstd)
+					g.affine(f, want, a, b, c, x0, mean, rstd)
+					k.fence()
+					same32(t, tag(fmt.Sprintf("affine%+v", f)), got, want)
+					g.affine(affineForm{dt: ops.F32, fma: fma}, want, a, b, c, x0, mean, rstd)
+					same32(t, tag(fmt.Sprintf("affine%+v/stored", f)), got, want)
+				}
 
-				k.affineFMANT(got, a, b, c, x0, mean, rstd)
-				g.affineFMANT(want, a, b, c, x0, mean, rstd)
-				k.fence()
-				same32(t, tag("affineFMANT"), got, want)
-				g.affineFMA(want, a, b, c, x0, mean, rstd)
-				same32(t, tag("affineFMANT/affineFMA"), got, want)
+				// The non-temporal narrowings, against the ordinary ones.
+				for _, dt := range []ops.DType{ops.F16, ops.BF16} {
+					got16, want16 := out16(n + off)[off:], out16(n)
+					k.narrow(convForm{dt: dt, nt: true}, got16, a)
+					k.fence()
+					g.narrow(convForm{dt: dt}, want16, a)
+					same16(t, tag(fmt.Sprintf("narrow%v/nt", dt)), got16, want16)
+				}
 
 				got = shifted()
 				k.copyNT(got, a)
@@ -842,16 +817,18 @@ func TestAddSumKernel(t *testing.T) {
 							if off < 16 {
 								gotX, wantX = out32(n+off, nil)[off:], out32(n+off, nil)[off:]
 							}
-							g.addSum(wantP, wantS, wantX, a, b, cc, x0)
+							f := addForm{dt: ops.F32, bias: three, x: off < 16}
+							g.addSum(f, wantP, wantS, wantX, a, b, cc, x0)
 							// The fused pass, and the two-pass form for streamed inputs: the
 							// same bits.
-							for form, kern := range map[string]func(part, s, x, a, b, c []float32, x0 float32){
-								"": k.addSum, "/stream": k.addSumStream} {
+							for _, stream := range []bool{false, true} {
+								f.stream = stream
+								form := fmt.Sprintf("/stream=%v", stream)
 								gotP, gotS = out32(w, start), out32(n, nil)
 								if off < 16 {
 									gotX = out32(n+off, nil)[off:]
 								}
-								kern(gotP, gotS, gotX, a, b, cc, x0)
+								k.addSum(f, gotP, gotS, gotX, a, b, cc, x0)
 								k.fence()
 								same32(t, tag+form+"/s", gotS, wantS)
 								same32(t, tag+form+"/part", gotP, wantP)
@@ -874,24 +851,20 @@ func TestAddSumKernel(t *testing.T) {
 								if three {
 									cp = cc[lo:hi]
 								}
-								k.addSumAcc(gotP, gotS[lo:hi], a[lo:hi], b[lo:hi], cp, x0)
+								k.addSum(addForm{dt: ops.F32, bias: three, acc: true}, gotP, gotS[lo:hi], nil, a[lo:hi], b[lo:hi], cp, x0)
 							}
-							g.addSumAcc(wantP, wantS, a, b, cc, x0)
+							g.addSum(addForm{dt: ops.F32, bias: three, acc: true}, wantP, wantS, nil, a, b, cc, x0)
 							same32(t, tag+"/s", gotS, wantS)
 							same32(t, tag+"/part", gotP, wantP)
 
 							// The 16-bit first pass against widening first, then the float32
 							// pass: binary16 and bfloat16, without a bias and with a 16-bit one.
 							h1, h2, h3 := halves(r, n), halves(r, n), halves(r, n)
-							for _, bf := range []bool{false, true} {
-								widen := g.widenF16
-								if bf {
-									widen = g.widenBF16
-								}
+							for _, dt := range []ops.DType{ops.F16, ops.BF16} {
 								w1, w2, w3 := make([]float32, n), make([]float32, n), make([]float32, n)
-								widen(w1, h1)
-								widen(w2, h2)
-								widen(w3, h3)
+								g.widen(convForm{dt: dt}, w1, h1)
+								g.widen(convForm{dt: dt}, w2, h2)
+								g.widen(convForm{dt: dt}, w3, h3)
 								for bias := range 2 {
 									for _, acc := range []bool{false, true} {
 										var wc []float32
@@ -900,21 +873,18 @@ func TestAddSumKernel(t *testing.T) {
 											half, wc = h3, w3
 										}
 										wantP, wantS = out32(w, start), out32(n, nil)
-										if acc {
-											g.addSumAcc(wantP, wantS, w1, w2, wc, x0)
-										} else {
-											g.addSum(wantP, wantS, nil, w1, w2, wc, x0)
-										}
+										g.addSum(addForm{dt: ops.F32, bias: bias == 1, acc: acc}, wantP, wantS, nil, w1, w2, wc, x0)
 										wantX := out16(n)
-										narrow16Go(bf, wantX, wantS)
+										g.narrow(convForm{dt: dt}, wantX, wantS)
 										for _, off := range []int{-1, 0, 1, 5, 8} { // x's start within a vector of halves; -1: no x
-											tag := fmt.Sprintf("%s/addSum16/W=%d/n=%d/bf=%v/bias=%d/acc=%v/off=%d", name, w, n, bf, bias, acc, off)
+											tag := fmt.Sprintf("%s/addSum16/W=%d/n=%d/%v/bias=%d/acc=%v/off=%d", name, w, n, dt, bias, acc, off)
 											gotP, gotS = out32(w, start), out32(n, nil)
 											var gotX []uint16
 											if off >= 0 {
 												gotX = out16(n + off)[off:]
 											}
-											k.addSum16(sum16{bf: bf, acc: acc}, gotP, gotS, gotX, h1, h2, half, x0)
+											f := addForm{dt: dt, bias: bias == 1, x: off >= 0, acc: acc}
+											k.addSum16(f, gotP, gotS, gotX, h1, h2, half, x0)
 											k.fence()
 											same32(t, tag+"/s", gotS, wantS)
 											same32(t, tag+"/part", gotP, wantP)

@@ -9,28 +9,90 @@ import (
 // Memory-level work of the big ops. A row of the ops is a few KiB and every kernel on it
 // is cheap, so at the bench shapes the time goes to DRAM: the latency of the gathered word
 // rows (EmbedLayerNorm) and the write-allocate reads of the outputs. Nothing here changes a
-// value: prefetches fetch, and non-temporal stores write the bits the normal kernels would.
+// value: prefetches fetch, and non-temporal stores write the bits ordinary stores would. The
+// NT stores are weakly ordered: a worker that used them calls fence before its rows are
+// shared.
+
+// memKernels are a width's memory kernels.
+type memKernels struct {
+	copyNT   func(dst, src []float32) // whole vectors, dst aligned to the vector
+	prefetch func(b []byte)           // every 64-byte line of b
+	fence    func()                   // SFENCE
+}
 
 // copyGo is the twin of copyNT.
 func copyGo(dst, src []float32) { copy(dst, src[:len(dst)]) }
 
-// add3NTGo is the twin of the Add3NT kernels (the separate first pass of addSum with x and c): s =
-// (a + b) + c, and x = s.
-func add3NTGo(s, x, a, b, c []float32) {
-	add3Go(s, a, b, c)
-	copy(x[:len(s)], s)
+// copyNT is copy with non-temporal stores for the whole vectors from dst's first aligned
+// address on (the caller fences).
+func (k *kernels) copyNT(dst, src []float32) {
+	src = src[:len(dst)]
+	if !k.simd() {
+		copyGo(dst, src)
+		return
+	}
+	h := k.ntHead(dst)
+	copy(dst[:h], src[:h])
+	dst, src = dst[h:], src[h:]
+	n := k.whole(len(dst))
+	if n > 0 {
+		k.mem.copyNT(dst[:n], src)
+	}
+	copy(dst[n:], src[n:])
+}
+
+// prefetch asks for the lines of b (nothing at the go level).
+func (k *kernels) prefetch(b []byte) {
+	if k.simd() {
+		k.mem.prefetch(b)
+	}
+}
+
+// fence orders the non-temporal stores before it before any store after it.
+func (k *kernels) fence() {
+	if k.simd() {
+		k.mem.fence()
+	}
+}
+
+// ntHead is how many elements of y come before its first vector-aligned address (the part
+// the non-temporal kernels leave to others), or len(y) when y is not even 4-byte aligned.
+func (k *kernels) ntHead(y []float32) int {
+	if len(y) == 0 {
+		return 0
+	}
+	a := uintptr(unsafe.Pointer(&y[0]))
+	if a&3 != 0 {
+		return len(y)
+	}
+	align := uintptr(4 * k.lanes)
+	return min(len(y), int((align-a%align)%align)/4)
+}
+
+// nt16Head is ntHead for 16-bit values: the elements of y before its first address aligned
+// to one vector of them.
+func (k *kernels) nt16Head(y []uint16) int {
+	if len(y) == 0 {
+		return 0
+	}
+	a := uintptr(unsafe.Pointer(&y[0]))
+	if a&1 != 0 {
+		return len(y)
+	}
+	align := uintptr(2 * k.lanes)
+	return min(len(y), int((align-a%align)%align)/2)
 }
 
 // rowPrefetch is up to three rows being prefetched a piece at a time. The zero value and
 // nil prefetch nothing.
 type rowPrefetch struct {
-	k     *kernelSet
+	k     *kernels
 	rows  [3][]byte
 	piece int // bytes per step and row, a whole number of 64-byte lines
 }
 
 // newRowPrefetch starts a prefetch, piece bytes of each row a step (tuning.prefetchPiece).
-func newRowPrefetch(k *kernelSet, piece int) rowPrefetch {
+func newRowPrefetch(k *kernels, piece int) rowPrefetch {
 	return rowPrefetch{k: k, piece: piece}
 }
 

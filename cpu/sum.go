@@ -1,248 +1,157 @@
 package cpu
 
 import (
-	"github.com/fusednorm/fusednorm/internal/half"
-	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// The twins of the plan's passes (internal/plan, plan v2): the sum of x − x0, the squared
-// deviations d = (x − x0) − meanD, and the affine step on the same d.
+// The plan's accumulations (internal/plan, plan v2): the partial sums of x − x0 and of the
+// squared deviations d = (x − x0) − meanD, W = len(part) partials, each taking the chunks
+// x[c·W+k] in order; then the halving tree over the partials.
 
-func accumulateGo(part, x []float32, x0 float32) {
-	w := len(part)
-	for base := 0; base < len(x); base += w {
-		c := x[base:min(base+w, len(x))]
-		p := part[:len(c)]
-		for k, v := range c {
-			p[k] += v - x0
-		}
+// sumForm is the form of an accumulation.
+type sumForm struct {
+	sq   bool // the squared deviations f32(d·d), else x − x0
+	fma  bool // sq as fma(d, d, part[k]) (the profile's FuseVariance)
+	zero bool // the partials start at +0 (part is not read), else the sums are added onto them
+}
+
+// sumKernels are a width's accumulation kernels: whole chunks of W = len(part), W a multiple
+// of the lanes, with blocks of partials kept in registers across the chunks.
+type sumKernels struct {
+	sum, sumZero                       func(part, x []float32, x0 float32)
+	sqDev, sqDevZero, sqFMA, sqFMAZero func(part, x []float32, x0, meanD float32)
+	tree                               func(part []float32) float32 // W a power of two ≥ 8
+}
+
+// run runs the form's kernel.
+func (t *sumKernels) run(f sumForm, part, x []float32, x0, meanD float32) {
+	switch {
+	case !f.sq && f.zero:
+		t.sumZero(part, x, x0)
+	case !f.sq:
+		t.sum(part, x, x0)
+	case f.fma && f.zero:
+		t.sqFMAZero(part, x, x0, meanD)
+	case f.fma:
+		t.sqFMA(part, x, x0, meanD)
+	case f.zero:
+		t.sqDevZero(part, x, x0, meanD)
+	default:
+		t.sqDev(part, x, x0, meanD)
 	}
 }
 
-func accumulateSqDevGo(part, x []float32, x0, meanD float32) {
-	w := len(part)
-	for base := 0; base < len(x); base += w {
-		c := x[base:min(base+w, len(x))]
-		p := part[:len(c)]
-		for k, v := range c {
-			d := (v - x0) - meanD
-			p[k] += float32(d * d)
-		}
-	}
-}
-
-func accumulateSqDevFMAGo(part, x []float32, x0, meanD float32) {
-	w := len(part)
-	for base := 0; base < len(x); base += w {
-		c := x[base:min(base+w, len(x))]
-		p := part[:len(c)]
-		for k, v := range c {
-			d := (v - x0) - meanD
-			p[k] = plan.FMA32(d, d, p[k])
-		}
-	}
-}
-
-func affineGo(y, x, gamma, beta []float32, x0, meanD, rstd float32) {
-	x = x[:len(y)]
-	gamma = gamma[:len(y)]
-	beta = beta[:len(y)]
-	for i, v := range x {
-		n := float32(((v - x0) - meanD) * rstd)
-		y[i] = float32(n*gamma[i]) + beta[i]
-	}
-}
-
-func affineFMAGo(y, x, gamma, beta []float32, x0, meanD, rstd float32) {
-	x = x[:len(y)]
-	gamma = gamma[:len(y)]
-	beta = beta[:len(y)]
-	for i, v := range x {
-		n := float32(((v - x0) - meanD) * rstd)
-		y[i] = plan.FMA32(n, gamma[i], beta[i])
-	}
-}
-
-// affine16Go is the twin of the affine steps that round y to 16 bits: the float32 affine
-// value, narrowed.
-func affine16Go(f form16, y []uint16, x, gamma, beta []float32, x0, meanD, rstd float32) {
-	affine16Twin(f, y, x, gamma, beta, x0, meanD, rstd, func(v float32) float32 { return v })
-}
-
-// affine16HGo is affine16Go with gamma and beta in y's 16-bit format.
-func affine16HGo(f form16, y []uint16, x []float32, gamma, beta []uint16, x0, meanD, rstd float32) {
-	widen := half.F16ToF32
-	if f.bf {
-		widen = half.BF16ToF32
-	}
-	affine16Twin(f, y, x, gamma, beta, x0, meanD, rstd, widen)
-}
-
-func affine16Twin[G float32 | uint16](f form16, y []uint16, x []float32, gamma, beta []G, x0, meanD, rstd float32, widen func(G) float32) {
-	x = x[:len(y)]
-	gamma = gamma[:len(y)]
-	beta = beta[:len(y)]
-	for i, v := range x {
-		n := float32(((v - x0) - meanD) * rstd)
-		var r float32
-		if f.fused {
-			r = plan.FMA32(n, widen(gamma[i]), widen(beta[i]))
-		} else {
-			r = float32(n*widen(gamma[i])) + widen(beta[i])
-		}
-		if f.bf {
-			y[i] = half.F32ToBF16(r)
-		} else {
-			y[i] = half.F32ToF16(r)
-		}
-	}
-}
-
-// sumZeroGo, sqDevZeroGo and sqDevFMAZeroGo clear the partials, then accumulate.
-func sumZeroGo(part, x []float32, x0 float32) {
-	clear(part)
-	accumulateGo(part, x, x0)
-}
-
-func sqDevZeroGo(part, x []float32, x0, meanD float32) {
-	clear(part)
-	accumulateSqDevGo(part, x, x0, meanD)
-}
-
-func sqDevFMAZeroGo(part, x []float32, x0, meanD float32) {
-	clear(part)
-	accumulateSqDevFMAGo(part, x, x0, meanD)
-}
-
-// addSumGo is the twin of addSum: s = a + b, or (a + b) + c when c is not nil; x = s when
-// x is not nil (the SIMD kernels store x non-temporally: the caller fences); then part =
-// the plan's partial sums of s − x0, from zero (len(part) = W).
-func addSumGo(part, s, x, a, b, c []float32, x0 float32) {
-	if c == nil {
-		add2Go(s, a, b)
-	} else {
-		add3Go(s, a, b, c)
-	}
-	if x != nil {
-		copy(x[:len(s)], s)
-	}
-	sumZeroGo(part, s, x0)
-}
-
-// addSumAccGo is the twin of addSumAcc: s = a + b, or (a + b) + c, then the partial sums
-// of s − x0 added onto part (a later piece of a row summed a piece at a time).
-func addSumAccGo(part, s, a, b, c []float32, x0 float32) {
-	if c == nil {
-		add2Go(s, a, b)
-	} else {
-		add3Go(s, a, b, c)
-	}
-	accumulateGo(part, s, x0)
-}
-
-// addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo/addSumAccGo
-// sum them, then x (if any) narrowed from s.
-func addSum16Go(f sum16, part, s []float32, x, a, b, c []uint16, x0 float32) {
-	widen := half.F16ToF32
-	if f.bf {
-		widen = half.BF16ToF32
-	}
-	a, b = a[:len(s)], b[:len(s)]
-	if !f.acc {
+// accumulateGo is the twin of every accumulation.
+func accumulateGo(f sumForm, part, x []float32, x0, meanD float32) {
+	if f.zero {
 		clear(part)
 	}
-	for i := range s {
-		v := widen(a[i]) + widen(b[i])
-		if c != nil {
-			v += widen(c[i])
+	w := len(part)
+	for base := 0; base < len(x); base += w {
+		c := x[base:min(base+w, len(x))]
+		p := part[:len(c)]
+		switch {
+		case !f.sq:
+			for k, v := range c {
+				p[k] += v - x0
+			}
+		case f.fma:
+			for k, v := range c {
+				d := (v - x0) - meanD
+				p[k] = plan.FMA32(d, d, p[k])
+			}
+		default:
+			for k, v := range c {
+				d := (v - x0) - meanD
+				p[k] += float32(d * d)
+			}
 		}
-		s[i] = v
 	}
-	accumulateGo(part, s, x0)
-	if x != nil {
-		narrow16Go(f.bf, x[:len(s)], s)
+}
+
+// accumulate runs an accumulation: whole chunks of W go to the width's kernel; the shorter
+// last chunk is one more call with W narrowed to its whole vectors, and what is left of it
+// goes to the narrower width. A W that is not a multiple of the lanes (short rows) goes to
+// the narrower width whole; so does a zero-start row shorter than W, except at the
+// narrowest width, which clears the partials and adds onto them.
+func (k *kernels) accumulate(f sumForm, part, x []float32, x0, meanD float32) {
+	if !k.simd() {
+		accumulateGo(f, part, x, x0, meanD)
+		return
 	}
+	w := len(part)
+	if w%k.lanes != 0 || f.zero && len(x) < w {
+		if f.zero && w%k.lanes == 0 && !k.narrower.simd() {
+			clear(part)
+			f.zero = false
+			k.accumulate(f, part, x, x0, meanD)
+			return
+		}
+		k.narrower.accumulate(f, part, x, x0, meanD)
+		return
+	}
+	full := len(x) - len(x)%w
+	if full > 0 {
+		k.sums.run(f, part, x[:full], x0, meanD)
+	}
+	// The zero-start kernel has written every partial: the last chunk adds onto them.
+	f.zero = false
+	tail := x[full:]
+	m := k.whole(len(tail))
+	if m > 0 {
+		k.sums.run(f, part[:m], tail[:m], x0, meanD)
+	}
+	if m < len(tail) {
+		k.narrower.accumulate(f, part[m:len(tail)], tail[m:], x0, meanD)
+	}
+}
+
+// treeGo is plan.Plan.Tree for W = len(part): part[k] += part[k+off], off = W/2 … 1.
+func treeGo(part []float32) float32 {
+	for off := len(part) / 2; off >= 1; off /= 2 {
+		lo, hi := part[:off], part[off:2*off]
+		for k := range lo {
+			lo[k] += hi[k]
+		}
+	}
+	return part[0]
+}
+
+// tree runs the whole tree in one kernel for the plan's widths (powers of two ≥ 8); other
+// lengths run the halving steps with off ≥ 8 as vector adds (each step is addTo of the upper
+// half onto the lower half: the same adds in the same order) and the rest in Go.
+func (k *kernels) tree(part []float32) float32 {
+	if !k.simd() {
+		return treeGo(part)
+	}
+	if n := len(part); n >= 8 && n&(n-1) == 0 {
+		return k.sums.tree(part)
+	}
+	off := len(part) / 2
+	for ; off >= 8; off /= 2 {
+		k.addTo(part[:off], part[off:2*off])
+	}
+	return treeGo(part[:2*off+len(part)%2])
 }
 
 // rowStats returns the statistics of x under plan p; part is scratch of p.W elements. pf
 // (nil for none) takes a step after each pass over x.
-func rowStats(k *kernelSet, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) plan.Stats {
+func rowStats(k *kernels, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) plan.Stats {
 	part = part[:p.W]
-	k.sumZero(part, x, x[0])
+	k.accumulate(sumForm{zero: true}, part, x, x[0], 0)
 	pf.step()
 	return rowStatsSummed(k, p, x, part, x[0], eps, pf)
 }
 
 // rowStatsSummed is rowStats after the first accumulation: part[:p.W] holds the partial
 // sums of x − x0 (from addSum), x0 = x[0].
-func rowStatsSummed(k *kernelSet, p *plan.Plan, x, part []float32, x0, eps float32, pf *rowPrefetch) plan.Stats {
+func rowStatsSummed(k *kernels, p *plan.Plan, x, part []float32, x0, eps float32, pf *rowPrefetch) plan.Stats {
 	part = part[:p.W]
 	meanD := k.tree(part) * p.InvH
-	if p.Profile.FuseVariance {
-		k.sqDevFMAZero(part, x, x0, meanD)
-	} else {
-		k.sqDevZero(part, x, x0, meanD)
-	}
+	k.accumulate(sumForm{sq: true, fma: p.Profile.FuseVariance, zero: true}, part, x, x0, meanD)
 	pf.step()
 	variance := k.tree(part) * p.InvH
 	return plan.Stats{X0: x0, MeanD: meanD, Rstd: plan.Rstd(variance + eps)}
-}
-
-// normalize writes the affine step under the plan's profile; nt stores y non-temporally
-// (the caller fences).
-func normalize(k *kernelSet, p *plan.Plan, y, x, gamma, beta []float32, st plan.Stats, nt bool) {
-	switch {
-	case nt && p.Profile.FuseAffine:
-		k.affineFMANT(y, x, gamma, beta, st.X0, st.MeanD, st.Rstd)
-	case nt:
-		k.affineNT(y, x, gamma, beta, st.X0, st.MeanD, st.Rstd)
-	case p.Profile.FuseAffine:
-		k.affineFMA(y, x, gamma, beta, st.X0, st.MeanD, st.Rstd)
-	default:
-		k.affine(y, x, gamma, beta, st.X0, st.MeanD, st.Rstd)
-	}
-}
-
-// weights16 are gamma and beta of a 16-bit affine step: float32 (as the caller gave them,
-// or widened), or in y's 16-bit format (gammaH and betaH: read as they are, widened in the
-// kernel's loads).
-type weights16 struct {
-	gamma, beta   []float32
-	gammaH, betaH []uint16
-}
-
-// weightsOf is gamma and beta as weights16 (either float32, or of the format of a 16-bit y).
-func weightsOf(gamma, beta ops.Buf) weights16 {
-	if gamma.DType == ops.F32 {
-		return weights16{gamma: gamma.F32, beta: beta.F32}
-	}
-	return weights16{gammaH: gamma.U16, betaH: beta.U16}
-}
-
-// widened is 16-bit gamma and beta widened into buf (twice their length): exact, so the
-// affine step gives the same bits from either form.
-func widened(k *kernelSet, buf []float32, gamma, beta ops.Buf) weights16 {
-	n := gamma.Len()
-	g, b := buf[:n], buf[n:2*n]
-	widen := k.widenF16
-	if gamma.DType == ops.BF16 {
-		widen = k.widenBF16
-	}
-	widen(g, gamma.U16)
-	widen(b, beta.U16)
-	return weights16{gamma: g, beta: b}
-}
-
-// normalize16 writes the affine step into elements [off, off+len(x)) of a 16-bit y,
-// rounding in the kernel's store.
-func normalize16(k *kernelSet, p *plan.Plan, y ops.Buf, off int, x []float32, w weights16, st plan.Stats, nt bool) {
-	f := form16{bf: y.DType == ops.BF16, fused: p.Profile.FuseAffine, nt: nt}
-	if w.gammaH != nil {
-		k.affine16H(f, y.U16[off:off+len(x)], x, w.gammaH, w.betaH, st.X0, st.MeanD, st.Rstd)
-		return
-	}
-	k.affine16(f, y.U16[off:off+len(x)], x, w.gamma, w.beta, st.X0, st.MeanD, st.Rstd)
 }
 
 // roundUp is n rounded up to a multiple of w.
