@@ -842,20 +842,32 @@ func TestAddSumKernel(t *testing.T) {
 							// The same row summed a piece at a time: pieces of a few W onto
 							// the partials, as the 16-bit paths of the ops run it.
 							tag = fmt.Sprintf("%s/addSumAcc/W=%d/n=%d/special=%v/three=%v", name, w, n, special, three)
-							gotP, wantP = out32(w, start), out32(w, start)
-							gotS, wantS = out32(n, nil), out32(n, nil)
-							step := w * (1 + r.IntN(3))
-							for lo := 0; lo < n; lo += step {
-								hi := min(lo+step, n)
-								var cp []float32
-								if three {
-									cp = cc[lo:hi]
+							// With x too (every piece's x from the separate passes).
+							for _, withX := range []bool{false, true} {
+								tag := fmt.Sprintf("%s/x=%v", tag, withX)
+								gotP, wantP = out32(w, start), out32(w, start)
+								gotS, wantS = out32(n, nil), out32(n, nil)
+								gotX = out32(n, nil)
+								step := w * (1 + r.IntN(3))
+								for lo := 0; lo < n; lo += step {
+									hi := min(lo+step, n)
+									var cp, xp []float32
+									if three {
+										cp = cc[lo:hi]
+									}
+									if withX {
+										xp = gotX[lo:hi]
+									}
+									k.addSum(addForm{dt: ops.F32, bias: three, x: withX, acc: true}, gotP, gotS[lo:hi], xp, a[lo:hi], b[lo:hi], cp, x0)
 								}
-								k.addSum(addForm{dt: ops.F32, bias: three, acc: true}, gotP, gotS[lo:hi], nil, a[lo:hi], b[lo:hi], cp, x0)
+								k.fence()
+								g.addSum(addForm{dt: ops.F32, bias: three, acc: true}, wantP, wantS, nil, a, b, cc, x0)
+								same32(t, tag+"/s", gotS, wantS)
+								same32(t, tag+"/part", gotP, wantP)
+								if withX {
+									same32(t, tag+"/x", gotX, wantS)
+								}
 							}
-							g.addSum(addForm{dt: ops.F32, bias: three, acc: true}, wantP, wantS, nil, a, b, cc, x0)
-							same32(t, tag+"/s", gotS, wantS)
-							same32(t, tag+"/part", gotP, wantP)
 
 							// The 16-bit first pass against widening first, then the float32
 							// pass: binary16 and bfloat16, without a bias and with a 16-bit one.
