@@ -24,7 +24,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	// the fused first pass reads them. Longer rows are left to the hardware prefetchers,
 	// and the first pass reads them in address order: float32 rows in one sequential pass
 	// (addForm.stream), the pieces of 16-bit rows prefetched in order just before addSum16
-	// walks them (touch).
+	// walks them (touch: addForm.prefetch).
 	big := a.N*D*4 >= t.bigBytes
 	c.prefetch = big && t.prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < t.hwStreamRow
 	c.stream = big && !c.prefetch
@@ -68,7 +68,7 @@ type addCall struct {
 	p                  plan.Plan
 	prefetch, ntY, ntX bool
 	stream             bool      // inputs past the caches, not prefetched ahead: float32 rows through addForm.stream
-	touch              bool      // stream for 16-bit rows: each piece prefetched before addSum16
+	touch              bool      // stream for 16-bit rows: each piece prefetched before addSum16 (addForm.prefetch)
 	pieces             bool      // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
 	sum16              bool      // x1 and x2 (and the bias) of one 16-bit format: addSum16
 	nt16               bool      // 16-bit outputs stored non-temporally
@@ -133,14 +133,10 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scra
 		hi := min(lo+n, D)
 		m := hi - lo
 		if c.sum16 {
-			f := addForm{dt: a.X1.DType, x: c.x16, acc: lo > 0}
+			f := addForm{dt: a.X1.DType, x: c.x16, acc: lo > 0, prefetch: c.touch}
 			var bias []uint16
 			if b0, b1, ok := c.biasSpan(off, lo, hi); ok {
 				bias, f.bias = a.Bias.U16[b0:b1], true
-			}
-			if c.touch {
-				k.prefetch(bytesOf(a.X1.U16[off+lo : off+hi]))
-				k.prefetch(bytesOf(a.X2.U16[off+lo : off+hi]))
 			}
 			var x []uint16
 			if c.x16 {

@@ -11,11 +11,14 @@ import (
 
 // addForm is the form of a first pass.
 type addForm struct {
-	dt     ops.DType // the format of a, b and c: F32, or a 16-bit format, widened as loaded
-	bias   bool      // c is added: s = (a + b) + c
-	x      bool      // s is written to x too (16-bit: rounded to dt), non-temporally where x is aligned (the caller fences)
-	acc    bool      // the partial sums are added onto part (a later piece of a row), else start at +0
-	stream bool      // for rows from DRAM: the sums in one sequential pass, then the partial sums of s from the caches (the fused pass strides through a row W elements at a time, which leaves the hardware prefetchers behind)
+	dt   ops.DType // the format of a, b and c: F32, or a 16-bit format, widened as loaded
+	bias bool      // c is added: s = (a + b) + c
+	x    bool      // s is written to x too (16-bit: rounded to dt), non-temporally where x is aligned (the caller fences)
+	acc  bool      // the partial sums are added onto part (a later piece of a row), else start at +0
+	// stream and prefetch are for rows from DRAM, which the fused pass would stride through
+	// W elements at a time, leaving the hardware prefetchers behind.
+	stream   bool // float32: the sums in one sequential pass, then the partial sums of s from the caches
+	prefetch bool // 16-bit: a and b prefetched in address order first, then the fused pass
 }
 
 // addKernels are a width's elementwise adds and fused first passes: the fused kernels take
@@ -273,6 +276,11 @@ func (k *kernels) addSum16(f addForm, part, s []float32, x, a, b, c []uint16, x0
 	}
 	if f.x {
 		x = x[:n]
+	}
+	if f.prefetch {
+		k.prefetch(bytesOf(a))
+		k.prefetch(bytesOf(b))
+		f.prefetch = false
 	}
 	if !k.simd() {
 		addSum16Go(f, part, s, x, a, b, c, x0)

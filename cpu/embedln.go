@@ -228,10 +228,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			if g != nil {
 				gp = g[lo:hi]
 			}
-			if inOrder {
-				op.k.prefetch(bytesOf(word[lo:hi]))
-			}
-			op.k.embedSum(embedForm{seg: gi >= 0}, x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
+			op.k.embedSum(embedForm{seg: gi >= 0, prefetch: inOrder}, x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
 			op.k.accumulate(sumForm{zero: lo == 0}, part, x[lo:hi], x[0], 0) // the plan's shift: x[0]
 		}
 		pf.step()

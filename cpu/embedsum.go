@@ -10,7 +10,8 @@ import (
 
 // embedForm is the form of a staged sum.
 type embedForm struct {
-	seg bool // a segment row g is added first
+	seg      bool // a segment row g is added first
+	prefetch bool // w (a gathered word row, from DRAM) is prefetched in address order first
 }
 
 // embedKernels are a width's staged-sum kernels, for whole vectors of x.
@@ -45,6 +46,10 @@ func (k *kernels) embedSum(f embedForm, x []float32, bits []uint16, w, p, g []ui
 	bits, w, p = bits[:len(x)], w[:len(x)], p[:len(x)]
 	if f.seg {
 		g = g[:len(x)]
+	}
+	if f.prefetch {
+		k.prefetch(bytesOf(w))
+		f.prefetch = false
 	}
 	if !k.simd() {
 		embedSumGo(f, x, bits, w, p, g)
