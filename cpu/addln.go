@@ -9,56 +9,6 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-func add2Go(s, a, b []float32) {
-	a = a[:len(s)]
-	b = b[:len(s)]
-	for i := range s {
-		s[i] = a[i] + b[i]
-	}
-}
-
-func add3Go(s, a, b, c []float32) {
-	a = a[:len(s)]
-	b = b[:len(s)]
-	c = c[:len(s)]
-	for i := range s {
-		s[i] = (a[i] + b[i]) + c[i]
-	}
-}
-
-func addToGo(s, b []float32) {
-	b = b[:len(s)]
-	for i := range s {
-		s[i] += b[i]
-	}
-}
-
-// rowF32 returns elements [off, off+n) of src as float32: the slice itself for f32 data,
-// else widened into tmp.
-func rowF32(k *kernelSet, src ops.Buf, off, n int, tmp []float32) []float32 {
-	switch src.DType {
-	case ops.F32:
-		return src.F32[off : off+n]
-	case ops.F16:
-		k.widenF16(tmp[:n], src.U16[off:off+n])
-	case ops.BF16:
-		k.widenBF16(tmp[:n], src.U16[off:off+n])
-	}
-	return tmp[:n]
-}
-
-// store writes float32 values into dst at off, rounding to dst's dtype.
-func store(k *kernelSet, dst ops.Buf, off int, v []float32) {
-	switch dst.DType {
-	case ops.F32:
-		copy(dst.F32[off:off+len(v)], v)
-	case ops.F16:
-		k.narrowF16(dst.U16[off:off+len(v)], v)
-	case ops.BF16:
-		k.narrowBF16(dst.U16[off:off+len(v)], v)
-	}
-}
-
 // AddLayerNorm runs SPEC §B.4 under the plan: s = (x1 + x2) + bias in f32, statistics of s,
 // y = affine(s), optional x = s rounded to OutT.
 func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
@@ -73,8 +23,8 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	// prefetchers (hwStreamRow) are prefetched a row ahead, and are in the caches when
 	// the fused first pass reads them. Longer rows are left to the hardware prefetchers,
 	// and the first pass reads them in address order: float32 rows in one sequential pass
-	// (addSumStream), the pieces of 16-bit rows prefetched in order just before addSum16
-	// walks them (touch).
+	// (addForm.stream), the pieces of 16-bit rows prefetched in order just before addSum16
+	// walks them (touch: addForm.prefetch).
 	big := a.N*D*4 >= t.bigBytes
 	c.prefetch = big && t.prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < t.hwStreamRow
 	c.stream = big && !c.prefetch
@@ -113,12 +63,12 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 // (weights16), and the bias (OutT) is float32 or in the 16-bit format of x1 and x2, whose
 // first pass then widens it in its loads (addSum16).
 type addCall struct {
-	k                  *kernelSet
+	k                  *kernels
 	a                  ops.AddLN
 	p                  plan.Plan
 	prefetch, ntY, ntX bool
-	stream             bool      // inputs past the caches, not prefetched ahead: float32 rows through addSumStream
-	touch              bool      // stream for 16-bit rows: each piece prefetched before addSum16
+	stream             bool      // inputs past the caches, not prefetched ahead: float32 rows through addForm.stream
+	touch              bool      // stream for 16-bit rows: each piece prefetched before addSum16 (addForm.prefetch)
 	pieces             bool      // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
 	sum16              bool      // x1 and x2 (and the bias) of one 16-bit format: addSum16
 	nt16               bool      // 16-bit outputs stored non-temporally
@@ -183,32 +133,25 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scra
 		hi := min(lo+n, D)
 		m := hi - lo
 		if c.sum16 {
+			f := addForm{dt: a.X1.DType, x: c.x16, acc: lo > 0, prefetch: c.touch}
 			var bias []uint16
 			if b0, b1, ok := c.biasSpan(off, lo, hi); ok {
-				bias = a.Bias.U16[b0:b1]
-			}
-			if c.touch {
-				k.prefetch(bytesOf(a.X1.U16[off+lo : off+hi]))
-				k.prefetch(bytesOf(a.X2.U16[off+lo : off+hi]))
+				bias, f.bias = a.Bias.U16[b0:b1], true
 			}
 			var x []uint16
 			if c.x16 {
 				x = a.X.U16[off+lo : off+hi]
 			}
-			f := sum16{bf: a.X1.DType == ops.BF16, acc: lo > 0}
 			k.addSum16(f, part, s[lo:hi], x, a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias, x0)
 		} else {
 			x1 := rowF32(k, a.X1, off+lo, m, sc.y)
 			x2 := rowF32(k, a.X2, off+lo, m, sc.t)
+			f := addForm{dt: ops.F32, acc: lo > 0}
 			var bias []float32
 			if b0, b1, ok := c.biasSpan(off, lo, hi); ok {
-				bias = a.Bias.F32[b0:b1]
+				bias, f.bias = a.Bias.F32[b0:b1], true
 			}
-			if lo == 0 {
-				k.addSum(part, s[lo:hi], nil, x1, x2, bias, x0)
-			} else {
-				k.addSumAcc(part, s[lo:hi], x1, x2, bias, x0)
-			}
+			k.addSum(f, part, s[lo:hi], nil, x1, x2, bias, x0)
 		}
 		switch {
 		case c.x16: // written by addSum16
@@ -256,15 +199,12 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			c.sumPieces(s, xs, part, off, x0, sc)
 		} else {
 			// s = (x1 + x2) + bias (x1 + x2 without one) and its partial sums in one pass.
+			f := addForm{dt: ops.F32, x: ntX, stream: c.stream}
 			var bias []float32
 			if b0, b1, ok := c.biasSpan(off, 0, D); ok {
-				bias = a.Bias.F32[b0:b1]
+				bias, f.bias = a.Bias.F32[b0:b1], true
 			}
-			addSum := k.addSum
-			if c.stream {
-				addSum = k.addSumStream
-			}
-			addSum(part, s, xs, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
+			k.addSum(f, part, s, xs, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
 		}
 		pf.step()
 		st := rowStatsSummed(k, p, s, part, x0, a.Epsilon, pf)

@@ -65,7 +65,7 @@ type Options struct {
 type Backend struct {
 	opts  Options
 	tune  tuning
-	k     *kernelSet
+	k     *kernels
 	level string
 	pool  *workers // the worker goroutines of its calls, and the huge-page collapses
 }

@@ -52,29 +52,31 @@ func BenchmarkKernels(b *testing.B) {
 	kernels := []struct {
 		name  string
 		bytes int
-		fn    func(k *kernelSet)
+		fn    func(k *kernels)
 	}{
-		{"accumulate", 4 * n, func(k *kernelSet) { k.accumulate(part, x, 0.25) }},
-		{"accumulateSqDev", 4 * n, func(k *kernelSet) { k.accumulateSqDev(part, x, 0.25, 0.5) }},
-		{"accumulateSqDevFMA", 4 * n, func(k *kernelSet) { k.accumulateSqDevFMA(part, x, 0.25, 0.5) }},
-		{"affine", 16 * n, func(k *kernelSet) { k.affine(y, x, g, be, 0.25, 0.5, 1.5) }},
-		{"affineFMA", 16 * n, func(k *kernelSet) { k.affineFMA(y, x, g, be, 0.25, 0.5, 1.5) }},
-		{"embedSumF32", 16 * n, func(k *kernelSet) { k.embedSumF32(y, x, g, be) }},
-		{"embedSumF16", 12 * n, func(k *kernelSet) { k.embedSumF16(y, bits, h1, h2, h3) }},
-		{"add2", 12 * n, func(k *kernelSet) { k.add2(y, x, g) }},
-		{"add3", 16 * n, func(k *kernelSet) { k.add3(y, x, g, be) }},
-		{"addTo", 12 * n, func(k *kernelSet) { k.addTo(y, x) }},
-		{"widenF16", 6 * n, func(k *kernelSet) { k.widenF16(y, h1) }},
-		{"widenBF16", 6 * n, func(k *kernelSet) { k.widenBF16(y, h1) }},
-		{"narrowF16", 6 * n, func(k *kernelSet) { k.narrowF16(bits, x) }},
-		{"narrowBF16", 6 * n, func(k *kernelSet) { k.narrowBF16(bits, x) }},
-		{"maskCountOnes", 4 * n, func(k *kernelSet) { k.maskCountOnes(mask) }},
-		{"maskFirstZero", 4 * n, func(k *kernelSet) { k.maskFirstZero(mask) }},
+		{"accumulate", 4 * n, func(k *kernels) { k.accumulate(sumForm{}, part, x, 0.25, 0) }},
+		{"accumulateSqDev", 4 * n, func(k *kernels) { k.accumulate(sumForm{sq: true}, part, x, 0.25, 0.5) }},
+		{"accumulateSqDevFMA", 4 * n, func(k *kernels) { k.accumulate(sumForm{sq: true, fma: true}, part, x, 0.25, 0.5) }},
+		{"affine", 16 * n, func(k *kernels) { k.affine(affineForm{dt: ops.F32}, y, x, g, be, 0.25, 0.5, 1.5) }},
+		{"affineFMA", 16 * n, func(k *kernels) { k.affine(affineForm{dt: ops.F32, fma: true}, y, x, g, be, 0.25, 0.5, 1.5) }},
+		{"embedSumF16", 12 * n, func(k *kernels) { k.embedSum(embedForm{seg: true}, y, bits, h1, h2, h3) }},
+		{"add2", 12 * n, func(k *kernels) { k.add2(y, x, g) }},
+		{"add3", 16 * n, func(k *kernels) { k.add3(y, x, g, be) }},
+		{"addTo", 12 * n, func(k *kernels) { k.addTo(y, x) }},
+		{"widenF16", 6 * n, func(k *kernels) { k.widen(convForm{dt: ops.F16}, y, h1) }},
+		{"widenBF16", 6 * n, func(k *kernels) { k.widen(convForm{dt: ops.BF16}, y, h1) }},
+		{"narrowF16", 6 * n, func(k *kernels) { k.narrow(convForm{dt: ops.F16}, bits, x) }},
+		{"narrowBF16", 6 * n, func(k *kernels) { k.narrow(convForm{dt: ops.BF16}, bits, x) }},
+		{"maskCountOnes", 4 * n, func(k *kernels) { k.mask(ops.MaskCountOnes, mask) }},
+		{"maskFirstZero", 4 * n, func(k *kernels) { k.mask(ops.MaskFirstZero, mask) }},
 		// The 16-bit AddLayerNorm row: first pass with a bias row, x stored, affine step.
-		{"addSum16", 10 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, nil, h1, h2, h3, 0.25) }},
-		{"addSum16X", 12 * n, func(k *kernelSet) { k.addSum16(sum16{}, part, y, bits, h1, h2, h3, 0.25); k.fence() }},
-		{"affine16H", 10 * n, func(k *kernelSet) { k.affine16H(form16{}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
-		{"affine16HFMA", 10 * n, func(k *kernelSet) { k.affine16H(form16{fused: true}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
+		{"addSum16", 10 * n, func(k *kernels) { k.addSum16(addForm{dt: ops.F16, bias: true}, part, y, nil, h1, h2, h3, 0.25) }},
+		{"addSum16X", 12 * n, func(k *kernels) {
+			k.addSum16(addForm{dt: ops.F16, bias: true, x: true}, part, y, bits, h1, h2, h3, 0.25)
+			k.fence()
+		}},
+		{"affine16H", 10 * n, func(k *kernels) { k.affineH(affineForm{dt: ops.F16}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
+		{"affine16HFMA", 10 * n, func(k *kernels) { k.affineH(affineForm{dt: ops.F16, fma: true}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
 	}
 	for _, k := range kernels {
 		b.Run(k.name, func(b *testing.B) {

@@ -2,16 +2,18 @@
 // AVX2+FMA+F16C (8 lanes, YMM) and once for AVX-512 F/BW/VL (16 lanes, ZMM).
 //
 // It also writes the kernels' Go declarations, cpu/kernels_amd64.go, and each width's
-// table of them, cpu/vectables_amd64.go (tables.go). Run it through go
-// generate in the cpu package (see cpu/simd_amd64.go), or from the repository root:
+// level, its table of them family by family, cpu/vectables_amd64.go (tables.go). Run it
+// through go generate in the cpu package (see cpu/levels_amd64.go), or from the repository
+// root:
 //
 //	go run -C internal/cmd/asmgen . -out ../../../cpu/kernels_amd64.s -stubs ../../../cpu/kernels_amd64.go -tables ../../../cpu/vectables_amd64.go
 //
 // It lives in its own module so that the library does not depend on avo.
 //
-// Every kernel handles the multiple-of-lanes prefix of its slices; the Go wrappers in
-// cpu/simd_amd64.go check lengths and finish the tails with narrower kernels or the
-// pure-Go twins, which define what each kernel must compute. Operand order follows the
+// Every kernel handles the multiple-of-lanes prefix of its slices; each family's dispatch
+// in cpu (sum.go, addsum.go, affine.go, convert.go, embedsum.go, mask.go, memory.go) checks
+// lengths and finishes the tails with narrower kernels or the pure-Go twins beside it, which
+// define what each kernel must compute. Operand order follows the
 // twins (x − mean, p + v, …), so even NaN payloads agree; no operation is fused unless its
 // twin calls plan.FMA32. The two widths run the same operations on each element in the
 // same order: only how many elements one instruction covers differs.
@@ -578,7 +580,7 @@ func reductions(v isa) {
 
 // sums emits the first pass of a row fused with the plan's first accumulation: s = a + b
 // or (a + b) + d, optionally also stored non-temporally to x, and part = the partial sums
-// of s from +0 (what sumZero gives), or added onto part as it is (Acc: a later piece of a
+// of s from +0 (what a zero-start accumulation gives), or added onto part as it is (Acc: a later piece of a
 // row that is summed a piece at a time). Like reductions, blocks of partials stay in
 // registers while the loop walks the chunks c·W + k of the inputs, so every s[i] is
 // computed once and added to its partial in the plan's order.

@@ -5,50 +5,15 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
-
-func embedSumF32Go(x, w, p, g []float32) {
-	w = w[:len(x)]
-	p = p[:len(x)]
-	if g == nil {
-		for i := range x {
-			x[i] = w[i] + p[i]
-		}
-		return
-	}
-	g = g[:len(x)]
-	for i := range x {
-		x[i] = (w[i] + p[i]) + g[i]
-	}
-}
-
-func embedSumF16Go(x []float32, bits []uint16, w, p, g []uint16) {
-	t := half.F16Table()
-	w = w[:len(x)]
-	p = p[:len(x)]
-	bits = bits[:len(x)]
-	if g == nil {
-		for i := range x {
-			h := half.F32ToF16(t[w[i]] + t[p[i]])
-			bits[i], x[i] = h, t[h]
-		}
-		return
-	}
-	g = g[:len(x)]
-	for i := range x {
-		h := half.F32ToF16(t[half.F32ToF16(t[w[i]]+t[g[i]])] + t[p[i]])
-		bits[i], x[i] = h, t[h]
-	}
-}
 
 // embedOp is an EmbedLayerNorm op bound to the CPU. It keeps references to the caller's
 // tables and weights (no copy): the f16 affine step reads gamma and beta as they are.
 type embedOp struct {
 	be     *Backend
-	k      *kernelSet
+	k      *kernels
 	w      ops.EmbedWeights
 	plan   plan.Plan
 	w16    weights16 // gamma and beta of the f16 affine step: widened once (tuning.wideBytes), or as given
@@ -194,7 +159,7 @@ func (op *embedOp) wordRow(in *ops.EmbedInputs, t, piece int) rowPrefetch {
 }
 
 // token computes one output row; nt stores the f32 outputs non-temporally (the caller
-// fences); inOrder reads the word row in address order (float32: addSumStream; 16-bit:
+// fences); inOrder reads the word row in address order (float32: addForm.stream; 16-bit:
 // each piece prefetched just before it is summed); pf takes a step after each pass over
 // the row.
 func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *scratch, nt, inOrder bool, pf *rowPrefetch) {
@@ -236,16 +201,12 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			xs = out.Sum.F32[row : row+H]
 		}
 		part := sc.part[:op.plan.W]
-		addSum := op.k.addSum
-		if inOrder {
-			addSum = op.k.addSumStream
-		}
 		word, pos := w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H]
 		x0 := word[0] + pos[0] // the plan's shift: x[0], as the sum computes it
 		if g != nil {
 			x0 += g[0]
 		}
-		addSum(part, x, xs, word, pos, g, x0)
+		op.k.addSum(addForm{dt: ops.F32, bias: gi >= 0, x: xs != nil, stream: inOrder}, part, x, xs, word, pos, g, x0)
 		pf.step()
 		st := rowStatsSummed(op.k, &op.plan, x, part, x0, w.Epsilon, pf)
 		normalize(op.k, &op.plan, out.Out.F32[row:row+H], x, w.Gamma.F32, w.Beta.F32, st, nt)
@@ -267,15 +228,8 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			if g != nil {
 				gp = g[lo:hi]
 			}
-			if inOrder {
-				op.k.prefetch(bytesOf(word[lo:hi]))
-			}
-			op.k.embedSumF16(x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
-			if lo == 0 {
-				op.k.sumZero(part, x[lo:hi], x[0]) // the plan's shift: x[0]
-			} else {
-				op.k.accumulate(part, x[lo:hi], x[0])
-			}
+			op.k.embedSum(embedForm{seg: gi >= 0, prefetch: inOrder}, x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
+			op.k.accumulate(sumForm{zero: lo == 0}, part, x[lo:hi], x[0], 0) // the plan's shift: x[0]
 		}
 		pf.step()
 		st := rowStatsSummed(op.k, &op.plan, x, part, x[0], w.Epsilon, pf)
@@ -294,40 +248,4 @@ func sumBits(out *ops.EmbedOutputs, row, h int, sc *scratch) []uint16 {
 		sc.bits = make([]uint16, h)
 	}
 	return sc.bits[:h]
-}
-
-// maskIndex fills mask_index[b] by the rule; zeros when there is no mask (SPEC A.4).
-func maskIndex(k *kernelSet, dst, mask []int32, B, S int, rule ops.MaskRule) {
-	for b := 0; b < B; b++ {
-		switch {
-		case mask == nil:
-			dst[b] = 0
-		case rule == ops.MaskCountOnes:
-			dst[b] = k.maskCountOnes(mask[b*S : b*S+S])
-		default:
-			dst[b] = int32(k.maskFirstZero(mask[b*S : b*S+S]))
-		}
-	}
-}
-
-// maskCountOnesGo is the twin of the MaskCountOnes kernels: how many elements of m are 1.
-func maskCountOnesGo(m []int32) int32 {
-	var n int32
-	for _, v := range m {
-		if v == 1 {
-			n++
-		}
-	}
-	return n
-}
-
-// maskFirstZeroGo is the twin of the MaskFirstZero kernels: the index of the first 0 in
-// m, or len(m) when there is none.
-func maskFirstZeroGo(m []int32) int {
-	for i, v := range m {
-		if v == 0 {
-			return i
-		}
-	}
-	return len(m)
 }

@@ -1,0 +1,162 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+// TestAddKernels checks the elementwise adds against their twins.
+func TestAddKernels(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	g := &goKernels
+	for _, name := range simdLevels() {
+		k := mustKernels(t, name)
+		for _, n := range kernelSizes {
+			tag := func(op string) string { return fmt.Sprintf("%s/%s/n=%d", name, op, n) }
+			a, b, c := values(r, n, true), values(r, n, false), values(r, n, false)
+
+			got, want := out32(n, nil), out32(n, nil)
+			k.add2(got, a, b)
+			g.add2(want, a, b)
+			same32(t, tag("add2"), got, want)
+
+			k.add3(got, a, b, c)
+			g.add3(want, a, b, c)
+			same32(t, tag("add3"), got, want)
+
+			got, want = out32(n, func(i int) float32 { return a[i] }), out32(n, func(i int) float32 { return a[i] })
+			k.addTo(got, b)
+			g.addTo(want, b)
+			same32(t, tag("addTo"), got, want)
+		}
+	}
+}
+
+// TestAddSumKernel checks the fused first pass (s, the optional streamed copy x, and the
+// partial sums) against its twin for every plan width, with and without the third addend
+// and x, x at every start alignment.
+func TestAddSumKernel(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 20))
+	g := &goKernels
+	for _, name := range simdLevels() {
+		k := mustKernels(t, name)
+		for _, w := range append(planWidths, 32, 64, 128) {
+			for _, n := range append(kernelSizes, 768, 3*w, 3*w+5) {
+				for _, special := range []bool{false, true} {
+					a, b, c := values(r, n, special), values(r, n, false), values(r, n, special)
+					init := values(r, w, false)
+					x0 := float32(r.NormFloat64()) // the plan's shift
+					for _, three := range []bool{false, true} {
+						cc := c
+						if !three {
+							cc = nil
+						}
+						for off := range 17 { // off = 16: no x
+							tag := fmt.Sprintf("%s/addSum/W=%d/n=%d/special=%v/three=%v/off=%d", name, w, n, special, three, off)
+							start := func(i int) float32 { return init[i] }
+							gotP, wantP := out32(w, start), out32(w, start)
+							gotS, wantS := out32(n, nil), out32(n, nil)
+							var gotX, wantX []float32
+							if off < 16 {
+								gotX, wantX = out32(n+off, nil)[off:], out32(n+off, nil)[off:]
+							}
+							f := addForm{dt: ops.F32, bias: three, x: off < 16}
+							g.addSum(f, wantP, wantS, wantX, a, b, cc, x0)
+							// The fused pass, and the two-pass form for streamed inputs: the
+							// same bits.
+							for _, stream := range []bool{false, true} {
+								f.stream = stream
+								form := fmt.Sprintf("/stream=%v", stream)
+								gotP, gotS = out32(w, start), out32(n, nil)
+								if off < 16 {
+									gotX = out32(n+off, nil)[off:]
+								}
+								k.addSum(f, gotP, gotS, gotX, a, b, cc, x0)
+								k.fence()
+								same32(t, tag+form+"/s", gotS, wantS)
+								same32(t, tag+form+"/part", gotP, wantP)
+								if off < 16 {
+									same32(t, tag+form+"/x", gotX, wantX)
+								}
+							}
+							if off != 16 {
+								continue
+							}
+							// The same row summed a piece at a time: pieces of a few W onto
+							// the partials, as the 16-bit paths of the ops run it.
+							tag = fmt.Sprintf("%s/addSumAcc/W=%d/n=%d/special=%v/three=%v", name, w, n, special, three)
+							// With x too (every piece's x from the separate passes).
+							for _, withX := range []bool{false, true} {
+								tag := fmt.Sprintf("%s/x=%v", tag, withX)
+								gotP, wantP = out32(w, start), out32(w, start)
+								gotS, wantS = out32(n, nil), out32(n, nil)
+								gotX = out32(n, nil)
+								step := w * (1 + r.IntN(3))
+								for lo := 0; lo < n; lo += step {
+									hi := min(lo+step, n)
+									var cp, xp []float32
+									if three {
+										cp = cc[lo:hi]
+									}
+									if withX {
+										xp = gotX[lo:hi]
+									}
+									k.addSum(addForm{dt: ops.F32, bias: three, x: withX, acc: true}, gotP, gotS[lo:hi], xp, a[lo:hi], b[lo:hi], cp, x0)
+								}
+								k.fence()
+								g.addSum(addForm{dt: ops.F32, bias: three, acc: true}, wantP, wantS, nil, a, b, cc, x0)
+								same32(t, tag+"/s", gotS, wantS)
+								same32(t, tag+"/part", gotP, wantP)
+								if withX {
+									same32(t, tag+"/x", gotX, wantS)
+								}
+							}
+
+							// The 16-bit first pass against widening first, then the float32
+							// pass: binary16 and bfloat16, without a bias and with a 16-bit one.
+							h1, h2, h3 := halves(r, n), halves(r, n), halves(r, n)
+							for _, dt := range []ops.DType{ops.F16, ops.BF16} {
+								w1, w2, w3 := make([]float32, n), make([]float32, n), make([]float32, n)
+								g.widen(convForm{dt: dt}, w1, h1)
+								g.widen(convForm{dt: dt}, w2, h2)
+								g.widen(convForm{dt: dt}, w3, h3)
+								for bias := range 2 {
+									for _, acc := range []bool{false, true} {
+										var wc []float32
+										var half []uint16
+										if bias == 1 {
+											half, wc = h3, w3
+										}
+										wantP, wantS = out32(w, start), out32(n, nil)
+										g.addSum(addForm{dt: ops.F32, bias: bias == 1, acc: acc}, wantP, wantS, nil, w1, w2, wc, x0)
+										wantX := out16(n)
+										g.narrow(convForm{dt: dt}, wantX, wantS)
+										for _, off := range []int{-1, 0, 1, 5, 8} { // x's start within a vector of halves; -1: no x
+											tag := fmt.Sprintf("%s/addSum16/W=%d/n=%d/%v/bias=%d/acc=%v/off=%d", name, w, n, dt, bias, acc, off)
+											gotP, gotS = out32(w, start), out32(n, nil)
+											var gotX []uint16
+											if off >= 0 {
+												gotX = out16(n + off)[off:]
+											}
+											f := addForm{dt: dt, bias: bias == 1, x: off >= 0, acc: acc}
+											k.addSum16(f, gotP, gotS, gotX, h1, h2, half, x0)
+											k.fence()
+											same32(t, tag+"/s", gotS, wantS)
+											same32(t, tag+"/part", gotP, wantP)
+											if off >= 0 {
+												same16(t, tag+"/x", gotX, wantX)
+											}
+										}
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package cpu
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+// TestEmbedLayerNormLevels does the same for EmbedLayerNorm, f32 and f16, with and without
+// the segment table and the embedding_sum output.
+func TestEmbedLayerNormLevels(t *testing.T) { embedLayerNormLevels(t, defaultTuning()) }
+
+// embedLayerNormLevels is TestEmbedLayerNormLevels on backends of the tuning.
+func embedLayerNormLevels(t *testing.T, tune tuning) {
+	ref := tune
+	ref.sumPiece = 1 << 30 // the reference sums whole rows
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, name := range simdLevels() {
+		for _, prof := range profiles {
+			for _, dt := range []ops.DType{ops.F32, ops.F16} {
+				for _, h := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000} {
+					for _, segs := range []int{0, 2} {
+						const B, S, V, P = 2, 6, 11, 8
+						mk := func(len int) ops.Buf { return buf(dt, values(r, len, false)) }
+						w := ops.EmbedWeights{DType: dt, H: h, V: V, P: P, G: segs,
+							Word: mk(V * h), Pos: mk(P * h), Gamma: mk(h), Beta: mk(h), Epsilon: 1e-12}
+						if segs > 0 {
+							w.Seg = mk(segs * h)
+						}
+						in := ops.EmbedInputs{B: B, S: S, IDs: make([]int32, B*S)}
+						for i := range in.IDs {
+							in.IDs[i] = int32(r.IntN(V))
+						}
+						if segs > 0 {
+							in.SegIDs = make([]int32, B*S)
+							for i := range in.SegIDs {
+								in.SegIDs[i] = int32(r.IntN(segs))
+							}
+						}
+						run := func(level string, tune tuning) ops.EmbedOutputs {
+							out := ops.EmbedOutputs{Out: emptyBuf(dt, B*S*h), Sum: emptyBuf(dt, B*S*h)}
+							op, err := newTunedBackend(t, Options{Profile: prof, Threads: 1, Level: level}, tune).PrepareEmbed(&w)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if err := op.Run(context.Background(), &in, &out); err != nil {
+								t.Fatal(err)
+							}
+							return out
+						}
+						got, want := run(name, tune), run("go", ref)
+						tag := fmt.Sprintf("%s/%v/%v/H=%d/segs=%d", name, prof, dt, h, segs)
+						sameBuf(t, tag+"/out", got.Out, want.Out)
+						sameBuf(t, tag+"/sum", got.Sum, want.Sum)
+					}
+				}
+			}
+		}
+	}
+}

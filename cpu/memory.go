@@ -1,0 +1,148 @@
+package cpu
+
+import (
+	"unsafe"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+// Memory-level work of the big ops. A row of the ops is a few KiB and every kernel on it
+// is cheap, so at the bench shapes the time goes to DRAM: the latency of the gathered word
+// rows (EmbedLayerNorm) and the write-allocate reads of the outputs. Nothing here changes a
+// value: prefetches fetch, and non-temporal stores write the bits ordinary stores would. The
+// NT stores are weakly ordered: a worker that used them calls fence before its rows are
+// shared.
+
+// memKernels are a width's memory kernels.
+type memKernels struct {
+	copyNT   func(dst, src []float32) // whole vectors, dst aligned to the vector
+	prefetch func(b []byte)           // every 64-byte line of b
+	fence    func()                   // SFENCE
+}
+
+// copyGo is the twin of copyNT.
+func copyGo(dst, src []float32) { copy(dst, src[:len(dst)]) }
+
+// copyNT is copy with non-temporal stores for the whole vectors from dst's first aligned
+// address on (the caller fences).
+func (k *kernels) copyNT(dst, src []float32) {
+	src = src[:len(dst)]
+	if !k.simd() {
+		copyGo(dst, src)
+		return
+	}
+	h := k.ntHead(dst)
+	copy(dst[:h], src[:h])
+	dst, src = dst[h:], src[h:]
+	n := k.whole(len(dst))
+	if n > 0 {
+		k.mem.copyNT(dst[:n], src)
+	}
+	copy(dst[n:], src[n:])
+}
+
+// prefetch asks for the lines of b (nothing at the go level).
+func (k *kernels) prefetch(b []byte) {
+	if k.simd() {
+		k.mem.prefetch(b)
+	}
+}
+
+// fence orders the non-temporal stores before it before any store after it.
+func (k *kernels) fence() {
+	if k.simd() {
+		k.mem.fence()
+	}
+}
+
+// ntHead is how many elements of y come before its first vector-aligned address (the part
+// the non-temporal kernels leave to others), or len(y) when y is not even 4-byte aligned.
+func (k *kernels) ntHead(y []float32) int {
+	if len(y) == 0 {
+		return 0
+	}
+	a := uintptr(unsafe.Pointer(&y[0]))
+	if a&3 != 0 {
+		return len(y)
+	}
+	align := uintptr(4 * k.lanes)
+	return min(len(y), int((align-a%align)%align)/4)
+}
+
+// nt16Head is ntHead for 16-bit values: the elements of y before its first address aligned
+// to one vector of them.
+func (k *kernels) nt16Head(y []uint16) int {
+	if len(y) == 0 {
+		return 0
+	}
+	a := uintptr(unsafe.Pointer(&y[0]))
+	if a&1 != 0 {
+		return len(y)
+	}
+	align := uintptr(2 * k.lanes)
+	return min(len(y), int((align-a%align)%align)/2)
+}
+
+// rowPrefetch is up to three rows being prefetched a piece at a time. The zero value and
+// nil prefetch nothing.
+type rowPrefetch struct {
+	k     *kernels
+	rows  [3][]byte
+	piece int // bytes per step and row, a whole number of 64-byte lines
+}
+
+// newRowPrefetch starts a prefetch, piece bytes of each row a step (tuning.prefetchPiece).
+func newRowPrefetch(k *kernels, piece int) rowPrefetch {
+	return rowPrefetch{k: k, piece: piece}
+}
+
+// add queues elements [off, off+n) of b (the first three rows added count).
+func (p *rowPrefetch) add(b ops.Buf, off, n int) {
+	var r []byte
+	if b.DType == ops.F32 {
+		r = bytesOf(b.F32[off : off+n])
+	} else {
+		r = bytesOf(b.U16[off : off+n])
+	}
+	for i := range p.rows {
+		if len(p.rows[i]) == 0 {
+			p.rows[i] = r
+			return
+		}
+	}
+}
+
+// bytesOf views a slice's elements as bytes.
+func bytesOf[E float32 | uint16](s []E) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+// step prefetches the next piece of every row.
+func (p *rowPrefetch) step() {
+	if p == nil {
+		return
+	}
+	for i, r := range p.rows {
+		if len(r) > 0 {
+			n := min(p.piece, len(r))
+			p.k.prefetch(r[:n])
+			p.rows[i] = r[n:]
+		}
+	}
+}
+
+// rest prefetches what is left.
+func (p *rowPrefetch) rest() {
+	if p == nil {
+		return
+	}
+	for i, r := range p.rows {
+		if len(r) > 0 {
+			p.k.prefetch(r)
+			p.rows[i] = nil
+		}
+	}
+}
