@@ -80,42 +80,51 @@ func randTensor(r *rand.Rand, dtype string, scale float32, shape ...int) fusedno
 	return fusednorm.FromFloat32(f, shape...)
 }
 
+// embedBench is the smallest EmbedLayerNorm bench.json case of a dtype: seeded weights and
+// inputs with a right-padded mask.
+func embedBench(b *testing.B, dt string) (benchCase, fusednorm.EmbedWeights, fusednorm.EmbedInputs) {
+	c := smallestCase(b, "embedlayernorm", dt)
+	B, S, H := c.Shape["B"], c.Shape["S"], c.Shape["H"]
+	V, P, G := c.Shape["V"], c.Shape["P"], c.Shape["G"]
+	r := rand.New(rand.NewPCG(1, 0))
+	w := fusednorm.EmbedWeights{
+		Word:     randTensor(r, dt, 0.5, V, H),
+		Position: randTensor(r, dt, 0.5, P, H),
+		Segment:  randTensor(r, dt, 0.5, G, H),
+		Gamma:    randTensor(r, dt, 1, H),
+		Beta:     randTensor(r, dt, 0.1, H),
+	}
+	ids, seg, mask := make([]int32, B*S), make([]int32, B*S), make([]int32, B*S)
+	for bi := range B {
+		n := S/2 + r.IntN(S-S/2+1) // right-padded mask
+		for s := range S {
+			i := bi*S + s
+			ids[i] = int32(r.IntN(V))
+			seg[i] = int32(min(G-1, 2*s/S))
+			if s < n {
+				mask[i] = 1
+			}
+		}
+	}
+	in := fusednorm.EmbedInputs{
+		InputIDs:   fusednorm.FromInt32(ids, B, S),
+		SegmentIDs: fusednorm.FromInt32(seg, B, S),
+		Mask:       fusednorm.FromInt32(mask, B, S),
+	}
+	return c, w, in
+}
+
 func BenchmarkEmbedLayerNorm(b *testing.B) {
 	for _, dt := range []string{"float32", "float16"} {
 		c := smallestCase(b, "embedlayernorm", dt)
 		b.Run(c.Name, func(b *testing.B) {
-			B, S, H := c.Shape["B"], c.Shape["S"], c.Shape["H"]
-			V, P, G := c.Shape["V"], c.Shape["P"], c.Shape["G"]
-			r := rand.New(rand.NewPCG(1, 0))
+			c, w, in := embedBench(b, dt)
 			eng := openCPU(b)
-			op, err := eng.NewEmbedLayerNorm(fusednorm.EmbedWeights{
-				Word:     randTensor(r, dt, 0.5, V, H),
-				Position: randTensor(r, dt, 0.5, P, H),
-				Segment:  randTensor(r, dt, 0.5, G, H),
-				Gamma:    randTensor(r, dt, 1, H),
-				Beta:     randTensor(r, dt, 0.1, H),
-			})
+			op, err := eng.NewEmbedLayerNorm(w)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer op.Close()
-			ids, seg, mask := make([]int32, B*S), make([]int32, B*S), make([]int32, B*S)
-			for bi := range B {
-				n := S/2 + r.IntN(S-S/2+1) // right-padded mask
-				for s := range S {
-					i := bi*S + s
-					ids[i] = int32(r.IntN(V))
-					seg[i] = int32(min(G-1, 2*s/S))
-					if s < n {
-						mask[i] = 1
-					}
-				}
-			}
-			in := fusednorm.EmbedInputs{
-				InputIDs:   fusednorm.FromInt32(ids, B, S),
-				SegmentIDs: fusednorm.FromInt32(seg, B, S),
-				Mask:       fusednorm.FromInt32(mask, B, S),
-			}
 			out := fusednorm.EmbedOutputs{WantMaskIndex: true}
 			ctx := context.Background()
 			if err := op.Run(ctx, in, &out); err != nil { // allocates the outputs, reused below
@@ -129,6 +138,44 @@ func BenchmarkEmbedLayerNorm(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkEmbedBindKey is the same call through the bind-key Kernel, which keeps the op it
+// prepared for the same weight tensors (kernel), against binding the weights on every call
+// (once, EmbedLayerNormOnce: what the Kernel did before it kept them). On the backend
+// FUSEDNORM_BACKEND names (default: auto).
+func BenchmarkEmbedBindKey(b *testing.B) {
+	c, w, in := embedBench(b, "float32")
+	eng, err := fusednorm.Open()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer eng.Close()
+	ctx := context.Background()
+	b.Run("kernel", func(b *testing.B) {
+		k, err := eng.GetKernel("com.microsoft.EmbedLayerNormalization", 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer k.Close()
+		inputs := map[string]fusednorm.Tensor{"inputIdsT": in.InputIDs, "segmentIdsT": in.SegmentIDs, "maskT": in.Mask,
+			"wordEmbeddingT": w.Word, "positionEmbeddingT": w.Position, "segmentEmbeddingT": w.Segment, "gammaT": w.Gamma, "betaT": w.Beta}
+		b.SetBytes(c.Bytes.Read + c.Bytes.Write)
+		for b.Loop() {
+			if _, err := k.Run(ctx, inputs, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("once", func(b *testing.B) {
+		b.SetBytes(c.Bytes.Read + c.Bytes.Write)
+		for b.Loop() {
+			var out fusednorm.EmbedOutputs
+			if err := eng.EmbedLayerNormOnce(ctx, w, in, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func BenchmarkAddLayerNorm(b *testing.B) {

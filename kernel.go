@@ -15,9 +15,10 @@ import (
 // wordEmbeddingT, …; outputT, maskIndexT, …), attributes come as a map such as
 // encoding/json decodes, and Manifest says all of it as data.
 type Kernel struct {
-	eng *Engine
-	c   *opContract
-	m   *manifest
+	eng   *Engine
+	c     *opContract
+	m     *manifest
+	cache *kernelCache // the op prepared for the last call's weights (kernelprep.go)
 }
 
 // KernelNames lists the names GetKernel accepts.
@@ -43,7 +44,7 @@ func (e *Engine) GetKernel(name string, version int) (*Kernel, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Kernel{eng: e, c: c, m: m}, nil
+		return newKernel(e, c, m), nil
 	}
 	return nil, fmt.Errorf("fusednorm: GetKernel: unknown kernel %q (have %v): %w", name, KernelNames(), ErrNotSupported)
 }
@@ -177,21 +178,43 @@ func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[st
 	var outs map[string]Tensor
 	if k.c == &embedContract {
 		eo := EmbedOutputs{WantMaskIndex: want["maskIndexT"], WantEmbeddingSum: want["embeddingSumT"]}
-		err = k.eng.EmbedLayerNormOnce(ctx, EmbedWeights{
-			Word: in("wordEmbeddingT"), Position: in("positionEmbeddingT"), Segment: in("segmentEmbeddingT"),
-			Gamma: in("gammaT"), Beta: in("betaT"),
-		}, EmbedInputs{
-			InputIDs: in("inputIdsT"), SegmentIDs: in("segmentIdsT"), Mask: in("maskT"), PositionIDs: in("positionIdsT"),
-		}, &eo, opts...)
+		ein := EmbedInputs{InputIDs: in("inputIdsT"), SegmentIDs: in("segmentIdsT"), Mask: in("maskT"), PositionIDs: in("positionIdsT")}
+		// SPEC A.2's order: the inputs' shapes before the weights, which preparing checks.
+		if err := checkEmbedInputShapes(&ein); err != nil {
+			return nil, err
+		}
+		w := EmbedWeights{Word: in("wordEmbeddingT"), Position: in("positionEmbeddingT"), Segment: in("segmentEmbeddingT"),
+			Gamma: in("gammaT"), Beta: in("betaT")}
+		key := preparedKey{w: [5]weightID{idOf(w.Word), idOf(w.Position), idOf(w.Segment), idOf(w.Gamma), idOf(w.Beta)},
+			c: newOpConfig(DefaultEmbedEpsilon, opts)}
+		var p *preparedOp
+		p, err = k.cache.acquire(&key, func(p *preparedOp) (err error) {
+			p.embed, err = k.eng.NewEmbedLayerNorm(w, opts...)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		err = p.embed.Run(ctx, ein, &eo)
+		k.cache.release(p)
 		outs = map[string]Tensor{"outputT": eo.Output, "maskIndexT": eo.MaskIndex, "embeddingSumT": eo.EmbeddingSum}
 	} else {
 		if want["xT"] {
 			opts = append(opts, AdditionalOutput(true))
 		}
+		w := AddLayerNormWeights{Gamma: in("gammaT"), Beta: in("betaT"), Bias: in("biasT")}
+		key := preparedKey{w: [5]weightID{idOf(w.Gamma), idOf(w.Beta), idOf(w.Bias)}, c: newOpConfig(DefaultAddEpsilon, opts)}
+		var p *preparedOp
+		p, err = k.cache.acquire(&key, func(p *preparedOp) (err error) {
+			p.add, err = k.eng.NewAddLayerNorm(w, opts...)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
 		var ao AddLayerNormOutputs
-		err = k.eng.AddLayerNorm(ctx, AddLayerNormInputs{
-			X1: in("x1T"), X2: in("x2T"), Gamma: in("gammaT"), Beta: in("betaT"), Bias: in("biasT"),
-		}, &ao, opts...)
+		err = p.add.Run(ctx, in("x1T"), in("x2T"), &ao)
+		k.cache.release(p)
 		outs = map[string]Tensor{"yT": ao.Y, "meanT": ao.Mean, "rstdT": ao.Rstd, "xT": ao.X}
 	}
 	if err != nil {

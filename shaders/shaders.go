@@ -1,11 +1,18 @@
-// Package shaders holds the WGSL kernels of both ops as text/template templates, embedded in
-// the binary, and renders them from a parameter struct. Rendered source is cached per
-// parameter set, so a backend can ask for a kernel on every call.
+// Package shaders holds the WGSL kernels of both ops as text/template templates,
+// embedded in the binary, and renders them from a parameter struct. Rendered source is
+// cached per parameter set, so a backend can ask for a kernel on every call.
 //
-// Every template includes common/common.wgsl.tmpl: the plan's halving-tree reduction
+// Who imports it: the dawn backend, and anyone who runs the kernels in a WebGPU runtime of
+// their own. Everything exported is what running them takes: the variant structs (Embed,
+// AddLN) and their choosers (VecOK, PrivateFor, Vectorize), the binding layout (each
+// template's header, IntBindings), the probe kernel that calibrates a device (RenderProbe
+// and its modes: which f16 conversions and contractions it rounds as the CPU does), and the
+// ops' manifests. Users of the ops themselves import the root package instead.
+//
+// Every template includes common/common.wgsl.tmpl: the plan's tree reduction
 // (internal/plan), the exact rstd routine of SPEC.md §C.4 and f16/bf16 conversions that
 // need no shader-f16: in integer arithmetic, or for f16 by the builtins where the device was
-// found to round them exactly (Fast16). The binding layout of each op is documented in its
+// found to convert exactly (Fast16). The binding layout of each op is documented in its
 // template and mirrored by the dawn backend.
 package shaders
 
