@@ -16,8 +16,9 @@
 // all four profiles. The detected profile is reported by Info and carried by Plan, so the CPU
 // backend built with it is a bit-exact reference. Kernels are WGSL templates from package
 // shaders; 16-bit data is stored two values per u32, so no shader-f16 feature is needed, and
-// converted by the builtins pack2x16float/unpack2x16float where New finds them exact on every
-// finite binary16 and rounding boundary (convert16.go), else by integer arithmetic.
+// converted by the builtins pack2x16float/unpack2x16float alone where New finds them giving the
+// CPU's results on every binary16, rounding boundary, overflow, Inf and NaN (a NaN for a NaN;
+// convert16.go), else by integer arithmetic.
 // EmbedLayerNorm and AddLayerNorm each take one dispatch.
 //
 // A build without cgo has the same API; New then fails with ops.ErrUnavailable.
