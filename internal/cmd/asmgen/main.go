@@ -86,7 +86,8 @@ func main() {
 	c.ConstraintExpr("amd64,!noasm,!purego")
 	widths := []isa{avx2, avx512} // narrowest first
 	for _, v := range widths {
-		elementwise(v)
+		adds(v)
+		affines(v)
 		conversions(v)
 		reductions(v)
 		sums(v)
@@ -284,7 +285,9 @@ func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem, nt bool) {
 	v.store16(lo, m, nt)
 }
 
-func elementwise(v isa) {
+// adds emits the elementwise adds: Add2, Add3, Add3NT (which also streams the sum) and
+// AddTo.
+func adds(v isa) {
 	n := v.name
 	text(n+"Add2", "func(s, a, b []float32)",
 		n+"Add2 writes s[i] = a[i] + b[i] for i < len(s)&^"+fmt.Sprint(v.lanes-1)+".")
@@ -339,9 +342,13 @@ func elementwise(v isa) {
 		})
 	}
 
-	// The affine step, with y in float32 (plain or non-temporal stores), binary16 or
-	// bfloat16: the 16-bit forms round what the float32 form would store. The H forms read
-	// gamma and beta in y's 16-bit format, widened as they load (exactly).
+}
+
+// affines emits the affine step, with y in float32 (plain or non-temporal stores), binary16
+// or bfloat16: the 16-bit forms round what the float32 form would store. The H forms read
+// gamma and beta in y's 16-bit format, widened as they load (exactly).
+func affines(v isa) {
+	n := v.name
 	for _, out := range []string{"", "NT", "F16", "F16NT", "BF16", "BF16NT", "F16H", "F16HNT", "BF16H", "BF16HNT"} {
 		for _, fused := range []bool{false, true} {
 			name, what := n+"Affine", "f32(n·gamma[i]) + beta[i] (unfused)"
