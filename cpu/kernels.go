@@ -13,11 +13,16 @@ import (
 // left to narrower, and the go level (no lanes, no kernels) runs the twins. Every level
 // gives the twins' bits. Each Backend holds the level it runs.
 //
+// One file family per kernel group: F.go holds the form struct, the Go twins and the
+// dispatch, and beside it internal/cmd/asmgen generates the group's kernels, F_amd64.s,
+// and their declarations, F_amd64.go (go generate ./cpu); vectables_amd64.go, generated
+// too, holds each width's table of them.
+//
 //	sum.go       the plan's accumulations and halving tree (sumForm)
 //	addsum.go    the elementwise adds and a row's first pass fused with its sum (addForm)
 //	affine.go    the affine step, float32 or rounded to 16 bits (affineForm)
 //	convert.go   widening and narrowing of 16-bit data (convForm)
-//	embedsum.go  EmbedLayerNorm's staged binary16 sums (embedForm)
+//	embedsum.go  EmbedLayerNorm's staged binary16 sums (embedForm), the avx512fp16 ones too
 //	mask.go      mask_index's rules (ops.MaskRule)
 //	memory.go    non-temporal copy, prefetch and fence
 type kernels struct {

@@ -1,12 +1,13 @@
-// Command asmgen writes cpu/kernels_amd64.s: the SIMD kernels of the CPU backend, once for
-// AVX2+FMA+F16C (8 lanes, YMM) and once for AVX-512 F/BW/VL (16 lanes, ZMM).
+// Command asmgen writes the SIMD kernels of the CPU backend, once for AVX2+FMA+F16C (8
+// lanes, YMM) and once for AVX-512 F/BW/VL (16 lanes, ZMM), family by family: each kernel
+// group of the cpu package (families: sum, addsum, affine, convert, embedsum, mask, memory)
+// gets its assembly, cpu/<family>_amd64.s, and the kernels' Go declarations,
+// cpu/<family>_amd64.go, beside the family's Go file, which holds its twins and dispatch.
+// It also writes each width's level, its table of the kernels family by family,
+// cpu/vectables_amd64.go (tables.go). Run it through go generate in the cpu package (see
+// cpu/levels_amd64.go), or from the repository root:
 //
-// It also writes the kernels' Go declarations, cpu/kernels_amd64.go, and each width's
-// level, its table of them family by family, cpu/vectables_amd64.go (tables.go). Run it
-// through go generate in the cpu package (see cpu/levels_amd64.go), or from the repository
-// root:
-//
-//	go run -C internal/cmd/asmgen . -out ../../../cpu/kernels_amd64.s -stubs ../../../cpu/kernels_amd64.go -tables ../../../cpu/vectables_amd64.go
+//	go run -C internal/cmd/asmgen . -dir ../../../cpu
 //
 // It lives in its own module so that the library does not depend on avo.
 //
@@ -23,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/mmcloughlin/avo/attr"
@@ -33,7 +35,9 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 )
 
-var c = build.NewContext()
+// c is the context the generators emit into: generate points it at a fresh one for each
+// family.
+var c *build.Context
 
 // isa is one vector width the kernels are written for.
 type isa struct {
@@ -75,55 +79,123 @@ func (v isa) zero(r reg.VecVirtual) {
 // bytes is the size of one vector in bytes.
 func (v isa) bytes() int { return 4 * v.lanes }
 
+// family is one kernel group of the cpu package: its kernels go to <file>_amd64.s and their
+// declarations to <file>_amd64.go, beside <file>.go, which holds the family's form struct,
+// its Go twins and its dispatch (the file map at the top of cpu/kernels.go). A kernel
+// belongs to the family whose table field in cpu/vectables_amd64.go names it.
+type family struct {
+	file string
+	gen  func(widths []isa) // emits the family's kernels into c, for the widths narrowest first
+}
+
+// families are the kernel groups, each emitting its kernels width by width, then those of
+// one width only (the halving tree, the fence, the avx512fp16 sums).
+var families = []family{
+	{"sum", func(ws []isa) { // sumForm
+		for _, v := range ws {
+			reductions(v)
+		}
+		tree()
+		foldQuads()
+	}},
+	{"addsum", func(ws []isa) { // addForm
+		for _, v := range ws {
+			adds(v)
+			sums(v)
+			sums16(v)
+		}
+	}},
+	{"affine", eachWidth(affines)},      // affineForm
+	{"convert", eachWidth(conversions)}, // convForm
+	{"embedsum", func(ws []isa) { // embedForm, and the avx512fp16 level's (cpu/levels_amd64.go)
+		for _, v := range ws {
+			embedF16(v)
+		}
+		embedF16FP16(avx512)
+	}},
+	{"mask", eachWidth(masks)}, // ops.MaskRule
+	{"memory", func(ws []isa) {
+		for _, v := range ws {
+			copyNT(v)
+		}
+		memory()
+	}},
+}
+
+// eachWidth is a family's gen that runs gen once per width.
+func eachWidth(gen func(isa)) func([]isa) {
+	return func(ws []isa) {
+		for _, v := range ws {
+			gen(v)
+		}
+	}
+}
+
+// tablesFile is the file of each width's level (tables.go).
+const tablesFile = "vectables_amd64.go"
+
 func main() {
 	// Own flag set: importing avo's build package registers its flags on the default one.
 	fs := flag.NewFlagSet("asmgen", flag.ExitOnError)
-	out := fs.String("out", "kernels_amd64.s", "assembly output file")
-	stubs := fs.String("stubs", "kernels_amd64.go", "Go declarations output file")
-	tables := fs.String("tables", "vectables_amd64.go", "Go output file of each width's kernel table")
+	dir := fs.String("dir", ".", "the cpu package's directory: each family's <file>_amd64.s and <file>_amd64.go, and "+tablesFile+", are written there")
 	fs.Parse(os.Args[1:])
 
-	c.ConstraintExpr("amd64,!noasm,!purego")
-	widths := []isa{avx2, avx512} // narrowest first
-	for _, v := range widths {
-		elementwise(v)
-		conversions(v)
-		reductions(v)
-		sums(v)
-		sums16(v)
-		embedF16(v)
-		masks(v)
-		copyNT(v)
-	}
-	embedF16FP16(avx512)
-	tree()
-	foldQuads()
-	memory()
-
-	f, err := c.Result()
+	files, err := generate()
 	if err != nil {
 		fail(err)
 	}
-	if err := pass.Compile.Execute(f); err != nil {
-		fail(err)
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(*dir, f.name), f.src, 0o644); err != nil {
+			fail(err)
+		}
 	}
-	if err := encodeFP16(f); err != nil {
-		fail(err)
-	}
+}
+
+// genFile is one generated file: its name in the cpu package and its contents.
+type genFile struct {
+	name string
+	src  []byte
+}
+
+// generate returns every generated file: each family's assembly and declarations, in the
+// order of families, then the tables.
+func generate() ([]genFile, error) {
+	widths := []isa{avx2, avx512} // narrowest first
 	// A fixed command line in the header, so regenerating into any path gives the same file.
 	cfg := printer.Config{Argv: []string{"go", "generate", "./cpu"}, Pkg: "cpu"}
-	for path, p := range map[string]printer.Printer{*out: printer.NewGoAsm(cfg), *stubs: printer.NewStubs(cfg)} {
-		b, err := p.Print(f)
+	var files []genFile
+	for _, fam := range families {
+		// One avo context per family, since a context makes one file; the generators
+		// all emit into c.
+		c = build.NewContext()
+		c.ConstraintExpr("amd64,!noasm,!purego")
+		fam.gen(widths)
+		f, err := c.Result()
 		if err != nil {
-			fail(err)
+			return nil, fmt.Errorf("%s: %w", fam.file, err)
 		}
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			fail(err)
+		if err := pass.Compile.Execute(f); err != nil {
+			return nil, fmt.Errorf("%s: %w", fam.file, err)
+		}
+		if err := encodeFP16(f); err != nil {
+			return nil, fmt.Errorf("%s: %w", fam.file, err)
+		}
+		for _, out := range []struct {
+			ext string
+			p   printer.Printer
+		}{{".s", printer.NewGoAsm(cfg)}, {".go", printer.NewStubs(cfg)}} {
+			b, err := out.p.Print(f)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", fam.file, err)
+			}
+			files = append(files, genFile{fam.file + "_amd64" + out.ext, b})
 		}
 	}
-	if err := writeTables(*tables, widths); err != nil {
-		fail(err)
+	tab, err := tables(widths)
+	if err != nil {
+		return nil, err
 	}
+	return append(files, genFile{tablesFile, tab}), nil
 }
 
 func fail(err error) {
@@ -284,7 +356,9 @@ func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem, nt bool) {
 	v.store16(lo, m, nt)
 }
 
-func elementwise(v isa) {
+// adds emits the elementwise adds: Add2, Add3, Add3NT (which also streams the sum) and
+// AddTo.
+func adds(v isa) {
 	n := v.name
 	text(n+"Add2", "func(s, a, b []float32)",
 		n+"Add2 writes s[i] = a[i] + b[i] for i < len(s)&^"+fmt.Sprint(v.lanes-1)+".")
@@ -339,9 +413,13 @@ func elementwise(v isa) {
 		})
 	}
 
-	// The affine step, with y in float32 (plain or non-temporal stores), binary16 or
-	// bfloat16: the 16-bit forms round what the float32 form would store. The H forms read
-	// gamma and beta in y's 16-bit format, widened as they load (exactly).
+}
+
+// affines emits the affine step, with y in float32 (plain or non-temporal stores), binary16
+// or bfloat16: the 16-bit forms round what the float32 form would store. The H forms read
+// gamma and beta in y's 16-bit format, widened as they load (exactly).
+func affines(v isa) {
+	n := v.name
 	for _, out := range []string{"", "NT", "F16", "F16NT", "BF16", "BF16NT", "F16H", "F16HNT", "BF16H", "BF16HNT"} {
 		for _, fused := range []bool{false, true} {
 			name, what := n+"Affine", "f32(n·gamma[i]) + beta[i] (unfused)"

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"go/format"
-	"os"
 	"text/template"
 )
 
@@ -66,8 +65,8 @@ var {{.Name}}Kernels = &kernels{
 }
 {{end}}`))
 
-// writeTables writes the levels of the widths, gofmt'ed, to path.
-func writeTables(path string, widths []isa) error {
+// tables returns the levels of the widths, gofmt'ed.
+func tables(widths []isa) ([]byte, error) {
 	type form16 struct{ Name, Field string } // the kernels' suffix, the table's field
 	type width struct {
 		Name, Narrower string
@@ -84,11 +83,7 @@ func writeTables(path string, widths []isa) error {
 	}
 	var b bytes.Buffer
 	if err := tablesTmpl.Execute(&b, ws); err != nil {
-		return err
+		return nil, err
 	}
-	src, err := format.Source(b.Bytes())
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, src, 0o644)
+	return format.Source(b.Bytes())
 }
