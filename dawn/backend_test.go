@@ -72,8 +72,8 @@ func TestCalibration(t *testing.T) {
 	if onLavapipe(b) && info.Profile != (plan.Contraction{}) {
 		t.Errorf("lavapipe profile = %s, want unfused", info.Profile)
 	}
-	if got := b.Plan(768); got.Profile != info.Profile || got.W != 256 {
-		t.Errorf("Plan(768) = %v", got)
+	if got, want := b.Plan(768), plan.For(768, info.Profile); got != want {
+		t.Errorf("Plan(768) = %v, want %v", got, want)
 	}
 }
 
