@@ -187,16 +187,10 @@ func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[st
 			Gamma: in("gammaT"), Beta: in("betaT")}
 		key := preparedKey{w: [5]weightID{idOf(w.Word), idOf(w.Position), idOf(w.Segment), idOf(w.Gamma), idOf(w.Beta)},
 			c: newOpConfig(DefaultEmbedEpsilon, opts)}
-		var p *preparedOp
-		p, err = k.cache.acquire(&key, func(p *preparedOp) (err error) {
+		err = k.cache.use(&key, func(p *preparedOp) (err error) {
 			p.embed, err = k.eng.NewEmbedLayerNorm(w, opts...)
 			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		err = p.embed.Run(ctx, ein, &eo)
-		k.cache.release(p)
+		}, func(p *preparedOp) error { return p.embed.Run(ctx, ein, &eo) })
 		outs = map[string]Tensor{"outputT": eo.Output, "maskIndexT": eo.MaskIndex, "embeddingSumT": eo.EmbeddingSum}
 	} else {
 		if want["xT"] {
@@ -204,17 +198,11 @@ func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[st
 		}
 		w := AddLayerNormWeights{Gamma: in("gammaT"), Beta: in("betaT"), Bias: in("biasT")}
 		key := preparedKey{w: [5]weightID{idOf(w.Gamma), idOf(w.Beta), idOf(w.Bias)}, c: newOpConfig(DefaultAddEpsilon, opts)}
-		var p *preparedOp
-		p, err = k.cache.acquire(&key, func(p *preparedOp) (err error) {
+		var ao AddLayerNormOutputs
+		err = k.cache.use(&key, func(p *preparedOp) (err error) {
 			p.add, err = k.eng.NewAddLayerNorm(w, opts...)
 			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		var ao AddLayerNormOutputs
-		err = p.add.Run(ctx, in("x1T"), in("x2T"), &ao)
-		k.cache.release(p)
+		}, func(p *preparedOp) error { return p.add.Run(ctx, in("x1T"), in("x2T"), &ao) })
 		outs = map[string]Tensor{"yT": ao.Y, "meanT": ao.Mean, "rstdT": ao.Rstd, "xT": ao.X}
 	}
 	if err != nil {

@@ -83,9 +83,19 @@ type kernelCache struct {
 	prepared int // ops prepared so far (tests read it)
 }
 
-// acquire returns the prepared op for key, preparing one with make when the cached one was
-// made from other weights or options; the caller passes it to release when its call is done.
-func (kc *kernelCache) acquire(key *preparedKey, make func(*preparedOp) error) (*preparedOp, error) {
+// use runs call with the prepared op for key, preparing one with prepare when the cached one
+// was made from other weights or options.
+func (kc *kernelCache) use(key *preparedKey, prepare func(*preparedOp) error, call func(*preparedOp) error) error {
+	p, err := kc.acquire(key, prepare)
+	if err != nil {
+		return err
+	}
+	defer kc.release(p)
+	return call(p)
+}
+
+// acquire returns the prepared op for key (see use), counted as in use until release.
+func (kc *kernelCache) acquire(key *preparedKey, prepare func(*preparedOp) error) (*preparedOp, error) {
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
 	if p := kc.cur; p != nil && p.key.same(key) {
@@ -96,7 +106,7 @@ func (kc *kernelCache) acquire(key *preparedKey, make func(*preparedOp) error) (
 	for i := range p.key.w {
 		p.key.w[i].shape = slices.Clone(p.key.w[i].shape) // the caller may reuse its shape slices
 	}
-	if err := make(p); err != nil {
+	if err := prepare(p); err != nil {
 		return nil, err
 	}
 	kc.retire()
