@@ -145,9 +145,7 @@ func (k *kernels) foldQuads(part []float32) {
 	}
 	n := len(part) &^ 31
 	k.sums.fold(part[:n])
-	for t := n / 4; t < len(part)/4; t++ {
-		part[t] = (part[4*t] + part[4*t+1]) + (part[4*t+2] + part[4*t+3])
-	}
+	plan.FoldQuadsFrom(part, n/4)
 }
 
 // planTree is the plan's tree over part[:p.W]: the quads folded first for a vector row

@@ -147,8 +147,11 @@ func (p Plan) Tree(part []float32) float32 {
 
 // FoldQuads is the first step of a Vec row's tree: part[t] = (part[4t] + part[4t+1]) +
 // (part[4t+2] + part[4t+3]) for t < len(part)/4, in place.
-func FoldQuads(part []float32) {
-	for t := 0; t < len(part)/4; t++ {
+func FoldQuads(part []float32) { FoldQuadsFrom(part, 0) }
+
+// FoldQuadsFrom is FoldQuads for the quads t ≥ from only (those below are folded already).
+func FoldQuadsFrom(part []float32, from int) {
+	for t := from; t < len(part)/4; t++ {
 		q := part[4*t : 4*t+4 : 4*t+4]
 		part[t] = (q[0] + q[1]) + (q[2] + q[3])
 	}
