@@ -130,10 +130,15 @@ void drt_queue_write(drt_device *d, WGPUBuffer b, uint64_t offset, const void *d
 
 static void wait_add(drt_wait *w, WGPUFuture f) { w->fut[w->n++] = f; }
 
-int drt_enqueue(drt_device *d, WGPUComputePipeline pl, WGPUBindGroup bg, uint32_t gx, uint32_t gy, uint32_t gz,
-                const drt_copy *copies, int npre, int npost, const drt_read *reads, int nreads,
-                const drt_timing *timing, drt_status *scope, drt_wait *w, char *err, size_t cap) {
+int drt_enqueue(drt_device *d, const drt_call *c, char *err, size_t cap) {
     const drt_procs *p = d->p;
+    WGPUComputePipeline pl = c->pl;
+    const drt_copy *copies = c->copies;
+    const drt_read *reads = c->reads;
+    const drt_timing *timing = c->timing;
+    drt_status *scope = c->scope;
+    drt_wait *w = c->w;
+    int npre = c->npre, npost = c->npost, nreads = c->nreads;
     WGPUCommandEncoder enc;
     WGPUCommandBuffer cb;
     int i;
@@ -164,7 +169,7 @@ int drt_enqueue(drt_device *d, WGPUComputePipeline pl, WGPUBindGroup bg, uint32_
     for (i = 0; i < npre; i++)
         p->CommandEncoderCopyBufferToBuffer(enc, copies[i].src, copies[i].src_offset, copies[i].dst,
                                             copies[i].dst_offset, copies[i].size);
-    if (pl != NULL) drt_encode_dispatch(p, enc, pl, bg, gx, gy, gz, timing);
+    if (pl != NULL) drt_encode_dispatch(p, enc, pl, c->bg, c->groups[0], c->groups[1], c->groups[2], timing);
     for (i = npre; i < npre + npost; i++)
         p->CommandEncoderCopyBufferToBuffer(enc, copies[i].src, copies[i].src_offset, copies[i].dst,
                                             copies[i].dst_offset, copies[i].size);

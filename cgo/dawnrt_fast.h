@@ -40,18 +40,32 @@ void drt_bind_group_release(drt_device *d, WGPUBindGroup bg);
 void drt_queue_write(drt_device *d, WGPUBuffer b, uint64_t offset, const void *data, size_t n);
 
 /*
- * drt_enqueue records one command buffer: the first npre copies; a compute pass of pl with bg
- * in group 0 dispatching (gx, gy, gz) when pl is not NULL (timestamps into timing when given);
- * the next npost copies; then each read's copy into its staging buffer; and submits it.
+ * One call as drt_enqueue records it: the first npre copies; a compute pass of pl with bg in
+ * group 0 dispatching groups[0..2] when pl is not NULL (timestamps into timing when given);
+ * the next npost copies; then each read's copy into its staging buffer.
  *
  * scope, when given, receives the verdict of a validation error scope around the whole call,
  * delivered by wgpuInstanceProcessEvents (drt_process_events) or a wait. w, when given, is
  * reset and receives the map of every read's staging buffer and of timing's (or a queue-done
  * future when there is nothing to map); reads and timing need w.
+ *
+ * The Go side keeps one in C memory and fills it per call: passed as one pointer, a call's
+ * arguments cost one cgo pointer check instead of one per pointer argument.
  */
-int drt_enqueue(drt_device *d, WGPUComputePipeline pl, WGPUBindGroup bg, uint32_t gx, uint32_t gy, uint32_t gz,
-                const drt_copy *copies, int npre, int npost, const drt_read *reads, int nreads,
-                const drt_timing *timing, drt_status *scope, drt_wait *w, char *err, size_t cap);
+typedef struct drt_call {
+    WGPUComputePipeline pl;
+    WGPUBindGroup bg;
+    uint32_t groups[3];
+    int npre, npost, nreads;
+    const drt_copy *copies;
+    const drt_read *reads;
+    const drt_timing *timing;
+    drt_status *scope;
+    drt_wait *w;
+} drt_call;
+
+/* drt_enqueue records c in one command buffer and submits it, without waiting. */
+int drt_enqueue(drt_device *d, const drt_call *c, char *err, size_t cap);
 
 /* Waits up to timeout_ns for every future of w: DRT_OK, DRT_ETIMEOUT or DRT_EDEVICE. */
 int drt_wait_all(drt_device *d, drt_wait *w, uint64_t timeout_ns, char *err, size_t cap);

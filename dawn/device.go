@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -286,7 +287,11 @@ func (d *device) passLog() {
 }
 
 // lost reports whether Dawn lost the device (close, which destroys it, is not a loss).
-func (d *device) lost() bool { return !d.closed && d.c != nil && C.drt_lost(d.c) != 0 }
+// The flag is read in place, as drt_lost reads it (an atomic load): a call checks it before
+// every submit, and a cgo crossing there would cost more than the load.
+func (d *device) lost() bool {
+	return !d.closed && d.c != nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&d.c.lost))) != 0
+}
 
 // lossError is the error of a call on a lost device; under the lock.
 func (d *device) lossError(method string) error {

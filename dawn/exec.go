@@ -269,6 +269,7 @@ type devState struct {
 }
 
 type cArgs struct {
+	call   C.drt_call
 	copies [maxCopies + 1]C.drt_copy
 	reads  [maxReads + 1]C.drt_read
 	binds  [maxBinds]C.drt_binding
@@ -629,29 +630,25 @@ func (b *Backend) enqueue(s *callSpec) (*waiter, error) {
 		st.head++
 	}
 
-	var pl C.WGPUComputePipeline
-	var bg C.WGPUBindGroup
+	c := &st.cargs.call
+	*c = C.drt_call{npre: C.int(s.npre), npost: C.int(s.npost), nreads: C.int(nreads), scope: slot}
 	if s.key.pipe != nil {
-		pl, bg = s.key.pipe.c, e.bg
+		c.pl, c.bg = s.key.pipe.c, e.bg
+		c.groups = [3]C.uint32_t{C.uint32_t(s.groups[0]), C.uint32_t(s.groups[1]), C.uint32_t(s.groups[2])}
 	}
-	var cp *C.drt_copy
 	if ncopies > 0 {
-		cp = &st.cargs.copies[0]
+		c.copies = &st.cargs.copies[0]
 	}
-	var rp *C.drt_read
-	var cw *C.drt_wait
-	var ct *C.drt_timing
 	if wt != nil {
-		cw = wt.w
+		c.w = wt.w
 		if nreads > 0 {
-			rp = &st.cargs.reads[0]
+			c.reads = &st.cargs.reads[0]
 		}
 		if wt.timing != nil {
-			ct = &wt.timing.c
+			c.timing = &wt.timing.c
 		}
 	}
-	rc := C.drt_enqueue(d.c, pl, bg, C.uint32_t(s.groups[0]), C.uint32_t(s.groups[1]), C.uint32_t(s.groups[2]),
-		cp, C.int(s.npre), C.int(s.npost), rp, C.int(nreads), ct, slot, cw, d.errbuf, errCap)
+	rc := C.drt_enqueue(d.c, c, d.errbuf, errCap)
 	if rc != C.DRT_OK {
 		if wt != nil {
 			b.putWaiter(wt)

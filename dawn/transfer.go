@@ -64,6 +64,7 @@ type xferC struct {
 	up, down [xferSlots]C.drt_wait
 	cp       C.drt_copy
 	rd       C.drt_read
+	call     C.drt_call
 }
 
 type xferRing struct {
@@ -265,7 +266,8 @@ func (d *device) uploadLocked(method string, dst *buffer, off uint64, data []byt
 		}
 		C.drt_unmap(d.c, s.buf)
 		r.c.cp = C.drt_copy{src: s.buf, dst: dst.c, dst_offset: C.uint64_t(off + done), size: C.uint64_t(words)}
-		if rc := C.drt_enqueue(d.c, nil, nil, 0, 0, 0, &r.c.cp, 1, 0, nil, 0, nil, nil, nil, d.errbuf, errCap); rc != C.DRT_OK {
+		r.c.call = C.drt_call{copies: &r.c.cp, npre: 1}
+		if rc := C.drt_enqueue(d.c, &r.c.call, d.errbuf, errCap); rc != C.DRT_OK {
 			r.releaseBuffers(d)
 			return d.failure(method, rc)
 		}
@@ -293,7 +295,8 @@ func (d *device) downloadLocked(method string, src *buffer, off uint64, dst []by
 		at := uint64(c) * r.chunk
 		words := align4(min(r.chunk, n-at))
 		r.c.rd = C.drt_read{src: src.c, src_offset: C.uint64_t(off + at), staging: s.buf, size: C.uint64_t(words)}
-		if rc := C.drt_enqueue(d.c, nil, nil, 0, 0, 0, nil, 0, 0, &r.c.rd, 1, nil, nil, &r.c.down[i], d.errbuf, errCap); rc != C.DRT_OK {
+		r.c.call = C.drt_call{reads: &r.c.rd, nreads: 1, w: &r.c.down[i]}
+		if rc := C.drt_enqueue(d.c, &r.c.call, d.errbuf, errCap); rc != C.DRT_OK {
 			return d.failure(method, rc)
 		}
 		s.pending = true

@@ -109,9 +109,16 @@ static drt_wait *wt;
 
 static void submit(const call *c) {
     drt_status *scope = &ring[ring_i++ % 256];
-    CHECK(drt_enqueue(&d, c->pl, c->bg, 1, 1, 1, c->copies, c->npre, c->npost, NULL, 0, NULL, scope, NULL, err,
-                      sizeof err),
-          "enqueue");
+    drt_call dc;
+    memset(&dc, 0, sizeof dc);
+    dc.pl = c->pl;
+    dc.bg = c->bg;
+    dc.groups[0] = dc.groups[1] = dc.groups[2] = 1;
+    dc.copies = c->copies;
+    dc.npre = c->npre;
+    dc.npost = c->npost;
+    dc.scope = scope;
+    CHECK(drt_enqueue(&d, &dc, err, sizeof err), "enqueue");
 }
 
 /* What the Go Sync does: a queue-done future, its wait, and the scopes' verdicts; after calls
@@ -120,7 +127,12 @@ static void submit(const call *c) {
 static void wait_queue(const drt_read *ids) {
     uint32_t words[256];
     int i;
-    CHECK(drt_enqueue(&d, NULL, NULL, 0, 0, 0, NULL, 0, 0, ids, ids ? 1 : 0, NULL, NULL, wt, err, sizeof err), "sync");
+    drt_call dc;
+    memset(&dc, 0, sizeof dc);
+    dc.reads = ids;
+    dc.nreads = ids ? 1 : 0;
+    dc.w = wt;
+    CHECK(drt_enqueue(&d, &dc, err, sizeof err), "sync");
     CHECK(drt_wait_all(&d, wt, 30000000000ull, err, sizeof err), "wait");
     CHECK(drt_wait_error(wt, err, sizeof err), "wait status");
     drt_process_events(&d);
