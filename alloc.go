@@ -39,22 +39,33 @@ var systemBound = sync.OnceValue(func() int {
 	return int(least / 2)
 })
 
-// outputBudget counts the bytes one call allocates for its outputs against a bound.
-type outputBudget struct{ left int }
+// outputBudget counts the bytes one call allocates for its outputs against a bound, read
+// when the call first allocates: a call whose outputs are all given (the steady state of a
+// loop) pays nothing for it.
+type outputBudget struct {
+	e    *Engine
+	left int
+	read bool
+}
 
-// newOutputBudget starts a call's count: the engine's own bound (a test sets it) when it
-// is lower than allocBound.
-func (e *Engine) newOutputBudget() outputBudget {
+// newOutputBudget starts a call's count.
+func (e *Engine) newOutputBudget() outputBudget { return outputBudget{e: e} }
+
+// bound is the engine's own bound (a test sets it) when it is lower than allocBound.
+func (e *Engine) bound() int {
 	b := allocBound()
 	if e.allocCap > 0 && e.allocCap < b {
 		b = e.allocCap
 	}
-	return outputBudget{left: b}
+	return b
 }
 
 // take counts an output of dtype dt and shape, or refuses it: ErrNotSupported naming the
 // tensor. shape does not escape.
 func (b *outputBudget) take(op, name string, dt DType, shape []int) (int, error) {
+	if !b.read {
+		b.left, b.read = b.e.bound(), true
+	}
 	n, ok := numel(shape)
 	if !ok {
 		return 0, fmt.Errorf("fusednorm: %s: %s: shape %v has more than %d elements: %w",
