@@ -191,6 +191,7 @@ func (b *Backend) grid(op string, rows int) (groups [3]uint32, nx uint32, err er
 	}
 	x := min(rows, max)
 	y := (rows + x - 1) / x
+	x = (rows + y - 1) / y // no empty workgroups: 65536 rows are 2×32768, not 2×65535
 	if y > max {
 		return groups, 0, fmt.Errorf("dawn: %s: %d rows exceed the dispatch grid %d×%d: %w",
 			op, rows, max, max, ops.ErrNotSupported)

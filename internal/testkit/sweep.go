@@ -131,7 +131,9 @@ func EmbedSweep() []EmbedCase {
 		}
 	}
 	return append(cs, EmbedCase{Name: "grid2d", DType: ops.F16, B: 33000, S: 2, H: 3, V: 50, P: 2, G: 2,
-		SegIDs: true, Mask: true, WantMaskIndex: true, WantSum: true, Rule: ops.MaskCountOnes, Seed: 9})
+		SegIDs: true, Mask: true, WantMaskIndex: true, WantSum: true, Rule: ops.MaskCountOnes, Seed: 9},
+		EmbedCase{Name: "grid2d-vec", DType: ops.F32, B: 32801, S: 2, H: 8, V: 50, P: 2, G: 2,
+			SegIDs: true, WantSum: true, Seed: 10})
 }
 
 // AddLNCase is one AddLayerNorm problem of the sweeps.
@@ -200,7 +202,10 @@ func AddLNSweep() []AddLNCase {
 	cs = append(cs, AddLNOptions()...)
 	return append(cs,
 		AddLNCase{Row: rows[1], N: 70000, D: 3, Bias: 2, WriteX: true, Seed: 5},
-		AddLNCase{Row: rows[0], N: 66000, D: 1, Bias: 1, WriteX: true, Seed: 6})
+		AddLNCase{Row: rows[0], N: 66000, D: 1, Bias: 1, WriteX: true, Seed: 6},
+		// The vector kernels past one dispatch dimension too, each workgroup's x stored in pass 1.
+		AddLNCase{Row: rows[1], N: 65601, D: 8, Bias: 1, WriteX: true, Seed: 7},
+		AddLNCase{Row: rows[0], N: 65601, D: 12, Bias: 2, WriteX: true, Seed: 8})
 }
 
 // CompareBufs checks got == want bit for bit (NaN matching NaN), records the largest ulp
