@@ -11,7 +11,8 @@
 #                  torch.compile).
 #   tiny           the tiny twins alone, alternating for nine rounds.
 #   speed          the benchmark on Dawn (host-tensor wall, device-resident wall, kernel
-#                  time, the WGSL copy), on the CPU (all threads) and in auto mode. Run it
+#                  time, the WGSL copy), then -compare: host-tensor calls on the CPU (all
+#                  threads), on Dawn and in auto mode, interleaved in one process. Run it
 #                  right after the first, on the same machine, so every figure comes from
 #                  the same minutes.
 # With the argument "cpu" it runs the CPU part instead: that machine's processor has
@@ -65,18 +66,14 @@ if [ "${1:-}" = tiny ]; then
 	exit 0
 fi
 if [ "${1:-}" = speed ]; then
-	# Twelve untimed calls a case on every backend: auto times each call shape on both
-	# backends before it settles (a handful of calls), so its table shows where it settles,
-	# and the other two warm the same way.
+	# Twelve untimed calls a case: auto times each call shape on both backends before it
+	# settles (a handful of calls), so its column shows where it settles.
 	timeout 240 carry/fusednorm-bench -backend dawn -probe=false -warmup 12 -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-dawn.json" >"$OUT/bench-dawn.txt" 2>/dev/null
 	echo "bench dawn rc=$?"; cat "$OUT/bench-dawn.txt"
-	timeout 150 carry/fusednorm-bench -backend cpu -threads "$(nproc)" -warmup 12 -reps 3 -min-time 0.2s \
-		-json "$OUT/bench-cpu.json" >"$OUT/bench-cpu.txt" 2>/dev/null
-	echo "bench cpu rc=$?"; cat "$OUT/bench-cpu.txt"
-	timeout 180 carry/fusednorm-bench -backend auto -threads "$(nproc)" -probe=false -device-resident=false -warmup 12 -reps 5 -min-time 0.2s \
-		-json "$OUT/bench-auto.json" >"$OUT/bench-auto.txt" 2>/dev/null
-	echo "bench auto rc=$?"; cat "$OUT/bench-auto.txt"
+	timeout 300 carry/fusednorm-bench -compare -threads "$(nproc)" -warmup 12 -reps 5 -min-time 0.2s \
+		-json "$OUT/bench-compare.json" >"$OUT/bench-compare.txt" 2>/dev/null
+	echo "bench compare rc=$?"; cat "$OUT/bench-compare.txt"
 	exit 0
 fi
 nvidia-smi -L

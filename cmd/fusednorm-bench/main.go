@@ -73,6 +73,7 @@ type options struct {
 	ortDir     string
 	tiny       int  // -tiny N: the tiny-call benchmark (device.go) instead of the cases
 	device     bool // -device-resident: also time each case on device tensors (device.go)
+	compare    bool // -compare: cpu, dawn and auto on the same cases, interleaved (compare.go)
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -101,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	from := fs.String("from", "", "with -plot: draw the results of earlier -json files (comma-separated; e.g. a CPU and a GPU run in one picture) instead of running")
 	fs.IntVar(&o.tiny, "tiny", 0, "instead of the cases: N tiny calls on device tensors, EmbedLayerNorm f32 (1,1,768) and AddLayerNorm f32 (1,768), one by one and back to back (the Go twin of cgo/bench/tiny_bench)")
 	fs.BoolVar(&o.device, "device-resident", true, "on a GPU, also time each case with every tensor on the device: a chain of calls divided by its length, one read-back at the end")
+	fs.BoolVar(&o.compare, "compare", false, "time every case on three engines in one process, -backend cpu, dawn and auto, one call each in a random order per round: does auto run as fast as the faster backend? (-backend is ignored)")
 	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of tools/oracle (with node_modules; make bench-ort makes one): also time ONNX Runtime's CPU kernel on the cases it has")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -202,6 +204,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("no case matches -only %q -dtype %s", o.only, o.dtype)
 	}
 
+	if o.compare {
+		prog := newProgress(stderr)
+		defer prog.end()
+		rows, err := runCompare(ctx, cases, o, stdout, prog)
+		if o.jsonPath != "" && len(rows) > 0 {
+			if werr := writeCompareJSON(o.jsonPath, o, rows); werr != nil {
+				return werr
+			}
+			fmt.Fprintf(stdout, "wrote %s\n", o.jsonPath)
+		}
+		return err
+	}
 	opts := []fusednorm.Option{fusednorm.WithThreads(o.threads), fusednorm.WithHugePages(o.hugePages)}
 	if o.level != "" {
 		opts = append(opts, fusednorm.WithCPULevel(o.level))

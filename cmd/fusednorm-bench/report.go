@@ -156,6 +156,22 @@ func writeJSON(path string, info fusednorm.Info, o *options, results []*result) 
 	return os.WriteFile(path, append(raw, '\n'), 0o644)
 }
 
+// writeCompareJSON writes the -compare rows.
+func writeCompareJSON(path string, o *options, rows []comparison) error {
+	rep := map[string]any{
+		"tool": "fusednorm-bench -compare", "time": time.Now().UTC().Format(time.RFC3339), "go": runtime.Version(),
+		"host":     map[string]any{"goos": runtime.GOOS, "goarch": runtime.GOARCH, "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0)},
+		"settings": map[string]any{"threads": o.threads, "reps": o.reps, "min_time": o.minTime.String(), "warmup": o.warmup, "huge_pages": o.hugePages},
+		"notes":    []string{"median_ms: host-tensor calls (inputs and outputs in host memory) of three engines in one process, one timed call each per round in a random order, each after an untimed call of its own; auto_over_faster = auto's median over the lower of cpu's and dawn's"},
+		"results":  rows,
+	}
+	raw, err := json.MarshalIndent(rep, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(raw, '\n'), 0o644)
+}
+
 // replot draws the -plot picture from earlier -json files: their results together, so
 // runs on different backends share one roofline.
 func replot(o *options, stdout io.Writer) error {

@@ -21,51 +21,33 @@ type workload struct {
 // setup builds the case's tensors outside any timing. The data is seeded: the same case
 // gets the same bytes whatever the thread count.
 func setup(eng *fusednorm.Engine, c *benchCase, threads int) (*workload, error) {
-	f := filler{seed: c.seed, threads: threads}
+	host, err := setupHostTensors(c, threads)
+	if err != nil {
+		return nil, err
+	}
+	return setupOn(eng, c, host)
+}
+
+// setupOn makes the case's workload on eng from its host data (setupHostTensors), which
+// several engines can share: a workload writes only its own outputs.
+func setupOn(eng *fusednorm.Engine, c *benchCase, host []fusednorm.Tensor) (*workload, error) {
 	switch c.op {
 	case opEmbed:
-		return setupEmbed(eng, c, &f)
+		return setupEmbed(eng, c, host)
 	case opAdd:
-		return setupAdd(eng, c, &f)
+		return setupAdd(eng, c, host)
 	}
 	return nil, fmt.Errorf("unknown op %q", c.op)
 }
 
-func setupEmbed(eng *fusednorm.Engine, c *benchCase, f *filler) (*workload, error) {
+func setupEmbed(eng *fusednorm.Engine, c *benchCase, host []fusednorm.Tensor) (*workload, error) {
 	B, S, H := c.Shape["B"], c.Shape["S"], c.Shape["H"]
-	V, P, G := c.Shape["V"], c.Shape["P"], c.Shape["G"]
-	w := fusednorm.EmbedWeights{
-		Word:     f.floats(c.DType, 1, 0.5, V, H),
-		Position: f.floats(c.DType, 2, 0.5, P, H),
-		Segment:  f.floats(c.DType, 3, 0.5, G, H),
-		Gamma:    f.floats(c.DType, 4, 1, H),
-		Beta:     f.floats(c.DType, 5, 0.1, H),
-	}
-	ids := make([]int32, B*S)
-	seg := make([]int32, B*S)
-	mask := make([]int32, B*S)
-	r := rand.New(rand.NewPCG(c.seed, 6))
-	for i := range ids {
-		ids[i] = int32(r.IntN(V))
-	}
-	for b := range B {
-		n := S/2 + r.IntN(S-S/2+1) // right-padded: the first n positions are real tokens
-		for s := range S {
-			seg[b*S+s] = int32(min(G-1, s/max(1, (S+1)/2)))
-			if s < n {
-				mask[b*S+s] = 1
-			}
-		}
-	}
+	w := fusednorm.EmbedWeights{Word: host[0], Position: host[1], Segment: host[2], Gamma: host[3], Beta: host[4]}
 	op, err := eng.NewEmbedLayerNorm(w, fusednorm.Epsilon(c.epsilon))
 	if err != nil {
 		return nil, err
 	}
-	in := fusednorm.EmbedInputs{
-		InputIDs:   fusednorm.FromInt32(ids, B, S),
-		SegmentIDs: fusednorm.FromInt32(seg, B, S),
-		Mask:       fusednorm.FromInt32(mask, B, S),
-	}
+	in := fusednorm.EmbedInputs{InputIDs: host[5], SegmentIDs: host[6], Mask: host[7]}
 	var out fusednorm.EmbedOutputs
 	if out.Output, err = fusednorm.NewTensor(dtypeOf(c.DType), B, S, H); err != nil {
 		op.Close()
@@ -81,16 +63,10 @@ func setupEmbed(eng *fusednorm.Engine, c *benchCase, f *filler) (*workload, erro
 	}, nil
 }
 
-func setupAdd(eng *fusednorm.Engine, c *benchCase, f *filler) (*workload, error) {
+func setupAdd(eng *fusednorm.Engine, c *benchCase, host []fusednorm.Tensor) (*workload, error) {
 	N, D := c.Shape["N"], c.Shape["D"]
 	dt := dtypeOf(c.DType)
-	in := fusednorm.AddLayerNormInputs{
-		X1:    f.floats(c.DType, 1, 1, N, D),
-		X2:    f.floats(c.DType, 2, 1, N, D),
-		Gamma: f.floats(c.DType, 3, 1, D),
-		Beta:  f.floats(c.DType, 4, 0.1, D),
-		Bias:  f.floats(c.DType, 5, 0.1, D),
-	}
+	in := fusednorm.AddLayerNormInputs{X1: host[0], X2: host[1], Gamma: host[2], Beta: host[3], Bias: host[4]}
 	var out fusednorm.AddLayerNormOutputs
 	var err error
 	for _, t := range []struct {
