@@ -31,11 +31,13 @@ import (
 // on the GPU at 1.4-2.4x the CPU's wall time). So the shape's second call runs on the other
 // backend, and from then on the shape runs on the backend whose timed calls were faster (a
 // backend's first call of a shape counts only as an upper bound: it may compile a pipeline or
-// upload the prepared weights), the other getting one call per as many calls of the chosen
-// one as that call costs, until each has routeSamples timed calls; then the shape is chosen
-// and runs on the lock-free path. Every so often (routeRecheck calls, times that ratio, so
-// the check costs about 1/routeRecheck of the shape's time) one call is timed on each
-// backend, so a change in the machine's load moves the shape. Calls coming one at a time,
+// upload the prepared weights), the other getting a trial per as many calls of the chosen
+// one as a call of it costs, until each has routeSamples timed calls; then the shape is
+// chosen and runs on the lock-free path. A trial is two calls, only the second timed, and a
+// call right after the other backend's is never timed: it would find the caches full of the
+// other backend's data (see route). Every so often (routeRecheck calls, times that ratio, so
+// the check costs about 1/routeRecheck of the shape's time) a call is timed on each backend,
+// so a change in the machine's load moves the shape. Calls coming one at a time,
 // exploring costs one call on the slower backend among a new shape's first four, so that even
 // a benchmark of three timed runs after a warm-up times the faster backend in two. A shape the GPU refuses for a device limit
 // (ErrNotSupported) runs on the CPU from then on; a call that fails on the backend its shape

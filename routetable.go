@@ -105,6 +105,8 @@ type shapeRoute struct {
 	since  int                            // calls on choice since the other's last call
 	trying bool                           // a call of the other backend is in flight
 	tried  bool                           // the other backend has been given a call
+	last   side                           // where the shape's previous call ran
+	again  bool                           // the next call repeats a trial's warm-up call, timed
 	cold   [2]time.Duration               // each backend's first call that succeeded: an upper bound of its time
 	n      [2]int                         // each backend's later timed calls that succeeded
 	times  [2][routeSamples]time.Duration // the latest of them, a ring per backend
@@ -136,6 +138,7 @@ type routeTicket struct {
 	timed bool
 	cold  bool // on's first call of the shape to succeed: it may compile a pipeline or upload weights
 	trial bool // a call of the backend not chosen
+	warm  bool // the shape's previous call ran on the other backend: this one warms on's caches, no sample
 	start time.Time
 }
 
@@ -194,10 +197,16 @@ func (t *routeTable) len() (held, unchosen int) {
 // A new shape's first call runs on the model's pick, its second on the other backend: each
 // is timed as an upper bound (a backend's first call of a shape may compile a pipeline or
 // upload the prepared weights). From then on the calls run on the backend whose estimate is
-// lower, and the other gets one call each time the chosen one has run as many as that call
-// is estimated to cost it, until each has routeSamples timed calls after its first. The shape
-// is then chosen; every so often a timed pair, the chosen backend's call and the other's,
-// spaced by routeRecheck times that ratio, makes the choice again.
+// lower, and the other gets a trial each time the chosen one has run as many calls as a call
+// of the other is estimated to cost, until each has routeSamples timed calls after its first.
+// A trial is two calls in a row, the second timed: a call right after one on the other
+// backend finds the caches holding the other backend's data (a GPU call streams its tensors
+// through staging memory), and timing it would weigh a cold call of one backend against warm
+// calls of the other (on the H200 machine that kept EmbedLayerNorm f32 (8,512,768) on the
+// GPU at 1.7x the CPU's time); for the same reason the chosen backend's first call after a
+// trial is not timed. The shape is then chosen; every so often, spaced by routeRecheck times
+// that ratio, a timed call of the chosen backend and a trial of the other make the choice
+// again.
 func (r *router) route(k callShape, first side) routeTicket {
 	s := r.shapes.get(k, first)
 	switch st := s.state.Load(); st {
@@ -207,9 +216,11 @@ func (r *router) route(k callShape, first side) routeTicket {
 		on := sideOf(st == chosenGPU)
 		every := s.every.Load()
 		switch s.calls.Add(1) % every {
-		case every - 1:
+		case every - 3:
 			return r.timed(routeTicket{s: s, on: on})
-		case 0:
+		case every - 2:
+			return routeTicket{s: s, on: on.other(), trial: true} // the trial's warm-up
+		case every - 1:
 			return r.timed(routeTicket{s: s, on: on.other(), trial: true})
 		}
 		return routeTicket{s: s, on: on}
@@ -220,7 +231,9 @@ func (r *router) route(k callShape, first side) routeTicket {
 		return r.route(k, first)
 	}
 	t := routeTicket{s: s, on: s.choice}
-	if other := s.choice.other(); !s.trying {
+	if s.again && !s.trying { // a trial's timed call, after its warm-up
+		t.on, t.trial, s.again = s.last, s.last != s.choice, false
+	} else if other := s.choice.other(); !s.trying {
 		won, okWon := s.estimate(s.choice)
 		lost, okLost := s.estimate(other)
 		switch {
@@ -233,12 +246,17 @@ func (r *router) route(k callShape, first side) routeTicket {
 			t.on = other
 		}
 	}
-	if t.trial {
+	switch {
+	case t.trial && t.on != s.last:
 		s.trying, s.tried, s.since = true, true, 0
-	} else {
+	case t.trial:
+		s.trying = true
+	default:
 		s.since++
 	}
 	t.cold = s.cold[t.on] == 0 && s.n[t.on] == 0
+	t.warm = t.on != s.last
+	s.last = t.on
 	s.mu.Unlock()
 	return r.timed(t)
 }
@@ -273,9 +291,15 @@ func (r *router) finish(t *routeTicket, err error) {
 	if err != nil || s.state.Load() == cpuOnly {
 		return
 	}
-	if t.cold {
+	switch {
+	case t.cold:
 		s.cold[t.on] = max(d, 1)
-	} else {
+	case t.warm:
+		// A warm-up: a trial's is followed by the timed call (a backend's first call is one
+		// on its own, timed as an upper bound).
+		s.again = t.trial && s.state.Load() == exploring
+		return
+	default:
 		s.times[t.on][s.n[t.on]%routeSamples] = d
 		s.n[t.on]++
 	}
