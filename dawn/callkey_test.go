@@ -2,7 +2,12 @@
 
 package dawn
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
 
 // TestCallKeyHashEqual: keys that differ in a part in use are unequal (and, here, hash
 // apart); keys that differ only past their used binds are the same bind group.
@@ -45,5 +50,34 @@ func TestCallKeyHashEqual(t *testing.T) {
 		if k.hash() == o.hash() {
 			t.Errorf("%s: keys that differ hash alike", name)
 		}
+	}
+}
+
+// TestCallSpecReset: a pooled spec reset after a call is a new spec in every part a call
+// reads, and keeps no pointer of the last call (reset clears only the entries it used);
+// only the stale parameter bytes past nparams, which nothing reads, may remain.
+func TestCallSpecReset(t *testing.T) {
+	var p pipeline
+	var b buffer
+	var s callSpec
+	s.reset("first")
+	s.key.pipe = &p
+	s.setParams(make([]byte, 32))
+	for i := range 5 {
+		s.bind(bindRef{binding: uint32(i), buf: &b, scratch: atBuffer, size: 64})
+	}
+	s.scratchFor(64, usageStorage)
+	s.pre(copyOp{src: &b, dst: &b, size: 4})
+	s.post(copyOp{src: &b, dst: &b, size: 4, dstIDStatus: true})
+	s.write(writeOp{data: []byte{1, 2, 3, 4}})
+	s.read(readOp{buf: &b, dst: make([]byte, 4)})
+	s.groups, s.zeroBytes, s.idCheck, s.wait = [3]uint32{1, 2, 3}, 8, true, true
+	s.clock = new(ops.KernelClock)
+
+	s.reset("second")
+	want := callSpec{name: "second"}
+	want.key.params = s.key.params
+	if !reflect.DeepEqual(s, want) {
+		t.Fatalf("after reset:\n got %+v\nwant %+v", s, want)
 	}
 }
