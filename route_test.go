@@ -469,6 +469,41 @@ func TestRouteIgnoresSettlingCPU(t *testing.T) {
 		"the CPU, faster once settled, is the choice: %v", ran)
 }
 
+// TestRouteIgnoresBusyMoment: a backend timed while the machine was busy (two of its three
+// samples here, five times its own time) is still chosen when it is the faster: the least
+// of a backend's samples counts, since other work only slows a call.
+func TestRouteIgnoresBusyMoment(t *testing.T) {
+	s := newStagedRoute(t, modelPicking(onGPU))
+	c := routeCalls(t, s.e, 11, 4)[0]
+	want := wants(t, routeCalls(t, cpuEngine(t), 11, 4))[0]
+	r := s.e.be.(*router)
+	route := func() *shapeRoute {
+		r.shapes.mu.RLock()
+		defer r.shapes.mu.RUnlock()
+		for _, sr := range r.shapes.shapes {
+			return sr
+		}
+		return nil
+	}
+	var ran []string
+	for range 200 {
+		cpu := time.Millisecond
+		if sr := route(); sr != nil {
+			sr.mu.Lock()
+			if sr.n[onCPU] < 2 {
+				cpu = 5 * time.Millisecond // busy until the CPU has two samples
+			}
+			sr.mu.Unlock()
+		}
+		s.costs(cpu, 2*time.Millisecond)
+		ran = append(ran, runRouted(t, c, want, 1)...)
+		if sr := route(); sr != nil && sr.state.Load() != exploring {
+			break
+		}
+	}
+	require.Equal(t, chosenCPU, route().state.Load(), "the busy samples decided: %v", ran)
+}
+
 // TestRouteFollowsLoad: a chosen shape tries the other backend (two calls, the second timed)
 // every routeRecheck calls times how much slower that backend was, and moves when the times
 // turn.
