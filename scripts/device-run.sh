@@ -66,12 +66,12 @@ if [ "${1:-}" = tiny ]; then
 	exit 0
 fi
 if [ "${1:-}" = speed ]; then
-	# Twelve untimed calls a case: auto times each call shape on both backends before it
-	# settles (a handful of calls), so its column shows where it settles.
+	# -compare: 24 untimed calls a case per engine, as auto explores a new shape for about
+	# twenty calls (README, "What auto picks"), so its column is where it settles.
 	timeout 240 carry/fusednorm-bench -backend dawn -probe=false -warmup 12 -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-dawn.json" >"$OUT/bench-dawn.txt" 2>/dev/null
 	echo "bench dawn rc=$?"; cat "$OUT/bench-dawn.txt"
-	timeout 300 carry/fusednorm-bench -compare -threads "$(nproc)" -warmup 12 -reps 5 -min-time 0.2s \
+	timeout 320 carry/fusednorm-bench -compare -threads "$(nproc)" -warmup 24 -reps 5 -min-time 0.2s \
 		-json "$OUT/bench-compare.json" >"$OUT/bench-compare.txt" 2>/dev/null
 	echo "bench compare rc=$?"; cat "$OUT/bench-compare.txt"
 	exit 0
