@@ -700,6 +700,7 @@ func (b *Backend) place(e *callEntry, buf *buffer, scratch int8, zero bool) C.WG
 // id check, and copies its reads out.
 func (b *Backend) await(ctx context.Context, s *callSpec, wt *waiter) error {
 	d := b.dev
+	spin := true
 	for {
 		if err := d.lock(ctx); err != nil {
 			b.abandon(wt)
@@ -715,7 +716,13 @@ func (b *Backend) await(ctx context.Context, s *callSpec, wt *waiter) error {
 				slice = max(left, 0)
 			}
 		}
-		rc := C.drt_wait_all(d.c, wt.w, C.uint64_t(slice.Nanoseconds()), d.errbuf, errCap)
+		rc := C.int(C.DRT_ETIMEOUT)
+		if spin {
+			rc, spin = b.spinWait(wt, min(spinFor, slice)), false
+		}
+		if rc == C.DRT_ETIMEOUT {
+			rc = C.drt_wait_all(d.c, wt.w, C.uint64_t(slice.Nanoseconds()), d.errbuf, errCap)
+		}
 		if rc == C.DRT_OK {
 			break
 		}
@@ -764,6 +771,27 @@ func (b *Backend) await(ctx context.Context, s *callSpec, wt *waiter) error {
 		wt.timing = nil
 	}
 	return nil
+}
+
+// spinFor is how long a wait polls before it sleeps in the driver. A small call's wait is
+// over in tens of microseconds, about what waking a thread from the driver's sleep costs on a
+// VM, and a cgo call that blocks past 20 us also has the Go runtime hand its P to another
+// thread and take one back on return; polling, each poll a short cgo call, pays neither. A
+// long call polls for spinFor (a sliver of its time) and then sleeps. The C twin of the tiny
+// benchmark (cgo/bench/tiny_bench.c) waits the same way.
+const spinFor = 200 * time.Microsecond
+
+// spinWait polls wt's futures until they are done, fail, or d passes: DRT_OK, an error, or
+// DRT_ETIMEOUT. Under the lock.
+func (b *Backend) spinWait(wt *waiter, d time.Duration) C.int {
+	dev := b.dev
+	end := time.Now().Add(d)
+	for {
+		rc := C.drt_wait_all(dev.c, wt.w, 0, dev.errbuf, errCap)
+		if rc != C.DRT_ETIMEOUT || !time.Now().Before(end) {
+			return rc
+		}
+	}
 }
 
 // checkIDs reads the id-status words the wait read back; under the lock.
