@@ -62,20 +62,36 @@ func (e *Engine) AddLayerNorm(ctx context.Context, in AddLayerNormInputs, out *A
 	}
 	defer e.done()
 	c := newOpConfig(DefaultAddEpsilon, opts)
-	return e.runAdd(ctx, &in, out, &c, nil)
+	return e.runAdd(ctx, &in, out, &c, nil, nil, nil)
 }
 
-// runAdd is one AddLayerNorm call, of the engine or of a prepared op (prep non-nil).
-func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opConfig, prep ops.PreparedAddLN) error {
+// addMemo is a prepared AddLayerNorm's remembered call (see callMemo).
+type addMemo = callMemo[ops.AddLN, addKeys]
+
+// runAdd is one AddLayerNorm call, of the engine or of a prepared op (prep non-nil). With
+// keys (a prepared op's call on device tensors), a call memo remembers has its backend call
+// from memo; one it does not is checked and, allocating nothing, remembered.
+func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opConfig, prep ops.PreparedAddLN,
+	memo *addMemo, keys *addKeys) error {
 	// The backend call comes from a pool: its pointer escapes through the Backend
 	// interface, and a call must not allocate.
 	f := addFrames.Get().(*addFrame)
-	err := checkAddLayerNorm(in, out, c, f)
-	if err == nil {
-		err = addOutputs(ctx, e, out, f)
-	}
-	if err == nil {
-		err = e.checkAddDevice(&f.a)
+	var err error
+	if keys != nil && memo.load(keys, &f.a) {
+		if err = ctx.Err(); err != nil {
+			err = fmt.Errorf("fusednorm: %s: %w", opAdd, err)
+		}
+	} else {
+		err = checkAddLayerNorm(in, out, c, f)
+		if err == nil {
+			err = addOutputs(ctx, e, out, f)
+		}
+		if err == nil {
+			err = e.checkAddDevice(&f.a)
+		}
+		if err == nil && keys != nil && f.alloc == [4]bool{} {
+			memo.store(keys, &f.a)
+		}
 	}
 	if err == nil {
 		if prep != nil {

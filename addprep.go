@@ -23,6 +23,7 @@ type AddLayerNorm struct {
 	w    AddLayerNormWeights
 	c    opConfig
 	prep ops.PreparedAddLN // nil: the backend takes the weights with each call (the CPU)
+	memo addMemo           // the last call on device tensors (callmemo.go)
 }
 
 // NewAddLayerNorm validates and binds the weights. Options: Epsilon (default 1e-5) and
@@ -82,7 +83,10 @@ func (op *AddLayerNorm) Run(ctx context.Context, x1, x2 Tensor, out *AddLayerNor
 	}
 	defer e.done()
 	in := AddLayerNormInputs{X1: x1, X2: x2, Gamma: op.w.Gamma, Beta: op.w.Beta, Bias: op.w.Bias}
-	return e.runAdd(ctx, &in, out, &op.c, op.prep)
+	if keys, ok := addKeysOf(&x1, &x2, out); ok && op.prep != nil {
+		return e.runAdd(ctx, &in, out, &op.c, op.prep, &op.memo, &keys)
+	}
+	return e.runAdd(ctx, &in, out, &op.c, op.prep, nil, nil)
 }
 
 // Close releases the op's device resources.

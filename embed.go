@@ -49,7 +49,17 @@ type EmbedLayerNorm struct {
 	eng  *Engine
 	w    ops.EmbedWeights
 	prep ops.PreparedEmbed
+	memo embedMemo // the last call on device tensors (callmemo.go)
 }
+
+// embedCall is the backend's view of one EmbedLayerNorm call.
+type embedCall struct {
+	in  ops.EmbedInputs
+	out ops.EmbedOutputs
+}
+
+// embedMemo is a prepared EmbedLayerNorm's remembered call (see callMemo).
+type embedMemo = callMemo[embedCall, embedKeys]
 
 // NewEmbedLayerNorm validates and binds the weights. Options: Epsilon (default 1e-12) and
 // WithMaskRule. The weight tensors must not be modified while the op is in use.
@@ -89,10 +99,18 @@ func (op *EmbedLayerNorm) Run(ctx context.Context, in EmbedInputs, out *EmbedOut
 	if err := checkCall(opEmbed, ctx, out == nil); err != nil {
 		return err
 	}
+	keys, dev := embedKeysOf(&in, out)
+	var known embedCall
+	if dev && op.memo.load(&keys, &known) {
+		return op.run(ctx, &in, out, &known, nil)
+	}
 	if err := checkEmbedInputShapes(&in); err != nil {
 		return err
 	}
-	return op.run(ctx, &in, out)
+	if dev {
+		return op.run(ctx, &in, out, nil, &keys)
+	}
+	return op.run(ctx, &in, out, nil, nil)
 }
 
 // checkCall is the first check of every entry point: ctx and the outputs must be given.
@@ -106,7 +124,10 @@ func checkCall(op string, ctx context.Context, noOutputs bool) error {
 	return nil
 }
 
-func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOutputs) error {
+// run is one call whose input shapes were checked: known, when set, is the backend call the
+// memo gave for the same tensors; keys, when set, are the headers of a device-tensor call to
+// remember once checked.
+func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOutputs, known *embedCall, keys *embedKeys) error {
 	if err := op.eng.use(); err != nil {
 		return err
 	}
@@ -114,12 +135,23 @@ func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOu
 	// The backend's inputs and outputs come from a pool: their pointers escape through
 	// the PreparedEmbed interface, and a call must not allocate.
 	f := embedFrames.Get().(*embedFrame)
-	err := checkEmbedInputs(in, &op.w, &f.in)
-	if err == nil {
-		err = embedOutputs(ctx, op.eng, out, &op.w, f)
-	}
-	if err == nil {
-		err = op.eng.checkEmbedDevice(&f.in, &f.out)
+	var err error
+	if known != nil {
+		f.in, f.out = known.in, known.out
+		if err = ctx.Err(); err != nil {
+			err = fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+		}
+	} else {
+		err = checkEmbedInputs(in, &op.w, &f.in)
+		if err == nil {
+			err = embedOutputs(ctx, op.eng, out, &op.w, f)
+		}
+		if err == nil {
+			err = op.eng.checkEmbedDevice(&f.in, &f.out)
+		}
+		if err == nil && keys != nil && f.fresh[0].IsZero() && f.fresh[1].IsZero() && f.fresh[2].IsZero() {
+			op.memo.store(keys, &embedCall{f.in, f.out})
+		}
 	}
 	if err == nil {
 		if err = op.prep.Run(ctx, &f.in, &f.out); err != nil {
@@ -163,7 +195,7 @@ func (e *Engine) EmbedLayerNormOnce(ctx context.Context, w EmbedWeights, in Embe
 		return err
 	}
 	defer op.Close()
-	return op.run(ctx, &in, out)
+	return op.run(ctx, &in, out, nil, nil)
 }
 
 func argErr(op, tensor, format string, a ...any) error {

@@ -28,6 +28,8 @@ type embedOp struct {
 
 	life   sync.RWMutex
 	closed bool
+
+	memo specMemo[embedKey] // the last call on device tensors (specmemo.go)
 }
 
 // PrepareEmbed uploads the tables, gamma and beta once; runs then move only ids and outputs.

@@ -1,0 +1,113 @@
+package fusednorm
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCallMemoAdd: a prepared AddLayerNorm's repeated call on the same device tensors is
+// remembered (on a GPU engine), computes from the tensors' current data, and a device tensor
+// closed since fails it as it fails a call that was never remembered.
+func TestCallMemoAdd(t *testing.T) {
+	ctx := context.Background()
+	for name, e := range deviceEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			const N, D = 3, 8
+			g, b := FromFloat32(ramp(D, 0.3), D), FromFloat32(ramp(D, -0.2), D)
+			op, err := e.NewAddLayerNorm(AddLayerNormWeights{Gamma: g, Beta: b})
+			require.NoError(t, err)
+			defer op.Close()
+			x1h, x2h := FromFloat32(ramp(N*D, 0.5), N, D), FromFloat32(ramp(N*D, 0.25), N, D)
+			x1, x2 := devLike(t, e, Float32, N, D), devLike(t, e, Float32, N, D)
+			require.NoError(t, x1.Write(x1h))
+			require.NoError(t, x2.Write(x2h))
+			y, mean, rstd := devLike(t, e, Float32, N, D), devLike(t, e, Float32, N, 1), devLike(t, e, Float32, N, 1)
+			out := AddLayerNormOutputs{Y: y.Tensor(), Mean: mean.Tensor(), Rstd: rstd.Tensor()}
+			want := func() Tensor { // the same call on host tensors
+				var h AddLayerNormOutputs
+				require.NoError(t, op.Run(ctx, x1h, x2h, &h))
+				return h.Y
+			}
+			require.NoError(t, op.Run(ctx, x1.Tensor(), x2.Tensor(), &out))
+			require.Equal(t, want(), readBack(t, y))
+			require.Equal(t, name == "dawn", op.memo.ok, "remembered on the GPU engine only")
+
+			// New data in the same tensors: the remembered call reads it.
+			x1h = FromFloat32(ramp(N*D, -1.5), N, D)
+			require.NoError(t, x1.Write(x1h))
+			require.NoError(t, op.Run(ctx, x1.Tensor(), x2.Tensor(), &out))
+			require.Equal(t, want(), readBack(t, y))
+
+			// Another output shape over the same storage is another call: checked, refused.
+			bad := out
+			bad.Mean = Tensor{shape: []int{1, N}, buf: mean.Tensor().buf}
+			require.ErrorIs(t, op.Run(ctx, x1.Tensor(), x2.Tensor(), &bad), ErrInvalidArgument)
+
+			// A closed output: the remembered call fails as a fresh op's does.
+			require.NoError(t, y.Close())
+			errMemo := op.Run(ctx, x1.Tensor(), x2.Tensor(), &out)
+			fresh, err := e.NewAddLayerNorm(AddLayerNormWeights{Gamma: g, Beta: b})
+			require.NoError(t, err)
+			defer fresh.Close()
+			errFresh := fresh.Run(ctx, x1.Tensor(), x2.Tensor(), &out)
+			if name == "dawn" {
+				require.Error(t, errMemo)
+			}
+			require.Equal(t, errFresh == nil, errMemo == nil, "fresh: %v, remembered: %v", errFresh, errMemo)
+		})
+	}
+}
+
+// TestCallMemoEmbed: a prepared EmbedLayerNorm's call that differs from the remembered one
+// only by a Want flag is a different call: the wanted output is allocated and returned.
+func TestCallMemoEmbed(t *testing.T) {
+	ctx := context.Background()
+	for name, e := range deviceEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			const B, S, H, V, P = 2, 3, 8, 5, 4
+			op, err := e.NewEmbedLayerNorm(EmbedWeights{Word: FromFloat32(ramp(V*H, 0.1), V, H),
+				Position: FromFloat32(ramp(P*H, 0.2), P, H), Gamma: FromFloat32(ramp(H, 0.3), H), Beta: FromFloat32(ramp(H, 0.4), H)})
+			require.NoError(t, err)
+			defer op.Close()
+			ids := upload(t, e, FromInt32([]int32{0, 1, 2, 3, 4, 0}, B, S))
+			mask := upload(t, e, FromInt32([]int32{1, 1, 0, 1, 0, 0}, B, S))
+			o := devLike(t, e, Float32, B, S, H)
+			in := EmbedInputs{InputIDs: ids, Mask: mask}
+			out := EmbedOutputs{Output: o.Tensor()}
+			require.NoError(t, op.Run(ctx, in, &out))
+			require.NoError(t, op.Run(ctx, in, &out))
+			require.True(t, out.MaskIndex.IsZero(), "mask_index not wanted")
+			require.Equal(t, name == "dawn", op.memo.ok, "remembered on the GPU engine only")
+
+			out.WantMaskIndex = true
+			require.NoError(t, op.Run(ctx, in, &out))
+			require.Equal(t, []int32{2, 1}, out.MaskIndex.Int32s(), "mask_index, allocated for the call that wants it")
+			if name != "dawn" {
+				return
+			}
+			// The remembered call still checks its ids on the device (SPEC A.2a).
+			idsDev := devLike(t, e, Int32, B, S)
+			in = EmbedInputs{InputIDs: idsDev.Tensor()}
+			out = EmbedOutputs{Output: o.Tensor()}
+			require.NoError(t, idsDev.Write(FromInt32([]int32{0, 1, 2, 3, 4, 0}, B, S)))
+			require.NoError(t, op.Run(ctx, in, &out))
+			require.NoError(t, op.Run(ctx, in, &out)) // remembered
+			require.NoError(t, idsDev.Write(FromInt32([]int32{0, 1, V, 3, 4, 0}, B, S)))
+			require.NoError(t, op.Run(ctx, in, &out))
+			err = e.Sync(ctx)
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			require.Contains(t, err.Error(), "out of range")
+		})
+	}
+}
+
+// ramp is n values (i mod 7)·scale − 1.
+func ramp(n int, scale float32) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(i%7)*scale - 1
+	}
+	return s
+}
