@@ -9,7 +9,7 @@
 #                  ring's upload and read-back GB/s beside the plain path's, and torch's
 #                  anchors (tools/anchors/gpu_anchor.py: device copy, transfers, eager,
 #                  torch.compile).
-#   tiny           the tiny twins alone, alternating for nine rounds.
+#   tiny           the tiny twins alone, alternating for 21 rounds (ROUNDS=n for another count).
 #   speed          the benchmark on Dawn (host-tensor wall, device-resident wall, kernel
 #                  time, the WGSL copy), then -compare: host-tensor calls on the CPU (all
 #                  threads), on Dawn and in auto mode, interleaved in one process. Run it
@@ -56,9 +56,12 @@ ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 export FUSEDNORM_DAWN_LIB=$PWD/third_party/dawn/libwebgpu_wrapper.so FUSEDNORM_REQUIRE_DAWN=1
 if [ "${1:-}" = tiny ]; then
-	# The tiny twins alone, C and Go alternating for nine rounds on the same four cores: the
-	# median of the rounds' medians compares them (a round moves 10-20%).
-	for round in 1 2 3 4 5 6 7 8 9; do
+	# The tiny twins alone, C and Go alternating for ROUNDS rounds (default 21) on the same
+	# four cores: the median of the rounds' medians compares them. Each process lands in one
+	# of two speeds (AddLayerNorm one by one about 31 or 35 us in C), so nine rounds left the
+	# medians to how many rounds of each twin landed fast; the CPU layout goes to cpus.txt.
+	lscpu -e >"$OUT/cpus.txt" 2>&1
+	for round in $(seq "${ROUNDS:-21}"); do
 		taskset -c 4-7 timeout 40 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 3000
 		GOMAXPROCS=4 taskset -c 4-7 timeout 40 carry/fusednorm-bench -backend dawn -tiny 3000
 	done >"$OUT/tiny.txt" 2>&1
