@@ -65,9 +65,6 @@ func (e *Engine) AddLayerNorm(ctx context.Context, in AddLayerNormInputs, out *A
 	return e.runAdd(ctx, &in, out, &c, nil, nil, nil)
 }
 
-// addMemo is a prepared AddLayerNorm's remembered call (see callMemo).
-type addMemo = callMemo[ops.AddLN, addKeys]
-
 // runAdd is one AddLayerNorm call, of the engine or of a prepared op (prep non-nil). With
 // keys (a prepared op's call on device tensors), a call memo remembers has its backend call
 // from memo; one it does not is checked and, allocating nothing, remembered.
@@ -77,7 +74,7 @@ func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLay
 	// interface, and a call must not allocate.
 	f := addFrames.Get().(*addFrame)
 	var err error
-	if keys != nil && memo.load(keys, &f.a) {
+	if keys != nil && memo.Load(keys, &f.a) {
 		if err = ctx.Err(); err != nil {
 			err = fmt.Errorf("fusednorm: %s: %w", opAdd, err)
 		}
@@ -90,7 +87,7 @@ func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLay
 			err = e.checkAddDevice(&f.a)
 		}
 		if err == nil && keys != nil && f.alloc == [4]bool{} {
-			memo.store(keys, &f.a)
+			memo.Store(keys, &f.a)
 		}
 	}
 	if err == nil {

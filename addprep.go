@@ -83,8 +83,10 @@ func (op *AddLayerNorm) Run(ctx context.Context, x1, x2 Tensor, out *AddLayerNor
 	}
 	defer e.done()
 	in := AddLayerNormInputs{X1: x1, X2: x2, Gamma: op.w.Gamma, Beta: op.w.Beta, Bias: op.w.Bias}
-	if keys, ok := addKeysOf(&x1, &x2, out); ok && op.prep != nil {
-		return e.runAdd(ctx, &in, out, &op.c, op.prep, &op.memo, &keys)
+	if op.prep != nil { // a backend without prepared weights (the CPU) builds nothing to remember
+		if keys, ok := addKeysOf(&x1, &x2, out); ok {
+			return e.runAdd(ctx, &in, out, &op.c, op.prep, &op.memo, &keys)
+		}
 	}
 	return e.runAdd(ctx, &in, out, &op.c, op.prep, nil, nil)
 }

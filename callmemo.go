@@ -1,8 +1,7 @@
 package fusednorm
 
 import (
-	"sync"
-
+	"github.com/fusednorm/fusednorm/internal/memo"
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
@@ -14,6 +13,18 @@ import (
 // was mostly the rules. The memo holds device storage only, never the caller's host memory,
 // and the shapes as copies, so a caller who reuses a shape slice cannot make a stale match.
 // A device tensor closed since is caught where it always is, by the backend's submit.
+
+// addMemo is a prepared AddLayerNorm's remembered backend call.
+type addMemo = memo.Last[addKeys, ops.AddLN]
+
+// embedMemo is a prepared EmbedLayerNorm's remembered backend call.
+type embedMemo = memo.Last[embedKeys, embedCall]
+
+// embedCall is the backend's view of one EmbedLayerNorm call.
+type embedCall struct {
+	in  ops.EmbedInputs
+	out ops.EmbedOutputs
+}
 
 // maxMemoRank bounds the shapes a memo keeps (AddLayerNorm's x1 is rank 8 at most).
 const maxMemoRank = 8
@@ -37,38 +48,6 @@ func headerOf(t *Tensor) (devHeader, bool) {
 	h := devHeader{dev: t.buf.Dev, dtype: t.DType(), rank: len(t.shape)}
 	copy(h.dims[:], t.shape)
 	return h, true
-}
-
-// callMemo is one prepared op's remembered call: the headers of its tensors (K) and the
-// backend call C they built. Safe for concurrent use: a call that finds it busy takes the
-// checking path.
-type callMemo[C any, K comparable] struct {
-	mu   sync.Mutex
-	ok   bool
-	keys K
-	call C
-}
-
-// load copies the remembered call into dst when keys match it.
-func (m *callMemo[C, K]) load(keys *K, dst *C) bool {
-	if !m.mu.TryLock() {
-		return false
-	}
-	hit := m.ok && m.keys == *keys
-	if hit {
-		*dst = m.call
-	}
-	m.mu.Unlock()
-	return hit
-}
-
-// store remembers call under keys: a call that checked and allocated no output.
-func (m *callMemo[C, K]) store(keys *K, call *C) {
-	if !m.mu.TryLock() {
-		return
-	}
-	m.ok, m.keys, m.call = true, *keys, *call
-	m.mu.Unlock()
 }
 
 // addKeys are the headers of a prepared AddLayerNorm call: x1, x2, y, mean, rstd, x.

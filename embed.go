@@ -52,15 +52,6 @@ type EmbedLayerNorm struct {
 	memo embedMemo // the last call on device tensors (callmemo.go)
 }
 
-// embedCall is the backend's view of one EmbedLayerNorm call.
-type embedCall struct {
-	in  ops.EmbedInputs
-	out ops.EmbedOutputs
-}
-
-// embedMemo is a prepared EmbedLayerNorm's remembered call (see callMemo).
-type embedMemo = callMemo[embedCall, embedKeys]
-
 // NewEmbedLayerNorm validates and binds the weights. Options: Epsilon (default 1e-12) and
 // WithMaskRule. The weight tensors must not be modified while the op is in use.
 func (e *Engine) NewEmbedLayerNorm(w EmbedWeights, opts ...OpOption) (*EmbedLayerNorm, error) {
@@ -101,7 +92,7 @@ func (op *EmbedLayerNorm) Run(ctx context.Context, in EmbedInputs, out *EmbedOut
 	}
 	keys, dev := embedKeysOf(&in, out)
 	var known embedCall
-	if dev && op.memo.load(&keys, &known) {
+	if dev && op.memo.Load(&keys, &known) {
 		return op.run(ctx, &in, out, &known, nil)
 	}
 	if err := checkEmbedInputShapes(&in); err != nil {
@@ -150,7 +141,7 @@ func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOu
 			err = op.eng.checkEmbedDevice(&f.in, &f.out)
 		}
 		if err == nil && keys != nil && f.fresh[0].IsZero() && f.fresh[1].IsZero() && f.fresh[2].IsZero() {
-			op.memo.store(keys, &embedCall{f.in, f.out})
+			op.memo.Store(keys, &embedCall{f.in, f.out})
 		}
 	}
 	if err == nil {

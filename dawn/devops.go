@@ -231,11 +231,8 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 	}
 	key, remember := embedKeyOf(in, out)
 	if remember {
-		if ran, err := op.memo.run(ctx, b, &key); ran {
-			if err != nil {
-				return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
-			}
-			return nil
+		if ran, err := runRemembered(ctx, b, name, &op.memo, &key); ran {
+			return err
 		}
 	}
 	w := &op.w
@@ -368,7 +365,7 @@ func (op *embedOp) runDev(ctx context.Context, in *ops.EmbedInputs, out *ops.Emb
 		return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
 	}
 	if remember {
-		op.memo.store(&key, s)
+		op.memo.Store(&key, s)
 	}
 	if out.MaskIndex != nil && !k.MaskIndex {
 		clear(out.MaskIndex)
@@ -489,11 +486,8 @@ func (b *Backend) addDev(ctx context.Context, a *ops.AddLN, prep *addPrep) error
 	remember := false
 	if prep != nil {
 		if key, remember = addKeyOf(a); remember {
-			if ran, err := prep.memo.run(ctx, b, &key); ran {
-				if err != nil {
-					return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
-				}
-				return nil
+			if ran, err := runRemembered(ctx, b, name, &prep.memo, &key); ran {
+				return err
 			}
 		}
 	}
@@ -617,7 +611,7 @@ func (b *Backend) addDev(ctx context.Context, a *ops.AddLN, prep *addPrep) error
 		return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
 	}
 	if remember {
-		prep.memo.store(&key, s)
+		prep.memo.Store(&key, s)
 	}
 	return nil
 }

@@ -4,8 +4,9 @@ package dawn
 
 import (
 	"context"
-	"sync"
+	"fmt"
 
+	"github.com/fusednorm/fusednorm/internal/memo"
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
@@ -18,34 +19,20 @@ import (
 // fails the call there.
 
 // specMemo is one prepared op's remembered spec, under the key K of the call that built it.
-// Safe for concurrent use: a call that finds it busy builds its own spec.
-type specMemo[K comparable] struct {
-	mu   sync.Mutex
-	ok   bool
-	key  K
-	spec callSpec
-}
+type specMemo[K comparable] = memo.Last[K, callSpec]
 
-// run submits the remembered spec when key matches it; ran reports whether it did.
-func (m *specMemo[K]) run(ctx context.Context, b *Backend, key *K) (ran bool, err error) {
-	if !m.mu.TryLock() {
+// runRemembered submits m's spec when key matches it, with the memo held (a concurrent
+// call of the op builds its own spec); ran reports whether it did.
+func runRemembered[K comparable](ctx context.Context, b *Backend, name string, m *specMemo[K], key *K) (ran bool, err error) {
+	s, ok := m.Hold(key)
+	if !ok {
 		return false, nil
 	}
-	defer m.mu.Unlock()
-	if !m.ok || m.key != *key {
-		return false, nil
+	defer m.Release()
+	if err := b.exec(ctx, s); err != nil {
+		return true, fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
 	}
-	return true, b.exec(ctx, &m.spec)
-}
-
-// store remembers s, the spec a call under key built and ran.
-func (m *specMemo[K]) store(key *K, s *callSpec) {
-	if !m.mu.TryLock() {
-		return
-	}
-	m.ok, m.key, m.spec = true, *key, *s
-	m.spec.clock = nil // exec sets it per call
-	m.mu.Unlock()
+	return true, nil
 }
 
 // addKey is what a prepared AddLayerNorm call's spec depends on beyond the op.
