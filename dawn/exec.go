@@ -175,18 +175,9 @@ type callSpec struct {
 	clock *ops.KernelClock
 }
 
-// reset empties s for a new call. It clears only what the last call used, not the whole
-// 2 KB struct: the parts past the counts are never read (hash and equal read the key's parts
-// in use), and a tiny call's Go time is mostly the memory it touches.
+// reset empties s for a new call.
 func (s *callSpec) reset(name string) {
-	clear(s.key.binds[:s.key.nbinds]) // the entries hold pointers: let them go
-	clear(s.writes[:s.nwrites])
-	clear(s.copies[:s.npre+s.npost])
-	clear(s.reads[:s.nreads])
-	s.key.pipe, s.key.nparams, s.key.nbinds, s.key.scratch = nil, 0, 0, [maxScratch]scratchReq{}
-	s.name, s.groups = name, [3]uint32{}
-	s.nwrites, s.npre, s.npost, s.nreads = 0, 0, 0, 0
-	s.zeroBytes, s.idCheck, s.wait, s.clock = 0, false, false, nil
+	*s = callSpec{name: name}
 }
 
 func (s *callSpec) bind(r bindRef) { s.key.binds[s.key.nbinds] = r; s.key.nbinds++ }
