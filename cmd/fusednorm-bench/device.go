@@ -164,7 +164,6 @@ func us(d time.Duration) float64 { return float64(d) / 1e3 }
 type deviceWorkload struct {
 	run     func(ctx context.Context) error
 	read    func(ctx context.Context) error
-	dst     fusednorm.Tensor // what read reads into
 	closers []interface{ Close() error }
 }
 
@@ -230,7 +229,6 @@ func setupDevice(eng *fusednorm.Engine, c *benchCase, threads int) (w *deviceWor
 		dst, _ := fusednorm.NewTensor(dt, B, S, H)
 		w.run = func(ctx context.Context) error { return op.Run(ctx, in, &out) }
 		w.read = func(ctx context.Context) error { return o.Read(ctx, dst) }
-		w.dst = dst
 	case opAdd:
 		N, D := c.Shape["N"], c.Shape["D"]
 		x1, x2 := dev(host[0]), dev(host[1])
@@ -249,7 +247,6 @@ func setupDevice(eng *fusednorm.Engine, c *benchCase, threads int) (w *deviceWor
 		dst, _ := fusednorm.NewTensor(dt, N, D)
 		w.run = func(ctx context.Context) error { return op.Run(ctx, x1, x2, &out) }
 		w.read = func(ctx context.Context) error { return y.Read(ctx, dst) }
-		w.dst = dst
 	default:
 		return nil, fmt.Errorf("unknown op %q", c.op)
 	}

@@ -137,7 +137,7 @@ type report struct {
 func writeJSON(path string, info fusednorm.Info, o *options, results []*result) error {
 	rep := report{
 		Tool: "fusednorm-bench", Time: time.Now().UTC().Format(time.RFC3339), Go: runtime.Version(),
-		Host:   map[string]any{"goos": runtime.GOOS, "goarch": runtime.GOARCH, "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0)},
+		Host:   hostFields(),
 		Engine: info,
 		Settings: map[string]any{"threads": o.threads, "reps": o.reps, "min_time": o.minTime.String(), "warmup": o.warmup,
 			"quick": o.quick, "probe": o.probe, "huge_pages": o.hugePages, "max_bytes": o.maxBytes, "only": o.only, "dtype": o.dtype, "ort_dir": o.ortDir},
@@ -149,23 +149,28 @@ func writeJSON(path string, info fusednorm.Info, o *options, results []*result) 
 		},
 		Results: results,
 	}
-	raw, err := json.MarshalIndent(rep, "", " ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(raw, '\n'), 0o644)
+	return writeIndented(path, rep)
 }
 
 // writeCompareJSON writes the -compare rows.
 func writeCompareJSON(path string, o *options, rows []comparison) error {
-	rep := map[string]any{
+	return writeIndented(path, map[string]any{
 		"tool": "fusednorm-bench -compare", "time": time.Now().UTC().Format(time.RFC3339), "go": runtime.Version(),
-		"host":     map[string]any{"goos": runtime.GOOS, "goarch": runtime.GOARCH, "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0)},
+		"host":     hostFields(),
 		"settings": map[string]any{"threads": o.threads, "reps": o.reps, "min_time": o.minTime.String(), "warmup": o.warmup, "huge_pages": o.hugePages},
 		"notes":    []string{"median_ms: host-tensor calls (inputs and outputs in host memory) of three engines in one process, one timed call each per round in a random order, each after an untimed call of its own; auto_over_faster = auto's median over the lower of cpu's and dawn's"},
 		"results":  rows,
-	}
-	raw, err := json.MarshalIndent(rep, "", " ")
+	})
+}
+
+// hostFields describe the machine in a -json file.
+func hostFields() map[string]any {
+	return map[string]any{"goos": runtime.GOOS, "goarch": runtime.GOARCH, "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0)}
+}
+
+// writeIndented writes v as indented JSON with a final newline.
+func writeIndented(path string, v any) error {
+	raw, err := json.MarshalIndent(v, "", " ")
 	if err != nil {
 		return err
 	}
