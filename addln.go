@@ -66,29 +66,22 @@ func (e *Engine) AddLayerNorm(ctx context.Context, in AddLayerNormInputs, out *A
 }
 
 // runAdd is one AddLayerNorm call, of the engine or of a prepared op (prep non-nil). With
-// keys (a prepared op's call on device tensors), a call memo remembers has its backend call
-// from memo; one it does not is checked and, allocating nothing, remembered.
+// keys (a prepared op's call on device tensors), the call, once checked, is remembered in
+// memo when it allocated nothing.
 func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opConfig, prep ops.PreparedAddLN,
 	memo *addMemo, keys *addKeys) error {
 	// The backend call comes from a pool: its pointer escapes through the Backend
 	// interface, and a call must not allocate.
 	f := addFrames.Get().(*addFrame)
-	var err error
-	if keys != nil && memo.Load(keys, &f.a) {
-		if err = ctx.Err(); err != nil {
-			err = fmt.Errorf("fusednorm: %s: %w", opAdd, err)
-		}
-	} else {
-		err = checkAddLayerNorm(in, out, c, f)
-		if err == nil {
-			err = addOutputs(ctx, e, out, f)
-		}
-		if err == nil {
-			err = e.checkAddDevice(&f.a)
-		}
-		if err == nil && keys != nil && f.alloc == [4]bool{} {
-			memo.Store(keys, &f.a)
-		}
+	err := checkAddLayerNorm(in, out, c, f)
+	if err == nil {
+		err = addOutputs(ctx, e, out, f)
+	}
+	if err == nil {
+		err = e.checkAddDevice(&f.a)
+	}
+	if err == nil && keys != nil && f.alloc == [4]bool{} {
+		memo.Store(keys, &f.a)
 	}
 	if err == nil {
 		if prep != nil {
@@ -111,6 +104,19 @@ func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLay
 	*f = addFrame{} // keep no reference to the caller's data
 	addFrames.Put(f)
 	return err
+}
+
+// runKnownAdd is a prepared op's call the memo remembered (callmemo.go): the backend call
+// checked when it was stored, used in place with the memo held.
+func (e *Engine) runKnownAdd(ctx context.Context, prep ops.PreparedAddLN, known *ops.AddLN) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", opAdd, err)
+	}
+	if err := prep.Run(ctx, known); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", opAdd, err)
+	}
+	e.report(ctx)
+	return nil
 }
 
 // addFrame is one AddLayerNorm call: the backend's view, and what the call allocates.

@@ -50,6 +50,22 @@ func headerOf(t *Tensor) (devHeader, bool) {
 	return h, true
 }
 
+// is reports whether t has the header h (headerOf(t) == h, without building it).
+func (h *devHeader) is(t *Tensor) bool {
+	if h.dev == nil {
+		return t.IsZero()
+	}
+	if t.buf.Dev != h.dev || t.DType() != h.dtype || len(t.shape) != h.rank {
+		return false
+	}
+	for i, d := range t.shape {
+		if h.dims[i] != d {
+			return false
+		}
+	}
+	return true
+}
+
 // addKeys are the headers of a prepared AddLayerNorm call: x1, x2, y, mean, rstd, x.
 type addKeys [6]devHeader
 
@@ -61,6 +77,13 @@ func addKeysOf(x1, x2 *Tensor, out *AddLayerNormOutputs) (k addKeys, ok bool) {
 		}
 	}
 	return k, true
+}
+
+// match reports whether the call's tensors have the headers k. A remembered call is found
+// by comparing in place: building the 576 bytes of keys to compare took a fifth of a tiny
+// call's Go time.
+func (k *addKeys) match(x1, x2 *Tensor, out *AddLayerNormOutputs) bool {
+	return k[0].is(x1) && k[1].is(x2) && k[2].is(&out.Y) && k[3].is(&out.Mean) && k[4].is(&out.Rstd) && k[5].is(&out.X)
 }
 
 // embedKeys are the headers of a prepared EmbedLayerNorm call (input_ids, segment_ids,
@@ -80,4 +103,11 @@ func embedKeysOf(in *EmbedInputs, out *EmbedOutputs) (k embedKeys, ok bool) {
 	}
 	k.wantMaskIndex, k.wantSum = out.WantMaskIndex, out.WantEmbeddingSum
 	return k, true
+}
+
+// match reports whether the call's tensors and Want flags are k (see addKeys.match).
+func (k *embedKeys) match(in *EmbedInputs, out *EmbedOutputs) bool {
+	return k.wantMaskIndex == out.WantMaskIndex && k.wantSum == out.WantEmbeddingSum &&
+		k.h[0].is(&in.InputIDs) && k.h[1].is(&in.SegmentIDs) && k.h[2].is(&in.Mask) && k.h[3].is(&in.PositionIDs) &&
+		k.h[4].is(&out.Output) && k.h[5].is(&out.MaskIndex) && k.h[6].is(&out.EmbeddingSum)
 }

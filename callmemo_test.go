@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fusednorm/fusednorm/internal/memo"
+	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/stretchr/testify/require"
 )
 
@@ -123,4 +124,59 @@ func ramp(n int, scale float32) []float32 {
 		s[i] = float32(i%7)*scale - 1
 	}
 	return s
+}
+
+// fakeDev is device storage for the header tests, which need no device.
+type fakeDev struct{ n int }
+
+func (f *fakeDev) Len() int { return f.n }
+
+// TestHeaderIs: h.is(t) holds exactly when t's header is h, over absent, host and device
+// tensors of several dtypes, ranks and shapes, two of them on the same storage.
+func TestHeaderIs(t *testing.T) {
+	d1, d2 := &fakeDev{24}, &fakeDev{24}
+	dev := func(m ops.DeviceMem, dt DType, shape ...int) Tensor {
+		return Tensor{shape: shape, buf: ops.Buf{DType: dt, Dev: m}}
+	}
+	ts := []Tensor{
+		{},
+		FromFloat32(make([]float32, 24), 4, 6),
+		dev(d1, Float32, 4, 6),
+		dev(d1, Float32, 6, 4),
+		dev(d1, Float32, 24),
+		dev(d1, Float32, 2, 3, 4),
+		dev(d1, Float16, 4, 6),
+		dev(d2, Float32, 4, 6),
+		dev(d1, Float32, 1, 1, 1, 1, 1, 1, 1, 1, 24),
+	}
+	for i := range ts {
+		h, ok := headerOf(&ts[i])
+		for j := range ts {
+			hj, okj := headerOf(&ts[j])
+			want := ok && okj && h == hj
+			if got := ok && h.is(&ts[j]); got != want {
+				t.Errorf("tensor %d's header is(tensor %d) = %v, want %v", i, j, got, want)
+			}
+		}
+	}
+	// The keys of a call match its own tensors and not a call with one tensor changed.
+	x1, x2, y := dev(d1, Float32, 4, 6), dev(d2, Float32, 4, 6), dev(&fakeDev{24}, Float32, 4, 6)
+	out := AddLayerNormOutputs{Y: y}
+	k, ok := addKeysOf(&x1, &x2, &out)
+	if !ok || !k.match(&x1, &x2, &out) {
+		t.Fatal("a call's keys do not match its own tensors")
+	}
+	if k.match(&x2, &x1, &out) {
+		t.Error("keys match with x1 and x2 swapped")
+	}
+	in := EmbedInputs{InputIDs: dev(d1, Int32, 4, 6)}
+	eout := EmbedOutputs{Output: dev(d2, Float32, 4, 6, 1)}
+	ek, ok := embedKeysOf(&in, &eout)
+	if !ok || !ek.match(&in, &eout) {
+		t.Fatal("an EmbedLayerNorm call's keys do not match its own tensors")
+	}
+	eout.WantMaskIndex = true
+	if ek.match(&in, &eout) {
+		t.Error("keys match with WantMaskIndex changed")
+	}
 }

@@ -90,18 +90,38 @@ func (op *EmbedLayerNorm) Run(ctx context.Context, in EmbedInputs, out *EmbedOut
 	if err := checkCall(opEmbed, ctx, out == nil); err != nil {
 		return err
 	}
-	keys, dev := embedKeysOf(&in, out)
-	var known embedCall
-	if dev && op.memo.Load(&keys, &known) {
-		return op.run(ctx, &in, out, &known, nil)
+	if k, known, ok := op.memo.HoldLast(); ok {
+		if k.match(&in, out) {
+			err := op.runKnown(ctx, known)
+			op.memo.Release()
+			return err
+		}
+		op.memo.Release()
 	}
 	if err := checkEmbedInputShapes(&in); err != nil {
 		return err
 	}
-	if dev {
-		return op.run(ctx, &in, out, nil, &keys)
+	if keys, dev := embedKeysOf(&in, out); dev {
+		return op.run(ctx, &in, out, &keys)
 	}
-	return op.run(ctx, &in, out, nil, nil)
+	return op.run(ctx, &in, out, nil)
+}
+
+// runKnown is a call the memo remembered (callmemo.go): the backend call checked when it
+// was stored, used in place with the memo held.
+func (op *EmbedLayerNorm) runKnown(ctx context.Context, known *embedCall) error {
+	if err := op.eng.use(); err != nil {
+		return err
+	}
+	defer op.eng.done()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+	}
+	if err := op.prep.Run(ctx, &known.in, &known.out); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+	}
+	op.eng.report(ctx)
+	return nil
 }
 
 // checkCall is the first check of every entry point: ctx and the outputs must be given.
@@ -115,10 +135,9 @@ func checkCall(op string, ctx context.Context, noOutputs bool) error {
 	return nil
 }
 
-// run is one call whose input shapes were checked: known, when set, is the backend call the
-// memo gave for the same tensors; keys, when set, are the headers of a device-tensor call to
-// remember once checked.
-func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOutputs, known *embedCall, keys *embedKeys) error {
+// run is one call whose input shapes were checked: keys, when set, are the headers of a
+// device-tensor call to remember once checked.
+func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOutputs, keys *embedKeys) error {
 	if err := op.eng.use(); err != nil {
 		return err
 	}
@@ -126,23 +145,15 @@ func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOu
 	// The backend's inputs and outputs come from a pool: their pointers escape through
 	// the PreparedEmbed interface, and a call must not allocate.
 	f := embedFrames.Get().(*embedFrame)
-	var err error
-	if known != nil {
-		f.in, f.out = known.in, known.out
-		if err = ctx.Err(); err != nil {
-			err = fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
-		}
-	} else {
-		err = checkEmbedInputs(in, &op.w, &f.in)
-		if err == nil {
-			err = embedOutputs(ctx, op.eng, out, &op.w, f)
-		}
-		if err == nil {
-			err = op.eng.checkEmbedDevice(&f.in, &f.out)
-		}
-		if err == nil && keys != nil && f.fresh[0].IsZero() && f.fresh[1].IsZero() && f.fresh[2].IsZero() {
-			op.memo.Store(keys, &embedCall{f.in, f.out})
-		}
+	err := checkEmbedInputs(in, &op.w, &f.in)
+	if err == nil {
+		err = embedOutputs(ctx, op.eng, out, &op.w, f)
+	}
+	if err == nil {
+		err = op.eng.checkEmbedDevice(&f.in, &f.out)
+	}
+	if err == nil && keys != nil && f.fresh[0].IsZero() && f.fresh[1].IsZero() && f.fresh[2].IsZero() {
+		op.memo.Store(keys, &embedCall{f.in, f.out})
 	}
 	if err == nil {
 		if err = op.prep.Run(ctx, &f.in, &f.out); err != nil {
@@ -186,7 +197,7 @@ func (e *Engine) EmbedLayerNormOnce(ctx context.Context, w EmbedWeights, in Embe
 		return err
 	}
 	defer op.Close()
-	return op.run(ctx, &in, out, nil, nil)
+	return op.run(ctx, &in, out, nil)
 }
 
 func argErr(op, tensor, format string, a ...any) error {

@@ -173,6 +173,8 @@ type callSpec struct {
 	wait bool
 	// clock: time the kernel on the device (ops.WithKernelClock); the call then waits.
 	clock *ops.KernelClock
+	// entry: the cache entry of key, once enqueue has found it (until the entry is dropped).
+	entry *callEntry
 }
 
 // reset empties s for a new call.
@@ -220,6 +222,7 @@ type callEntry struct {
 	params  *buffer
 	scratch [maxScratch]*buffer
 	used    uint64
+	dropped bool // out of the cache, its bind group and buffers released (dropEntry)
 }
 
 // waiter is what a waiting call needs, reused: the C futures and the staging buffers.
@@ -375,6 +378,7 @@ func (b *Backend) dropEntry(h uint64, e *callEntry) {
 	for _, s := range e.scratch {
 		b.dev.releaseLocked(s)
 	}
+	e.dropped = true
 	delete(b.dt.cache, h)
 }
 
@@ -500,9 +504,16 @@ func (b *Backend) enqueue(s *callSpec) (*waiter, error) {
 	}
 	var e *callEntry
 	if s.key.pipe != nil {
-		var err error
-		if e, err = b.entry(s); err != nil {
-			return nil, err
+		// A remembered spec (specmemo.go) keeps the entry it found, while the cache does.
+		if e = s.entry; e != nil && !e.dropped {
+			st.tick++
+			e.used = st.tick
+		} else {
+			var err error
+			if e, err = b.entry(s); err != nil {
+				return nil, err
+			}
+			s.entry = e
 		}
 	}
 	if s.zeroBytes > 0 && (st.zero == nil || st.zero.size < s.zeroBytes) {

@@ -32,14 +32,19 @@ func (m *Last[K, V]) Hold(key *K) (*V, bool) {
 // Release ends a Hold.
 func (m *Last[K, V]) Release() { m.mu.Unlock() }
 
-// Load copies the value into dst when key matches the stored one (see Hold).
-func (m *Last[K, V]) Load(key *K, dst *V) bool {
-	v, ok := m.Hold(key)
-	if ok {
-		*dst = *v
-		m.Release()
+// HoldLast returns the stored key and value with the memo locked: the caller compares the
+// key in place (building a key to compare can cost more than the comparison), uses the value
+// if it matches, and calls Release either way. false when nothing is stored or another caller
+// holds the memo.
+func (m *Last[K, V]) HoldLast() (*K, *V, bool) {
+	if !m.mu.TryLock() {
+		return nil, nil, false
 	}
-	return ok
+	if !m.ok {
+		m.mu.Unlock()
+		return nil, nil, false
+	}
+	return &m.key, &m.val, true
 }
 
 // Store keeps a copy of v under key, unless another caller holds the memo.
