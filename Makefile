@@ -112,19 +112,22 @@ test-native: provision
 	$(WITH_ENV) cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && \
 		cmake --build build >/dev/null && ctest --test-dir build --output-on-failure
 
-# The tiny-call benchmark of issue 17: the C twin (cgo/bench/tiny_bench.c) and the Go side
-# (fusednorm-bench -tiny, then BenchmarkTiny* with allocations), same calls, same kernels.
+# The tiny-call benchmark of issue 17: the C twin as a program (cgo/bench/tiny_bench.c),
+# then the Go calls beside the same C twin in one process (fusednorm-bench -tiny, C and Go
+# alternating for TINY_ROUNDS rounds), then BenchmarkTiny* with allocations: same calls,
+# same kernels.
 TINY_N ?= 2000
+TINY_ROUNDS ?= 5
 bench-tiny: provision
 	$(WITH_ENV) cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build --target tiny_bench >/dev/null
 	$(GO) run ./internal/cmd/tinywgsl build/tiny
 	$(WITH_ENV) build/tiny_bench "$$FUSEDNORM_DAWN_LIB" build/tiny $(TINY_N)
-	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench -backend dawn -tiny $(TINY_N)
+	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench -backend dawn -tiny $(TINY_N) -tiny-rounds $(TINY_ROUNDS)
 	$(WITH_ENV) FUSEDNORM_BACKEND=dawn $(GO) test -run XXX -bench Tiny -benchmem -benchtime $(TINY_N)x .
 
 # CI runs it on lavapipe to see that it runs; the numbers are not asserted.
 test-tiny:
-	$(MAKE) bench-tiny TINY_N=50
+	$(MAKE) bench-tiny TINY_N=50 TINY_ROUNDS=2
 
 check-generated:
 	bash scripts/check-generated.sh

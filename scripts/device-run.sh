@@ -9,7 +9,8 @@
 #                  ring's upload and read-back GB/s beside the plain path's, and torch's
 #                  anchors (tools/anchors/gpu_anchor.py: device copy, transfers, eager,
 #                  torch.compile).
-#   tiny           the tiny twins alone, alternating for 21 rounds (ROUNDS=n for another count).
+#   tiny           the tiny twins alone: C and Go in one process, 21 rounds (ROUNDS=n for
+#                  another count), then the C twin as a program of its own.
 #   speed          the benchmark on Dawn (host-tensor wall, device-resident wall, kernel
 #                  time, the WGSL copy), then -compare: host-tensor calls on the CPU (all
 #                  threads), on Dawn and in auto mode, interleaved in one process. Run it
@@ -56,16 +57,16 @@ ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 export FUSEDNORM_DAWN_LIB=$PWD/third_party/dawn/libwebgpu_wrapper.so FUSEDNORM_REQUIRE_DAWN=1
 if [ "${1:-}" = tiny ]; then
-	# The tiny twins alone, C and Go alternating for ROUNDS rounds (default 21) on the same
-	# four cores: the median of the rounds' medians compares them. Each process lands in one
-	# of two speeds (AddLayerNorm one by one about 31 or 35 us in C), so nine rounds left the
-	# medians to how many rounds of each twin landed fast; the CPU layout goes to cpus.txt.
+	# The tiny twins in one process (fusednorm-bench -tiny runs the C twin beside the Go
+	# calls, in a new random order each round): separate processes each landed in one of two
+	# speeds (AddLayerNorm one by one about 31 or 35 us in C), which decided a difference of
+	# a few percent by how many processes of each twin landed fast. Then the C program once,
+	# as a check that the twin in a Go process runs as fast as alone. CPU layout: cpus.txt.
 	lscpu -e >"$OUT/cpus.txt" 2>&1
-	for round in $(seq "${ROUNDS:-21}"); do
-		taskset -c 4-7 timeout 40 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 3000
-		GOMAXPROCS=4 taskset -c 4-7 timeout 40 carry/fusednorm-bench -backend dawn -tiny 3000
-	done >"$OUT/tiny.txt" 2>&1
-	grep -E "^(C |Go )" "$OUT/tiny.txt"
+	{ GOMAXPROCS=4 taskset -c 4-7 timeout 150 carry/fusednorm-bench -backend dawn -tiny 3000 -tiny-rounds "${ROUNDS:-21}"
+	  taskset -c 4-7 timeout 40 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 3000
+	} >"$OUT/tiny.txt" 2>&1
+	grep -E "^(C |Go |C twin)" "$OUT/tiny.txt"
 	exit 0
 fi
 if [ "${1:-}" = speed ]; then
@@ -84,15 +85,12 @@ nvidia-smi -L
 grep -E "engine:|--- FAIL|rc=" "$OUT/conformance.log" | tail -5
 timeout 100 carry/root.test -test.run 'TestDevice|TestInfoNames|TestCloseDuringCallDawn|TestDawn' -test.v >"$OUT/root.log" 2>&1
 echo "root tests rc=$?"; grep -E "^(--- FAIL|ok|FAIL)" "$OUT/root.log"; grep -c "^--- PASS" "$OUT/root.log"
-# The C and Go twins alternate, three rounds on the same four cores, so a drift of the
-# machine shows as a difference between rounds rather than between the twins.
-{ for round in 1 2 3; do
-	taskset -c 4-7 timeout 40 carry/tiny_bench "$FUSEDNORM_DAWN_LIB" carry/tiny 3000
-	GOMAXPROCS=4 taskset -c 4-7 timeout 40 carry/fusednorm-bench -backend dawn -tiny 3000
-  done
+# The C and Go twins in one process (see the tiny mode), five rounds on the same four cores,
+# then the Go benchmarks with their allocations.
+{ GOMAXPROCS=4 taskset -c 4-7 timeout 60 carry/fusednorm-bench -backend dawn -tiny 3000 -tiny-rounds 5
   FUSEDNORM_BACKEND=dawn timeout 60 carry/root.test -test.run XXX -test.bench Tiny -test.benchmem -test.benchtime 3000x
 } >"$OUT/tiny.txt" 2>&1
-grep -E "^(C |Go |Benchmark)" "$OUT/tiny.txt"
+grep -E "^(C |Go |C twin|Benchmark)" "$OUT/tiny.txt"
 timeout 60 carry/dawn.test -test.run '^$' -test.bench 'Transfer/.*/.*/1024MiB' -test.benchtime 4x >"$OUT/transfer.txt" 2>&1
 echo "transfer rc=$?"; grep -E "^Benchmark" "$OUT/transfer.txt"
 (cd carry && PYTHONUNBUFFERED=1 timeout 200 python3 gpu_anchor.py >"$OUT/anchor.jsonl" 2>"$OUT/anchor.err"; echo "anchor rc=$?")

@@ -6,15 +6,19 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fusednorm/fusednorm"
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/tinytwin"
 )
 
 // The -tiny mode (issue 17): what a call costs beyond its kernel, through the public API
-// with every per-call tensor on the device and the weights resident. Its native twin is
-// cgo/bench/tiny_bench.c, which prints the same lines with "C" in front.
+// with every per-call tensor on the device and the weights resident, beside its native twin
+// (cgo/bench/tiny_twin.c through internal/tinytwin) in the same process when the engine is
+// Dawn: each round runs each op on both twins, in a new random order, and the medians are
+// over every round's calls.
 
 // tinyOp is one prepared tiny call and what it holds.
 type tinyOp struct {
@@ -97,7 +101,8 @@ func runTiny(ctx context.Context, o *options, stdout io.Writer) error {
 		return err
 	}
 	defer eng.Close()
-	fmt.Fprintf(stdout, "engine: %s\n", eng.Info())
+	info := eng.Info()
+	fmt.Fprintf(stdout, "engine: %s\n", info)
 	ops, err := newTinyOps(ctx, eng)
 	if err != nil {
 		return err
@@ -107,48 +112,131 @@ func runTiny(ctx context.Context, o *options, stdout io.Writer) error {
 			op.close()
 		}
 	}()
-	n := o.tiny
-	t := make([]time.Duration, n)
-	for _, op := range ops {
-		for range 20 {
-			if err := op.call(); err != nil {
-				return err
+	// The C twin runs in this process on a device of its own, on the same Dawn library.
+	twin := info.Backend == "dawn"
+	if twin {
+		if err := tinytwin.Open(info.Library); err != nil {
+			fmt.Fprintf(stdout, "C twin: %v\n", err)
+			twin = false
+		} else {
+			fmt.Fprintf(stdout, "C twin: on %s, in this process\n", tinytwin.Adapter())
+		}
+	}
+	n, rounds := o.tiny, max(o.tinyRounds, 1)
+	goAll, cAll := make([]tinySamples, len(ops)), make([]tinySamples, len(ops))
+	// Each round's Go-over-C difference of medians, one by one and back to back, per op.
+	eachDiff, b2bDiff := make([][]time.Duration, len(ops)), make([][]time.Duration, len(ops))
+	for range rounds {
+		for i, op := range ops {
+			cFirst := rand.IntN(2) == 0 // the twins' order, new each round
+			for k := range 2 {
+				if (k == 0) == cFirst {
+					if !twin {
+						continue
+					}
+					s, err := tinytwin.Run([...]tinytwin.Op{tinytwin.Embed, tinytwin.Add}[i], n)
+					if err != nil {
+						return err
+					}
+					cAll[i].add(tinySamples(s))
+					continue
+				}
+				s, err := goTiny(ctx, eng, op, n)
+				if err != nil {
+					return err
+				}
+				goAll[i].add(s)
+			}
+			if twin {
+				c, g := &cAll[i], &goAll[i]
+				eachDiff[i] = append(eachDiff[i], median(g.Each[len(g.Each)-n:])-median(c.Each[len(c.Each)-n:]))
+				b2bDiff[i] = append(b2bDiff[i], median(g.BackToBack[len(g.BackToBack)-n:])-median(c.BackToBack[len(c.BackToBack)-n:]))
 			}
 		}
-		if err := eng.Sync(ctx); err != nil {
-			return err
+	}
+	for i, op := range ops {
+		if twin {
+			cAll[i].print(stdout, "C ", op.name, rounds)
 		}
-		calls, waits := make([]time.Duration, n), make([]time.Duration, n)
-		for i := range n {
-			t0 := time.Now()
-			if err := op.call(); err != nil {
-				return err
-			}
-			t1 := time.Now()
-			if err := eng.Sync(ctx); err != nil {
-				return err
-			}
-			t[i] = time.Since(t0)
-			calls[i], waits[i] = t1.Sub(t0), t[i]-t1.Sub(t0)
+		goAll[i].print(stdout, "Go", op.name, rounds)
+		if twin {
+			c, g := &cAll[i], &goAll[i]
+			ce, ge, cb, gb := median(c.Each), median(g.Each), median(c.BackToBack), median(g.BackToBack)
+			fmt.Fprintf(stdout, "Go over C, %s: one by one %+.2f us (%+.1f%%), back to back %+.2f us a call\n",
+				op.name, us(ge-ce), 100*(float64(ge)/float64(ce)-1), us(gb-cb))
+			fmt.Fprintf(stdout, "   by round (us), one by one:%s\n   by round (us), back to back:%s\n",
+				signedUs(eachDiff[i]), signedUs(b2bDiff[i]))
 		}
-		each := median(t)
-		start := time.Now()
-		for i := range n {
-			t0 := time.Now()
-			if err := op.call(); err != nil {
-				return err
-			}
-			t[i] = time.Since(t0)
-		}
-		if err := eng.Sync(ctx); err != nil {
-			return err
-		}
-		total := time.Since(start)
-		b2b := median(t)
-		fmt.Fprintf(stdout, "Go %-14s one-by-one median %9.2f us (call %.2f + wait %.2f)   back-to-back median %9.2f us   back-to-back mean (with the final wait) %9.2f us   (N=%d)\n",
-			op.name, us(each), us(median(calls)), us(median(waits)), us(b2b), us(total/time.Duration(n)), n)
 	}
 	return nil
+}
+
+// signedUs lists durations in microseconds, signed.
+func signedUs(ds []time.Duration) string {
+	var b strings.Builder
+	for _, d := range ds {
+		fmt.Fprintf(&b, " %+.2f", us(d))
+	}
+	return b.String()
+}
+
+// tinySamples are the times of tiny calls (tinytwin.Samples, from either twin), pooled
+// over rounds.
+type tinySamples tinytwin.Samples
+
+func (t *tinySamples) add(s tinySamples) {
+	t.Each = append(t.Each, s.Each...)
+	t.Call = append(t.Call, s.Call...)
+	t.Wait = append(t.Wait, s.Wait...)
+	t.BackToBack = append(t.BackToBack, s.BackToBack...)
+	t.BackToBackTotal += s.BackToBackTotal
+}
+
+func (t *tinySamples) print(w io.Writer, twin, name string, rounds int) {
+	n := len(t.Each)
+	fmt.Fprintf(w, "%s %-14s one-by-one median %9.2f us (call %.2f + wait %.2f)   back-to-back median %9.2f us   back-to-back mean (with the final wait) %9.2f us   (N=%d in %d rounds)\n",
+		twin, name, us(median(t.Each)), us(median(t.Call)), us(median(t.Wait)), us(median(t.BackToBack)),
+		us(t.BackToBackTotal/time.Duration(n)), n, rounds)
+}
+
+// goTiny times op through the public API as the C twin times its calls: 20 calls to warm,
+// n waited for one by one (Sync after each), n back to back (one Sync at the end).
+func goTiny(ctx context.Context, eng *fusednorm.Engine, op *tinyOp, n int) (tinySamples, error) {
+	s := tinySamples{Each: make([]time.Duration, n), Call: make([]time.Duration, n), Wait: make([]time.Duration, n),
+		BackToBack: make([]time.Duration, n)}
+	for range 20 {
+		if err := op.call(); err != nil {
+			return s, err
+		}
+	}
+	if err := eng.Sync(ctx); err != nil {
+		return s, err
+	}
+	for i := range n {
+		t0 := time.Now()
+		if err := op.call(); err != nil {
+			return s, err
+		}
+		t1 := time.Now()
+		if err := eng.Sync(ctx); err != nil {
+			return s, err
+		}
+		s.Each[i] = time.Since(t0)
+		s.Call[i], s.Wait[i] = t1.Sub(t0), s.Each[i]-t1.Sub(t0)
+	}
+	start := time.Now()
+	for i := range n {
+		t0 := time.Now()
+		if err := op.call(); err != nil {
+			return s, err
+		}
+		s.BackToBack[i] = time.Since(t0)
+	}
+	if err := eng.Sync(ctx); err != nil {
+		return s, err
+	}
+	s.BackToBackTotal = time.Since(start)
+	return s, nil
 }
 
 func median(t []time.Duration) time.Duration {

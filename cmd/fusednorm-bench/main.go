@@ -72,6 +72,7 @@ type options struct {
 	from       []string
 	ortDir     string
 	tiny       int  // -tiny N: the tiny-call benchmark (device.go) instead of the cases
+	tinyRounds int  // -tiny-rounds R: its rounds, each N calls of each op on each twin
 	device     bool // -device-resident: also time each case on device tensors (device.go)
 	compare    bool // -compare: cpu, dawn and auto on the same cases, interleaved (compare.go)
 }
@@ -100,7 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "write every result to this JSON file")
 	fs.StringVar(&o.plotPath, "plot", "", "draw the roofline (GB/s against bytes moved per case, the probe's copy as the ceiling) into this SVG file")
 	from := fs.String("from", "", "with -plot: draw the results of earlier -json files (comma-separated; e.g. a CPU and a GPU run in one picture) instead of running")
-	fs.IntVar(&o.tiny, "tiny", 0, "instead of the cases: N tiny calls on device tensors, EmbedLayerNorm f32 (1,1,768) and AddLayerNorm f32 (1,768), one by one and back to back (the Go twin of cgo/bench/tiny_bench)")
+	fs.IntVar(&o.tiny, "tiny", 0, "instead of the cases: N tiny calls on device tensors, EmbedLayerNorm f32 (1,1,768) and AddLayerNorm f32 (1,768), one by one and back to back, beside the same calls from C in this process (cgo/bench/tiny_twin.c)")
+	fs.IntVar(&o.tinyRounds, "tiny-rounds", 5, "-tiny: rounds, each N calls of each op from Go and from C in a new random order")
 	fs.BoolVar(&o.device, "device-resident", true, "on a GPU, also time each case with every tensor on the device: a chain of calls divided by its length, one read-back at the end")
 	fs.BoolVar(&o.compare, "compare", false, "time every case on three engines in one process, -backend cpu, dawn and auto, one call each in a random order per round: does auto run as fast as the faster backend? (-backend is ignored)")
 	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of tools/oracle (with node_modules; make bench-ort makes one): also time ONNX Runtime's CPU kernel on the cases it has")

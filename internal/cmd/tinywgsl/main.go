@@ -1,6 +1,6 @@
 // Command tinywgsl writes the two kernels of the tiny-call benchmark (issue 17), as the Go
 // path renders them for EmbedLayerNorm f32 (1,1,768) and AddLayerNorm f32 (1,768), into a
-// directory for the native twin, cgo/bench/tiny_bench.c:
+// directory for the native twin as a program, cgo/bench/tiny_bench.c (internal/tinytwin/wgsl):
 //
 //	go run ./internal/cmd/tinywgsl build/tiny && build/tiny_bench third_party/dawn/libwebgpu_wrapper.so build/tiny
 package main
@@ -10,13 +10,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/fusednorm/fusednorm/internal/ops"
-	"github.com/fusednorm/fusednorm/internal/plan"
-	"github.com/fusednorm/fusednorm/shaders"
+	"github.com/fusednorm/fusednorm/internal/tinytwin/wgsl"
 )
-
-// tinyH is the row length of both tiny calls.
-const tinyH = 768
 
 func main() {
 	if len(os.Args) != 2 {
@@ -30,19 +25,7 @@ func main() {
 }
 
 func run(dir string) error {
-	// The kernels do not depend on the contraction profile; the plan's width does not either.
-	p := plan.For(tinyH, plan.Contraction{})
-	private := shaders.PrivateFor(p.H, p.W)
-	// Its ids are a device tensor, bound where it is (SplitInts), as the Go path does.
-	ek := shaders.Embed{W: p.W, Private: private, DType: ops.F32, SplitInts: true}
-	ek.Vectorize(p.H) // as the Go path picks its kernel
-	embed, err := shaders.RenderEmbed(ek)
-	if err != nil {
-		return err
-	}
-	ak := shaders.AddLN{W: p.W, Private: private, X1: ops.F32, X2: ops.F32, Gamma: ops.F32, Out: ops.F32}
-	ak.Vectorize(p.H)
-	add, err := shaders.RenderAddLN(ak)
+	embed, add, invH, err := wgsl.Kernels()
 	if err != nil {
 		return err
 	}
@@ -53,7 +36,7 @@ func run(dir string) error {
 		"embed.wgsl": embed,
 		"addln.wgsl": add,
 		// The workgroup size the kernels were rendered for is W; the C side only dispatches.
-		"invh.txt": fmt.Sprintf("%.9g\n", p.InvH),
+		"invh.txt": fmt.Sprintf("%.9g\n", invH),
 	}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {

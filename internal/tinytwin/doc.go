@@ -1,0 +1,11 @@
+// Package tinytwin is the native twin of the Go tiny calls of issue 17, run inside a Go
+// process: the C of cgo/bench/tiny_twin.c, which performs what one tiny device-resident call
+// of the Go path does (EmbedLayerNorm f32 (1,1,768), AddLayerNorm f32 (1,768)) through the same
+// C layer, on a device of its own. fusednorm-bench -tiny alternates it with the Go calls in
+// one process, so both twins share the process's placement on the machine (separate
+// processes each landed in one of two speeds, which swamped a difference of a few percent).
+// cgo/bench/tiny_bench.c runs the same C as a program.
+//
+// Its C calls the C layer that package dawn compiles in, so a program that imports it must
+// link package dawn (the root package does, in a cgo build).
+package tinytwin

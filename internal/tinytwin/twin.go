@@ -1,0 +1,97 @@
+//go:build cgo
+
+package tinytwin
+
+/*
+#include <stdlib.h>
+#include "../../cgo/bench/tiny_twin.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/fusednorm/fusednorm/internal/tinytwin/wgsl"
+)
+
+// Op is one of the two tiny calls.
+type Op int
+
+const (
+	Embed Op = C.TINY_EMBED // EmbedLayerNorm f32 (1,1,768)
+	Add   Op = C.TINY_ADD   // AddLayerNorm f32 (1,768)
+)
+
+// Samples are one run's times: per call one by one (Each = Call + Wait), per submit back to
+// back, and the back-to-back run's whole time with its final wait.
+type Samples struct {
+	Each, Call, Wait, BackToBack []time.Duration
+	BackToBackTotal              time.Duration
+}
+
+var twin struct {
+	sync.Mutex
+	open bool
+}
+
+const msgCap = 8192
+
+// Open loads the Dawn library at path and opens the twin's own device on it. Once a process.
+func Open(library string) error {
+	twin.Lock()
+	defer twin.Unlock()
+	if twin.open {
+		return errors.New("tinytwin: open already")
+	}
+	embed, add, invH, err := wgsl.Kernels()
+	if err != nil {
+		return err
+	}
+	cl, ce, ca := C.CString(library), C.CString(embed), C.CString(add)
+	defer C.free(unsafe.Pointer(cl))
+	defer C.free(unsafe.Pointer(ce))
+	defer C.free(unsafe.Pointer(ca))
+	msg := (*C.char)(C.malloc(msgCap))
+	defer C.free(unsafe.Pointer(msg))
+	if C.tiny_twin_open(cl, ce, ca, C.float(invH), msg, msgCap) != 0 {
+		return fmt.Errorf("tinytwin: %s", C.GoString(msg))
+	}
+	twin.open = true
+	return nil
+}
+
+// Adapter names the twin's device.
+func Adapter() string { return C.GoString(C.tiny_twin_adapter()) }
+
+// Run runs op on the twin: 20 calls to warm, n one by one, n back to back.
+func Run(op Op, n int) (Samples, error) {
+	twin.Lock()
+	defer twin.Unlock()
+	if n < 1 {
+		return Samples{}, errors.New("tinytwin: n < 1")
+	}
+	arr := (*C.double)(C.calloc(C.size_t(4*n), C.size_t(unsafe.Sizeof(C.double(0)))))
+	defer C.free(unsafe.Pointer(arr))
+	all := unsafe.Slice((*float64)(unsafe.Pointer(arr)), 4*n)
+	var s C.tiny_samples
+	s.each, s.call = arr, (*C.double)(unsafe.Pointer(&all[n]))
+	s.wait, s.b2b = (*C.double)(unsafe.Pointer(&all[2*n])), (*C.double)(unsafe.Pointer(&all[3*n]))
+	msg := (*C.char)(C.malloc(msgCap))
+	defer C.free(unsafe.Pointer(msg))
+	if C.tiny_twin_run(C.int(op), C.int(n), &s, msg, msgCap) != 0 {
+		return Samples{}, fmt.Errorf("tinytwin: %s", C.GoString(msg))
+	}
+	durs := func(f []float64) []time.Duration {
+		d := make([]time.Duration, len(f))
+		for i, v := range f {
+			d[i] = time.Duration(v)
+		}
+		return d
+	}
+	return Samples{Each: durs(all[:n]), Call: durs(all[n : 2*n]), Wait: durs(all[2*n : 3*n]),
+		BackToBack: durs(all[3*n:]), BackToBackTotal: time.Duration(s.b2b_total)}, nil
+}
