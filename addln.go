@@ -106,19 +106,6 @@ func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLay
 	return err
 }
 
-// runKnownAdd is a prepared op's call the memo remembered (callmemo.go): the backend call
-// checked when it was stored, used in place with the memo held.
-func (e *Engine) runKnownAdd(ctx context.Context, prep ops.PreparedAddLN, known *ops.AddLN) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", opAdd, err)
-	}
-	if err := prep.Run(ctx, known); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", opAdd, err)
-	}
-	e.report(ctx)
-	return nil
-}
-
 // addFrame is one AddLayerNorm call: the backend's view, and what the call allocates.
 type addFrame struct {
 	a        ops.AddLN

@@ -85,7 +85,7 @@ func (op *AddLayerNorm) Run(ctx context.Context, x1, x2 Tensor, out *AddLayerNor
 	if op.prep != nil { // a backend without prepared weights (the CPU) builds nothing to remember
 		if k, known, ok := op.memo.HoldLast(); ok {
 			if k.match(&x1, &x2, out) {
-				err := e.runKnownAdd(ctx, op.prep, known)
+				err := op.runKnown(ctx, known)
 				op.memo.Release()
 				return err
 			}
@@ -99,6 +99,19 @@ func (op *AddLayerNorm) Run(ctx context.Context, x1, x2 Tensor, out *AddLayerNor
 		}
 	}
 	return e.runAdd(ctx, &in, out, &op.c, op.prep, nil, nil)
+}
+
+// runKnown is a call the memo remembered (callmemo.go): the backend call checked when it
+// was stored, used in place with the memo held.
+func (op *AddLayerNorm) runKnown(ctx context.Context, known *ops.AddLN) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", opAdd, err)
+	}
+	if err := op.prep.Run(ctx, known); err != nil {
+		return fmt.Errorf("fusednorm: %s: %w", opAdd, err)
+	}
+	op.eng.report(ctx)
+	return nil
 }
 
 // Close releases the op's device resources.

@@ -23,6 +23,7 @@ import (
 // tinyOp is one prepared tiny call and what it holds.
 type tinyOp struct {
 	name    string
+	twin    tinytwin.Op // the same call in the C twin
 	call    func() error
 	closers []interface{ Close() error }
 }
@@ -86,8 +87,8 @@ func newTinyOps(ctx context.Context, eng *fusednorm.Engine) (ops []*tinyOp, err 
 		return nil, err
 	}
 	return []*tinyOp{
-		{name: "EmbedLayerNorm", call: func() error { return embed.Run(ctx, ein, &eout) }, closers: closers},
-		{name: "AddLayerNorm", call: func() error { return add.Run(ctx, x1, x2, &aout) }},
+		{name: "EmbedLayerNorm", twin: tinytwin.Embed, call: func() error { return embed.Run(ctx, ein, &eout) }, closers: closers},
+		{name: "AddLayerNorm", twin: tinytwin.Add, call: func() error { return add.Run(ctx, x1, x2, &aout) }},
 	}, nil
 }
 
@@ -128,29 +129,28 @@ func runTiny(ctx context.Context, o *options, stdout io.Writer) error {
 	eachDiff, b2bDiff := make([][]time.Duration, len(ops)), make([][]time.Duration, len(ops))
 	for range rounds {
 		for i, op := range ops {
-			cFirst := rand.IntN(2) == 0 // the twins' order, new each round
-			for k := range 2 {
-				if (k == 0) == cFirst {
-					if !twin {
-						continue
-					}
-					s, err := tinytwin.Run([...]tinytwin.Op{tinytwin.Embed, tinytwin.Add}[i], n)
-					if err != nil {
-						return err
-					}
-					cAll[i].add(tinySamples(s))
-					continue
-				}
-				s, err := goTiny(ctx, eng, op, n)
-				if err != nil {
+			var g, c tinySamples
+			runGo := func() (err error) { g, err = goTiny(ctx, eng, op, n); return err }
+			runC := func() error {
+				s, err := tinytwin.Run(op.twin, n)
+				c = tinySamples(s)
+				return err
+			}
+			steps := []func() error{runGo}
+			if twin {
+				steps = append(steps, runC)
+				rand.Shuffle(len(steps), func(a, b int) { steps[a], steps[b] = steps[b], steps[a] }) // a new order each round
+			}
+			for _, step := range steps {
+				if err := step(); err != nil {
 					return err
 				}
-				goAll[i].add(s)
 			}
+			goAll[i].add(g)
 			if twin {
-				c, g := &cAll[i], &goAll[i]
-				eachDiff[i] = append(eachDiff[i], median(g.Each[len(g.Each)-n:])-median(c.Each[len(c.Each)-n:]))
-				b2bDiff[i] = append(b2bDiff[i], median(g.BackToBack[len(g.BackToBack)-n:])-median(c.BackToBack[len(c.BackToBack)-n:]))
+				cAll[i].add(c)
+				eachDiff[i] = append(eachDiff[i], median(g.Each)-median(c.Each))
+				b2bDiff[i] = append(b2bDiff[i], median(g.BackToBack)-median(c.BackToBack))
 			}
 		}
 	}

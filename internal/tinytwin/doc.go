@@ -9,3 +9,20 @@
 // Its C calls the C layer that package dawn compiles in, so a program that imports it must
 // link package dawn (the root package does, in a cgo build).
 package tinytwin
+
+import "time"
+
+// Op is one of the two tiny calls.
+type Op int
+
+const (
+	Embed Op = iota // EmbedLayerNorm f32 (1,1,768)
+	Add             // AddLayerNorm f32 (1,768)
+)
+
+// Samples are one run's times: per call one by one (Each = Call + Wait), per submit back to
+// back, and the back-to-back run's whole time with its final wait.
+type Samples struct {
+	Each, Call, Wait, BackToBack []time.Duration
+	BackToBackTotal              time.Duration
+}

@@ -18,21 +18,6 @@ import (
 	"github.com/fusednorm/fusednorm/internal/tinytwin/wgsl"
 )
 
-// Op is one of the two tiny calls.
-type Op int
-
-const (
-	Embed Op = C.TINY_EMBED // EmbedLayerNorm f32 (1,1,768)
-	Add   Op = C.TINY_ADD   // AddLayerNorm f32 (1,768)
-)
-
-// Samples are one run's times: per call one by one (Each = Call + Wait), per submit back to
-// back, and the back-to-back run's whole time with its final wait.
-type Samples struct {
-	Each, Call, Wait, BackToBack []time.Duration
-	BackToBackTotal              time.Duration
-}
-
 var twin struct {
 	sync.Mutex
 	open bool
@@ -82,7 +67,7 @@ func Run(op Op, n int) (Samples, error) {
 	s.wait, s.b2b = (*C.double)(unsafe.Pointer(&all[2*n])), (*C.double)(unsafe.Pointer(&all[3*n]))
 	msg := (*C.char)(C.malloc(msgCap))
 	defer C.free(unsafe.Pointer(msg))
-	if C.tiny_twin_run(C.int(op), C.int(n), &s, msg, msgCap) != 0 {
+	if C.tiny_twin_run([...]C.int{Embed: C.TINY_EMBED, Add: C.TINY_ADD}[op], C.int(n), &s, msg, msgCap) != 0 {
 		return Samples{}, fmt.Errorf("tinytwin: %s", C.GoString(msg))
 	}
 	durs := func(f []float64) []time.Duration {
