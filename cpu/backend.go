@@ -114,7 +114,7 @@ func (b *Backend) threads() int {
 }
 
 // Plan is the reduction plan for rows of h elements under this backend's profile.
-func (b *Backend) Plan(h int) plan.Plan { return plan.For(h, b.opts.Profile) }
+func (b *Backend) Plan(h int, half bool) plan.Plan { return plan.For(h, half, b.opts.Profile) }
 
 // Close stops the backend: later calls, and calls in flight at their next step of rows,
 // return ops.ErrClosed (the rows a call in flight had not computed are left as they were).

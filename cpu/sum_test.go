@@ -50,7 +50,7 @@ func TestAccumulateFollowsPlan(t *testing.T) {
 	for _, name := range testLevels() {
 		for _, h := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000, 4099} {
 			for _, prof := range []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}} {
-				p := plan.For(h, prof)
+				p := plan.For(h, h%2 == 0, prof)
 				x := values(r, h, false)
 				part := make([]float32, p.W)
 				got := rowStats(kernelsOf(name), &p, x, part, 1e-5, nil)

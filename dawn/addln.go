@@ -40,7 +40,7 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 	}
 
 	N, D := a.N, a.D
-	p := b.Plan(D)
+	p := b.Plan(D, a.Y.DType.Is16())
 	k := addKernel(p, a, a.Gamma.DType, a.Bias.DType, a.Bias.Present() && a.BiasFull, b.fast16)
 	if reread {
 		k.Private = 0
@@ -160,6 +160,6 @@ func addKernel(p plan.Plan, a *ops.AddLN, gamma, bias ops.DType, biasFull, fast1
 		OddD:     a.Y.DType.Is16() && a.D%2 == 1,
 	}
 	k.Fast16 = fast16 && k.HasF16()
-	k.Vectorize(a.D)
+	k.Vectorize(p)
 	return k
 }

@@ -133,11 +133,11 @@ func (b *Backend) Info() ops.Info {
 }
 
 // Plan is the reduction plan of the kernels for rows of h elements, under the detected profile.
-func (b *Backend) Plan(h int) plan.Plan {
+func (b *Backend) Plan(h int, half bool) plan.Plan {
 	b.mu.Lock()
 	prof := b.prof
 	b.mu.Unlock()
-	return plan.For(h, prof)
+	return plan.For(h, half, prof)
 }
 
 // Close waits for calls in flight, releases the pooled buffers and closes the device. Ops

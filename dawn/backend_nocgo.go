@@ -32,7 +32,7 @@ func New(cfg Config) (*Backend, error) {
 func (b *Backend) Info() ops.Info { return ops.Info{Name: "dawn"} }
 
 // Plan is the unfused plan.
-func (b *Backend) Plan(h int) plan.Plan { return plan.For(h, plan.Contraction{}) }
+func (b *Backend) Plan(h int, half bool) plan.Plan { return plan.For(h, half, plan.Contraction{}) }
 
 // PrepareEmbed fails: no device.
 func (b *Backend) PrepareEmbed(*ops.EmbedWeights) (ops.PreparedEmbed, error) {

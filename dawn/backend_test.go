@@ -72,7 +72,7 @@ func TestCalibration(t *testing.T) {
 	if onLavapipe(b) && info.Profile != (plan.Contraction{}) {
 		t.Errorf("lavapipe profile = %s, want unfused", info.Profile)
 	}
-	if got, want := b.Plan(768), plan.For(768, info.Profile); got != want {
+	if got, want := b.Plan(768, true), plan.For(768, true, info.Profile); got != want {
 		t.Errorf("Plan(768) = %v, want %v", got, want)
 	}
 }

@@ -48,7 +48,7 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	if embedHasDevice(w) {
 		return b.prepareEmbedDev(w)
 	}
-	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H)}
+	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H, w.DType.Is16())}
 	if err := op.upload(); err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (op *embedOp) kernel(in *ops.EmbedInputs, out *ops.EmbedOutputs) shaders.Em
 		OddH:      w.DType == ops.F16 && H%2 == 1,
 		Fast16:    op.b.fast16 && w.DType == ops.F16,
 	}
-	k.Vectorize(H)
+	k.Vectorize(op.plan)
 	// Device-resident int32 inputs get bindings of their own, so they are bound where they
 	// are rather than copied into one buffer, where the device has the storage buffers.
 	if in.IDsDev != nil || in.SegIDsDev != nil || in.MaskDev != nil || in.PosIDsDev != nil {

@@ -50,6 +50,7 @@ type Embed struct {
 	Sum       bool      // embedding_sum requested
 	OddH      bool      // H odd: 16-bit rows may share a word with their neighbours
 	Vec       bool      // the vector kernel (H a multiple of 4, see VecOK)
+	Wide      bool      // the vector kernel's eight-lane invocations (16-bit, H a multiple of 8)
 	Fast16    bool      // f16 by the builtin conversions, which the device was found to round exactly
 	SplitInts bool      // each int32 input at its own binding (device tensors bound in place), see IntBindings
 }
@@ -66,6 +67,7 @@ type AddLN struct {
 	WriteX   bool      // the x output is requested
 	OddD     bool      // D odd: 16-bit rows may share a word with their neighbours
 	Vec      bool      // the vector kernel (D a multiple of 4, see VecOK)
+	Wide     bool      // the vector kernel's eight-lane invocations (16-bit, D a multiple of 8)
 	Fast16   bool      // f16 by the builtin conversions, which the device was found to round exactly
 }
 
@@ -79,14 +81,21 @@ const VecLanes = plan.VecLanes
 // starts on a vector boundary (h a multiple of VecLanes), and so does every table row.
 func VecOK(h int) bool { return h%VecLanes == 0 }
 
-// Vectorize picks the vector kernel for rows of h elements when h allows. Every dispatch of
-// the op sets it here, so the kernels chosen for host and device tensors are the same. (An
-// eight-lane kernel for 16-bit rows, one vec4<u32> an invocation, lost to this one on four
-// of five f16 cases on the H200, up to 2x: half the invocations a row held twice the data.)
-func (k *Embed) Vectorize(h int) { k.Vec = VecOK(h) }
+// Vectorize picks the vector kernel the plan's rows run in: none for rows whose length is
+// not a multiple of VecLanes, the wide one where the plan gives each invocation WideLanes
+// lanes (16-bit rows a multiple of eight long: 16-byte vectors of packed values, where four
+// lanes moved 8 bytes an invocation). Every dispatch of the op sets it here, so the kernels
+// chosen for host and device tensors are the same. (Eight lanes at the same W, half the
+// invocations a row each holding twice the data, lost to four lanes on four of five f16
+// cases on the H200, up to 2x: the plan doubles W for them.)
+func (k *Embed) Vectorize(p plan.Plan) {
+	k.Vec, k.Wide = p.Lanes >= VecLanes, p.Lanes == plan.WideLanes
+}
 
 // Vectorize is Embed.Vectorize for AddLayerNorm.
-func (k *AddLN) Vectorize(d int) { k.Vec = VecOK(d) }
+func (k *AddLN) Vectorize(p plan.Plan) {
+	k.Vec, k.Wide = p.Lanes >= VecLanes, p.Lanes == plan.WideLanes
+}
 
 // HasF16 reports whether any of the kernel's tensors is float16: the kernels Fast16 changes.
 func (k AddLN) HasF16() bool {
@@ -123,7 +132,7 @@ func (p Embed) Key() string { return fmt.Sprintf("embed%+v", p) }
 func (p AddLN) Key() string { return fmt.Sprintf("addln%+v", p) }
 
 func (p Embed) check() error {
-	if err := checkW(p.W, p.Private, p.Vec); err != nil {
+	if err := checkW(p.W, p.Private, p.Vec, p.Wide); err != nil {
 		return err
 	}
 	if p.DType != ops.F32 && p.DType != ops.F16 {
@@ -136,7 +145,7 @@ func (p Embed) check() error {
 }
 
 func (p AddLN) check() error {
-	if err := checkW(p.W, p.Private, p.Vec); err != nil {
+	if err := checkW(p.W, p.Private, p.Vec, p.Wide); err != nil {
 		return err
 	}
 	for _, d := range []ops.DType{p.X1, p.X2, p.Gamma, p.Out} {
@@ -150,12 +159,18 @@ func (p AddLN) check() error {
 	return nil
 }
 
-func checkW(w, private int, vec bool) error {
-	if w < 1 || w > 1024 || w&(w-1) != 0 {
-		return fmt.Errorf("shaders: W %d is not a power of two in [1, 1024]", w)
+func checkW(w, private int, vec, wide bool) error {
+	if w < 1 || w > 2048 || w&(w-1) != 0 {
+		return fmt.Errorf("shaders: W %d is not a power of two in [1, 2048]", w)
 	}
-	if vec && w < VecLanes {
-		return fmt.Errorf("shaders: W %d is less than the vector kernels' %d lanes", w, VecLanes)
+	if wide && !vec {
+		return fmt.Errorf("shaders: the wide kernel is a vector kernel")
+	}
+	if lanes := VecLanes * quads(wide); vec && w < lanes {
+		return fmt.Errorf("shaders: W %d is less than the vector kernels' %d lanes", w, lanes)
+	}
+	if w/VecLanes/quads(wide) > 256 || !vec && w > 256 {
+		return fmt.Errorf("shaders: W %d needs more than 256 invocations", w)
 	}
 	if private < 0 || private > MaxPrivate {
 		return fmt.Errorf("shaders: private %d outside [0, %d]", private, MaxPrivate)
@@ -185,28 +200,31 @@ func elemType(d string) string {
 }
 
 // vecElem is the WGSL array element a tensor of dtype d is bound as in the vector kernels:
-// one vector of VecLanes values.
-func vecElem(d string) string {
-	if d == "f32" {
+// four f32, or the 4g 16-bit values of one vector.
+func vecElem(d string, g int) string {
+	switch {
+	case d == "f32":
 		return "vec4<f32>"
+	case g == 2:
+		return "vec4<u32>" // eight 16-bit values
 	}
 	return "vec2<u32>" // four 16-bit values
 }
 
 // elemFor is elemType, or vecElem in the vector kernels.
-func elemFor(vec bool) func(string) string {
+func elemFor(vec bool, g int) func(string) string {
 	if vec {
-		return vecElem
+		return func(d string) string { return vecElem(d, g) }
 	}
 	return elemType
 }
 
 // outElem is the array element of a written tensor: 16-bit rows that can share a word with a
 // neighbour are written with atomics; the vector kernels write whole vectors.
-func outElem(d string, odd, vec bool) string {
+func outElem(d string, odd, vec bool, g int) string {
 	switch {
 	case vec:
-		return vecElem(d)
+		return vecElem(d, g)
 	case d == "f32":
 		return "f32"
 	case odd:
@@ -215,7 +233,10 @@ func outElem(d string, odd, vec bool) string {
 	return "u32"
 }
 
-type tensorArg struct{ Name, T string }
+type tensorArg struct {
+	Name, T string
+	G       int // quads per vector (loaderv, storev)
+}
 
 type flushArg struct {
 	Name string
@@ -223,10 +244,10 @@ type flushArg struct {
 }
 
 var funcs = template.FuncMap{
-	"tensor": func(name, t string) tensorArg { return tensorArg{name, t} },
-	"vec":    vecElem,
-	"flush":  func(name string, odd bool) flushArg { return flushArg{name, odd} },
-	"elem":   elemType,
+	"tensor":  func(name, t string) tensorArg { return tensorArg{Name: name, T: t} },
+	"vtensor": func(name, t string, g int) tensorArg { return tensorArg{name, t, g} },
+	"flush":   func(name string, odd bool) flushArg { return flushArg{name, odd} },
+	"elem":    elemType,
 }
 
 // stageWords is the workgroup staging size for 16-bit rows of up to private·w elements:
@@ -238,8 +259,24 @@ func stageWords(out ops.DType, w, private int, vec bool) int {
 	return private*w/2 + 1
 }
 
-// groupSize is the workgroup size of a kernel: W, or W/VecLanes for the vector kernels.
-func groupSize(w int, vec bool) int {
+// quads is G of the vector kernels: the quads of lanes one invocation owns, 2 in the wide kernel.
+func quads(wide bool) int {
+	if wide {
+		return 2
+	}
+	return 1
+}
+
+// groupSize is the workgroup size of a kernel: W, or W/(VecLanes·g) for the vector kernels.
+func groupSize(w int, vec bool, g int) int {
+	if vec {
+		return w / (VecLanes * g)
+	}
+	return w
+}
+
+// parts is the size of the tree's workgroup array: W, or W/VecLanes quad sums.
+func parts(w int, vec bool) int {
 	if vec {
 		return w / VecLanes
 	}
@@ -281,14 +318,16 @@ func RenderEmbed(p Embed) (string, error) {
 	if p.SplitInts {
 		ints = [4]string{"ids", "segids", "maskv", "posids"}
 	}
+	g := quads(p.Wide)
+	wg := groupSize(p.W, p.Vec, g)
 	data := struct {
 		Embed
 		T, Elem, OutElem                string
 		Half, Stage                     bool
-		StageWords, WG                  int
+		StageWords, WG, G, VL, Parts    int
 		IDsVar, SegVar, MaskVar, PosVar string // the arrays each int32 input is read from
-	}{p, t, elemFor(p.Vec)(t), outElem(t, p.OddH, p.Vec), p.DType == ops.F16, sw > 0, sw, groupSize(p.W, p.Vec),
-		ints[0], ints[1], ints[2], ints[3]}
+	}{p, t, elemFor(p.Vec, g)(t), outElem(t, p.OddH, p.Vec, g), p.DType == ops.F16, sw > 0, sw, wg, g, VecLanes * g,
+		parts(p.W, p.Vec), ints[0], ints[1], ints[2], ints[3]}
 	return render(p.Key(), embedTmpl(), "embedlayernorm.wgsl.tmpl", data)
 }
 
@@ -299,16 +338,18 @@ func RenderAddLN(p AddLN) (string, error) {
 	}
 	out := wgslName(p.Out)
 	sw := stageWords(p.Out, p.W, p.Private, p.Vec)
+	g := quads(p.Wide)
 	data := struct {
-		W, Private, WG                      int
+		W, Private, WG, G, VL, Parts        int
 		X1, X2, Gamma, Bias, Out            string
 		BiasFull, WriteX, OddD, Vec, Fast16 bool
 		OutElem                             string
 		Stage                               bool
 		StageWords                          int
 		E                                   func(string) string
-	}{p.W, p.Private, groupSize(p.W, p.Vec), wgslName(p.X1), wgslName(p.X2), wgslName(p.Gamma), wgslName(p.Bias), out,
-		p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Fast16, outElem(out, p.OddD, p.Vec), sw > 0, sw, elemFor(p.Vec)}
+	}{p.W, p.Private, groupSize(p.W, p.Vec, g), g, VecLanes * g, parts(p.W, p.Vec), wgslName(p.X1), wgslName(p.X2),
+		wgslName(p.Gamma), wgslName(p.Bias), out, p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Fast16, outElem(out, p.OddD, p.Vec, g),
+		sw > 0, sw, elemFor(p.Vec, g)}
 	return render(p.Key(), addlnTmpl(), "addlayernorm.wgsl.tmpl", data)
 }
 
@@ -336,7 +377,7 @@ const (
 // the helpers with the CPU through it.
 func RenderProbe(fast16 bool) (string, error) {
 	return render(fmt.Sprintf("probe(fast16=%v)", fast16), probeTmpl(), "probe.wgsl.tmpl", struct {
-		W, WG              int
+		W, WG, Parts       int
 		Stage, Vec, Fast16 bool
-	}{W: ProbeWorkgroup, WG: ProbeWorkgroup, Fast16: fast16})
+	}{W: ProbeWorkgroup, WG: ProbeWorkgroup, Parts: ProbeWorkgroup, Fast16: fast16})
 }

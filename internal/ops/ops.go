@@ -275,8 +275,9 @@ func KernelClockFrom(ctx context.Context) *KernelClock {
 // Backend computes both ops. Implementations: cpu.Backend and dawn.Backend.
 type Backend interface {
 	Info() Info
-	// Plan returns the reduction plan this backend uses for a row of h elements.
-	Plan(h int) plan.Plan
+	// Plan returns the reduction plan this backend uses for a row of h elements, of 16-bit
+	// values when half (EmbedLayerNorm's dtype, AddLayerNorm's output dtype).
+	Plan(h int, half bool) plan.Plan
 	PrepareEmbed(w *EmbedWeights) (PreparedEmbed, error)
 	AddLayerNorm(ctx context.Context, a *AddLN) error
 	Close() error

@@ -18,6 +18,13 @@
 // tree's barrier steps by two and took 11-26% off the AddLayerNorm kernels on the H200 against
 // halving all W partials, 0.66 vs 0.78 ms at f16 (16384,4096).)
 //
+// 16-bit rows a multiple of 8 long run eight to a thread (Lanes, WideLanes): two quads, whose
+// eight values are one 16-byte vector, with W doubled so that a thread holds as many
+// elements as before. The plan is the same in every other respect (the quads are folded and
+// halved as above). On the H200, against four lanes, in one run, random order, three rounds:
+// EmbedLayerNorm f16 (64,512,1024) 88.3 -> 75.9 us, (256,512,4096) 1220 -> 1083 us;
+// AddLayerNorm f16 (4096,768) 9.4 -> 8.75 us, (65536,8192) 1261 -> 1234 us.
+//
 // Plan v2 reduces shifted data: the shift x0 is the row's first element (the value the
 // statistics use: s[0] of AddLayerNorm, the T-rounded embedding sum of EmbedLayerNorm),
 // which every invocation and the CPU know before the first pass. With d = f32(x − x0):
@@ -57,19 +64,28 @@ const MaxW = 256
 const VecLanes = 4
 
 // MaxVecW is the largest W of rows whose length is a multiple of VecLanes: the vector
-// kernels run W/VecLanes ≤ 256 invocations.
-const MaxVecW = 1024
+// kernels run at most 256 invocations, each standing for VecLanes plan invocations, or
+// WideLanes in the wide kernel (16-bit rows, see For).
+const MaxVecW = maxVecThreads * WideLanes
 
-// minVecW is the least W of a vector row that is at least that long: 32 threads, one warp
-// of the H200 (W 128 against 256 took 19% off AddLayerNorm f16 (4096,768) there).
-const minVecW = 128
+// maxVecThreads is the most invocations a vector kernel runs: WebGPU's default limit.
+const maxVecThreads = 256
 
-// vecPerLane is how many vectors of VecLanes elements For lets one vector-kernel invocation
-// hold before it doubles W: 8 (32 elements), where a layer norm on the H200 reached 95.7% of
-// its copy bandwidth (D 8192, 256 invocations); 64 invocations holding 32 vectors each would
-// leave it few warps. 16 (W halved at H 2052-8192) was slower on every case it changes, on
-// the H200 in one run, both orders twice: EmbedLayerNorm (256,512,4096) f32 1.64 -> 2.25 ms,
-// f16 1.24 -> 1.66 ms; AddLayerNorm (65536,8192) f32 2.24 -> 2.56 ms, f16 1.27 -> 1.40 ms.
+// WideLanes is how many of the plan's invocations one invocation of the wide vector kernel
+// stands for: two quads, eight 16-bit values, one 16-byte vector.
+const WideLanes = 8
+
+// minVecThreads is the least number of vector-kernel invocations a row long enough gets:
+// one warp of the H200 (W 128 against 256 took 19% off AddLayerNorm f16 (4096,768) there).
+const minVecThreads = 32
+
+// vecPerLane is how many elements For lets one vector-kernel invocation hold, in vectors of
+// VecLanes, before it doubles W: 8 (32 elements), where a layer norm on the H200 reached
+// 95.7% of its copy bandwidth (D 8192, 256 invocations); 64 invocations holding 32 vectors
+// each would leave it few warps. 16 (W halved at H 2052-8192) was slower on every case it
+// changes, on the H200 in one run, both orders twice: EmbedLayerNorm (256,512,4096) f32
+// 1.64 -> 2.25 ms, f16 1.24 -> 1.66 ms; AddLayerNorm (65536,8192) f32 2.24 -> 2.56 ms, f16
+// 1.27 -> 1.40 ms.
 const vecPerLane = 8
 
 // Contraction says which multiply-adds a device fuses into one rounding (SPEC §C.4 DECISION 2).
@@ -98,29 +114,37 @@ func (c Contraction) String() string {
 type Plan struct {
 	H       int
 	W       int     // invocations per row, a power of two, ≤ MaxW (≤ MaxVecW for Vec rows)
+	Lanes   int     // plan invocations per GPU invocation: 1, VecLanes, or WideLanes (16-bit rows)
 	InvH    float32 // f32(1/H): the mean and variance are scaled by it (a WGSL divide is 2.5 ulp)
 	Profile Contraction
 }
 
-// For returns the plan for rows of h elements under a device's contraction profile: W is
-// pow2ceil(h) up to MaxW; for rows whose length is a multiple of VecLanes, the least power of
-// two from 128 (one 32-wide warp of vector threads) up to MaxVecW, and at most pow2ceil(h),
-// that leaves each invocation at most vecPerLane elements.
-func For(h int, prof Contraction) Plan {
+// For returns the plan for rows of h elements under a device's contraction profile; half
+// says the row's data are 16-bit values (EmbedLayerNorm's dtype, AddLayerNorm's output).
+// Rows whose length is not a multiple of VecLanes: W is pow2ceil(h) up to MaxW, one GPU
+// invocation each. Others run L = VecLanes plan invocations per GPU invocation, or L =
+// WideLanes for 16-bit rows a multiple of WideLanes long (their eight values are one 16-byte
+// vector); W is the least power of two from 32·L (one warp of GPU invocations), and at most
+// pow2ceil(h), that leaves each GPU invocation at most 4·vecPerLane elements.
+func For(h int, half bool, prof Contraction) Plan {
 	if h < 1 {
 		panic(fmt.Sprintf("plan: row length %d", h)) // callers validate H first
 	}
-	w := MaxW
+	w, lanes := MaxW, 1
 	if h < MaxW {
 		w = 1 << bits.Len(uint(h-1)) // pow2ceil
 	}
 	if h%VecLanes == 0 {
-		w = min(minVecW, 1<<bits.Len(uint(h-1)))
-		for w < MaxVecW && w*vecPerLane < h {
+		lanes = VecLanes
+		if half && h%WideLanes == 0 {
+			lanes = WideLanes
+		}
+		w = min(minVecThreads*lanes, 1<<bits.Len(uint(h-1)))
+		for w < maxVecThreads*lanes && w/lanes*VecLanes*vecPerLane < h {
 			w *= 2
 		}
 	}
-	return Plan{H: h, W: w, InvH: float32(1 / float64(h)), Profile: prof}
+	return Plan{H: h, W: w, Lanes: lanes, InvH: float32(1 / float64(h)), Profile: prof}
 }
 
 // Vec reports whether the GPU runs the row in its vector kernels (H a multiple of VecLanes).
@@ -128,7 +152,7 @@ func (p Plan) Vec() bool { return p.H%VecLanes == 0 }
 
 // String is a short description for logs.
 func (p Plan) String() string {
-	return fmt.Sprintf("plan(H=%d W=%d %s)", p.H, p.W, p.Profile)
+	return fmt.Sprintf("plan(H=%d W=%d lanes=%d %s)", p.H, p.W, p.Lanes, p.Profile)
 }
 
 // Tree combines the W partials in place by the plan's tree and returns the row's sum: the

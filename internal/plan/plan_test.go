@@ -55,17 +55,26 @@ func isBad(f float32) bool {
 }
 
 func TestForWidth(t *testing.T) {
-	for _, c := range []struct{ h, w int }{{1, 1}, {2, 2}, {3, 4}, {4, 4}, {5, 8}, {255, 256}, {256, 128}, {257, 256}, {64, 64}, {132, 128}, {768, 128}, {1024, 128}, {2048, 256},
-		{2052, 512}, {4096, 512}, {4097, 256}, {4098, 256}, {5120, 1024}, {8192, 1024}, {65536, 1024}, {65537, 256}} {
-		if p := For(c.h, Contraction{}); p.W != c.w {
-			t.Errorf("For(%d).W = %d, want %d", c.h, p.W, c.w)
+	for _, c := range []struct {
+		h     int
+		half  bool
+		w, ln int
+	}{{1, false, 1, 1}, {2, false, 2, 1}, {3, false, 4, 1}, {4, false, 4, 4}, {5, false, 8, 1}, {255, false, 256, 1},
+		{256, false, 128, 4}, {257, false, 256, 1}, {64, false, 64, 4}, {132, false, 128, 4}, {768, false, 128, 4},
+		{1024, false, 128, 4}, {2048, false, 256, 4}, {2052, false, 512, 4}, {4096, false, 512, 4}, {4097, false, 256, 1},
+		{4098, false, 256, 1}, {5120, false, 1024, 4}, {8192, false, 1024, 4}, {65536, false, 1024, 4}, {65537, false, 256, 1},
+		// 16-bit rows a multiple of 8 long: eight lanes a GPU invocation, W doubled
+		{4, true, 4, 4}, {8, true, 8, 8}, {12, true, 16, 4}, {64, true, 64, 8}, {768, true, 256, 8}, {1024, true, 256, 8},
+		{4096, true, 1024, 8}, {4100, true, 1024, 4}, {8192, true, 2048, 8}, {65536, true, 2048, 8}, {65537, true, 256, 1}} {
+		if p := For(c.h, c.half, Contraction{}); p.W != c.w || p.Lanes != c.ln {
+			t.Errorf("For(%d, %v) = W %d, lanes %d; want %d, %d", c.h, c.half, p.W, p.Lanes, c.w, c.ln)
 		}
 	}
 }
 
 func TestSumOrder(t *testing.T) {
 	// With W = 4 and x of 6 elements, the plan sums (x0+x4)+(x2) and (x1+x5)+(x3), then the tree.
-	p := For(6, Contraction{})
+	p := For(6, false, Contraction{})
 	if p.W != 8 {
 		t.Fatalf("W = %d", p.W)
 	}
@@ -134,8 +143,8 @@ func TestHardRows(t *testing.T) {
 	for _, prof := range []Contraction{{}, {FuseVariance: true, FuseAffine: true}} {
 		for _, eps := range []float32{1e-5, 1e-12} {
 			var worstV2, worstV1, worstV1Offset float64
-			for _, row := range hardRows() {
-				p := For(len(row.x), prof)
+			for i, row := range hardRows() {
+				p := For(len(row.x), i%2 == 1, prof) // both widths of 16-bit rows' plans too
 				part := make([]float32, p.W)
 				st := p.Stats(row.x, eps, part)
 				mean64, _, y64 := ref64(row.x, float64(eps))

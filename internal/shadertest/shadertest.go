@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
@@ -33,8 +34,16 @@ func EmbedParams() []shaders.Embed {
 								if p.Vec = true; !odd && sh.w >= shaders.VecLanes {
 									out = append(out, p) // the vector kernel (H a multiple of 4)
 									if sh.w == 256 {
-										p.W, p.Private = 1024, 8 // long rows: W up to plan.MaxVecW
+										p.W, p.Private = 1024, 8 // long rows: four lanes up to W 1024
 										out = append(out, p)
+									}
+									if p.W, p.Private = sh.w, sh.private; dt == ops.F16 && sh.w >= plan.WideLanes {
+										p.Wide = true // eight lanes: 16-bit rows a multiple of 8 long
+										out = append(out, p)
+										if sh.w == 256 {
+											p.W, p.Private = plan.MaxVecW, 4 // long rows: eight lanes up to plan.MaxVecW
+											out = append(out, p)
+										}
 									}
 								}
 							}
@@ -75,8 +84,16 @@ func AddLNParams() []shaders.AddLN {
 						if p.Vec = true; !odd && sh.w >= shaders.VecLanes {
 							out = append(out, p) // the vector kernel (D a multiple of 4)
 							if sh.w == 256 {
-								p.W, p.Private = 1024, 8 // long rows: W up to plan.MaxVecW
+								p.W, p.Private = 1024, 8 // long rows: four lanes up to W 1024
 								out = append(out, p)
+							}
+							if p.W, p.Private = sh.w, sh.private; r[3].Is16() && sh.w >= plan.WideLanes {
+								p.Wide = true // eight lanes: 16-bit outputs, D a multiple of 8
+								out = append(out, p)
+								if sh.w == 256 {
+									p.W, p.Private = plan.MaxVecW, 4 // long rows: eight lanes up to plan.MaxVecW
+									out = append(out, p)
+								}
 							}
 						}
 					}

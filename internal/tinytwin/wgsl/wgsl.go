@@ -17,16 +17,16 @@ const H = 768
 // plan's 1/H that their parameters carry.
 func Kernels() (embed, add string, invH float32, err error) {
 	// The kernels do not depend on the contraction profile; the plan's width does not either.
-	p := plan.For(H, plan.Contraction{})
+	p := plan.For(H, false, plan.Contraction{})
 	private := shaders.PrivateFor(p.H, p.W)
 	// Its ids are a device tensor, bound where it is (SplitInts), as the Go path does.
 	ek := shaders.Embed{W: p.W, Private: private, DType: ops.F32, SplitInts: true}
-	ek.Vectorize(p.H) // as the Go path picks its kernel
+	ek.Vectorize(p) // as the Go path picks its kernel
 	if embed, err = shaders.RenderEmbed(ek); err != nil {
 		return "", "", 0, err
 	}
 	ak := shaders.AddLN{W: p.W, Private: private, X1: ops.F32, X2: ops.F32, Gamma: ops.F32, Out: ops.F32}
-	ak.Vectorize(p.H)
+	ak.Vectorize(p)
 	if add, err = shaders.RenderAddLN(ak); err != nil {
 		return "", "", 0, err
 	}
