@@ -121,10 +121,10 @@ func elemF32(b ops.Buf, i int) float32 {
 }
 
 // sumPieces is the first pass of a row with 16-bit inputs: s = (x1 + x2) + bias in float32
-// and its partial sums, a piece of c.sumPiece elements (a multiple of W) at a time, so the
-// inputs (widened in addSum16's loads, or into scratch for mixed rows) and the piece of s
-// stay in L1; the x output is written from each piece while it is there (xs: streamed,
-// f32).
+// and its partial sums, a piece of c.sumPiece elements (whole chunks of W, or part of one:
+// piecePart) at a time, so the inputs (widened in addSum16's loads, or into scratch for
+// mixed rows) and the piece of s stay in L1; the x output is written from each piece while
+// it is there (xs: streamed, f32).
 func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scratch) {
 	k, a := c.k, &c.a
 	D := a.D
@@ -132,8 +132,9 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scra
 	for lo := 0; lo < D; lo += n {
 		hi := min(lo+n, D)
 		m := hi - lo
+		pp, acc := piecePart(part, lo, m, n, D)
 		if c.sum16 {
-			f := addForm{dt: a.X1.DType, x: c.x16, acc: lo > 0, prefetch: c.touch}
+			f := addForm{dt: a.X1.DType, x: c.x16, acc: acc, prefetch: c.touch}
 			var bias []uint16
 			if b0, b1, ok := c.biasSpan(off, lo, hi); ok {
 				bias, f.bias = a.Bias.U16[b0:b1], true
@@ -142,16 +143,16 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scra
 			if c.x16 {
 				x = a.X.U16[off+lo : off+hi]
 			}
-			k.addSum16(f, part, s[lo:hi], x, a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias, x0)
+			k.addSum16(f, pp, s[lo:hi], x, a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias, x0)
 		} else {
 			x1 := rowF32(k, a.X1, off+lo, m, sc.y)
 			x2 := rowF32(k, a.X2, off+lo, m, sc.t)
-			f := addForm{dt: ops.F32, acc: lo > 0}
+			f := addForm{dt: ops.F32, acc: acc}
 			var bias []float32
 			if b0, b1, ok := c.biasSpan(off, lo, hi); ok {
 				bias, f.bias = a.Bias.F32[b0:b1], true
 			}
-			k.addSum(f, part, s[lo:hi], nil, x1, x2, bias, x0)
+			k.addSum(f, pp, s[lo:hi], nil, x1, x2, bias, x0)
 		}
 		switch {
 		case c.x16: // written by addSum16

@@ -229,7 +229,8 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 				gp = g[lo:hi]
 			}
 			op.k.embedSum(embedForm{seg: gi >= 0, prefetch: inOrder}, x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
-			op.k.accumulate(sumForm{zero: lo == 0}, part, x[lo:hi], x[0], 0) // the plan's shift: x[0]
+			pp, acc := piecePart(part, lo, hi-lo, n, H)
+			op.k.accumulate(sumForm{zero: !acc}, pp, x[lo:hi], x[0], 0) // the plan's shift: x[0]
 		}
 		pf.step()
 		st := rowStatsSummed(op.k, &op.plan, x, part, x[0], w.Epsilon, pf)
