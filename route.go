@@ -110,7 +110,7 @@ func (e *Engine) report(ctx context.Context) {
 	}
 }
 
-func (r *router) Info() ops.Info       { return r.gpu.Info() }
+func (r *router) Info() ops.Info                  { return r.gpu.Info() }
 func (r *router) Plan(h int, half bool) plan.Plan { return r.gpu.Plan(h, half) }
 
 // Close closes both backends.

@@ -18,7 +18,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	D := a.D
 	t := &b.tune
 	c := addCalls.Get().(*addCall)
-	c.k, c.a, c.p = b.k, *a, b.Plan(D, a.Y.DType.Is16())
+	c.k, c.a, c.p = b.k, *a, b.Plan(D, a.Half())
 	// Past the caches, outputs are stored non-temporally. Rows too short for the hardware
 	// prefetchers (hwStreamRow) are prefetched a row ahead, and are in the caches when
 	// the fused first pass reads them. Longer rows are left to the hardware prefetchers,

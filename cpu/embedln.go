@@ -31,7 +31,7 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	if stopped(nil, b.pool.stop) {
 		return nil, ops.ErrClosed
 	}
-	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H, w.DType.Is16()), w16: weightsOf(w.Gamma, w.Beta), quit: make(chan struct{})}
+	op := &embedOp{be: b, k: b.k, w: *w, plan: b.Plan(w.H, w.Half()), w16: weightsOf(w.Gamma, w.Beta), quit: make(chan struct{})}
 	op.piece = b.tune.sumPieceOf(op.plan.W)
 	if w.DType == ops.F16 && 8*w.H <= b.tune.wideBytes {
 		op.w16 = widened(b.k, make([]float32, 2*w.H), w.Gamma, w.Beta)

@@ -40,7 +40,7 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) e
 	}
 
 	N, D := a.N, a.D
-	p := b.Plan(D, a.Y.DType.Is16())
+	p := b.Plan(D, a.Half())
 	k := addKernel(p, a, a.Gamma.DType, a.Bias.DType, a.Bias.Present() && a.BiasFull, b.fast16)
 	if reread {
 		k.Private = 0

@@ -146,7 +146,7 @@ func embedCallHasDevice(in *ops.EmbedInputs, out *ops.EmbedOutputs) bool {
 // are uploaded; gamma and beta are joined into one resident buffer.
 func (b *Backend) prepareEmbedDev(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	const name = "PrepareEmbed"
-	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H, w.DType.Is16())}
+	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H, w.Half())}
 	op.w.Word, op.w.Pos, op.w.Seg, op.w.Gamma, op.w.Beta = ops.Buf{}, ops.Buf{}, ops.Buf{}, ops.Buf{}, ops.Buf{}
 	ctx := context.Background()
 	g, err := b.hostBytes(ctx, name, "gamma", w.Gamma)
@@ -492,7 +492,7 @@ func (b *Backend) addDev(ctx context.Context, a *ops.AddLN, prep *addPrep) error
 		}
 	}
 	N, D := a.N, a.D
-	pl := b.Plan(D, a.Y.DType.Is16())
+	pl := b.Plan(D, a.Half())
 	gammaT, biasT, biasFull := a.Gamma.DType, a.Bias.DType, a.Bias.Present() && a.BiasFull
 	if prep != nil {
 		gammaT, biasT, biasFull = prep.gamma, prep.bias, prep.bias != ops.Invalid && prep.biasFull && N > 1

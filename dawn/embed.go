@@ -48,7 +48,7 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	if embedHasDevice(w) {
 		return b.prepareEmbedDev(w)
 	}
-	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H, w.DType.Is16())}
+	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H, w.Half())}
 	if err := op.upload(); err != nil {
 		return nil, err
 	}

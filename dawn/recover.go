@@ -115,7 +115,7 @@ func (b *Backend) reopen() error {
 	b.pool.release()
 	b.pool.dev = dev
 	for op := range b.preps {
-		op.plan = b.Plan(op.w.H, op.w.DType.Is16())
+		op.plan = b.Plan(op.w.H, op.w.Half())
 		if err := op.upload(); err != nil {
 			return fmt.Errorf("re-uploading the weights of a prepared op: %w", err)
 		}

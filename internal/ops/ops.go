@@ -184,6 +184,10 @@ type EmbedWeights struct {
 	Rule    MaskRule
 }
 
+// Half reports whether the op's rows are 16-bit data for the reduction plan (plan.For's
+// half): its dtype is.
+func (w *EmbedWeights) Half() bool { return w.DType.Is16() }
+
 // EmbedInputs are the validated per-call inputs. Every id is already known to be in range.
 type EmbedInputs struct {
 	B, S     int
@@ -224,6 +228,10 @@ type AddLN struct {
 
 	MeanDev, RstdDev DeviceMem // mean and rstd on the device (then Mean, Rstd are nil)
 }
+
+// Half reports whether the call's rows are 16-bit data for the reduction plan (plan.For's
+// half): its output y is, whatever its inputs.
+func (a *AddLN) Half() bool { return a.Y.DType.Is16() }
 
 // PreparedEmbed is an EmbedLayerNorm op with its weights bound to a backend (resident on
 // the device for GPU backends). Safe for concurrent Run calls.
@@ -276,7 +284,7 @@ func KernelClockFrom(ctx context.Context) *KernelClock {
 type Backend interface {
 	Info() Info
 	// Plan returns the reduction plan this backend uses for a row of h elements, of 16-bit
-	// values when half (EmbedLayerNorm's dtype, AddLayerNorm's output dtype).
+	// values when half (EmbedWeights.Half, AddLN.Half).
 	Plan(h int, half bool) plan.Plan
 	PrepareEmbed(w *EmbedWeights) (PreparedEmbed, error)
 	AddLayerNorm(ctx context.Context, a *AddLN) error
