@@ -36,7 +36,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.nt16 = big && a.Y.DType != ops.F32
 	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType
 	c.touch = c.stream && c.sum16
-	c.x16 = c.sum16 && c.nt16 && a.X.Present() && a.X.DType == a.X1.DType
+	c.x16 = c.sum16 && a.X.Present() // SPEC B.2 gives x the inputs' format
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32
 	c.w16 = weightsOf(a.Gamma, a.Beta)
 	if c.w16.gammaH != nil && 8*D <= t.wideBytes {
@@ -72,7 +72,7 @@ type addCall struct {
 	pieces             bool      // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
 	sum16              bool      // x1 and x2 (and the bias) of one 16-bit format: addSum16
 	nt16               bool      // 16-bit outputs stored non-temporally
-	x16                bool      // addSum16 writes x too, non-temporally: every 16-bit x with nt16 (SPEC B.2 gives it the inputs' format)
+	x16                bool      // addSum16 writes x too (non-temporally with nt16): every x of 16-bit inputs (SPEC B.2 gives it their format)
 	ahead              int       // tuning.prefetchAhead
 	piece              int       // tuning.prefetchPiece
 	sumPiece           int       // tuning.sumPieceOf(W): the piece of sumPieces
@@ -102,15 +102,15 @@ func (c *addCall) biasSpan(off, lo, hi int) (start, end int, ok bool) {
 // the plan's shift, known before that pass.
 func (c *addCall) first(off int) float32 {
 	a := &c.a
-	x0 := elemF32(a.X1, off) + elemF32(a.X2, off)
+	x0 := elemF32(&a.X1, off) + elemF32(&a.X2, off)
 	if b0, _, ok := c.biasSpan(off, 0, 1); ok {
-		x0 += elemF32(a.Bias, b0)
+		x0 += elemF32(&a.Bias, b0)
 	}
 	return x0
 }
 
-// elemF32 is element i of b as float32 (16-bit values widened exactly).
-func elemF32(b ops.Buf, i int) float32 {
+// elemF32 is element i of b as float32 (16-bit values widened exactly, without a table).
+func elemF32(b *ops.Buf, i int) float32 {
 	switch b.DType {
 	case ops.F16:
 		return half.F16ToF32(b.U16[i])
@@ -120,12 +120,12 @@ func elemF32(b ops.Buf, i int) float32 {
 	return b.F32[i]
 }
 
-// sumPieces is the first pass of a row with 16-bit inputs: s = (x1 + x2) + bias in float32
-// and its partial sums, a piece of c.sumPiece elements (whole chunks of W, or part of one:
-// piecePart) at a time, so the inputs (widened in addSum16's loads, or into scratch for
-// mixed rows) and the piece of s stay in L1; the x output is written from each piece while
-// it is there (xs: streamed, f32).
-func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scratch) {
+// sumPieces is the first pass of a row with 16-bit inputs: s = (x1 + x2) + bias in float32,
+// shifted into t, and the partial sums of t, a piece of c.sumPiece elements (whole chunks
+// of W, or part of one: piecePart) at a time, so the inputs (widened in addSum16's loads,
+// or into scratch for mixed rows) and the piece of t stay in L1; the x output is written
+// from each piece (x32: a float32 x, the mixed rows').
+func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scratch) {
 	k, a := c.k, &c.a
 	D := a.D
 	n := c.sumPiece
@@ -133,34 +133,28 @@ func (c *addCall) sumPieces(s, xs, part []float32, off int, x0 float32, sc *scra
 		hi := min(lo+n, D)
 		m := hi - lo
 		pp, acc := piecePart(part, lo, m, n, D)
+		var bias16 []uint16
+		var bias32 []float32
+		b0, b1, hasBias := c.biasSpan(off, lo, hi)
 		if c.sum16 {
-			f := addForm{dt: a.X1.DType, x: c.x16, acc: acc, prefetch: c.touch}
-			var bias []uint16
-			if b0, b1, ok := c.biasSpan(off, lo, hi); ok {
-				bias, f.bias = a.Bias.U16[b0:b1], true
+			f := addForm{dt: a.X1.DType, bias: hasBias, x: c.x16, nt: c.nt16, acc: acc, prefetch: c.touch}
+			if hasBias {
+				bias16 = a.Bias.U16[b0:b1]
 			}
 			var x []uint16
 			if c.x16 {
 				x = a.X.U16[off+lo : off+hi]
 			}
-			k.addSum16(f, pp, s[lo:hi], x, a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias, x0)
-		} else {
-			x1 := rowF32(k, a.X1, off+lo, m, sc.y)
-			x2 := rowF32(k, a.X2, off+lo, m, sc.t)
-			f := addForm{dt: ops.F32, acc: acc}
-			var bias []float32
-			if b0, b1, ok := c.biasSpan(off, lo, hi); ok {
-				bias, f.bias = a.Bias.F32[b0:b1], true
-			}
-			k.addSum(f, pp, s[lo:hi], nil, x1, x2, bias, x0)
+			k.addSum16(f, pp, t[lo:hi], x, a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias16, x0)
+			continue
 		}
-		switch {
-		case c.x16: // written by addSum16
-		case xs != nil:
-			k.copyNT(xs[lo:hi], s[lo:hi])
-		case a.X.Present() && a.X.DType != ops.F32:
-			store(k, a.X, off+lo, s[lo:hi])
+		x1 := rowF32(k, a.X1, off+lo, m, sc.y)
+		x2 := rowF32(k, a.X2, off+lo, m, sc.t)
+		if hasBias {
+			bias32 = a.Bias.F32[b0:b1]
 		}
+		f := addForm{dt: ops.F32, bias: hasBias, x: x32 != nil, nt: c.ntX, acc: acc}
+		k.addSum(f, pp, t[lo:hi], from(x32, lo), x1, x2, bias32, x0)
 	}
 }
 
@@ -184,36 +178,32 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			}
 			pf = &next
 		}
-		// s goes straight into an f32 x output (no copy), unless x is streamed out.
-		s := sc.x[:D]
-		direct := a.X.Present() && a.X.DType == ops.F32 && !ntX
-		if direct {
-			s = a.X.F32[off : off+D]
-		}
-		var xs []float32 // the x output, streamed out by the first pass
-		if ntX {
-			xs = a.X.F32[off : off+D]
+		t := sc.x[:D]     // the shifted row, which the later passes read
+		var x32 []float32 // a float32 x output, written by the first pass
+		if a.X.Present() && a.X.DType == ops.F32 {
+			x32 = a.X.F32[off : off+D]
 		}
 		part := sc.part[:p.W]
 		x0 := c.first(off)
 		if c.pieces {
-			c.sumPieces(s, xs, part, off, x0, sc)
+			c.sumPieces(t, x32, part, off, x0, sc)
 		} else {
-			// s = (x1 + x2) + bias (x1 + x2 without one) and its partial sums in one pass.
-			f := addForm{dt: ops.F32, x: ntX, stream: c.stream}
+			// s = (x1 + x2) + bias (x1 + x2 without one), t = s − x0 and its partial sums
+			// in one pass.
+			f := addForm{dt: ops.F32, x: x32 != nil, nt: ntX, stream: c.stream}
 			var bias []float32
 			if b0, b1, ok := c.biasSpan(off, 0, D); ok {
 				bias, f.bias = a.Bias.F32[b0:b1], true
 			}
-			k.addSum(f, part, s, xs, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
+			k.addSum(f, part, t, x32, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
 		}
 		pf.step()
-		st := rowStatsSummed(k, p, s, part, x0, a.Epsilon, pf)
+		st := rowStatsSummed(k, p, t, part, x0, a.Epsilon, pf)
 		a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
 		if a.Y.DType == ops.F32 {
-			normalize(k, p, a.Y.F32[off:off+D], s, a.Gamma.F32, a.Beta.F32, st, ntY)
+			normalize(k, p, a.Y.F32[off:off+D], t, a.Gamma.F32, a.Beta.F32, st, ntY)
 		} else {
-			normalize16(k, p, a.Y, off, s, w16, st, c.nt16)
+			normalize16(k, p, a.Y, off, t, w16, st, c.nt16)
 		}
 		pf.rest()
 	}

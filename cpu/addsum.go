@@ -1,92 +1,109 @@
 package cpu
 
 import (
-	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
-// A row's first pass: s = a + b, or (a + b) + c, fused with the plan's first accumulation
-// (the partial sums of s − x0), optionally writing s to the x output too; and the
-// elementwise adds it is made of.
+// A row's first pass: s = a + b, or (a + b) + c, fused with the plan's shift (the row's
+// shifted values t = s − x0, which the later passes read, and their partial sums),
+// optionally writing s to the x output too; and the elementwise adds it is made of.
 
 // addForm is the form of a first pass.
 type addForm struct {
 	dt   ops.DType // the format of a, b and c: F32, or a 16-bit format, widened as loaded
 	bias bool      // c is added: s = (a + b) + c
-	x    bool      // s is written to x too (16-bit: rounded to dt), non-temporally where x is aligned (the caller fences)
+	x    bool      // s is written to x too (16-bit: rounded to dt)
+	nt   bool      // x with non-temporal stores where x is aligned (the caller fences)
 	acc  bool      // the partial sums are added onto part (a later piece of a row), else start at +0
 	// stream and prefetch are for rows from DRAM, which the fused pass would stride through
 	// W elements at a time, leaving the hardware prefetchers behind.
-	stream   bool // float32: the sums in one sequential pass, then the partial sums of s from the caches
+	stream   bool // float32: the sums in one sequential pass (into t), then the shift in place
 	prefetch bool // 16-bit: a and b prefetched in address order first, then the fused pass
 }
 
 // addKernels are a width's elementwise adds and fused first passes: the fused kernels take
-// whole chunks of W = len(part), W a multiple of the lanes.
+// whole chunks of W = len(part), W a multiple of the lanes; their X and NT forms write x
+// with plain or non-temporal stores (x aligned to the vector).
 type addKernels struct {
 	add2   func(s, a, b []float32)
 	add3   func(s, a, b, d []float32)
 	add3NT func(s, x, a, b, d []float32) // and x = s, non-temporally, x aligned to the vector
 	addTo  func(s, b []float32)
 
-	sum2, sum2Acc func(part, s, a, b []float32, x0 float32)
-	sum3, sum3Acc func(part, s, a, b, d []float32, x0 float32)
-	sum2NT        func(part, s, x, a, b []float32, x0 float32)
-	sum3NT        func(part, s, x, a, b, d []float32, x0 float32)
+	sum2, sum2Acc func(part, t, a, b []float32, x0 float32)
+	sum3, sum3Acc func(part, t, a, b, d []float32, x0 float32)
+	sum2X, sum2NT func(part, t, x, a, b []float32, x0 float32)
+	sum3X, sum3NT func(part, t, x, a, b, d []float32, x0 float32)
 	f16, bf16     sum16Kernels
 }
 
-// sum16Kernels are the fused first passes for 16-bit inputs of one format; the NT kernels
-// also write x, s rounded to that format, with non-temporal stores (x aligned to a vector
-// of 16-bit values).
+// sum16Kernels are the fused first passes for 16-bit inputs of one format; the X and NT
+// kernels also write x, s rounded to that format, with plain or non-temporal stores (NT: x
+// aligned to a vector of 16-bit values).
 type sum16Kernels struct {
-	two, twoAcc       func(part, s []float32, a, b []uint16, x0 float32)
-	full, fullAcc     func(part, s []float32, a, b, d []uint16, x0 float32)
-	twoNT, twoAccNT   func(part, s []float32, x, a, b []uint16, x0 float32)
-	fullNT, fullAccNT func(part, s []float32, x, a, b, d []uint16, x0 float32)
+	two, twoAcc       func(part, t []float32, a, b []uint16, x0 float32)
+	full, fullAcc     func(part, t []float32, a, b, d []uint16, x0 float32)
+	twoX, twoAccX     func(part, t []float32, x, a, b []uint16, x0 float32)
+	fullX, fullAccX   func(part, t []float32, x, a, b, d []uint16, x0 float32)
+	twoNT, twoAccNT   func(part, t []float32, x, a, b []uint16, x0 float32)
+	fullNT, fullAccNT func(part, t []float32, x, a, b, d []uint16, x0 float32)
 }
 
-// run runs the form's fused kernel (one without x has no acc form: the caller adds x).
-func (t *addKernels) run(f addForm, part, s, x, a, b, c []float32, x0 float32) {
+// run runs the form's fused kernel (one with x has no acc form: addSum takes the separate
+// passes).
+func (k *addKernels) run(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 	switch {
 	case f.acc && f.bias:
-		t.sum3Acc(part, s, a, b, c, x0)
+		k.sum3Acc(part, t, a, b, c, x0)
 	case f.acc:
-		t.sum2Acc(part, s, a, b, x0)
+		k.sum2Acc(part, t, a, b, x0)
+	case f.bias && f.x && f.nt:
+		k.sum3NT(part, t, x, a, b, c, x0)
 	case f.bias && f.x:
-		t.sum3NT(part, s, x, a, b, c, x0)
+		k.sum3X(part, t, x, a, b, c, x0)
 	case f.bias:
-		t.sum3(part, s, a, b, c, x0)
+		k.sum3(part, t, a, b, c, x0)
+	case f.x && f.nt:
+		k.sum2NT(part, t, x, a, b, x0)
 	case f.x:
-		t.sum2NT(part, s, x, a, b, x0)
+		k.sum2X(part, t, x, a, b, x0)
 	default:
-		t.sum2(part, s, a, b, x0)
+		k.sum2(part, t, a, b, x0)
 	}
 }
 
 // run16 runs the form's 16-bit fused kernel.
-func (t *addKernels) run16(f addForm, part, s []float32, x, a, b, c []uint16, x0 float32) {
-	k := &t.f16
+func (k *addKernels) run16(f addForm, part, t []float32, x, a, b, c []uint16, x0 float32) {
+	fm := &k.f16
 	if f.dt == ops.BF16 {
-		k = &t.bf16
+		fm = &k.bf16
 	}
-	switch {
-	case f.x && f.bias && f.acc:
-		k.fullAccNT(part, s, x, a, b, c, x0)
-	case f.x && f.bias:
-		k.fullNT(part, s, x, a, b, c, x0)
-	case f.x && f.acc:
-		k.twoAccNT(part, s, x, a, b, x0)
-	case f.x:
-		k.twoNT(part, s, x, a, b, x0)
-	case f.bias && f.acc:
-		k.fullAcc(part, s, a, b, c, x0)
-	case f.bias:
-		k.full(part, s, a, b, c, x0)
-	case f.acc:
-		k.twoAcc(part, s, a, b, x0)
+	type pick struct{ x, nt, bias, acc bool }
+	switch (pick{f.x, f.x && f.nt, f.bias, f.acc}) {
+	case pick{true, true, true, true}:
+		fm.fullAccNT(part, t, x, a, b, c, x0)
+	case pick{true, true, true, false}:
+		fm.fullNT(part, t, x, a, b, c, x0)
+	case pick{true, true, false, true}:
+		fm.twoAccNT(part, t, x, a, b, x0)
+	case pick{true, true, false, false}:
+		fm.twoNT(part, t, x, a, b, x0)
+	case pick{true, false, true, true}:
+		fm.fullAccX(part, t, x, a, b, c, x0)
+	case pick{true, false, true, false}:
+		fm.fullX(part, t, x, a, b, c, x0)
+	case pick{true, false, false, true}:
+		fm.twoAccX(part, t, x, a, b, x0)
+	case pick{true, false, false, false}:
+		fm.twoX(part, t, x, a, b, x0)
+	case pick{false, false, true, true}:
+		fm.fullAcc(part, t, a, b, c, x0)
+	case pick{false, false, true, false}:
+		fm.full(part, t, a, b, c, x0)
+	case pick{false, false, false, true}:
+		fm.twoAcc(part, t, a, b, x0)
 	default:
-		k.two(part, s, a, b, x0)
+		fm.two(part, t, a, b, x0)
 	}
 }
 
@@ -114,42 +131,39 @@ func addToGo(s, b []float32) {
 	}
 }
 
-// addSumGo is the twin of addSum: s = a + b, or (a + b) + c; x = s; then the partial sums
-// of s − x0 from +0 or onto part (len(part) = W).
-func addSumGo(f addForm, part, s, x, a, b, c []float32, x0 float32) {
+// addSumGo is the twin of addSum: s = a + b, or (a + b) + c; x = s; t = s − x0; then the
+// partial sums of t from +0 or onto part (len(part) = W).
+func addSumGo(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 	if f.bias {
-		add3Go(s, a, b, c)
+		add3Go(t, a, b, c)
 	} else {
-		add2Go(s, a, b)
+		add2Go(t, a, b)
 	}
 	if f.x {
-		copy(x[:len(s)], s)
+		copy(x[:len(t)], t)
 	}
-	accumulateGo(sumForm{zero: !f.acc}, part, s, x0, 0)
+	accumulateGo(sumForm{zero: !f.acc}, part, t, t, x0, 0)
 }
 
-// addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo sums them, then
-// x narrowed from s.
-func addSum16Go(f addForm, part, s []float32, x, a, b, c []uint16, x0 float32) {
-	widen := half.F16ToF32
-	if f.dt == ops.BF16 {
-		widen = half.BF16ToF32
-	}
-	a, b = a[:len(s)], b[:len(s)]
+// addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo sums them, x
+// narrowed from s, then shifted and summed.
+func addSum16Go(f addForm, part, t []float32, x, a, b, c []uint16, x0 float32) {
+	widen := widenerGo(f.dt)
+	a, b = a[:len(t)], b[:len(t)]
 	if f.bias {
-		c = c[:len(s)]
+		c = c[:len(t)]
 	}
-	for i := range s {
+	for i := range t {
 		v := widen(a[i]) + widen(b[i])
 		if f.bias {
 			v += widen(c[i])
 		}
-		s[i] = v
+		t[i] = v
 	}
-	accumulateGo(sumForm{zero: !f.acc}, part, s, x0, 0)
 	if f.x {
-		narrowGo(convForm{dt: f.dt}, x[:len(s)], s)
+		narrowGo(convForm{dt: f.dt}, x[:len(t)], t)
 	}
+	accumulateGo(sumForm{zero: !f.acc}, part, t, t, x0, 0)
 }
 
 func (k *kernels) add2(s, a, b []float32) {
@@ -197,10 +211,11 @@ func (k *kernels) addTo(s, b []float32) {
 	}
 }
 
-// addRow is the first pass without the partial sums: s, and x = s (non-temporally).
+// addRow is the first pass without the partial sums: s, and x = s (non-temporally with
+// f.nt).
 func (k *kernels) addRow(f addForm, s, x, a, b, c []float32) {
 	switch {
-	case f.bias && f.x && k.simd():
+	case f.bias && f.x && f.nt && k.simd():
 		x, a, b, c = x[:len(s)], a[:len(s)], b[:len(s)], c[:len(s)]
 		h := k.ntHead(x)
 		add3Go(s[:h], a, b, c)
@@ -218,18 +233,22 @@ func (k *kernels) addRow(f addForm, s, x, a, b, c []float32) {
 	default:
 		k.add2(s, a, b)
 	}
-	if f.x {
+	switch {
+	case f.x && f.nt:
 		k.copyNT(x, s)
+	case f.x:
+		copy(x[:len(s)], s)
 	}
 }
 
-// addSum runs the first pass of float32 inputs: the fused kernel over the whole chunks and
-// the separate passes over the shorter last chunk (which the plan adds last). Shapes the
-// kernel does not take (W not a multiple of the lanes, no whole chunk, an x that does not
-// start on a vector boundary, x with acc) go to the narrower width, or run the separate
-// passes at the narrowest.
-func (k *kernels) addSum(f addForm, part, s, x, a, b, c []float32, x0 float32) {
-	n := len(s)
+// addSum runs the first pass of float32 inputs into t: the fused kernel over the whole
+// chunks and the separate passes (the sums into t, then the shift in place) over the
+// shorter last chunk (which the plan adds last). Shapes the kernel does not take (W not a
+// multiple of the lanes, no whole chunk, a non-temporal x that does not start on a vector
+// boundary, x with acc) go to the narrower width, or run the separate passes at the
+// narrowest.
+func (k *kernels) addSum(f addForm, part, t, x, a, b, c []float32, x0 float32) {
+	n := len(t)
 	a, b = a[:n], b[:n]
 	if f.bias {
 		c = c[:n]
@@ -238,38 +257,38 @@ func (k *kernels) addSum(f addForm, part, s, x, a, b, c []float32, x0 float32) {
 		x = x[:n]
 	}
 	if !k.simd() {
-		addSumGo(f, part, s, x, a, b, c, x0)
+		addSumGo(f, part, t, x, a, b, c, x0)
 		return
 	}
 	if f.stream {
-		k.addRow(f, s, x, a, b, c)
-		k.accumulate(sumForm{zero: !f.acc}, part, s, x0, 0)
+		k.addRow(f, t, x, a, b, c)
+		k.accumulate(sumForm{zero: !f.acc}, part, t, t, x0, 0)
 		return
 	}
 	w := len(part)
 	full := n - n%w
-	if w%k.lanes != 0 || full == 0 || f.x && (f.acc || k.ntHead(x) != 0) {
+	if w%k.lanes != 0 || full == 0 || f.x && (f.acc || f.nt && k.ntHead(x) != 0) {
 		if k.narrower.simd() {
-			k.narrower.addSum(f, part, s, x, a, b, c, x0)
+			k.narrower.addSum(f, part, t, x, a, b, c, x0)
 			return
 		}
-		k.addRow(f, s, x, a, b, c)
-		k.accumulate(sumForm{zero: !f.acc}, part, s, x0, 0)
+		k.addRow(f, t, x, a, b, c)
+		k.accumulate(sumForm{zero: !f.acc}, part, t, t, x0, 0)
 		return
 	}
-	k.adds.run(f, part, s[:full], x, a, b, c, x0)
+	k.adds.run(f, part, t[:full], x, a, b, c, x0)
 	if full < n {
-		k.addRow(f, s[full:], from(x, full), a[full:], b[full:], from(c, full))
-		k.accumulate(sumForm{}, part, s[full:], x0, 0)
+		k.addRow(f, t[full:], from(x, full), a[full:], b[full:], from(c, full))
+		k.accumulate(sumForm{}, part, t[full:], t[full:], x0, 0)
 	}
 }
 
-// addSum16 runs the first pass of 16-bit inputs: the kernel over the whole chunks and the
-// twin over the shorter last chunk; a W the width does not divide goes to the narrower
-// width. An x output goes through the kernel's non-temporal stores when x starts on a
-// vector boundary, else through a non-temporal narrowing after the sum.
-func (k *kernels) addSum16(f addForm, part, s []float32, x, a, b, c []uint16, x0 float32) {
-	n := len(s)
+// addSum16 runs the first pass of 16-bit inputs into t: the kernel over the whole chunks
+// and the twin over the shorter last chunk; a W the width does not divide goes to the
+// narrower width. A non-temporal x that does not start on a vector boundary takes plain
+// stores.
+func (k *kernels) addSum16(f addForm, part, t []float32, x, a, b, c []uint16, x0 float32) {
+	n := len(t)
 	a, b = a[:n], b[:n]
 	if f.bias {
 		c = c[:n]
@@ -283,29 +302,22 @@ func (k *kernels) addSum16(f addForm, part, s []float32, x, a, b, c []uint16, x0
 		f.prefetch = false
 	}
 	if !k.simd() {
-		addSum16Go(f, part, s, x, a, b, c, x0)
+		addSum16Go(f, part, t, x, a, b, c, x0)
 		return
 	}
-	if f.x && k.nt16Head(x) != 0 {
-		g := f
-		g.x = false
-		k.addSum16(g, part, s, nil, a, b, c, x0)
-		k.narrow(convForm{dt: f.dt, nt: true}, x, s)
-		return
+	if f.x && f.nt && k.nt16Head(x) != 0 {
+		f.nt = false
 	}
 	w := len(part)
 	full := n - n%w
 	if w%k.lanes != 0 || full == 0 {
-		k.narrower.addSum16(f, part, s, x, a, b, c, x0)
+		k.narrower.addSum16(f, part, t, x, a, b, c, x0)
 		return
 	}
-	k.adds.run16(f, part, s[:full], x, a, b, c, x0)
+	k.adds.run16(f, part, t[:full], x, a, b, c, x0)
 	if full < n {
 		tail := f
-		tail.acc, tail.x = true, false
-		addSum16Go(tail, part, s[full:], nil, a[full:], b[full:], from(c, full), x0)
-		if f.x {
-			k.narrow(convForm{dt: f.dt, nt: true}, x[full:], s[full:])
-		}
+		tail.acc = true
+		addSum16Go(tail, part, t[full:], from(x, full), a[full:], b[full:], from(c, full), x0)
 	}
 }

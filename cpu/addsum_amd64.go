@@ -26,171 +26,249 @@ func avx2Add3NT(s []float32, x []float32, a []float32, b []float32, d []float32)
 //go:noescape
 func avx2AddTo(s []float32, b []float32)
 
-// avx2Add2Sum writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2Add2Sum writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2Add2Sum(part []float32, s []float32, a []float32, b []float32, x0 float32)
+func avx2Add2Sum(part []float32, t []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3Sum writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2Add3Sum writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx2Add3Sum(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx2Add2SumNT writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx2Add2SumX writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i],
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2Add2SumX(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
+
+// avx2Add3SumX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i],
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2Add3SumX(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+
+// avx2Add2SumNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, x0 float32)
+func avx2Add2SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3SumNT writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx2Add3SumNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx2Add3SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx2Add2SumAcc writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2Add2SumAcc writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2Add2SumAcc(part []float32, s []float32, a []float32, b []float32, x0 float32)
+func avx2Add2SumAcc(part []float32, t []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3SumAcc writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2Add3SumAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx2Add3SumAcc(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx2AddSumF16 writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2AddSumF16 writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+func avx2AddSumF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumF16NT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx2AddSumF16X writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+
+// avx2AddSumF16NT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+func avx2AddSumF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumF16Acc writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2AddSumF16Acc writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+func avx2AddSumF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumF16AccNT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
+// avx2AddSumF16AccX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+
+// avx2AddSumF16AccNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+func avx2AddSumF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumF16Full writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2AddSumF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx2AddSumF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx2AddSumF16FullX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+
+// avx2AddSumF16FullNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx2AddSumF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2AddSumF16FullAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx2AddSumF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
+// avx2AddSumF16FullAccX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+
+// avx2AddSumF16FullAccNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx2AddSumF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumBF16 writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2AddSumBF16 writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+func avx2AddSumBF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumBF16NT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx2AddSumBF16X writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+
+// avx2AddSumBF16NT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+func avx2AddSumBF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumBF16Acc writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2AddSumBF16Acc writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+func avx2AddSumBF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumBF16AccNT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
+// avx2AddSumBF16AccX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+
+// avx2AddSumBF16AccNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+func avx2AddSumBF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumBF16Full writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2AddSumBF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx2AddSumBF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumBF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx2AddSumBF16FullX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+
+// avx2AddSumBF16FullNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx2AddSumBF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumBF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx2AddSumBF16FullAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx2AddSumBF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumBF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
+// avx2AddSumBF16FullAccX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+
+// avx2AddSumBF16FullAccNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx2AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512Add2 writes s[i] = a[i] + b[i] for i < len(s)&^15.
 //
@@ -214,168 +292,246 @@ func avx512Add3NT(s []float32, x []float32, a []float32, b []float32, d []float3
 //go:noescape
 func avx512AddTo(s []float32, b []float32)
 
-// avx512Add2Sum writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512Add2Sum writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512Add2Sum(part []float32, s []float32, a []float32, b []float32, x0 float32)
+func avx512Add2Sum(part []float32, t []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3Sum writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512Add3Sum writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx512Add3Sum(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx512Add2SumNT writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx512Add2SumX writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i],
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512Add2SumX(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
+
+// avx512Add3SumX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i],
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512Add3SumX(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+
+// avx512Add2SumNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, x0 float32)
+func avx512Add2SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3SumNT writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx512Add3SumNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx512Add3SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx512Add2SumAcc writes s[i] = a[i] + b[i] and part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512Add2SumAcc writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512Add2SumAcc(part []float32, s []float32, a []float32, b []float32, x0 float32)
+func avx512Add2SumAcc(part []float32, t []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3SumAcc writes s[i] = (a[i] + b[i]) + d[i] and part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512Add3SumAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx512Add3SumAcc(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx512AddSumF16 writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512AddSumF16 writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+func avx512AddSumF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumF16NT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx512AddSumF16X writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+
+// avx512AddSumF16NT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+func avx512AddSumF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumF16Acc writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512AddSumF16Acc writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+func avx512AddSumF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumF16AccNT writes s[i] = a[i] + b[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
+// avx512AddSumF16AccX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+
+// avx512AddSumF16AccNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+func avx512AddSumF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumF16Full writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512AddSumF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx512AddSumF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx512AddSumF16FullX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+
+// avx512AddSumF16FullNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx512AddSumF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512AddSumF16FullAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx512AddSumF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the f16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
+// avx512AddSumF16FullAccX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+
+// avx512AddSumF16FullAccNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx512AddSumF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumBF16 writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512AddSumBF16 writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+func avx512AddSumBF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumBF16NT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx512AddSumBF16X writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+
+// avx512AddSumBF16NT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+func avx512AddSumBF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumBF16Acc writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512AddSumBF16Acc writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+func avx512AddSumBF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumBF16AccNT writes s[i] = a[i] + b[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
+// avx512AddSumBF16AccX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+
+// avx512AddSumBF16AccNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+func avx512AddSumBF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumBF16Full writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512AddSumBF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx512AddSumBF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumBF16FullNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) from +0 (chunks in order),
+// avx512AddSumBF16FullX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+
+// avx512AddSumBF16FullNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx512AddSumBF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumBF16FullAcc writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// avx512AddSumBF16FullAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx512AddSumBF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumBF16FullAccNT writes s[i] = (a[i] + b[i]) + d[i], with the bf16 inputs widened exactly, and
-// part[k] = Σ_c (s[c·W+k] − x0) added onto part (chunks in order),
+// avx512AddSumBF16FullAccX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+
+// avx512AddSumBF16FullAccNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+func avx512AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)

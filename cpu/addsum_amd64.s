@@ -213,16 +213,16 @@ avx2AddTo_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add2Sum(part []float32, s []float32, a []float32, b []float32, x0 float32)
+// func avx2Add2Sum(part []float32, t []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX
 TEXT ·avx2Add2Sum(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Y0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-32, R9
@@ -239,23 +239,23 @@ avx2Add2Sum_block:
 avx2Add2Sum_block_chunk:
 	VMOVUPS (DX)(R10*4), Y5
 	VADDPS  (BX)(R10*4), Y5, Y5
-	VMOVUPS Y5, (CX)(R10*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, (CX)(R10*4)
 	VADDPS  Y5, Y1, Y1
 	VMOVUPS 32(DX)(R10*4), Y5
 	VADDPS  32(BX)(R10*4), Y5, Y5
-	VMOVUPS Y5, 32(CX)(R10*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 32(CX)(R10*4)
 	VADDPS  Y5, Y2, Y2
 	VMOVUPS 64(DX)(R10*4), Y5
 	VADDPS  64(BX)(R10*4), Y5, Y5
-	VMOVUPS Y5, 64(CX)(R10*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 64(CX)(R10*4)
 	VADDPS  Y5, Y3, Y3
 	VMOVUPS 96(DX)(R10*4), Y5
 	VADDPS  96(BX)(R10*4), Y5, Y5
-	VMOVUPS Y5, 96(CX)(R10*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 96(CX)(R10*4)
 	VADDPS  Y5, Y4, Y4
 	ADDQ    SI, R10
 	CMPQ    R10, DI
@@ -277,8 +277,8 @@ avx2Add2Sum_vec:
 avx2Add2Sum_vec_chunk:
 	VMOVUPS (DX)(R9*4), Y2
 	VADDPS  (BX)(R9*4), Y2, Y2
-	VMOVUPS Y2, (CX)(R9*4)
 	VSUBPS  Y0, Y2, Y2
+	VMOVUPS Y2, (CX)(R9*4)
 	VADDPS  Y2, Y1, Y1
 	ADDQ    SI, R9
 	CMPQ    R9, DI
@@ -291,17 +291,17 @@ avx2Add2Sum_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx2Add3Sum(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX
 TEXT ·avx2Add3Sum(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Y0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -319,26 +319,26 @@ avx2Add3Sum_block_chunk:
 	VMOVUPS (DX)(R11*4), Y5
 	VADDPS  (BX)(R11*4), Y5, Y5
 	VADDPS  (SI)(R11*4), Y5, Y5
-	VMOVUPS Y5, (CX)(R11*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, (CX)(R11*4)
 	VADDPS  Y5, Y1, Y1
 	VMOVUPS 32(DX)(R11*4), Y5
 	VADDPS  32(BX)(R11*4), Y5, Y5
 	VADDPS  32(SI)(R11*4), Y5, Y5
-	VMOVUPS Y5, 32(CX)(R11*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 32(CX)(R11*4)
 	VADDPS  Y5, Y2, Y2
 	VMOVUPS 64(DX)(R11*4), Y5
 	VADDPS  64(BX)(R11*4), Y5, Y5
 	VADDPS  64(SI)(R11*4), Y5, Y5
-	VMOVUPS Y5, 64(CX)(R11*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 64(CX)(R11*4)
 	VADDPS  Y5, Y3, Y3
 	VMOVUPS 96(DX)(R11*4), Y5
 	VADDPS  96(BX)(R11*4), Y5, Y5
 	VADDPS  96(SI)(R11*4), Y5, Y5
-	VMOVUPS Y5, 96(CX)(R11*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 96(CX)(R11*4)
 	VADDPS  Y5, Y4, Y4
 	ADDQ    DI, R11
 	CMPQ    R11, R8
@@ -361,8 +361,8 @@ avx2Add3Sum_vec_chunk:
 	VMOVUPS (DX)(R10*4), Y2
 	VADDPS  (BX)(R10*4), Y2, Y2
 	VADDPS  (SI)(R10*4), Y2, Y2
-	VMOVUPS Y2, (CX)(R10*4)
 	VSUBPS  Y0, Y2, Y2
+	VMOVUPS Y2, (CX)(R10*4)
 	VADDPS  Y2, Y1, Y1
 	ADDQ    DI, R10
 	CMPQ    R10, R8
@@ -375,17 +375,191 @@ avx2Add3Sum_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, x0 float32)
+// func avx2Add2SumX(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Add2SumNT(SB), NOSPLIT, $0-124
+TEXT ·avx2Add2SumX(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Y0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
+
+avx2Add2SumX_block:
+	CMPQ   R9, R10
+	JAE    avx2Add2SumX_block_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   R9, R11
+
+avx2Add2SumX_block_chunk:
+	VMOVUPS (BX)(R11*4), Y5
+	VADDPS  (SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, (DX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, (CX)(R11*4)
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(BX)(R11*4), Y5
+	VADDPS  32(SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, 32(DX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 32(CX)(R11*4)
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(BX)(R11*4), Y5
+	VADDPS  64(SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, 64(DX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 64(CX)(R11*4)
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(BX)(R11*4), Y5
+	VADDPS  96(SI)(R11*4), Y5, Y5
+	VMOVUPS Y5, 96(DX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 96(CX)(R11*4)
+	VADDPS  Y5, Y4, Y4
+	ADDQ    DI, R11
+	CMPQ    R11, R8
+	JB      avx2Add2SumX_block_chunk
+	VMOVUPS Y1, (AX)(R9*4)
+	VMOVUPS Y2, 32(AX)(R9*4)
+	VMOVUPS Y3, 64(AX)(R9*4)
+	VMOVUPS Y4, 96(AX)(R9*4)
+	ADDQ    $0x00000020, R9
+	JMP     avx2Add2SumX_block
+
+avx2Add2SumX_block_done:
+avx2Add2SumX_vec:
+	CMPQ   R9, DI
+	JAE    avx2Add2SumX_vec_done
+	VXORPS Y1, Y1, Y1
+	MOVQ   R9, R10
+
+avx2Add2SumX_vec_chunk:
+	VMOVUPS (BX)(R10*4), Y2
+	VADDPS  (SI)(R10*4), Y2, Y2
+	VMOVUPS Y2, (DX)(R10*4)
+	VSUBPS  Y0, Y2, Y2
+	VMOVUPS Y2, (CX)(R10*4)
+	VADDPS  Y2, Y1, Y1
+	ADDQ    DI, R10
+	CMPQ    R10, R8
+	JB      avx2Add2SumX_vec_chunk
+	VMOVUPS Y1, (AX)(R9*4)
+	ADDQ    $0x00000008, R9
+	JMP     avx2Add2SumX_vec
+
+avx2Add2SumX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add3SumX(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// Requires: AVX
+TEXT ·avx2Add3SumX(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Y0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
+
+avx2Add3SumX_block:
+	CMPQ   R10, R11
+	JAE    avx2Add3SumX_block_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   R10, R12
+
+avx2Add3SumX_block_chunk:
+	VMOVUPS (BX)(R12*4), Y5
+	VADDPS  (SI)(R12*4), Y5, Y5
+	VADDPS  (DI)(R12*4), Y5, Y5
+	VMOVUPS Y5, (DX)(R12*4)
+	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, (CX)(R12*4)
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(BX)(R12*4), Y5
+	VADDPS  32(SI)(R12*4), Y5, Y5
+	VADDPS  32(DI)(R12*4), Y5, Y5
+	VMOVUPS Y5, 32(DX)(R12*4)
+	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 32(CX)(R12*4)
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(BX)(R12*4), Y5
+	VADDPS  64(SI)(R12*4), Y5, Y5
+	VADDPS  64(DI)(R12*4), Y5, Y5
+	VMOVUPS Y5, 64(DX)(R12*4)
+	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 64(CX)(R12*4)
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(BX)(R12*4), Y5
+	VADDPS  96(SI)(R12*4), Y5, Y5
+	VADDPS  96(DI)(R12*4), Y5, Y5
+	VMOVUPS Y5, 96(DX)(R12*4)
+	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 96(CX)(R12*4)
+	VADDPS  Y5, Y4, Y4
+	ADDQ    R8, R12
+	CMPQ    R12, R9
+	JB      avx2Add3SumX_block_chunk
+	VMOVUPS Y1, (AX)(R10*4)
+	VMOVUPS Y2, 32(AX)(R10*4)
+	VMOVUPS Y3, 64(AX)(R10*4)
+	VMOVUPS Y4, 96(AX)(R10*4)
+	ADDQ    $0x00000020, R10
+	JMP     avx2Add3SumX_block
+
+avx2Add3SumX_block_done:
+avx2Add3SumX_vec:
+	CMPQ   R10, R8
+	JAE    avx2Add3SumX_vec_done
+	VXORPS Y1, Y1, Y1
+	MOVQ   R10, R11
+
+avx2Add3SumX_vec_chunk:
+	VMOVUPS (BX)(R11*4), Y2
+	VADDPS  (SI)(R11*4), Y2, Y2
+	VADDPS  (DI)(R11*4), Y2, Y2
+	VMOVUPS Y2, (DX)(R11*4)
+	VSUBPS  Y0, Y2, Y2
+	VMOVUPS Y2, (CX)(R11*4)
+	VADDPS  Y2, Y1, Y1
+	ADDQ    R8, R11
+	CMPQ    R11, R9
+	JB      avx2Add3SumX_vec_chunk
+	VMOVUPS Y1, (AX)(R10*4)
+	ADDQ    $0x00000008, R10
+	JMP     avx2Add3SumX_vec
+
+avx2Add3SumX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add2SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
+// Requires: AVX
+TEXT ·avx2Add2SumNT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -402,27 +576,27 @@ avx2Add2SumNT_block:
 avx2Add2SumNT_block_chunk:
 	VMOVUPS  (BX)(R11*4), Y5
 	VADDPS   (SI)(R11*4), Y5, Y5
-	VMOVUPS  Y5, (CX)(R11*4)
 	VMOVNTPS Y5, (DX)(R11*4)
 	VSUBPS   Y0, Y5, Y5
+	VMOVUPS  Y5, (CX)(R11*4)
 	VADDPS   Y5, Y1, Y1
 	VMOVUPS  32(BX)(R11*4), Y5
 	VADDPS   32(SI)(R11*4), Y5, Y5
-	VMOVUPS  Y5, 32(CX)(R11*4)
 	VMOVNTPS Y5, 32(DX)(R11*4)
 	VSUBPS   Y0, Y5, Y5
+	VMOVUPS  Y5, 32(CX)(R11*4)
 	VADDPS   Y5, Y2, Y2
 	VMOVUPS  64(BX)(R11*4), Y5
 	VADDPS   64(SI)(R11*4), Y5, Y5
-	VMOVUPS  Y5, 64(CX)(R11*4)
 	VMOVNTPS Y5, 64(DX)(R11*4)
 	VSUBPS   Y0, Y5, Y5
+	VMOVUPS  Y5, 64(CX)(R11*4)
 	VADDPS   Y5, Y3, Y3
 	VMOVUPS  96(BX)(R11*4), Y5
 	VADDPS   96(SI)(R11*4), Y5, Y5
-	VMOVUPS  Y5, 96(CX)(R11*4)
 	VMOVNTPS Y5, 96(DX)(R11*4)
 	VSUBPS   Y0, Y5, Y5
+	VMOVUPS  Y5, 96(CX)(R11*4)
 	VADDPS   Y5, Y4, Y4
 	ADDQ     DI, R11
 	CMPQ     R11, R8
@@ -444,9 +618,9 @@ avx2Add2SumNT_vec:
 avx2Add2SumNT_vec_chunk:
 	VMOVUPS  (BX)(R10*4), Y2
 	VADDPS   (SI)(R10*4), Y2, Y2
-	VMOVUPS  Y2, (CX)(R10*4)
 	VMOVNTPS Y2, (DX)(R10*4)
 	VSUBPS   Y0, Y2, Y2
+	VMOVUPS  Y2, (CX)(R10*4)
 	VADDPS   Y2, Y1, Y1
 	ADDQ     DI, R10
 	CMPQ     R10, R8
@@ -459,18 +633,18 @@ avx2Add2SumNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx2Add3SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX
 TEXT ·avx2Add3SumNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	MOVQ         d_base+120(FP), DI
 	VBROADCASTSS x0+144(FP), Y0
 	MOVQ         part_len+8(FP), R8
-	MOVQ         s_len+32(FP), R9
+	MOVQ         t_len+32(FP), R9
 	XORQ         R10, R10
 	MOVQ         R8, R11
 	ANDQ         $-32, R11
@@ -488,30 +662,30 @@ avx2Add3SumNT_block_chunk:
 	VMOVUPS  (BX)(R12*4), Y5
 	VADDPS   (SI)(R12*4), Y5, Y5
 	VADDPS   (DI)(R12*4), Y5, Y5
-	VMOVUPS  Y5, (CX)(R12*4)
 	VMOVNTPS Y5, (DX)(R12*4)
 	VSUBPS   Y0, Y5, Y5
+	VMOVUPS  Y5, (CX)(R12*4)
 	VADDPS   Y5, Y1, Y1
 	VMOVUPS  32(BX)(R12*4), Y5
 	VADDPS   32(SI)(R12*4), Y5, Y5
 	VADDPS   32(DI)(R12*4), Y5, Y5
-	VMOVUPS  Y5, 32(CX)(R12*4)
 	VMOVNTPS Y5, 32(DX)(R12*4)
 	VSUBPS   Y0, Y5, Y5
+	VMOVUPS  Y5, 32(CX)(R12*4)
 	VADDPS   Y5, Y2, Y2
 	VMOVUPS  64(BX)(R12*4), Y5
 	VADDPS   64(SI)(R12*4), Y5, Y5
 	VADDPS   64(DI)(R12*4), Y5, Y5
-	VMOVUPS  Y5, 64(CX)(R12*4)
 	VMOVNTPS Y5, 64(DX)(R12*4)
 	VSUBPS   Y0, Y5, Y5
+	VMOVUPS  Y5, 64(CX)(R12*4)
 	VADDPS   Y5, Y3, Y3
 	VMOVUPS  96(BX)(R12*4), Y5
 	VADDPS   96(SI)(R12*4), Y5, Y5
 	VADDPS   96(DI)(R12*4), Y5, Y5
-	VMOVUPS  Y5, 96(CX)(R12*4)
 	VMOVNTPS Y5, 96(DX)(R12*4)
 	VSUBPS   Y0, Y5, Y5
+	VMOVUPS  Y5, 96(CX)(R12*4)
 	VADDPS   Y5, Y4, Y4
 	ADDQ     R8, R12
 	CMPQ     R12, R9
@@ -534,9 +708,9 @@ avx2Add3SumNT_vec_chunk:
 	VMOVUPS  (BX)(R11*4), Y2
 	VADDPS   (SI)(R11*4), Y2, Y2
 	VADDPS   (DI)(R11*4), Y2, Y2
-	VMOVUPS  Y2, (CX)(R11*4)
 	VMOVNTPS Y2, (DX)(R11*4)
 	VSUBPS   Y0, Y2, Y2
+	VMOVUPS  Y2, (CX)(R11*4)
 	VADDPS   Y2, Y1, Y1
 	ADDQ     R8, R11
 	CMPQ     R11, R9
@@ -549,16 +723,16 @@ avx2Add3SumNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add2SumAcc(part []float32, s []float32, a []float32, b []float32, x0 float32)
+// func avx2Add2SumAcc(part []float32, t []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX
 TEXT ·avx2Add2SumAcc(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Y0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-32, R9
@@ -575,23 +749,23 @@ avx2Add2SumAcc_block:
 avx2Add2SumAcc_block_chunk:
 	VMOVUPS (DX)(R10*4), Y5
 	VADDPS  (BX)(R10*4), Y5, Y5
-	VMOVUPS Y5, (CX)(R10*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, (CX)(R10*4)
 	VADDPS  Y5, Y1, Y1
 	VMOVUPS 32(DX)(R10*4), Y5
 	VADDPS  32(BX)(R10*4), Y5, Y5
-	VMOVUPS Y5, 32(CX)(R10*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 32(CX)(R10*4)
 	VADDPS  Y5, Y2, Y2
 	VMOVUPS 64(DX)(R10*4), Y5
 	VADDPS  64(BX)(R10*4), Y5, Y5
-	VMOVUPS Y5, 64(CX)(R10*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 64(CX)(R10*4)
 	VADDPS  Y5, Y3, Y3
 	VMOVUPS 96(DX)(R10*4), Y5
 	VADDPS  96(BX)(R10*4), Y5, Y5
-	VMOVUPS Y5, 96(CX)(R10*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 96(CX)(R10*4)
 	VADDPS  Y5, Y4, Y4
 	ADDQ    SI, R10
 	CMPQ    R10, DI
@@ -613,8 +787,8 @@ avx2Add2SumAcc_vec:
 avx2Add2SumAcc_vec_chunk:
 	VMOVUPS (DX)(R9*4), Y2
 	VADDPS  (BX)(R9*4), Y2, Y2
-	VMOVUPS Y2, (CX)(R9*4)
 	VSUBPS  Y0, Y2, Y2
+	VMOVUPS Y2, (CX)(R9*4)
 	VADDPS  Y2, Y1, Y1
 	ADDQ    SI, R9
 	CMPQ    R9, DI
@@ -627,17 +801,17 @@ avx2Add2SumAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx2Add3SumAcc(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX
 TEXT ·avx2Add3SumAcc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Y0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -655,26 +829,26 @@ avx2Add3SumAcc_block_chunk:
 	VMOVUPS (DX)(R11*4), Y5
 	VADDPS  (BX)(R11*4), Y5, Y5
 	VADDPS  (SI)(R11*4), Y5, Y5
-	VMOVUPS Y5, (CX)(R11*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, (CX)(R11*4)
 	VADDPS  Y5, Y1, Y1
 	VMOVUPS 32(DX)(R11*4), Y5
 	VADDPS  32(BX)(R11*4), Y5, Y5
 	VADDPS  32(SI)(R11*4), Y5, Y5
-	VMOVUPS Y5, 32(CX)(R11*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 32(CX)(R11*4)
 	VADDPS  Y5, Y2, Y2
 	VMOVUPS 64(DX)(R11*4), Y5
 	VADDPS  64(BX)(R11*4), Y5, Y5
 	VADDPS  64(SI)(R11*4), Y5, Y5
-	VMOVUPS Y5, 64(CX)(R11*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 64(CX)(R11*4)
 	VADDPS  Y5, Y3, Y3
 	VMOVUPS 96(DX)(R11*4), Y5
 	VADDPS  96(BX)(R11*4), Y5, Y5
 	VADDPS  96(SI)(R11*4), Y5, Y5
-	VMOVUPS Y5, 96(CX)(R11*4)
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 96(CX)(R11*4)
 	VADDPS  Y5, Y4, Y4
 	ADDQ    DI, R11
 	CMPQ    R11, R8
@@ -697,8 +871,8 @@ avx2Add3SumAcc_vec_chunk:
 	VMOVUPS (DX)(R10*4), Y2
 	VADDPS  (BX)(R10*4), Y2, Y2
 	VADDPS  (SI)(R10*4), Y2, Y2
-	VMOVUPS Y2, (CX)(R10*4)
 	VSUBPS  Y0, Y2, Y2
+	VMOVUPS Y2, (CX)(R10*4)
 	VADDPS  Y2, Y1, Y1
 	ADDQ    DI, R10
 	CMPQ    R10, R8
@@ -711,16 +885,16 @@ avx2Add3SumAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+// func avx2AddSumF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, F16C
 TEXT ·avx2AddSumF16(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Y0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-32, R9
@@ -738,26 +912,26 @@ avx2AddSumF16_block_chunk:
 	VCVTPH2PS (DX)(R10*2), Y5
 	VCVTPH2PS (BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R10*4)
 	VADDPS    Y5, Y1, Y1
 	VCVTPH2PS 16(DX)(R10*2), Y5
 	VCVTPH2PS 16(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R10*4)
 	VADDPS    Y5, Y2, Y2
 	VCVTPH2PS 32(DX)(R10*2), Y5
 	VCVTPH2PS 32(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R10*4)
 	VADDPS    Y5, Y3, Y3
 	VCVTPH2PS 48(DX)(R10*2), Y5
 	VCVTPH2PS 48(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R10*4)
 	VADDPS    Y5, Y4, Y4
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -780,8 +954,8 @@ avx2AddSumF16_vec_chunk:
 	VCVTPH2PS (DX)(R9*2), Y2
 	VCVTPH2PS (BX)(R9*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R9*4)
 	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R9*4)
 	VADDPS    Y2, Y1, Y1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -794,17 +968,111 @@ avx2AddSumF16_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// func avx2AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16NT(SB), NOSPLIT, $0-124
+TEXT ·avx2AddSumF16X(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Y0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
+
+avx2AddSumF16X_block:
+	CMPQ   R9, R10
+	JAE    avx2AddSumF16X_block_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   R9, R11
+
+avx2AddSumF16X_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Y5
+	VCVTPH2PS (SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, (CX)(R11*4)
+	VADDPS    Y6, Y1, Y1
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, (DX)(R11*2)
+	VCVTPH2PS 16(BX)(R11*2), Y5
+	VCVTPH2PS 16(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 32(CX)(R11*4)
+	VADDPS    Y6, Y2, Y2
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 16(DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Y5
+	VCVTPH2PS 32(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 64(CX)(R11*4)
+	VADDPS    Y6, Y3, Y3
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 32(DX)(R11*2)
+	VCVTPH2PS 48(BX)(R11*2), Y5
+	VCVTPH2PS 48(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 96(CX)(R11*4)
+	VADDPS    Y6, Y4, Y4
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 48(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumF16X_block_chunk
+	VMOVUPS   Y1, (AX)(R9*4)
+	VMOVUPS   Y2, 32(AX)(R9*4)
+	VMOVUPS   Y3, 64(AX)(R9*4)
+	VMOVUPS   Y4, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumF16X_block
+
+avx2AddSumF16X_block_done:
+avx2AddSumF16X_vec:
+	CMPQ   R9, DI
+	JAE    avx2AddSumF16X_vec_done
+	VXORPS Y1, Y1, Y1
+	MOVQ   R9, R10
+
+avx2AddSumF16X_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Y2
+	VCVTPH2PS (SI)(R10*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VSUBPS    Y0, Y2, Y3
+	VMOVUPS   Y3, (CX)(R10*4)
+	VADDPS    Y3, Y1, Y1
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumF16X_vec_chunk
+	VMOVUPS   Y1, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumF16X_vec
+
+avx2AddSumF16X_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16NT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -822,32 +1090,32 @@ avx2AddSumF16NT_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Y5
 	VCVTPH2PS (SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, (CX)(R11*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, (DX)(R11*2)
 	VCVTPH2PS 16(BX)(R11*2), Y5
 	VCVTPH2PS 16(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 32(CX)(R11*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 16(DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Y5
 	VCVTPH2PS 32(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 64(CX)(R11*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 32(DX)(R11*2)
 	VCVTPH2PS 48(BX)(R11*2), Y5
 	VCVTPH2PS 48(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 96(CX)(R11*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 48(DX)(R11*2)
@@ -872,8 +1140,8 @@ avx2AddSumF16NT_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Y2
 	VCVTPH2PS (SI)(R10*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R10*4)
 	VSUBPS    Y0, Y2, Y3
+	VMOVUPS   Y3, (CX)(R10*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVNTDQ  X2, (DX)(R10*2)
@@ -888,16 +1156,16 @@ avx2AddSumF16NT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+// func avx2AddSumF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, F16C
 TEXT ·avx2AddSumF16Acc(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Y0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-32, R9
@@ -915,26 +1183,26 @@ avx2AddSumF16Acc_block_chunk:
 	VCVTPH2PS (DX)(R10*2), Y5
 	VCVTPH2PS (BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R10*4)
 	VADDPS    Y5, Y1, Y1
 	VCVTPH2PS 16(DX)(R10*2), Y5
 	VCVTPH2PS 16(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R10*4)
 	VADDPS    Y5, Y2, Y2
 	VCVTPH2PS 32(DX)(R10*2), Y5
 	VCVTPH2PS 32(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R10*4)
 	VADDPS    Y5, Y3, Y3
 	VCVTPH2PS 48(DX)(R10*2), Y5
 	VCVTPH2PS 48(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R10*4)
 	VADDPS    Y5, Y4, Y4
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -957,8 +1225,8 @@ avx2AddSumF16Acc_vec_chunk:
 	VCVTPH2PS (DX)(R9*2), Y2
 	VCVTPH2PS (BX)(R9*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R9*4)
 	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R9*4)
 	VADDPS    Y2, Y1, Y1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -971,17 +1239,111 @@ avx2AddSumF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// func avx2AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16AccNT(SB), NOSPLIT, $0-124
+TEXT ·avx2AddSumF16AccX(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Y0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
+
+avx2AddSumF16AccX_block:
+	CMPQ    R9, R10
+	JAE     avx2AddSumF16AccX_block_done
+	VMOVUPS (AX)(R9*4), Y1
+	VMOVUPS 32(AX)(R9*4), Y2
+	VMOVUPS 64(AX)(R9*4), Y3
+	VMOVUPS 96(AX)(R9*4), Y4
+	MOVQ    R9, R11
+
+avx2AddSumF16AccX_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Y5
+	VCVTPH2PS (SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, (CX)(R11*4)
+	VADDPS    Y6, Y1, Y1
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, (DX)(R11*2)
+	VCVTPH2PS 16(BX)(R11*2), Y5
+	VCVTPH2PS 16(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 32(CX)(R11*4)
+	VADDPS    Y6, Y2, Y2
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 16(DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Y5
+	VCVTPH2PS 32(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 64(CX)(R11*4)
+	VADDPS    Y6, Y3, Y3
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 32(DX)(R11*2)
+	VCVTPH2PS 48(BX)(R11*2), Y5
+	VCVTPH2PS 48(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 96(CX)(R11*4)
+	VADDPS    Y6, Y4, Y4
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 48(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2AddSumF16AccX_block_chunk
+	VMOVUPS   Y1, (AX)(R9*4)
+	VMOVUPS   Y2, 32(AX)(R9*4)
+	VMOVUPS   Y3, 64(AX)(R9*4)
+	VMOVUPS   Y4, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2AddSumF16AccX_block
+
+avx2AddSumF16AccX_block_done:
+avx2AddSumF16AccX_vec:
+	CMPQ    R9, DI
+	JAE     avx2AddSumF16AccX_vec_done
+	VMOVUPS (AX)(R9*4), Y1
+	MOVQ    R9, R10
+
+avx2AddSumF16AccX_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Y2
+	VCVTPH2PS (SI)(R10*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VSUBPS    Y0, Y2, Y3
+	VMOVUPS   Y3, (CX)(R10*4)
+	VADDPS    Y3, Y1, Y1
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2AddSumF16AccX_vec_chunk
+	VMOVUPS   Y1, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2AddSumF16AccX_vec
+
+avx2AddSumF16AccX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16AccNT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -999,32 +1361,32 @@ avx2AddSumF16AccNT_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Y5
 	VCVTPH2PS (SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, (CX)(R11*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, (DX)(R11*2)
 	VCVTPH2PS 16(BX)(R11*2), Y5
 	VCVTPH2PS 16(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 32(CX)(R11*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 16(DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Y5
 	VCVTPH2PS 32(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 64(CX)(R11*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 32(DX)(R11*2)
 	VCVTPH2PS 48(BX)(R11*2), Y5
 	VCVTPH2PS 48(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 96(CX)(R11*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 48(DX)(R11*2)
@@ -1049,8 +1411,8 @@ avx2AddSumF16AccNT_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Y2
 	VCVTPH2PS (SI)(R10*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R10*4)
 	VSUBPS    Y0, Y2, Y3
+	VMOVUPS   Y3, (CX)(R10*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVNTDQ  X2, (DX)(R10*2)
@@ -1065,17 +1427,17 @@ avx2AddSumF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx2AddSumF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, F16C
 TEXT ·avx2AddSumF16Full(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Y0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -1095,32 +1457,32 @@ avx2AddSumF16Full_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS (SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
 	VADDPS    Y5, Y1, Y1
 	VCVTPH2PS 16(DX)(R11*2), Y5
 	VCVTPH2PS 16(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 16(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
 	VADDPS    Y5, Y2, Y2
 	VCVTPH2PS 32(DX)(R11*2), Y5
 	VCVTPH2PS 32(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 32(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
 	VADDPS    Y5, Y3, Y3
 	VCVTPH2PS 48(DX)(R11*2), Y5
 	VCVTPH2PS 48(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 48(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
 	VADDPS    Y5, Y4, Y4
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -1145,8 +1507,8 @@ avx2AddSumF16Full_vec_chunk:
 	VADDPS    Y3, Y2, Y2
 	VCVTPH2PS (SI)(R10*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R10*4)
 	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
 	VADDPS    Y2, Y1, Y1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -1159,18 +1521,123 @@ avx2AddSumF16Full_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx2AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16FullNT(SB), NOSPLIT, $0-148
+TEXT ·avx2AddSumF16FullX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	MOVQ         d_base+120(FP), DI
 	VBROADCASTSS x0+144(FP), Y0
 	MOVQ         part_len+8(FP), R8
-	MOVQ         s_len+32(FP), R9
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
+
+avx2AddSumF16FullX_block:
+	CMPQ   R10, R11
+	JAE    avx2AddSumF16FullX_block_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   R10, R12
+
+avx2AddSumF16FullX_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Y5
+	VCVTPH2PS (SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS (DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, (CX)(R12*4)
+	VADDPS    Y6, Y1, Y1
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, (DX)(R12*2)
+	VCVTPH2PS 16(BX)(R12*2), Y5
+	VCVTPH2PS 16(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 16(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 32(CX)(R12*4)
+	VADDPS    Y6, Y2, Y2
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 16(DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Y5
+	VCVTPH2PS 32(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 32(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 64(CX)(R12*4)
+	VADDPS    Y6, Y3, Y3
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 32(DX)(R12*2)
+	VCVTPH2PS 48(BX)(R12*2), Y5
+	VCVTPH2PS 48(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 48(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 96(CX)(R12*4)
+	VADDPS    Y6, Y4, Y4
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 48(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx2AddSumF16FullX_block_chunk
+	VMOVUPS   Y1, (AX)(R10*4)
+	VMOVUPS   Y2, 32(AX)(R10*4)
+	VMOVUPS   Y3, 64(AX)(R10*4)
+	VMOVUPS   Y4, 96(AX)(R10*4)
+	ADDQ      $0x00000020, R10
+	JMP       avx2AddSumF16FullX_block
+
+avx2AddSumF16FullX_block_done:
+avx2AddSumF16FullX_vec:
+	CMPQ   R10, R8
+	JAE    avx2AddSumF16FullX_vec_done
+	VXORPS Y1, Y1, Y1
+	MOVQ   R10, R11
+
+avx2AddSumF16FullX_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Y2
+	VCVTPH2PS (SI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPH2PS (DI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VSUBPS    Y0, Y2, Y3
+	VMOVUPS   Y3, (CX)(R11*4)
+	VADDPS    Y3, Y1, Y1
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx2AddSumF16FullX_vec_chunk
+	VMOVUPS   Y1, (AX)(R10*4)
+	ADDQ      $0x00000008, R10
+	JMP       avx2AddSumF16FullX_vec
+
+avx2AddSumF16FullX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16FullNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Y0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
 	XORQ         R10, R10
 	MOVQ         R8, R11
 	ANDQ         $-32, R11
@@ -1190,8 +1657,8 @@ avx2AddSumF16FullNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS (DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, (CX)(R12*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, (DX)(R12*2)
@@ -1200,8 +1667,8 @@ avx2AddSumF16FullNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 16(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 32(CX)(R12*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 16(DX)(R12*2)
@@ -1210,8 +1677,8 @@ avx2AddSumF16FullNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 32(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 64(CX)(R12*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 32(DX)(R12*2)
@@ -1220,8 +1687,8 @@ avx2AddSumF16FullNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 48(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 96(CX)(R12*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 48(DX)(R12*2)
@@ -1248,8 +1715,8 @@ avx2AddSumF16FullNT_vec_chunk:
 	VADDPS    Y3, Y2, Y2
 	VCVTPH2PS (DI)(R11*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R11*4)
 	VSUBPS    Y0, Y2, Y3
+	VMOVUPS   Y3, (CX)(R11*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVNTDQ  X2, (DX)(R11*2)
@@ -1264,17 +1731,17 @@ avx2AddSumF16FullNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx2AddSumF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, F16C
 TEXT ·avx2AddSumF16FullAcc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Y0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -1294,32 +1761,32 @@ avx2AddSumF16FullAcc_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS (SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
 	VADDPS    Y5, Y1, Y1
 	VCVTPH2PS 16(DX)(R11*2), Y5
 	VCVTPH2PS 16(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 16(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
 	VADDPS    Y5, Y2, Y2
 	VCVTPH2PS 32(DX)(R11*2), Y5
 	VCVTPH2PS 32(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 32(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
 	VADDPS    Y5, Y3, Y3
 	VCVTPH2PS 48(DX)(R11*2), Y5
 	VCVTPH2PS 48(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 48(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
 	VADDPS    Y5, Y4, Y4
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -1344,8 +1811,8 @@ avx2AddSumF16FullAcc_vec_chunk:
 	VADDPS    Y3, Y2, Y2
 	VCVTPH2PS (SI)(R10*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R10*4)
 	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
 	VADDPS    Y2, Y1, Y1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -1358,18 +1825,123 @@ avx2AddSumF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx2AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, F16C
-TEXT ·avx2AddSumF16FullAccNT(SB), NOSPLIT, $0-148
+TEXT ·avx2AddSumF16FullAccX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	MOVQ         d_base+120(FP), DI
 	VBROADCASTSS x0+144(FP), Y0
 	MOVQ         part_len+8(FP), R8
-	MOVQ         s_len+32(FP), R9
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
+
+avx2AddSumF16FullAccX_block:
+	CMPQ    R10, R11
+	JAE     avx2AddSumF16FullAccX_block_done
+	VMOVUPS (AX)(R10*4), Y1
+	VMOVUPS 32(AX)(R10*4), Y2
+	VMOVUPS 64(AX)(R10*4), Y3
+	VMOVUPS 96(AX)(R10*4), Y4
+	MOVQ    R10, R12
+
+avx2AddSumF16FullAccX_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Y5
+	VCVTPH2PS (SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS (DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, (CX)(R12*4)
+	VADDPS    Y6, Y1, Y1
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, (DX)(R12*2)
+	VCVTPH2PS 16(BX)(R12*2), Y5
+	VCVTPH2PS 16(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 16(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 32(CX)(R12*4)
+	VADDPS    Y6, Y2, Y2
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 16(DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Y5
+	VCVTPH2PS 32(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 32(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 64(CX)(R12*4)
+	VADDPS    Y6, Y3, Y3
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 32(DX)(R12*2)
+	VCVTPH2PS 48(BX)(R12*2), Y5
+	VCVTPH2PS 48(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPH2PS 48(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 96(CX)(R12*4)
+	VADDPS    Y6, Y4, Y4
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 48(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx2AddSumF16FullAccX_block_chunk
+	VMOVUPS   Y1, (AX)(R10*4)
+	VMOVUPS   Y2, 32(AX)(R10*4)
+	VMOVUPS   Y3, 64(AX)(R10*4)
+	VMOVUPS   Y4, 96(AX)(R10*4)
+	ADDQ      $0x00000020, R10
+	JMP       avx2AddSumF16FullAccX_block
+
+avx2AddSumF16FullAccX_block_done:
+avx2AddSumF16FullAccX_vec:
+	CMPQ    R10, R8
+	JAE     avx2AddSumF16FullAccX_vec_done
+	VMOVUPS (AX)(R10*4), Y1
+	MOVQ    R10, R11
+
+avx2AddSumF16FullAccX_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Y2
+	VCVTPH2PS (SI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPH2PS (DI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VSUBPS    Y0, Y2, Y3
+	VMOVUPS   Y3, (CX)(R11*4)
+	VADDPS    Y3, Y1, Y1
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx2AddSumF16FullAccX_vec_chunk
+	VMOVUPS   Y1, (AX)(R10*4)
+	ADDQ      $0x00000008, R10
+	JMP       avx2AddSumF16FullAccX_vec
+
+avx2AddSumF16FullAccX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// Requires: AVX, F16C
+TEXT ·avx2AddSumF16FullAccNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Y0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
 	XORQ         R10, R10
 	MOVQ         R8, R11
 	ANDQ         $-32, R11
@@ -1389,8 +1961,8 @@ avx2AddSumF16FullAccNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS (DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, (CX)(R12*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, (DX)(R12*2)
@@ -1399,8 +1971,8 @@ avx2AddSumF16FullAccNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 16(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 32(CX)(R12*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 16(DX)(R12*2)
@@ -1409,8 +1981,8 @@ avx2AddSumF16FullAccNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 32(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 64(CX)(R12*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 32(DX)(R12*2)
@@ -1419,8 +1991,8 @@ avx2AddSumF16FullAccNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 48(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
+	VMOVUPS   Y6, 96(CX)(R12*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 48(DX)(R12*2)
@@ -1447,8 +2019,8 @@ avx2AddSumF16FullAccNT_vec_chunk:
 	VADDPS    Y3, Y2, Y2
 	VCVTPH2PS (DI)(R11*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R11*4)
 	VSUBPS    Y0, Y2, Y3
+	VMOVUPS   Y3, (CX)(R11*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVNTDQ  X2, (DX)(R11*2)
@@ -1463,16 +2035,16 @@ avx2AddSumF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+// func avx2AddSumBF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX2
 TEXT ·avx2AddSumBF16(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Y0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-32, R9
@@ -1492,32 +2064,32 @@ avx2AddSumBF16_block_chunk:
 	VPMOVZXWD (BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R10*4)
 	VADDPS    Y5, Y1, Y1
 	VPMOVZXWD 16(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 16(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R10*4)
 	VADDPS    Y5, Y2, Y2
 	VPMOVZXWD 32(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 32(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R10*4)
 	VADDPS    Y5, Y3, Y3
 	VPMOVZXWD 48(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 48(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R10*4)
 	VADDPS    Y5, Y4, Y4
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -1542,8 +2114,8 @@ avx2AddSumBF16_vec_chunk:
 	VPMOVZXWD (BX)(R9*2), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R9*4)
 	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R9*4)
 	VADDPS    Y2, Y1, Y1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -1556,11 +2128,11 @@ avx2AddSumBF16_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// func avx2AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16NT(SB), NOSPLIT, $0-124
+TEXT ·avx2AddSumBF16X(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
@@ -1581,7 +2153,176 @@ TEXT ·avx2AddSumBF16NT(SB), NOSPLIT, $0-124
 	VPBROADCASTD X4, Y4
 	VBROADCASTSS x0+120(FP), Y5
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
+
+avx2AddSumBF16X_block:
+	CMPQ   R9, R10
+	JAE    avx2AddSumBF16X_block_done
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	MOVQ   R9, R11
+
+avx2AddSumBF16X_block_chunk:
+	VPMOVZXWD    (BX)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    (SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, (CX)(R11*4)
+	VADDPS       Y11, Y6, Y6
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, (DX)(R11*2)
+	VPMOVZXWD    16(BX)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    16(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 32(CX)(R11*4)
+	VADDPS       Y11, Y7, Y7
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 16(DX)(R11*2)
+	VPMOVZXWD    32(BX)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    32(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 64(CX)(R11*4)
+	VADDPS       Y11, Y8, Y8
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 32(DX)(R11*2)
+	VPMOVZXWD    48(BX)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    48(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 96(CX)(R11*4)
+	VADDPS       Y11, Y9, Y9
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 48(DX)(R11*2)
+	ADDQ         DI, R11
+	CMPQ         R11, R8
+	JB           avx2AddSumBF16X_block_chunk
+	VMOVUPS      Y6, (AX)(R9*4)
+	VMOVUPS      Y7, 32(AX)(R9*4)
+	VMOVUPS      Y8, 64(AX)(R9*4)
+	VMOVUPS      Y9, 96(AX)(R9*4)
+	ADDQ         $0x00000020, R9
+	JMP          avx2AddSumBF16X_block
+
+avx2AddSumBF16X_block_done:
+avx2AddSumBF16X_vec:
+	CMPQ   R9, DI
+	JAE    avx2AddSumBF16X_vec_done
+	VXORPS Y6, Y6, Y6
+	MOVQ   R9, R10
+
+avx2AddSumBF16X_vec_chunk:
+	VPMOVZXWD    (BX)(R10*2), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VPMOVZXWD    (SI)(R10*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VSUBPS       Y5, Y7, Y8
+	VMOVUPS      Y8, (CX)(R10*4)
+	VADDPS       Y8, Y6, Y6
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y0, Y8, Y9
+	VPADDD       Y1, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y2, Y7, Y7
+	VPCMPGTD     Y3, Y7, Y7
+	VPOR         Y4, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (DX)(R10*2)
+	ADDQ         DI, R10
+	CMPQ         R10, R8
+	JB           avx2AddSumBF16X_vec_chunk
+	VMOVUPS      Y6, (AX)(R9*4)
+	ADDQ         $0x00000008, R9
+	JMP          avx2AddSumBF16X_vec
+
+avx2AddSumBF16X_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16NT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVL         $0x00000001, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, DI
+	VMOVD        DI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, DI
+	VMOVD        DI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00000040, DI
+	VMOVD        DI, X4
+	VPBROADCASTD X4, Y4
+	VBROADCASTSS x0+120(FP), Y5
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -1601,8 +2342,8 @@ avx2AddSumBF16NT_block_chunk:
 	VPMOVZXWD    (SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, (CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, (CX)(R11*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -1621,8 +2362,8 @@ avx2AddSumBF16NT_block_chunk:
 	VPMOVZXWD    16(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 32(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 32(CX)(R11*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -1641,8 +2382,8 @@ avx2AddSumBF16NT_block_chunk:
 	VPMOVZXWD    32(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 64(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 64(CX)(R11*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -1661,8 +2402,8 @@ avx2AddSumBF16NT_block_chunk:
 	VPMOVZXWD    48(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 96(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 96(CX)(R11*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -1699,8 +2440,8 @@ avx2AddSumBF16NT_vec_chunk:
 	VPMOVZXWD    (SI)(R10*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
-	VMOVUPS      Y7, (CX)(R10*4)
 	VSUBPS       Y5, Y7, Y8
+	VMOVUPS      Y8, (CX)(R10*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -1725,16 +2466,16 @@ avx2AddSumBF16NT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+// func avx2AddSumBF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX2
 TEXT ·avx2AddSumBF16Acc(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Y0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-32, R9
@@ -1754,32 +2495,32 @@ avx2AddSumBF16Acc_block_chunk:
 	VPMOVZXWD (BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R10*4)
 	VADDPS    Y5, Y1, Y1
 	VPMOVZXWD 16(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 16(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R10*4)
 	VADDPS    Y5, Y2, Y2
 	VPMOVZXWD 32(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 32(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R10*4)
 	VADDPS    Y5, Y3, Y3
 	VPMOVZXWD 48(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 48(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R10*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R10*4)
 	VADDPS    Y5, Y4, Y4
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -1804,8 +2545,8 @@ avx2AddSumBF16Acc_vec_chunk:
 	VPMOVZXWD (BX)(R9*2), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R9*4)
 	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R9*4)
 	VADDPS    Y2, Y1, Y1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -1818,11 +2559,11 @@ avx2AddSumBF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// func avx2AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16AccNT(SB), NOSPLIT, $0-124
+TEXT ·avx2AddSumBF16AccX(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
@@ -1843,7 +2584,176 @@ TEXT ·avx2AddSumBF16AccNT(SB), NOSPLIT, $0-124
 	VPBROADCASTD X4, Y4
 	VBROADCASTSS x0+120(FP), Y5
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
+
+avx2AddSumBF16AccX_block:
+	CMPQ    R9, R10
+	JAE     avx2AddSumBF16AccX_block_done
+	VMOVUPS (AX)(R9*4), Y6
+	VMOVUPS 32(AX)(R9*4), Y7
+	VMOVUPS 64(AX)(R9*4), Y8
+	VMOVUPS 96(AX)(R9*4), Y9
+	MOVQ    R9, R11
+
+avx2AddSumBF16AccX_block_chunk:
+	VPMOVZXWD    (BX)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    (SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, (CX)(R11*4)
+	VADDPS       Y11, Y6, Y6
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, (DX)(R11*2)
+	VPMOVZXWD    16(BX)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    16(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 32(CX)(R11*4)
+	VADDPS       Y11, Y7, Y7
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 16(DX)(R11*2)
+	VPMOVZXWD    32(BX)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    32(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 64(CX)(R11*4)
+	VADDPS       Y11, Y8, Y8
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 32(DX)(R11*2)
+	VPMOVZXWD    48(BX)(R11*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    48(SI)(R11*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 96(CX)(R11*4)
+	VADDPS       Y11, Y9, Y9
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 48(DX)(R11*2)
+	ADDQ         DI, R11
+	CMPQ         R11, R8
+	JB           avx2AddSumBF16AccX_block_chunk
+	VMOVUPS      Y6, (AX)(R9*4)
+	VMOVUPS      Y7, 32(AX)(R9*4)
+	VMOVUPS      Y8, 64(AX)(R9*4)
+	VMOVUPS      Y9, 96(AX)(R9*4)
+	ADDQ         $0x00000020, R9
+	JMP          avx2AddSumBF16AccX_block
+
+avx2AddSumBF16AccX_block_done:
+avx2AddSumBF16AccX_vec:
+	CMPQ    R9, DI
+	JAE     avx2AddSumBF16AccX_vec_done
+	VMOVUPS (AX)(R9*4), Y6
+	MOVQ    R9, R10
+
+avx2AddSumBF16AccX_vec_chunk:
+	VPMOVZXWD    (BX)(R10*2), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VPMOVZXWD    (SI)(R10*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VSUBPS       Y5, Y7, Y8
+	VMOVUPS      Y8, (CX)(R10*4)
+	VADDPS       Y8, Y6, Y6
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y0, Y8, Y9
+	VPADDD       Y1, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y2, Y7, Y7
+	VPCMPGTD     Y3, Y7, Y7
+	VPOR         Y4, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (DX)(R10*2)
+	ADDQ         DI, R10
+	CMPQ         R10, R8
+	JB           avx2AddSumBF16AccX_vec_chunk
+	VMOVUPS      Y6, (AX)(R9*4)
+	ADDQ         $0x00000008, R9
+	JMP          avx2AddSumBF16AccX_vec
+
+avx2AddSumBF16AccX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16AccNT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVL         $0x00000001, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, DI
+	VMOVD        DI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, DI
+	VMOVD        DI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00000040, DI
+	VMOVD        DI, X4
+	VPBROADCASTD X4, Y4
+	VBROADCASTSS x0+120(FP), Y5
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -1863,8 +2773,8 @@ avx2AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD    (SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, (CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, (CX)(R11*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -1883,8 +2793,8 @@ avx2AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD    16(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 32(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 32(CX)(R11*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -1903,8 +2813,8 @@ avx2AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD    32(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 64(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 64(CX)(R11*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -1923,8 +2833,8 @@ avx2AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD    48(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 96(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 96(CX)(R11*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -1961,8 +2871,8 @@ avx2AddSumBF16AccNT_vec_chunk:
 	VPMOVZXWD    (SI)(R10*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
-	VMOVUPS      Y7, (CX)(R10*4)
 	VSUBPS       Y5, Y7, Y8
+	VMOVUPS      Y8, (CX)(R10*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -1987,17 +2897,17 @@ avx2AddSumBF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx2AddSumBF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX2
 TEXT ·avx2AddSumBF16Full(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Y0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -2020,8 +2930,8 @@ avx2AddSumBF16Full_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
 	VADDPS    Y5, Y1, Y1
 	VPMOVZXWD 16(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -2031,8 +2941,8 @@ avx2AddSumBF16Full_block_chunk:
 	VPMOVZXWD 16(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
 	VADDPS    Y5, Y2, Y2
 	VPMOVZXWD 32(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -2042,8 +2952,8 @@ avx2AddSumBF16Full_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
 	VADDPS    Y5, Y3, Y3
 	VPMOVZXWD 48(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -2053,8 +2963,8 @@ avx2AddSumBF16Full_block_chunk:
 	VPMOVZXWD 48(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
 	VADDPS    Y5, Y4, Y4
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -2082,8 +2992,8 @@ avx2AddSumBF16Full_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R10*4)
 	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
 	VADDPS    Y2, Y1, Y1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -2096,11 +3006,11 @@ avx2AddSumBF16Full_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx2AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16FullNT(SB), NOSPLIT, $0-148
+TEXT ·avx2AddSumBF16FullX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
@@ -2122,7 +3032,192 @@ TEXT ·avx2AddSumBF16FullNT(SB), NOSPLIT, $0-148
 	VPBROADCASTD X4, Y4
 	VBROADCASTSS x0+144(FP), Y5
 	MOVQ         part_len+8(FP), R8
-	MOVQ         s_len+32(FP), R9
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
+
+avx2AddSumBF16FullX_block:
+	CMPQ   R10, R11
+	JAE    avx2AddSumBF16FullX_block_done
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	MOVQ   R10, R12
+
+avx2AddSumBF16FullX_block_chunk:
+	VPMOVZXWD    (BX)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    (SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    (DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, (CX)(R12*4)
+	VADDPS       Y11, Y6, Y6
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, (DX)(R12*2)
+	VPMOVZXWD    16(BX)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    16(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    16(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 32(CX)(R12*4)
+	VADDPS       Y11, Y7, Y7
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 16(DX)(R12*2)
+	VPMOVZXWD    32(BX)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    32(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    32(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 64(CX)(R12*4)
+	VADDPS       Y11, Y8, Y8
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 32(DX)(R12*2)
+	VPMOVZXWD    48(BX)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    48(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    48(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 96(CX)(R12*4)
+	VADDPS       Y11, Y9, Y9
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 48(DX)(R12*2)
+	ADDQ         R8, R12
+	CMPQ         R12, R9
+	JB           avx2AddSumBF16FullX_block_chunk
+	VMOVUPS      Y6, (AX)(R10*4)
+	VMOVUPS      Y7, 32(AX)(R10*4)
+	VMOVUPS      Y8, 64(AX)(R10*4)
+	VMOVUPS      Y9, 96(AX)(R10*4)
+	ADDQ         $0x00000020, R10
+	JMP          avx2AddSumBF16FullX_block
+
+avx2AddSumBF16FullX_block_done:
+avx2AddSumBF16FullX_vec:
+	CMPQ   R10, R8
+	JAE    avx2AddSumBF16FullX_vec_done
+	VXORPS Y6, Y6, Y6
+	MOVQ   R10, R11
+
+avx2AddSumBF16FullX_vec_chunk:
+	VPMOVZXWD    (BX)(R11*2), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VPMOVZXWD    (SI)(R11*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPMOVZXWD    (DI)(R11*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VSUBPS       Y5, Y7, Y8
+	VMOVUPS      Y8, (CX)(R11*4)
+	VADDPS       Y8, Y6, Y6
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y0, Y8, Y9
+	VPADDD       Y1, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y2, Y7, Y7
+	VPCMPGTD     Y3, Y7, Y7
+	VPOR         Y4, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (DX)(R11*2)
+	ADDQ         R8, R11
+	CMPQ         R11, R9
+	JB           avx2AddSumBF16FullX_vec_chunk
+	VMOVUPS      Y6, (AX)(R10*4)
+	ADDQ         $0x00000008, R10
+	JMP          avx2AddSumBF16FullX_vec
+
+avx2AddSumBF16FullX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16FullNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	MOVL         $0x00000001, R8
+	VMOVD        R8, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, R8
+	VMOVD        R8, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, R8
+	VMOVD        R8, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00000040, R8
+	VMOVD        R8, X4
+	VPBROADCASTD X4, Y4
+	VBROADCASTSS x0+144(FP), Y5
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
 	XORQ         R10, R10
 	MOVQ         R8, R11
 	ANDQ         $-32, R11
@@ -2145,8 +3240,8 @@ avx2AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD    (DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, (CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, (CX)(R12*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2168,8 +3263,8 @@ avx2AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD    16(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 32(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 32(CX)(R12*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2191,8 +3286,8 @@ avx2AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD    32(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 64(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 64(CX)(R12*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2214,8 +3309,8 @@ avx2AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD    48(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 96(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 96(CX)(R12*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2255,8 +3350,8 @@ avx2AddSumBF16FullNT_vec_chunk:
 	VPMOVZXWD    (DI)(R11*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
-	VMOVUPS      Y7, (CX)(R11*4)
 	VSUBPS       Y5, Y7, Y8
+	VMOVUPS      Y8, (CX)(R11*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -2281,17 +3376,17 @@ avx2AddSumBF16FullNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx2AddSumBF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX2
 TEXT ·avx2AddSumBF16FullAcc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Y0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-32, R10
@@ -2314,8 +3409,8 @@ avx2AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, (CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
 	VADDPS    Y5, Y1, Y1
 	VPMOVZXWD 16(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -2325,8 +3420,8 @@ avx2AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 16(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 32(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
 	VADDPS    Y5, Y2, Y2
 	VPMOVZXWD 32(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -2336,8 +3431,8 @@ avx2AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 64(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
 	VADDPS    Y5, Y3, Y3
 	VPMOVZXWD 48(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -2347,8 +3442,8 @@ avx2AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 48(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VMOVUPS   Y5, 96(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
 	VADDPS    Y5, Y4, Y4
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -2376,8 +3471,8 @@ avx2AddSumBF16FullAcc_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VADDPS    Y3, Y2, Y2
-	VMOVUPS   Y2, (CX)(R10*4)
 	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
 	VADDPS    Y2, Y1, Y1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -2390,11 +3485,11 @@ avx2AddSumBF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx2AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AddSumBF16FullAccNT(SB), NOSPLIT, $0-148
+TEXT ·avx2AddSumBF16FullAccX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
@@ -2416,7 +3511,192 @@ TEXT ·avx2AddSumBF16FullAccNT(SB), NOSPLIT, $0-148
 	VPBROADCASTD X4, Y4
 	VBROADCASTSS x0+144(FP), Y5
 	MOVQ         part_len+8(FP), R8
-	MOVQ         s_len+32(FP), R9
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
+
+avx2AddSumBF16FullAccX_block:
+	CMPQ    R10, R11
+	JAE     avx2AddSumBF16FullAccX_block_done
+	VMOVUPS (AX)(R10*4), Y6
+	VMOVUPS 32(AX)(R10*4), Y7
+	VMOVUPS 64(AX)(R10*4), Y8
+	VMOVUPS 96(AX)(R10*4), Y9
+	MOVQ    R10, R12
+
+avx2AddSumBF16FullAccX_block_chunk:
+	VPMOVZXWD    (BX)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    (SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    (DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, (CX)(R12*4)
+	VADDPS       Y11, Y6, Y6
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, (DX)(R12*2)
+	VPMOVZXWD    16(BX)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    16(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    16(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 32(CX)(R12*4)
+	VADDPS       Y11, Y7, Y7
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 16(DX)(R12*2)
+	VPMOVZXWD    32(BX)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    32(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    32(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 64(CX)(R12*4)
+	VADDPS       Y11, Y8, Y8
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 32(DX)(R12*2)
+	VPMOVZXWD    48(BX)(R12*2), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VPMOVZXWD    48(SI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VPMOVZXWD    48(DI)(R12*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VADDPS       Y11, Y10, Y10
+	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 96(CX)(R12*4)
+	VADDPS       Y11, Y9, Y9
+	VPSRLD       $0x10, Y10, Y11
+	VPAND        Y0, Y11, Y12
+	VPADDD       Y1, Y12, Y12
+	VPADDD       Y10, Y12, Y12
+	VPSRLD       $0x10, Y12, Y12
+	VPAND        Y2, Y10, Y10
+	VPCMPGTD     Y3, Y10, Y10
+	VPOR         Y4, Y11, Y11
+	VPBLENDVB    Y10, Y11, Y12, Y12
+	VEXTRACTI128 $0x01, Y12, X10
+	VPACKUSDW    X10, X12, X10
+	VMOVUPS      X10, 48(DX)(R12*2)
+	ADDQ         R8, R12
+	CMPQ         R12, R9
+	JB           avx2AddSumBF16FullAccX_block_chunk
+	VMOVUPS      Y6, (AX)(R10*4)
+	VMOVUPS      Y7, 32(AX)(R10*4)
+	VMOVUPS      Y8, 64(AX)(R10*4)
+	VMOVUPS      Y9, 96(AX)(R10*4)
+	ADDQ         $0x00000020, R10
+	JMP          avx2AddSumBF16FullAccX_block
+
+avx2AddSumBF16FullAccX_block_done:
+avx2AddSumBF16FullAccX_vec:
+	CMPQ    R10, R8
+	JAE     avx2AddSumBF16FullAccX_vec_done
+	VMOVUPS (AX)(R10*4), Y6
+	MOVQ    R10, R11
+
+avx2AddSumBF16FullAccX_vec_chunk:
+	VPMOVZXWD    (BX)(R11*2), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VPMOVZXWD    (SI)(R11*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPMOVZXWD    (DI)(R11*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VSUBPS       Y5, Y7, Y8
+	VMOVUPS      Y8, (CX)(R11*4)
+	VADDPS       Y8, Y6, Y6
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y0, Y8, Y9
+	VPADDD       Y1, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y2, Y7, Y7
+	VPCMPGTD     Y3, Y7, Y7
+	VPOR         Y4, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (DX)(R11*2)
+	ADDQ         R8, R11
+	CMPQ         R11, R9
+	JB           avx2AddSumBF16FullAccX_vec_chunk
+	VMOVUPS      Y6, (AX)(R10*4)
+	ADDQ         $0x00000008, R10
+	JMP          avx2AddSumBF16FullAccX_vec
+
+avx2AddSumBF16FullAccX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// Requires: AVX, AVX2
+TEXT ·avx2AddSumBF16FullAccNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	MOVL         $0x00000001, R8
+	VMOVD        R8, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, R8
+	VMOVD        R8, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, R8
+	VMOVD        R8, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00000040, R8
+	VMOVD        R8, X4
+	VPBROADCASTD X4, Y4
+	VBROADCASTSS x0+144(FP), Y5
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
 	XORQ         R10, R10
 	MOVQ         R8, R11
 	ANDQ         $-32, R11
@@ -2439,8 +3719,8 @@ avx2AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD    (DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, (CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, (CX)(R12*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2462,8 +3742,8 @@ avx2AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD    16(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 32(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 32(CX)(R12*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2485,8 +3765,8 @@ avx2AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD    32(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 64(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 64(CX)(R12*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2508,8 +3788,8 @@ avx2AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD    48(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
-	VMOVUPS      Y10, 96(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
+	VMOVUPS      Y11, 96(CX)(R12*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2549,8 +3829,8 @@ avx2AddSumBF16FullAccNT_vec_chunk:
 	VPMOVZXWD    (DI)(R11*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
-	VMOVUPS      Y7, (CX)(R11*4)
 	VSUBPS       Y5, Y7, Y8
+	VMOVUPS      Y8, (CX)(R11*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -2784,16 +4064,16 @@ avx512AddTo_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add2Sum(part []float32, s []float32, a []float32, b []float32, x0 float32)
+// func avx512Add2Sum(part []float32, t []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512Add2Sum(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Z0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-128, R9
@@ -2814,43 +4094,43 @@ avx512Add2Sum_block:
 avx512Add2Sum_block_chunk:
 	VMOVUPS (DX)(R10*4), Z9
 	VADDPS  (BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, (CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, (CX)(R10*4)
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(DX)(R10*4), Z9
 	VADDPS  64(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 64(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 64(CX)(R10*4)
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(DX)(R10*4), Z9
 	VADDPS  128(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 128(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 128(CX)(R10*4)
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(DX)(R10*4), Z9
 	VADDPS  192(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 192(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 192(CX)(R10*4)
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(DX)(R10*4), Z9
 	VADDPS  256(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 256(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 256(CX)(R10*4)
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(DX)(R10*4), Z9
 	VADDPS  320(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 320(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 320(CX)(R10*4)
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(DX)(R10*4), Z9
 	VADDPS  384(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 384(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 384(CX)(R10*4)
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(DX)(R10*4), Z9
 	VADDPS  448(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 448(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 448(CX)(R10*4)
 	VADDPS  Z9, Z8, Z8
 	ADDQ    SI, R10
 	CMPQ    R10, DI
@@ -2876,8 +4156,8 @@ avx512Add2Sum_vec:
 avx512Add2Sum_vec_chunk:
 	VMOVUPS (DX)(R9*4), Z1
 	VADDPS  (BX)(R9*4), Z1, Z1
-	VMOVUPS Z1, (CX)(R9*4)
 	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (CX)(R9*4)
 	VADDPS  Z1, Z10, Z10
 	ADDQ    SI, R9
 	CMPQ    R9, DI
@@ -2890,17 +4170,17 @@ avx512Add2Sum_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3Sum(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx512Add3Sum(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512Add3Sum(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Z0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -2922,50 +4202,50 @@ avx512Add3Sum_block_chunk:
 	VMOVUPS (DX)(R11*4), Z9
 	VADDPS  (BX)(R11*4), Z9, Z9
 	VADDPS  (SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, (CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, (CX)(R11*4)
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(DX)(R11*4), Z9
 	VADDPS  64(BX)(R11*4), Z9, Z9
 	VADDPS  64(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 64(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 64(CX)(R11*4)
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(DX)(R11*4), Z9
 	VADDPS  128(BX)(R11*4), Z9, Z9
 	VADDPS  128(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 128(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 128(CX)(R11*4)
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(DX)(R11*4), Z9
 	VADDPS  192(BX)(R11*4), Z9, Z9
 	VADDPS  192(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 192(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 192(CX)(R11*4)
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(DX)(R11*4), Z9
 	VADDPS  256(BX)(R11*4), Z9, Z9
 	VADDPS  256(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 256(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 256(CX)(R11*4)
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(DX)(R11*4), Z9
 	VADDPS  320(BX)(R11*4), Z9, Z9
 	VADDPS  320(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 320(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 320(CX)(R11*4)
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(DX)(R11*4), Z9
 	VADDPS  384(BX)(R11*4), Z9, Z9
 	VADDPS  384(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 384(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 384(CX)(R11*4)
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(DX)(R11*4), Z9
 	VADDPS  448(BX)(R11*4), Z9, Z9
 	VADDPS  448(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 448(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 448(CX)(R11*4)
 	VADDPS  Z9, Z8, Z8
 	ADDQ    DI, R11
 	CMPQ    R11, R8
@@ -2992,8 +4272,8 @@ avx512Add3Sum_vec_chunk:
 	VMOVUPS (DX)(R10*4), Z1
 	VADDPS  (BX)(R10*4), Z1, Z1
 	VADDPS  (SI)(R10*4), Z1, Z1
-	VMOVUPS Z1, (CX)(R10*4)
 	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (CX)(R10*4)
 	VADDPS  Z1, Z10, Z10
 	ADDQ    DI, R10
 	CMPQ    R10, R8
@@ -3006,17 +4286,259 @@ avx512Add3Sum_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add2SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, x0 float32)
+// func avx512Add2SumX(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add2SumNT(SB), NOSPLIT, $0-124
+TEXT ·avx512Add2SumX(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Z0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512Add2SumX_block:
+	CMPQ   R9, R10
+	JAE    avx512Add2SumX_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R9, R11
+
+avx512Add2SumX_block_chunk:
+	VMOVUPS (BX)(R11*4), Z9
+	VADDPS  (SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, (DX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, (CX)(R11*4)
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(BX)(R11*4), Z9
+	VADDPS  64(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 64(DX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 64(CX)(R11*4)
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(BX)(R11*4), Z9
+	VADDPS  128(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 128(DX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 128(CX)(R11*4)
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(BX)(R11*4), Z9
+	VADDPS  192(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 192(DX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 192(CX)(R11*4)
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(BX)(R11*4), Z9
+	VADDPS  256(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 256(DX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 256(CX)(R11*4)
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(BX)(R11*4), Z9
+	VADDPS  320(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 320(DX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 320(CX)(R11*4)
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(BX)(R11*4), Z9
+	VADDPS  384(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 384(DX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 384(CX)(R11*4)
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(BX)(R11*4), Z9
+	VADDPS  448(SI)(R11*4), Z9, Z9
+	VMOVUPS Z9, 448(DX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 448(CX)(R11*4)
+	VADDPS  Z9, Z8, Z8
+	ADDQ    DI, R11
+	CMPQ    R11, R8
+	JB      avx512Add2SumX_block_chunk
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512Add2SumX_block
+
+avx512Add2SumX_block_done:
+avx512Add2SumX_vec:
+	CMPQ   R9, DI
+	JAE    avx512Add2SumX_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   R9, R10
+
+avx512Add2SumX_vec_chunk:
+	VMOVUPS (BX)(R10*4), Z1
+	VADDPS  (SI)(R10*4), Z1, Z1
+	VMOVUPS Z1, (DX)(R10*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (CX)(R10*4)
+	VADDPS  Z1, Z10, Z10
+	ADDQ    DI, R10
+	CMPQ    R10, R8
+	JB      avx512Add2SumX_vec_chunk
+	VMOVUPS Z10, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512Add2SumX_vec
+
+avx512Add2SumX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add3SumX(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add3SumX(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512Add3SumX_block:
+	CMPQ   R10, R11
+	JAE    avx512Add3SumX_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R10, R12
+
+avx512Add3SumX_block_chunk:
+	VMOVUPS (BX)(R12*4), Z9
+	VADDPS  (SI)(R12*4), Z9, Z9
+	VADDPS  (DI)(R12*4), Z9, Z9
+	VMOVUPS Z9, (DX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, (CX)(R12*4)
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(BX)(R12*4), Z9
+	VADDPS  64(SI)(R12*4), Z9, Z9
+	VADDPS  64(DI)(R12*4), Z9, Z9
+	VMOVUPS Z9, 64(DX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 64(CX)(R12*4)
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(BX)(R12*4), Z9
+	VADDPS  128(SI)(R12*4), Z9, Z9
+	VADDPS  128(DI)(R12*4), Z9, Z9
+	VMOVUPS Z9, 128(DX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 128(CX)(R12*4)
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(BX)(R12*4), Z9
+	VADDPS  192(SI)(R12*4), Z9, Z9
+	VADDPS  192(DI)(R12*4), Z9, Z9
+	VMOVUPS Z9, 192(DX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 192(CX)(R12*4)
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(BX)(R12*4), Z9
+	VADDPS  256(SI)(R12*4), Z9, Z9
+	VADDPS  256(DI)(R12*4), Z9, Z9
+	VMOVUPS Z9, 256(DX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 256(CX)(R12*4)
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(BX)(R12*4), Z9
+	VADDPS  320(SI)(R12*4), Z9, Z9
+	VADDPS  320(DI)(R12*4), Z9, Z9
+	VMOVUPS Z9, 320(DX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 320(CX)(R12*4)
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(BX)(R12*4), Z9
+	VADDPS  384(SI)(R12*4), Z9, Z9
+	VADDPS  384(DI)(R12*4), Z9, Z9
+	VMOVUPS Z9, 384(DX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 384(CX)(R12*4)
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(BX)(R12*4), Z9
+	VADDPS  448(SI)(R12*4), Z9, Z9
+	VADDPS  448(DI)(R12*4), Z9, Z9
+	VMOVUPS Z9, 448(DX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 448(CX)(R12*4)
+	VADDPS  Z9, Z8, Z8
+	ADDQ    R8, R12
+	CMPQ    R12, R9
+	JB      avx512Add3SumX_block_chunk
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512Add3SumX_block
+
+avx512Add3SumX_block_done:
+avx512Add3SumX_vec:
+	CMPQ   R10, R8
+	JAE    avx512Add3SumX_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   R10, R11
+
+avx512Add3SumX_vec_chunk:
+	VMOVUPS (BX)(R11*4), Z1
+	VADDPS  (SI)(R11*4), Z1, Z1
+	VADDPS  (DI)(R11*4), Z1, Z1
+	VMOVUPS Z1, (DX)(R11*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (CX)(R11*4)
+	VADDPS  Z1, Z10, Z10
+	ADDQ    R8, R11
+	CMPQ    R11, R9
+	JB      avx512Add3SumX_vec_chunk
+	VMOVUPS Z10, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512Add3SumX_vec
+
+avx512Add3SumX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add2SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add2SumNT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -3037,51 +4559,51 @@ avx512Add2SumNT_block:
 avx512Add2SumNT_block_chunk:
 	VMOVUPS  (BX)(R11*4), Z9
 	VADDPS   (SI)(R11*4), Z9, Z9
-	VMOVUPS  Z9, (CX)(R11*4)
 	VMOVNTPS Z9, (DX)(R11*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, (CX)(R11*4)
 	VADDPS   Z9, Z1, Z1
 	VMOVUPS  64(BX)(R11*4), Z9
 	VADDPS   64(SI)(R11*4), Z9, Z9
-	VMOVUPS  Z9, 64(CX)(R11*4)
 	VMOVNTPS Z9, 64(DX)(R11*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 64(CX)(R11*4)
 	VADDPS   Z9, Z2, Z2
 	VMOVUPS  128(BX)(R11*4), Z9
 	VADDPS   128(SI)(R11*4), Z9, Z9
-	VMOVUPS  Z9, 128(CX)(R11*4)
 	VMOVNTPS Z9, 128(DX)(R11*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 128(CX)(R11*4)
 	VADDPS   Z9, Z3, Z3
 	VMOVUPS  192(BX)(R11*4), Z9
 	VADDPS   192(SI)(R11*4), Z9, Z9
-	VMOVUPS  Z9, 192(CX)(R11*4)
 	VMOVNTPS Z9, 192(DX)(R11*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 192(CX)(R11*4)
 	VADDPS   Z9, Z4, Z4
 	VMOVUPS  256(BX)(R11*4), Z9
 	VADDPS   256(SI)(R11*4), Z9, Z9
-	VMOVUPS  Z9, 256(CX)(R11*4)
 	VMOVNTPS Z9, 256(DX)(R11*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 256(CX)(R11*4)
 	VADDPS   Z9, Z5, Z5
 	VMOVUPS  320(BX)(R11*4), Z9
 	VADDPS   320(SI)(R11*4), Z9, Z9
-	VMOVUPS  Z9, 320(CX)(R11*4)
 	VMOVNTPS Z9, 320(DX)(R11*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 320(CX)(R11*4)
 	VADDPS   Z9, Z6, Z6
 	VMOVUPS  384(BX)(R11*4), Z9
 	VADDPS   384(SI)(R11*4), Z9, Z9
-	VMOVUPS  Z9, 384(CX)(R11*4)
 	VMOVNTPS Z9, 384(DX)(R11*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 384(CX)(R11*4)
 	VADDPS   Z9, Z7, Z7
 	VMOVUPS  448(BX)(R11*4), Z9
 	VADDPS   448(SI)(R11*4), Z9, Z9
-	VMOVUPS  Z9, 448(CX)(R11*4)
 	VMOVNTPS Z9, 448(DX)(R11*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 448(CX)(R11*4)
 	VADDPS   Z9, Z8, Z8
 	ADDQ     DI, R11
 	CMPQ     R11, R8
@@ -3107,9 +4629,9 @@ avx512Add2SumNT_vec:
 avx512Add2SumNT_vec_chunk:
 	VMOVUPS  (BX)(R10*4), Z1
 	VADDPS   (SI)(R10*4), Z1, Z1
-	VMOVUPS  Z1, (CX)(R10*4)
 	VMOVNTPS Z1, (DX)(R10*4)
 	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, (CX)(R10*4)
 	VADDPS   Z1, Z10, Z10
 	ADDQ     DI, R10
 	CMPQ     R10, R8
@@ -3122,18 +4644,18 @@ avx512Add2SumNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3SumNT(part []float32, s []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx512Add3SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512Add3SumNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	MOVQ         d_base+120(FP), DI
 	VBROADCASTSS x0+144(FP), Z0
 	MOVQ         part_len+8(FP), R8
-	MOVQ         s_len+32(FP), R9
+	MOVQ         t_len+32(FP), R9
 	XORQ         R10, R10
 	MOVQ         R8, R11
 	ANDQ         $-128, R11
@@ -3155,58 +4677,58 @@ avx512Add3SumNT_block_chunk:
 	VMOVUPS  (BX)(R12*4), Z9
 	VADDPS   (SI)(R12*4), Z9, Z9
 	VADDPS   (DI)(R12*4), Z9, Z9
-	VMOVUPS  Z9, (CX)(R12*4)
 	VMOVNTPS Z9, (DX)(R12*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, (CX)(R12*4)
 	VADDPS   Z9, Z1, Z1
 	VMOVUPS  64(BX)(R12*4), Z9
 	VADDPS   64(SI)(R12*4), Z9, Z9
 	VADDPS   64(DI)(R12*4), Z9, Z9
-	VMOVUPS  Z9, 64(CX)(R12*4)
 	VMOVNTPS Z9, 64(DX)(R12*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 64(CX)(R12*4)
 	VADDPS   Z9, Z2, Z2
 	VMOVUPS  128(BX)(R12*4), Z9
 	VADDPS   128(SI)(R12*4), Z9, Z9
 	VADDPS   128(DI)(R12*4), Z9, Z9
-	VMOVUPS  Z9, 128(CX)(R12*4)
 	VMOVNTPS Z9, 128(DX)(R12*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 128(CX)(R12*4)
 	VADDPS   Z9, Z3, Z3
 	VMOVUPS  192(BX)(R12*4), Z9
 	VADDPS   192(SI)(R12*4), Z9, Z9
 	VADDPS   192(DI)(R12*4), Z9, Z9
-	VMOVUPS  Z9, 192(CX)(R12*4)
 	VMOVNTPS Z9, 192(DX)(R12*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 192(CX)(R12*4)
 	VADDPS   Z9, Z4, Z4
 	VMOVUPS  256(BX)(R12*4), Z9
 	VADDPS   256(SI)(R12*4), Z9, Z9
 	VADDPS   256(DI)(R12*4), Z9, Z9
-	VMOVUPS  Z9, 256(CX)(R12*4)
 	VMOVNTPS Z9, 256(DX)(R12*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 256(CX)(R12*4)
 	VADDPS   Z9, Z5, Z5
 	VMOVUPS  320(BX)(R12*4), Z9
 	VADDPS   320(SI)(R12*4), Z9, Z9
 	VADDPS   320(DI)(R12*4), Z9, Z9
-	VMOVUPS  Z9, 320(CX)(R12*4)
 	VMOVNTPS Z9, 320(DX)(R12*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 320(CX)(R12*4)
 	VADDPS   Z9, Z6, Z6
 	VMOVUPS  384(BX)(R12*4), Z9
 	VADDPS   384(SI)(R12*4), Z9, Z9
 	VADDPS   384(DI)(R12*4), Z9, Z9
-	VMOVUPS  Z9, 384(CX)(R12*4)
 	VMOVNTPS Z9, 384(DX)(R12*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 384(CX)(R12*4)
 	VADDPS   Z9, Z7, Z7
 	VMOVUPS  448(BX)(R12*4), Z9
 	VADDPS   448(SI)(R12*4), Z9, Z9
 	VADDPS   448(DI)(R12*4), Z9, Z9
-	VMOVUPS  Z9, 448(CX)(R12*4)
 	VMOVNTPS Z9, 448(DX)(R12*4)
 	VSUBPS   Z0, Z9, Z9
+	VMOVUPS  Z9, 448(CX)(R12*4)
 	VADDPS   Z9, Z8, Z8
 	ADDQ     R8, R12
 	CMPQ     R12, R9
@@ -3233,9 +4755,9 @@ avx512Add3SumNT_vec_chunk:
 	VMOVUPS  (BX)(R11*4), Z1
 	VADDPS   (SI)(R11*4), Z1, Z1
 	VADDPS   (DI)(R11*4), Z1, Z1
-	VMOVUPS  Z1, (CX)(R11*4)
 	VMOVNTPS Z1, (DX)(R11*4)
 	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, (CX)(R11*4)
 	VADDPS   Z1, Z10, Z10
 	ADDQ     R8, R11
 	CMPQ     R11, R9
@@ -3248,16 +4770,16 @@ avx512Add3SumNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add2SumAcc(part []float32, s []float32, a []float32, b []float32, x0 float32)
+// func avx512Add2SumAcc(part []float32, t []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512Add2SumAcc(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Z0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-128, R9
@@ -3278,43 +4800,43 @@ avx512Add2SumAcc_block:
 avx512Add2SumAcc_block_chunk:
 	VMOVUPS (DX)(R10*4), Z9
 	VADDPS  (BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, (CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, (CX)(R10*4)
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(DX)(R10*4), Z9
 	VADDPS  64(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 64(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 64(CX)(R10*4)
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(DX)(R10*4), Z9
 	VADDPS  128(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 128(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 128(CX)(R10*4)
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(DX)(R10*4), Z9
 	VADDPS  192(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 192(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 192(CX)(R10*4)
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(DX)(R10*4), Z9
 	VADDPS  256(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 256(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 256(CX)(R10*4)
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(DX)(R10*4), Z9
 	VADDPS  320(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 320(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 320(CX)(R10*4)
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(DX)(R10*4), Z9
 	VADDPS  384(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 384(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 384(CX)(R10*4)
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(DX)(R10*4), Z9
 	VADDPS  448(BX)(R10*4), Z9, Z9
-	VMOVUPS Z9, 448(CX)(R10*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 448(CX)(R10*4)
 	VADDPS  Z9, Z8, Z8
 	ADDQ    SI, R10
 	CMPQ    R10, DI
@@ -3340,8 +4862,8 @@ avx512Add2SumAcc_vec:
 avx512Add2SumAcc_vec_chunk:
 	VMOVUPS (DX)(R9*4), Z2
 	VADDPS  (BX)(R9*4), Z2, Z2
-	VMOVUPS Z2, (CX)(R9*4)
 	VSUBPS  Z0, Z2, Z2
+	VMOVUPS Z2, (CX)(R9*4)
 	VADDPS  Z2, Z1, Z1
 	ADDQ    SI, R9
 	CMPQ    R9, DI
@@ -3354,17 +4876,17 @@ avx512Add2SumAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3SumAcc(part []float32, s []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx512Add3SumAcc(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512Add3SumAcc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Z0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -3386,50 +4908,50 @@ avx512Add3SumAcc_block_chunk:
 	VMOVUPS (DX)(R11*4), Z9
 	VADDPS  (BX)(R11*4), Z9, Z9
 	VADDPS  (SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, (CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, (CX)(R11*4)
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(DX)(R11*4), Z9
 	VADDPS  64(BX)(R11*4), Z9, Z9
 	VADDPS  64(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 64(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 64(CX)(R11*4)
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(DX)(R11*4), Z9
 	VADDPS  128(BX)(R11*4), Z9, Z9
 	VADDPS  128(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 128(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 128(CX)(R11*4)
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(DX)(R11*4), Z9
 	VADDPS  192(BX)(R11*4), Z9, Z9
 	VADDPS  192(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 192(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 192(CX)(R11*4)
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(DX)(R11*4), Z9
 	VADDPS  256(BX)(R11*4), Z9, Z9
 	VADDPS  256(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 256(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 256(CX)(R11*4)
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(DX)(R11*4), Z9
 	VADDPS  320(BX)(R11*4), Z9, Z9
 	VADDPS  320(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 320(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 320(CX)(R11*4)
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(DX)(R11*4), Z9
 	VADDPS  384(BX)(R11*4), Z9, Z9
 	VADDPS  384(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 384(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 384(CX)(R11*4)
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(DX)(R11*4), Z9
 	VADDPS  448(BX)(R11*4), Z9, Z9
 	VADDPS  448(SI)(R11*4), Z9, Z9
-	VMOVUPS Z9, 448(CX)(R11*4)
 	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 448(CX)(R11*4)
 	VADDPS  Z9, Z8, Z8
 	ADDQ    DI, R11
 	CMPQ    R11, R8
@@ -3456,8 +4978,8 @@ avx512Add3SumAcc_vec_chunk:
 	VMOVUPS (DX)(R10*4), Z2
 	VADDPS  (BX)(R10*4), Z2, Z2
 	VADDPS  (SI)(R10*4), Z2, Z2
-	VMOVUPS Z2, (CX)(R10*4)
 	VSUBPS  Z0, Z2, Z2
+	VMOVUPS Z2, (CX)(R10*4)
 	VADDPS  Z2, Z1, Z1
 	ADDQ    DI, R10
 	CMPQ    R10, R8
@@ -3470,16 +4992,16 @@ avx512Add3SumAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+// func avx512AddSumF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumF16(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Z0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-128, R9
@@ -3501,50 +5023,50 @@ avx512AddSumF16_block_chunk:
 	VCVTPH2PS (DX)(R10*2), Z9
 	VCVTPH2PS (BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R10*4)
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R10*2), Z9
 	VCVTPH2PS 32(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R10*4)
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R10*2), Z9
 	VCVTPH2PS 64(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R10*4)
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R10*2), Z9
 	VCVTPH2PS 96(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R10*4)
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R10*2), Z9
 	VCVTPH2PS 128(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R10*4)
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R10*2), Z9
 	VCVTPH2PS 160(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R10*4)
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R10*2), Z9
 	VCVTPH2PS 192(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R10*4)
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R10*2), Z9
 	VCVTPH2PS 224(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R10*4)
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -3571,8 +5093,8 @@ avx512AddSumF16_vec_chunk:
 	VCVTPH2PS (DX)(R9*2), Z1
 	VCVTPH2PS (BX)(R9*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R9*4)
 	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, (CX)(R9*4)
 	VADDPS    Z1, Z11, Z11
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -3585,17 +5107,151 @@ avx512AddSumF16_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// func avx512AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16NT(SB), NOSPLIT, $0-124
+TEXT ·avx512AddSumF16X(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Z0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumF16X_block:
+	CMPQ   R9, R10
+	JAE    avx512AddSumF16X_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R9, R11
+
+avx512AddSumF16X_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R11*4)
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, (DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R11*4)
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 32(DX)(R11*2)
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R11*4)
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 64(DX)(R11*2)
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R11*4)
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 96(DX)(R11*2)
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R11*4)
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 128(DX)(R11*2)
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R11*4)
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 160(DX)(R11*2)
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R11*4)
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 192(DX)(R11*2)
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R11*4)
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16X_block_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16X_block
+
+avx512AddSumF16X_block_done:
+avx512AddSumF16X_vec:
+	CMPQ   R9, DI
+	JAE    avx512AddSumF16X_vec_done
+	VPXORD Z11, Z11, Z11
+	MOVQ   R9, R10
+
+avx512AddSumF16X_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Z1
+	VCVTPH2PS (SI)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VSUBPS    Z0, Z1, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
+	VADDPS    Z2, Z11, Z11
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16X_vec_chunk
+	VMOVUPS   Z11, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumF16X_vec
+
+avx512AddSumF16X_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16NT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -3617,64 +5273,64 @@ avx512AddSumF16NT_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R11*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R11*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R11*2)
 	VCVTPH2PS 64(BX)(R11*2), Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R11*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R11*2)
 	VCVTPH2PS 96(BX)(R11*2), Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R11*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R11*2)
 	VCVTPH2PS 128(BX)(R11*2), Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R11*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R11*2)
 	VCVTPH2PS 160(BX)(R11*2), Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R11*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R11*2)
 	VCVTPH2PS 192(BX)(R11*2), Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R11*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R11*2)
 	VCVTPH2PS 224(BX)(R11*2), Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R11*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R11*2)
@@ -3703,8 +5359,8 @@ avx512AddSumF16NT_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z11, Z11
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, (DX)(R10*2)
@@ -3719,16 +5375,16 @@ avx512AddSumF16NT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+// func avx512AddSumF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumF16Acc(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Z0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-128, R9
@@ -3750,50 +5406,50 @@ avx512AddSumF16Acc_block_chunk:
 	VCVTPH2PS (DX)(R10*2), Z9
 	VCVTPH2PS (BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R10*4)
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R10*2), Z9
 	VCVTPH2PS 32(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R10*4)
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R10*2), Z9
 	VCVTPH2PS 64(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R10*4)
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R10*2), Z9
 	VCVTPH2PS 96(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R10*4)
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R10*2), Z9
 	VCVTPH2PS 128(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R10*4)
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R10*2), Z9
 	VCVTPH2PS 160(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R10*4)
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R10*2), Z9
 	VCVTPH2PS 192(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R10*4)
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R10*2), Z9
 	VCVTPH2PS 224(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R10*4)
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -3820,8 +5476,8 @@ avx512AddSumF16Acc_vec_chunk:
 	VCVTPH2PS (DX)(R9*2), Z2
 	VCVTPH2PS (BX)(R9*2), Z3
 	VADDPS    Z3, Z2, Z2
-	VMOVUPS   Z2, (CX)(R9*4)
 	VSUBPS    Z0, Z2, Z2
+	VMOVUPS   Z2, (CX)(R9*4)
 	VADDPS    Z2, Z1, Z1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -3834,17 +5490,151 @@ avx512AddSumF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// func avx512AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16AccNT(SB), NOSPLIT, $0-124
+TEXT ·avx512AddSumF16AccX(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Z0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumF16AccX_block:
+	CMPQ    R9, R10
+	JAE     avx512AddSumF16AccX_block_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
+	MOVQ    R9, R11
+
+avx512AddSumF16AccX_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R11*4)
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, (DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R11*4)
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 32(DX)(R11*2)
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R11*4)
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 64(DX)(R11*2)
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R11*4)
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 96(DX)(R11*2)
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R11*4)
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 128(DX)(R11*2)
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R11*4)
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 160(DX)(R11*2)
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R11*4)
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 192(DX)(R11*2)
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R11*4)
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16AccX_block_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16AccX_block
+
+avx512AddSumF16AccX_block_done:
+avx512AddSumF16AccX_vec:
+	CMPQ    R9, DI
+	JAE     avx512AddSumF16AccX_vec_done
+	VMOVUPS (AX)(R9*4), Z1
+	MOVQ    R9, R10
+
+avx512AddSumF16AccX_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Z2
+	VCVTPH2PS (SI)(R10*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VSUBPS    Z0, Z2, Z3
+	VMOVUPS   Z3, (CX)(R10*4)
+	VADDPS    Z3, Z1, Z1
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16AccX_vec_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumF16AccX_vec
+
+avx512AddSumF16AccX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16AccNT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -3866,64 +5656,64 @@ avx512AddSumF16AccNT_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R11*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R11*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R11*2)
 	VCVTPH2PS 64(BX)(R11*2), Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R11*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R11*2)
 	VCVTPH2PS 96(BX)(R11*2), Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R11*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R11*2)
 	VCVTPH2PS 128(BX)(R11*2), Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R11*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R11*2)
 	VCVTPH2PS 160(BX)(R11*2), Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R11*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R11*2)
 	VCVTPH2PS 192(BX)(R11*2), Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R11*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R11*2)
 	VCVTPH2PS 224(BX)(R11*2), Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R11*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R11*2)
@@ -3952,8 +5742,8 @@ avx512AddSumF16AccNT_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Z2
 	VCVTPH2PS (SI)(R10*2), Z3
 	VADDPS    Z3, Z2, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VSUBPS    Z0, Z2, Z3
+	VMOVUPS   Z3, (CX)(R10*4)
 	VADDPS    Z3, Z1, Z1
 	VCVTPS2PH $0x00, Z2, Y2
 	VMOVNTDQ  Y2, (DX)(R10*2)
@@ -3968,17 +5758,17 @@ avx512AddSumF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx512AddSumF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumF16Full(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Z0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -4002,64 +5792,64 @@ avx512AddSumF16Full_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R11*2), Z9
 	VCVTPH2PS 32(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R11*2), Z9
 	VCVTPH2PS 64(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R11*2), Z9
 	VCVTPH2PS 96(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R11*2), Z9
 	VCVTPH2PS 128(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R11*2), Z9
 	VCVTPH2PS 160(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R11*2), Z9
 	VCVTPH2PS 192(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R11*2), Z9
 	VCVTPH2PS 224(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -4088,8 +5878,8 @@ avx512AddSumF16Full_vec_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
 	VADDPS    Z1, Z11, Z11
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -4102,18 +5892,171 @@ avx512AddSumF16Full_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx512AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16FullNT(SB), NOSPLIT, $0-148
+TEXT ·avx512AddSumF16FullX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	MOVQ         d_base+120(FP), DI
 	VBROADCASTSS x0+144(FP), Z0
 	MOVQ         part_len+8(FP), R8
-	MOVQ         s_len+32(FP), R9
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512AddSumF16FullX_block:
+	CMPQ   R10, R11
+	JAE    avx512AddSumF16FullX_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R10, R12
+
+avx512AddSumF16FullX_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Z9
+	VCVTPH2PS (SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS (DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R12*4)
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, (DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Z9
+	VCVTPH2PS 32(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 32(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R12*4)
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 32(DX)(R12*2)
+	VCVTPH2PS 64(BX)(R12*2), Z9
+	VCVTPH2PS 64(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 64(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R12*4)
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 64(DX)(R12*2)
+	VCVTPH2PS 96(BX)(R12*2), Z9
+	VCVTPH2PS 96(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 96(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R12*4)
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 96(DX)(R12*2)
+	VCVTPH2PS 128(BX)(R12*2), Z9
+	VCVTPH2PS 128(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 128(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R12*4)
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 128(DX)(R12*2)
+	VCVTPH2PS 160(BX)(R12*2), Z9
+	VCVTPH2PS 160(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 160(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R12*4)
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 160(DX)(R12*2)
+	VCVTPH2PS 192(BX)(R12*2), Z9
+	VCVTPH2PS 192(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 192(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R12*4)
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 192(DX)(R12*2)
+	VCVTPH2PS 224(BX)(R12*2), Z9
+	VCVTPH2PS 224(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 224(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R12*4)
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumF16FullX_block_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	VMOVUPS   Z2, 64(AX)(R10*4)
+	VMOVUPS   Z3, 128(AX)(R10*4)
+	VMOVUPS   Z4, 192(AX)(R10*4)
+	VMOVUPS   Z5, 256(AX)(R10*4)
+	VMOVUPS   Z6, 320(AX)(R10*4)
+	VMOVUPS   Z7, 384(AX)(R10*4)
+	VMOVUPS   Z8, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumF16FullX_block
+
+avx512AddSumF16FullX_block_done:
+avx512AddSumF16FullX_vec:
+	CMPQ   R10, R8
+	JAE    avx512AddSumF16FullX_vec_done
+	VPXORD Z11, Z11, Z11
+	MOVQ   R10, R11
+
+avx512AddSumF16FullX_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Z1
+	VCVTPH2PS (SI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPH2PS (DI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VSUBPS    Z0, Z1, Z2
+	VMOVUPS   Z2, (CX)(R11*4)
+	VADDPS    Z2, Z11, Z11
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumF16FullX_vec_chunk
+	VMOVUPS   Z11, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512AddSumF16FullX_vec
+
+avx512AddSumF16FullX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16FullNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
 	XORQ         R10, R10
 	MOVQ         R8, R11
 	ANDQ         $-128, R11
@@ -4137,8 +6080,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R12*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R12*2)
@@ -4147,8 +6090,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R12*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R12*2)
@@ -4157,8 +6100,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R12*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R12*2)
@@ -4167,8 +6110,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R12*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R12*2)
@@ -4177,8 +6120,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R12*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R12*2)
@@ -4187,8 +6130,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R12*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R12*2)
@@ -4197,8 +6140,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R12*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R12*2)
@@ -4207,8 +6150,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R12*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R12*2)
@@ -4239,8 +6182,8 @@ avx512AddSumF16FullNT_vec_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS (DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
+	VMOVUPS   Z2, (CX)(R11*4)
 	VADDPS    Z2, Z11, Z11
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, (DX)(R11*2)
@@ -4255,17 +6198,17 @@ avx512AddSumF16FullNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx512AddSumF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumF16FullAcc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Z0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -4289,64 +6232,64 @@ avx512AddSumF16FullAcc_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R11*2), Z9
 	VCVTPH2PS 32(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R11*2), Z9
 	VCVTPH2PS 64(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R11*2), Z9
 	VCVTPH2PS 96(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R11*2), Z9
 	VCVTPH2PS 128(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R11*2), Z9
 	VCVTPH2PS 160(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R11*2), Z9
 	VCVTPH2PS 192(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R11*2), Z9
 	VCVTPH2PS 224(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -4375,8 +6318,8 @@ avx512AddSumF16FullAcc_vec_chunk:
 	VADDPS    Z3, Z2, Z2
 	VCVTPH2PS (SI)(R10*2), Z3
 	VADDPS    Z3, Z2, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VSUBPS    Z0, Z2, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z1, Z1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -4389,18 +6332,171 @@ avx512AddSumF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx512AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumF16FullAccNT(SB), NOSPLIT, $0-148
+TEXT ·avx512AddSumF16FullAccX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
 	MOVQ         d_base+120(FP), DI
 	VBROADCASTSS x0+144(FP), Z0
 	MOVQ         part_len+8(FP), R8
-	MOVQ         s_len+32(FP), R9
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512AddSumF16FullAccX_block:
+	CMPQ    R10, R11
+	JAE     avx512AddSumF16FullAccX_block_done
+	VMOVUPS (AX)(R10*4), Z1
+	VMOVUPS 64(AX)(R10*4), Z2
+	VMOVUPS 128(AX)(R10*4), Z3
+	VMOVUPS 192(AX)(R10*4), Z4
+	VMOVUPS 256(AX)(R10*4), Z5
+	VMOVUPS 320(AX)(R10*4), Z6
+	VMOVUPS 384(AX)(R10*4), Z7
+	VMOVUPS 448(AX)(R10*4), Z8
+	MOVQ    R10, R12
+
+avx512AddSumF16FullAccX_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Z9
+	VCVTPH2PS (SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS (DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R12*4)
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, (DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Z9
+	VCVTPH2PS 32(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 32(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R12*4)
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 32(DX)(R12*2)
+	VCVTPH2PS 64(BX)(R12*2), Z9
+	VCVTPH2PS 64(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 64(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R12*4)
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 64(DX)(R12*2)
+	VCVTPH2PS 96(BX)(R12*2), Z9
+	VCVTPH2PS 96(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 96(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R12*4)
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 96(DX)(R12*2)
+	VCVTPH2PS 128(BX)(R12*2), Z9
+	VCVTPH2PS 128(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 128(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R12*4)
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 128(DX)(R12*2)
+	VCVTPH2PS 160(BX)(R12*2), Z9
+	VCVTPH2PS 160(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 160(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R12*4)
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 160(DX)(R12*2)
+	VCVTPH2PS 192(BX)(R12*2), Z9
+	VCVTPH2PS 192(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 192(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R12*4)
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 192(DX)(R12*2)
+	VCVTPH2PS 224(BX)(R12*2), Z9
+	VCVTPH2PS 224(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 224(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R12*4)
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumF16FullAccX_block_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	VMOVUPS   Z2, 64(AX)(R10*4)
+	VMOVUPS   Z3, 128(AX)(R10*4)
+	VMOVUPS   Z4, 192(AX)(R10*4)
+	VMOVUPS   Z5, 256(AX)(R10*4)
+	VMOVUPS   Z6, 320(AX)(R10*4)
+	VMOVUPS   Z7, 384(AX)(R10*4)
+	VMOVUPS   Z8, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumF16FullAccX_block
+
+avx512AddSumF16FullAccX_block_done:
+avx512AddSumF16FullAccX_vec:
+	CMPQ    R10, R8
+	JAE     avx512AddSumF16FullAccX_vec_done
+	VMOVUPS (AX)(R10*4), Z1
+	MOVQ    R10, R11
+
+avx512AddSumF16FullAccX_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Z2
+	VCVTPH2PS (SI)(R11*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPH2PS (DI)(R11*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VSUBPS    Z0, Z2, Z3
+	VMOVUPS   Z3, (CX)(R11*4)
+	VADDPS    Z3, Z1, Z1
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumF16FullAccX_vec_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512AddSumF16FullAccX_vec
+
+avx512AddSumF16FullAccX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16FullAccNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
 	XORQ         R10, R10
 	MOVQ         R8, R11
 	ANDQ         $-128, R11
@@ -4424,8 +6520,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R12*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R12*2)
@@ -4434,8 +6530,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R12*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R12*2)
@@ -4444,8 +6540,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R12*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R12*2)
@@ -4454,8 +6550,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R12*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R12*2)
@@ -4464,8 +6560,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R12*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R12*2)
@@ -4474,8 +6570,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R12*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R12*2)
@@ -4484,8 +6580,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R12*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R12*2)
@@ -4494,8 +6590,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R12*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R12*2)
@@ -4526,8 +6622,8 @@ avx512AddSumF16FullAccNT_vec_chunk:
 	VADDPS    Z3, Z2, Z2
 	VCVTPH2PS (DI)(R11*2), Z3
 	VADDPS    Z3, Z2, Z2
-	VMOVUPS   Z2, (CX)(R11*4)
 	VSUBPS    Z0, Z2, Z3
+	VMOVUPS   Z3, (CX)(R11*4)
 	VADDPS    Z3, Z1, Z1
 	VCVTPS2PH $0x00, Z2, Y2
 	VMOVNTDQ  Y2, (DX)(R11*2)
@@ -4542,16 +6638,16 @@ avx512AddSumF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+// func avx512AddSumBF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumBF16(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Z0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-128, R9
@@ -4575,64 +6671,64 @@ avx512AddSumBF16_block_chunk:
 	VPMOVZXWD (BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R10*4)
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 32(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R10*4)
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 64(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R10*4)
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 96(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R10*4)
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 128(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R10*4)
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 160(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R10*4)
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 192(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R10*4)
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 224(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R10*4)
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -4661,8 +6757,8 @@ avx512AddSumBF16_vec_chunk:
 	VPMOVZXWD (BX)(R9*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R9*4)
 	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, (CX)(R9*4)
 	VADDPS    Z1, Z11, Z11
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -4675,11 +6771,11 @@ avx512AddSumBF16_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16NT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// func avx512AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16NT(SB), NOSPLIT, $0-124
+TEXT ·avx512AddSumBF16X(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
@@ -4700,7 +6796,255 @@ TEXT ·avx512AddSumBF16NT(SB), NOSPLIT, $0-124
 	VPBROADCASTD X13, Z13
 	VBROADCASTSS x0+120(FP), Z14
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumBF16X_block:
+	CMPQ   R9, R10
+	JAE    avx512AddSumBF16X_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R9, R11
+
+avx512AddSumBF16X_block_chunk:
+	VPMOVZXWD (BX)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD (SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, (CX)(R11*4)
+	VADDPS    Z16, Z1, Z1
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, (DX)(R11*2)
+	VPMOVZXWD 32(BX)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 32(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 64(CX)(R11*4)
+	VADDPS    Z16, Z2, Z2
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 32(DX)(R11*2)
+	VPMOVZXWD 64(BX)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 64(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 128(CX)(R11*4)
+	VADDPS    Z16, Z3, Z3
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 64(DX)(R11*2)
+	VPMOVZXWD 96(BX)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 96(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 192(CX)(R11*4)
+	VADDPS    Z16, Z4, Z4
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 96(DX)(R11*2)
+	VPMOVZXWD 128(BX)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 128(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 256(CX)(R11*4)
+	VADDPS    Z16, Z5, Z5
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 128(DX)(R11*2)
+	VPMOVZXWD 160(BX)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 160(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 320(CX)(R11*4)
+	VADDPS    Z16, Z6, Z6
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 160(DX)(R11*2)
+	VPMOVZXWD 192(BX)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 192(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 384(CX)(R11*4)
+	VADDPS    Z16, Z7, Z7
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 192(DX)(R11*2)
+	VPMOVZXWD 224(BX)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 224(SI)(R11*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 448(CX)(R11*4)
+	VADDPS    Z16, Z8, Z8
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16X_block_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16X_block
+
+avx512AddSumBF16X_block_done:
+avx512AddSumBF16X_vec:
+	CMPQ   R9, DI
+	JAE    avx512AddSumBF16X_vec_done
+	VPXORD Z9, Z9, Z9
+	MOVQ   R9, R10
+
+avx512AddSumBF16X_vec_chunk:
+	VPMOVZXWD (BX)(R10*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VPMOVZXWD (SI)(R10*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VSUBPS    Z14, Z1, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
+	VADDPS    Z2, Z9, Z9
+	VPSRLD    $0x10, Z1, Z2
+	VPANDD    Z0, Z2, Z3
+	VPADDD    Z10, Z3, Z3
+	VPADDD    Z1, Z3, Z3
+	VPSRLD    $0x10, Z3, Z3
+	VPANDD    Z11, Z1, Z1
+	VPCMPGTD  Z12, Z1, K1
+	VPORD     Z13, Z2, Z2
+	VPBLENDMD Z2, Z3, K1, Z3
+	VPMOVDW   Z3, Y1
+	VMOVUPS   Y1, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16X_vec_chunk
+	VMOVUPS   Z9, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumBF16X_vec
+
+avx512AddSumBF16X_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16NT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVL         $0x00000001, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, DI
+	VMOVD        DI, X10
+	VPBROADCASTD X10, Z10
+	MOVL         $0x7fffffff, DI
+	VMOVD        DI, X11
+	VPBROADCASTD X11, Z11
+	MOVL         $0x7f800000, DI
+	VMOVD        DI, X12
+	VPBROADCASTD X12, Z12
+	MOVL         $0x00000040, DI
+	VMOVD        DI, X13
+	VPBROADCASTD X13, Z13
+	VBROADCASTSS x0+120(FP), Z14
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -4724,8 +7068,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, (CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, (CX)(R11*4)
 	VADDPS    Z16, Z1, Z1
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -4743,8 +7087,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 64(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 64(CX)(R11*4)
 	VADDPS    Z16, Z2, Z2
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -4762,8 +7106,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 128(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 128(CX)(R11*4)
 	VADDPS    Z16, Z3, Z3
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -4781,8 +7125,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 192(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 192(CX)(R11*4)
 	VADDPS    Z16, Z4, Z4
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -4800,8 +7144,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 256(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 256(CX)(R11*4)
 	VADDPS    Z16, Z5, Z5
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -4819,8 +7163,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 320(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 320(CX)(R11*4)
 	VADDPS    Z16, Z6, Z6
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -4838,8 +7182,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 384(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 384(CX)(R11*4)
 	VADDPS    Z16, Z7, Z7
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -4857,8 +7201,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 448(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 448(CX)(R11*4)
 	VADDPS    Z16, Z8, Z8
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -4898,8 +7242,8 @@ avx512AddSumBF16NT_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z14, Z1, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -4923,16 +7267,16 @@ avx512AddSumBF16NT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16Acc(part []float32, s []float32, a []uint16, b []uint16, x0 float32)
+// func avx512AddSumBF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumBF16Acc(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	VBROADCASTSS x0+96(FP), Z0
 	MOVQ         part_len+8(FP), SI
-	MOVQ         s_len+32(FP), DI
+	MOVQ         t_len+32(FP), DI
 	XORQ         R8, R8
 	MOVQ         SI, R9
 	ANDQ         $-128, R9
@@ -4956,64 +7300,64 @@ avx512AddSumBF16Acc_block_chunk:
 	VPMOVZXWD (BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R10*4)
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 32(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R10*4)
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 64(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R10*4)
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 96(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R10*4)
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 128(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R10*4)
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 160(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R10*4)
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 192(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R10*4)
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 224(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R10*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R10*4)
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -5042,8 +7386,8 @@ avx512AddSumBF16Acc_vec_chunk:
 	VPMOVZXWD (BX)(R9*2), Z3
 	VPSLLD    $0x10, Z3, Z3
 	VADDPS    Z3, Z2, Z2
-	VMOVUPS   Z2, (CX)(R9*4)
 	VSUBPS    Z0, Z2, Z2
+	VMOVUPS   Z2, (CX)(R9*4)
 	VADDPS    Z2, Z1, Z1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -5056,11 +7400,11 @@ avx512AddSumBF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16AccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// func avx512AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16AccNT(SB), NOSPLIT, $0-124
+TEXT ·avx512AddSumBF16AccX(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
@@ -5081,7 +7425,255 @@ TEXT ·avx512AddSumBF16AccNT(SB), NOSPLIT, $0-124
 	VPBROADCASTD X4, Z4
 	VBROADCASTSS x0+120(FP), Z5
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumBF16AccX_block:
+	CMPQ    R9, R10
+	JAE     avx512AddSumBF16AccX_block_done
+	VMOVUPS (AX)(R9*4), Z6
+	VMOVUPS 64(AX)(R9*4), Z7
+	VMOVUPS 128(AX)(R9*4), Z8
+	VMOVUPS 192(AX)(R9*4), Z9
+	VMOVUPS 256(AX)(R9*4), Z10
+	VMOVUPS 320(AX)(R9*4), Z11
+	VMOVUPS 384(AX)(R9*4), Z12
+	VMOVUPS 448(AX)(R9*4), Z13
+	MOVQ    R9, R11
+
+avx512AddSumBF16AccX_block_chunk:
+	VPMOVZXWD (BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD (SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, (CX)(R11*4)
+	VADDPS    Z15, Z6, Z6
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, (DX)(R11*2)
+	VPMOVZXWD 32(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 32(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 64(CX)(R11*4)
+	VADDPS    Z15, Z7, Z7
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 32(DX)(R11*2)
+	VPMOVZXWD 64(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 64(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 128(CX)(R11*4)
+	VADDPS    Z15, Z8, Z8
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 64(DX)(R11*2)
+	VPMOVZXWD 96(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 96(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 192(CX)(R11*4)
+	VADDPS    Z15, Z9, Z9
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 96(DX)(R11*2)
+	VPMOVZXWD 128(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 128(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 256(CX)(R11*4)
+	VADDPS    Z15, Z10, Z10
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 128(DX)(R11*2)
+	VPMOVZXWD 160(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 160(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 320(CX)(R11*4)
+	VADDPS    Z15, Z11, Z11
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 160(DX)(R11*2)
+	VPMOVZXWD 192(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 192(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 384(CX)(R11*4)
+	VADDPS    Z15, Z12, Z12
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 192(DX)(R11*2)
+	VPMOVZXWD 224(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 224(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 448(CX)(R11*4)
+	VADDPS    Z15, Z13, Z13
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16AccX_block_chunk
+	VMOVUPS   Z6, (AX)(R9*4)
+	VMOVUPS   Z7, 64(AX)(R9*4)
+	VMOVUPS   Z8, 128(AX)(R9*4)
+	VMOVUPS   Z9, 192(AX)(R9*4)
+	VMOVUPS   Z10, 256(AX)(R9*4)
+	VMOVUPS   Z11, 320(AX)(R9*4)
+	VMOVUPS   Z12, 384(AX)(R9*4)
+	VMOVUPS   Z13, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16AccX_block
+
+avx512AddSumBF16AccX_block_done:
+avx512AddSumBF16AccX_vec:
+	CMPQ    R9, DI
+	JAE     avx512AddSumBF16AccX_vec_done
+	VMOVUPS (AX)(R9*4), Z6
+	MOVQ    R9, R10
+
+avx512AddSumBF16AccX_vec_chunk:
+	VPMOVZXWD (BX)(R10*2), Z7
+	VPSLLD    $0x10, Z7, Z7
+	VPMOVZXWD (SI)(R10*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VSUBPS    Z5, Z7, Z8
+	VMOVUPS   Z8, (CX)(R10*4)
+	VADDPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z0, Z8, Z9
+	VPADDD    Z1, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z2, Z7, Z7
+	VPCMPGTD  Z3, Z7, K1
+	VPORD     Z4, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, (DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16AccX_vec_chunk
+	VMOVUPS   Z6, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512AddSumBF16AccX_vec
+
+avx512AddSumBF16AccX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16AccNT(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVL         $0x00000001, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Z1
+	MOVL         $0x7fffffff, DI
+	VMOVD        DI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x7f800000, DI
+	VMOVD        DI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x00000040, DI
+	VMOVD        DI, X4
+	VPBROADCASTD X4, Z4
+	VBROADCASTSS x0+120(FP), Z5
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -5105,8 +7697,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, (CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, (CX)(R11*4)
 	VADDPS    Z15, Z6, Z6
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -5124,8 +7716,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 64(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 64(CX)(R11*4)
 	VADDPS    Z15, Z7, Z7
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -5143,8 +7735,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 128(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 128(CX)(R11*4)
 	VADDPS    Z15, Z8, Z8
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -5162,8 +7754,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 192(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 192(CX)(R11*4)
 	VADDPS    Z15, Z9, Z9
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -5181,8 +7773,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 256(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 256(CX)(R11*4)
 	VADDPS    Z15, Z10, Z10
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -5200,8 +7792,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 320(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 320(CX)(R11*4)
 	VADDPS    Z15, Z11, Z11
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -5219,8 +7811,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 384(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 384(CX)(R11*4)
 	VADDPS    Z15, Z12, Z12
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -5238,8 +7830,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 448(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 448(CX)(R11*4)
 	VADDPS    Z15, Z13, Z13
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -5279,8 +7871,8 @@ avx512AddSumBF16AccNT_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Z8
 	VPSLLD    $0x10, Z8, Z8
 	VADDPS    Z8, Z7, Z7
-	VMOVUPS   Z7, (CX)(R10*4)
 	VSUBPS    Z5, Z7, Z8
+	VMOVUPS   Z8, (CX)(R10*4)
 	VADDPS    Z8, Z6, Z6
 	VPSRLD    $0x10, Z7, Z8
 	VPANDD    Z0, Z8, Z9
@@ -5304,17 +7896,17 @@ avx512AddSumBF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16Full(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx512AddSumBF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumBF16Full(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Z0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -5341,8 +7933,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5352,8 +7944,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5363,8 +7955,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5374,8 +7966,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5385,8 +7977,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5396,8 +7988,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5407,8 +7999,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5418,8 +8010,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -5451,8 +8043,8 @@ avx512AddSumBF16Full_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
 	VADDPS    Z1, Z11, Z11
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -5465,11 +8057,11 @@ avx512AddSumBF16Full_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16FullNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx512AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16FullNT(SB), NOSPLIT, $0-148
+TEXT ·avx512AddSumBF16FullX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
@@ -5491,7 +8083,283 @@ TEXT ·avx512AddSumBF16FullNT(SB), NOSPLIT, $0-148
 	VPBROADCASTD X13, Z13
 	VBROADCASTSS x0+144(FP), Z14
 	MOVQ         part_len+8(FP), R8
-	MOVQ         s_len+32(FP), R9
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512AddSumBF16FullX_block:
+	CMPQ   R10, R11
+	JAE    avx512AddSumBF16FullX_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R10, R12
+
+avx512AddSumBF16FullX_block_chunk:
+	VPMOVZXWD (BX)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD (SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD (DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, (CX)(R12*4)
+	VADDPS    Z16, Z1, Z1
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, (DX)(R12*2)
+	VPMOVZXWD 32(BX)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 32(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 32(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 64(CX)(R12*4)
+	VADDPS    Z16, Z2, Z2
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 32(DX)(R12*2)
+	VPMOVZXWD 64(BX)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 64(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 64(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 128(CX)(R12*4)
+	VADDPS    Z16, Z3, Z3
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 64(DX)(R12*2)
+	VPMOVZXWD 96(BX)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 96(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 96(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 192(CX)(R12*4)
+	VADDPS    Z16, Z4, Z4
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 96(DX)(R12*2)
+	VPMOVZXWD 128(BX)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 128(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 128(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 256(CX)(R12*4)
+	VADDPS    Z16, Z5, Z5
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 128(DX)(R12*2)
+	VPMOVZXWD 160(BX)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 160(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 160(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 320(CX)(R12*4)
+	VADDPS    Z16, Z6, Z6
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 160(DX)(R12*2)
+	VPMOVZXWD 192(BX)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 192(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 192(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 384(CX)(R12*4)
+	VADDPS    Z16, Z7, Z7
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 192(DX)(R12*2)
+	VPMOVZXWD 224(BX)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VPMOVZXWD 224(SI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VPMOVZXWD 224(DI)(R12*2), Z16
+	VPSLLD    $0x10, Z16, Z16
+	VADDPS    Z16, Z15, Z15
+	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 448(CX)(R12*4)
+	VADDPS    Z16, Z8, Z8
+	VPSRLD    $0x10, Z15, Z16
+	VPANDD    Z0, Z16, Z17
+	VPADDD    Z10, Z17, Z17
+	VPADDD    Z15, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z11, Z15, Z15
+	VPCMPGTD  Z12, Z15, K1
+	VPORD     Z13, Z16, Z16
+	VPBLENDMD Z16, Z17, K1, Z17
+	VPMOVDW   Z17, Y15
+	VMOVUPS   Y15, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumBF16FullX_block_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	VMOVUPS   Z2, 64(AX)(R10*4)
+	VMOVUPS   Z3, 128(AX)(R10*4)
+	VMOVUPS   Z4, 192(AX)(R10*4)
+	VMOVUPS   Z5, 256(AX)(R10*4)
+	VMOVUPS   Z6, 320(AX)(R10*4)
+	VMOVUPS   Z7, 384(AX)(R10*4)
+	VMOVUPS   Z8, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumBF16FullX_block
+
+avx512AddSumBF16FullX_block_done:
+avx512AddSumBF16FullX_vec:
+	CMPQ   R10, R8
+	JAE    avx512AddSumBF16FullX_vec_done
+	VPXORD Z9, Z9, Z9
+	MOVQ   R10, R11
+
+avx512AddSumBF16FullX_vec_chunk:
+	VPMOVZXWD (BX)(R11*2), Z1
+	VPSLLD    $0x10, Z1, Z1
+	VPMOVZXWD (SI)(R11*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VPMOVZXWD (DI)(R11*2), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VADDPS    Z2, Z1, Z1
+	VSUBPS    Z14, Z1, Z2
+	VMOVUPS   Z2, (CX)(R11*4)
+	VADDPS    Z2, Z9, Z9
+	VPSRLD    $0x10, Z1, Z2
+	VPANDD    Z0, Z2, Z3
+	VPADDD    Z10, Z3, Z3
+	VPADDD    Z1, Z3, Z3
+	VPSRLD    $0x10, Z3, Z3
+	VPANDD    Z11, Z1, Z1
+	VPCMPGTD  Z12, Z1, K1
+	VPORD     Z13, Z2, Z2
+	VPBLENDMD Z2, Z3, K1, Z3
+	VPMOVDW   Z3, Y1
+	VMOVUPS   Y1, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumBF16FullX_vec_chunk
+	VMOVUPS   Z9, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512AddSumBF16FullX_vec
+
+avx512AddSumBF16FullX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16FullNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	MOVL         $0x00000001, R8
+	VMOVD        R8, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, R8
+	VMOVD        R8, X10
+	VPBROADCASTD X10, Z10
+	MOVL         $0x7fffffff, R8
+	VMOVD        R8, X11
+	VPBROADCASTD X11, Z11
+	MOVL         $0x7f800000, R8
+	VMOVD        R8, X12
+	VPBROADCASTD X12, Z12
+	MOVL         $0x00000040, R8
+	VMOVD        R8, X13
+	VPBROADCASTD X13, Z13
+	VBROADCASTSS x0+144(FP), Z14
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
 	XORQ         R10, R10
 	MOVQ         R8, R11
 	ANDQ         $-128, R11
@@ -5518,8 +8386,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD (DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, (CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, (CX)(R12*4)
 	VADDPS    Z16, Z1, Z1
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -5540,8 +8408,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 32(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 64(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 64(CX)(R12*4)
 	VADDPS    Z16, Z2, Z2
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -5562,8 +8430,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 64(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 128(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 128(CX)(R12*4)
 	VADDPS    Z16, Z3, Z3
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -5584,8 +8452,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 96(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 192(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 192(CX)(R12*4)
 	VADDPS    Z16, Z4, Z4
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -5606,8 +8474,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 128(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 256(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 256(CX)(R12*4)
 	VADDPS    Z16, Z5, Z5
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -5628,8 +8496,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 160(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 320(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 320(CX)(R12*4)
 	VADDPS    Z16, Z6, Z6
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -5650,8 +8518,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 192(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 384(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 384(CX)(R12*4)
 	VADDPS    Z16, Z7, Z7
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -5672,8 +8540,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 224(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
-	VMOVUPS   Z15, 448(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
+	VMOVUPS   Z16, 448(CX)(R12*4)
 	VADDPS    Z16, Z8, Z8
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -5716,8 +8584,8 @@ avx512AddSumBF16FullNT_vec_chunk:
 	VPMOVZXWD (DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z14, Z1, Z2
+	VMOVUPS   Z2, (CX)(R11*4)
 	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -5741,17 +8609,17 @@ avx512AddSumBF16FullNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16FullAcc(part []float32, s []float32, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx512AddSumBF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
 TEXT ·avx512AddSumBF16FullAcc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         a_base+48(FP), DX
 	MOVQ         b_base+72(FP), BX
 	MOVQ         d_base+96(FP), SI
 	VBROADCASTSS x0+120(FP), Z0
 	MOVQ         part_len+8(FP), DI
-	MOVQ         s_len+32(FP), R8
+	MOVQ         t_len+32(FP), R8
 	XORQ         R9, R9
 	MOVQ         DI, R10
 	ANDQ         $-128, R10
@@ -5778,8 +8646,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5789,8 +8657,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5800,8 +8668,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5811,8 +8679,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5822,8 +8690,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5833,8 +8701,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5844,8 +8712,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -5855,8 +8723,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -5888,8 +8756,8 @@ avx512AddSumBF16FullAcc_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Z3
 	VPSLLD    $0x10, Z3, Z3
 	VADDPS    Z3, Z2, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VSUBPS    Z0, Z2, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z1, Z1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -5902,11 +8770,11 @@ avx512AddSumBF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AddSumBF16FullAccNT(part []float32, s []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// func avx512AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AddSumBF16FullAccNT(SB), NOSPLIT, $0-148
+TEXT ·avx512AddSumBF16FullAccX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
-	MOVQ         s_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         x_base+48(FP), DX
 	MOVQ         a_base+72(FP), BX
 	MOVQ         b_base+96(FP), SI
@@ -5928,7 +8796,283 @@ TEXT ·avx512AddSumBF16FullAccNT(SB), NOSPLIT, $0-148
 	VPBROADCASTD X4, Z4
 	VBROADCASTSS x0+144(FP), Z5
 	MOVQ         part_len+8(FP), R8
-	MOVQ         s_len+32(FP), R9
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512AddSumBF16FullAccX_block:
+	CMPQ    R10, R11
+	JAE     avx512AddSumBF16FullAccX_block_done
+	VMOVUPS (AX)(R10*4), Z6
+	VMOVUPS 64(AX)(R10*4), Z7
+	VMOVUPS 128(AX)(R10*4), Z8
+	VMOVUPS 192(AX)(R10*4), Z9
+	VMOVUPS 256(AX)(R10*4), Z10
+	VMOVUPS 320(AX)(R10*4), Z11
+	VMOVUPS 384(AX)(R10*4), Z12
+	VMOVUPS 448(AX)(R10*4), Z13
+	MOVQ    R10, R12
+
+avx512AddSumBF16FullAccX_block_chunk:
+	VPMOVZXWD (BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD (SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD (DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, (CX)(R12*4)
+	VADDPS    Z15, Z6, Z6
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, (DX)(R12*2)
+	VPMOVZXWD 32(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 32(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 32(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 64(CX)(R12*4)
+	VADDPS    Z15, Z7, Z7
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 32(DX)(R12*2)
+	VPMOVZXWD 64(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 64(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 64(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 128(CX)(R12*4)
+	VADDPS    Z15, Z8, Z8
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 64(DX)(R12*2)
+	VPMOVZXWD 96(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 96(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 96(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 192(CX)(R12*4)
+	VADDPS    Z15, Z9, Z9
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 96(DX)(R12*2)
+	VPMOVZXWD 128(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 128(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 128(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 256(CX)(R12*4)
+	VADDPS    Z15, Z10, Z10
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 128(DX)(R12*2)
+	VPMOVZXWD 160(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 160(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 160(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 320(CX)(R12*4)
+	VADDPS    Z15, Z11, Z11
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 160(DX)(R12*2)
+	VPMOVZXWD 192(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 192(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 192(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 384(CX)(R12*4)
+	VADDPS    Z15, Z12, Z12
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 192(DX)(R12*2)
+	VPMOVZXWD 224(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 224(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 224(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 448(CX)(R12*4)
+	VADDPS    Z15, Z13, Z13
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumBF16FullAccX_block_chunk
+	VMOVUPS   Z6, (AX)(R10*4)
+	VMOVUPS   Z7, 64(AX)(R10*4)
+	VMOVUPS   Z8, 128(AX)(R10*4)
+	VMOVUPS   Z9, 192(AX)(R10*4)
+	VMOVUPS   Z10, 256(AX)(R10*4)
+	VMOVUPS   Z11, 320(AX)(R10*4)
+	VMOVUPS   Z12, 384(AX)(R10*4)
+	VMOVUPS   Z13, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumBF16FullAccX_block
+
+avx512AddSumBF16FullAccX_block_done:
+avx512AddSumBF16FullAccX_vec:
+	CMPQ    R10, R8
+	JAE     avx512AddSumBF16FullAccX_vec_done
+	VMOVUPS (AX)(R10*4), Z6
+	MOVQ    R10, R11
+
+avx512AddSumBF16FullAccX_vec_chunk:
+	VPMOVZXWD (BX)(R11*2), Z7
+	VPSLLD    $0x10, Z7, Z7
+	VPMOVZXWD (SI)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPMOVZXWD (DI)(R11*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VSUBPS    Z5, Z7, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
+	VADDPS    Z8, Z6, Z6
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z0, Z8, Z9
+	VPADDD    Z1, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z2, Z7, Z7
+	VPCMPGTD  Z3, Z7, K1
+	VPORD     Z4, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, (DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumBF16FullAccX_vec_chunk
+	VMOVUPS   Z6, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512AddSumBF16FullAccX_vec
+
+avx512AddSumBF16FullAccX_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16FullAccNT(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	MOVL         $0x00000001, R8
+	VMOVD        R8, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Z1
+	MOVL         $0x7fffffff, R8
+	VMOVD        R8, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x7f800000, R8
+	VMOVD        R8, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x00000040, R8
+	VMOVD        R8, X4
+	VPBROADCASTD X4, Z4
+	VBROADCASTSS x0+144(FP), Z5
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
 	XORQ         R10, R10
 	MOVQ         R8, R11
 	ANDQ         $-128, R11
@@ -5955,8 +9099,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD (DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, (CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, (CX)(R12*4)
 	VADDPS    Z15, Z6, Z6
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -5977,8 +9121,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 32(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 64(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 64(CX)(R12*4)
 	VADDPS    Z15, Z7, Z7
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -5999,8 +9143,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 64(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 128(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 128(CX)(R12*4)
 	VADDPS    Z15, Z8, Z8
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -6021,8 +9165,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 96(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 192(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 192(CX)(R12*4)
 	VADDPS    Z15, Z9, Z9
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -6043,8 +9187,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 128(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 256(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 256(CX)(R12*4)
 	VADDPS    Z15, Z10, Z10
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -6065,8 +9209,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 160(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 320(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 320(CX)(R12*4)
 	VADDPS    Z15, Z11, Z11
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -6087,8 +9231,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 192(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 384(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 384(CX)(R12*4)
 	VADDPS    Z15, Z12, Z12
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -6109,8 +9253,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 224(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
-	VMOVUPS   Z14, 448(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 448(CX)(R12*4)
 	VADDPS    Z15, Z13, Z13
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -6153,8 +9297,8 @@ avx512AddSumBF16FullAccNT_vec_chunk:
 	VPMOVZXWD (DI)(R11*2), Z8
 	VPSLLD    $0x10, Z8, Z8
 	VADDPS    Z8, Z7, Z7
-	VMOVUPS   Z7, (CX)(R11*4)
 	VSUBPS    Z5, Z7, Z8
+	VMOVUPS   Z8, (CX)(R11*4)
 	VADDPS    Z8, Z6, Z6
 	VPSRLD    $0x10, Z7, Z8
 	VPANDD    Z0, Z8, Z9

@@ -35,9 +35,9 @@ func TestAddKernels(t *testing.T) {
 	}
 }
 
-// TestAddSumKernel checks the fused first pass (s, the optional streamed copy x, and the
-// partial sums) against its twin for every plan width, with and without the third addend
-// and x, x at every start alignment.
+// TestAddSumKernel checks the fused first pass (the shifted row t, the optional x = s with
+// plain or non-temporal stores, and the partial sums) against its twin for every plan
+// width, with and without the third addend and x, x at every start alignment.
 func TestAddSumKernel(t *testing.T) {
 	r := rand.New(rand.NewPCG(19, 20))
 	g := &goKernels
@@ -54,6 +54,12 @@ func TestAddSumKernel(t *testing.T) {
 						if !three {
 							cc = nil
 						}
+						sum := out32(n, nil) // s, which x must hold
+						if three {
+							g.add3(sum, a, b, c)
+						} else {
+							g.add2(sum, a, b)
+						}
 						for off := range 17 { // off = 16: no x
 							tag := fmt.Sprintf("%s/addSum/W=%d/n=%d/special=%v/three=%v/off=%d", name, w, n, special, three, off)
 							start := func(i int) float32 { return init[i] }
@@ -65,11 +71,14 @@ func TestAddSumKernel(t *testing.T) {
 							}
 							f := addForm{dt: ops.F32, bias: three, x: off < 16}
 							g.addSum(f, wantP, wantS, wantX, a, b, cc, x0)
-							// The fused pass, and the two-pass form for streamed inputs: the
-							// same bits.
-							for _, stream := range []bool{false, true} {
-								f.stream = stream
-								form := fmt.Sprintf("/stream=%v", stream)
+							if off < 16 {
+								same32(t, tag+"/go/x", wantX, sum)
+							}
+							// The fused pass with x stored plainly or non-temporally, and the
+							// two-pass form for streamed inputs: the same bits.
+							for _, v := range []struct{ stream, nt bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
+								f.stream, f.nt = v.stream, v.nt
+								form := fmt.Sprintf("/stream=%v/nt=%v", v.stream, v.nt)
 								gotP, gotS = out32(w, start), out32(n, nil)
 								if off < 16 {
 									gotX = out32(n+off, nil)[off:]
@@ -104,14 +113,14 @@ func TestAddSumKernel(t *testing.T) {
 									if withX {
 										xp = gotX[lo:hi]
 									}
-									k.addSum(addForm{dt: ops.F32, bias: three, x: withX, acc: true}, gotP, gotS[lo:hi], xp, a[lo:hi], b[lo:hi], cp, x0)
+									k.addSum(addForm{dt: ops.F32, bias: three, x: withX, nt: lo%2 == 0, acc: true}, gotP, gotS[lo:hi], xp, a[lo:hi], b[lo:hi], cp, x0)
 								}
 								k.fence()
 								g.addSum(addForm{dt: ops.F32, bias: three, acc: true}, wantP, wantS, nil, a, b, cc, x0)
-								same32(t, tag+"/s", gotS, wantS)
+								same32(t, tag+"/t", gotS, wantS)
 								same32(t, tag+"/part", gotP, wantP)
 								if withX {
-									same32(t, tag+"/x", gotX, wantS)
+									same32(t, tag+"/x", gotX, sum)
 								}
 							}
 
@@ -131,17 +140,19 @@ func TestAddSumKernel(t *testing.T) {
 											half, wc = h3, w3
 										}
 										wantP, wantS = out32(w, start), out32(n, nil)
-										g.addSum(addForm{dt: ops.F32, bias: bias == 1, acc: acc}, wantP, wantS, nil, w1, w2, wc, x0)
+										wideX := out32(n, nil) // s, widened inputs summed
+										g.addSum(addForm{dt: ops.F32, bias: bias == 1, x: true, acc: acc}, wantP, wantS, wideX, w1, w2, wc, x0)
 										wantX := out16(n)
-										g.narrow(convForm{dt: dt}, wantX, wantS)
-										for _, off := range []int{-1, 0, 1, 5, 8} { // x's start within a vector of halves; -1: no x
-											tag := fmt.Sprintf("%s/addSum16/W=%d/n=%d/%v/bias=%d/acc=%v/off=%d", name, w, n, dt, bias, acc, off)
+										g.narrow(convForm{dt: dt}, wantX, wideX)
+										for _, off := range []int{-1, 0, 1, 5, 8, 9} { // x's start within a vector of halves; -1: no x
+											nt := off >= 0 && off <= 5
+											tag := fmt.Sprintf("%s/addSum16/W=%d/n=%d/%v/bias=%d/acc=%v/off=%d/nt=%v", name, w, n, dt, bias, acc, off, nt)
 											gotP, gotS = out32(w, start), out32(n, nil)
 											var gotX []uint16
 											if off >= 0 {
-												gotX = out16(n + off)[off:]
+												gotX = out16(n + off%8)[off%8:]
 											}
-											f := addForm{dt: dt, bias: bias == 1, x: off >= 0, acc: acc}
+											f := addForm{dt: dt, bias: bias == 1, x: off >= 0, nt: nt, acc: acc}
 											k.addSum16(f, gotP, gotS, gotX, h1, h2, half, x0)
 											k.fence()
 											same32(t, tag+"/s", gotS, wantS)

@@ -6,8 +6,9 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// The affine step on the plan's deviations: n = f32(((x − x0) − meanD)·rstd), then
-// y = f32(n·gamma) + beta, or fma(n, gamma, beta), stored as float32 or rounded to 16 bits.
+// The affine step on the plan's deviations, from the shifted row t = x − x0 (the first
+// pass's): n = f32((t − meanD)·rstd), then y = f32(n·gamma) + beta, or fma(n, gamma, beta),
+// stored as float32 or rounded to 16 bits.
 
 // affineForm is the form of an affine step.
 type affineForm struct {
@@ -17,9 +18,9 @@ type affineForm struct {
 }
 
 type (
-	affineFn   func(y, x, gamma, beta []float32, x0, meanD, rstd float32)
-	affine16Fn func(y []uint16, x, gamma, beta []float32, x0, meanD, rstd float32)
-	affineHFn  func(y []uint16, x []float32, gamma, beta []uint16, x0, meanD, rstd float32) // gamma and beta in y's format, widened as loaded
+	affineFn   func(y, t, gamma, beta []float32, meanD, rstd float32)
+	affine16Fn func(y []uint16, t, gamma, beta []float32, meanD, rstd float32)
+	affineHFn  func(y []uint16, t []float32, gamma, beta []uint16, meanD, rstd float32) // gamma and beta in y's format, widened as loaded
 )
 
 // affineStores are one output and weight format's affine kernels, for whole vectors of y;
@@ -47,12 +48,12 @@ type affineKernels struct {
 }
 
 // affineGo is the twin of the float32 affine step.
-func affineGo(f affineForm, y, x, gamma, beta []float32, x0, meanD, rstd float32) {
-	x = x[:len(y)]
+func affineGo(f affineForm, y, t, gamma, beta []float32, meanD, rstd float32) {
+	t = t[:len(y)]
 	gamma = gamma[:len(y)]
 	beta = beta[:len(y)]
-	for i, v := range x {
-		n := float32(((v - x0) - meanD) * rstd)
+	for i, v := range t {
+		n := float32((v - meanD) * rstd)
 		if f.fma {
 			y[i] = plan.FMA32(n, gamma[i], beta[i])
 		} else {
@@ -63,25 +64,22 @@ func affineGo(f affineForm, y, x, gamma, beta []float32, x0, meanD, rstd float32
 
 // affine16Go is the twin of the affine steps that round y to 16 bits: the float32 affine
 // value, narrowed.
-func affine16Go(f affineForm, y []uint16, x, gamma, beta []float32, x0, meanD, rstd float32) {
-	affine16Twin(f, y, x, gamma, beta, x0, meanD, rstd, func(v float32) float32 { return v })
+func affine16Go(f affineForm, y []uint16, t, gamma, beta []float32, meanD, rstd float32) {
+	affine16Twin(f, y, t, gamma, beta, meanD, rstd, func(v float32) float32 { return v })
 }
 
 // affineHGo is affine16Go with gamma and beta in y's 16-bit format.
-func affineHGo(f affineForm, y []uint16, x []float32, gamma, beta []uint16, x0, meanD, rstd float32) {
-	widen := half.F16ToF32
-	if f.dt == ops.BF16 {
-		widen = half.BF16ToF32
-	}
-	affine16Twin(f, y, x, gamma, beta, x0, meanD, rstd, widen)
+func affineHGo(f affineForm, y []uint16, t []float32, gamma, beta []uint16, meanD, rstd float32) {
+	widen := widenerGo(f.dt)
+	affine16Twin(f, y, t, gamma, beta, meanD, rstd, widen)
 }
 
-func affine16Twin[G float32 | uint16](f affineForm, y []uint16, x []float32, gamma, beta []G, x0, meanD, rstd float32, widen func(G) float32) {
-	x = x[:len(y)]
+func affine16Twin[G float32 | uint16](f affineForm, y []uint16, t []float32, gamma, beta []G, meanD, rstd float32, widen func(G) float32) {
+	t = t[:len(y)]
 	gamma = gamma[:len(y)]
 	beta = beta[:len(y)]
-	for i, v := range x {
-		n := float32(((v - x0) - meanD) * rstd)
+	for i, v := range t {
+		n := float32((v - meanD) * rstd)
 		var r float32
 		if f.fma {
 			r = plan.FMA32(n, widen(gamma[i]), widen(beta[i]))
@@ -97,18 +95,18 @@ func affine16Twin[G float32 | uint16](f affineForm, y []uint16, x []float32, gam
 }
 
 // affine is the float32 affine step.
-func (k *kernels) affine(f affineForm, y, x, gamma, beta []float32, x0, meanD, rstd float32) {
-	affineRows(k, f, y, x, gamma, beta, x0, meanD, rstd, (*kernels).ntHead, affine32Of, affineGo)
+func (k *kernels) affine(f affineForm, y, t, gamma, beta []float32, meanD, rstd float32) {
+	affineRows(k, f, y, t, gamma, beta, meanD, rstd, (*kernels).ntHead, affine32Of, affineGo)
 }
 
 // affine16 is the affine step rounded to y's 16-bit format, with float32 gamma and beta.
-func (k *kernels) affine16(f affineForm, y []uint16, x, gamma, beta []float32, x0, meanD, rstd float32) {
-	affineRows(k, f, y, x, gamma, beta, x0, meanD, rstd, (*kernels).nt16Head, affine16Of, affine16Go)
+func (k *kernels) affine16(f affineForm, y []uint16, t, gamma, beta []float32, meanD, rstd float32) {
+	affineRows(k, f, y, t, gamma, beta, meanD, rstd, (*kernels).nt16Head, affine16Of, affine16Go)
 }
 
 // affineH is affine16 with gamma and beta in y's 16-bit format.
-func (k *kernels) affineH(f affineForm, y []uint16, x []float32, gamma, beta []uint16, x0, meanD, rstd float32) {
-	affineRows(k, f, y, x, gamma, beta, x0, meanD, rstd, (*kernels).nt16Head, affineHOf, affineHGo)
+func (k *kernels) affineH(f affineForm, y []uint16, t []float32, gamma, beta []uint16, meanD, rstd float32) {
+	affineRows(k, f, y, t, gamma, beta, meanD, rstd, (*kernels).nt16Head, affineHOf, affineHGo)
 }
 
 func affine32Of(t *affineKernels, _ affineForm) *affineStores[affineFn] { return &t.f32 }
@@ -130,29 +128,29 @@ func affineHOf(t *affineKernels, f affineForm) *affineStores[affineHFn] {
 // affineRows is the three: the width's kernel (stores picks the format's) over the whole
 // vectors, from the first aligned element on with f.nt (head counts the elements before
 // it), what is left narrower, the go level the twin.
-func affineRows[Y, G float32 | uint16, K ~func([]Y, []float32, []G, []G, float32, float32, float32)](
-	k *kernels, f affineForm, y []Y, x []float32, gamma, beta []G, x0, meanD, rstd float32,
+func affineRows[Y, G float32 | uint16, K ~func([]Y, []float32, []G, []G, float32, float32)](
+	k *kernels, f affineForm, y []Y, t []float32, gamma, beta []G, meanD, rstd float32,
 	head func(*kernels, []Y) int, stores func(*affineKernels, affineForm) *affineStores[K],
-	twin func(affineForm, []Y, []float32, []G, []G, float32, float32, float32)) {
-	x, gamma, beta = x[:len(y)], gamma[:len(y)], beta[:len(y)]
+	twin func(affineForm, []Y, []float32, []G, []G, float32, float32)) {
+	t, gamma, beta = t[:len(y)], gamma[:len(y)], beta[:len(y)]
 	if !k.simd() {
-		twin(f, y, x, gamma, beta, x0, meanD, rstd)
+		twin(f, y, t, gamma, beta, meanD, rstd)
 		return
 	}
 	plain := f
 	plain.nt = false
 	if f.nt {
 		if h := head(k, y); h > 0 {
-			affineRows(k, plain, y[:h], x[:h], gamma[:h], beta[:h], x0, meanD, rstd, head, stores, twin)
-			y, x, gamma, beta = y[h:], x[h:], gamma[h:], beta[h:]
+			affineRows(k, plain, y[:h], t[:h], gamma[:h], beta[:h], meanD, rstd, head, stores, twin)
+			y, t, gamma, beta = y[h:], t[h:], gamma[h:], beta[h:]
 		}
 	}
 	n := k.whole(len(y))
 	if n > 0 {
-		stores(&k.affines, f).of(f)(y[:n], x, gamma, beta, x0, meanD, rstd)
+		stores(&k.affines, f).of(f)(y[:n], t, gamma, beta, meanD, rstd)
 	}
 	if n < len(y) {
-		affineRows(k.narrower, plain, y[n:], x[n:], gamma[n:], beta[n:], x0, meanD, rstd, head, stores, twin)
+		affineRows(k.narrower, plain, y[n:], t[n:], gamma[n:], beta[n:], meanD, rstd, head, stores, twin)
 	}
 }
 
@@ -183,19 +181,19 @@ func widened(k *kernels, buf []float32, gamma, beta ops.Buf) weights16 {
 	return weights16{gamma: g, beta: b}
 }
 
-// normalize writes the affine step under the plan's profile; nt stores y non-temporally
-// (the caller fences).
-func normalize(k *kernels, p *plan.Plan, y, x, gamma, beta []float32, st plan.Stats, nt bool) {
-	k.affine(affineForm{dt: ops.F32, fma: p.Profile.FuseAffine, nt: nt}, y, x, gamma, beta, st.X0, st.MeanD, st.Rstd)
+// normalize writes the affine step of the shifted row t under the plan's profile; nt
+// stores y non-temporally (the caller fences).
+func normalize(k *kernels, p *plan.Plan, y, t, gamma, beta []float32, st plan.Stats, nt bool) {
+	k.affine(affineForm{dt: ops.F32, fma: p.Profile.FuseAffine, nt: nt}, y, t, gamma, beta, st.MeanD, st.Rstd)
 }
 
-// normalize16 writes the affine step into elements [off, off+len(x)) of a 16-bit y,
-// rounding in the kernel's store.
-func normalize16(k *kernels, p *plan.Plan, y ops.Buf, off int, x []float32, w weights16, st plan.Stats, nt bool) {
+// normalize16 writes the affine step of the shifted row t into elements [off, off+len(t))
+// of a 16-bit y, rounding in the kernel's store.
+func normalize16(k *kernels, p *plan.Plan, y ops.Buf, off int, t []float32, w weights16, st plan.Stats, nt bool) {
 	f := affineForm{dt: y.DType, fma: p.Profile.FuseAffine, nt: nt}
 	if w.gammaH != nil {
-		k.affineH(f, y.U16[off:off+len(x)], x, w.gammaH, w.betaH, st.X0, st.MeanD, st.Rstd)
+		k.affineH(f, y.U16[off:off+len(t)], t, w.gammaH, w.betaH, st.MeanD, st.Rstd)
 		return
 	}
-	k.affine16(f, y.U16[off:off+len(x)], x, w.gamma, w.beta, st.X0, st.MeanD, st.Rstd)
+	k.affine16(f, y.U16[off:off+len(t)], t, w.gamma, w.beta, st.MeanD, st.Rstd)
 }

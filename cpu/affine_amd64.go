@@ -4,278 +4,278 @@
 
 package cpu
 
-// avx2Affine writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2Affine writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // for whole vectors of y.
 //
 //go:noescape
-func avx2Affine(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2Affine(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineFMA writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineFMA writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // for whole vectors of y.
 //
 //go:noescape
-func avx2AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2AffineFMA(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // for whole vectors of y, with non-temporal stores: y must be aligned to the
 // vector, and the caller fences before the values are shared.
 //
 //go:noescape
-func avx2AffineNT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2AffineNT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineFMANT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineFMANT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // for whole vectors of y, with non-temporal stores: y must be aligned to the
 // vector, and the caller fences before the values are shared.
 //
 //go:noescape
-func avx2AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2AffineFMANT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 //
 //go:noescape
-func avx2AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2AffineF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineFMAF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineFMAF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 //
 //go:noescape
-func avx2AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2AffineFMAF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
-// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
-//
-//go:noescape
-func avx2AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
-
-// avx2AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2AffineF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineFMAF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
+
+// avx2AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 //
 //go:noescape
-func avx2AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2AffineBF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineFMABF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineFMABF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 //
 //go:noescape
-func avx2AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2AffineFMABF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2AffineBF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx2AffineFMABF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx2AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx2AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx2AffineF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx2AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx2AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx2AffineFMAF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx2AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
-// gamma and beta are in y's format.
-// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
-//
-//go:noescape
-func avx2AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
-
-// avx2AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx2AffineF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx2AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx2AffineFMAF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
+
+// avx2AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx2AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx2AffineBF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx2AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx2AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx2AffineFMABF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx2AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx2AffineBF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx2AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx2AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx2AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx2AffineFMABF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx512Affine writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512Affine writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // for whole vectors of y.
 //
 //go:noescape
-func avx512Affine(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512Affine(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineFMA writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineFMA writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // for whole vectors of y.
 //
 //go:noescape
-func avx512AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512AffineFMA(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // for whole vectors of y, with non-temporal stores: y must be aligned to the
 // vector, and the caller fences before the values are shared.
 //
 //go:noescape
-func avx512AffineNT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512AffineNT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineFMANT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineFMANT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // for whole vectors of y, with non-temporal stores: y must be aligned to the
 // vector, and the caller fences before the values are shared.
 //
 //go:noescape
-func avx512AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512AffineFMANT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 //
 //go:noescape
-func avx512AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512AffineF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineFMAF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineFMAF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 //
 //go:noescape
-func avx512AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512AffineFMAF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
-// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
-//
-//go:noescape
-func avx512AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
-
-// avx512AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512AffineF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineFMAF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
+
+// avx512AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 //
 //go:noescape
-func avx512AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512AffineBF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineFMABF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineFMABF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 //
 //go:noescape
-func avx512AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512AffineFMABF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512AffineBF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+func avx512AffineFMABF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
-// avx512AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx512AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx512AffineF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx512AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx512AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx512AffineFMAF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx512AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
-// gamma and beta are in y's format.
-// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
-//
-//go:noescape
-func avx512AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
-
-// avx512AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to binary16 (nearest-even), for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx512AffineF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx512AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
+// rounded to binary16 (nearest-even), for whole vectors of y.
+// gamma and beta are in y's format.
+// Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
+//
+//go:noescape
+func avx512AffineFMAF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
+
+// avx512AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx512AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx512AffineBF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx512AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 //
 //go:noescape
-func avx512AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx512AffineFMABF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx512AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx512AffineBF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
-// avx512AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32(((x[i] − x0) − meanD)·rstd),
+// avx512AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
 // rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
-func avx512AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+func avx512AffineFMABF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)

@@ -4,16 +4,15 @@
 
 #include "textflag.h"
 
-// func avx2Affine(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2Affine(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX
-TEXT ·avx2Affine(SB), NOSPLIT, $0-108
+TEXT ·avx2Affine(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -22,34 +21,30 @@ TEXT ·avx2Affine(SB), NOSPLIT, $0-108
 	JAE          avx2Affine_single
 
 avx2Affine_unrolled:
-	VMOVUPS (CX)(DI*4), Y3
-	VSUBPS  Y0, Y3, Y3
-	VSUBPS  Y1, Y3, Y3
-	VMULPS  Y2, Y3, Y3
-	VMULPS  (DX)(DI*4), Y3, Y3
-	VADDPS  (BX)(DI*4), Y3, Y3
-	VMOVUPS Y3, (AX)(DI*4)
-	VMOVUPS 32(CX)(DI*4), Y3
-	VSUBPS  Y0, Y3, Y3
-	VSUBPS  Y1, Y3, Y3
-	VMULPS  Y2, Y3, Y3
-	VMULPS  32(DX)(DI*4), Y3, Y3
-	VADDPS  32(BX)(DI*4), Y3, Y3
-	VMOVUPS Y3, 32(AX)(DI*4)
-	VMOVUPS 64(CX)(DI*4), Y3
-	VSUBPS  Y0, Y3, Y3
-	VSUBPS  Y1, Y3, Y3
-	VMULPS  Y2, Y3, Y3
-	VMULPS  64(DX)(DI*4), Y3, Y3
-	VADDPS  64(BX)(DI*4), Y3, Y3
-	VMOVUPS Y3, 64(AX)(DI*4)
-	VMOVUPS 96(CX)(DI*4), Y3
-	VSUBPS  Y0, Y3, Y3
-	VSUBPS  Y1, Y3, Y3
-	VMULPS  Y2, Y3, Y3
-	VMULPS  96(DX)(DI*4), Y3, Y3
-	VADDPS  96(BX)(DI*4), Y3, Y3
-	VMOVUPS Y3, 96(AX)(DI*4)
+	VMOVUPS (CX)(DI*4), Y2
+	VSUBPS  Y0, Y2, Y2
+	VMULPS  Y1, Y2, Y2
+	VMULPS  (DX)(DI*4), Y2, Y2
+	VADDPS  (BX)(DI*4), Y2, Y2
+	VMOVUPS Y2, (AX)(DI*4)
+	VMOVUPS 32(CX)(DI*4), Y2
+	VSUBPS  Y0, Y2, Y2
+	VMULPS  Y1, Y2, Y2
+	VMULPS  32(DX)(DI*4), Y2, Y2
+	VADDPS  32(BX)(DI*4), Y2, Y2
+	VMOVUPS Y2, 32(AX)(DI*4)
+	VMOVUPS 64(CX)(DI*4), Y2
+	VSUBPS  Y0, Y2, Y2
+	VMULPS  Y1, Y2, Y2
+	VMULPS  64(DX)(DI*4), Y2, Y2
+	VADDPS  64(BX)(DI*4), Y2, Y2
+	VMOVUPS Y2, 64(AX)(DI*4)
+	VMOVUPS 96(CX)(DI*4), Y2
+	VSUBPS  Y0, Y2, Y2
+	VMULPS  Y1, Y2, Y2
+	VMULPS  96(DX)(DI*4), Y2, Y2
+	VADDPS  96(BX)(DI*4), Y2, Y2
+	VMOVUPS Y2, 96(AX)(DI*4)
 	ADDQ    $0x00000020, DI
 	CMPQ    DI, R8
 	JB      avx2Affine_unrolled
@@ -61,13 +56,12 @@ avx2Affine_single:
 	JAE  avx2Affine_done
 
 avx2Affine_loop:
-	VMOVUPS (CX)(DI*4), Y3
-	VSUBPS  Y0, Y3, Y3
-	VSUBPS  Y1, Y3, Y3
-	VMULPS  Y2, Y3, Y3
-	VMULPS  (DX)(DI*4), Y3, Y3
-	VADDPS  (BX)(DI*4), Y3, Y3
-	VMOVUPS Y3, (AX)(DI*4)
+	VMOVUPS (CX)(DI*4), Y2
+	VSUBPS  Y0, Y2, Y2
+	VMULPS  Y1, Y2, Y2
+	VMULPS  (DX)(DI*4), Y2, Y2
+	VADDPS  (BX)(DI*4), Y2, Y2
+	VMOVUPS Y2, (AX)(DI*4)
 	ADDQ    $0x00000008, DI
 	CMPQ    DI, R8
 	JB      avx2Affine_loop
@@ -76,16 +70,15 @@ avx2Affine_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineFMA(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, FMA3
-TEXT ·avx2AffineFMA(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineFMA(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -94,34 +87,30 @@ TEXT ·avx2AffineFMA(SB), NOSPLIT, $0-108
 	JAE          avx2AffineFMA_single
 
 avx2AffineFMA_unrolled:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     (DX)(DI*4), Y4
-	VFMADD213PS (BX)(DI*4), Y4, Y3
-	VMOVUPS     Y3, (AX)(DI*4)
-	VMOVUPS     32(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     32(DX)(DI*4), Y4
-	VFMADD213PS 32(BX)(DI*4), Y4, Y3
-	VMOVUPS     Y3, 32(AX)(DI*4)
-	VMOVUPS     64(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     64(DX)(DI*4), Y4
-	VFMADD213PS 64(BX)(DI*4), Y4, Y3
-	VMOVUPS     Y3, 64(AX)(DI*4)
-	VMOVUPS     96(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     96(DX)(DI*4), Y4
-	VFMADD213PS 96(BX)(DI*4), Y4, Y3
-	VMOVUPS     Y3, 96(AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VMOVUPS     Y2, (AX)(DI*4)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     32(DX)(DI*4), Y3
+	VFMADD213PS 32(BX)(DI*4), Y3, Y2
+	VMOVUPS     Y2, 32(AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     64(DX)(DI*4), Y3
+	VFMADD213PS 64(BX)(DI*4), Y3, Y2
+	VMOVUPS     Y2, 64(AX)(DI*4)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     96(DX)(DI*4), Y3
+	VFMADD213PS 96(BX)(DI*4), Y3, Y2
+	VMOVUPS     Y2, 96(AX)(DI*4)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMA_unrolled
@@ -133,13 +122,12 @@ avx2AffineFMA_single:
 	JAE  avx2AffineFMA_done
 
 avx2AffineFMA_loop:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     (DX)(DI*4), Y4
-	VFMADD213PS (BX)(DI*4), Y4, Y3
-	VMOVUPS     Y3, (AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VMOVUPS     Y2, (AX)(DI*4)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMA_loop
@@ -148,16 +136,15 @@ avx2AffineFMA_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineNT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineNT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX
-TEXT ·avx2AffineNT(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -166,34 +153,30 @@ TEXT ·avx2AffineNT(SB), NOSPLIT, $0-108
 	JAE          avx2AffineNT_single
 
 avx2AffineNT_unrolled:
-	VMOVUPS  (CX)(DI*4), Y3
-	VSUBPS   Y0, Y3, Y3
-	VSUBPS   Y1, Y3, Y3
-	VMULPS   Y2, Y3, Y3
-	VMULPS   (DX)(DI*4), Y3, Y3
-	VADDPS   (BX)(DI*4), Y3, Y3
-	VMOVNTPS Y3, (AX)(DI*4)
-	VMOVUPS  32(CX)(DI*4), Y3
-	VSUBPS   Y0, Y3, Y3
-	VSUBPS   Y1, Y3, Y3
-	VMULPS   Y2, Y3, Y3
-	VMULPS   32(DX)(DI*4), Y3, Y3
-	VADDPS   32(BX)(DI*4), Y3, Y3
-	VMOVNTPS Y3, 32(AX)(DI*4)
-	VMOVUPS  64(CX)(DI*4), Y3
-	VSUBPS   Y0, Y3, Y3
-	VSUBPS   Y1, Y3, Y3
-	VMULPS   Y2, Y3, Y3
-	VMULPS   64(DX)(DI*4), Y3, Y3
-	VADDPS   64(BX)(DI*4), Y3, Y3
-	VMOVNTPS Y3, 64(AX)(DI*4)
-	VMOVUPS  96(CX)(DI*4), Y3
-	VSUBPS   Y0, Y3, Y3
-	VSUBPS   Y1, Y3, Y3
-	VMULPS   Y2, Y3, Y3
-	VMULPS   96(DX)(DI*4), Y3, Y3
-	VADDPS   96(BX)(DI*4), Y3, Y3
-	VMOVNTPS Y3, 96(AX)(DI*4)
+	VMOVUPS  (CX)(DI*4), Y2
+	VSUBPS   Y0, Y2, Y2
+	VMULPS   Y1, Y2, Y2
+	VMULPS   (DX)(DI*4), Y2, Y2
+	VADDPS   (BX)(DI*4), Y2, Y2
+	VMOVNTPS Y2, (AX)(DI*4)
+	VMOVUPS  32(CX)(DI*4), Y2
+	VSUBPS   Y0, Y2, Y2
+	VMULPS   Y1, Y2, Y2
+	VMULPS   32(DX)(DI*4), Y2, Y2
+	VADDPS   32(BX)(DI*4), Y2, Y2
+	VMOVNTPS Y2, 32(AX)(DI*4)
+	VMOVUPS  64(CX)(DI*4), Y2
+	VSUBPS   Y0, Y2, Y2
+	VMULPS   Y1, Y2, Y2
+	VMULPS   64(DX)(DI*4), Y2, Y2
+	VADDPS   64(BX)(DI*4), Y2, Y2
+	VMOVNTPS Y2, 64(AX)(DI*4)
+	VMOVUPS  96(CX)(DI*4), Y2
+	VSUBPS   Y0, Y2, Y2
+	VMULPS   Y1, Y2, Y2
+	VMULPS   96(DX)(DI*4), Y2, Y2
+	VADDPS   96(BX)(DI*4), Y2, Y2
+	VMOVNTPS Y2, 96(AX)(DI*4)
 	ADDQ     $0x00000020, DI
 	CMPQ     DI, R8
 	JB       avx2AffineNT_unrolled
@@ -205,13 +188,12 @@ avx2AffineNT_single:
 	JAE  avx2AffineNT_done
 
 avx2AffineNT_loop:
-	VMOVUPS  (CX)(DI*4), Y3
-	VSUBPS   Y0, Y3, Y3
-	VSUBPS   Y1, Y3, Y3
-	VMULPS   Y2, Y3, Y3
-	VMULPS   (DX)(DI*4), Y3, Y3
-	VADDPS   (BX)(DI*4), Y3, Y3
-	VMOVNTPS Y3, (AX)(DI*4)
+	VMOVUPS  (CX)(DI*4), Y2
+	VSUBPS   Y0, Y2, Y2
+	VMULPS   Y1, Y2, Y2
+	VMULPS   (DX)(DI*4), Y2, Y2
+	VADDPS   (BX)(DI*4), Y2, Y2
+	VMOVNTPS Y2, (AX)(DI*4)
 	ADDQ     $0x00000008, DI
 	CMPQ     DI, R8
 	JB       avx2AffineNT_loop
@@ -220,16 +202,15 @@ avx2AffineNT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineFMANT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, FMA3
-TEXT ·avx2AffineFMANT(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineFMANT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -238,34 +219,30 @@ TEXT ·avx2AffineFMANT(SB), NOSPLIT, $0-108
 	JAE          avx2AffineFMANT_single
 
 avx2AffineFMANT_unrolled:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     (DX)(DI*4), Y4
-	VFMADD213PS (BX)(DI*4), Y4, Y3
-	VMOVNTPS    Y3, (AX)(DI*4)
-	VMOVUPS     32(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     32(DX)(DI*4), Y4
-	VFMADD213PS 32(BX)(DI*4), Y4, Y3
-	VMOVNTPS    Y3, 32(AX)(DI*4)
-	VMOVUPS     64(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     64(DX)(DI*4), Y4
-	VFMADD213PS 64(BX)(DI*4), Y4, Y3
-	VMOVNTPS    Y3, 64(AX)(DI*4)
-	VMOVUPS     96(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     96(DX)(DI*4), Y4
-	VFMADD213PS 96(BX)(DI*4), Y4, Y3
-	VMOVNTPS    Y3, 96(AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VMOVNTPS    Y2, (AX)(DI*4)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     32(DX)(DI*4), Y3
+	VFMADD213PS 32(BX)(DI*4), Y3, Y2
+	VMOVNTPS    Y2, 32(AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     64(DX)(DI*4), Y3
+	VFMADD213PS 64(BX)(DI*4), Y3, Y2
+	VMOVNTPS    Y2, 64(AX)(DI*4)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     96(DX)(DI*4), Y3
+	VFMADD213PS 96(BX)(DI*4), Y3, Y2
+	VMOVNTPS    Y2, 96(AX)(DI*4)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMANT_unrolled
@@ -277,13 +254,12 @@ avx2AffineFMANT_single:
 	JAE  avx2AffineFMANT_done
 
 avx2AffineFMANT_loop:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     (DX)(DI*4), Y4
-	VFMADD213PS (BX)(DI*4), Y4, Y3
-	VMOVNTPS    Y3, (AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VMOVNTPS    Y2, (AX)(DI*4)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMANT_loop
@@ -292,16 +268,15 @@ avx2AffineFMANT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, F16C
-TEXT ·avx2AffineF16(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -310,38 +285,34 @@ TEXT ·avx2AffineF16(SB), NOSPLIT, $0-108
 	JAE          avx2AffineF16_single
 
 avx2AffineF16_unrolled:
-	VMOVUPS   (CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VMULPS    (DX)(DI*4), Y3, Y3
-	VADDPS    (BX)(DI*4), Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVUPS   X3, (AX)(DI*2)
-	VMOVUPS   32(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VMULPS    32(DX)(DI*4), Y3, Y3
-	VADDPS    32(BX)(DI*4), Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVUPS   X3, 16(AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VMULPS    64(DX)(DI*4), Y3, Y3
-	VADDPS    64(BX)(DI*4), Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVUPS   X3, 32(AX)(DI*2)
-	VMOVUPS   96(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VMULPS    96(DX)(DI*4), Y3, Y3
-	VADDPS    96(BX)(DI*4), Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVUPS   X3, 48(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    (DX)(DI*4), Y2, Y2
+	VADDPS    (BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    32(DX)(DI*4), Y2, Y2
+	VADDPS    32(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    64(DX)(DI*4), Y2, Y2
+	VADDPS    64(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    96(DX)(DI*4), Y2, Y2
+	VADDPS    96(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 48(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16_unrolled
@@ -353,14 +324,13 @@ avx2AffineF16_single:
 	JAE  avx2AffineF16_done
 
 avx2AffineF16_loop:
-	VMOVUPS   (CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VMULPS    (DX)(DI*4), Y3, Y3
-	VADDPS    (BX)(DI*4), Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVUPS   X3, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    (DX)(DI*4), Y2, Y2
+	VADDPS    (BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (AX)(DI*2)
 	ADDQ      $0x00000008, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16_loop
@@ -369,16 +339,15 @@ avx2AffineF16_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineFMAF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, F16C, FMA3
-TEXT ·avx2AffineFMAF16(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineFMAF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -387,38 +356,34 @@ TEXT ·avx2AffineFMAF16(SB), NOSPLIT, $0-108
 	JAE          avx2AffineFMAF16_single
 
 avx2AffineFMAF16_unrolled:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     (DX)(DI*4), Y4
-	VFMADD213PS (BX)(DI*4), Y4, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVUPS     X3, (AX)(DI*2)
-	VMOVUPS     32(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     32(DX)(DI*4), Y4
-	VFMADD213PS 32(BX)(DI*4), Y4, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVUPS     X3, 16(AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     64(DX)(DI*4), Y4
-	VFMADD213PS 64(BX)(DI*4), Y4, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVUPS     X3, 32(AX)(DI*2)
-	VMOVUPS     96(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     96(DX)(DI*4), Y4
-	VFMADD213PS 96(BX)(DI*4), Y4, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVUPS     X3, 48(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     32(DX)(DI*4), Y3
+	VFMADD213PS 32(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     64(DX)(DI*4), Y3
+	VFMADD213PS 64(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     96(DX)(DI*4), Y3
+	VFMADD213PS 96(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 48(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16_unrolled
@@ -430,14 +395,13 @@ avx2AffineFMAF16_single:
 	JAE  avx2AffineFMAF16_done
 
 avx2AffineFMAF16_loop:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     (DX)(DI*4), Y4
-	VFMADD213PS (BX)(DI*4), Y4, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVUPS     X3, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, (AX)(DI*2)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16_loop
@@ -446,16 +410,15 @@ avx2AffineFMAF16_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, F16C
-TEXT ·avx2AffineF16NT(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -464,38 +427,34 @@ TEXT ·avx2AffineF16NT(SB), NOSPLIT, $0-108
 	JAE          avx2AffineF16NT_single
 
 avx2AffineF16NT_unrolled:
-	VMOVUPS   (CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VMULPS    (DX)(DI*4), Y3, Y3
-	VADDPS    (BX)(DI*4), Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVNTDQ  X3, (AX)(DI*2)
-	VMOVUPS   32(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VMULPS    32(DX)(DI*4), Y3, Y3
-	VADDPS    32(BX)(DI*4), Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVNTDQ  X3, 16(AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VMULPS    64(DX)(DI*4), Y3, Y3
-	VADDPS    64(BX)(DI*4), Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVNTDQ  X3, 32(AX)(DI*2)
-	VMOVUPS   96(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VMULPS    96(DX)(DI*4), Y3, Y3
-	VADDPS    96(BX)(DI*4), Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVNTDQ  X3, 48(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    (DX)(DI*4), Y2, Y2
+	VADDPS    (BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    32(DX)(DI*4), Y2, Y2
+	VADDPS    32(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    64(DX)(DI*4), Y2, Y2
+	VADDPS    64(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    96(DX)(DI*4), Y2, Y2
+	VADDPS    96(BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 48(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16NT_unrolled
@@ -507,14 +466,13 @@ avx2AffineF16NT_single:
 	JAE  avx2AffineF16NT_done
 
 avx2AffineF16NT_loop:
-	VMOVUPS   (CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VMULPS    (DX)(DI*4), Y3, Y3
-	VADDPS    (BX)(DI*4), Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVNTDQ  X3, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    (DX)(DI*4), Y2, Y2
+	VADDPS    (BX)(DI*4), Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (AX)(DI*2)
 	ADDQ      $0x00000008, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16NT_loop
@@ -523,16 +481,15 @@ avx2AffineF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineFMAF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, F16C, FMA3
-TEXT ·avx2AffineFMAF16NT(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineFMAF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -541,38 +498,34 @@ TEXT ·avx2AffineFMAF16NT(SB), NOSPLIT, $0-108
 	JAE          avx2AffineFMAF16NT_single
 
 avx2AffineFMAF16NT_unrolled:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     (DX)(DI*4), Y4
-	VFMADD213PS (BX)(DI*4), Y4, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVNTDQ    X3, (AX)(DI*2)
-	VMOVUPS     32(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     32(DX)(DI*4), Y4
-	VFMADD213PS 32(BX)(DI*4), Y4, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVNTDQ    X3, 16(AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     64(DX)(DI*4), Y4
-	VFMADD213PS 64(BX)(DI*4), Y4, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVNTDQ    X3, 32(AX)(DI*2)
-	VMOVUPS     96(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     96(DX)(DI*4), Y4
-	VFMADD213PS 96(BX)(DI*4), Y4, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVNTDQ    X3, 48(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     32(DX)(DI*4), Y3
+	VFMADD213PS 32(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     64(DX)(DI*4), Y3
+	VFMADD213PS 64(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     96(DX)(DI*4), Y3
+	VFMADD213PS 96(BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 48(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16NT_unrolled
@@ -584,14 +537,13 @@ avx2AffineFMAF16NT_single:
 	JAE  avx2AffineFMAF16NT_done
 
 avx2AffineFMAF16NT_loop:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VMOVUPS     (DX)(DI*4), Y4
-	VFMADD213PS (BX)(DI*4), Y4, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVNTDQ    X3, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VMOVUPS     (DX)(DI*4), Y3
+	VFMADD213PS (BX)(DI*4), Y3, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, (AX)(DI*2)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16NT_loop
@@ -600,31 +552,30 @@ avx2AffineFMAF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineBF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AffineBF16(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineBF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -633,42 +584,40 @@ TEXT ·avx2AffineBF16(SB), NOSPLIT, $0-108
 	JAE          avx2AffineBF16_single
 
 avx2AffineBF16_unrolled:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMULPS       (DX)(DI*4), Y8, Y8
-	VADDPS       (BX)(DI*4), Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMULPS       32(DX)(DI*4), Y8, Y8
-	VADDPS       32(BX)(DI*4), Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       (DX)(DI*4), Y7, Y7
+	VADDPS       (BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       32(DX)(DI*4), Y7, Y7
+	VADDPS       32(BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16_unrolled
@@ -680,24 +629,23 @@ avx2AffineBF16_single:
 	JAE  avx2AffineBF16_done
 
 avx2AffineBF16_loop:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMULPS       (DX)(DI*4), Y8, Y8
-	VADDPS       (BX)(DI*4), Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       (DX)(DI*4), Y7, Y7
+	VADDPS       (BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16_loop
@@ -706,31 +654,30 @@ avx2AffineBF16_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineFMABF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2, FMA3
-TEXT ·avx2AffineFMABF16(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineFMABF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -739,42 +686,40 @@ TEXT ·avx2AffineFMABF16(SB), NOSPLIT, $0-108
 	JAE          avx2AffineFMABF16_single
 
 avx2AffineFMABF16_unrolled:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMOVUPS      (DX)(DI*4), Y9
-	VFMADD213PS  (BX)(DI*4), Y9, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMOVUPS      32(DX)(DI*4), Y9
-	VFMADD213PS  32(BX)(DI*4), Y9, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      (DX)(DI*4), Y8
+	VFMADD213PS  (BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      32(DX)(DI*4), Y8
+	VFMADD213PS  32(BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16_unrolled
@@ -786,24 +731,23 @@ avx2AffineFMABF16_single:
 	JAE  avx2AffineFMABF16_done
 
 avx2AffineFMABF16_loop:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMOVUPS      (DX)(DI*4), Y9
-	VFMADD213PS  (BX)(DI*4), Y9, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      (DX)(DI*4), Y8
+	VFMADD213PS  (BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16_loop
@@ -812,31 +756,30 @@ avx2AffineFMABF16_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineBF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AffineBF16NT(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineBF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -845,42 +788,40 @@ TEXT ·avx2AffineBF16NT(SB), NOSPLIT, $0-108
 	JAE          avx2AffineBF16NT_single
 
 avx2AffineBF16NT_unrolled:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMULPS       (DX)(DI*4), Y8, Y8
-	VADDPS       (BX)(DI*4), Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMULPS       32(DX)(DI*4), Y8, Y8
-	VADDPS       32(BX)(DI*4), Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       (DX)(DI*4), Y7, Y7
+	VADDPS       (BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       32(DX)(DI*4), Y7, Y7
+	VADDPS       32(BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16NT_unrolled
@@ -892,24 +833,23 @@ avx2AffineBF16NT_single:
 	JAE  avx2AffineBF16NT_done
 
 avx2AffineBF16NT_loop:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMULPS       (DX)(DI*4), Y8, Y8
-	VADDPS       (BX)(DI*4), Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMULPS       (DX)(DI*4), Y7, Y7
+	VADDPS       (BX)(DI*4), Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16NT_loop
@@ -918,31 +858,30 @@ avx2AffineBF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx2AffineFMABF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX2, FMA3
-TEXT ·avx2AffineFMABF16NT(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineFMABF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -951,42 +890,40 @@ TEXT ·avx2AffineFMABF16NT(SB), NOSPLIT, $0-108
 	JAE          avx2AffineFMABF16NT_single
 
 avx2AffineFMABF16NT_unrolled:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMOVUPS      (DX)(DI*4), Y9
-	VFMADD213PS  (BX)(DI*4), Y9, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMOVUPS      32(DX)(DI*4), Y9
-	VFMADD213PS  32(BX)(DI*4), Y9, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      (DX)(DI*4), Y8
+	VFMADD213PS  (BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      32(DX)(DI*4), Y8
+	VFMADD213PS  32(BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16NT_unrolled
@@ -998,24 +935,23 @@ avx2AffineFMABF16NT_single:
 	JAE  avx2AffineFMABF16NT_done
 
 avx2AffineFMABF16NT_loop:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VMOVUPS      (DX)(DI*4), Y9
-	VFMADD213PS  (BX)(DI*4), Y9, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VMOVUPS      (DX)(DI*4), Y8
+	VFMADD213PS  (BX)(DI*4), Y8, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16NT_loop
@@ -1024,16 +960,15 @@ avx2AffineFMABF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx2AffineF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, F16C
-TEXT ·avx2AffineF16H(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1042,46 +977,42 @@ TEXT ·avx2AffineF16H(SB), NOSPLIT, $0-108
 	JAE          avx2AffineF16H_single
 
 avx2AffineF16H_unrolled:
-	VMOVUPS   (CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VCVTPH2PS (DX)(DI*2), Y4
-	VMULPS    Y4, Y3, Y3
-	VCVTPH2PS (BX)(DI*2), Y4
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVUPS   X3, (AX)(DI*2)
-	VMOVUPS   32(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VCVTPH2PS 16(DX)(DI*2), Y4
-	VMULPS    Y4, Y3, Y3
-	VCVTPH2PS 16(BX)(DI*2), Y4
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVUPS   X3, 16(AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VCVTPH2PS 32(DX)(DI*2), Y4
-	VMULPS    Y4, Y3, Y3
-	VCVTPH2PS 32(BX)(DI*2), Y4
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVUPS   X3, 32(AX)(DI*2)
-	VMOVUPS   96(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VCVTPH2PS 48(DX)(DI*2), Y4
-	VMULPS    Y4, Y3, Y3
-	VCVTPH2PS 48(BX)(DI*2), Y4
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVUPS   X3, 48(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS (DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS (BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 16(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 16(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 32(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 32(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 48(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 48(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, 48(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16H_unrolled
@@ -1093,16 +1024,15 @@ avx2AffineF16H_single:
 	JAE  avx2AffineF16H_done
 
 avx2AffineF16H_loop:
-	VMOVUPS   (CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VCVTPH2PS (DX)(DI*2), Y4
-	VMULPS    Y4, Y3, Y3
-	VCVTPH2PS (BX)(DI*2), Y4
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVUPS   X3, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS (DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS (BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (AX)(DI*2)
 	ADDQ      $0x00000008, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16H_loop
@@ -1111,16 +1041,15 @@ avx2AffineF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx2AffineFMAF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, F16C, FMA3
-TEXT ·avx2AffineFMAF16H(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineFMAF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1129,42 +1058,38 @@ TEXT ·avx2AffineFMAF16H(SB), NOSPLIT, $0-108
 	JAE          avx2AffineFMAF16H_single
 
 avx2AffineFMAF16H_unrolled:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VCVTPH2PS   (BX)(DI*2), Y4
-	VCVTPH2PS   (DX)(DI*2), Y5
-	VFMADD213PS Y4, Y5, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVUPS     X3, (AX)(DI*2)
-	VMOVUPS     32(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VCVTPH2PS   16(BX)(DI*2), Y4
-	VCVTPH2PS   16(DX)(DI*2), Y5
-	VFMADD213PS Y4, Y5, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVUPS     X3, 16(AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VCVTPH2PS   32(BX)(DI*2), Y4
-	VCVTPH2PS   32(DX)(DI*2), Y5
-	VFMADD213PS Y4, Y5, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVUPS     X3, 32(AX)(DI*2)
-	VMOVUPS     96(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VCVTPH2PS   48(BX)(DI*2), Y4
-	VCVTPH2PS   48(DX)(DI*2), Y5
-	VFMADD213PS Y4, Y5, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVUPS     X3, 48(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   (BX)(DI*2), Y3
+	VCVTPH2PS   (DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   16(BX)(DI*2), Y3
+	VCVTPH2PS   16(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   32(BX)(DI*2), Y3
+	VCVTPH2PS   32(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   48(BX)(DI*2), Y3
+	VCVTPH2PS   48(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, 48(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16H_unrolled
@@ -1176,15 +1101,14 @@ avx2AffineFMAF16H_single:
 	JAE  avx2AffineFMAF16H_done
 
 avx2AffineFMAF16H_loop:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VCVTPH2PS   (BX)(DI*2), Y4
-	VCVTPH2PS   (DX)(DI*2), Y5
-	VFMADD213PS Y4, Y5, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVUPS     X3, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   (BX)(DI*2), Y3
+	VCVTPH2PS   (DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVUPS     X2, (AX)(DI*2)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16H_loop
@@ -1193,16 +1117,15 @@ avx2AffineFMAF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx2AffineF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, F16C
-TEXT ·avx2AffineF16HNT(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1211,46 +1134,42 @@ TEXT ·avx2AffineF16HNT(SB), NOSPLIT, $0-108
 	JAE          avx2AffineF16HNT_single
 
 avx2AffineF16HNT_unrolled:
-	VMOVUPS   (CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VCVTPH2PS (DX)(DI*2), Y4
-	VMULPS    Y4, Y3, Y3
-	VCVTPH2PS (BX)(DI*2), Y4
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVNTDQ  X3, (AX)(DI*2)
-	VMOVUPS   32(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VCVTPH2PS 16(DX)(DI*2), Y4
-	VMULPS    Y4, Y3, Y3
-	VCVTPH2PS 16(BX)(DI*2), Y4
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVNTDQ  X3, 16(AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VCVTPH2PS 32(DX)(DI*2), Y4
-	VMULPS    Y4, Y3, Y3
-	VCVTPH2PS 32(BX)(DI*2), Y4
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVNTDQ  X3, 32(AX)(DI*2)
-	VMOVUPS   96(CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VCVTPH2PS 48(DX)(DI*2), Y4
-	VMULPS    Y4, Y3, Y3
-	VCVTPH2PS 48(BX)(DI*2), Y4
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVNTDQ  X3, 48(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS (DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS (BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (AX)(DI*2)
+	VMOVUPS   32(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 16(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 16(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 16(AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 32(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 32(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 32(AX)(DI*2)
+	VMOVUPS   96(CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS 48(DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS 48(BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, 48(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16HNT_unrolled
@@ -1262,16 +1181,15 @@ avx2AffineF16HNT_single:
 	JAE  avx2AffineF16HNT_done
 
 avx2AffineF16HNT_loop:
-	VMOVUPS   (CX)(DI*4), Y3
-	VSUBPS    Y0, Y3, Y3
-	VSUBPS    Y1, Y3, Y3
-	VMULPS    Y2, Y3, Y3
-	VCVTPH2PS (DX)(DI*2), Y4
-	VMULPS    Y4, Y3, Y3
-	VCVTPH2PS (BX)(DI*2), Y4
-	VADDPS    Y4, Y3, Y3
-	VCVTPS2PH $0x00, Y3, X3
-	VMOVNTDQ  X3, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Y2
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VCVTPH2PS (DX)(DI*2), Y3
+	VMULPS    Y3, Y2, Y2
+	VCVTPH2PS (BX)(DI*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVNTDQ  X2, (AX)(DI*2)
 	ADDQ      $0x00000008, DI
 	CMPQ      DI, R8
 	JB        avx2AffineF16HNT_loop
@@ -1280,16 +1198,15 @@ avx2AffineF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx2AffineFMAF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, F16C, FMA3
-TEXT ·avx2AffineFMAF16HNT(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineFMAF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1298,42 +1215,38 @@ TEXT ·avx2AffineFMAF16HNT(SB), NOSPLIT, $0-108
 	JAE          avx2AffineFMAF16HNT_single
 
 avx2AffineFMAF16HNT_unrolled:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VCVTPH2PS   (BX)(DI*2), Y4
-	VCVTPH2PS   (DX)(DI*2), Y5
-	VFMADD213PS Y4, Y5, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVNTDQ    X3, (AX)(DI*2)
-	VMOVUPS     32(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VCVTPH2PS   16(BX)(DI*2), Y4
-	VCVTPH2PS   16(DX)(DI*2), Y5
-	VFMADD213PS Y4, Y5, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVNTDQ    X3, 16(AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VCVTPH2PS   32(BX)(DI*2), Y4
-	VCVTPH2PS   32(DX)(DI*2), Y5
-	VFMADD213PS Y4, Y5, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVNTDQ    X3, 32(AX)(DI*2)
-	VMOVUPS     96(CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VCVTPH2PS   48(BX)(DI*2), Y4
-	VCVTPH2PS   48(DX)(DI*2), Y5
-	VFMADD213PS Y4, Y5, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVNTDQ    X3, 48(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   (BX)(DI*2), Y3
+	VCVTPH2PS   (DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, (AX)(DI*2)
+	VMOVUPS     32(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   16(BX)(DI*2), Y3
+	VCVTPH2PS   16(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 16(AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   32(BX)(DI*2), Y3
+	VCVTPH2PS   32(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 32(AX)(DI*2)
+	VMOVUPS     96(CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   48(BX)(DI*2), Y3
+	VCVTPH2PS   48(DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, 48(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16HNT_unrolled
@@ -1345,15 +1258,14 @@ avx2AffineFMAF16HNT_single:
 	JAE  avx2AffineFMAF16HNT_done
 
 avx2AffineFMAF16HNT_loop:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VMULPS      Y2, Y3, Y3
-	VCVTPH2PS   (BX)(DI*2), Y4
-	VCVTPH2PS   (DX)(DI*2), Y5
-	VFMADD213PS Y4, Y5, Y3
-	VCVTPS2PH   $0x00, Y3, X3
-	VMOVNTDQ    X3, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VCVTPH2PS   (BX)(DI*2), Y3
+	VCVTPH2PS   (DX)(DI*2), Y4
+	VFMADD213PS Y3, Y4, Y2
+	VCVTPS2PH   $0x00, Y2, X2
+	VMOVNTDQ    X2, (AX)(DI*2)
 	ADDQ        $0x00000008, DI
 	CMPQ        DI, R8
 	JB          avx2AffineFMAF16HNT_loop
@@ -1362,31 +1274,30 @@ avx2AffineFMAF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx2AffineBF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AffineBF16H(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineBF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1395,50 +1306,48 @@ TEXT ·avx2AffineBF16H(SB), NOSPLIT, $0-108
 	JAE          avx2AffineBF16H_single
 
 avx2AffineBF16H_unrolled:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    (DX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y8, Y8
-	VPMOVZXWD    (BX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VADDPS       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    16(DX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y8, Y8
-	VPMOVZXWD    16(BX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VADDPS       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    16(DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    16(BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16H_unrolled
@@ -1450,28 +1359,27 @@ avx2AffineBF16H_single:
 	JAE  avx2AffineBF16H_done
 
 avx2AffineBF16H_loop:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    (DX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y8, Y8
-	VPMOVZXWD    (BX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VADDPS       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16H_loop
@@ -1480,31 +1388,30 @@ avx2AffineBF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx2AffineFMABF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX2, FMA3
-TEXT ·avx2AffineFMABF16H(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineFMABF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1513,48 +1420,46 @@ TEXT ·avx2AffineFMABF16H(SB), NOSPLIT, $0-108
 	JAE          avx2AffineFMABF16H_single
 
 avx2AffineFMABF16H_unrolled:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    (BX)(DI*2), Y9
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    (DX)(DI*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VFMADD213PS  Y9, Y10, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    16(BX)(DI*2), Y9
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    16(BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(DX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    16(DX)(DI*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VFMADD213PS  Y9, Y10, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, 16(AX)(DI*2)
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16H_unrolled
@@ -1566,27 +1471,26 @@ avx2AffineFMABF16H_single:
 	JAE  avx2AffineFMABF16H_done
 
 avx2AffineFMABF16H_loop:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    (BX)(DI*2), Y9
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    (DX)(DI*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VFMADD213PS  Y9, Y10, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVUPS      X8, (AX)(DI*2)
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVUPS      X7, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16H_loop
@@ -1595,31 +1499,30 @@ avx2AffineFMABF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx2AffineBF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX2
-TEXT ·avx2AffineBF16HNT(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineBF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1628,50 +1531,48 @@ TEXT ·avx2AffineBF16HNT(SB), NOSPLIT, $0-108
 	JAE          avx2AffineBF16HNT_single
 
 avx2AffineBF16HNT_unrolled:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    (DX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y8, Y8
-	VPMOVZXWD    (BX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VADDPS       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    16(DX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y8, Y8
-	VPMOVZXWD    16(BX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VADDPS       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, 16(AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    16(DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    16(BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16HNT_unrolled
@@ -1683,28 +1584,27 @@ avx2AffineBF16HNT_single:
 	JAE  avx2AffineBF16HNT_done
 
 avx2AffineBF16HNT_loop:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    (DX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y8, Y8
-	VPMOVZXWD    (BX)(DI*2), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VADDPS       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, (AX)(DI*2)
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (DX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VADDPS       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineBF16HNT_loop
@@ -1713,31 +1613,30 @@ avx2AffineBF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx2AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx2AffineFMABF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX2, FMA3
-TEXT ·avx2AffineFMABF16HNT(SB), NOSPLIT, $0-108
+TEXT ·avx2AffineFMABF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	VBROADCASTSS meanD+100(FP), Y1
-	VBROADCASTSS rstd+104(FP), Y2
+	VBROADCASTSS meanD+96(FP), Y0
+	VBROADCASTSS rstd+100(FP), Y1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Y3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Y4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Y5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Y6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Y7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1746,48 +1645,46 @@ TEXT ·avx2AffineFMABF16HNT(SB), NOSPLIT, $0-108
 	JAE          avx2AffineFMABF16HNT_single
 
 avx2AffineFMABF16HNT_unrolled:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    (BX)(DI*2), Y9
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    (DX)(DI*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VFMADD213PS  Y9, Y10, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, (AX)(DI*2)
-	VMOVUPS      32(CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    16(BX)(DI*2), Y9
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
+	VMOVUPS      32(CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    16(BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(DX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    16(DX)(DI*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VFMADD213PS  Y9, Y10, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, 16(AX)(DI*2)
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, 16(AX)(DI*2)
 	ADDQ         $0x00000010, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16HNT_unrolled
@@ -1799,27 +1696,26 @@ avx2AffineFMABF16HNT_single:
 	JAE  avx2AffineFMABF16HNT_done
 
 avx2AffineFMABF16HNT_loop:
-	VMOVUPS      (CX)(DI*4), Y8
-	VSUBPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMULPS       Y2, Y8, Y8
-	VPMOVZXWD    (BX)(DI*2), Y9
+	VMOVUPS      (CX)(DI*4), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VPMOVZXWD    (BX)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    (DX)(DI*2), Y9
 	VPSLLD       $0x10, Y9, Y9
-	VPMOVZXWD    (DX)(DI*2), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VFMADD213PS  Y9, Y10, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        Y3, Y9, Y10
-	VPADDD       Y4, Y10, Y10
-	VPADDD       Y8, Y10, Y10
-	VPSRLD       $0x10, Y10, Y10
-	VPAND        Y5, Y8, Y8
-	VPCMPGTD     Y6, Y8, Y8
-	VPOR         Y7, Y9, Y9
-	VPBLENDVB    Y8, Y9, Y10, Y10
-	VEXTRACTI128 $0x01, Y10, X8
-	VPACKUSDW    X8, X10, X8
-	VMOVNTDQ     X8, (AX)(DI*2)
+	VFMADD213PS  Y8, Y9, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        Y2, Y8, Y9
+	VPADDD       Y3, Y9, Y9
+	VPADDD       Y7, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPAND        Y4, Y7, Y7
+	VPCMPGTD     Y5, Y7, Y7
+	VPOR         Y6, Y8, Y8
+	VPBLENDVB    Y7, Y8, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X7
+	VPACKUSDW    X7, X9, X7
+	VMOVNTDQ     X7, (AX)(DI*2)
 	ADDQ         $0x00000008, DI
 	CMPQ         DI, R8
 	JB           avx2AffineFMABF16HNT_loop
@@ -1828,16 +1724,15 @@ avx2AffineFMABF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx512Affine(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512Affine(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Affine(SB), NOSPLIT, $0-108
+TEXT ·avx512Affine(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1846,34 +1741,30 @@ TEXT ·avx512Affine(SB), NOSPLIT, $0-108
 	JAE          avx512Affine_single
 
 avx512Affine_unrolled:
-	VMOVUPS (CX)(DI*4), Z3
-	VSUBPS  Z0, Z3, Z3
-	VSUBPS  Z1, Z3, Z3
-	VMULPS  Z2, Z3, Z3
-	VMULPS  (DX)(DI*4), Z3, Z3
-	VADDPS  (BX)(DI*4), Z3, Z3
-	VMOVUPS Z3, (AX)(DI*4)
-	VMOVUPS 64(CX)(DI*4), Z3
-	VSUBPS  Z0, Z3, Z3
-	VSUBPS  Z1, Z3, Z3
-	VMULPS  Z2, Z3, Z3
-	VMULPS  64(DX)(DI*4), Z3, Z3
-	VADDPS  64(BX)(DI*4), Z3, Z3
-	VMOVUPS Z3, 64(AX)(DI*4)
-	VMOVUPS 128(CX)(DI*4), Z3
-	VSUBPS  Z0, Z3, Z3
-	VSUBPS  Z1, Z3, Z3
-	VMULPS  Z2, Z3, Z3
-	VMULPS  128(DX)(DI*4), Z3, Z3
-	VADDPS  128(BX)(DI*4), Z3, Z3
-	VMOVUPS Z3, 128(AX)(DI*4)
-	VMOVUPS 192(CX)(DI*4), Z3
-	VSUBPS  Z0, Z3, Z3
-	VSUBPS  Z1, Z3, Z3
-	VMULPS  Z2, Z3, Z3
-	VMULPS  192(DX)(DI*4), Z3, Z3
-	VADDPS  192(BX)(DI*4), Z3, Z3
-	VMOVUPS Z3, 192(AX)(DI*4)
+	VMOVUPS (CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  (DX)(DI*4), Z2, Z2
+	VADDPS  (BX)(DI*4), Z2, Z2
+	VMOVUPS Z2, (AX)(DI*4)
+	VMOVUPS 64(CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  64(DX)(DI*4), Z2, Z2
+	VADDPS  64(BX)(DI*4), Z2, Z2
+	VMOVUPS Z2, 64(AX)(DI*4)
+	VMOVUPS 128(CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  128(DX)(DI*4), Z2, Z2
+	VADDPS  128(BX)(DI*4), Z2, Z2
+	VMOVUPS Z2, 128(AX)(DI*4)
+	VMOVUPS 192(CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  192(DX)(DI*4), Z2, Z2
+	VADDPS  192(BX)(DI*4), Z2, Z2
+	VMOVUPS Z2, 192(AX)(DI*4)
 	ADDQ    $0x00000040, DI
 	CMPQ    DI, R8
 	JB      avx512Affine_unrolled
@@ -1885,13 +1776,12 @@ avx512Affine_single:
 	JAE  avx512Affine_done
 
 avx512Affine_loop:
-	VMOVUPS (CX)(DI*4), Z3
-	VSUBPS  Z0, Z3, Z3
-	VSUBPS  Z1, Z3, Z3
-	VMULPS  Z2, Z3, Z3
-	VMULPS  (DX)(DI*4), Z3, Z3
-	VADDPS  (BX)(DI*4), Z3, Z3
-	VMOVUPS Z3, (AX)(DI*4)
+	VMOVUPS (CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  (DX)(DI*4), Z2, Z2
+	VADDPS  (BX)(DI*4), Z2, Z2
+	VMOVUPS Z2, (AX)(DI*4)
 	ADDQ    $0x00000010, DI
 	CMPQ    DI, R8
 	JB      avx512Affine_loop
@@ -1900,16 +1790,15 @@ avx512Affine_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMA(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineFMA(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMA(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineFMA(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1918,34 +1807,30 @@ TEXT ·avx512AffineFMA(SB), NOSPLIT, $0-108
 	JAE          avx512AffineFMA_single
 
 avx512AffineFMA_unrolled:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     (DX)(DI*4), Z4
-	VFMADD213PS (BX)(DI*4), Z4, Z3
-	VMOVUPS     Z3, (AX)(DI*4)
-	VMOVUPS     64(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     64(DX)(DI*4), Z4
-	VFMADD213PS 64(BX)(DI*4), Z4, Z3
-	VMOVUPS     Z3, 64(AX)(DI*4)
-	VMOVUPS     128(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     128(DX)(DI*4), Z4
-	VFMADD213PS 128(BX)(DI*4), Z4, Z3
-	VMOVUPS     Z3, 128(AX)(DI*4)
-	VMOVUPS     192(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     192(DX)(DI*4), Z4
-	VFMADD213PS 192(BX)(DI*4), Z4, Z3
-	VMOVUPS     Z3, 192(AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VMOVUPS     Z2, (AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     64(DX)(DI*4), Z3
+	VFMADD213PS 64(BX)(DI*4), Z3, Z2
+	VMOVUPS     Z2, 64(AX)(DI*4)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     128(DX)(DI*4), Z3
+	VFMADD213PS 128(BX)(DI*4), Z3, Z2
+	VMOVUPS     Z2, 128(AX)(DI*4)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     192(DX)(DI*4), Z3
+	VFMADD213PS 192(BX)(DI*4), Z3, Z2
+	VMOVUPS     Z2, 192(AX)(DI*4)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMA_unrolled
@@ -1957,13 +1842,12 @@ avx512AffineFMA_single:
 	JAE  avx512AffineFMA_done
 
 avx512AffineFMA_loop:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     (DX)(DI*4), Z4
-	VFMADD213PS (BX)(DI*4), Z4, Z3
-	VMOVUPS     Z3, (AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VMOVUPS     Z2, (AX)(DI*4)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMA_loop
@@ -1972,16 +1856,15 @@ avx512AffineFMA_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineNT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineNT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineNT(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -1990,34 +1873,30 @@ TEXT ·avx512AffineNT(SB), NOSPLIT, $0-108
 	JAE          avx512AffineNT_single
 
 avx512AffineNT_unrolled:
-	VMOVUPS  (CX)(DI*4), Z3
-	VSUBPS   Z0, Z3, Z3
-	VSUBPS   Z1, Z3, Z3
-	VMULPS   Z2, Z3, Z3
-	VMULPS   (DX)(DI*4), Z3, Z3
-	VADDPS   (BX)(DI*4), Z3, Z3
-	VMOVNTPS Z3, (AX)(DI*4)
-	VMOVUPS  64(CX)(DI*4), Z3
-	VSUBPS   Z0, Z3, Z3
-	VSUBPS   Z1, Z3, Z3
-	VMULPS   Z2, Z3, Z3
-	VMULPS   64(DX)(DI*4), Z3, Z3
-	VADDPS   64(BX)(DI*4), Z3, Z3
-	VMOVNTPS Z3, 64(AX)(DI*4)
-	VMOVUPS  128(CX)(DI*4), Z3
-	VSUBPS   Z0, Z3, Z3
-	VSUBPS   Z1, Z3, Z3
-	VMULPS   Z2, Z3, Z3
-	VMULPS   128(DX)(DI*4), Z3, Z3
-	VADDPS   128(BX)(DI*4), Z3, Z3
-	VMOVNTPS Z3, 128(AX)(DI*4)
-	VMOVUPS  192(CX)(DI*4), Z3
-	VSUBPS   Z0, Z3, Z3
-	VSUBPS   Z1, Z3, Z3
-	VMULPS   Z2, Z3, Z3
-	VMULPS   192(DX)(DI*4), Z3, Z3
-	VADDPS   192(BX)(DI*4), Z3, Z3
-	VMOVNTPS Z3, 192(AX)(DI*4)
+	VMOVUPS  (CX)(DI*4), Z2
+	VSUBPS   Z0, Z2, Z2
+	VMULPS   Z1, Z2, Z2
+	VMULPS   (DX)(DI*4), Z2, Z2
+	VADDPS   (BX)(DI*4), Z2, Z2
+	VMOVNTPS Z2, (AX)(DI*4)
+	VMOVUPS  64(CX)(DI*4), Z2
+	VSUBPS   Z0, Z2, Z2
+	VMULPS   Z1, Z2, Z2
+	VMULPS   64(DX)(DI*4), Z2, Z2
+	VADDPS   64(BX)(DI*4), Z2, Z2
+	VMOVNTPS Z2, 64(AX)(DI*4)
+	VMOVUPS  128(CX)(DI*4), Z2
+	VSUBPS   Z0, Z2, Z2
+	VMULPS   Z1, Z2, Z2
+	VMULPS   128(DX)(DI*4), Z2, Z2
+	VADDPS   128(BX)(DI*4), Z2, Z2
+	VMOVNTPS Z2, 128(AX)(DI*4)
+	VMOVUPS  192(CX)(DI*4), Z2
+	VSUBPS   Z0, Z2, Z2
+	VMULPS   Z1, Z2, Z2
+	VMULPS   192(DX)(DI*4), Z2, Z2
+	VADDPS   192(BX)(DI*4), Z2, Z2
+	VMOVNTPS Z2, 192(AX)(DI*4)
 	ADDQ     $0x00000040, DI
 	CMPQ     DI, R8
 	JB       avx512AffineNT_unrolled
@@ -2029,13 +1908,12 @@ avx512AffineNT_single:
 	JAE  avx512AffineNT_done
 
 avx512AffineNT_loop:
-	VMOVUPS  (CX)(DI*4), Z3
-	VSUBPS   Z0, Z3, Z3
-	VSUBPS   Z1, Z3, Z3
-	VMULPS   Z2, Z3, Z3
-	VMULPS   (DX)(DI*4), Z3, Z3
-	VADDPS   (BX)(DI*4), Z3, Z3
-	VMOVNTPS Z3, (AX)(DI*4)
+	VMOVUPS  (CX)(DI*4), Z2
+	VSUBPS   Z0, Z2, Z2
+	VMULPS   Z1, Z2, Z2
+	VMULPS   (DX)(DI*4), Z2, Z2
+	VADDPS   (BX)(DI*4), Z2, Z2
+	VMOVNTPS Z2, (AX)(DI*4)
 	ADDQ     $0x00000010, DI
 	CMPQ     DI, R8
 	JB       avx512AffineNT_loop
@@ -2044,16 +1922,15 @@ avx512AffineNT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMANT(y []float32, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineFMANT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMANT(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineFMANT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2062,34 +1939,30 @@ TEXT ·avx512AffineFMANT(SB), NOSPLIT, $0-108
 	JAE          avx512AffineFMANT_single
 
 avx512AffineFMANT_unrolled:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     (DX)(DI*4), Z4
-	VFMADD213PS (BX)(DI*4), Z4, Z3
-	VMOVNTPS    Z3, (AX)(DI*4)
-	VMOVUPS     64(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     64(DX)(DI*4), Z4
-	VFMADD213PS 64(BX)(DI*4), Z4, Z3
-	VMOVNTPS    Z3, 64(AX)(DI*4)
-	VMOVUPS     128(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     128(DX)(DI*4), Z4
-	VFMADD213PS 128(BX)(DI*4), Z4, Z3
-	VMOVNTPS    Z3, 128(AX)(DI*4)
-	VMOVUPS     192(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     192(DX)(DI*4), Z4
-	VFMADD213PS 192(BX)(DI*4), Z4, Z3
-	VMOVNTPS    Z3, 192(AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VMOVNTPS    Z2, (AX)(DI*4)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     64(DX)(DI*4), Z3
+	VFMADD213PS 64(BX)(DI*4), Z3, Z2
+	VMOVNTPS    Z2, 64(AX)(DI*4)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     128(DX)(DI*4), Z3
+	VFMADD213PS 128(BX)(DI*4), Z3, Z2
+	VMOVNTPS    Z2, 128(AX)(DI*4)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     192(DX)(DI*4), Z3
+	VFMADD213PS 192(BX)(DI*4), Z3, Z2
+	VMOVNTPS    Z2, 192(AX)(DI*4)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMANT_unrolled
@@ -2101,13 +1974,12 @@ avx512AffineFMANT_single:
 	JAE  avx512AffineFMANT_done
 
 avx512AffineFMANT_loop:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     (DX)(DI*4), Z4
-	VFMADD213PS (BX)(DI*4), Z4, Z3
-	VMOVNTPS    Z3, (AX)(DI*4)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VMOVNTPS    Z2, (AX)(DI*4)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMANT_loop
@@ -2116,16 +1988,15 @@ avx512AffineFMANT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineF16(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2134,38 +2005,34 @@ TEXT ·avx512AffineF16(SB), NOSPLIT, $0-108
 	JAE          avx512AffineF16_single
 
 avx512AffineF16_unrolled:
-	VMOVUPS   (CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VMULPS    (DX)(DI*4), Z3, Z3
-	VADDPS    (BX)(DI*4), Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVUPS   Y3, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VMULPS    64(DX)(DI*4), Z3, Z3
-	VADDPS    64(BX)(DI*4), Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVUPS   Y3, 32(AX)(DI*2)
-	VMOVUPS   128(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VMULPS    128(DX)(DI*4), Z3, Z3
-	VADDPS    128(BX)(DI*4), Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVUPS   Y3, 64(AX)(DI*2)
-	VMOVUPS   192(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VMULPS    192(DX)(DI*4), Z3, Z3
-	VADDPS    192(BX)(DI*4), Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVUPS   Y3, 96(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    (DX)(DI*4), Z2, Z2
+	VADDPS    (BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    64(DX)(DI*4), Z2, Z2
+	VADDPS    64(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    128(DX)(DI*4), Z2, Z2
+	VADDPS    128(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    192(DX)(DI*4), Z2, Z2
+	VADDPS    192(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 96(AX)(DI*2)
 	ADDQ      $0x00000040, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16_unrolled
@@ -2177,14 +2044,13 @@ avx512AffineF16_single:
 	JAE  avx512AffineF16_done
 
 avx512AffineF16_loop:
-	VMOVUPS   (CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VMULPS    (DX)(DI*4), Z3, Z3
-	VADDPS    (BX)(DI*4), Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVUPS   Y3, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    (DX)(DI*4), Z2, Z2
+	VADDPS    (BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16_loop
@@ -2193,16 +2059,15 @@ avx512AffineF16_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMAF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineFMAF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMAF16(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineFMAF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2211,38 +2076,34 @@ TEXT ·avx512AffineFMAF16(SB), NOSPLIT, $0-108
 	JAE          avx512AffineFMAF16_single
 
 avx512AffineFMAF16_unrolled:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     (DX)(DI*4), Z4
-	VFMADD213PS (BX)(DI*4), Z4, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVUPS     Y3, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     64(DX)(DI*4), Z4
-	VFMADD213PS 64(BX)(DI*4), Z4, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVUPS     Y3, 32(AX)(DI*2)
-	VMOVUPS     128(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     128(DX)(DI*4), Z4
-	VFMADD213PS 128(BX)(DI*4), Z4, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVUPS     Y3, 64(AX)(DI*2)
-	VMOVUPS     192(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     192(DX)(DI*4), Z4
-	VFMADD213PS 192(BX)(DI*4), Z4, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVUPS     Y3, 96(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     64(DX)(DI*4), Z3
+	VFMADD213PS 64(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     128(DX)(DI*4), Z3
+	VFMADD213PS 128(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     192(DX)(DI*4), Z3
+	VFMADD213PS 192(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 96(AX)(DI*2)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16_unrolled
@@ -2254,14 +2115,13 @@ avx512AffineFMAF16_single:
 	JAE  avx512AffineFMAF16_done
 
 avx512AffineFMAF16_loop:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     (DX)(DI*4), Z4
-	VFMADD213PS (BX)(DI*4), Z4, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVUPS     Y3, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16_loop
@@ -2270,16 +2130,15 @@ avx512AffineFMAF16_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineF16NT(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2288,38 +2147,34 @@ TEXT ·avx512AffineF16NT(SB), NOSPLIT, $0-108
 	JAE          avx512AffineF16NT_single
 
 avx512AffineF16NT_unrolled:
-	VMOVUPS   (CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VMULPS    (DX)(DI*4), Z3, Z3
-	VADDPS    (BX)(DI*4), Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVNTDQ  Y3, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VMULPS    64(DX)(DI*4), Z3, Z3
-	VADDPS    64(BX)(DI*4), Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVNTDQ  Y3, 32(AX)(DI*2)
-	VMOVUPS   128(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VMULPS    128(DX)(DI*4), Z3, Z3
-	VADDPS    128(BX)(DI*4), Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVNTDQ  Y3, 64(AX)(DI*2)
-	VMOVUPS   192(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VMULPS    192(DX)(DI*4), Z3, Z3
-	VADDPS    192(BX)(DI*4), Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVNTDQ  Y3, 96(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    (DX)(DI*4), Z2, Z2
+	VADDPS    (BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    64(DX)(DI*4), Z2, Z2
+	VADDPS    64(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    128(DX)(DI*4), Z2, Z2
+	VADDPS    128(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    192(DX)(DI*4), Z2, Z2
+	VADDPS    192(BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 96(AX)(DI*2)
 	ADDQ      $0x00000040, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16NT_unrolled
@@ -2331,14 +2186,13 @@ avx512AffineF16NT_single:
 	JAE  avx512AffineF16NT_done
 
 avx512AffineF16NT_loop:
-	VMOVUPS   (CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VMULPS    (DX)(DI*4), Z3, Z3
-	VADDPS    (BX)(DI*4), Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVNTDQ  Y3, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    (DX)(DI*4), Z2, Z2
+	VADDPS    (BX)(DI*4), Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16NT_loop
@@ -2347,16 +2201,15 @@ avx512AffineF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMAF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineFMAF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMAF16NT(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineFMAF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2365,38 +2218,34 @@ TEXT ·avx512AffineFMAF16NT(SB), NOSPLIT, $0-108
 	JAE          avx512AffineFMAF16NT_single
 
 avx512AffineFMAF16NT_unrolled:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     (DX)(DI*4), Z4
-	VFMADD213PS (BX)(DI*4), Z4, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVNTDQ    Y3, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     64(DX)(DI*4), Z4
-	VFMADD213PS 64(BX)(DI*4), Z4, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVNTDQ    Y3, 32(AX)(DI*2)
-	VMOVUPS     128(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     128(DX)(DI*4), Z4
-	VFMADD213PS 128(BX)(DI*4), Z4, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVNTDQ    Y3, 64(AX)(DI*2)
-	VMOVUPS     192(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     192(DX)(DI*4), Z4
-	VFMADD213PS 192(BX)(DI*4), Z4, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVNTDQ    Y3, 96(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     64(DX)(DI*4), Z3
+	VFMADD213PS 64(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     128(DX)(DI*4), Z3
+	VFMADD213PS 128(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     192(DX)(DI*4), Z3
+	VFMADD213PS 192(BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 96(AX)(DI*2)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16NT_unrolled
@@ -2408,14 +2257,13 @@ avx512AffineFMAF16NT_single:
 	JAE  avx512AffineFMAF16NT_done
 
 avx512AffineFMAF16NT_loop:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VMOVUPS     (DX)(DI*4), Z4
-	VFMADD213PS (BX)(DI*4), Z4, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVNTDQ    Y3, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS     (DX)(DI*4), Z3
+	VFMADD213PS (BX)(DI*4), Z3, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16NT_loop
@@ -2424,31 +2272,30 @@ avx512AffineFMAF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineBF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineBF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineBF16(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineBF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2457,40 +2304,38 @@ TEXT ·avx512AffineBF16(SB), NOSPLIT, $0-108
 	JAE          avx512AffineBF16_single
 
 avx512AffineBF16_unrolled:
-	VMOVUPS   (CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VMULPS    (DX)(DI*4), Z8, Z8
-	VADDPS    (BX)(DI*4), Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVUPS   Y8, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VMULPS    64(DX)(DI*4), Z8, Z8
-	VADDPS    64(BX)(DI*4), Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVUPS   Y8, 32(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    (DX)(DI*4), Z7, Z7
+	VADDPS    (BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    64(DX)(DI*4), Z7, Z7
+	VADDPS    64(BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, 32(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16_unrolled
@@ -2502,23 +2347,22 @@ avx512AffineBF16_single:
 	JAE  avx512AffineBF16_done
 
 avx512AffineBF16_loop:
-	VMOVUPS   (CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VMULPS    (DX)(DI*4), Z8, Z8
-	VADDPS    (BX)(DI*4), Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVUPS   Y8, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    (DX)(DI*4), Z7, Z7
+	VADDPS    (BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16_loop
@@ -2527,31 +2371,30 @@ avx512AffineBF16_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMABF16(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineFMABF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMABF16(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineFMABF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2560,40 +2403,38 @@ TEXT ·avx512AffineFMABF16(SB), NOSPLIT, $0-108
 	JAE          avx512AffineFMABF16_single
 
 avx512AffineFMABF16_unrolled:
-	VMOVUPS     (CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VMOVUPS     (DX)(DI*4), Z9
-	VFMADD213PS (BX)(DI*4), Z9, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVUPS     Y8, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VMOVUPS     64(DX)(DI*4), Z9
-	VFMADD213PS 64(BX)(DI*4), Z9, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVUPS     Y8, 32(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     (DX)(DI*4), Z8
+	VFMADD213PS (BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     64(DX)(DI*4), Z8
+	VFMADD213PS 64(BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, 32(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16_unrolled
@@ -2605,23 +2446,22 @@ avx512AffineFMABF16_single:
 	JAE  avx512AffineFMABF16_done
 
 avx512AffineFMABF16_loop:
-	VMOVUPS     (CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VMOVUPS     (DX)(DI*4), Z9
-	VFMADD213PS (BX)(DI*4), Z9, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVUPS     Y8, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     (DX)(DI*4), Z8
+	VFMADD213PS (BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16_loop
@@ -2630,31 +2470,30 @@ avx512AffineFMABF16_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineBF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineBF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineBF16NT(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineBF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2663,40 +2502,38 @@ TEXT ·avx512AffineBF16NT(SB), NOSPLIT, $0-108
 	JAE          avx512AffineBF16NT_single
 
 avx512AffineBF16NT_unrolled:
-	VMOVUPS   (CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VMULPS    (DX)(DI*4), Z8, Z8
-	VADDPS    (BX)(DI*4), Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVNTDQ  Y8, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VMULPS    64(DX)(DI*4), Z8, Z8
-	VADDPS    64(BX)(DI*4), Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVNTDQ  Y8, 32(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    (DX)(DI*4), Z7, Z7
+	VADDPS    (BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    64(DX)(DI*4), Z7, Z7
+	VADDPS    64(BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, 32(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16NT_unrolled
@@ -2708,23 +2545,22 @@ avx512AffineBF16NT_single:
 	JAE  avx512AffineBF16NT_done
 
 avx512AffineBF16NT_loop:
-	VMOVUPS   (CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VMULPS    (DX)(DI*4), Z8, Z8
-	VADDPS    (BX)(DI*4), Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVNTDQ  Y8, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMULPS    (DX)(DI*4), Z7, Z7
+	VADDPS    (BX)(DI*4), Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16NT_loop
@@ -2733,31 +2569,30 @@ avx512AffineBF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMABF16NT(y []uint16, x []float32, gamma []float32, beta []float32, x0 float32, meanD float32, rstd float32)
+// func avx512AffineFMABF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMABF16NT(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineFMABF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2766,40 +2601,38 @@ TEXT ·avx512AffineFMABF16NT(SB), NOSPLIT, $0-108
 	JAE          avx512AffineFMABF16NT_single
 
 avx512AffineFMABF16NT_unrolled:
-	VMOVUPS     (CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VMOVUPS     (DX)(DI*4), Z9
-	VFMADD213PS (BX)(DI*4), Z9, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVNTDQ    Y8, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VMOVUPS     64(DX)(DI*4), Z9
-	VFMADD213PS 64(BX)(DI*4), Z9, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVNTDQ    Y8, 32(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     (DX)(DI*4), Z8
+	VFMADD213PS (BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     64(DX)(DI*4), Z8
+	VFMADD213PS 64(BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, 32(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16NT_unrolled
@@ -2811,23 +2644,22 @@ avx512AffineFMABF16NT_single:
 	JAE  avx512AffineFMABF16NT_done
 
 avx512AffineFMABF16NT_loop:
-	VMOVUPS     (CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VMOVUPS     (DX)(DI*4), Z9
-	VFMADD213PS (BX)(DI*4), Z9, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVNTDQ    Y8, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS     (DX)(DI*4), Z8
+	VFMADD213PS (BX)(DI*4), Z8, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16NT_loop
@@ -2836,16 +2668,15 @@ avx512AffineFMABF16NT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx512AffineF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineF16H(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2854,46 +2685,42 @@ TEXT ·avx512AffineF16H(SB), NOSPLIT, $0-108
 	JAE          avx512AffineF16H_single
 
 avx512AffineF16H_unrolled:
-	VMOVUPS   (CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VCVTPH2PS (DX)(DI*2), Z4
-	VMULPS    Z4, Z3, Z3
-	VCVTPH2PS (BX)(DI*2), Z4
-	VADDPS    Z4, Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVUPS   Y3, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VCVTPH2PS 32(DX)(DI*2), Z4
-	VMULPS    Z4, Z3, Z3
-	VCVTPH2PS 32(BX)(DI*2), Z4
-	VADDPS    Z4, Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVUPS   Y3, 32(AX)(DI*2)
-	VMOVUPS   128(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VCVTPH2PS 64(DX)(DI*2), Z4
-	VMULPS    Z4, Z3, Z3
-	VCVTPH2PS 64(BX)(DI*2), Z4
-	VADDPS    Z4, Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVUPS   Y3, 64(AX)(DI*2)
-	VMOVUPS   192(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VCVTPH2PS 96(DX)(DI*2), Z4
-	VMULPS    Z4, Z3, Z3
-	VCVTPH2PS 96(BX)(DI*2), Z4
-	VADDPS    Z4, Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVUPS   Y3, 96(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS (DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS (BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 32(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 32(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 64(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 64(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 96(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 96(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, 96(AX)(DI*2)
 	ADDQ      $0x00000040, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16H_unrolled
@@ -2905,16 +2732,15 @@ avx512AffineF16H_single:
 	JAE  avx512AffineF16H_done
 
 avx512AffineF16H_loop:
-	VMOVUPS   (CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VCVTPH2PS (DX)(DI*2), Z4
-	VMULPS    Z4, Z3, Z3
-	VCVTPH2PS (BX)(DI*2), Z4
-	VADDPS    Z4, Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVUPS   Y3, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS (DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS (BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16H_loop
@@ -2923,16 +2749,15 @@ avx512AffineF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMAF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx512AffineFMAF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMAF16H(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineFMAF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -2941,42 +2766,38 @@ TEXT ·avx512AffineFMAF16H(SB), NOSPLIT, $0-108
 	JAE          avx512AffineFMAF16H_single
 
 avx512AffineFMAF16H_unrolled:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VCVTPH2PS   (BX)(DI*2), Z4
-	VCVTPH2PS   (DX)(DI*2), Z5
-	VFMADD213PS Z4, Z5, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVUPS     Y3, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VCVTPH2PS   32(BX)(DI*2), Z4
-	VCVTPH2PS   32(DX)(DI*2), Z5
-	VFMADD213PS Z4, Z5, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVUPS     Y3, 32(AX)(DI*2)
-	VMOVUPS     128(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VCVTPH2PS   64(BX)(DI*2), Z4
-	VCVTPH2PS   64(DX)(DI*2), Z5
-	VFMADD213PS Z4, Z5, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVUPS     Y3, 64(AX)(DI*2)
-	VMOVUPS     192(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VCVTPH2PS   96(BX)(DI*2), Z4
-	VCVTPH2PS   96(DX)(DI*2), Z5
-	VFMADD213PS Z4, Z5, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVUPS     Y3, 96(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   (BX)(DI*2), Z3
+	VCVTPH2PS   (DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   32(BX)(DI*2), Z3
+	VCVTPH2PS   32(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   64(BX)(DI*2), Z3
+	VCVTPH2PS   64(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   96(BX)(DI*2), Z3
+	VCVTPH2PS   96(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, 96(AX)(DI*2)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16H_unrolled
@@ -2988,15 +2809,14 @@ avx512AffineFMAF16H_single:
 	JAE  avx512AffineFMAF16H_done
 
 avx512AffineFMAF16H_loop:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VCVTPH2PS   (BX)(DI*2), Z4
-	VCVTPH2PS   (DX)(DI*2), Z5
-	VFMADD213PS Z4, Z5, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVUPS     Y3, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   (BX)(DI*2), Z3
+	VCVTPH2PS   (DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVUPS     Y2, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16H_loop
@@ -3005,16 +2825,15 @@ avx512AffineFMAF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx512AffineF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineF16HNT(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -3023,46 +2842,42 @@ TEXT ·avx512AffineF16HNT(SB), NOSPLIT, $0-108
 	JAE          avx512AffineF16HNT_single
 
 avx512AffineF16HNT_unrolled:
-	VMOVUPS   (CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VCVTPH2PS (DX)(DI*2), Z4
-	VMULPS    Z4, Z3, Z3
-	VCVTPH2PS (BX)(DI*2), Z4
-	VADDPS    Z4, Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVNTDQ  Y3, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VCVTPH2PS 32(DX)(DI*2), Z4
-	VMULPS    Z4, Z3, Z3
-	VCVTPH2PS 32(BX)(DI*2), Z4
-	VADDPS    Z4, Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVNTDQ  Y3, 32(AX)(DI*2)
-	VMOVUPS   128(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VCVTPH2PS 64(DX)(DI*2), Z4
-	VMULPS    Z4, Z3, Z3
-	VCVTPH2PS 64(BX)(DI*2), Z4
-	VADDPS    Z4, Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVNTDQ  Y3, 64(AX)(DI*2)
-	VMOVUPS   192(CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VCVTPH2PS 96(DX)(DI*2), Z4
-	VMULPS    Z4, Z3, Z3
-	VCVTPH2PS 96(BX)(DI*2), Z4
-	VADDPS    Z4, Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVNTDQ  Y3, 96(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS (DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS (BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 32(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 32(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 32(AX)(DI*2)
+	VMOVUPS   128(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 64(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 64(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 64(AX)(DI*2)
+	VMOVUPS   192(CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS 96(DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS 96(BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, 96(AX)(DI*2)
 	ADDQ      $0x00000040, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16HNT_unrolled
@@ -3074,16 +2889,15 @@ avx512AffineF16HNT_single:
 	JAE  avx512AffineF16HNT_done
 
 avx512AffineF16HNT_loop:
-	VMOVUPS   (CX)(DI*4), Z3
-	VSUBPS    Z0, Z3, Z3
-	VSUBPS    Z1, Z3, Z3
-	VMULPS    Z2, Z3, Z3
-	VCVTPH2PS (DX)(DI*2), Z4
-	VMULPS    Z4, Z3, Z3
-	VCVTPH2PS (BX)(DI*2), Z4
-	VADDPS    Z4, Z3, Z3
-	VCVTPS2PH $0x00, Z3, Y3
-	VMOVNTDQ  Y3, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VCVTPH2PS (DX)(DI*2), Z3
+	VMULPS    Z3, Z2, Z2
+	VCVTPH2PS (BX)(DI*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVNTDQ  Y2, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineF16HNT_loop
@@ -3092,16 +2906,15 @@ avx512AffineF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMAF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx512AffineFMAF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMAF16HNT(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineFMAF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -3110,42 +2923,38 @@ TEXT ·avx512AffineFMAF16HNT(SB), NOSPLIT, $0-108
 	JAE          avx512AffineFMAF16HNT_single
 
 avx512AffineFMAF16HNT_unrolled:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VCVTPH2PS   (BX)(DI*2), Z4
-	VCVTPH2PS   (DX)(DI*2), Z5
-	VFMADD213PS Z4, Z5, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVNTDQ    Y3, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VCVTPH2PS   32(BX)(DI*2), Z4
-	VCVTPH2PS   32(DX)(DI*2), Z5
-	VFMADD213PS Z4, Z5, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVNTDQ    Y3, 32(AX)(DI*2)
-	VMOVUPS     128(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VCVTPH2PS   64(BX)(DI*2), Z4
-	VCVTPH2PS   64(DX)(DI*2), Z5
-	VFMADD213PS Z4, Z5, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVNTDQ    Y3, 64(AX)(DI*2)
-	VMOVUPS     192(CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VCVTPH2PS   96(BX)(DI*2), Z4
-	VCVTPH2PS   96(DX)(DI*2), Z5
-	VFMADD213PS Z4, Z5, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVNTDQ    Y3, 96(AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   (BX)(DI*2), Z3
+	VCVTPH2PS   (DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   32(BX)(DI*2), Z3
+	VCVTPH2PS   32(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 32(AX)(DI*2)
+	VMOVUPS     128(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   64(BX)(DI*2), Z3
+	VCVTPH2PS   64(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 64(AX)(DI*2)
+	VMOVUPS     192(CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   96(BX)(DI*2), Z3
+	VCVTPH2PS   96(DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, 96(AX)(DI*2)
 	ADDQ        $0x00000040, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16HNT_unrolled
@@ -3157,15 +2966,14 @@ avx512AffineFMAF16HNT_single:
 	JAE  avx512AffineFMAF16HNT_done
 
 avx512AffineFMAF16HNT_loop:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VMULPS      Z2, Z3, Z3
-	VCVTPH2PS   (BX)(DI*2), Z4
-	VCVTPH2PS   (DX)(DI*2), Z5
-	VFMADD213PS Z4, Z5, Z3
-	VCVTPS2PH   $0x00, Z3, Y3
-	VMOVNTDQ    Y3, (AX)(DI*2)
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS   (BX)(DI*2), Z3
+	VCVTPH2PS   (DX)(DI*2), Z4
+	VFMADD213PS Z3, Z4, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVNTDQ    Y2, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMAF16HNT_loop
@@ -3174,31 +2982,30 @@ avx512AffineFMAF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineBF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx512AffineBF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineBF16H(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineBF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -3207,48 +3014,46 @@ TEXT ·avx512AffineBF16H(SB), NOSPLIT, $0-108
 	JAE          avx512AffineBF16H_single
 
 avx512AffineBF16H_unrolled:
-	VMOVUPS   (CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VPMOVZXWD (DX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VMULPS    Z9, Z8, Z8
-	VPMOVZXWD (BX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVUPS   Y8, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VPMOVZXWD 32(DX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VMULPS    Z9, Z8, Z8
-	VPMOVZXWD 32(BX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVUPS   Y8, 32(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD (DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD (BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD 32(DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD 32(BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, 32(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16H_unrolled
@@ -3260,27 +3065,26 @@ avx512AffineBF16H_single:
 	JAE  avx512AffineBF16H_done
 
 avx512AffineBF16H_loop:
-	VMOVUPS   (CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VPMOVZXWD (DX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VMULPS    Z9, Z8, Z8
-	VPMOVZXWD (BX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVUPS   Y8, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD (DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD (BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVUPS   Y7, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16H_loop
@@ -3289,31 +3093,30 @@ avx512AffineBF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMABF16H(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx512AffineFMABF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMABF16H(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineFMABF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -3322,46 +3125,44 @@ TEXT ·avx512AffineFMABF16H(SB), NOSPLIT, $0-108
 	JAE          avx512AffineFMABF16H_single
 
 avx512AffineFMABF16H_unrolled:
-	VMOVUPS     (CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VPMOVZXWD   (BX)(DI*2), Z9
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   (BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (DX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VPMOVZXWD   (DX)(DI*2), Z10
-	VPSLLD      $0x10, Z10, Z10
-	VFMADD213PS Z9, Z10, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVUPS     Y8, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VPMOVZXWD   32(BX)(DI*2), Z9
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   32(BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   32(DX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VPMOVZXWD   32(DX)(DI*2), Z10
-	VPSLLD      $0x10, Z10, Z10
-	VFMADD213PS Z9, Z10, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVUPS     Y8, 32(AX)(DI*2)
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, 32(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16H_unrolled
@@ -3373,26 +3174,25 @@ avx512AffineFMABF16H_single:
 	JAE  avx512AffineFMABF16H_done
 
 avx512AffineFMABF16H_loop:
-	VMOVUPS     (CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VPMOVZXWD   (BX)(DI*2), Z9
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   (BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (DX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VPMOVZXWD   (DX)(DI*2), Z10
-	VPSLLD      $0x10, Z10, Z10
-	VFMADD213PS Z9, Z10, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVUPS     Y8, (AX)(DI*2)
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVUPS     Y7, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16H_loop
@@ -3401,31 +3201,30 @@ avx512AffineFMABF16H_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineBF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx512AffineBF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineBF16HNT(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineBF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -3434,48 +3233,46 @@ TEXT ·avx512AffineBF16HNT(SB), NOSPLIT, $0-108
 	JAE          avx512AffineBF16HNT_single
 
 avx512AffineBF16HNT_unrolled:
-	VMOVUPS   (CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VPMOVZXWD (DX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VMULPS    Z9, Z8, Z8
-	VPMOVZXWD (BX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVNTDQ  Y8, (AX)(DI*2)
-	VMOVUPS   64(CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VPMOVZXWD 32(DX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VMULPS    Z9, Z8, Z8
-	VPMOVZXWD 32(BX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVNTDQ  Y8, 32(AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD (DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD (BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, (AX)(DI*2)
+	VMOVUPS   64(CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD 32(DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD 32(BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, 32(AX)(DI*2)
 	ADDQ      $0x00000020, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16HNT_unrolled
@@ -3487,27 +3284,26 @@ avx512AffineBF16HNT_single:
 	JAE  avx512AffineBF16HNT_done
 
 avx512AffineBF16HNT_loop:
-	VMOVUPS   (CX)(DI*4), Z8
-	VSUBPS    Z0, Z8, Z8
-	VSUBPS    Z1, Z8, Z8
-	VMULPS    Z2, Z8, Z8
-	VPMOVZXWD (DX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VMULPS    Z9, Z8, Z8
-	VPMOVZXWD (BX)(DI*2), Z9
-	VPSLLD    $0x10, Z9, Z9
-	VADDPS    Z9, Z8, Z8
-	VPSRLD    $0x10, Z8, Z9
-	VPANDD    Z3, Z9, Z10
-	VPADDD    Z4, Z10, Z10
-	VPADDD    Z8, Z10, Z10
-	VPSRLD    $0x10, Z10, Z10
-	VPANDD    Z5, Z8, Z8
-	VPCMPGTD  Z6, Z8, K1
-	VPORD     Z7, Z9, Z9
-	VPBLENDMD Z9, Z10, K1, Z10
-	VPMOVDW   Z10, Y8
-	VMOVNTDQ  Y8, (AX)(DI*2)
+	VMOVUPS   (CX)(DI*4), Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VPMOVZXWD (DX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VMULPS    Z8, Z7, Z7
+	VPMOVZXWD (BX)(DI*2), Z8
+	VPSLLD    $0x10, Z8, Z8
+	VADDPS    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z8
+	VPANDD    Z2, Z8, Z9
+	VPADDD    Z3, Z9, Z9
+	VPADDD    Z7, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z4, Z7, Z7
+	VPCMPGTD  Z5, Z7, K1
+	VPORD     Z6, Z8, Z8
+	VPBLENDMD Z8, Z9, K1, Z9
+	VPMOVDW   Z9, Y7
+	VMOVNTDQ  Y7, (AX)(DI*2)
 	ADDQ      $0x00000010, DI
 	CMPQ      DI, R8
 	JB        avx512AffineBF16HNT_loop
@@ -3516,31 +3312,30 @@ avx512AffineBF16HNT_done:
 	VZEROUPPER
 	RET
 
-// func avx512AffineFMABF16HNT(y []uint16, x []float32, gamma []uint16, beta []uint16, x0 float32, meanD float32, rstd float32)
+// func avx512AffineFMABF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AffineFMABF16HNT(SB), NOSPLIT, $0-108
+TEXT ·avx512AffineFMABF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         gamma_base+48(FP), DX
 	MOVQ         beta_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	VBROADCASTSS meanD+100(FP), Z1
-	VBROADCASTSS rstd+104(FP), Z2
+	VBROADCASTSS meanD+96(FP), Z0
+	VBROADCASTSS rstd+100(FP), Z1
 	MOVL         $0x00000001, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x00007fff, SI
 	VMOVD        SI, X3
 	VPBROADCASTD X3, Z3
-	MOVL         $0x00007fff, SI
+	MOVL         $0x7fffffff, SI
 	VMOVD        SI, X4
 	VPBROADCASTD X4, Z4
-	MOVL         $0x7fffffff, SI
+	MOVL         $0x7f800000, SI
 	VMOVD        SI, X5
 	VPBROADCASTD X5, Z5
-	MOVL         $0x7f800000, SI
+	MOVL         $0x00000040, SI
 	VMOVD        SI, X6
 	VPBROADCASTD X6, Z6
-	MOVL         $0x00000040, SI
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Z7
 	MOVQ         y_len+8(FP), SI
 	XORQ         DI, DI
 	MOVQ         SI, R8
@@ -3549,46 +3344,44 @@ TEXT ·avx512AffineFMABF16HNT(SB), NOSPLIT, $0-108
 	JAE          avx512AffineFMABF16HNT_single
 
 avx512AffineFMABF16HNT_unrolled:
-	VMOVUPS     (CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VPMOVZXWD   (BX)(DI*2), Z9
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   (BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (DX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VPMOVZXWD   (DX)(DI*2), Z10
-	VPSLLD      $0x10, Z10, Z10
-	VFMADD213PS Z9, Z10, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVNTDQ    Y8, (AX)(DI*2)
-	VMOVUPS     64(CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VPMOVZXWD   32(BX)(DI*2), Z9
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, (AX)(DI*2)
+	VMOVUPS     64(CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   32(BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   32(DX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VPMOVZXWD   32(DX)(DI*2), Z10
-	VPSLLD      $0x10, Z10, Z10
-	VFMADD213PS Z9, Z10, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVNTDQ    Y8, 32(AX)(DI*2)
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, 32(AX)(DI*2)
 	ADDQ        $0x00000020, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16HNT_unrolled
@@ -3600,26 +3393,25 @@ avx512AffineFMABF16HNT_single:
 	JAE  avx512AffineFMABF16HNT_done
 
 avx512AffineFMABF16HNT_loop:
-	VMOVUPS     (CX)(DI*4), Z8
-	VSUBPS      Z0, Z8, Z8
-	VSUBPS      Z1, Z8, Z8
-	VMULPS      Z2, Z8, Z8
-	VPMOVZXWD   (BX)(DI*2), Z9
+	VMOVUPS     (CX)(DI*4), Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD   (BX)(DI*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (DX)(DI*2), Z9
 	VPSLLD      $0x10, Z9, Z9
-	VPMOVZXWD   (DX)(DI*2), Z10
-	VPSLLD      $0x10, Z10, Z10
-	VFMADD213PS Z9, Z10, Z8
-	VPSRLD      $0x10, Z8, Z9
-	VPANDD      Z3, Z9, Z10
-	VPADDD      Z4, Z10, Z10
-	VPADDD      Z8, Z10, Z10
-	VPSRLD      $0x10, Z10, Z10
-	VPANDD      Z5, Z8, Z8
-	VPCMPGTD    Z6, Z8, K1
-	VPORD       Z7, Z9, Z9
-	VPBLENDMD   Z9, Z10, K1, Z10
-	VPMOVDW     Z10, Y8
-	VMOVNTDQ    Y8, (AX)(DI*2)
+	VFMADD213PS Z8, Z9, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z2, Z8, Z9
+	VPADDD      Z3, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z4, Z7, Z7
+	VPCMPGTD    Z5, Z7, K1
+	VPORD       Z6, Z8, Z8
+	VPBLENDMD   Z8, Z9, K1, Z9
+	VPMOVDW     Z9, Y7
+	VMOVNTDQ    Y7, (AX)(DI*2)
 	ADDQ        $0x00000010, DI
 	CMPQ        DI, R8
 	JB          avx512AffineFMABF16HNT_loop

@@ -22,11 +22,10 @@ func TestAffineKernels(t *testing.T) {
 
 			got, want := out32(n, nil), out32(n, nil)
 			mean, rstd := float32(r.NormFloat64()), float32(math.Exp(r.NormFloat64()*3))
-			x0 := float32(r.NormFloat64()) // the plan's shift
 			for _, fma := range []bool{false, true} {
 				f := affineForm{dt: ops.F32, fma: fma}
-				k.affine(f, got, a, b, c, x0, mean, rstd)
-				g.affine(f, want, a, b, c, x0, mean, rstd)
+				k.affine(f, got, a, b, c, mean, rstd)
+				g.affine(f, want, a, b, c, mean, rstd)
 				same32(t, tag(fmt.Sprintf("affine%+v", f)), got, want)
 			}
 
@@ -44,9 +43,9 @@ func TestAffineKernels(t *testing.T) {
 			for _, f := range forms {
 				for _, off := range []int{0, 1, 3, 8} { // y's start within a vector of halves
 					y := out16(n + off)[off:]
-					k.affine16(f, y, a, b, c, x0, mean, rstd)
+					k.affine16(f, y, a, b, c, mean, rstd)
 					k.fence()
-					g.affine16(f, want16, a, b, c, x0, mean, rstd)
+					g.affine16(f, want16, a, b, c, mean, rstd)
 					same16(t, tag(fmt.Sprintf("affine16%+v/off=%d", f, off)), y, want16)
 				}
 				// gamma and beta in y's format, against their widened copies.
@@ -60,9 +59,9 @@ func TestAffineKernels(t *testing.T) {
 				g.widen(convForm{dt: f.dt}, bw, bh)
 				for _, off := range []int{0, 1, 3, 8} {
 					y := out16(n + off)[off:]
-					k.affineH(f, y, a, gh, bh, x0, mean, rstd)
+					k.affineH(f, y, a, gh, bh, mean, rstd)
 					k.fence()
-					g.affine16(f, want16, a, gw, bw, x0, mean, rstd)
+					g.affine16(f, want16, a, gw, bw, mean, rstd)
 					same16(t, tag(fmt.Sprintf("affineH%+v/off=%d", f, off)), y, want16)
 				}
 			}

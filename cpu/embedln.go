@@ -182,7 +182,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			gi = int(in.SegIDs[t])
 		}
 	}
-	x := sc.x[:H]
+	tr := sc.x[:H] // the shifted row, which the later passes read
 	row := t * H
 	switch w.DType {
 	case ops.F32:
@@ -190,14 +190,10 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		if gi >= 0 {
 			g = w.Seg.F32[gi*H : gi*H+H]
 		}
-		// The sum and its partial sums in one pass, into x, or straight into
-		// embedding_sum (read back from there), or into x and streamed out to it.
+		// The sum, shifted, and its partial sums in one pass, the sum also into
+		// embedding_sum when wanted (streamed out when nt).
 		var xs []float32
-		switch {
-		case !out.Sum.Present():
-		case !nt:
-			x = out.Sum.F32[row : row+H]
-		default:
+		if out.Sum.Present() {
 			xs = out.Sum.F32[row : row+H]
 		}
 		part := sc.part[:op.plan.W]
@@ -206,10 +202,10 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		if g != nil {
 			x0 += g[0]
 		}
-		op.k.addSum(addForm{dt: ops.F32, bias: gi >= 0, x: xs != nil, stream: inOrder}, part, x, xs, word, pos, g, x0)
+		op.k.addSum(addForm{dt: ops.F32, bias: gi >= 0, x: xs != nil, nt: nt, stream: inOrder}, part, tr, xs, word, pos, g, x0)
 		pf.step()
-		st := rowStatsSummed(op.k, &op.plan, x, part, x0, w.Epsilon, pf)
-		normalize(op.k, &op.plan, out.Out.F32[row:row+H], x, w.Gamma.F32, w.Beta.F32, st, nt)
+		st := rowStatsSummed(op.k, &op.plan, tr, part, x0, w.Epsilon, pf)
+		normalize(op.k, &op.plan, out.Out.F32[row:row+H], tr, w.Gamma.F32, w.Beta.F32, st, nt)
 		pf.step()
 	case ops.F16:
 		var g []uint16
@@ -218,23 +214,27 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		}
 		bits := sumBits(out, row, H, sc)
 		word, pos := w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H]
-		// The staged sum and its partial sums a piece at a time, so each piece of x is
-		// summed while it is in L1.
+		// The staged sum, shifted in place, and its partial sums a piece at a time, so
+		// each piece is shifted and summed while it is in L1.
 		part := sc.part[:op.plan.W]
 		n := op.piece
+		var x0 float32
 		for lo := 0; lo < H; lo += n {
 			hi := min(lo+n, H)
 			var gp []uint16
 			if g != nil {
 				gp = g[lo:hi]
 			}
-			op.k.embedSum(embedForm{seg: gi >= 0, prefetch: inOrder}, x[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
+			op.k.embedSum(embedForm{seg: gi >= 0, prefetch: inOrder}, tr[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
+			if lo == 0 {
+				x0 = tr[0] // the plan's shift: x[0]
+			}
 			pp, acc := piecePart(part, lo, hi-lo, n, H)
-			op.k.accumulate(sumForm{zero: !acc}, pp, x[lo:hi], x[0], 0) // the plan's shift: x[0]
+			op.k.accumulate(sumForm{zero: !acc}, pp, tr[lo:hi], tr[lo:hi], x0, 0)
 		}
 		pf.step()
-		st := rowStatsSummed(op.k, &op.plan, x, part, x[0], w.Epsilon, pf)
-		normalize16(op.k, &op.plan, out.Out, row, x, op.w16, st, nt)
+		st := rowStatsSummed(op.k, &op.plan, tr, part, x0, w.Epsilon, pf)
+		normalize16(op.k, &op.plan, out.Out, row, tr, op.w16, st, nt)
 		pf.step()
 	}
 }

@@ -54,11 +54,11 @@ func BenchmarkKernels(b *testing.B) {
 		bytes int
 		fn    func(k *kernels)
 	}{
-		{"accumulate", 4 * n, func(k *kernels) { k.accumulate(sumForm{}, part, x, 0.25, 0) }},
-		{"accumulateSqDev", 4 * n, func(k *kernels) { k.accumulate(sumForm{sq: true}, part, x, 0.25, 0.5) }},
-		{"accumulateSqDevFMA", 4 * n, func(k *kernels) { k.accumulate(sumForm{sq: true, fma: true}, part, x, 0.25, 0.5) }},
-		{"affine", 16 * n, func(k *kernels) { k.affine(affineForm{dt: ops.F32}, y, x, g, be, 0.25, 0.5, 1.5) }},
-		{"affineFMA", 16 * n, func(k *kernels) { k.affine(affineForm{dt: ops.F32, fma: true}, y, x, g, be, 0.25, 0.5, 1.5) }},
+		{"accumulateShift", 8 * n, func(k *kernels) { k.accumulate(sumForm{}, part, y, x, 0.25, 0) }},
+		{"accumulateSqDev", 4 * n, func(k *kernels) { k.accumulate(sumForm{sq: true}, part, x, nil, 0, 0.5) }},
+		{"accumulateSqDevFMA", 4 * n, func(k *kernels) { k.accumulate(sumForm{sq: true, fma: true}, part, x, nil, 0, 0.5) }},
+		{"affine", 16 * n, func(k *kernels) { k.affine(affineForm{dt: ops.F32}, y, x, g, be, 0.5, 1.5) }},
+		{"affineFMA", 16 * n, func(k *kernels) { k.affine(affineForm{dt: ops.F32, fma: true}, y, x, g, be, 0.5, 1.5) }},
 		{"embedSumF16", 12 * n, func(k *kernels) { k.embedSum(embedForm{seg: true}, y, bits, h1, h2, h3) }},
 		{"add2", 12 * n, func(k *kernels) { k.add2(y, x, g) }},
 		{"add3", 16 * n, func(k *kernels) { k.add3(y, x, g, be) }},
@@ -75,8 +75,8 @@ func BenchmarkKernels(b *testing.B) {
 			k.addSum16(addForm{dt: ops.F16, bias: true, x: true}, part, y, bits, h1, h2, h3, 0.25)
 			k.fence()
 		}},
-		{"affine16H", 10 * n, func(k *kernels) { k.affineH(affineForm{dt: ops.F16}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
-		{"affine16HFMA", 10 * n, func(k *kernels) { k.affineH(affineForm{dt: ops.F16, fma: true}, bits, x, h1, h2, 0.25, 0.5, 1.5) }},
+		{"affine16H", 10 * n, func(k *kernels) { k.affineH(affineForm{dt: ops.F16}, bits, x, h1, h2, 0.5, 1.5) }},
+		{"affine16HFMA", 10 * n, func(k *kernels) { k.affineH(affineForm{dt: ops.F16, fma: true}, bits, x, h1, h2, 0.5, 1.5) }},
 	}
 	for _, k := range kernels {
 		b.Run(k.name, func(b *testing.B) {

@@ -65,8 +65,7 @@ func (k *kernels) ntHead(y []float32) int {
 	if a&3 != 0 {
 		return len(y)
 	}
-	align := uintptr(4 * k.lanes)
-	return min(len(y), int((align-a%align)%align)/4)
+	return min(len(y), int(-a&uintptr(4*k.lanes-1))/4) // the vector's size, a power of two
 }
 
 // nt16Head is ntHead for 16-bit values: the elements of y before its first address aligned
@@ -79,8 +78,7 @@ func (k *kernels) nt16Head(y []uint16) int {
 	if a&1 != 0 {
 		return len(y)
 	}
-	align := uintptr(2 * k.lanes)
-	return min(len(y), int((align-a%align)%align)/2)
+	return min(len(y), int(-a&uintptr(2*k.lanes-1))/2)
 }
 
 // rowPrefetch is up to three rows being prefetched a piece at a time. The zero value and

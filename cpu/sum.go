@@ -4,14 +4,16 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// The plan's accumulations (internal/plan, plan v2): the partial sums of x − x0 and of the
-// squared deviations d = (x − x0) − meanD, W = len(part) partials, each taking the chunks
-// x[c·W+k] in order; then the plan's tree over the partials (plan.Plan.Tree: for a vector row,
-// each quad folded first, then the halving).
+// The plan's accumulations (internal/plan, plan v2), W = len(part) partials, each taking the
+// chunks [c·W+k] in order: the shift, which writes a row's shifted values t = x − x0 (the
+// row's scratch, or x itself) and their partial sums, and the partial sums of the squared
+// deviations d = t − meanD, read from t: the later passes take the shift's values instead of
+// subtracting x0 again; then the plan's tree over the partials (plan.Plan.Tree: for a vector
+// row, each quad folded first, then the halving).
 
 // sumForm is the form of an accumulation.
 type sumForm struct {
-	sq   bool // the squared deviations f32(d·d), else x − x0
+	sq   bool // the squared deviations f32(d·d) of t, else the shift: t = x − x0 and its sums
 	fma  bool // sq as fma(d, d, part[k]) (the profile's FuseVariance)
 	zero bool // the partials start at +0 (part is not read), else the sums are added onto them
 }
@@ -19,92 +21,98 @@ type sumForm struct {
 // sumKernels are a width's accumulation kernels: whole chunks of W = len(part), W a multiple
 // of the lanes, with blocks of partials kept in registers across the chunks.
 type sumKernels struct {
-	sum, sumZero                       func(part, x []float32, x0 float32)
-	sqDev, sqDevZero, sqFMA, sqFMAZero func(part, x []float32, x0, meanD float32)
+	shift, shiftZero                   func(part, t, x []float32, x0 float32)
+	sqDev, sqDevZero, sqFMA, sqFMAZero func(part, t []float32, meanD float32)
 	tree                               func(part []float32) float32 // W a power of two ≥ 8
 	fold                               func(part []float32)         // plan.FoldQuads, len(part) a multiple of 32
+	foldTree                           func(part []float32) float32 // a vector row's tree, part only read: W = 64·2^k ≤ 2048 (AVX-512; else nil)
 }
 
 // run runs the form's kernel.
-func (t *sumKernels) run(f sumForm, part, x []float32, x0, meanD float32) {
+func (k *sumKernels) run(f sumForm, part, t, x []float32, x0, meanD float32) {
 	switch {
 	case !f.sq && f.zero:
-		t.sumZero(part, x, x0)
+		k.shiftZero(part, t, x, x0)
 	case !f.sq:
-		t.sum(part, x, x0)
+		k.shift(part, t, x, x0)
 	case f.fma && f.zero:
-		t.sqFMAZero(part, x, x0, meanD)
+		k.sqFMAZero(part, t, meanD)
 	case f.fma:
-		t.sqFMA(part, x, x0, meanD)
+		k.sqFMA(part, t, meanD)
 	case f.zero:
-		t.sqDevZero(part, x, x0, meanD)
+		k.sqDevZero(part, t, meanD)
 	default:
-		t.sqDev(part, x, x0, meanD)
+		k.sqDev(part, t, meanD)
 	}
 }
 
-// accumulateGo is the twin of every accumulation.
-func accumulateGo(f sumForm, part, x []float32, x0, meanD float32) {
+// accumulateGo is the twin of every accumulation; x is read by the shift only (nil for sq).
+func accumulateGo(f sumForm, part, t, x []float32, x0, meanD float32) {
 	if f.zero {
 		clear(part)
 	}
 	w := len(part)
-	for base := 0; base < len(x); base += w {
-		c := x[base:min(base+w, len(x))]
+	for base := 0; base < len(t); base += w {
+		c := t[base:min(base+w, len(t))]
 		p := part[:len(c)]
 		switch {
 		case !f.sq:
-			for k, v := range c {
-				p[k] += v - x0
+			for k, v := range x[base : base+len(c)] {
+				c[k] = v - x0
+				p[k] += c[k]
 			}
 		case f.fma:
 			for k, v := range c {
-				d := (v - x0) - meanD
+				d := v - meanD
 				p[k] = plan.FMA32(d, d, p[k])
 			}
 		default:
 			for k, v := range c {
-				d := (v - x0) - meanD
+				d := v - meanD
 				p[k] += float32(d * d)
 			}
 		}
 	}
 }
 
-// accumulate runs an accumulation: whole chunks of W go to the width's kernel; the shorter
-// last chunk is one more call with W narrowed to its whole vectors, and what is left of it
-// goes to the narrower width. A W that is not a multiple of the lanes (short rows) goes to
-// the narrower width whole; so does a zero-start row shorter than W, except at the
-// narrowest width, which clears the partials and adds onto them.
-func (k *kernels) accumulate(f sumForm, part, x []float32, x0, meanD float32) {
+// accumulate runs an accumulation over t (the shift: from x, into t): whole chunks of W go
+// to the width's kernel; the shorter last chunk is one more call with W narrowed to its
+// whole vectors, and what is left of it goes to the narrower width. A W that is not a
+// multiple of the lanes (short rows) goes to the narrower width whole; so does a zero-start
+// row shorter than W, except at the narrowest width, which clears the partials and adds
+// onto them.
+func (k *kernels) accumulate(f sumForm, part, t, x []float32, x0, meanD float32) {
+	if !f.sq {
+		x = x[:len(t)]
+	}
 	if !k.simd() {
-		accumulateGo(f, part, x, x0, meanD)
+		accumulateGo(f, part, t, x, x0, meanD)
 		return
 	}
 	w := len(part)
-	if w%k.lanes != 0 || f.zero && len(x) < w {
+	if w%k.lanes != 0 || f.zero && len(t) < w {
 		if f.zero && w%k.lanes == 0 && !k.narrower.simd() {
 			clear(part)
 			f.zero = false
-			k.accumulate(f, part, x, x0, meanD)
+			k.accumulate(f, part, t, x, x0, meanD)
 			return
 		}
-		k.narrower.accumulate(f, part, x, x0, meanD)
+		k.narrower.accumulate(f, part, t, x, x0, meanD)
 		return
 	}
-	full := len(x) - len(x)%w
+	full := len(t) - len(t)%w
 	if full > 0 {
-		k.sums.run(f, part, x[:full], x0, meanD)
+		k.sums.run(f, part, t[:full], x, x0, meanD)
 	}
 	// The zero-start kernel has written every partial: the last chunk adds onto them.
 	f.zero = false
-	tail := x[full:]
+	tail := t[full:]
 	m := k.whole(len(tail))
 	if m > 0 {
-		k.sums.run(f, part[:m], tail[:m], x0, meanD)
+		k.sums.run(f, part[:m], tail[:m], from(x, full), x0, meanD)
 	}
 	if m < len(tail) {
-		k.narrower.accumulate(f, part[m:len(tail)], tail[m:], x0, meanD)
+		k.narrower.accumulate(f, part[m:len(tail)], tail[m:], from(x, full+m), x0, meanD)
 	}
 }
 
@@ -149,9 +157,13 @@ func (k *kernels) foldQuads(part []float32) {
 }
 
 // planTree is the plan's tree over part[:p.W]: the quads folded first for a vector row
-// (plan.Plan.Vec), then the halving steps.
+// (plan.Plan.Vec), then the halving steps; it leaves part as scratch (foldTree does not
+// write it).
 func (k *kernels) planTree(p *plan.Plan, part []float32) float32 {
 	part = part[:p.W]
+	if w := p.W; p.Vec() && k.sums.foldTree != nil && w >= 64 && w <= 2048 && w&(w-1) == 0 {
+		return k.sums.foldTree(part)
+	}
 	if p.Vec() {
 		k.foldQuads(part)
 		part = part[:p.W/plan.VecLanes]
@@ -159,21 +171,21 @@ func (k *kernels) planTree(p *plan.Plan, part []float32) float32 {
 	return k.tree(part)
 }
 
-// rowStats returns the statistics of x under plan p; part is scratch of p.W elements. pf
-// (nil for none) takes a step after each pass over x.
-func rowStats(k *kernels, p *plan.Plan, x, part []float32, eps float32, pf *rowPrefetch) plan.Stats {
-	part = part[:p.W]
-	k.accumulate(sumForm{zero: true}, part, x, x[0], 0)
+// rowStats returns the statistics of x under plan p; t (len(x)) and part (p.W) are scratch.
+// pf (nil for none) takes a step after each pass over the row.
+func rowStats(k *kernels, p *plan.Plan, x, t, part []float32, eps float32, pf *rowPrefetch) plan.Stats {
+	x0 := x[0]
+	k.accumulate(sumForm{zero: true}, part[:p.W], t[:len(x)], x, x0, 0)
 	pf.step()
-	return rowStatsSummed(k, p, x, part, x[0], eps, pf)
+	return rowStatsSummed(k, p, t[:len(x)], part, x0, eps, pf)
 }
 
-// rowStatsSummed is rowStats after the first accumulation: part[:p.W] holds the partial
-// sums of x − x0 (from addSum), x0 = x[0].
-func rowStatsSummed(k *kernels, p *plan.Plan, x, part []float32, x0, eps float32, pf *rowPrefetch) plan.Stats {
+// rowStatsSummed is rowStats after the first pass: t holds the row shifted by x0, and
+// part[:p.W] the partial sums of t (from the shift, or a fused first pass).
+func rowStatsSummed(k *kernels, p *plan.Plan, t, part []float32, x0, eps float32, pf *rowPrefetch) plan.Stats {
 	part = part[:p.W]
 	meanD := k.planTree(p, part) * p.InvH
-	k.accumulate(sumForm{sq: true, fma: p.Profile.FuseVariance, zero: true}, part, x, x0, meanD)
+	k.accumulate(sumForm{sq: true, fma: p.Profile.FuseVariance, zero: true}, part, t, nil, 0, meanD)
 	pf.step()
 	variance := k.planTree(p, part) * p.InvH
 	return plan.Stats{X0: x0, MeanD: meanD, Rstd: plan.Rstd(variance + eps)}

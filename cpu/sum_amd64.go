@@ -4,77 +4,77 @@
 
 package cpu
 
-// avx2Accumulate does part[k] += x[c·W+k] − x0 for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
+// avx2AccumulateShift does t[i] = x[i] − x0 (t may be x) and part[k] += t[c·W+k] for every chunk c;
+// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2Accumulate(part []float32, x []float32, x0 float32)
+func avx2AccumulateShift(part []float32, t []float32, x []float32, x0 float32)
 
-// avx2AccumulateSqDev does part[k] += f32(d·d), d = (x[c·W+k] − x0) − meanD for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
+// avx2AccumulateSqDev does part[k] += f32(d·d), d = t[c·W+k] − meanD for every chunk c;
+// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AccumulateSqDev(part []float32, x []float32, x0 float32, meanD float32)
+func avx2AccumulateSqDev(part []float32, t []float32, meanD float32)
 
-// avx2AccumulateSqDevFMA does part[k] = fma(d, d, part[k]), d = (x[c·W+k] − x0) − meanD for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
+// avx2AccumulateSqDevFMA does part[k] = fma(d, d, part[k]), d = t[c·W+k] − meanD for every chunk c;
+// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AccumulateSqDevFMA(part []float32, x []float32, x0 float32, meanD float32)
+func avx2AccumulateSqDevFMA(part []float32, t []float32, meanD float32)
 
-// avx2AccumulateZero is avx2Accumulate on partials that start at +0 (part is
+// avx2AccumulateShiftZero is avx2AccumulateShift on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx2AccumulateZero(part []float32, x []float32, x0 float32)
+func avx2AccumulateShiftZero(part []float32, t []float32, x []float32, x0 float32)
 
 // avx2AccumulateSqDevZero is avx2AccumulateSqDev on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx2AccumulateSqDevZero(part []float32, x []float32, x0 float32, meanD float32)
+func avx2AccumulateSqDevZero(part []float32, t []float32, meanD float32)
 
 // avx2AccumulateSqDevFMAZero is avx2AccumulateSqDevFMA on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx2AccumulateSqDevFMAZero(part []float32, x []float32, x0 float32, meanD float32)
+func avx2AccumulateSqDevFMAZero(part []float32, t []float32, meanD float32)
 
-// avx512Accumulate does part[k] += x[c·W+k] − x0 for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
+// avx512AccumulateShift does t[i] = x[i] − x0 (t may be x) and part[k] += t[c·W+k] for every chunk c;
+// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512Accumulate(part []float32, x []float32, x0 float32)
+func avx512AccumulateShift(part []float32, t []float32, x []float32, x0 float32)
 
-// avx512AccumulateSqDev does part[k] += f32(d·d), d = (x[c·W+k] − x0) − meanD for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
+// avx512AccumulateSqDev does part[k] += f32(d·d), d = t[c·W+k] − meanD for every chunk c;
+// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AccumulateSqDev(part []float32, x []float32, x0 float32, meanD float32)
+func avx512AccumulateSqDev(part []float32, t []float32, meanD float32)
 
-// avx512AccumulateSqDevFMA does part[k] = fma(d, d, part[k]), d = (x[c·W+k] − x0) − meanD for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.
+// avx512AccumulateSqDevFMA does part[k] = fma(d, d, part[k]), d = t[c·W+k] − meanD for every chunk c;
+// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AccumulateSqDevFMA(part []float32, x []float32, x0 float32, meanD float32)
+func avx512AccumulateSqDevFMA(part []float32, t []float32, meanD float32)
 
-// avx512AccumulateZero is avx512Accumulate on partials that start at +0 (part is
+// avx512AccumulateShiftZero is avx512AccumulateShift on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx512AccumulateZero(part []float32, x []float32, x0 float32)
+func avx512AccumulateShiftZero(part []float32, t []float32, x []float32, x0 float32)
 
 // avx512AccumulateSqDevZero is avx512AccumulateSqDev on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx512AccumulateSqDevZero(part []float32, x []float32, x0 float32, meanD float32)
+func avx512AccumulateSqDevZero(part []float32, t []float32, meanD float32)
 
 // avx512AccumulateSqDevFMAZero is avx512AccumulateSqDevFMA on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
 //
 //go:noescape
-func avx512AccumulateSqDevFMAZero(part []float32, x []float32, x0 float32, meanD float32)
+func avx512AccumulateSqDevFMAZero(part []float32, t []float32, meanD float32)
 
 // avx2Tree runs part[k] += part[k+off] for k < off, off = len(part)/2 … 1, and returns part[0];
 // len(part) must be a power of two ≥ 8.
@@ -87,3 +87,9 @@ func avx2Tree(part []float32) float32
 //
 //go:noescape
 func avx2FoldQuads(part []float32)
+
+// avx512FoldTree returns plan.Plan.Tree of a vector row over part, without writing it: the quads
+// folded as (a + b) + (c + d), then the halving; len(part) must be 64·2^k, k ≤ 5.
+//
+//go:noescape
+func avx512FoldTree(part []float32) float32

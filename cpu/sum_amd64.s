@@ -4,81 +4,86 @@
 
 #include "textflag.h"
 
-// func avx2Accumulate(part []float32, x []float32, x0 float32)
+// func avx2AccumulateShift(part []float32, t []float32, x []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Accumulate(SB), NOSPLIT, $0-52
+TEXT ·avx2AccumulateShift(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Y0
-	MOVQ         x_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-32, DI
+	MOVQ         x_base+48(FP), BX
+	VBROADCASTSS x0+72(FP), Y0
+	MOVQ         t_len+32(FP), SI
+	XORQ         DI, DI
+	MOVQ         DX, R8
+	ANDQ         $-32, R8
 
-avx2Accumulate_block:
-	CMPQ    SI, DI
-	JAE     avx2Accumulate_block_done
-	VMOVUPS (AX)(SI*4), Y1
-	VMOVUPS 32(AX)(SI*4), Y2
-	VMOVUPS 64(AX)(SI*4), Y3
-	VMOVUPS 96(AX)(SI*4), Y4
-	MOVQ    SI, R8
+avx2AccumulateShift_block:
+	CMPQ    DI, R8
+	JAE     avx2AccumulateShift_block_done
+	VMOVUPS (AX)(DI*4), Y1
+	VMOVUPS 32(AX)(DI*4), Y2
+	VMOVUPS 64(AX)(DI*4), Y3
+	VMOVUPS 96(AX)(DI*4), Y4
+	MOVQ    DI, R9
 
-avx2Accumulate_block_chunk:
-	VMOVUPS (CX)(R8*4), Y5
+avx2AccumulateShift_block_chunk:
+	VMOVUPS (BX)(R9*4), Y5
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, (CX)(R9*4)
 	VADDPS  Y5, Y1, Y1
-	VMOVUPS 32(CX)(R8*4), Y5
+	VMOVUPS 32(BX)(R9*4), Y5
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 32(CX)(R9*4)
 	VADDPS  Y5, Y2, Y2
-	VMOVUPS 64(CX)(R8*4), Y5
+	VMOVUPS 64(BX)(R9*4), Y5
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 64(CX)(R9*4)
 	VADDPS  Y5, Y3, Y3
-	VMOVUPS 96(CX)(R8*4), Y5
+	VMOVUPS 96(BX)(R9*4), Y5
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 96(CX)(R9*4)
 	VADDPS  Y5, Y4, Y4
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx2Accumulate_block_chunk
-	VMOVUPS Y1, (AX)(SI*4)
-	VMOVUPS Y2, 32(AX)(SI*4)
-	VMOVUPS Y3, 64(AX)(SI*4)
-	VMOVUPS Y4, 96(AX)(SI*4)
-	ADDQ    $0x00000020, SI
-	JMP     avx2Accumulate_block
+	ADDQ    DX, R9
+	CMPQ    R9, SI
+	JB      avx2AccumulateShift_block_chunk
+	VMOVUPS Y1, (AX)(DI*4)
+	VMOVUPS Y2, 32(AX)(DI*4)
+	VMOVUPS Y3, 64(AX)(DI*4)
+	VMOVUPS Y4, 96(AX)(DI*4)
+	ADDQ    $0x00000020, DI
+	JMP     avx2AccumulateShift_block
 
-avx2Accumulate_block_done:
-avx2Accumulate_vec:
-	CMPQ    SI, DX
-	JAE     avx2Accumulate_vec_done
-	VMOVUPS (AX)(SI*4), Y1
-	MOVQ    SI, DI
+avx2AccumulateShift_block_done:
+avx2AccumulateShift_vec:
+	CMPQ    DI, DX
+	JAE     avx2AccumulateShift_vec_done
+	VMOVUPS (AX)(DI*4), Y1
+	MOVQ    DI, R8
 
-avx2Accumulate_vec_chunk:
-	VMOVUPS (CX)(DI*4), Y2
+avx2AccumulateShift_vec_chunk:
+	VMOVUPS (BX)(R8*4), Y2
 	VSUBPS  Y0, Y2, Y2
+	VMOVUPS Y2, (CX)(R8*4)
 	VADDPS  Y2, Y1, Y1
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx2Accumulate_vec_chunk
-	VMOVUPS Y1, (AX)(SI*4)
-	ADDQ    $0x00000008, SI
-	JMP     avx2Accumulate_vec
+	ADDQ    DX, R8
+	CMPQ    R8, SI
+	JB      avx2AccumulateShift_vec_chunk
+	VMOVUPS Y1, (AX)(DI*4)
+	ADDQ    $0x00000008, DI
+	JMP     avx2AccumulateShift_vec
 
-avx2Accumulate_vec_done:
+avx2AccumulateShift_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateSqDev(part []float32, x []float32, x0 float32, meanD float32)
+// func avx2AccumulateSqDev(part []float32, t []float32, meanD float32)
 // Requires: AVX
-TEXT ·avx2AccumulateSqDev(SB), NOSPLIT, $0-56
+TEXT ·avx2AccumulateSqDev(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Y0
-	VBROADCASTSS meanD+52(FP), Y1
-	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS meanD+48(FP), Y0
+	MOVQ         t_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-32, DI
@@ -86,40 +91,36 @@ TEXT ·avx2AccumulateSqDev(SB), NOSPLIT, $0-56
 avx2AccumulateSqDev_block:
 	CMPQ    SI, DI
 	JAE     avx2AccumulateSqDev_block_done
-	VMOVUPS (AX)(SI*4), Y2
-	VMOVUPS 32(AX)(SI*4), Y3
-	VMOVUPS 64(AX)(SI*4), Y4
-	VMOVUPS 96(AX)(SI*4), Y5
+	VMOVUPS (AX)(SI*4), Y1
+	VMOVUPS 32(AX)(SI*4), Y2
+	VMOVUPS 64(AX)(SI*4), Y3
+	VMOVUPS 96(AX)(SI*4), Y4
 	MOVQ    SI, R8
 
 avx2AccumulateSqDev_block_chunk:
-	VMOVUPS (CX)(R8*4), Y6
-	VSUBPS  Y0, Y6, Y6
-	VSUBPS  Y1, Y6, Y6
-	VMULPS  Y6, Y6, Y6
-	VADDPS  Y6, Y2, Y2
-	VMOVUPS 32(CX)(R8*4), Y6
-	VSUBPS  Y0, Y6, Y6
-	VSUBPS  Y1, Y6, Y6
-	VMULPS  Y6, Y6, Y6
-	VADDPS  Y6, Y3, Y3
-	VMOVUPS 64(CX)(R8*4), Y6
-	VSUBPS  Y0, Y6, Y6
-	VSUBPS  Y1, Y6, Y6
-	VMULPS  Y6, Y6, Y6
-	VADDPS  Y6, Y4, Y4
-	VMOVUPS 96(CX)(R8*4), Y6
-	VSUBPS  Y0, Y6, Y6
-	VSUBPS  Y1, Y6, Y6
-	VMULPS  Y6, Y6, Y6
-	VADDPS  Y6, Y5, Y5
+	VMOVUPS (CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y4, Y4
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx2AccumulateSqDev_block_chunk
-	VMOVUPS Y2, (AX)(SI*4)
-	VMOVUPS Y3, 32(AX)(SI*4)
-	VMOVUPS Y4, 64(AX)(SI*4)
-	VMOVUPS Y5, 96(AX)(SI*4)
+	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS Y2, 32(AX)(SI*4)
+	VMOVUPS Y3, 64(AX)(SI*4)
+	VMOVUPS Y4, 96(AX)(SI*4)
 	ADDQ    $0x00000020, SI
 	JMP     avx2AccumulateSqDev_block
 
@@ -127,19 +128,18 @@ avx2AccumulateSqDev_block_done:
 avx2AccumulateSqDev_vec:
 	CMPQ    SI, DX
 	JAE     avx2AccumulateSqDev_vec_done
-	VMOVUPS (AX)(SI*4), Y2
+	VMOVUPS (AX)(SI*4), Y1
 	MOVQ    SI, DI
 
 avx2AccumulateSqDev_vec_chunk:
-	VMOVUPS (CX)(DI*4), Y3
-	VSUBPS  Y0, Y3, Y3
-	VSUBPS  Y1, Y3, Y3
-	VMULPS  Y3, Y3, Y3
-	VADDPS  Y3, Y2, Y2
+	VMOVUPS (CX)(DI*4), Y2
+	VSUBPS  Y0, Y2, Y2
+	VMULPS  Y2, Y2, Y2
+	VADDPS  Y2, Y1, Y1
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx2AccumulateSqDev_vec_chunk
-	VMOVUPS Y2, (AX)(SI*4)
+	VMOVUPS Y1, (AX)(SI*4)
 	ADDQ    $0x00000008, SI
 	JMP     avx2AccumulateSqDev_vec
 
@@ -147,15 +147,14 @@ avx2AccumulateSqDev_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateSqDevFMA(part []float32, x []float32, x0 float32, meanD float32)
+// func avx2AccumulateSqDevFMA(part []float32, t []float32, meanD float32)
 // Requires: AVX, FMA3
-TEXT ·avx2AccumulateSqDevFMA(SB), NOSPLIT, $0-56
+TEXT ·avx2AccumulateSqDevFMA(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Y0
-	VBROADCASTSS meanD+52(FP), Y1
-	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS meanD+48(FP), Y0
+	MOVQ         t_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-32, DI
@@ -163,36 +162,32 @@ TEXT ·avx2AccumulateSqDevFMA(SB), NOSPLIT, $0-56
 avx2AccumulateSqDevFMA_block:
 	CMPQ    SI, DI
 	JAE     avx2AccumulateSqDevFMA_block_done
-	VMOVUPS (AX)(SI*4), Y2
-	VMOVUPS 32(AX)(SI*4), Y3
-	VMOVUPS 64(AX)(SI*4), Y4
-	VMOVUPS 96(AX)(SI*4), Y5
+	VMOVUPS (AX)(SI*4), Y1
+	VMOVUPS 32(AX)(SI*4), Y2
+	VMOVUPS 64(AX)(SI*4), Y3
+	VMOVUPS 96(AX)(SI*4), Y4
 	MOVQ    SI, R8
 
 avx2AccumulateSqDevFMA_block_chunk:
-	VMOVUPS     (CX)(R8*4), Y6
-	VSUBPS      Y0, Y6, Y6
-	VSUBPS      Y1, Y6, Y6
-	VFMADD231PS Y6, Y6, Y2
-	VMOVUPS     32(CX)(R8*4), Y6
-	VSUBPS      Y0, Y6, Y6
-	VSUBPS      Y1, Y6, Y6
-	VFMADD231PS Y6, Y6, Y3
-	VMOVUPS     64(CX)(R8*4), Y6
-	VSUBPS      Y0, Y6, Y6
-	VSUBPS      Y1, Y6, Y6
-	VFMADD231PS Y6, Y6, Y4
-	VMOVUPS     96(CX)(R8*4), Y6
-	VSUBPS      Y0, Y6, Y6
-	VSUBPS      Y1, Y6, Y6
-	VFMADD231PS Y6, Y6, Y5
+	VMOVUPS     (CX)(R8*4), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y1
+	VMOVUPS     32(CX)(R8*4), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y2
+	VMOVUPS     64(CX)(R8*4), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y3
+	VMOVUPS     96(CX)(R8*4), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y4
 	ADDQ        DX, R8
 	CMPQ        R8, BX
 	JB          avx2AccumulateSqDevFMA_block_chunk
-	VMOVUPS     Y2, (AX)(SI*4)
-	VMOVUPS     Y3, 32(AX)(SI*4)
-	VMOVUPS     Y4, 64(AX)(SI*4)
-	VMOVUPS     Y5, 96(AX)(SI*4)
+	VMOVUPS     Y1, (AX)(SI*4)
+	VMOVUPS     Y2, 32(AX)(SI*4)
+	VMOVUPS     Y3, 64(AX)(SI*4)
+	VMOVUPS     Y4, 96(AX)(SI*4)
 	ADDQ        $0x00000020, SI
 	JMP         avx2AccumulateSqDevFMA_block
 
@@ -200,18 +195,17 @@ avx2AccumulateSqDevFMA_block_done:
 avx2AccumulateSqDevFMA_vec:
 	CMPQ    SI, DX
 	JAE     avx2AccumulateSqDevFMA_vec_done
-	VMOVUPS (AX)(SI*4), Y2
+	VMOVUPS (AX)(SI*4), Y1
 	MOVQ    SI, DI
 
 avx2AccumulateSqDevFMA_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VFMADD231PS Y3, Y3, Y2
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VFMADD231PS Y2, Y2, Y1
 	ADDQ        DX, DI
 	CMPQ        DI, BX
 	JB          avx2AccumulateSqDevFMA_vec_chunk
-	VMOVUPS     Y2, (AX)(SI*4)
+	VMOVUPS     Y1, (AX)(SI*4)
 	ADDQ        $0x00000008, SI
 	JMP         avx2AccumulateSqDevFMA_vec
 
@@ -219,81 +213,86 @@ avx2AccumulateSqDevFMA_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateZero(part []float32, x []float32, x0 float32)
+// func avx2AccumulateShiftZero(part []float32, t []float32, x []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2AccumulateZero(SB), NOSPLIT, $0-52
+TEXT ·avx2AccumulateShiftZero(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Y0
-	MOVQ         x_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-32, DI
+	MOVQ         x_base+48(FP), BX
+	VBROADCASTSS x0+72(FP), Y0
+	MOVQ         t_len+32(FP), SI
+	XORQ         DI, DI
+	MOVQ         DX, R8
+	ANDQ         $-32, R8
 
-avx2AccumulateZero_block:
-	CMPQ   SI, DI
-	JAE    avx2AccumulateZero_block_done
+avx2AccumulateShiftZero_block:
+	CMPQ   DI, R8
+	JAE    avx2AccumulateShiftZero_block_done
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	MOVQ   SI, R8
+	MOVQ   DI, R9
 
-avx2AccumulateZero_block_chunk:
-	VMOVUPS (CX)(R8*4), Y5
+avx2AccumulateShiftZero_block_chunk:
+	VMOVUPS (BX)(R9*4), Y5
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, (CX)(R9*4)
 	VADDPS  Y5, Y1, Y1
-	VMOVUPS 32(CX)(R8*4), Y5
+	VMOVUPS 32(BX)(R9*4), Y5
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 32(CX)(R9*4)
 	VADDPS  Y5, Y2, Y2
-	VMOVUPS 64(CX)(R8*4), Y5
+	VMOVUPS 64(BX)(R9*4), Y5
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 64(CX)(R9*4)
 	VADDPS  Y5, Y3, Y3
-	VMOVUPS 96(CX)(R8*4), Y5
+	VMOVUPS 96(BX)(R9*4), Y5
 	VSUBPS  Y0, Y5, Y5
+	VMOVUPS Y5, 96(CX)(R9*4)
 	VADDPS  Y5, Y4, Y4
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx2AccumulateZero_block_chunk
-	VMOVUPS Y1, (AX)(SI*4)
-	VMOVUPS Y2, 32(AX)(SI*4)
-	VMOVUPS Y3, 64(AX)(SI*4)
-	VMOVUPS Y4, 96(AX)(SI*4)
-	ADDQ    $0x00000020, SI
-	JMP     avx2AccumulateZero_block
+	ADDQ    DX, R9
+	CMPQ    R9, SI
+	JB      avx2AccumulateShiftZero_block_chunk
+	VMOVUPS Y1, (AX)(DI*4)
+	VMOVUPS Y2, 32(AX)(DI*4)
+	VMOVUPS Y3, 64(AX)(DI*4)
+	VMOVUPS Y4, 96(AX)(DI*4)
+	ADDQ    $0x00000020, DI
+	JMP     avx2AccumulateShiftZero_block
 
-avx2AccumulateZero_block_done:
-avx2AccumulateZero_vec:
-	CMPQ   SI, DX
-	JAE    avx2AccumulateZero_vec_done
+avx2AccumulateShiftZero_block_done:
+avx2AccumulateShiftZero_vec:
+	CMPQ   DI, DX
+	JAE    avx2AccumulateShiftZero_vec_done
 	VXORPS Y1, Y1, Y1
-	MOVQ   SI, DI
+	MOVQ   DI, R8
 
-avx2AccumulateZero_vec_chunk:
-	VMOVUPS (CX)(DI*4), Y2
+avx2AccumulateShiftZero_vec_chunk:
+	VMOVUPS (BX)(R8*4), Y2
 	VSUBPS  Y0, Y2, Y2
+	VMOVUPS Y2, (CX)(R8*4)
 	VADDPS  Y2, Y1, Y1
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx2AccumulateZero_vec_chunk
-	VMOVUPS Y1, (AX)(SI*4)
-	ADDQ    $0x00000008, SI
-	JMP     avx2AccumulateZero_vec
+	ADDQ    DX, R8
+	CMPQ    R8, SI
+	JB      avx2AccumulateShiftZero_vec_chunk
+	VMOVUPS Y1, (AX)(DI*4)
+	ADDQ    $0x00000008, DI
+	JMP     avx2AccumulateShiftZero_vec
 
-avx2AccumulateZero_vec_done:
+avx2AccumulateShiftZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateSqDevZero(part []float32, x []float32, x0 float32, meanD float32)
+// func avx2AccumulateSqDevZero(part []float32, t []float32, meanD float32)
 // Requires: AVX
-TEXT ·avx2AccumulateSqDevZero(SB), NOSPLIT, $0-56
+TEXT ·avx2AccumulateSqDevZero(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Y0
-	VBROADCASTSS meanD+52(FP), Y1
-	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS meanD+48(FP), Y0
+	MOVQ         t_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-32, DI
@@ -301,40 +300,36 @@ TEXT ·avx2AccumulateSqDevZero(SB), NOSPLIT, $0-56
 avx2AccumulateSqDevZero_block:
 	CMPQ   SI, DI
 	JAE    avx2AccumulateSqDevZero_block_done
+	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
 	MOVQ   SI, R8
 
 avx2AccumulateSqDevZero_block_chunk:
-	VMOVUPS (CX)(R8*4), Y6
-	VSUBPS  Y0, Y6, Y6
-	VSUBPS  Y1, Y6, Y6
-	VMULPS  Y6, Y6, Y6
-	VADDPS  Y6, Y2, Y2
-	VMOVUPS 32(CX)(R8*4), Y6
-	VSUBPS  Y0, Y6, Y6
-	VSUBPS  Y1, Y6, Y6
-	VMULPS  Y6, Y6, Y6
-	VADDPS  Y6, Y3, Y3
-	VMOVUPS 64(CX)(R8*4), Y6
-	VSUBPS  Y0, Y6, Y6
-	VSUBPS  Y1, Y6, Y6
-	VMULPS  Y6, Y6, Y6
-	VADDPS  Y6, Y4, Y4
-	VMOVUPS 96(CX)(R8*4), Y6
-	VSUBPS  Y0, Y6, Y6
-	VSUBPS  Y1, Y6, Y6
-	VMULPS  Y6, Y6, Y6
-	VADDPS  Y6, Y5, Y5
+	VMOVUPS (CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(CX)(R8*4), Y5
+	VSUBPS  Y0, Y5, Y5
+	VMULPS  Y5, Y5, Y5
+	VADDPS  Y5, Y4, Y4
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx2AccumulateSqDevZero_block_chunk
-	VMOVUPS Y2, (AX)(SI*4)
-	VMOVUPS Y3, 32(AX)(SI*4)
-	VMOVUPS Y4, 64(AX)(SI*4)
-	VMOVUPS Y5, 96(AX)(SI*4)
+	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS Y2, 32(AX)(SI*4)
+	VMOVUPS Y3, 64(AX)(SI*4)
+	VMOVUPS Y4, 96(AX)(SI*4)
 	ADDQ    $0x00000020, SI
 	JMP     avx2AccumulateSqDevZero_block
 
@@ -342,19 +337,18 @@ avx2AccumulateSqDevZero_block_done:
 avx2AccumulateSqDevZero_vec:
 	CMPQ   SI, DX
 	JAE    avx2AccumulateSqDevZero_vec_done
-	VXORPS Y2, Y2, Y2
+	VXORPS Y1, Y1, Y1
 	MOVQ   SI, DI
 
 avx2AccumulateSqDevZero_vec_chunk:
-	VMOVUPS (CX)(DI*4), Y3
-	VSUBPS  Y0, Y3, Y3
-	VSUBPS  Y1, Y3, Y3
-	VMULPS  Y3, Y3, Y3
-	VADDPS  Y3, Y2, Y2
+	VMOVUPS (CX)(DI*4), Y2
+	VSUBPS  Y0, Y2, Y2
+	VMULPS  Y2, Y2, Y2
+	VADDPS  Y2, Y1, Y1
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx2AccumulateSqDevZero_vec_chunk
-	VMOVUPS Y2, (AX)(SI*4)
+	VMOVUPS Y1, (AX)(SI*4)
 	ADDQ    $0x00000008, SI
 	JMP     avx2AccumulateSqDevZero_vec
 
@@ -362,15 +356,14 @@ avx2AccumulateSqDevZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateSqDevFMAZero(part []float32, x []float32, x0 float32, meanD float32)
+// func avx2AccumulateSqDevFMAZero(part []float32, t []float32, meanD float32)
 // Requires: AVX, FMA3
-TEXT ·avx2AccumulateSqDevFMAZero(SB), NOSPLIT, $0-56
+TEXT ·avx2AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Y0
-	VBROADCASTSS meanD+52(FP), Y1
-	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS meanD+48(FP), Y0
+	MOVQ         t_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-32, DI
@@ -378,36 +371,32 @@ TEXT ·avx2AccumulateSqDevFMAZero(SB), NOSPLIT, $0-56
 avx2AccumulateSqDevFMAZero_block:
 	CMPQ   SI, DI
 	JAE    avx2AccumulateSqDevFMAZero_block_done
+	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
 	MOVQ   SI, R8
 
 avx2AccumulateSqDevFMAZero_block_chunk:
-	VMOVUPS     (CX)(R8*4), Y6
-	VSUBPS      Y0, Y6, Y6
-	VSUBPS      Y1, Y6, Y6
-	VFMADD231PS Y6, Y6, Y2
-	VMOVUPS     32(CX)(R8*4), Y6
-	VSUBPS      Y0, Y6, Y6
-	VSUBPS      Y1, Y6, Y6
-	VFMADD231PS Y6, Y6, Y3
-	VMOVUPS     64(CX)(R8*4), Y6
-	VSUBPS      Y0, Y6, Y6
-	VSUBPS      Y1, Y6, Y6
-	VFMADD231PS Y6, Y6, Y4
-	VMOVUPS     96(CX)(R8*4), Y6
-	VSUBPS      Y0, Y6, Y6
-	VSUBPS      Y1, Y6, Y6
-	VFMADD231PS Y6, Y6, Y5
+	VMOVUPS     (CX)(R8*4), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y1
+	VMOVUPS     32(CX)(R8*4), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y2
+	VMOVUPS     64(CX)(R8*4), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y3
+	VMOVUPS     96(CX)(R8*4), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y4
 	ADDQ        DX, R8
 	CMPQ        R8, BX
 	JB          avx2AccumulateSqDevFMAZero_block_chunk
-	VMOVUPS     Y2, (AX)(SI*4)
-	VMOVUPS     Y3, 32(AX)(SI*4)
-	VMOVUPS     Y4, 64(AX)(SI*4)
-	VMOVUPS     Y5, 96(AX)(SI*4)
+	VMOVUPS     Y1, (AX)(SI*4)
+	VMOVUPS     Y2, 32(AX)(SI*4)
+	VMOVUPS     Y3, 64(AX)(SI*4)
+	VMOVUPS     Y4, 96(AX)(SI*4)
 	ADDQ        $0x00000020, SI
 	JMP         avx2AccumulateSqDevFMAZero_block
 
@@ -415,18 +404,17 @@ avx2AccumulateSqDevFMAZero_block_done:
 avx2AccumulateSqDevFMAZero_vec:
 	CMPQ   SI, DX
 	JAE    avx2AccumulateSqDevFMAZero_vec_done
-	VXORPS Y2, Y2, Y2
+	VXORPS Y1, Y1, Y1
 	MOVQ   SI, DI
 
 avx2AccumulateSqDevFMAZero_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Y3
-	VSUBPS      Y0, Y3, Y3
-	VSUBPS      Y1, Y3, Y3
-	VFMADD231PS Y3, Y3, Y2
+	VMOVUPS     (CX)(DI*4), Y2
+	VSUBPS      Y0, Y2, Y2
+	VFMADD231PS Y2, Y2, Y1
 	ADDQ        DX, DI
 	CMPQ        DI, BX
 	JB          avx2AccumulateSqDevFMAZero_vec_chunk
-	VMOVUPS     Y2, (AX)(SI*4)
+	VMOVUPS     Y1, (AX)(SI*4)
 	ADDQ        $0x00000008, SI
 	JMP         avx2AccumulateSqDevFMAZero_vec
 
@@ -434,21 +422,117 @@ avx2AccumulateSqDevFMAZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Accumulate(part []float32, x []float32, x0 float32)
+// func avx512AccumulateShift(part []float32, t []float32, x []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Accumulate(SB), NOSPLIT, $0-52
+TEXT ·avx512AccumulateShift(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Z0
-	MOVQ         x_len+32(FP), BX
+	MOVQ         x_base+48(FP), BX
+	VBROADCASTSS x0+72(FP), Z0
+	MOVQ         t_len+32(FP), SI
+	XORQ         DI, DI
+	MOVQ         DX, R8
+	ANDQ         $-128, R8
+
+avx512AccumulateShift_block:
+	CMPQ    DI, R8
+	JAE     avx512AccumulateShift_block_done
+	VMOVUPS (AX)(DI*4), Z1
+	VMOVUPS 64(AX)(DI*4), Z2
+	VMOVUPS 128(AX)(DI*4), Z3
+	VMOVUPS 192(AX)(DI*4), Z4
+	VMOVUPS 256(AX)(DI*4), Z5
+	VMOVUPS 320(AX)(DI*4), Z6
+	VMOVUPS 384(AX)(DI*4), Z7
+	VMOVUPS 448(AX)(DI*4), Z8
+	MOVQ    DI, R9
+
+avx512AccumulateShift_block_chunk:
+	VMOVUPS (BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, (CX)(R9*4)
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 64(CX)(R9*4)
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 128(CX)(R9*4)
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 192(CX)(R9*4)
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 256(CX)(R9*4)
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 320(CX)(R9*4)
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 384(CX)(R9*4)
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 448(CX)(R9*4)
+	VADDPS  Z9, Z8, Z8
+	ADDQ    DX, R9
+	CMPQ    R9, SI
+	JB      avx512AccumulateShift_block_chunk
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS Z2, 64(AX)(DI*4)
+	VMOVUPS Z3, 128(AX)(DI*4)
+	VMOVUPS Z4, 192(AX)(DI*4)
+	VMOVUPS Z5, 256(AX)(DI*4)
+	VMOVUPS Z6, 320(AX)(DI*4)
+	VMOVUPS Z7, 384(AX)(DI*4)
+	VMOVUPS Z8, 448(AX)(DI*4)
+	ADDQ    $0x00000080, DI
+	JMP     avx512AccumulateShift_block
+
+avx512AccumulateShift_block_done:
+avx512AccumulateShift_vec:
+	CMPQ    DI, DX
+	JAE     avx512AccumulateShift_vec_done
+	VMOVUPS (AX)(DI*4), Z1
+	MOVQ    DI, R8
+
+avx512AccumulateShift_vec_chunk:
+	VMOVUPS (BX)(R8*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMOVUPS Z2, (CX)(R8*4)
+	VADDPS  Z2, Z1, Z1
+	ADDQ    DX, R8
+	CMPQ    R8, SI
+	JB      avx512AccumulateShift_vec_chunk
+	VMOVUPS Z1, (AX)(DI*4)
+	ADDQ    $0x00000010, DI
+	JMP     avx512AccumulateShift_vec
+
+avx512AccumulateShift_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateSqDev(part []float32, t []float32, meanD float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateSqDev(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS meanD+48(FP), Z0
+	MOVQ         t_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-128, DI
 
-avx512Accumulate_block:
+avx512AccumulateSqDev_block:
 	CMPQ    SI, DI
-	JAE     avx512Accumulate_block_done
+	JAE     avx512AccumulateSqDev_block_done
 	VMOVUPS (AX)(SI*4), Z1
 	VMOVUPS 64(AX)(SI*4), Z2
 	VMOVUPS 128(AX)(SI*4), Z3
@@ -459,34 +543,42 @@ avx512Accumulate_block:
 	VMOVUPS 448(AX)(SI*4), Z8
 	MOVQ    SI, R8
 
-avx512Accumulate_block_chunk:
+avx512AccumulateSqDev_block_chunk:
 	VMOVUPS (CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    DX, R8
 	CMPQ    R8, BX
-	JB      avx512Accumulate_block_chunk
+	JB      avx512AccumulateSqDev_block_chunk
 	VMOVUPS Z1, (AX)(SI*4)
 	VMOVUPS Z2, 64(AX)(SI*4)
 	VMOVUPS Z3, 128(AX)(SI*4)
@@ -496,128 +588,24 @@ avx512Accumulate_block_chunk:
 	VMOVUPS Z7, 384(AX)(SI*4)
 	VMOVUPS Z8, 448(AX)(SI*4)
 	ADDQ    $0x00000080, SI
-	JMP     avx512Accumulate_block
-
-avx512Accumulate_block_done:
-avx512Accumulate_vec:
-	CMPQ    SI, DX
-	JAE     avx512Accumulate_vec_done
-	VMOVUPS (AX)(SI*4), Z1
-	MOVQ    SI, DI
-
-avx512Accumulate_vec_chunk:
-	VMOVUPS (CX)(DI*4), Z2
-	VSUBPS  Z0, Z2, Z2
-	VADDPS  Z2, Z1, Z1
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx512Accumulate_vec_chunk
-	VMOVUPS Z1, (AX)(SI*4)
-	ADDQ    $0x00000010, SI
-	JMP     avx512Accumulate_vec
-
-avx512Accumulate_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx512AccumulateSqDev(part []float32, x []float32, x0 float32, meanD float32)
-// Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDev(SB), NOSPLIT, $0-56
-	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Z0
-	VBROADCASTSS meanD+52(FP), Z1
-	MOVQ         x_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-128, DI
-
-avx512AccumulateSqDev_block:
-	CMPQ    SI, DI
-	JAE     avx512AccumulateSqDev_block_done
-	VMOVUPS (AX)(SI*4), Z2
-	VMOVUPS 64(AX)(SI*4), Z3
-	VMOVUPS 128(AX)(SI*4), Z4
-	VMOVUPS 192(AX)(SI*4), Z5
-	VMOVUPS 256(AX)(SI*4), Z6
-	VMOVUPS 320(AX)(SI*4), Z7
-	VMOVUPS 384(AX)(SI*4), Z8
-	VMOVUPS 448(AX)(SI*4), Z9
-	MOVQ    SI, R8
-
-avx512AccumulateSqDev_block_chunk:
-	VMOVUPS (CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z2, Z2
-	VMOVUPS 64(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z3, Z3
-	VMOVUPS 128(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z4, Z4
-	VMOVUPS 192(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z5, Z5
-	VMOVUPS 256(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z6, Z6
-	VMOVUPS 320(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z7, Z7
-	VMOVUPS 384(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z8, Z8
-	VMOVUPS 448(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z9, Z9
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx512AccumulateSqDev_block_chunk
-	VMOVUPS Z2, (AX)(SI*4)
-	VMOVUPS Z3, 64(AX)(SI*4)
-	VMOVUPS Z4, 128(AX)(SI*4)
-	VMOVUPS Z5, 192(AX)(SI*4)
-	VMOVUPS Z6, 256(AX)(SI*4)
-	VMOVUPS Z7, 320(AX)(SI*4)
-	VMOVUPS Z8, 384(AX)(SI*4)
-	VMOVUPS Z9, 448(AX)(SI*4)
-	ADDQ    $0x00000080, SI
 	JMP     avx512AccumulateSqDev_block
 
 avx512AccumulateSqDev_block_done:
 avx512AccumulateSqDev_vec:
 	CMPQ    SI, DX
 	JAE     avx512AccumulateSqDev_vec_done
-	VMOVUPS (AX)(SI*4), Z2
+	VMOVUPS (AX)(SI*4), Z1
 	MOVQ    SI, DI
 
 avx512AccumulateSqDev_vec_chunk:
-	VMOVUPS (CX)(DI*4), Z3
-	VSUBPS  Z0, Z3, Z3
-	VSUBPS  Z1, Z3, Z3
-	VMULPS  Z3, Z3, Z3
-	VADDPS  Z3, Z2, Z2
+	VMOVUPS (CX)(DI*4), Z2
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z2, Z2, Z2
+	VADDPS  Z2, Z1, Z1
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx512AccumulateSqDev_vec_chunk
-	VMOVUPS Z2, (AX)(SI*4)
+	VMOVUPS Z1, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
 	JMP     avx512AccumulateSqDev_vec
 
@@ -625,15 +613,14 @@ avx512AccumulateSqDev_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AccumulateSqDevFMA(part []float32, x []float32, x0 float32, meanD float32)
+// func avx512AccumulateSqDevFMA(part []float32, t []float32, meanD float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDevFMA(SB), NOSPLIT, $0-56
+TEXT ·avx512AccumulateSqDevFMA(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Z0
-	VBROADCASTSS meanD+52(FP), Z1
-	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS meanD+48(FP), Z0
+	MOVQ         t_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-128, DI
@@ -641,60 +628,52 @@ TEXT ·avx512AccumulateSqDevFMA(SB), NOSPLIT, $0-56
 avx512AccumulateSqDevFMA_block:
 	CMPQ    SI, DI
 	JAE     avx512AccumulateSqDevFMA_block_done
-	VMOVUPS (AX)(SI*4), Z2
-	VMOVUPS 64(AX)(SI*4), Z3
-	VMOVUPS 128(AX)(SI*4), Z4
-	VMOVUPS 192(AX)(SI*4), Z5
-	VMOVUPS 256(AX)(SI*4), Z6
-	VMOVUPS 320(AX)(SI*4), Z7
-	VMOVUPS 384(AX)(SI*4), Z8
-	VMOVUPS 448(AX)(SI*4), Z9
+	VMOVUPS (AX)(SI*4), Z1
+	VMOVUPS 64(AX)(SI*4), Z2
+	VMOVUPS 128(AX)(SI*4), Z3
+	VMOVUPS 192(AX)(SI*4), Z4
+	VMOVUPS 256(AX)(SI*4), Z5
+	VMOVUPS 320(AX)(SI*4), Z6
+	VMOVUPS 384(AX)(SI*4), Z7
+	VMOVUPS 448(AX)(SI*4), Z8
 	MOVQ    SI, R8
 
 avx512AccumulateSqDevFMA_block_chunk:
-	VMOVUPS     (CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z2
-	VMOVUPS     64(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z3
-	VMOVUPS     128(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z4
-	VMOVUPS     192(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z5
-	VMOVUPS     256(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z6
-	VMOVUPS     320(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z7
-	VMOVUPS     384(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z8
-	VMOVUPS     448(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z9
+	VMOVUPS     (CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z1
+	VMOVUPS     64(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z2
+	VMOVUPS     128(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z3
+	VMOVUPS     192(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z4
+	VMOVUPS     256(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z5
+	VMOVUPS     320(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z6
+	VMOVUPS     384(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z7
+	VMOVUPS     448(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z8
 	ADDQ        DX, R8
 	CMPQ        R8, BX
 	JB          avx512AccumulateSqDevFMA_block_chunk
-	VMOVUPS     Z2, (AX)(SI*4)
-	VMOVUPS     Z3, 64(AX)(SI*4)
-	VMOVUPS     Z4, 128(AX)(SI*4)
-	VMOVUPS     Z5, 192(AX)(SI*4)
-	VMOVUPS     Z6, 256(AX)(SI*4)
-	VMOVUPS     Z7, 320(AX)(SI*4)
-	VMOVUPS     Z8, 384(AX)(SI*4)
-	VMOVUPS     Z9, 448(AX)(SI*4)
+	VMOVUPS     Z1, (AX)(SI*4)
+	VMOVUPS     Z2, 64(AX)(SI*4)
+	VMOVUPS     Z3, 128(AX)(SI*4)
+	VMOVUPS     Z4, 192(AX)(SI*4)
+	VMOVUPS     Z5, 256(AX)(SI*4)
+	VMOVUPS     Z6, 320(AX)(SI*4)
+	VMOVUPS     Z7, 384(AX)(SI*4)
+	VMOVUPS     Z8, 448(AX)(SI*4)
 	ADDQ        $0x00000080, SI
 	JMP         avx512AccumulateSqDevFMA_block
 
@@ -702,18 +681,17 @@ avx512AccumulateSqDevFMA_block_done:
 avx512AccumulateSqDevFMA_vec:
 	CMPQ    SI, DX
 	JAE     avx512AccumulateSqDevFMA_vec_done
-	VMOVUPS (AX)(SI*4), Z2
+	VMOVUPS (AX)(SI*4), Z1
 	MOVQ    SI, DI
 
 avx512AccumulateSqDevFMA_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Z3
-	VSUBPS      Z0, Z3, Z3
-	VSUBPS      Z1, Z3, Z3
-	VFMADD231PS Z3, Z3, Z2
+	VMOVUPS     (CX)(DI*4), Z2
+	VSUBPS      Z0, Z2, Z2
+	VFMADD231PS Z2, Z2, Z1
 	ADDQ        DX, DI
 	CMPQ        DI, BX
 	JB          avx512AccumulateSqDevFMA_vec_chunk
-	VMOVUPS     Z2, (AX)(SI*4)
+	VMOVUPS     Z1, (AX)(SI*4)
 	ADDQ        $0x00000010, SI
 	JMP         avx512AccumulateSqDevFMA_vec
 
@@ -721,21 +699,117 @@ avx512AccumulateSqDevFMA_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AccumulateZero(part []float32, x []float32, x0 float32)
+// func avx512AccumulateShiftZero(part []float32, t []float32, x []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AccumulateZero(SB), NOSPLIT, $0-52
+TEXT ·avx512AccumulateShiftZero(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Z0
-	MOVQ         x_len+32(FP), BX
+	MOVQ         x_base+48(FP), BX
+	VBROADCASTSS x0+72(FP), Z0
+	MOVQ         t_len+32(FP), SI
+	XORQ         DI, DI
+	MOVQ         DX, R8
+	ANDQ         $-128, R8
+
+avx512AccumulateShiftZero_block:
+	CMPQ   DI, R8
+	JAE    avx512AccumulateShiftZero_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   DI, R9
+
+avx512AccumulateShiftZero_block_chunk:
+	VMOVUPS (BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, (CX)(R9*4)
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 64(CX)(R9*4)
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 128(CX)(R9*4)
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 192(CX)(R9*4)
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 256(CX)(R9*4)
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 320(CX)(R9*4)
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 384(CX)(R9*4)
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(BX)(R9*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMOVUPS Z9, 448(CX)(R9*4)
+	VADDPS  Z9, Z8, Z8
+	ADDQ    DX, R9
+	CMPQ    R9, SI
+	JB      avx512AccumulateShiftZero_block_chunk
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS Z2, 64(AX)(DI*4)
+	VMOVUPS Z3, 128(AX)(DI*4)
+	VMOVUPS Z4, 192(AX)(DI*4)
+	VMOVUPS Z5, 256(AX)(DI*4)
+	VMOVUPS Z6, 320(AX)(DI*4)
+	VMOVUPS Z7, 384(AX)(DI*4)
+	VMOVUPS Z8, 448(AX)(DI*4)
+	ADDQ    $0x00000080, DI
+	JMP     avx512AccumulateShiftZero_block
+
+avx512AccumulateShiftZero_block_done:
+avx512AccumulateShiftZero_vec:
+	CMPQ   DI, DX
+	JAE    avx512AccumulateShiftZero_vec_done
+	VPXORD Z10, Z10, Z10
+	MOVQ   DI, R8
+
+avx512AccumulateShiftZero_vec_chunk:
+	VMOVUPS (BX)(R8*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (CX)(R8*4)
+	VADDPS  Z1, Z10, Z10
+	ADDQ    DX, R8
+	CMPQ    R8, SI
+	JB      avx512AccumulateShiftZero_vec_chunk
+	VMOVUPS Z10, (AX)(DI*4)
+	ADDQ    $0x00000010, DI
+	JMP     avx512AccumulateShiftZero_vec
+
+avx512AccumulateShiftZero_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateSqDevZero(part []float32, t []float32, meanD float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateSqDevZero(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         part_len+8(FP), DX
+	VBROADCASTSS meanD+48(FP), Z0
+	MOVQ         t_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-128, DI
 
-avx512AccumulateZero_block:
+avx512AccumulateSqDevZero_block:
 	CMPQ   SI, DI
-	JAE    avx512AccumulateZero_block_done
+	JAE    avx512AccumulateSqDevZero_block_done
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -746,34 +820,42 @@ avx512AccumulateZero_block:
 	VPXORD Z8, Z8, Z8
 	MOVQ   SI, R8
 
-avx512AccumulateZero_block_chunk:
+avx512AccumulateSqDevZero_block_chunk:
 	VMOVUPS (CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    DX, R8
 	CMPQ    R8, BX
-	JB      avx512AccumulateZero_block_chunk
+	JB      avx512AccumulateSqDevZero_block_chunk
 	VMOVUPS Z1, (AX)(SI*4)
 	VMOVUPS Z2, 64(AX)(SI*4)
 	VMOVUPS Z3, 128(AX)(SI*4)
@@ -783,128 +865,24 @@ avx512AccumulateZero_block_chunk:
 	VMOVUPS Z7, 384(AX)(SI*4)
 	VMOVUPS Z8, 448(AX)(SI*4)
 	ADDQ    $0x00000080, SI
-	JMP     avx512AccumulateZero_block
-
-avx512AccumulateZero_block_done:
-avx512AccumulateZero_vec:
-	CMPQ   SI, DX
-	JAE    avx512AccumulateZero_vec_done
-	VPXORD Z10, Z10, Z10
-	MOVQ   SI, DI
-
-avx512AccumulateZero_vec_chunk:
-	VMOVUPS (CX)(DI*4), Z1
-	VSUBPS  Z0, Z1, Z1
-	VADDPS  Z1, Z10, Z10
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx512AccumulateZero_vec_chunk
-	VMOVUPS Z10, (AX)(SI*4)
-	ADDQ    $0x00000010, SI
-	JMP     avx512AccumulateZero_vec
-
-avx512AccumulateZero_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx512AccumulateSqDevZero(part []float32, x []float32, x0 float32, meanD float32)
-// Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDevZero(SB), NOSPLIT, $0-56
-	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Z0
-	VBROADCASTSS meanD+52(FP), Z1
-	MOVQ         x_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-128, DI
-
-avx512AccumulateSqDevZero_block:
-	CMPQ   SI, DI
-	JAE    avx512AccumulateSqDevZero_block_done
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	MOVQ   SI, R8
-
-avx512AccumulateSqDevZero_block_chunk:
-	VMOVUPS (CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z2, Z2
-	VMOVUPS 64(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z3, Z3
-	VMOVUPS 128(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z4, Z4
-	VMOVUPS 192(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z5, Z5
-	VMOVUPS 256(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z6, Z6
-	VMOVUPS 320(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z7, Z7
-	VMOVUPS 384(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z8, Z8
-	VMOVUPS 448(CX)(R8*4), Z10
-	VSUBPS  Z0, Z10, Z10
-	VSUBPS  Z1, Z10, Z10
-	VMULPS  Z10, Z10, Z10
-	VADDPS  Z10, Z9, Z9
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx512AccumulateSqDevZero_block_chunk
-	VMOVUPS Z2, (AX)(SI*4)
-	VMOVUPS Z3, 64(AX)(SI*4)
-	VMOVUPS Z4, 128(AX)(SI*4)
-	VMOVUPS Z5, 192(AX)(SI*4)
-	VMOVUPS Z6, 256(AX)(SI*4)
-	VMOVUPS Z7, 320(AX)(SI*4)
-	VMOVUPS Z8, 384(AX)(SI*4)
-	VMOVUPS Z9, 448(AX)(SI*4)
-	ADDQ    $0x00000080, SI
 	JMP     avx512AccumulateSqDevZero_block
 
 avx512AccumulateSqDevZero_block_done:
 avx512AccumulateSqDevZero_vec:
 	CMPQ   SI, DX
 	JAE    avx512AccumulateSqDevZero_vec_done
-	VPXORD Z11, Z11, Z11
+	VPXORD Z10, Z10, Z10
 	MOVQ   SI, DI
 
 avx512AccumulateSqDevZero_vec_chunk:
-	VMOVUPS (CX)(DI*4), Z2
-	VSUBPS  Z0, Z2, Z2
-	VSUBPS  Z1, Z2, Z2
-	VMULPS  Z2, Z2, Z2
-	VADDPS  Z2, Z11, Z11
+	VMOVUPS (CX)(DI*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VMULPS  Z1, Z1, Z1
+	VADDPS  Z1, Z10, Z10
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx512AccumulateSqDevZero_vec_chunk
-	VMOVUPS Z11, (AX)(SI*4)
+	VMOVUPS Z10, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
 	JMP     avx512AccumulateSqDevZero_vec
 
@@ -912,15 +890,14 @@ avx512AccumulateSqDevZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AccumulateSqDevFMAZero(part []float32, x []float32, x0 float32, meanD float32)
+// func avx512AccumulateSqDevFMAZero(part []float32, t []float32, meanD float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDevFMAZero(SB), NOSPLIT, $0-56
+TEXT ·avx512AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
+	MOVQ         t_base+24(FP), CX
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS x0+48(FP), Z0
-	VBROADCASTSS meanD+52(FP), Z1
-	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS meanD+48(FP), Z0
+	MOVQ         t_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-128, DI
@@ -928,6 +905,7 @@ TEXT ·avx512AccumulateSqDevFMAZero(SB), NOSPLIT, $0-56
 avx512AccumulateSqDevFMAZero_block:
 	CMPQ   SI, DI
 	JAE    avx512AccumulateSqDevFMAZero_block_done
+	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	VPXORD Z4, Z4, Z4
@@ -935,53 +913,44 @@ avx512AccumulateSqDevFMAZero_block:
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
 	MOVQ   SI, R8
 
 avx512AccumulateSqDevFMAZero_block_chunk:
-	VMOVUPS     (CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z2
-	VMOVUPS     64(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z3
-	VMOVUPS     128(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z4
-	VMOVUPS     192(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z5
-	VMOVUPS     256(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z6
-	VMOVUPS     320(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z7
-	VMOVUPS     384(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z8
-	VMOVUPS     448(CX)(R8*4), Z10
-	VSUBPS      Z0, Z10, Z10
-	VSUBPS      Z1, Z10, Z10
-	VFMADD231PS Z10, Z10, Z9
+	VMOVUPS     (CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z1
+	VMOVUPS     64(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z2
+	VMOVUPS     128(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z3
+	VMOVUPS     192(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z4
+	VMOVUPS     256(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z5
+	VMOVUPS     320(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z6
+	VMOVUPS     384(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z7
+	VMOVUPS     448(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z8
 	ADDQ        DX, R8
 	CMPQ        R8, BX
 	JB          avx512AccumulateSqDevFMAZero_block_chunk
-	VMOVUPS     Z2, (AX)(SI*4)
-	VMOVUPS     Z3, 64(AX)(SI*4)
-	VMOVUPS     Z4, 128(AX)(SI*4)
-	VMOVUPS     Z5, 192(AX)(SI*4)
-	VMOVUPS     Z6, 256(AX)(SI*4)
-	VMOVUPS     Z7, 320(AX)(SI*4)
-	VMOVUPS     Z8, 384(AX)(SI*4)
-	VMOVUPS     Z9, 448(AX)(SI*4)
+	VMOVUPS     Z1, (AX)(SI*4)
+	VMOVUPS     Z2, 64(AX)(SI*4)
+	VMOVUPS     Z3, 128(AX)(SI*4)
+	VMOVUPS     Z4, 192(AX)(SI*4)
+	VMOVUPS     Z5, 256(AX)(SI*4)
+	VMOVUPS     Z6, 320(AX)(SI*4)
+	VMOVUPS     Z7, 384(AX)(SI*4)
+	VMOVUPS     Z8, 448(AX)(SI*4)
 	ADDQ        $0x00000080, SI
 	JMP         avx512AccumulateSqDevFMAZero_block
 
@@ -989,18 +958,17 @@ avx512AccumulateSqDevFMAZero_block_done:
 avx512AccumulateSqDevFMAZero_vec:
 	CMPQ   SI, DX
 	JAE    avx512AccumulateSqDevFMAZero_vec_done
-	VPXORD Z11, Z11, Z11
+	VPXORD Z10, Z10, Z10
 	MOVQ   SI, DI
 
 avx512AccumulateSqDevFMAZero_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VSUBPS      Z1, Z2, Z2
-	VFMADD231PS Z2, Z2, Z11
+	VMOVUPS     (CX)(DI*4), Z1
+	VSUBPS      Z0, Z1, Z1
+	VFMADD231PS Z1, Z1, Z10
 	ADDQ        DX, DI
 	CMPQ        DI, BX
 	JB          avx512AccumulateSqDevFMAZero_vec_chunk
-	VMOVUPS     Z11, (AX)(SI*4)
+	VMOVUPS     Z10, (AX)(SI*4)
 	ADDQ        $0x00000010, SI
 	JMP         avx512AccumulateSqDevFMAZero_vec
 
@@ -1309,4 +1277,972 @@ fold_loop:
 
 fold_done:
 	VZEROUPPER
+	RET
+
+// func avx512FoldTree(part []float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512FoldTree(SB), NOSPLIT, $0-28
+	MOVQ          part_base+0(FP), AX
+	MOVQ          part_len+8(FP), CX
+	CMPQ          CX, $0x00000800
+	JB            foldtree_1024
+	VMOVUPS       (AX), Z0
+	VMOVUPS       64(AX), Z1
+	VMOVUPS       128(AX), Z2
+	VMOVUPS       192(AX), Z3
+	VSHUFPS       $0x88, Z1, Z0, Z4
+	VSHUFPS       $0xdd, Z1, Z0, Z0
+	VADDPS        Z0, Z4, Z4
+	VSHUFPS       $0x88, Z3, Z2, Z0
+	VSHUFPS       $0xdd, Z3, Z2, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z4, Z1
+	VSHUFPS       $0xdd, Z0, Z4, Z0
+	VADDPS        Z0, Z1, Z1
+	VMOVUPS       4096(AX), Z0
+	VMOVUPS       4160(AX), Z2
+	VMOVUPS       4224(AX), Z3
+	VMOVUPS       4288(AX), Z4
+	VSHUFPS       $0x88, Z2, Z0, Z5
+	VSHUFPS       $0xdd, Z2, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFPS       $0x88, Z4, Z3, Z0
+	VSHUFPS       $0xdd, Z4, Z3, Z2
+	VADDPS        Z2, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z5, Z2
+	VSHUFPS       $0xdd, Z0, Z5, Z0
+	VADDPS        Z0, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VMOVUPS       256(AX), Z0
+	VMOVUPS       320(AX), Z2
+	VMOVUPS       384(AX), Z3
+	VMOVUPS       448(AX), Z4
+	VSHUFPS       $0x88, Z2, Z0, Z5
+	VSHUFPS       $0xdd, Z2, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFPS       $0x88, Z4, Z3, Z0
+	VSHUFPS       $0xdd, Z4, Z3, Z2
+	VADDPS        Z2, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z5, Z2
+	VSHUFPS       $0xdd, Z0, Z5, Z0
+	VADDPS        Z0, Z2, Z2
+	VMOVUPS       4352(AX), Z0
+	VMOVUPS       4416(AX), Z3
+	VMOVUPS       4480(AX), Z4
+	VMOVUPS       4544(AX), Z5
+	VSHUFPS       $0x88, Z3, Z0, Z6
+	VSHUFPS       $0xdd, Z3, Z0, Z0
+	VADDPS        Z0, Z6, Z6
+	VSHUFPS       $0x88, Z5, Z4, Z0
+	VSHUFPS       $0xdd, Z5, Z4, Z3
+	VADDPS        Z3, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z6, Z3
+	VSHUFPS       $0xdd, Z0, Z6, Z0
+	VADDPS        Z0, Z3, Z3
+	VADDPS        Z3, Z2, Z2
+	VMOVUPS       512(AX), Z0
+	VMOVUPS       576(AX), Z3
+	VMOVUPS       640(AX), Z4
+	VMOVUPS       704(AX), Z5
+	VSHUFPS       $0x88, Z3, Z0, Z6
+	VSHUFPS       $0xdd, Z3, Z0, Z0
+	VADDPS        Z0, Z6, Z6
+	VSHUFPS       $0x88, Z5, Z4, Z0
+	VSHUFPS       $0xdd, Z5, Z4, Z3
+	VADDPS        Z3, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z6, Z3
+	VSHUFPS       $0xdd, Z0, Z6, Z0
+	VADDPS        Z0, Z3, Z3
+	VMOVUPS       4608(AX), Z0
+	VMOVUPS       4672(AX), Z4
+	VMOVUPS       4736(AX), Z5
+	VMOVUPS       4800(AX), Z6
+	VSHUFPS       $0x88, Z4, Z0, Z7
+	VSHUFPS       $0xdd, Z4, Z0, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFPS       $0x88, Z6, Z5, Z0
+	VSHUFPS       $0xdd, Z6, Z5, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z7, Z4
+	VSHUFPS       $0xdd, Z0, Z7, Z0
+	VADDPS        Z0, Z4, Z4
+	VADDPS        Z4, Z3, Z3
+	VMOVUPS       768(AX), Z0
+	VMOVUPS       832(AX), Z4
+	VMOVUPS       896(AX), Z5
+	VMOVUPS       960(AX), Z6
+	VSHUFPS       $0x88, Z4, Z0, Z7
+	VSHUFPS       $0xdd, Z4, Z0, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFPS       $0x88, Z6, Z5, Z0
+	VSHUFPS       $0xdd, Z6, Z5, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z7, Z4
+	VSHUFPS       $0xdd, Z0, Z7, Z0
+	VADDPS        Z0, Z4, Z4
+	VMOVUPS       4864(AX), Z0
+	VMOVUPS       4928(AX), Z5
+	VMOVUPS       4992(AX), Z6
+	VMOVUPS       5056(AX), Z7
+	VSHUFPS       $0x88, Z5, Z0, Z8
+	VSHUFPS       $0xdd, Z5, Z0, Z0
+	VADDPS        Z0, Z8, Z8
+	VSHUFPS       $0x88, Z7, Z6, Z0
+	VSHUFPS       $0xdd, Z7, Z6, Z5
+	VADDPS        Z5, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z8, Z5
+	VSHUFPS       $0xdd, Z0, Z8, Z0
+	VADDPS        Z0, Z5, Z5
+	VADDPS        Z5, Z4, Z4
+	VMOVUPS       1024(AX), Z0
+	VMOVUPS       1088(AX), Z5
+	VMOVUPS       1152(AX), Z6
+	VMOVUPS       1216(AX), Z7
+	VSHUFPS       $0x88, Z5, Z0, Z8
+	VSHUFPS       $0xdd, Z5, Z0, Z0
+	VADDPS        Z0, Z8, Z8
+	VSHUFPS       $0x88, Z7, Z6, Z0
+	VSHUFPS       $0xdd, Z7, Z6, Z5
+	VADDPS        Z5, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z8, Z5
+	VSHUFPS       $0xdd, Z0, Z8, Z0
+	VADDPS        Z0, Z5, Z5
+	VMOVUPS       5120(AX), Z0
+	VMOVUPS       5184(AX), Z6
+	VMOVUPS       5248(AX), Z7
+	VMOVUPS       5312(AX), Z8
+	VSHUFPS       $0x88, Z6, Z0, Z9
+	VSHUFPS       $0xdd, Z6, Z0, Z0
+	VADDPS        Z0, Z9, Z9
+	VSHUFPS       $0x88, Z8, Z7, Z0
+	VSHUFPS       $0xdd, Z8, Z7, Z6
+	VADDPS        Z6, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z9, Z6
+	VSHUFPS       $0xdd, Z0, Z9, Z0
+	VADDPS        Z0, Z6, Z6
+	VADDPS        Z6, Z5, Z5
+	VMOVUPS       1280(AX), Z0
+	VMOVUPS       1344(AX), Z6
+	VMOVUPS       1408(AX), Z7
+	VMOVUPS       1472(AX), Z8
+	VSHUFPS       $0x88, Z6, Z0, Z9
+	VSHUFPS       $0xdd, Z6, Z0, Z0
+	VADDPS        Z0, Z9, Z9
+	VSHUFPS       $0x88, Z8, Z7, Z0
+	VSHUFPS       $0xdd, Z8, Z7, Z6
+	VADDPS        Z6, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z9, Z6
+	VSHUFPS       $0xdd, Z0, Z9, Z0
+	VADDPS        Z0, Z6, Z6
+	VMOVUPS       5376(AX), Z0
+	VMOVUPS       5440(AX), Z7
+	VMOVUPS       5504(AX), Z8
+	VMOVUPS       5568(AX), Z9
+	VSHUFPS       $0x88, Z7, Z0, Z10
+	VSHUFPS       $0xdd, Z7, Z0, Z0
+	VADDPS        Z0, Z10, Z10
+	VSHUFPS       $0x88, Z9, Z8, Z0
+	VSHUFPS       $0xdd, Z9, Z8, Z7
+	VADDPS        Z7, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z10, Z7
+	VSHUFPS       $0xdd, Z0, Z10, Z0
+	VADDPS        Z0, Z7, Z7
+	VADDPS        Z7, Z6, Z6
+	VMOVUPS       1536(AX), Z0
+	VMOVUPS       1600(AX), Z7
+	VMOVUPS       1664(AX), Z8
+	VMOVUPS       1728(AX), Z9
+	VSHUFPS       $0x88, Z7, Z0, Z10
+	VSHUFPS       $0xdd, Z7, Z0, Z0
+	VADDPS        Z0, Z10, Z10
+	VSHUFPS       $0x88, Z9, Z8, Z0
+	VSHUFPS       $0xdd, Z9, Z8, Z7
+	VADDPS        Z7, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z10, Z7
+	VSHUFPS       $0xdd, Z0, Z10, Z0
+	VADDPS        Z0, Z7, Z7
+	VMOVUPS       5632(AX), Z0
+	VMOVUPS       5696(AX), Z8
+	VMOVUPS       5760(AX), Z9
+	VMOVUPS       5824(AX), Z10
+	VSHUFPS       $0x88, Z8, Z0, Z11
+	VSHUFPS       $0xdd, Z8, Z0, Z0
+	VADDPS        Z0, Z11, Z11
+	VSHUFPS       $0x88, Z10, Z9, Z0
+	VSHUFPS       $0xdd, Z10, Z9, Z8
+	VADDPS        Z8, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z11, Z8
+	VSHUFPS       $0xdd, Z0, Z11, Z0
+	VADDPS        Z0, Z8, Z8
+	VADDPS        Z8, Z7, Z7
+	VMOVUPS       1792(AX), Z0
+	VMOVUPS       1856(AX), Z8
+	VMOVUPS       1920(AX), Z9
+	VMOVUPS       1984(AX), Z10
+	VSHUFPS       $0x88, Z8, Z0, Z11
+	VSHUFPS       $0xdd, Z8, Z0, Z0
+	VADDPS        Z0, Z11, Z11
+	VSHUFPS       $0x88, Z10, Z9, Z0
+	VSHUFPS       $0xdd, Z10, Z9, Z8
+	VADDPS        Z8, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z11, Z8
+	VSHUFPS       $0xdd, Z0, Z11, Z0
+	VADDPS        Z0, Z8, Z8
+	VMOVUPS       5888(AX), Z0
+	VMOVUPS       5952(AX), Z9
+	VMOVUPS       6016(AX), Z10
+	VMOVUPS       6080(AX), Z11
+	VSHUFPS       $0x88, Z9, Z0, Z12
+	VSHUFPS       $0xdd, Z9, Z0, Z0
+	VADDPS        Z0, Z12, Z12
+	VSHUFPS       $0x88, Z11, Z10, Z0
+	VSHUFPS       $0xdd, Z11, Z10, Z9
+	VADDPS        Z9, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z12, Z9
+	VSHUFPS       $0xdd, Z0, Z12, Z0
+	VADDPS        Z0, Z9, Z9
+	VADDPS        Z9, Z8, Z8
+	VMOVUPS       2048(AX), Z0
+	VMOVUPS       2112(AX), Z9
+	VMOVUPS       2176(AX), Z10
+	VMOVUPS       2240(AX), Z11
+	VSHUFPS       $0x88, Z9, Z0, Z12
+	VSHUFPS       $0xdd, Z9, Z0, Z0
+	VADDPS        Z0, Z12, Z12
+	VSHUFPS       $0x88, Z11, Z10, Z0
+	VSHUFPS       $0xdd, Z11, Z10, Z9
+	VADDPS        Z9, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z12, Z9
+	VSHUFPS       $0xdd, Z0, Z12, Z0
+	VADDPS        Z0, Z9, Z9
+	VMOVUPS       6144(AX), Z0
+	VMOVUPS       6208(AX), Z10
+	VMOVUPS       6272(AX), Z11
+	VMOVUPS       6336(AX), Z12
+	VSHUFPS       $0x88, Z10, Z0, Z13
+	VSHUFPS       $0xdd, Z10, Z0, Z0
+	VADDPS        Z0, Z13, Z13
+	VSHUFPS       $0x88, Z12, Z11, Z0
+	VSHUFPS       $0xdd, Z12, Z11, Z10
+	VADDPS        Z10, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z13, Z10
+	VSHUFPS       $0xdd, Z0, Z13, Z0
+	VADDPS        Z0, Z10, Z10
+	VADDPS        Z10, Z9, Z9
+	VMOVUPS       2304(AX), Z0
+	VMOVUPS       2368(AX), Z10
+	VMOVUPS       2432(AX), Z11
+	VMOVUPS       2496(AX), Z12
+	VSHUFPS       $0x88, Z10, Z0, Z13
+	VSHUFPS       $0xdd, Z10, Z0, Z0
+	VADDPS        Z0, Z13, Z13
+	VSHUFPS       $0x88, Z12, Z11, Z0
+	VSHUFPS       $0xdd, Z12, Z11, Z10
+	VADDPS        Z10, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z13, Z10
+	VSHUFPS       $0xdd, Z0, Z13, Z0
+	VADDPS        Z0, Z10, Z10
+	VMOVUPS       6400(AX), Z0
+	VMOVUPS       6464(AX), Z11
+	VMOVUPS       6528(AX), Z12
+	VMOVUPS       6592(AX), Z13
+	VSHUFPS       $0x88, Z11, Z0, Z14
+	VSHUFPS       $0xdd, Z11, Z0, Z0
+	VADDPS        Z0, Z14, Z14
+	VSHUFPS       $0x88, Z13, Z12, Z0
+	VSHUFPS       $0xdd, Z13, Z12, Z11
+	VADDPS        Z11, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z14, Z11
+	VSHUFPS       $0xdd, Z0, Z14, Z0
+	VADDPS        Z0, Z11, Z11
+	VADDPS        Z11, Z10, Z10
+	VMOVUPS       2560(AX), Z0
+	VMOVUPS       2624(AX), Z11
+	VMOVUPS       2688(AX), Z12
+	VMOVUPS       2752(AX), Z13
+	VSHUFPS       $0x88, Z11, Z0, Z14
+	VSHUFPS       $0xdd, Z11, Z0, Z0
+	VADDPS        Z0, Z14, Z14
+	VSHUFPS       $0x88, Z13, Z12, Z0
+	VSHUFPS       $0xdd, Z13, Z12, Z11
+	VADDPS        Z11, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z14, Z11
+	VSHUFPS       $0xdd, Z0, Z14, Z0
+	VADDPS        Z0, Z11, Z11
+	VMOVUPS       6656(AX), Z0
+	VMOVUPS       6720(AX), Z12
+	VMOVUPS       6784(AX), Z13
+	VMOVUPS       6848(AX), Z14
+	VSHUFPS       $0x88, Z12, Z0, Z15
+	VSHUFPS       $0xdd, Z12, Z0, Z0
+	VADDPS        Z0, Z15, Z15
+	VSHUFPS       $0x88, Z14, Z13, Z0
+	VSHUFPS       $0xdd, Z14, Z13, Z12
+	VADDPS        Z12, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z15, Z12
+	VSHUFPS       $0xdd, Z0, Z15, Z0
+	VADDPS        Z0, Z12, Z12
+	VADDPS        Z12, Z11, Z11
+	VMOVUPS       2816(AX), Z0
+	VMOVUPS       2880(AX), Z12
+	VMOVUPS       2944(AX), Z13
+	VMOVUPS       3008(AX), Z14
+	VSHUFPS       $0x88, Z12, Z0, Z15
+	VSHUFPS       $0xdd, Z12, Z0, Z0
+	VADDPS        Z0, Z15, Z15
+	VSHUFPS       $0x88, Z14, Z13, Z0
+	VSHUFPS       $0xdd, Z14, Z13, Z12
+	VADDPS        Z12, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z15, Z12
+	VSHUFPS       $0xdd, Z0, Z15, Z0
+	VADDPS        Z0, Z12, Z12
+	VMOVUPS       6912(AX), Z0
+	VMOVUPS       6976(AX), Z13
+	VMOVUPS       7040(AX), Z14
+	VMOVUPS       7104(AX), Z15
+	VSHUFPS       $0x88, Z13, Z0, Z16
+	VSHUFPS       $0xdd, Z13, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFPS       $0x88, Z15, Z14, Z0
+	VSHUFPS       $0xdd, Z15, Z14, Z13
+	VADDPS        Z13, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z16, Z13
+	VSHUFPS       $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z13, Z13
+	VADDPS        Z13, Z12, Z12
+	VMOVUPS       3072(AX), Z0
+	VMOVUPS       3136(AX), Z13
+	VMOVUPS       3200(AX), Z14
+	VMOVUPS       3264(AX), Z15
+	VSHUFPS       $0x88, Z13, Z0, Z16
+	VSHUFPS       $0xdd, Z13, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFPS       $0x88, Z15, Z14, Z0
+	VSHUFPS       $0xdd, Z15, Z14, Z13
+	VADDPS        Z13, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z16, Z13
+	VSHUFPS       $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z13, Z13
+	VMOVUPS       7168(AX), Z0
+	VMOVUPS       7232(AX), Z14
+	VMOVUPS       7296(AX), Z15
+	VMOVUPS       7360(AX), Z16
+	VSHUFPS       $0x88, Z14, Z0, Z17
+	VSHUFPS       $0xdd, Z14, Z0, Z0
+	VADDPS        Z0, Z17, Z17
+	VSHUFPS       $0x88, Z16, Z15, Z0
+	VSHUFPS       $0xdd, Z16, Z15, Z14
+	VADDPS        Z14, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z17, Z14
+	VSHUFPS       $0xdd, Z0, Z17, Z0
+	VADDPS        Z0, Z14, Z14
+	VADDPS        Z14, Z13, Z13
+	VMOVUPS       3328(AX), Z0
+	VMOVUPS       3392(AX), Z14
+	VMOVUPS       3456(AX), Z15
+	VMOVUPS       3520(AX), Z16
+	VSHUFPS       $0x88, Z14, Z0, Z17
+	VSHUFPS       $0xdd, Z14, Z0, Z0
+	VADDPS        Z0, Z17, Z17
+	VSHUFPS       $0x88, Z16, Z15, Z0
+	VSHUFPS       $0xdd, Z16, Z15, Z14
+	VADDPS        Z14, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z17, Z14
+	VSHUFPS       $0xdd, Z0, Z17, Z0
+	VADDPS        Z0, Z14, Z14
+	VMOVUPS       7424(AX), Z0
+	VMOVUPS       7488(AX), Z15
+	VMOVUPS       7552(AX), Z16
+	VMOVUPS       7616(AX), Z17
+	VSHUFPS       $0x88, Z15, Z0, Z18
+	VSHUFPS       $0xdd, Z15, Z0, Z0
+	VADDPS        Z0, Z18, Z18
+	VSHUFPS       $0x88, Z17, Z16, Z0
+	VSHUFPS       $0xdd, Z17, Z16, Z15
+	VADDPS        Z15, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z18, Z15
+	VSHUFPS       $0xdd, Z0, Z18, Z0
+	VADDPS        Z0, Z15, Z15
+	VADDPS        Z15, Z14, Z14
+	VMOVUPS       3584(AX), Z0
+	VMOVUPS       3648(AX), Z15
+	VMOVUPS       3712(AX), Z16
+	VMOVUPS       3776(AX), Z17
+	VSHUFPS       $0x88, Z15, Z0, Z18
+	VSHUFPS       $0xdd, Z15, Z0, Z0
+	VADDPS        Z0, Z18, Z18
+	VSHUFPS       $0x88, Z17, Z16, Z0
+	VSHUFPS       $0xdd, Z17, Z16, Z15
+	VADDPS        Z15, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z18, Z15
+	VSHUFPS       $0xdd, Z0, Z18, Z0
+	VADDPS        Z0, Z15, Z15
+	VMOVUPS       7680(AX), Z0
+	VMOVUPS       7744(AX), Z16
+	VMOVUPS       7808(AX), Z17
+	VMOVUPS       7872(AX), Z18
+	VSHUFPS       $0x88, Z16, Z0, Z19
+	VSHUFPS       $0xdd, Z16, Z0, Z0
+	VADDPS        Z0, Z19, Z19
+	VSHUFPS       $0x88, Z18, Z17, Z0
+	VSHUFPS       $0xdd, Z18, Z17, Z16
+	VADDPS        Z16, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z19, Z16
+	VSHUFPS       $0xdd, Z0, Z19, Z0
+	VADDPS        Z0, Z16, Z16
+	VADDPS        Z16, Z15, Z15
+	VMOVUPS       3840(AX), Z0
+	VMOVUPS       3904(AX), Z16
+	VMOVUPS       3968(AX), Z17
+	VMOVUPS       4032(AX), Z18
+	VSHUFPS       $0x88, Z16, Z0, Z19
+	VSHUFPS       $0xdd, Z16, Z0, Z0
+	VADDPS        Z0, Z19, Z19
+	VSHUFPS       $0x88, Z18, Z17, Z0
+	VSHUFPS       $0xdd, Z18, Z17, Z16
+	VADDPS        Z16, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z19, Z16
+	VSHUFPS       $0xdd, Z0, Z19, Z0
+	VADDPS        Z0, Z16, Z16
+	VMOVUPS       7936(AX), Z0
+	VMOVUPS       8000(AX), Z17
+	VMOVUPS       8064(AX), Z18
+	VMOVUPS       8128(AX), Z19
+	VSHUFPS       $0x88, Z17, Z0, Z20
+	VSHUFPS       $0xdd, Z17, Z0, Z0
+	VADDPS        Z0, Z20, Z20
+	VSHUFPS       $0x88, Z19, Z18, Z0
+	VSHUFPS       $0xdd, Z19, Z18, Z17
+	VADDPS        Z17, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z20, Z17
+	VSHUFPS       $0xdd, Z0, Z20, Z0
+	VADDPS        Z0, Z17, Z17
+	VADDPS        Z17, Z16, Z16
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z16, Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+24(FP)
+	RET
+
+foldtree_1024:
+	CMPQ          CX, $0x00000400
+	JB            foldtree_512
+	VMOVUPS       (AX), Z0
+	VMOVUPS       64(AX), Z1
+	VMOVUPS       128(AX), Z2
+	VMOVUPS       192(AX), Z3
+	VSHUFPS       $0x88, Z1, Z0, Z4
+	VSHUFPS       $0xdd, Z1, Z0, Z0
+	VADDPS        Z0, Z4, Z4
+	VSHUFPS       $0x88, Z3, Z2, Z0
+	VSHUFPS       $0xdd, Z3, Z2, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z4, Z1
+	VSHUFPS       $0xdd, Z0, Z4, Z0
+	VADDPS        Z0, Z1, Z1
+	VMOVUPS       2048(AX), Z0
+	VMOVUPS       2112(AX), Z2
+	VMOVUPS       2176(AX), Z3
+	VMOVUPS       2240(AX), Z4
+	VSHUFPS       $0x88, Z2, Z0, Z5
+	VSHUFPS       $0xdd, Z2, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFPS       $0x88, Z4, Z3, Z0
+	VSHUFPS       $0xdd, Z4, Z3, Z2
+	VADDPS        Z2, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z5, Z2
+	VSHUFPS       $0xdd, Z0, Z5, Z0
+	VADDPS        Z0, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VMOVUPS       256(AX), Z0
+	VMOVUPS       320(AX), Z2
+	VMOVUPS       384(AX), Z3
+	VMOVUPS       448(AX), Z4
+	VSHUFPS       $0x88, Z2, Z0, Z5
+	VSHUFPS       $0xdd, Z2, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFPS       $0x88, Z4, Z3, Z0
+	VSHUFPS       $0xdd, Z4, Z3, Z2
+	VADDPS        Z2, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z5, Z2
+	VSHUFPS       $0xdd, Z0, Z5, Z0
+	VADDPS        Z0, Z2, Z2
+	VMOVUPS       2304(AX), Z0
+	VMOVUPS       2368(AX), Z3
+	VMOVUPS       2432(AX), Z4
+	VMOVUPS       2496(AX), Z5
+	VSHUFPS       $0x88, Z3, Z0, Z6
+	VSHUFPS       $0xdd, Z3, Z0, Z0
+	VADDPS        Z0, Z6, Z6
+	VSHUFPS       $0x88, Z5, Z4, Z0
+	VSHUFPS       $0xdd, Z5, Z4, Z3
+	VADDPS        Z3, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z6, Z3
+	VSHUFPS       $0xdd, Z0, Z6, Z0
+	VADDPS        Z0, Z3, Z3
+	VADDPS        Z3, Z2, Z2
+	VMOVUPS       512(AX), Z0
+	VMOVUPS       576(AX), Z3
+	VMOVUPS       640(AX), Z4
+	VMOVUPS       704(AX), Z5
+	VSHUFPS       $0x88, Z3, Z0, Z6
+	VSHUFPS       $0xdd, Z3, Z0, Z0
+	VADDPS        Z0, Z6, Z6
+	VSHUFPS       $0x88, Z5, Z4, Z0
+	VSHUFPS       $0xdd, Z5, Z4, Z3
+	VADDPS        Z3, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z6, Z3
+	VSHUFPS       $0xdd, Z0, Z6, Z0
+	VADDPS        Z0, Z3, Z3
+	VMOVUPS       2560(AX), Z0
+	VMOVUPS       2624(AX), Z4
+	VMOVUPS       2688(AX), Z5
+	VMOVUPS       2752(AX), Z6
+	VSHUFPS       $0x88, Z4, Z0, Z7
+	VSHUFPS       $0xdd, Z4, Z0, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFPS       $0x88, Z6, Z5, Z0
+	VSHUFPS       $0xdd, Z6, Z5, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z7, Z4
+	VSHUFPS       $0xdd, Z0, Z7, Z0
+	VADDPS        Z0, Z4, Z4
+	VADDPS        Z4, Z3, Z3
+	VMOVUPS       768(AX), Z0
+	VMOVUPS       832(AX), Z4
+	VMOVUPS       896(AX), Z5
+	VMOVUPS       960(AX), Z6
+	VSHUFPS       $0x88, Z4, Z0, Z7
+	VSHUFPS       $0xdd, Z4, Z0, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFPS       $0x88, Z6, Z5, Z0
+	VSHUFPS       $0xdd, Z6, Z5, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z7, Z4
+	VSHUFPS       $0xdd, Z0, Z7, Z0
+	VADDPS        Z0, Z4, Z4
+	VMOVUPS       2816(AX), Z0
+	VMOVUPS       2880(AX), Z5
+	VMOVUPS       2944(AX), Z6
+	VMOVUPS       3008(AX), Z7
+	VSHUFPS       $0x88, Z5, Z0, Z8
+	VSHUFPS       $0xdd, Z5, Z0, Z0
+	VADDPS        Z0, Z8, Z8
+	VSHUFPS       $0x88, Z7, Z6, Z0
+	VSHUFPS       $0xdd, Z7, Z6, Z5
+	VADDPS        Z5, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z8, Z5
+	VSHUFPS       $0xdd, Z0, Z8, Z0
+	VADDPS        Z0, Z5, Z5
+	VADDPS        Z5, Z4, Z4
+	VMOVUPS       1024(AX), Z0
+	VMOVUPS       1088(AX), Z5
+	VMOVUPS       1152(AX), Z6
+	VMOVUPS       1216(AX), Z7
+	VSHUFPS       $0x88, Z5, Z0, Z8
+	VSHUFPS       $0xdd, Z5, Z0, Z0
+	VADDPS        Z0, Z8, Z8
+	VSHUFPS       $0x88, Z7, Z6, Z0
+	VSHUFPS       $0xdd, Z7, Z6, Z5
+	VADDPS        Z5, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z8, Z5
+	VSHUFPS       $0xdd, Z0, Z8, Z0
+	VADDPS        Z0, Z5, Z5
+	VMOVUPS       3072(AX), Z0
+	VMOVUPS       3136(AX), Z6
+	VMOVUPS       3200(AX), Z7
+	VMOVUPS       3264(AX), Z8
+	VSHUFPS       $0x88, Z6, Z0, Z9
+	VSHUFPS       $0xdd, Z6, Z0, Z0
+	VADDPS        Z0, Z9, Z9
+	VSHUFPS       $0x88, Z8, Z7, Z0
+	VSHUFPS       $0xdd, Z8, Z7, Z6
+	VADDPS        Z6, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z9, Z6
+	VSHUFPS       $0xdd, Z0, Z9, Z0
+	VADDPS        Z0, Z6, Z6
+	VADDPS        Z6, Z5, Z5
+	VMOVUPS       1280(AX), Z0
+	VMOVUPS       1344(AX), Z6
+	VMOVUPS       1408(AX), Z7
+	VMOVUPS       1472(AX), Z8
+	VSHUFPS       $0x88, Z6, Z0, Z9
+	VSHUFPS       $0xdd, Z6, Z0, Z0
+	VADDPS        Z0, Z9, Z9
+	VSHUFPS       $0x88, Z8, Z7, Z0
+	VSHUFPS       $0xdd, Z8, Z7, Z6
+	VADDPS        Z6, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z9, Z6
+	VSHUFPS       $0xdd, Z0, Z9, Z0
+	VADDPS        Z0, Z6, Z6
+	VMOVUPS       3328(AX), Z0
+	VMOVUPS       3392(AX), Z7
+	VMOVUPS       3456(AX), Z8
+	VMOVUPS       3520(AX), Z9
+	VSHUFPS       $0x88, Z7, Z0, Z10
+	VSHUFPS       $0xdd, Z7, Z0, Z0
+	VADDPS        Z0, Z10, Z10
+	VSHUFPS       $0x88, Z9, Z8, Z0
+	VSHUFPS       $0xdd, Z9, Z8, Z7
+	VADDPS        Z7, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z10, Z7
+	VSHUFPS       $0xdd, Z0, Z10, Z0
+	VADDPS        Z0, Z7, Z7
+	VADDPS        Z7, Z6, Z6
+	VMOVUPS       1536(AX), Z0
+	VMOVUPS       1600(AX), Z7
+	VMOVUPS       1664(AX), Z8
+	VMOVUPS       1728(AX), Z9
+	VSHUFPS       $0x88, Z7, Z0, Z10
+	VSHUFPS       $0xdd, Z7, Z0, Z0
+	VADDPS        Z0, Z10, Z10
+	VSHUFPS       $0x88, Z9, Z8, Z0
+	VSHUFPS       $0xdd, Z9, Z8, Z7
+	VADDPS        Z7, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z10, Z7
+	VSHUFPS       $0xdd, Z0, Z10, Z0
+	VADDPS        Z0, Z7, Z7
+	VMOVUPS       3584(AX), Z0
+	VMOVUPS       3648(AX), Z8
+	VMOVUPS       3712(AX), Z9
+	VMOVUPS       3776(AX), Z10
+	VSHUFPS       $0x88, Z8, Z0, Z11
+	VSHUFPS       $0xdd, Z8, Z0, Z0
+	VADDPS        Z0, Z11, Z11
+	VSHUFPS       $0x88, Z10, Z9, Z0
+	VSHUFPS       $0xdd, Z10, Z9, Z8
+	VADDPS        Z8, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z11, Z8
+	VSHUFPS       $0xdd, Z0, Z11, Z0
+	VADDPS        Z0, Z8, Z8
+	VADDPS        Z8, Z7, Z7
+	VMOVUPS       1792(AX), Z0
+	VMOVUPS       1856(AX), Z8
+	VMOVUPS       1920(AX), Z9
+	VMOVUPS       1984(AX), Z10
+	VSHUFPS       $0x88, Z8, Z0, Z11
+	VSHUFPS       $0xdd, Z8, Z0, Z0
+	VADDPS        Z0, Z11, Z11
+	VSHUFPS       $0x88, Z10, Z9, Z0
+	VSHUFPS       $0xdd, Z10, Z9, Z8
+	VADDPS        Z8, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z11, Z8
+	VSHUFPS       $0xdd, Z0, Z11, Z0
+	VADDPS        Z0, Z8, Z8
+	VMOVUPS       3840(AX), Z0
+	VMOVUPS       3904(AX), Z9
+	VMOVUPS       3968(AX), Z10
+	VMOVUPS       4032(AX), Z11
+	VSHUFPS       $0x88, Z9, Z0, Z12
+	VSHUFPS       $0xdd, Z9, Z0, Z0
+	VADDPS        Z0, Z12, Z12
+	VSHUFPS       $0x88, Z11, Z10, Z0
+	VSHUFPS       $0xdd, Z11, Z10, Z9
+	VADDPS        Z9, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z12, Z9
+	VSHUFPS       $0xdd, Z0, Z12, Z0
+	VADDPS        Z0, Z9, Z9
+	VADDPS        Z9, Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+24(FP)
+	RET
+
+foldtree_512:
+	CMPQ          CX, $0x00000200
+	JB            foldtree_256
+	VMOVUPS       (AX), Z0
+	VMOVUPS       64(AX), Z1
+	VMOVUPS       128(AX), Z2
+	VMOVUPS       192(AX), Z3
+	VSHUFPS       $0x88, Z1, Z0, Z4
+	VSHUFPS       $0xdd, Z1, Z0, Z0
+	VADDPS        Z0, Z4, Z4
+	VSHUFPS       $0x88, Z3, Z2, Z0
+	VSHUFPS       $0xdd, Z3, Z2, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z4, Z1
+	VSHUFPS       $0xdd, Z0, Z4, Z0
+	VADDPS        Z0, Z1, Z1
+	VMOVUPS       1024(AX), Z0
+	VMOVUPS       1088(AX), Z2
+	VMOVUPS       1152(AX), Z3
+	VMOVUPS       1216(AX), Z4
+	VSHUFPS       $0x88, Z2, Z0, Z5
+	VSHUFPS       $0xdd, Z2, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFPS       $0x88, Z4, Z3, Z0
+	VSHUFPS       $0xdd, Z4, Z3, Z2
+	VADDPS        Z2, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z5, Z2
+	VSHUFPS       $0xdd, Z0, Z5, Z0
+	VADDPS        Z0, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VMOVUPS       256(AX), Z0
+	VMOVUPS       320(AX), Z2
+	VMOVUPS       384(AX), Z3
+	VMOVUPS       448(AX), Z4
+	VSHUFPS       $0x88, Z2, Z0, Z5
+	VSHUFPS       $0xdd, Z2, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFPS       $0x88, Z4, Z3, Z0
+	VSHUFPS       $0xdd, Z4, Z3, Z2
+	VADDPS        Z2, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z5, Z2
+	VSHUFPS       $0xdd, Z0, Z5, Z0
+	VADDPS        Z0, Z2, Z2
+	VMOVUPS       1280(AX), Z0
+	VMOVUPS       1344(AX), Z3
+	VMOVUPS       1408(AX), Z4
+	VMOVUPS       1472(AX), Z5
+	VSHUFPS       $0x88, Z3, Z0, Z6
+	VSHUFPS       $0xdd, Z3, Z0, Z0
+	VADDPS        Z0, Z6, Z6
+	VSHUFPS       $0x88, Z5, Z4, Z0
+	VSHUFPS       $0xdd, Z5, Z4, Z3
+	VADDPS        Z3, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z6, Z3
+	VSHUFPS       $0xdd, Z0, Z6, Z0
+	VADDPS        Z0, Z3, Z3
+	VADDPS        Z3, Z2, Z2
+	VMOVUPS       512(AX), Z0
+	VMOVUPS       576(AX), Z3
+	VMOVUPS       640(AX), Z4
+	VMOVUPS       704(AX), Z5
+	VSHUFPS       $0x88, Z3, Z0, Z6
+	VSHUFPS       $0xdd, Z3, Z0, Z0
+	VADDPS        Z0, Z6, Z6
+	VSHUFPS       $0x88, Z5, Z4, Z0
+	VSHUFPS       $0xdd, Z5, Z4, Z3
+	VADDPS        Z3, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z6, Z3
+	VSHUFPS       $0xdd, Z0, Z6, Z0
+	VADDPS        Z0, Z3, Z3
+	VMOVUPS       1536(AX), Z0
+	VMOVUPS       1600(AX), Z4
+	VMOVUPS       1664(AX), Z5
+	VMOVUPS       1728(AX), Z6
+	VSHUFPS       $0x88, Z4, Z0, Z7
+	VSHUFPS       $0xdd, Z4, Z0, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFPS       $0x88, Z6, Z5, Z0
+	VSHUFPS       $0xdd, Z6, Z5, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z7, Z4
+	VSHUFPS       $0xdd, Z0, Z7, Z0
+	VADDPS        Z0, Z4, Z4
+	VADDPS        Z4, Z3, Z3
+	VMOVUPS       768(AX), Z0
+	VMOVUPS       832(AX), Z4
+	VMOVUPS       896(AX), Z5
+	VMOVUPS       960(AX), Z6
+	VSHUFPS       $0x88, Z4, Z0, Z7
+	VSHUFPS       $0xdd, Z4, Z0, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFPS       $0x88, Z6, Z5, Z0
+	VSHUFPS       $0xdd, Z6, Z5, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z7, Z4
+	VSHUFPS       $0xdd, Z0, Z7, Z0
+	VADDPS        Z0, Z4, Z4
+	VMOVUPS       1792(AX), Z0
+	VMOVUPS       1856(AX), Z5
+	VMOVUPS       1920(AX), Z6
+	VMOVUPS       1984(AX), Z7
+	VSHUFPS       $0x88, Z5, Z0, Z8
+	VSHUFPS       $0xdd, Z5, Z0, Z0
+	VADDPS        Z0, Z8, Z8
+	VSHUFPS       $0x88, Z7, Z6, Z0
+	VSHUFPS       $0xdd, Z7, Z6, Z5
+	VADDPS        Z5, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z8, Z5
+	VSHUFPS       $0xdd, Z0, Z8, Z0
+	VADDPS        Z0, Z5, Z5
+	VADDPS        Z5, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+24(FP)
+	RET
+
+foldtree_256:
+	CMPQ          CX, $0x00000100
+	JB            foldtree_128
+	VMOVUPS       (AX), Z0
+	VMOVUPS       64(AX), Z1
+	VMOVUPS       128(AX), Z2
+	VMOVUPS       192(AX), Z3
+	VSHUFPS       $0x88, Z1, Z0, Z4
+	VSHUFPS       $0xdd, Z1, Z0, Z0
+	VADDPS        Z0, Z4, Z4
+	VSHUFPS       $0x88, Z3, Z2, Z0
+	VSHUFPS       $0xdd, Z3, Z2, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z4, Z1
+	VSHUFPS       $0xdd, Z0, Z4, Z0
+	VADDPS        Z0, Z1, Z1
+	VMOVUPS       512(AX), Z0
+	VMOVUPS       576(AX), Z2
+	VMOVUPS       640(AX), Z3
+	VMOVUPS       704(AX), Z4
+	VSHUFPS       $0x88, Z2, Z0, Z5
+	VSHUFPS       $0xdd, Z2, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFPS       $0x88, Z4, Z3, Z0
+	VSHUFPS       $0xdd, Z4, Z3, Z2
+	VADDPS        Z2, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z5, Z2
+	VSHUFPS       $0xdd, Z0, Z5, Z0
+	VADDPS        Z0, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VMOVUPS       256(AX), Z0
+	VMOVUPS       320(AX), Z2
+	VMOVUPS       384(AX), Z3
+	VMOVUPS       448(AX), Z4
+	VSHUFPS       $0x88, Z2, Z0, Z5
+	VSHUFPS       $0xdd, Z2, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFPS       $0x88, Z4, Z3, Z0
+	VSHUFPS       $0xdd, Z4, Z3, Z2
+	VADDPS        Z2, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z5, Z2
+	VSHUFPS       $0xdd, Z0, Z5, Z0
+	VADDPS        Z0, Z2, Z2
+	VMOVUPS       768(AX), Z0
+	VMOVUPS       832(AX), Z3
+	VMOVUPS       896(AX), Z4
+	VMOVUPS       960(AX), Z5
+	VSHUFPS       $0x88, Z3, Z0, Z6
+	VSHUFPS       $0xdd, Z3, Z0, Z0
+	VADDPS        Z0, Z6, Z6
+	VSHUFPS       $0x88, Z5, Z4, Z0
+	VSHUFPS       $0xdd, Z5, Z4, Z3
+	VADDPS        Z3, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z6, Z3
+	VSHUFPS       $0xdd, Z0, Z6, Z0
+	VADDPS        Z0, Z3, Z3
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+24(FP)
+	RET
+
+foldtree_128:
+	CMPQ          CX, $0x00000080
+	JB            foldtree_64
+	VMOVUPS       (AX), Z0
+	VMOVUPS       64(AX), Z1
+	VMOVUPS       128(AX), Z2
+	VMOVUPS       192(AX), Z3
+	VSHUFPS       $0x88, Z1, Z0, Z4
+	VSHUFPS       $0xdd, Z1, Z0, Z0
+	VADDPS        Z0, Z4, Z4
+	VSHUFPS       $0x88, Z3, Z2, Z0
+	VSHUFPS       $0xdd, Z3, Z2, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z4, Z1
+	VSHUFPS       $0xdd, Z0, Z4, Z0
+	VADDPS        Z0, Z1, Z1
+	VMOVUPS       256(AX), Z0
+	VMOVUPS       320(AX), Z2
+	VMOVUPS       384(AX), Z3
+	VMOVUPS       448(AX), Z4
+	VSHUFPS       $0x88, Z2, Z0, Z5
+	VSHUFPS       $0xdd, Z2, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFPS       $0x88, Z4, Z3, Z0
+	VSHUFPS       $0xdd, Z4, Z3, Z2
+	VADDPS        Z2, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z5, Z2
+	VSHUFPS       $0xdd, Z0, Z5, Z0
+	VADDPS        Z0, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+24(FP)
+	RET
+
+foldtree_64:
+	VMOVUPS       (AX), Z0
+	VMOVUPS       64(AX), Z1
+	VMOVUPS       128(AX), Z2
+	VMOVUPS       192(AX), Z3
+	VSHUFPS       $0x88, Z1, Z0, Z4
+	VSHUFPS       $0xdd, Z1, Z0, Z0
+	VADDPS        Z0, Z4, Z4
+	VSHUFPS       $0x88, Z3, Z2, Z0
+	VSHUFPS       $0xdd, Z3, Z2, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z4, Z1
+	VSHUFPS       $0xdd, Z0, Z4, Z0
+	VADDPS        Z0, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z0
+	VADDPS        Z0, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+24(FP)
 	RET

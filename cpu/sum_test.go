@@ -29,12 +29,36 @@ func TestAccumulateKernels(t *testing.T) {
 					for _, f := range []sumForm{{}, {sq: true}, {sq: true, fma: true},
 						{zero: true}, {sq: true, zero: true}, {sq: true, fma: true, zero: true}} {
 						got, want := out32(w, start), out32(w, start)
-						k.accumulate(f, got, x, x0, mean)
-						g.accumulate(f, want, x, x0, mean)
-						same32(t, tag(fmt.Sprintf("%+v", f)), got, want)
+						// The shift writes t (into a slice of its own, and in place over
+						// x); the squared deviations read it.
+						for _, inPlace := range []bool{false, true} {
+							gotT, wantT := out32(n, nil), out32(n, nil)
+							var src []float32
+							if inPlace {
+								copy(gotT, x)
+								src = gotT
+							} else {
+								src = x
+							}
+							if f.sq {
+								copy(gotT, x)
+								copy(wantT, x)
+								src = nil
+							}
+							got, want = out32(w, start), out32(w, start)
+							k.accumulate(f, got, gotT, src, x0, mean)
+							g.accumulate(f, want, wantT, x, x0, mean)
+							form := fmt.Sprintf("%+v/inPlace=%v", f, inPlace)
+							same32(t, tag(form), got, want)
+							same32(t, tag(form+"/t"), gotT, wantT)
+						}
 						if f.zero { // the zero-start forms ignore what part held
 							clear(want)
-							g.accumulate(sumForm{sq: f.sq, fma: f.fma}, want, x, x0, mean)
+							wantT := out32(n, nil)
+							if f.sq {
+								copy(wantT, x)
+							}
+							g.accumulate(sumForm{sq: f.sq, fma: f.fma}, want, wantT, x, x0, mean)
 							same32(t, tag(fmt.Sprintf("%+v/cleared", f)), got, want)
 						}
 					}
@@ -53,7 +77,7 @@ func TestAccumulateFollowsPlan(t *testing.T) {
 				p := plan.For(h, h%2 == 0, prof)
 				x := values(r, h, false)
 				part := make([]float32, p.W)
-				got := rowStats(kernelsOf(name), &p, x, part, 1e-5, nil)
+				got := rowStats(kernelsOf(name), &p, x, make([]float32, h), part, 1e-5, nil)
 				want := p.Stats(x, 1e-5, make([]float32, p.W))
 				if got != want {
 					t.Fatalf("%s: H=%d %v: rowStats = %+v, plan.Stats = %+v", name, h, prof, got, want)
@@ -74,6 +98,26 @@ func TestFoldQuadsKernel(t *testing.T) {
 				k.foldQuads(got[:w])
 				plan.FoldQuads(want)
 				same32(t, fmt.Sprintf("%s/foldQuads/W=%d/special=%v", name, w, special), got, want)
+			}
+		}
+	}
+}
+
+// TestPlanTree checks a row's whole tree (avx512's foldTree for vector rows) against the
+// plan's, for every W a vector or scalar row can have.
+func TestPlanTree(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, name := range testLevels() {
+		k := mustKernels(t, name)
+		for _, h := range []int{5, 8, 24, 100, 128, 256, 768, 1000, 1024, 2048, 4096, 8192} {
+			for _, half := range []bool{false, true} {
+				p := plan.For(h, half, plan.Contraction{})
+				for _, special := range []bool{false, true} {
+					init := values(r, p.W, special)
+					got, want := slices.Clone(init), slices.Clone(init)
+					sum, wantSum := k.planTree(&p, got), p.Tree(want)
+					same32(t, fmt.Sprintf("%s/planTree/%v/special=%v", name, p, special), []float32{sum}, []float32{wantSum})
+				}
 			}
 		}
 	}

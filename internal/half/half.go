@@ -10,8 +10,9 @@ import (
 	"github.com/x448/float16"
 )
 
-// f16Table maps every binary16 pattern to its float32 value: a table lookup is the fastest
-// exact widening in pure Go (the SIMD kernels use F16C instead).
+// f16Table maps every binary16 pattern to its float32 value: in a loop that widens many
+// values, a table lookup is the fastest exact widening in pure Go (the SIMD kernels use
+// F16C instead).
 var f16Table = sync.OnceValue(func() *[1 << 16]float32 {
 	var t [1 << 16]float32
 	for i := range t {
@@ -20,11 +21,29 @@ var f16Table = sync.OnceValue(func() *[1 << 16]float32 {
 	return &t
 })
 
-// F16Table is the table behind F16ToF32, for loops that widen many values.
+// F16Table maps every binary16 pattern to its float32 value, as F16ToF32 does, for loops
+// that widen many values.
 func F16Table() *[1 << 16]float32 { return f16Table() }
 
-// F16ToF32 widens a binary16 pattern.
-func F16ToF32(h uint16) float32 { return f16Table()[h] }
+// F16ToF32 widens a binary16 pattern by its fields, without the table: one value widened
+// now and then (a row's first element) would otherwise miss in the cache on a 256 KiB table.
+func F16ToF32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp, man := uint32(h>>10)&0x1f, uint32(h&0x3ff)
+	switch {
+	case exp == 0x1f && man != 0: // NaN: quiet, its payload kept (as F16C widens it)
+		return math.Float32frombits(sign | 0x7fc00000 | man<<13)
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0x7f800000)
+	case exp != 0:
+		return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
+	}
+	f := float32(man) * 0x1p-24 // ±0 and subnormals: man·2^-24, exact in float32
+	if sign != 0 {
+		f = -f
+	}
+	return f
+}
 
 // F32ToF16 rounds to the nearest binary16, ties to even (overflow to ±Inf, NaN stays NaN).
 func F32ToF16(f float32) uint16 { return float16.Fromfloat32(f).Bits() }

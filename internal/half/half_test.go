@@ -8,13 +8,18 @@ import (
 	"github.com/x448/float16"
 )
 
-// TestF16 checks the widening table against the float16 package for every pattern, and the
-// rounding against it on random patterns and the midpoints between neighbours.
+// TestF16 checks the widening, by its fields and by the table, against the float16 package
+// for every pattern, and the rounding against it on random patterns and the midpoints
+// between neighbours.
 func TestF16(t *testing.T) {
+	tab := F16Table()
 	for h := range 1 << 16 {
-		got, want := math.Float32bits(F16ToF32(uint16(h))), math.Float32bits(float16.Frombits(uint16(h)).Float32())
-		if got != want {
+		want := math.Float32bits(float16.Frombits(uint16(h)).Float32())
+		if got := math.Float32bits(F16ToF32(uint16(h))); got != want {
 			t.Fatalf("F16ToF32(%#04x) = %#08x, want %#08x", h, got, want)
+		}
+		if got := math.Float32bits(tab[h]); got != want {
+			t.Fatalf("F16Table()[%#04x] = %#08x, want %#08x", h, got, want)
 		}
 	}
 	r := rand.New(rand.NewPCG(1, 2))

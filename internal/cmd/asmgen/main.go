@@ -97,6 +97,7 @@ var families = []family{
 		}
 		tree()
 		foldQuads()
+		foldTree512()
 	}},
 	{"addsum", func(ws []isa) { // addForm
 		for _, v := range ws {
@@ -415,7 +416,7 @@ func adds(v isa) {
 
 }
 
-// affines emits the affine step, with y in float32 (plain or non-temporal stores), binary16
+// affines emits the affine step on the shifted row t, with y in float32 (plain or non-temporal stores), binary16
 // or bfloat16: the 16-bit forms round what the float32 form would store. The H forms read
 // gamma and beta in y's 16-bit format, widened as they load (exactly).
 func affines(v isa) {
@@ -430,7 +431,7 @@ func affines(v isa) {
 			bf, half := strings.HasPrefix(out, "BF16"), strings.Contains(out, "16H")
 			nt16 := strings.HasPrefix(out, "F16") || bf
 			nt16 = nt16 && strings.HasSuffix(out, "NT")
-			yT, doc := "[]float32", []string{name + " writes y[i] = " + what + ", n = f32(((x[i] − x0) − meanD)·rstd),"}
+			yT, doc := "[]float32", []string{name + " writes y[i] = " + what + ", n = f32((t[i] − meanD)·rstd),"}
 			switch {
 			case out == "":
 				doc = append(doc, "for whole vectors of y.")
@@ -454,9 +455,9 @@ func affines(v isa) {
 			if half {
 				gT = "[]uint16"
 			}
-			text(name, "func(y "+yT+", x []float32, gamma, beta "+gT+", x0, meanD, rstd float32)", doc...)
-			y, x, g, b := base("y"), base("x"), base("gamma"), base("beta")
-			x0, mean, rstd := v.broadcastParam("x0"), v.broadcastParam("meanD"), v.broadcastParam("rstd")
+			text(name, "func(y "+yT+", t []float32, gamma, beta "+gT+", meanD, rstd float32)", doc...)
+			y, x, g, b := base("y"), base("t"), base("gamma"), base("beta")
+			mean, rstd := v.broadcastParam("meanD"), v.broadcastParam("rstd")
 			var bk bf16Consts
 			unroll := 4
 			if bf {
@@ -466,7 +467,6 @@ func affines(v isa) {
 			v.loop(name, length("y"), unroll, func(i reg.Register, off int) {
 				t := v.vec()
 				c.VMOVUPS(f32(x, i, off), t)
-				c.VSUBPS(x0, t, t)
 				c.VSUBPS(mean, t, t)
 				c.VMULPS(rstd, t, t)
 				switch {
@@ -596,37 +596,38 @@ func (v isa) blocks(name string, part reg.GPVirtual, w, n reg.Register, zero boo
 	c.RET()
 }
 
-// reductions emits the plan's partial accumulation: len(part) = W, a multiple of the lanes,
-// and len(x) a positive multiple of W. Blocks of v.block (or v.lanes) partials stay in
-// registers while the loop walks the chunks x[c·W + k], c = 0, 1, …, so each partial sees
-// its elements in the plan's order.
+// reductions emits the plan's partial accumulations: len(part) = W, a multiple of the lanes,
+// and len(t) a positive multiple of W. Blocks of v.block (or v.lanes) partials stay in
+// registers while the loop walks the chunks c·W + k, so each partial sees its elements in
+// the plan's order. The shift (a row's first pass over data summed elsewhere) writes the
+// shifted row t = x − x0 and sums it; the squared deviations read t, so the later passes
+// subtract only meanD.
 func reductions(v isa) {
 	type variant struct {
 		name, sig, doc string
-		step           func(acc reg.VecVirtual, m Mem, x0, mean reg.VecVirtual)
+		step           func(acc reg.VecVirtual, t, x Mem, x0, mean reg.VecVirtual)
 	}
 	variants := []variant{
-		{v.name + "Accumulate", "func(part, x []float32, x0 float32)", "part[k] += x[c·W+k] − x0",
-			func(acc reg.VecVirtual, m Mem, x0, _ reg.VecVirtual) {
+		{v.name + "AccumulateShift", "func(part, t, x []float32, x0 float32)", "t[i] = x[i] − x0 (t may be x) and part[k] += t[c·W+k]",
+			func(acc reg.VecVirtual, t, x Mem, x0, _ reg.VecVirtual) {
 				d := v.vec()
-				c.VMOVUPS(m, d)
+				c.VMOVUPS(x, d)
 				c.VSUBPS(x0, d, d)
+				c.VMOVUPS(d, t)
 				c.VADDPS(d, acc, acc)
 			}},
-		{v.name + "AccumulateSqDev", "func(part, x []float32, x0, meanD float32)", "part[k] += f32(d·d), d = (x[c·W+k] − x0) − meanD",
-			func(acc reg.VecVirtual, m Mem, x0, mean reg.VecVirtual) {
+		{v.name + "AccumulateSqDev", "func(part, t []float32, meanD float32)", "part[k] += f32(d·d), d = t[c·W+k] − meanD",
+			func(acc reg.VecVirtual, t, _ Mem, _, mean reg.VecVirtual) {
 				d := v.vec()
-				c.VMOVUPS(m, d)
-				c.VSUBPS(x0, d, d)
+				c.VMOVUPS(t, d)
 				c.VSUBPS(mean, d, d)
 				c.VMULPS(d, d, d)
 				c.VADDPS(d, acc, acc)
 			}},
-		{v.name + "AccumulateSqDevFMA", "func(part, x []float32, x0, meanD float32)", "part[k] = fma(d, d, part[k]), d = (x[c·W+k] − x0) − meanD",
-			func(acc reg.VecVirtual, m Mem, x0, mean reg.VecVirtual) {
+		{v.name + "AccumulateSqDevFMA", "func(part, t []float32, meanD float32)", "part[k] = fma(d, d, part[k]), d = t[c·W+k] − meanD",
+			func(acc reg.VecVirtual, t, _ Mem, _, mean reg.VecVirtual) {
 				d := v.vec()
-				c.VMOVUPS(m, d)
-				c.VSUBPS(x0, d, d)
+				c.VMOVUPS(t, d)
 				c.VSUBPS(mean, d, d)
 				c.VFMADD231PS(d, d, acc)
 			}},
@@ -640,58 +641,87 @@ func reductions(v isa) {
 					"not read): the same as clearing part first, in one pass.")
 			} else {
 				text(name, vr.sig, name+" does "+vr.doc+" for every chunk c;",
-					"len(part) = W must be a multiple of the lanes and len(x) a positive multiple of W.")
+					"len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.")
 			}
-			part, x := base("part"), base("x")
+			part, t := base("part"), base("t")
 			w := length("part")
-			x0 := v.broadcastParam("x0")
-			var mean reg.VecVirtual
-			if strings.Contains(vr.sig, "meanD") {
+			shift := strings.Contains(vr.sig, "x0")
+			var x reg.GPVirtual
+			var x0, mean reg.VecVirtual
+			if shift {
+				x = base("x")
+				x0 = v.broadcastParam("x0")
+			} else {
 				mean = v.broadcastParam("meanD")
 			}
-			v.blocks(name, part, w, length("x"), zero, func(e reg.Register, j int, acc reg.VecVirtual) {
-				vr.step(acc, f32(x, e, v.lanes*j), x0, mean)
+			v.blocks(name, part, w, length("t"), zero, func(e reg.Register, j int, acc reg.VecVirtual) {
+				var xm Mem
+				if shift {
+					xm = f32(x, e, v.lanes*j)
+				}
+				vr.step(acc, f32(t, e, v.lanes*j), xm, x0, mean)
 			})
 		}
 	}
 }
 
+// xStore is how a first pass writes the x output (s, or s rounded to the inputs' 16-bit
+// format): not at all, with plain stores, or non-temporally.
+type xStore int
+
+const (
+	xNone xStore = iota
+	xPlain
+	xNT
+)
+
 // sums emits the first pass of a row fused with the plan's first accumulation: s = a + b
-// or (a + b) + d, optionally also stored non-temporally to x, and part = the partial sums
-// of s from +0 (what a zero-start accumulation gives), or added onto part as it is (Acc: a later piece of a
-// row that is summed a piece at a time). Like reductions, blocks of partials stay in
-// registers while the loop walks the chunks c·W + k of the inputs, so every s[i] is
-// computed once and added to its partial in the plan's order.
+// or (a + b) + d, the shifted row t = s − x0 (what the later passes read), optionally x = s
+// (plain or non-temporal stores), and part = the partial sums of t from +0 (what a
+// zero-start accumulation gives), or added onto part as it is (Acc: a later piece of a row
+// that is summed a piece at a time). Like reductions, blocks of partials stay in registers
+// while the loop walks the chunks c·W + k of the inputs, so every t[i] is computed once and
+// added to its partial in the plan's order.
 func sums(v isa) {
-	for _, vr := range []struct{ three, nt, acc bool }{
-		{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false},
-		{false, false, true}, {true, false, true},
+	for _, vr := range []struct {
+		three, acc bool
+		x          xStore
+	}{
+		{false, false, xNone}, {true, false, xNone}, {false, false, xPlain}, {true, false, xPlain},
+		{false, false, xNT}, {true, false, xNT}, {false, true, xNone}, {true, true, xNone},
 	} {
-		name, sig, what := v.name+"Add2Sum", "func(part, s, a, b []float32)", "a[i] + b[i]"
+		name, sig, what := v.name+"Add2Sum", "func(part, t, a, b []float32)", "a[i] + b[i]"
 		if vr.three {
-			name, sig, what = v.name+"Add3Sum", "func(part, s, a, b, d []float32)", "(a[i] + b[i]) + d[i]"
+			name, sig, what = v.name+"Add3Sum", "func(part, t, a, b, d []float32)", "(a[i] + b[i]) + d[i]"
 		}
 		switch {
-		case vr.nt:
+		case vr.x == xNT:
 			name += "NT"
-			sig = strings.Replace(sig, "s, ", "s, x, ", 1)
+		case vr.x == xPlain:
+			name += "X"
 		case vr.acc:
 			name += "Acc"
+		}
+		if vr.x != xNone {
+			sig = strings.Replace(sig, "part, t, ", "part, t, x, ", 1)
 		}
 		from := "from +0"
 		if vr.acc {
 			from = "added onto part"
 		}
 		sig = strings.Replace(sig, "[]float32)", "[]float32, x0 float32)", 1)
-		doc := []string{name + " writes s[i] = " + what + " and part[k] = Σ_c (s[c·W+k] − x0) " + from + " (chunks in order),"}
-		if vr.nt {
+		doc := []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + ", and part[k] = Σ_c t[c·W+k] " + from + " (chunks in order),"}
+		switch vr.x {
+		case xNT:
 			doc = append(doc, "and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),")
+		case xPlain:
+			doc = append(doc, "and x[i] = s[i],")
 		}
-		doc = append(doc, "for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.")
+		doc = append(doc, "for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.")
 		text(name, sig, doc...)
-		part, sp := base("part"), base("s")
+		part, tp := base("part"), base("t")
 		var x, d reg.GPVirtual
-		if vr.nt {
+		if vr.x != xNone {
 			x = base("x")
 		}
 		a, b := base("a"), base("b")
@@ -699,36 +729,40 @@ func sums(v isa) {
 			d = base("d")
 		}
 		x0 := v.broadcastParam("x0")
-		v.blocks(name, part, length("part"), length("s"), !vr.acc, func(e reg.Register, j int, acc reg.VecVirtual) {
+		v.blocks(name, part, length("part"), length("t"), !vr.acc, func(e reg.Register, j int, acc reg.VecVirtual) {
 			o := v.lanes * j
-			t := v.vec()
-			c.VMOVUPS(f32(a, e, o), t)
-			c.VADDPS(f32(b, e, o), t, t)
+			s := v.vec()
+			c.VMOVUPS(f32(a, e, o), s)
+			c.VADDPS(f32(b, e, o), s, s)
 			if vr.three {
-				c.VADDPS(f32(d, e, o), t, t)
+				c.VADDPS(f32(d, e, o), s, s)
 			}
-			c.VMOVUPS(t, f32(sp, e, o))
-			if vr.nt {
-				c.VMOVNTPS(t, f32(x, e, o))
+			switch vr.x {
+			case xNT:
+				c.VMOVNTPS(s, f32(x, e, o))
+			case xPlain:
+				c.VMOVUPS(s, f32(x, e, o))
 			}
-			c.VSUBPS(x0, t, t)
-			c.VADDPS(t, acc, acc) // part[k] + (s − x0)
+			c.VSUBPS(x0, s, s)
+			c.VMOVUPS(s, f32(tp, e, o))
+			c.VADDPS(s, acc, acc) // part[k] + (s − x0)
 		})
 	}
 }
 
 // sums16 emits the first pass for 16-bit x1 and x2 of one format (binary16 F16, bfloat16
 // BF16), widened in the load: s = a + b, or (a + b) + d with d of the same format (Full:
-// a full bias, or the bias row the caller passes a piece of), and part = the partial sums
-// of s, from +0 or added onto part (Acc), in the plan's order as in sums. The NT variants
-// also write the x output, s rounded back to the inputs' format, with non-temporal stores
-// in the same pass (a separate narrowing pass would wait on the stores' drain alone).
+// a full bias, or the bias row the caller passes a piece of), t = s − x0, and part = the
+// partial sums of t, from +0 or added onto part (Acc), in the plan's order as in sums. The
+// X and NT variants also write the x output, s rounded back to the inputs' format, with
+// plain or non-temporal stores in the same pass (a separate narrowing pass would need s,
+// which only the x output keeps).
 func sums16(v isa) {
 	for _, bf := range []bool{false, true} {
 		for _, full := range []bool{false, true} {
 			for _, acc := range []bool{false, true} {
-				for _, nt := range []bool{false, true} {
-					sum16Kernel(v, bf, full, acc, nt)
+				for _, x := range []xStore{xNone, xPlain, xNT} {
+					sum16Kernel(v, bf, full, acc, x)
 				}
 			}
 		}
@@ -736,22 +770,27 @@ func sums16(v isa) {
 }
 
 // sum16Kernel emits one kernel of sums16.
-func sum16Kernel(v isa, bf, full, acc, nt bool) {
+func sum16Kernel(v isa, bf, full, acc bool, xs xStore) {
 	t := "F16"
 	if bf {
 		t = "BF16"
 	}
 	name := v.name + "AddSum" + t
-	sig, what := "func(part, s []float32, a, b []uint16)", "a[i] + b[i]"
+	sig, what := "func(part, t []float32, a, b []uint16)", "a[i] + b[i]"
 	if full {
 		name += "Full"
-		sig, what = "func(part, s []float32, a, b, d []uint16)", "(a[i] + b[i]) + d[i]"
+		sig, what = "func(part, t []float32, a, b, d []uint16)", "(a[i] + b[i]) + d[i]"
 	}
 	if acc {
 		name += "Acc"
 	}
-	if nt {
+	switch xs {
+	case xNT:
 		name += "NT"
+	case xPlain:
+		name += "X"
+	}
+	if xs != xNone {
 		sig = strings.Replace(sig, "a, b", "x, a, b", 1)
 	}
 	sig = strings.Replace(sig, "[]uint16)", "[]uint16, x0 float32)", 1)
@@ -759,17 +798,20 @@ func sum16Kernel(v isa, bf, full, acc, nt bool) {
 	if acc {
 		from = "added onto part"
 	}
-	doc := []string{name + " writes s[i] = " + what + ", with the " + strings.ToLower(t) + " inputs widened exactly, and",
-		"part[k] = Σ_c (s[c·W+k] − x0) " + from + " (chunks in order),"}
-	if nt {
+	doc := []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + " with the " + strings.ToLower(t) + " inputs widened",
+		"exactly, and part[k] = Σ_c t[c·W+k] " + from + " (chunks in order),"}
+	switch xs {
+	case xNT:
 		doc = append(doc, "and x[i] = s[i] rounded to "+strings.ToLower(t)+" with non-temporal stores (x aligned to a",
 			"vector of 16-bit values; the caller fences),")
+	case xPlain:
+		doc = append(doc, "and x[i] = s[i] rounded to "+strings.ToLower(t)+",")
 	}
-	doc = append(doc, "for i < len(s); len(part) = W must be a multiple of the lanes and len(s) a positive multiple of W.")
+	doc = append(doc, "for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.")
 	text(name, sig, doc...)
-	part, sp := base("part"), base("s")
+	part, tp := base("part"), base("t")
 	var x, d reg.GPVirtual
-	if nt {
+	if xs != xNone {
 		x = base("x")
 	}
 	a, b := base("a"), base("b")
@@ -777,26 +819,26 @@ func sum16Kernel(v isa, bf, full, acc, nt bool) {
 		d = base("d")
 	}
 	var k bf16Consts
-	if nt && bf {
+	if xs != xNone && bf {
 		k = v.bf16Consts()
 	}
 	x0 := v.broadcastParam("x0")
-	v.blocks(name, part, length("part"), length("s"), !acc, func(e reg.Register, j int, sum reg.VecVirtual) {
+	v.blocks(name, part, length("part"), length("t"), !acc, func(e reg.Register, j int, sum reg.VecVirtual) {
 		o := v.lanes * j
 		r := v.widen16(bf, u16(a, e, o))
 		c.VADDPS(v.widen16(bf, u16(b, e, o)), r, r)
 		if full {
 			c.VADDPS(v.widen16(bf, u16(d, e, o)), r, r)
 		}
-		c.VMOVUPS(r, f32(sp, e, o))
 		sh := v.vec()
 		c.VSUBPS(x0, r, sh)
+		c.VMOVUPS(sh, f32(tp, e, o))
 		c.VADDPS(sh, sum, sum) // part[k] + (s − x0)
 		switch {
-		case nt && bf:
-			v.narrowBF16(k, r, u16(x, e, o), true) // clobbers r, after its last use
-		case nt:
-			v.narrowF16(r, u16(x, e, o), true)
+		case xs != xNone && bf:
+			v.narrowBF16(k, r, u16(x, e, o), xs == xNT) // clobbers r, after its last use
+		case xs != xNone:
+			v.narrowF16(r, u16(x, e, o), xs == xNT)
 		}
 	})
 }
@@ -950,6 +992,84 @@ func foldQuads() {
 	c.Label("fold_done")
 	c.VZEROUPPER()
 	c.RET()
+}
+
+// foldTree512 emits a vector row's whole tree for AVX-512 (plan.Plan.Tree with Vec): the
+// quads folded, then the halving, in registers, returning the sum. The fold takes 64
+// partials (one group) at a time without VHADDPS (which has no ZMM form): VSHUFPS splits
+// four vectors into the even and odd members of each pair, whose sum is the pairs; once
+// more gives each quad's first and second pairs, whose sum is the quads, (a + b) + (c + d).
+// In 128-bit lane l, position m of a group's result holds the group's quad 4m + l. The
+// halving's steps between groups add whole vectors (the same position in each); the steps
+// within the last vector pair positions 4l+m with 4l+m+2 (quad distance 8), 4l with 4l+1
+// (4), lanes 0-1 with 2-3 (2), lane 0 with lane 1 (1): every addition is one of the plan's,
+// its lower partial first, so no permute puts the quads back in order. part is only read.
+func foldTree512() {
+	text("avx512FoldTree", "func(part []float32) float32",
+		"avx512FoldTree returns plan.Plan.Tree of a vector row over part, without writing it: the quads",
+		"folded as (a + b) + (c + d), then the halving; len(part) must be 64·2^k, k ≤ 5.")
+	p := base("part")
+	n := length("part")
+	ret, err := c.ReturnIndex(0).Resolve()
+	if err != nil {
+		fail(err)
+	}
+	fold := func(g int) reg.VecVirtual {
+		v := make([]reg.VecVirtual, 4)
+		for j := range v {
+			v[j] = c.ZMM()
+			c.VMOVUPS(Mem{Base: p, Disp: 4 * (64*g + 16*j)}, v[j])
+		}
+		pairs := func(lo, hi reg.VecVirtual) reg.VecVirtual {
+			e, o := c.ZMM(), c.ZMM()
+			c.VSHUFPS(U8(0x88), hi, lo, e) // per lane: lo0 lo2 hi0 hi2
+			c.VSHUFPS(U8(0xdd), hi, lo, o) // lo1 lo3 hi1 hi3
+			c.VADDPS(o, e, e)              // the even member first
+			return e
+		}
+		return pairs(pairs(v[0], v[1]), pairs(v[2], v[3]))
+	}
+	for _, w := range []int{2048, 1024, 512, 256, 128, 64} {
+		c.Label(fmt.Sprintf("foldtree_%d", w))
+		if w > 64 {
+			c.CMPQ(n, U32(w))
+			c.JB(LabelRef(fmt.Sprintf("foldtree_%d", w/2)))
+		}
+		groups := w / 64
+		var r []reg.VecVirtual
+		if groups == 1 {
+			r = []reg.VecVirtual{fold(0)}
+		} else {
+			// The first halving step as the groups are folded: group g with g + groups/2.
+			h := groups / 2
+			for g := range h {
+				lo := fold(g)
+				c.VADDPS(fold(g+h), lo, lo)
+				r = append(r, lo)
+			}
+		}
+		for len(r) > 1 {
+			h := len(r) / 2
+			for q := range h {
+				c.VADDPS(r[q+h], r[q], r[q])
+			}
+			r = r[:h]
+		}
+		q, t := r[0], c.ZMM()
+		c.VPERMILPS(U8(0xee), q, t) // positions 4l+2, 4l+3 onto 4l, 4l+1
+		c.VADDPS(t, q, q)           // quad distance 8
+		c.VPERMILPS(U8(0x55), q, t) // 4l+1 onto 4l
+		c.VADDPS(t, q, q)           // 4
+		y, hi := c.YMM(), c.YMM()
+		c.VEXTRACTF64X4(U8(1), q, hi)
+		c.VADDPS(hi, q.AsY(), y) // 2: lanes 0-1 with 2-3
+		x, top := c.XMM(), c.XMM()
+		c.VEXTRACTF128(U8(1), y, top)
+		c.VADDPS(top, y.AsX(), x) // 1
+		c.VZEROUPPER()
+		c.VMOVSS(x, ret.Addr)
+		c.RET()
+	}
 }
 
 // embedF16 emits EmbedLayerNorm's staged binary16 sums with F16C: each stage a float32

@@ -20,14 +20,15 @@ var {{.Name}}Kernels = &kernels{
 	lanes: {{.Lanes}},
 	narrower: {{if .Narrower}}{{.Narrower}}Kernels{{else}}&goKernels{{end}},
 	sums: sumKernels{
-		sum: {{.Name}}Accumulate,
-		sumZero: {{.Name}}AccumulateZero,
+		shift: {{.Name}}AccumulateShift,
+		shiftZero: {{.Name}}AccumulateShiftZero,
 		sqDev: {{.Name}}AccumulateSqDev,
 		sqDevZero: {{.Name}}AccumulateSqDevZero,
 		sqFMA: {{.Name}}AccumulateSqDevFMA,
 		sqFMAZero: {{.Name}}AccumulateSqDevFMAZero,
 		tree: avx2Tree,
-		fold: avx2FoldQuads,
+		fold: avx2FoldQuads,{{if eq .Lanes 16}}
+		foldTree: avx512FoldTree,{{end}}
 	},
 	adds: addKernels{
 		add2: {{.Name}}Add2,
@@ -38,6 +39,8 @@ var {{.Name}}Kernels = &kernels{
 		sum2Acc: {{.Name}}Add2SumAcc,
 		sum3: {{.Name}}Add3Sum,
 		sum3Acc: {{.Name}}Add3SumAcc,
+		sum2X: {{.Name}}Add2SumX,
+		sum3X: {{.Name}}Add3SumX,
 		sum2NT: {{.Name}}Add2SumNT,
 		sum3NT: {{.Name}}Add3SumNT,{{range $f := .Formats}}
 		{{$f.Field}}: sum16Kernels{
@@ -45,6 +48,10 @@ var {{.Name}}Kernels = &kernels{
 			twoAcc: {{$n}}AddSum{{$f.Name}}Acc,
 			full: {{$n}}AddSum{{$f.Name}}Full,
 			fullAcc: {{$n}}AddSum{{$f.Name}}FullAcc,
+			twoX: {{$n}}AddSum{{$f.Name}}X,
+			twoAccX: {{$n}}AddSum{{$f.Name}}AccX,
+			fullX: {{$n}}AddSum{{$f.Name}}FullX,
+			fullAccX: {{$n}}AddSum{{$f.Name}}FullAccX,
 			twoNT: {{$n}}AddSum{{$f.Name}}NT,
 			twoAccNT: {{$n}}AddSum{{$f.Name}}AccNT,
 			fullNT: {{$n}}AddSum{{$f.Name}}FullNT,
