@@ -17,18 +17,20 @@ type addForm struct {
 	acc  bool      // the partial sums are added onto part (a later piece of a row), else start at +0
 	// stream and prefetch are for rows from DRAM, which the fused pass would stride through
 	// W elements at a time, leaving the hardware prefetchers behind.
-	stream   bool // float32: the sums in one sequential pass (into t), then the shift in place
+	stream   bool // float32: s and t in one sequential pass (shiftRow), then the partial sums of t
 	prefetch bool // 16-bit: a and b prefetched in address order first, then the fused pass
 }
 
-// addKernels are a width's elementwise adds and fused first passes: the fused kernels take
-// whole chunks of W = len(part), W a multiple of the lanes; their X and NT forms write x
-// with plain or non-temporal stores (x aligned to the vector).
+// addKernels are a width's elementwise first passes (shift: t = s − x0, x = s, whole
+// vectors) and fused first passes (whole chunks of W = len(part), W a multiple of the
+// lanes); their X and NT forms write x with plain or non-temporal stores (x aligned to the
+// vector); and addTo, the tree's vector step.
 type addKernels struct {
-	add2   func(s, a, b []float32)
-	add3   func(s, a, b, d []float32)
-	add3NT func(s, x, a, b, d []float32) // and x = s, non-temporally, x aligned to the vector
-	addTo  func(s, b []float32)
+	addTo             func(s, b []float32)
+	shift2            func(t, a, b []float32, x0 float32)
+	shift3            func(t, a, b, d []float32, x0 float32)
+	shift2X, shift2NT func(t, x, a, b []float32, x0 float32)
+	shift3X, shift3NT func(t, x, a, b, d []float32, x0 float32)
 
 	sum2, sum2Acc func(part, t, a, b []float32, x0 float32)
 	sum3, sum3Acc func(part, t, a, b, d []float32, x0 float32)
@@ -107,23 +109,6 @@ func (k *addKernels) run16(f addForm, part, t []float32, x, a, b, c []uint16, x0
 	}
 }
 
-func add2Go(s, a, b []float32) {
-	a = a[:len(s)]
-	b = b[:len(s)]
-	for i := range s {
-		s[i] = a[i] + b[i]
-	}
-}
-
-func add3Go(s, a, b, c []float32) {
-	a = a[:len(s)]
-	b = b[:len(s)]
-	c = c[:len(s)]
-	for i := range s {
-		s[i] = (a[i] + b[i]) + c[i]
-	}
-}
-
 func addToGo(s, b []float32) {
 	b = b[:len(s)]
 	for i := range s {
@@ -131,18 +116,11 @@ func addToGo(s, b []float32) {
 	}
 }
 
-// addSumGo is the twin of addSum: s = a + b, or (a + b) + c; x = s; t = s − x0; then the
-// partial sums of t from +0 or onto part (len(part) = W).
+// addSumGo is the twin of addSum: shiftRowGo, then the partial sums of t from +0 or onto
+// part (len(part) = W).
 func addSumGo(f addForm, part, t, x, a, b, c []float32, x0 float32) {
-	if f.bias {
-		add3Go(t, a, b, c)
-	} else {
-		add2Go(t, a, b)
-	}
-	if f.x {
-		copy(x[:len(t)], t)
-	}
-	accumulateGo(sumForm{zero: !f.acc}, part, t, t, x0, 0)
+	shiftRowGo(f, t, x, a, b, c, x0)
+	accumulateGo(sumForm{shifted: true, zero: !f.acc}, part, t, nil, 0, 0)
 }
 
 // addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo sums them, x
@@ -166,36 +144,6 @@ func addSum16Go(f addForm, part, t []float32, x, a, b, c []uint16, x0 float32) {
 	accumulateGo(sumForm{zero: !f.acc}, part, t, t, x0, 0)
 }
 
-func (k *kernels) add2(s, a, b []float32) {
-	a, b = a[:len(s)], b[:len(s)]
-	if !k.simd() {
-		add2Go(s, a, b)
-		return
-	}
-	n := k.whole(len(s))
-	if n > 0 {
-		k.adds.add2(s[:n], a, b)
-	}
-	if n < len(s) {
-		k.narrower.add2(s[n:], a[n:], b[n:])
-	}
-}
-
-func (k *kernels) add3(s, a, b, c []float32) {
-	a, b, c = a[:len(s)], b[:len(s)], c[:len(s)]
-	if !k.simd() {
-		add3Go(s, a, b, c)
-		return
-	}
-	n := k.whole(len(s))
-	if n > 0 {
-		k.adds.add3(s[:n], a, b, c)
-	}
-	if n < len(s) {
-		k.narrower.add3(s[n:], a[n:], b[n:], c[n:])
-	}
-}
-
 func (k *kernels) addTo(s, b []float32) {
 	b = b[:len(s)]
 	if !k.simd() {
@@ -211,39 +159,69 @@ func (k *kernels) addTo(s, b []float32) {
 	}
 }
 
-// addRow is the first pass without the partial sums: s, and x = s (non-temporally with
-// f.nt).
-func (k *kernels) addRow(f addForm, s, x, a, b, c []float32) {
-	switch {
-	case f.bias && f.x && f.nt && k.simd():
-		x, a, b, c = x[:len(s)], a[:len(s)], b[:len(s)], c[:len(s)]
-		h := k.ntHead(x)
-		add3Go(s[:h], a, b, c)
-		copy(x[:h], s[:h])
-		s, x, a, b, c = s[h:], x[h:], a[h:], b[h:], c[h:]
-		n := k.whole(len(s))
-		if n > 0 {
-			k.adds.add3NT(s[:n], x, a, b, c)
-		}
-		add3Go(s[n:], a[n:], b[n:], c[n:])
-		copy(x[n:], s[n:])
-		return
-	case f.bias:
-		k.add3(s, a, b, c)
-	default:
-		k.add2(s, a, b)
+// shiftRowGo is the twin of shiftRow: s = a + b, or (a + b) + c; x = s; t = s − x0.
+func shiftRowGo(f addForm, t, x, a, b, c []float32, x0 float32) {
+	a, b = a[:len(t)], b[:len(t)]
+	if f.bias {
+		c = c[:len(t)]
 	}
-	switch {
-	case f.x && f.nt:
-		k.copyNT(x, s)
-	case f.x:
-		copy(x[:len(s)], s)
+	if f.x {
+		x = x[:len(t)]
+	}
+	for i := range t {
+		s := a[i] + b[i]
+		if f.bias {
+			s += c[i]
+		}
+		if f.x {
+			x[i] = s
+		}
+		t[i] = s - x0
+	}
+}
+
+// shiftRow is the first pass without the partial sums (streamed rows, tails): t = s − x0,
+// and x = s (non-temporally from x's first aligned element on with f.nt); the width's
+// kernel over the whole vectors, what is left narrower.
+func (k *kernels) shiftRow(f addForm, t, x, a, b, c []float32, x0 float32) {
+	if !k.simd() {
+		shiftRowGo(f, t, x, a, b, c, x0)
+		return
+	}
+	plain := f
+	plain.nt = false
+	if f.x && f.nt {
+		if h := k.ntHead(x[:len(t)]); h > 0 {
+			k.shiftRow(plain, t[:h], x, a, b, c, x0)
+			t, x, a, b, c = t[h:], x[h:], a[h:], b[h:], from(c, h)
+		}
+	}
+	n := k.whole(len(t))
+	if n > 0 {
+		ad := &k.adds
+		type pick struct{ x, nt, bias bool }
+		switch (pick{f.x, f.x && f.nt, f.bias}) {
+		case pick{true, true, true}:
+			ad.shift3NT(t[:n], x, a, b, c, x0)
+		case pick{true, true, false}:
+			ad.shift2NT(t[:n], x, a, b, x0)
+		case pick{true, false, true}:
+			ad.shift3X(t[:n], x, a, b, c, x0)
+		case pick{true, false, false}:
+			ad.shift2X(t[:n], x, a, b, x0)
+		case pick{false, false, true}:
+			ad.shift3(t[:n], a, b, c, x0)
+		default:
+			ad.shift2(t[:n], a, b, x0)
+		}
+	}
+	if n < len(t) {
+		k.narrower.shiftRow(plain, t[n:], from(x, n), a[n:], b[n:], from(c, n), x0)
 	}
 }
 
 // addSum runs the first pass of float32 inputs into t: the fused kernel over the whole
-// chunks and the separate passes (the sums into t, then the shift in place) over the
-// shorter last chunk (which the plan adds last). Shapes the kernel does not take (W not a
+// chunks and the separate passes (shiftRow, then the sums of t) over the shorter last chunk (which the plan adds last). Shapes the kernel does not take (W not a
 // multiple of the lanes, no whole chunk, a non-temporal x that does not start on a vector
 // boundary, x with acc) go to the narrower width, or run the separate passes at the
 // narrowest.
@@ -261,8 +239,8 @@ func (k *kernels) addSum(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 		return
 	}
 	if f.stream {
-		k.addRow(f, t, x, a, b, c)
-		k.accumulate(sumForm{zero: !f.acc}, part, t, t, x0, 0)
+		k.shiftRow(f, t, x, a, b, c, x0)
+		k.accumulate(sumForm{shifted: true, zero: !f.acc}, part, t, nil, 0, 0)
 		return
 	}
 	w := len(part)
@@ -272,14 +250,14 @@ func (k *kernels) addSum(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 			k.narrower.addSum(f, part, t, x, a, b, c, x0)
 			return
 		}
-		k.addRow(f, t, x, a, b, c)
-		k.accumulate(sumForm{zero: !f.acc}, part, t, t, x0, 0)
+		k.shiftRow(f, t, x, a, b, c, x0)
+		k.accumulate(sumForm{shifted: true, zero: !f.acc}, part, t, nil, 0, 0)
 		return
 	}
 	k.adds.run(f, part, t[:full], x, a, b, c, x0)
 	if full < n {
-		k.addRow(f, t[full:], from(x, full), a[full:], b[full:], from(c, full))
-		k.accumulate(sumForm{}, part, t[full:], t[full:], x0, 0)
+		k.shiftRow(f, t[full:], from(x, full), a[full:], b[full:], from(c, full), x0)
+		k.accumulate(sumForm{shifted: true}, part, t[full:], nil, 0, 0)
 	}
 }
 

@@ -4,22 +4,43 @@
 
 package cpu
 
-// avx2Add2 writes s[i] = a[i] + b[i] for i < len(s)&^7.
+// avx2Add2Shift writes t[i] = s[i] − x0, s[i] = a[i] + b[i],
+// for i < len(t)&^7.
 //
 //go:noescape
-func avx2Add2(s []float32, a []float32, b []float32)
+func avx2Add2Shift(t []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3 writes s[i] = (a[i] + b[i]) + d[i] for i < len(s)&^7.
+// avx2Add2ShiftX writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and x[i] = s[i],
+// for i < len(t)&^7.
 //
 //go:noescape
-func avx2Add3(s []float32, a []float32, b []float32, d []float32)
+func avx2Add2ShiftX(t []float32, x []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3NT writes s[i] = (a[i] + b[i]) + d[i] and the same value to x[i], with a
-// non-temporal store, for whole vectors of s: x must be aligned to the vector, and the
-// caller fences before the values are shared.
+// avx2Add2ShiftNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and x[i] = s[i] with
+// non-temporal stores (x aligned to the vector; the caller fences),
+// for i < len(t)&^7.
 //
 //go:noescape
-func avx2Add3NT(s []float32, x []float32, a []float32, b []float32, d []float32)
+func avx2Add2ShiftNT(t []float32, x []float32, a []float32, b []float32, x0 float32)
+
+// avx2Add3Shift writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i],
+// for i < len(t)&^7.
+//
+//go:noescape
+func avx2Add3Shift(t []float32, a []float32, b []float32, d []float32, x0 float32)
+
+// avx2Add3ShiftX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and x[i] = s[i],
+// for i < len(t)&^7.
+//
+//go:noescape
+func avx2Add3ShiftX(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+
+// avx2Add3ShiftNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and x[i] = s[i] with
+// non-temporal stores (x aligned to the vector; the caller fences),
+// for i < len(t)&^7.
+//
+//go:noescape
+func avx2Add3ShiftNT(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
 // avx2AddTo writes s[i] += b[i] for whole vectors of s.
 //
@@ -270,22 +291,43 @@ func avx2AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16,
 //go:noescape
 func avx2AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512Add2 writes s[i] = a[i] + b[i] for i < len(s)&^15.
+// avx512Add2Shift writes t[i] = s[i] − x0, s[i] = a[i] + b[i],
+// for i < len(t)&^15.
 //
 //go:noescape
-func avx512Add2(s []float32, a []float32, b []float32)
+func avx512Add2Shift(t []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3 writes s[i] = (a[i] + b[i]) + d[i] for i < len(s)&^15.
+// avx512Add2ShiftX writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and x[i] = s[i],
+// for i < len(t)&^15.
 //
 //go:noescape
-func avx512Add3(s []float32, a []float32, b []float32, d []float32)
+func avx512Add2ShiftX(t []float32, x []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3NT writes s[i] = (a[i] + b[i]) + d[i] and the same value to x[i], with a
-// non-temporal store, for whole vectors of s: x must be aligned to the vector, and the
-// caller fences before the values are shared.
+// avx512Add2ShiftNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and x[i] = s[i] with
+// non-temporal stores (x aligned to the vector; the caller fences),
+// for i < len(t)&^15.
 //
 //go:noescape
-func avx512Add3NT(s []float32, x []float32, a []float32, b []float32, d []float32)
+func avx512Add2ShiftNT(t []float32, x []float32, a []float32, b []float32, x0 float32)
+
+// avx512Add3Shift writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i],
+// for i < len(t)&^15.
+//
+//go:noescape
+func avx512Add3Shift(t []float32, a []float32, b []float32, d []float32, x0 float32)
+
+// avx512Add3ShiftX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and x[i] = s[i],
+// for i < len(t)&^15.
+//
+//go:noescape
+func avx512Add3ShiftX(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+
+// avx512Add3ShiftNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and x[i] = s[i] with
+// non-temporal stores (x aligned to the vector; the caller fences),
+// for i < len(t)&^15.
+//
+//go:noescape
+func avx512Add3ShiftNT(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
 // avx512AddTo writes s[i] += b[i] for whole vectors of s.
 //

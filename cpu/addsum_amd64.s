@@ -4,165 +4,369 @@
 
 #include "textflag.h"
 
-// func avx2Add2(s []float32, a []float32, b []float32)
+// func avx2Add2Shift(t []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Add2(SB), NOSPLIT, $0-72
-	MOVQ s_base+0(FP), AX
-	MOVQ a_base+24(FP), CX
-	MOVQ b_base+48(FP), DX
-	MOVQ s_len+8(FP), BX
-	XORQ SI, SI
-	MOVQ BX, DI
-	ANDQ $-32, DI
-	CMPQ SI, DI
-	JAE  avx2Add2_single
+TEXT ·avx2Add2Shift(SB), NOSPLIT, $0-76
+	MOVQ         t_base+0(FP), AX
+	MOVQ         a_base+24(FP), CX
+	MOVQ         b_base+48(FP), DX
+	VBROADCASTSS x0+72(FP), Y0
+	MOVQ         t_len+8(FP), BX
+	XORQ         SI, SI
+	MOVQ         BX, DI
+	ANDQ         $-32, DI
+	CMPQ         SI, DI
+	JAE          avx2Add2Shift_single
 
-avx2Add2_unrolled:
-	VMOVUPS (CX)(SI*4), Y0
-	VADDPS  (DX)(SI*4), Y0, Y0
-	VMOVUPS Y0, (AX)(SI*4)
-	VMOVUPS 32(CX)(SI*4), Y0
-	VADDPS  32(DX)(SI*4), Y0, Y0
-	VMOVUPS Y0, 32(AX)(SI*4)
-	VMOVUPS 64(CX)(SI*4), Y0
-	VADDPS  64(DX)(SI*4), Y0, Y0
-	VMOVUPS Y0, 64(AX)(SI*4)
-	VMOVUPS 96(CX)(SI*4), Y0
-	VADDPS  96(DX)(SI*4), Y0, Y0
-	VMOVUPS Y0, 96(AX)(SI*4)
+avx2Add2Shift_unrolled:
+	VMOVUPS (CX)(SI*4), Y1
+	VADDPS  (DX)(SI*4), Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS 32(CX)(SI*4), Y1
+	VADDPS  32(DX)(SI*4), Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 32(AX)(SI*4)
+	VMOVUPS 64(CX)(SI*4), Y1
+	VADDPS  64(DX)(SI*4), Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 64(AX)(SI*4)
+	VMOVUPS 96(CX)(SI*4), Y1
+	VADDPS  96(DX)(SI*4), Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 96(AX)(SI*4)
 	ADDQ    $0x00000020, SI
 	CMPQ    SI, DI
-	JB      avx2Add2_unrolled
+	JB      avx2Add2Shift_unrolled
 
-avx2Add2_single:
+avx2Add2Shift_single:
 	MOVQ BX, DI
 	ANDQ $-8, DI
 	CMPQ SI, DI
-	JAE  avx2Add2_done
+	JAE  avx2Add2Shift_done
 
-avx2Add2_loop:
-	VMOVUPS (CX)(SI*4), Y0
-	VADDPS  (DX)(SI*4), Y0, Y0
-	VMOVUPS Y0, (AX)(SI*4)
+avx2Add2Shift_loop:
+	VMOVUPS (CX)(SI*4), Y1
+	VADDPS  (DX)(SI*4), Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(SI*4)
 	ADDQ    $0x00000008, SI
 	CMPQ    SI, DI
-	JB      avx2Add2_loop
+	JB      avx2Add2Shift_loop
 
-avx2Add2_done:
+avx2Add2Shift_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3(s []float32, a []float32, b []float32, d []float32)
+// func avx2Add2ShiftX(t []float32, x []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Add3(SB), NOSPLIT, $0-96
-	MOVQ s_base+0(FP), AX
-	MOVQ a_base+24(FP), CX
-	MOVQ b_base+48(FP), DX
-	MOVQ d_base+72(FP), BX
-	MOVQ s_len+8(FP), SI
-	XORQ DI, DI
-	MOVQ SI, R8
-	ANDQ $-32, R8
-	CMPQ DI, R8
-	JAE  avx2Add3_single
+TEXT ·avx2Add2ShiftX(SB), NOSPLIT, $0-100
+	MOVQ         t_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Y0
+	MOVQ         t_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2Add2ShiftX_single
 
-avx2Add3_unrolled:
-	VMOVUPS (CX)(DI*4), Y0
-	VADDPS  (DX)(DI*4), Y0, Y0
-	VADDPS  (BX)(DI*4), Y0, Y0
-	VMOVUPS Y0, (AX)(DI*4)
-	VMOVUPS 32(CX)(DI*4), Y0
-	VADDPS  32(DX)(DI*4), Y0, Y0
-	VADDPS  32(BX)(DI*4), Y0, Y0
-	VMOVUPS Y0, 32(AX)(DI*4)
-	VMOVUPS 64(CX)(DI*4), Y0
-	VADDPS  64(DX)(DI*4), Y0, Y0
-	VADDPS  64(BX)(DI*4), Y0, Y0
-	VMOVUPS Y0, 64(AX)(DI*4)
-	VMOVUPS 96(CX)(DI*4), Y0
-	VADDPS  96(DX)(DI*4), Y0, Y0
-	VADDPS  96(BX)(DI*4), Y0, Y0
-	VMOVUPS Y0, 96(AX)(DI*4)
+avx2Add2ShiftX_unrolled:
+	VMOVUPS (DX)(DI*4), Y1
+	VADDPS  (BX)(DI*4), Y1, Y1
+	VMOVUPS Y1, (CX)(DI*4)
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(DI*4)
+	VMOVUPS 32(DX)(DI*4), Y1
+	VADDPS  32(BX)(DI*4), Y1, Y1
+	VMOVUPS Y1, 32(CX)(DI*4)
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 32(AX)(DI*4)
+	VMOVUPS 64(DX)(DI*4), Y1
+	VADDPS  64(BX)(DI*4), Y1, Y1
+	VMOVUPS Y1, 64(CX)(DI*4)
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 64(AX)(DI*4)
+	VMOVUPS 96(DX)(DI*4), Y1
+	VADDPS  96(BX)(DI*4), Y1, Y1
+	VMOVUPS Y1, 96(CX)(DI*4)
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 96(AX)(DI*4)
 	ADDQ    $0x00000020, DI
 	CMPQ    DI, R8
-	JB      avx2Add3_unrolled
+	JB      avx2Add2ShiftX_unrolled
 
-avx2Add3_single:
+avx2Add2ShiftX_single:
 	MOVQ SI, R8
 	ANDQ $-8, R8
 	CMPQ DI, R8
-	JAE  avx2Add3_done
+	JAE  avx2Add2ShiftX_done
 
-avx2Add3_loop:
-	VMOVUPS (CX)(DI*4), Y0
-	VADDPS  (DX)(DI*4), Y0, Y0
-	VADDPS  (BX)(DI*4), Y0, Y0
-	VMOVUPS Y0, (AX)(DI*4)
+avx2Add2ShiftX_loop:
+	VMOVUPS (DX)(DI*4), Y1
+	VADDPS  (BX)(DI*4), Y1, Y1
+	VMOVUPS Y1, (CX)(DI*4)
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(DI*4)
 	ADDQ    $0x00000008, DI
 	CMPQ    DI, R8
-	JB      avx2Add3_loop
+	JB      avx2Add2ShiftX_loop
 
-avx2Add3_done:
+avx2Add2ShiftX_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3NT(s []float32, x []float32, a []float32, b []float32, d []float32)
+// func avx2Add2ShiftNT(t []float32, x []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX
-TEXT ·avx2Add3NT(SB), NOSPLIT, $0-120
-	MOVQ s_base+0(FP), AX
-	MOVQ x_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ s_len+8(FP), DI
-	XORQ R8, R8
-	MOVQ DI, R9
-	ANDQ $-32, R9
-	CMPQ R8, R9
-	JAE  avx2Add3NT_single
+TEXT ·avx2Add2ShiftNT(SB), NOSPLIT, $0-100
+	MOVQ         t_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Y0
+	MOVQ         t_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2Add2ShiftNT_single
 
-avx2Add3NT_unrolled:
-	VMOVUPS  (DX)(R8*4), Y0
-	VADDPS   (BX)(R8*4), Y0, Y0
-	VADDPS   (SI)(R8*4), Y0, Y0
-	VMOVUPS  Y0, (AX)(R8*4)
-	VMOVNTPS Y0, (CX)(R8*4)
-	VMOVUPS  32(DX)(R8*4), Y0
-	VADDPS   32(BX)(R8*4), Y0, Y0
-	VADDPS   32(SI)(R8*4), Y0, Y0
-	VMOVUPS  Y0, 32(AX)(R8*4)
-	VMOVNTPS Y0, 32(CX)(R8*4)
-	VMOVUPS  64(DX)(R8*4), Y0
-	VADDPS   64(BX)(R8*4), Y0, Y0
-	VADDPS   64(SI)(R8*4), Y0, Y0
-	VMOVUPS  Y0, 64(AX)(R8*4)
-	VMOVNTPS Y0, 64(CX)(R8*4)
-	VMOVUPS  96(DX)(R8*4), Y0
-	VADDPS   96(BX)(R8*4), Y0, Y0
-	VADDPS   96(SI)(R8*4), Y0, Y0
-	VMOVUPS  Y0, 96(AX)(R8*4)
-	VMOVNTPS Y0, 96(CX)(R8*4)
-	ADDQ     $0x00000020, R8
-	CMPQ     R8, R9
-	JB       avx2Add3NT_unrolled
+avx2Add2ShiftNT_unrolled:
+	VMOVUPS  (DX)(DI*4), Y1
+	VADDPS   (BX)(DI*4), Y1, Y1
+	VMOVNTPS Y1, (CX)(DI*4)
+	VSUBPS   Y0, Y1, Y1
+	VMOVUPS  Y1, (AX)(DI*4)
+	VMOVUPS  32(DX)(DI*4), Y1
+	VADDPS   32(BX)(DI*4), Y1, Y1
+	VMOVNTPS Y1, 32(CX)(DI*4)
+	VSUBPS   Y0, Y1, Y1
+	VMOVUPS  Y1, 32(AX)(DI*4)
+	VMOVUPS  64(DX)(DI*4), Y1
+	VADDPS   64(BX)(DI*4), Y1, Y1
+	VMOVNTPS Y1, 64(CX)(DI*4)
+	VSUBPS   Y0, Y1, Y1
+	VMOVUPS  Y1, 64(AX)(DI*4)
+	VMOVUPS  96(DX)(DI*4), Y1
+	VADDPS   96(BX)(DI*4), Y1, Y1
+	VMOVNTPS Y1, 96(CX)(DI*4)
+	VSUBPS   Y0, Y1, Y1
+	VMOVUPS  Y1, 96(AX)(DI*4)
+	ADDQ     $0x00000020, DI
+	CMPQ     DI, R8
+	JB       avx2Add2ShiftNT_unrolled
 
-avx2Add3NT_single:
+avx2Add2ShiftNT_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2Add2ShiftNT_done
+
+avx2Add2ShiftNT_loop:
+	VMOVUPS  (DX)(DI*4), Y1
+	VADDPS   (BX)(DI*4), Y1, Y1
+	VMOVNTPS Y1, (CX)(DI*4)
+	VSUBPS   Y0, Y1, Y1
+	VMOVUPS  Y1, (AX)(DI*4)
+	ADDQ     $0x00000008, DI
+	CMPQ     DI, R8
+	JB       avx2Add2ShiftNT_loop
+
+avx2Add2ShiftNT_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add3Shift(t []float32, a []float32, b []float32, d []float32, x0 float32)
+// Requires: AVX
+TEXT ·avx2Add3Shift(SB), NOSPLIT, $0-100
+	MOVQ         t_base+0(FP), AX
+	MOVQ         a_base+24(FP), CX
+	MOVQ         b_base+48(FP), DX
+	MOVQ         d_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Y0
+	MOVQ         t_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-32, R8
+	CMPQ         DI, R8
+	JAE          avx2Add3Shift_single
+
+avx2Add3Shift_unrolled:
+	VMOVUPS (CX)(DI*4), Y1
+	VADDPS  (DX)(DI*4), Y1, Y1
+	VADDPS  (BX)(DI*4), Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(DI*4)
+	VMOVUPS 32(CX)(DI*4), Y1
+	VADDPS  32(DX)(DI*4), Y1, Y1
+	VADDPS  32(BX)(DI*4), Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 32(AX)(DI*4)
+	VMOVUPS 64(CX)(DI*4), Y1
+	VADDPS  64(DX)(DI*4), Y1, Y1
+	VADDPS  64(BX)(DI*4), Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 64(AX)(DI*4)
+	VMOVUPS 96(CX)(DI*4), Y1
+	VADDPS  96(DX)(DI*4), Y1, Y1
+	VADDPS  96(BX)(DI*4), Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 96(AX)(DI*4)
+	ADDQ    $0x00000020, DI
+	CMPQ    DI, R8
+	JB      avx2Add3Shift_unrolled
+
+avx2Add3Shift_single:
+	MOVQ SI, R8
+	ANDQ $-8, R8
+	CMPQ DI, R8
+	JAE  avx2Add3Shift_done
+
+avx2Add3Shift_loop:
+	VMOVUPS (CX)(DI*4), Y1
+	VADDPS  (DX)(DI*4), Y1, Y1
+	VADDPS  (BX)(DI*4), Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(DI*4)
+	ADDQ    $0x00000008, DI
+	CMPQ    DI, R8
+	JB      avx2Add3Shift_loop
+
+avx2Add3Shift_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add3ShiftX(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// Requires: AVX
+TEXT ·avx2Add3ShiftX(SB), NOSPLIT, $0-124
+	MOVQ         t_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         t_len+8(FP), DI
+	XORQ         R8, R8
+	MOVQ         DI, R9
+	ANDQ         $-32, R9
+	CMPQ         R8, R9
+	JAE          avx2Add3ShiftX_single
+
+avx2Add3ShiftX_unrolled:
+	VMOVUPS (DX)(R8*4), Y1
+	VADDPS  (BX)(R8*4), Y1, Y1
+	VADDPS  (SI)(R8*4), Y1, Y1
+	VMOVUPS Y1, (CX)(R8*4)
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(R8*4)
+	VMOVUPS 32(DX)(R8*4), Y1
+	VADDPS  32(BX)(R8*4), Y1, Y1
+	VADDPS  32(SI)(R8*4), Y1, Y1
+	VMOVUPS Y1, 32(CX)(R8*4)
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 32(AX)(R8*4)
+	VMOVUPS 64(DX)(R8*4), Y1
+	VADDPS  64(BX)(R8*4), Y1, Y1
+	VADDPS  64(SI)(R8*4), Y1, Y1
+	VMOVUPS Y1, 64(CX)(R8*4)
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 64(AX)(R8*4)
+	VMOVUPS 96(DX)(R8*4), Y1
+	VADDPS  96(BX)(R8*4), Y1, Y1
+	VADDPS  96(SI)(R8*4), Y1, Y1
+	VMOVUPS Y1, 96(CX)(R8*4)
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, 96(AX)(R8*4)
+	ADDQ    $0x00000020, R8
+	CMPQ    R8, R9
+	JB      avx2Add3ShiftX_unrolled
+
+avx2Add3ShiftX_single:
 	MOVQ DI, R9
 	ANDQ $-8, R9
 	CMPQ R8, R9
-	JAE  avx2Add3NT_done
+	JAE  avx2Add3ShiftX_done
 
-avx2Add3NT_loop:
-	VMOVUPS  (DX)(R8*4), Y0
-	VADDPS   (BX)(R8*4), Y0, Y0
-	VADDPS   (SI)(R8*4), Y0, Y0
-	VMOVUPS  Y0, (AX)(R8*4)
-	VMOVNTPS Y0, (CX)(R8*4)
+avx2Add3ShiftX_loop:
+	VMOVUPS (DX)(R8*4), Y1
+	VADDPS  (BX)(R8*4), Y1, Y1
+	VADDPS  (SI)(R8*4), Y1, Y1
+	VMOVUPS Y1, (CX)(R8*4)
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(R8*4)
+	ADDQ    $0x00000008, R8
+	CMPQ    R8, R9
+	JB      avx2Add3ShiftX_loop
+
+avx2Add3ShiftX_done:
+	VZEROUPPER
+	RET
+
+// func avx2Add3ShiftNT(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// Requires: AVX
+TEXT ·avx2Add3ShiftNT(SB), NOSPLIT, $0-124
+	MOVQ         t_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         t_len+8(FP), DI
+	XORQ         R8, R8
+	MOVQ         DI, R9
+	ANDQ         $-32, R9
+	CMPQ         R8, R9
+	JAE          avx2Add3ShiftNT_single
+
+avx2Add3ShiftNT_unrolled:
+	VMOVUPS  (DX)(R8*4), Y1
+	VADDPS   (BX)(R8*4), Y1, Y1
+	VADDPS   (SI)(R8*4), Y1, Y1
+	VMOVNTPS Y1, (CX)(R8*4)
+	VSUBPS   Y0, Y1, Y1
+	VMOVUPS  Y1, (AX)(R8*4)
+	VMOVUPS  32(DX)(R8*4), Y1
+	VADDPS   32(BX)(R8*4), Y1, Y1
+	VADDPS   32(SI)(R8*4), Y1, Y1
+	VMOVNTPS Y1, 32(CX)(R8*4)
+	VSUBPS   Y0, Y1, Y1
+	VMOVUPS  Y1, 32(AX)(R8*4)
+	VMOVUPS  64(DX)(R8*4), Y1
+	VADDPS   64(BX)(R8*4), Y1, Y1
+	VADDPS   64(SI)(R8*4), Y1, Y1
+	VMOVNTPS Y1, 64(CX)(R8*4)
+	VSUBPS   Y0, Y1, Y1
+	VMOVUPS  Y1, 64(AX)(R8*4)
+	VMOVUPS  96(DX)(R8*4), Y1
+	VADDPS   96(BX)(R8*4), Y1, Y1
+	VADDPS   96(SI)(R8*4), Y1, Y1
+	VMOVNTPS Y1, 96(CX)(R8*4)
+	VSUBPS   Y0, Y1, Y1
+	VMOVUPS  Y1, 96(AX)(R8*4)
+	ADDQ     $0x00000020, R8
+	CMPQ     R8, R9
+	JB       avx2Add3ShiftNT_unrolled
+
+avx2Add3ShiftNT_single:
+	MOVQ DI, R9
+	ANDQ $-8, R9
+	CMPQ R8, R9
+	JAE  avx2Add3ShiftNT_done
+
+avx2Add3ShiftNT_loop:
+	VMOVUPS  (DX)(R8*4), Y1
+	VADDPS   (BX)(R8*4), Y1, Y1
+	VADDPS   (SI)(R8*4), Y1, Y1
+	VMOVNTPS Y1, (CX)(R8*4)
+	VSUBPS   Y0, Y1, Y1
+	VMOVUPS  Y1, (AX)(R8*4)
 	ADDQ     $0x00000008, R8
 	CMPQ     R8, R9
-	JB       avx2Add3NT_loop
+	JB       avx2Add3ShiftNT_loop
 
-avx2Add3NT_done:
+avx2Add3ShiftNT_done:
 	VZEROUPPER
 	RET
 
@@ -3855,165 +4059,369 @@ avx2AddSumBF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add2(s []float32, a []float32, b []float32)
+// func avx512Add2Shift(t []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add2(SB), NOSPLIT, $0-72
-	MOVQ s_base+0(FP), AX
-	MOVQ a_base+24(FP), CX
-	MOVQ b_base+48(FP), DX
-	MOVQ s_len+8(FP), BX
-	XORQ SI, SI
-	MOVQ BX, DI
-	ANDQ $-64, DI
-	CMPQ SI, DI
-	JAE  avx512Add2_single
+TEXT ·avx512Add2Shift(SB), NOSPLIT, $0-76
+	MOVQ         t_base+0(FP), AX
+	MOVQ         a_base+24(FP), CX
+	MOVQ         b_base+48(FP), DX
+	VBROADCASTSS x0+72(FP), Z0
+	MOVQ         t_len+8(FP), BX
+	XORQ         SI, SI
+	MOVQ         BX, DI
+	ANDQ         $-64, DI
+	CMPQ         SI, DI
+	JAE          avx512Add2Shift_single
 
-avx512Add2_unrolled:
-	VMOVUPS (CX)(SI*4), Z0
-	VADDPS  (DX)(SI*4), Z0, Z0
-	VMOVUPS Z0, (AX)(SI*4)
-	VMOVUPS 64(CX)(SI*4), Z0
-	VADDPS  64(DX)(SI*4), Z0, Z0
-	VMOVUPS Z0, 64(AX)(SI*4)
-	VMOVUPS 128(CX)(SI*4), Z0
-	VADDPS  128(DX)(SI*4), Z0, Z0
-	VMOVUPS Z0, 128(AX)(SI*4)
-	VMOVUPS 192(CX)(SI*4), Z0
-	VADDPS  192(DX)(SI*4), Z0, Z0
-	VMOVUPS Z0, 192(AX)(SI*4)
+avx512Add2Shift_unrolled:
+	VMOVUPS (CX)(SI*4), Z1
+	VADDPS  (DX)(SI*4), Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)(SI*4)
+	VMOVUPS 64(CX)(SI*4), Z1
+	VADDPS  64(DX)(SI*4), Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 64(AX)(SI*4)
+	VMOVUPS 128(CX)(SI*4), Z1
+	VADDPS  128(DX)(SI*4), Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 128(AX)(SI*4)
+	VMOVUPS 192(CX)(SI*4), Z1
+	VADDPS  192(DX)(SI*4), Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 192(AX)(SI*4)
 	ADDQ    $0x00000040, SI
 	CMPQ    SI, DI
-	JB      avx512Add2_unrolled
+	JB      avx512Add2Shift_unrolled
 
-avx512Add2_single:
+avx512Add2Shift_single:
 	MOVQ BX, DI
 	ANDQ $-16, DI
 	CMPQ SI, DI
-	JAE  avx512Add2_done
+	JAE  avx512Add2Shift_done
 
-avx512Add2_loop:
-	VMOVUPS (CX)(SI*4), Z0
-	VADDPS  (DX)(SI*4), Z0, Z0
-	VMOVUPS Z0, (AX)(SI*4)
+avx512Add2Shift_loop:
+	VMOVUPS (CX)(SI*4), Z1
+	VADDPS  (DX)(SI*4), Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
 	CMPQ    SI, DI
-	JB      avx512Add2_loop
+	JB      avx512Add2Shift_loop
 
-avx512Add2_done:
+avx512Add2Shift_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3(s []float32, a []float32, b []float32, d []float32)
+// func avx512Add2ShiftX(t []float32, x []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add3(SB), NOSPLIT, $0-96
-	MOVQ s_base+0(FP), AX
-	MOVQ a_base+24(FP), CX
-	MOVQ b_base+48(FP), DX
-	MOVQ d_base+72(FP), BX
-	MOVQ s_len+8(FP), SI
-	XORQ DI, DI
-	MOVQ SI, R8
-	ANDQ $-64, R8
-	CMPQ DI, R8
-	JAE  avx512Add3_single
+TEXT ·avx512Add2ShiftX(SB), NOSPLIT, $0-100
+	MOVQ         t_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Z0
+	MOVQ         t_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512Add2ShiftX_single
 
-avx512Add3_unrolled:
-	VMOVUPS (CX)(DI*4), Z0
-	VADDPS  (DX)(DI*4), Z0, Z0
-	VADDPS  (BX)(DI*4), Z0, Z0
-	VMOVUPS Z0, (AX)(DI*4)
-	VMOVUPS 64(CX)(DI*4), Z0
-	VADDPS  64(DX)(DI*4), Z0, Z0
-	VADDPS  64(BX)(DI*4), Z0, Z0
-	VMOVUPS Z0, 64(AX)(DI*4)
-	VMOVUPS 128(CX)(DI*4), Z0
-	VADDPS  128(DX)(DI*4), Z0, Z0
-	VADDPS  128(BX)(DI*4), Z0, Z0
-	VMOVUPS Z0, 128(AX)(DI*4)
-	VMOVUPS 192(CX)(DI*4), Z0
-	VADDPS  192(DX)(DI*4), Z0, Z0
-	VADDPS  192(BX)(DI*4), Z0, Z0
-	VMOVUPS Z0, 192(AX)(DI*4)
+avx512Add2ShiftX_unrolled:
+	VMOVUPS (DX)(DI*4), Z1
+	VADDPS  (BX)(DI*4), Z1, Z1
+	VMOVUPS Z1, (CX)(DI*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS 64(DX)(DI*4), Z1
+	VADDPS  64(BX)(DI*4), Z1, Z1
+	VMOVUPS Z1, 64(CX)(DI*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 64(AX)(DI*4)
+	VMOVUPS 128(DX)(DI*4), Z1
+	VADDPS  128(BX)(DI*4), Z1, Z1
+	VMOVUPS Z1, 128(CX)(DI*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 128(AX)(DI*4)
+	VMOVUPS 192(DX)(DI*4), Z1
+	VADDPS  192(BX)(DI*4), Z1, Z1
+	VMOVUPS Z1, 192(CX)(DI*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 192(AX)(DI*4)
 	ADDQ    $0x00000040, DI
 	CMPQ    DI, R8
-	JB      avx512Add3_unrolled
+	JB      avx512Add2ShiftX_unrolled
 
-avx512Add3_single:
+avx512Add2ShiftX_single:
 	MOVQ SI, R8
 	ANDQ $-16, R8
 	CMPQ DI, R8
-	JAE  avx512Add3_done
+	JAE  avx512Add2ShiftX_done
 
-avx512Add3_loop:
-	VMOVUPS (CX)(DI*4), Z0
-	VADDPS  (DX)(DI*4), Z0, Z0
-	VADDPS  (BX)(DI*4), Z0, Z0
-	VMOVUPS Z0, (AX)(DI*4)
+avx512Add2ShiftX_loop:
+	VMOVUPS (DX)(DI*4), Z1
+	VADDPS  (BX)(DI*4), Z1, Z1
+	VMOVUPS Z1, (CX)(DI*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)(DI*4)
 	ADDQ    $0x00000010, DI
 	CMPQ    DI, R8
-	JB      avx512Add3_loop
+	JB      avx512Add2ShiftX_loop
 
-avx512Add3_done:
+avx512Add2ShiftX_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3NT(s []float32, x []float32, a []float32, b []float32, d []float32)
+// func avx512Add2ShiftNT(t []float32, x []float32, a []float32, b []float32, x0 float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add3NT(SB), NOSPLIT, $0-120
-	MOVQ s_base+0(FP), AX
-	MOVQ x_base+24(FP), CX
-	MOVQ a_base+48(FP), DX
-	MOVQ b_base+72(FP), BX
-	MOVQ d_base+96(FP), SI
-	MOVQ s_len+8(FP), DI
-	XORQ R8, R8
-	MOVQ DI, R9
-	ANDQ $-64, R9
-	CMPQ R8, R9
-	JAE  avx512Add3NT_single
+TEXT ·avx512Add2ShiftNT(SB), NOSPLIT, $0-100
+	MOVQ         t_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Z0
+	MOVQ         t_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512Add2ShiftNT_single
 
-avx512Add3NT_unrolled:
-	VMOVUPS  (DX)(R8*4), Z0
-	VADDPS   (BX)(R8*4), Z0, Z0
-	VADDPS   (SI)(R8*4), Z0, Z0
-	VMOVUPS  Z0, (AX)(R8*4)
-	VMOVNTPS Z0, (CX)(R8*4)
-	VMOVUPS  64(DX)(R8*4), Z0
-	VADDPS   64(BX)(R8*4), Z0, Z0
-	VADDPS   64(SI)(R8*4), Z0, Z0
-	VMOVUPS  Z0, 64(AX)(R8*4)
-	VMOVNTPS Z0, 64(CX)(R8*4)
-	VMOVUPS  128(DX)(R8*4), Z0
-	VADDPS   128(BX)(R8*4), Z0, Z0
-	VADDPS   128(SI)(R8*4), Z0, Z0
-	VMOVUPS  Z0, 128(AX)(R8*4)
-	VMOVNTPS Z0, 128(CX)(R8*4)
-	VMOVUPS  192(DX)(R8*4), Z0
-	VADDPS   192(BX)(R8*4), Z0, Z0
-	VADDPS   192(SI)(R8*4), Z0, Z0
-	VMOVUPS  Z0, 192(AX)(R8*4)
-	VMOVNTPS Z0, 192(CX)(R8*4)
-	ADDQ     $0x00000040, R8
-	CMPQ     R8, R9
-	JB       avx512Add3NT_unrolled
+avx512Add2ShiftNT_unrolled:
+	VMOVUPS  (DX)(DI*4), Z1
+	VADDPS   (BX)(DI*4), Z1, Z1
+	VMOVNTPS Z1, (CX)(DI*4)
+	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, (AX)(DI*4)
+	VMOVUPS  64(DX)(DI*4), Z1
+	VADDPS   64(BX)(DI*4), Z1, Z1
+	VMOVNTPS Z1, 64(CX)(DI*4)
+	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, 64(AX)(DI*4)
+	VMOVUPS  128(DX)(DI*4), Z1
+	VADDPS   128(BX)(DI*4), Z1, Z1
+	VMOVNTPS Z1, 128(CX)(DI*4)
+	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, 128(AX)(DI*4)
+	VMOVUPS  192(DX)(DI*4), Z1
+	VADDPS   192(BX)(DI*4), Z1, Z1
+	VMOVNTPS Z1, 192(CX)(DI*4)
+	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, 192(AX)(DI*4)
+	ADDQ     $0x00000040, DI
+	CMPQ     DI, R8
+	JB       avx512Add2ShiftNT_unrolled
 
-avx512Add3NT_single:
+avx512Add2ShiftNT_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512Add2ShiftNT_done
+
+avx512Add2ShiftNT_loop:
+	VMOVUPS  (DX)(DI*4), Z1
+	VADDPS   (BX)(DI*4), Z1, Z1
+	VMOVNTPS Z1, (CX)(DI*4)
+	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, (AX)(DI*4)
+	ADDQ     $0x00000010, DI
+	CMPQ     DI, R8
+	JB       avx512Add2ShiftNT_loop
+
+avx512Add2ShiftNT_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add3Shift(t []float32, a []float32, b []float32, d []float32, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add3Shift(SB), NOSPLIT, $0-100
+	MOVQ         t_base+0(FP), AX
+	MOVQ         a_base+24(FP), CX
+	MOVQ         b_base+48(FP), DX
+	MOVQ         d_base+72(FP), BX
+	VBROADCASTSS x0+96(FP), Z0
+	MOVQ         t_len+8(FP), SI
+	XORQ         DI, DI
+	MOVQ         SI, R8
+	ANDQ         $-64, R8
+	CMPQ         DI, R8
+	JAE          avx512Add3Shift_single
+
+avx512Add3Shift_unrolled:
+	VMOVUPS (CX)(DI*4), Z1
+	VADDPS  (DX)(DI*4), Z1, Z1
+	VADDPS  (BX)(DI*4), Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS 64(CX)(DI*4), Z1
+	VADDPS  64(DX)(DI*4), Z1, Z1
+	VADDPS  64(BX)(DI*4), Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 64(AX)(DI*4)
+	VMOVUPS 128(CX)(DI*4), Z1
+	VADDPS  128(DX)(DI*4), Z1, Z1
+	VADDPS  128(BX)(DI*4), Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 128(AX)(DI*4)
+	VMOVUPS 192(CX)(DI*4), Z1
+	VADDPS  192(DX)(DI*4), Z1, Z1
+	VADDPS  192(BX)(DI*4), Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 192(AX)(DI*4)
+	ADDQ    $0x00000040, DI
+	CMPQ    DI, R8
+	JB      avx512Add3Shift_unrolled
+
+avx512Add3Shift_single:
+	MOVQ SI, R8
+	ANDQ $-16, R8
+	CMPQ DI, R8
+	JAE  avx512Add3Shift_done
+
+avx512Add3Shift_loop:
+	VMOVUPS (CX)(DI*4), Z1
+	VADDPS  (DX)(DI*4), Z1, Z1
+	VADDPS  (BX)(DI*4), Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)(DI*4)
+	ADDQ    $0x00000010, DI
+	CMPQ    DI, R8
+	JB      avx512Add3Shift_loop
+
+avx512Add3Shift_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add3ShiftX(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add3ShiftX(SB), NOSPLIT, $0-124
+	MOVQ         t_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         t_len+8(FP), DI
+	XORQ         R8, R8
+	MOVQ         DI, R9
+	ANDQ         $-64, R9
+	CMPQ         R8, R9
+	JAE          avx512Add3ShiftX_single
+
+avx512Add3ShiftX_unrolled:
+	VMOVUPS (DX)(R8*4), Z1
+	VADDPS  (BX)(R8*4), Z1, Z1
+	VADDPS  (SI)(R8*4), Z1, Z1
+	VMOVUPS Z1, (CX)(R8*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)(R8*4)
+	VMOVUPS 64(DX)(R8*4), Z1
+	VADDPS  64(BX)(R8*4), Z1, Z1
+	VADDPS  64(SI)(R8*4), Z1, Z1
+	VMOVUPS Z1, 64(CX)(R8*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 64(AX)(R8*4)
+	VMOVUPS 128(DX)(R8*4), Z1
+	VADDPS  128(BX)(R8*4), Z1, Z1
+	VADDPS  128(SI)(R8*4), Z1, Z1
+	VMOVUPS Z1, 128(CX)(R8*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 128(AX)(R8*4)
+	VMOVUPS 192(DX)(R8*4), Z1
+	VADDPS  192(BX)(R8*4), Z1, Z1
+	VADDPS  192(SI)(R8*4), Z1, Z1
+	VMOVUPS Z1, 192(CX)(R8*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 192(AX)(R8*4)
+	ADDQ    $0x00000040, R8
+	CMPQ    R8, R9
+	JB      avx512Add3ShiftX_unrolled
+
+avx512Add3ShiftX_single:
 	MOVQ DI, R9
 	ANDQ $-16, R9
 	CMPQ R8, R9
-	JAE  avx512Add3NT_done
+	JAE  avx512Add3ShiftX_done
 
-avx512Add3NT_loop:
-	VMOVUPS  (DX)(R8*4), Z0
-	VADDPS   (BX)(R8*4), Z0, Z0
-	VADDPS   (SI)(R8*4), Z0, Z0
-	VMOVUPS  Z0, (AX)(R8*4)
-	VMOVNTPS Z0, (CX)(R8*4)
+avx512Add3ShiftX_loop:
+	VMOVUPS (DX)(R8*4), Z1
+	VADDPS  (BX)(R8*4), Z1, Z1
+	VADDPS  (SI)(R8*4), Z1, Z1
+	VMOVUPS Z1, (CX)(R8*4)
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)(R8*4)
+	ADDQ    $0x00000010, R8
+	CMPQ    R8, R9
+	JB      avx512Add3ShiftX_loop
+
+avx512Add3ShiftX_done:
+	VZEROUPPER
+	RET
+
+// func avx512Add3ShiftNT(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Add3ShiftNT(SB), NOSPLIT, $0-124
+	MOVQ         t_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         d_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         t_len+8(FP), DI
+	XORQ         R8, R8
+	MOVQ         DI, R9
+	ANDQ         $-64, R9
+	CMPQ         R8, R9
+	JAE          avx512Add3ShiftNT_single
+
+avx512Add3ShiftNT_unrolled:
+	VMOVUPS  (DX)(R8*4), Z1
+	VADDPS   (BX)(R8*4), Z1, Z1
+	VADDPS   (SI)(R8*4), Z1, Z1
+	VMOVNTPS Z1, (CX)(R8*4)
+	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, (AX)(R8*4)
+	VMOVUPS  64(DX)(R8*4), Z1
+	VADDPS   64(BX)(R8*4), Z1, Z1
+	VADDPS   64(SI)(R8*4), Z1, Z1
+	VMOVNTPS Z1, 64(CX)(R8*4)
+	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, 64(AX)(R8*4)
+	VMOVUPS  128(DX)(R8*4), Z1
+	VADDPS   128(BX)(R8*4), Z1, Z1
+	VADDPS   128(SI)(R8*4), Z1, Z1
+	VMOVNTPS Z1, 128(CX)(R8*4)
+	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, 128(AX)(R8*4)
+	VMOVUPS  192(DX)(R8*4), Z1
+	VADDPS   192(BX)(R8*4), Z1, Z1
+	VADDPS   192(SI)(R8*4), Z1, Z1
+	VMOVNTPS Z1, 192(CX)(R8*4)
+	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, 192(AX)(R8*4)
+	ADDQ     $0x00000040, R8
+	CMPQ     R8, R9
+	JB       avx512Add3ShiftNT_unrolled
+
+avx512Add3ShiftNT_single:
+	MOVQ DI, R9
+	ANDQ $-16, R9
+	CMPQ R8, R9
+	JAE  avx512Add3ShiftNT_done
+
+avx512Add3ShiftNT_loop:
+	VMOVUPS  (DX)(R8*4), Z1
+	VADDPS   (BX)(R8*4), Z1, Z1
+	VADDPS   (SI)(R8*4), Z1, Z1
+	VMOVNTPS Z1, (CX)(R8*4)
+	VSUBPS   Z0, Z1, Z1
+	VMOVUPS  Z1, (AX)(R8*4)
 	ADDQ     $0x00000010, R8
 	CMPQ     R8, R9
-	JB       avx512Add3NT_loop
+	JB       avx512Add3ShiftNT_loop
 
-avx512Add3NT_done:
+avx512Add3ShiftNT_done:
 	VZEROUPPER
 	RET
 

@@ -8,7 +8,8 @@ import (
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
-// TestAddKernels checks the elementwise adds against their twins.
+// TestAddKernels checks the elementwise first pass (shiftRow: t, and x plain or
+// non-temporal at every start alignment) and addTo against their twins.
 func TestAddKernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	g := &goKernels
@@ -17,17 +18,26 @@ func TestAddKernels(t *testing.T) {
 		for _, n := range kernelSizes {
 			tag := func(op string) string { return fmt.Sprintf("%s/%s/n=%d", name, op, n) }
 			a, b, c := values(r, n, true), values(r, n, false), values(r, n, false)
+			x0 := float32(r.NormFloat64())
+			for _, bias := range []bool{false, true} {
+				for _, xs := range []struct{ x, nt bool }{{false, false}, {true, false}, {true, true}} {
+					for off := range 3 { // x's start: off elements past a 64-byte boundary
+						f := addForm{dt: ops.F32, bias: bias, x: xs.x, nt: xs.nt}
+						gotT, wantT := out32(n, nil), out32(n, nil)
+						gotX, wantX := out32(n+off, nil)[off:], out32(n, nil)
+						k.shiftRow(f, gotT, gotX, a, b, c, x0)
+						k.fence()
+						g.shiftRow(f, wantT, wantX, a, b, c, x0)
+						form := tag(fmt.Sprintf("shiftRow/bias=%v/x=%v/nt=%v/off=%d", bias, xs.x, xs.nt, off))
+						same32(t, form+"/t", gotT, wantT)
+						if xs.x {
+							same32(t, form+"/x", gotX, wantX)
+						}
+					}
+				}
+			}
 
-			got, want := out32(n, nil), out32(n, nil)
-			k.add2(got, a, b)
-			g.add2(want, a, b)
-			same32(t, tag("add2"), got, want)
-
-			k.add3(got, a, b, c)
-			g.add3(want, a, b, c)
-			same32(t, tag("add3"), got, want)
-
-			got, want = out32(n, func(i int) float32 { return a[i] }), out32(n, func(i int) float32 { return a[i] })
+			got, want := out32(n, func(i int) float32 { return a[i] }), out32(n, func(i int) float32 { return a[i] })
 			k.addTo(got, b)
 			g.addTo(want, b)
 			same32(t, tag("addTo"), got, want)
@@ -55,10 +65,11 @@ func TestAddSumKernel(t *testing.T) {
 							cc = nil
 						}
 						sum := out32(n, nil) // s, which x must hold
-						if three {
-							g.add3(sum, a, b, c)
-						} else {
-							g.add2(sum, a, b)
+						for i := range sum {
+							sum[i] = a[i] + b[i]
+							if three {
+								sum[i] += c[i]
+							}
 						}
 						for off := range 17 { // off = 16: no x
 							tag := fmt.Sprintf("%s/addSum/W=%d/n=%d/special=%v/three=%v/off=%d", name, w, n, special, three, off)

@@ -214,23 +214,23 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		}
 		bits := sumBits(out, row, H, sc)
 		word, pos := w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H]
-		// The staged sum, shifted in place, and its partial sums a piece at a time, so
-		// each piece is shifted and summed while it is in L1.
+		// The staged sum, shifted, and its partial sums in one pass, a piece at a time
+		// (16-bit inputs: the piece of t stays in L1 while the next is computed).
 		part := sc.part[:op.plan.W]
 		n := op.piece
-		var x0 float32
+		var g0 uint16
+		if g != nil {
+			g0 = g[0]
+		}
+		x0 := embedFirst(g != nil, word[0], pos[0], g0) // the plan's shift: x[0]
 		for lo := 0; lo < H; lo += n {
 			hi := min(lo+n, H)
 			var gp []uint16
 			if g != nil {
 				gp = g[lo:hi]
 			}
-			op.k.embedSum(embedForm{seg: gi >= 0, prefetch: inOrder}, tr[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp)
-			if lo == 0 {
-				x0 = tr[0] // the plan's shift: x[0]
-			}
 			pp, acc := piecePart(part, lo, hi-lo, n, H)
-			op.k.accumulate(sumForm{zero: !acc}, pp, tr[lo:hi], tr[lo:hi], x0, 0)
+			op.k.embedShift(embedForm{seg: gi >= 0, prefetch: inOrder, acc: acc}, pp, tr[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp, x0)
 		}
 		pf.step()
 		st := rowStatsSummed(op.k, &op.plan, tr, part, x0, w.Epsilon, pf)

@@ -5,19 +5,24 @@ import (
 )
 
 // EmbedLayerNorm's binary16 sum, staged as the plan stages it: h = rnd16(rnd16(w + g) + p)
-// with a segment row g, else rnd16(w + p), written as its bits and as float32. (The float32
-// sum is a first pass, addsum.go.)
+// with a segment row g, else rnd16(w + p), written as its bits and as float32, or fused
+// with the row's first pass: the shifted row t = f32(h) − x0 and its partial sums. (The
+// float32 sum is a first pass, addsum.go.)
 
 // embedForm is the form of a staged sum.
 type embedForm struct {
 	seg      bool // a segment row g is added first
 	prefetch bool // w (a gathered word row, from DRAM) is prefetched in address order first
+	acc      bool // embedShift: the partial sums are added onto part (a later piece), else start at +0
 }
 
-// embedKernels are a width's staged-sum kernels, for whole vectors of x.
+// embedKernels are a width's staged-sum kernels, for whole vectors of x, and the first
+// passes fused with them, for whole chunks of W = len(part), W a multiple of the lanes.
 type embedKernels struct {
-	sum    func(x []float32, bits []uint16, w, p []uint16)
-	sumSeg func(x []float32, bits []uint16, w, p, g []uint16)
+	sum                   func(x []float32, bits []uint16, w, p []uint16)
+	sumSeg                func(x []float32, bits []uint16, w, p, g []uint16)
+	shift, shiftAcc       func(part, t []float32, bits []uint16, w, p []uint16, x0 float32)
+	shiftSeg, shiftSegAcc func(part, t []float32, bits []uint16, w, p, g []uint16, x0 float32)
 }
 
 // embedSumGo is the twin of embedSum.
@@ -65,5 +70,69 @@ func (k *kernels) embedSum(f embedForm, x []float32, bits []uint16, w, p, g []ui
 	}
 	if n < len(x) {
 		k.narrower.embedSum(f, x[n:], bits[n:], w[n:], p[n:], from(g, n))
+	}
+}
+
+// embedFirst is the staged sum of a row's first element as float32: the plan's shift x0,
+// known before the fused first pass (widened by the fields, not the table: one value).
+func embedFirst(seg bool, w, p, g uint16) float32 {
+	a := half.F16ToF32(w)
+	if seg {
+		a = half.F16ToF32(half.F32ToF16(a + half.F16ToF32(g)))
+	}
+	return half.F16ToF32(half.F32ToF16(a + half.F16ToF32(p)))
+}
+
+// embedShiftGo is the twin of embedShift: the staged sum into t, then shifted in place and
+// summed.
+func embedShiftGo(f embedForm, part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) {
+	embedSumGo(f, t, bits, w, p, g)
+	accumulateGo(sumForm{zero: !f.acc}, part, t, t, x0, 0)
+}
+
+// embedShift runs a row's first pass fused with the staged sum: h as bits, t = f32(h) −
+// x0, and the partial sums of t; the kernel over the whole chunks of W, the twin over the
+// shorter last chunk; a W the width does not divide goes to the narrower width, and a
+// width without the fused kernels runs the staged sum and then the shift.
+func (k *kernels) embedShift(f embedForm, part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) {
+	n := len(t)
+	bits, w, p = bits[:n], w[:n], p[:n]
+	if f.seg {
+		g = g[:n]
+	}
+	if f.prefetch {
+		k.prefetch(bytesOf(w))
+		f.prefetch = false
+	}
+	if !k.simd() {
+		embedShiftGo(f, part, t, bits, w, p, g, x0)
+		return
+	}
+	if k.embeds.shift == nil {
+		k.embedSum(f, t, bits, w, p, g)
+		k.accumulate(sumForm{zero: !f.acc}, part, t, t, x0, 0)
+		return
+	}
+	W := len(part)
+	full := n - n%W
+	if W%k.lanes != 0 || full == 0 {
+		k.narrower.embedShift(f, part, t, bits, w, p, g, x0)
+		return
+	}
+	e := &k.embeds
+	switch {
+	case f.seg && f.acc:
+		e.shiftSegAcc(part, t[:full], bits, w, p, g, x0)
+	case f.seg:
+		e.shiftSeg(part, t[:full], bits, w, p, g, x0)
+	case f.acc:
+		e.shiftAcc(part, t[:full], bits, w, p, x0)
+	default:
+		e.shift(part, t[:full], bits, w, p, x0)
+	}
+	if full < n {
+		tail := f
+		tail.acc = true
+		embedShiftGo(tail, part, t[full:], bits[full:], w[full:], p[full:], from(g, full), x0)
 	}
 }

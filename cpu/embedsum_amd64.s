@@ -72,6 +72,246 @@ avx2EmbedSumF16Seg_done:
 	VZEROUPPER
 	RET
 
+// func avx2EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
+// Requires: AVX, F16C
+TEXT ·avx2EmbedShiftF16Seg(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	MOVQ         g_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Y0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
+
+avx2EmbedShiftF16Seg_block:
+	CMPQ   R10, R11
+	JAE    avx2EmbedShiftF16Seg_block_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   R10, R12
+
+avx2EmbedShiftF16Seg_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Y5
+	VCVTPH2PS (DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VCVTPH2PS X5, Y5
+	VCVTPH2PS (SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, (DX)(R12*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R12*4)
+	VADDPS    Y5, Y1, Y1
+	VCVTPH2PS 16(BX)(R12*2), Y5
+	VCVTPH2PS 16(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VCVTPH2PS X5, Y5
+	VCVTPH2PS 16(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 16(DX)(R12*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R12*4)
+	VADDPS    Y5, Y2, Y2
+	VCVTPH2PS 32(BX)(R12*2), Y5
+	VCVTPH2PS 32(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VCVTPH2PS X5, Y5
+	VCVTPH2PS 32(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 32(DX)(R12*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R12*4)
+	VADDPS    Y5, Y3, Y3
+	VCVTPH2PS 48(BX)(R12*2), Y5
+	VCVTPH2PS 48(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VCVTPH2PS X5, Y5
+	VCVTPH2PS 48(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 48(DX)(R12*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R12*4)
+	VADDPS    Y5, Y4, Y4
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx2EmbedShiftF16Seg_block_chunk
+	VMOVUPS   Y1, (AX)(R10*4)
+	VMOVUPS   Y2, 32(AX)(R10*4)
+	VMOVUPS   Y3, 64(AX)(R10*4)
+	VMOVUPS   Y4, 96(AX)(R10*4)
+	ADDQ      $0x00000020, R10
+	JMP       avx2EmbedShiftF16Seg_block
+
+avx2EmbedShiftF16Seg_block_done:
+avx2EmbedShiftF16Seg_vec:
+	CMPQ   R10, R8
+	JAE    avx2EmbedShiftF16Seg_vec_done
+	VXORPS Y1, Y1, Y1
+	MOVQ   R10, R11
+
+avx2EmbedShiftF16Seg_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Y2
+	VCVTPH2PS (DI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VCVTPH2PS X2, Y2
+	VCVTPH2PS (SI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (DX)(R11*2)
+	VCVTPH2PS X2, Y2
+	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R11*4)
+	VADDPS    Y2, Y1, Y1
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx2EmbedShiftF16Seg_vec_chunk
+	VMOVUPS   Y1, (AX)(R10*4)
+	ADDQ      $0x00000008, R10
+	JMP       avx2EmbedShiftF16Seg_vec
+
+avx2EmbedShiftF16Seg_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
+// Requires: AVX, F16C
+TEXT ·avx2EmbedShiftF16SegAcc(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	MOVQ         g_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Y0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-32, R11
+
+avx2EmbedShiftF16SegAcc_block:
+	CMPQ    R10, R11
+	JAE     avx2EmbedShiftF16SegAcc_block_done
+	VMOVUPS (AX)(R10*4), Y1
+	VMOVUPS 32(AX)(R10*4), Y2
+	VMOVUPS 64(AX)(R10*4), Y3
+	VMOVUPS 96(AX)(R10*4), Y4
+	MOVQ    R10, R12
+
+avx2EmbedShiftF16SegAcc_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Y5
+	VCVTPH2PS (DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VCVTPH2PS X5, Y5
+	VCVTPH2PS (SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, (DX)(R12*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R12*4)
+	VADDPS    Y5, Y1, Y1
+	VCVTPH2PS 16(BX)(R12*2), Y5
+	VCVTPH2PS 16(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VCVTPH2PS X5, Y5
+	VCVTPH2PS 16(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 16(DX)(R12*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R12*4)
+	VADDPS    Y5, Y2, Y2
+	VCVTPH2PS 32(BX)(R12*2), Y5
+	VCVTPH2PS 32(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VCVTPH2PS X5, Y5
+	VCVTPH2PS 32(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 32(DX)(R12*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R12*4)
+	VADDPS    Y5, Y3, Y3
+	VCVTPH2PS 48(BX)(R12*2), Y5
+	VCVTPH2PS 48(DI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VCVTPH2PS X5, Y5
+	VCVTPH2PS 48(SI)(R12*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 48(DX)(R12*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R12*4)
+	VADDPS    Y5, Y4, Y4
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx2EmbedShiftF16SegAcc_block_chunk
+	VMOVUPS   Y1, (AX)(R10*4)
+	VMOVUPS   Y2, 32(AX)(R10*4)
+	VMOVUPS   Y3, 64(AX)(R10*4)
+	VMOVUPS   Y4, 96(AX)(R10*4)
+	ADDQ      $0x00000020, R10
+	JMP       avx2EmbedShiftF16SegAcc_block
+
+avx2EmbedShiftF16SegAcc_block_done:
+avx2EmbedShiftF16SegAcc_vec:
+	CMPQ    R10, R8
+	JAE     avx2EmbedShiftF16SegAcc_vec_done
+	VMOVUPS (AX)(R10*4), Y1
+	MOVQ    R10, R11
+
+avx2EmbedShiftF16SegAcc_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Y2
+	VCVTPH2PS (DI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VCVTPH2PS X2, Y2
+	VCVTPH2PS (SI)(R11*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (DX)(R11*2)
+	VCVTPH2PS X2, Y2
+	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R11*4)
+	VADDPS    Y2, Y1, Y1
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx2EmbedShiftF16SegAcc_vec_chunk
+	VMOVUPS   Y1, (AX)(R10*4)
+	ADDQ      $0x00000008, R10
+	JMP       avx2EmbedShiftF16SegAcc_vec
+
+avx2EmbedShiftF16SegAcc_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx2EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 // Requires: AVX, F16C
 TEXT ·avx2EmbedSumF16(SB), NOSPLIT, $0-96
@@ -124,6 +364,204 @@ avx2EmbedSumF16_loop:
 	JB        avx2EmbedSumF16_loop
 
 avx2EmbedSumF16_done:
+	VZEROUPPER
+	RET
+
+// func avx2EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
+// Requires: AVX, F16C
+TEXT ·avx2EmbedShiftF16(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
+
+avx2EmbedShiftF16_block:
+	CMPQ   R9, R10
+	JAE    avx2EmbedShiftF16_block_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   R9, R11
+
+avx2EmbedShiftF16_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Y5
+	VCVTPH2PS (SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, (DX)(R11*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
+	VADDPS    Y5, Y1, Y1
+	VCVTPH2PS 16(BX)(R11*2), Y5
+	VCVTPH2PS 16(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 16(DX)(R11*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
+	VADDPS    Y5, Y2, Y2
+	VCVTPH2PS 32(BX)(R11*2), Y5
+	VCVTPH2PS 32(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 32(DX)(R11*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
+	VADDPS    Y5, Y3, Y3
+	VCVTPH2PS 48(BX)(R11*2), Y5
+	VCVTPH2PS 48(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 48(DX)(R11*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
+	VADDPS    Y5, Y4, Y4
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2EmbedShiftF16_block_chunk
+	VMOVUPS   Y1, (AX)(R9*4)
+	VMOVUPS   Y2, 32(AX)(R9*4)
+	VMOVUPS   Y3, 64(AX)(R9*4)
+	VMOVUPS   Y4, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2EmbedShiftF16_block
+
+avx2EmbedShiftF16_block_done:
+avx2EmbedShiftF16_vec:
+	CMPQ   R9, DI
+	JAE    avx2EmbedShiftF16_vec_done
+	VXORPS Y1, Y1, Y1
+	MOVQ   R9, R10
+
+avx2EmbedShiftF16_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Y2
+	VCVTPH2PS (SI)(R10*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (DX)(R10*2)
+	VCVTPH2PS X2, Y2
+	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
+	VADDPS    Y2, Y1, Y1
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2EmbedShiftF16_vec_chunk
+	VMOVUPS   Y1, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2EmbedShiftF16_vec
+
+avx2EmbedShiftF16_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
+// Requires: AVX, F16C
+TEXT ·avx2EmbedShiftF16Acc(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Y0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-32, R10
+
+avx2EmbedShiftF16Acc_block:
+	CMPQ    R9, R10
+	JAE     avx2EmbedShiftF16Acc_block_done
+	VMOVUPS (AX)(R9*4), Y1
+	VMOVUPS 32(AX)(R9*4), Y2
+	VMOVUPS 64(AX)(R9*4), Y3
+	VMOVUPS 96(AX)(R9*4), Y4
+	MOVQ    R9, R11
+
+avx2EmbedShiftF16Acc_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Y5
+	VCVTPH2PS (SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, (DX)(R11*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
+	VADDPS    Y5, Y1, Y1
+	VCVTPH2PS 16(BX)(R11*2), Y5
+	VCVTPH2PS 16(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 16(DX)(R11*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
+	VADDPS    Y5, Y2, Y2
+	VCVTPH2PS 32(BX)(R11*2), Y5
+	VCVTPH2PS 32(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 32(DX)(R11*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
+	VADDPS    Y5, Y3, Y3
+	VCVTPH2PS 48(BX)(R11*2), Y5
+	VCVTPH2PS 48(SI)(R11*2), Y6
+	VADDPS    Y6, Y5, Y5
+	VCVTPS2PH $0x00, Y5, X5
+	VMOVUPS   X5, 48(DX)(R11*2)
+	VCVTPH2PS X5, Y5
+	VSUBPS    Y0, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
+	VADDPS    Y5, Y4, Y4
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx2EmbedShiftF16Acc_block_chunk
+	VMOVUPS   Y1, (AX)(R9*4)
+	VMOVUPS   Y2, 32(AX)(R9*4)
+	VMOVUPS   Y3, 64(AX)(R9*4)
+	VMOVUPS   Y4, 96(AX)(R9*4)
+	ADDQ      $0x00000020, R9
+	JMP       avx2EmbedShiftF16Acc_block
+
+avx2EmbedShiftF16Acc_block_done:
+avx2EmbedShiftF16Acc_vec:
+	CMPQ    R9, DI
+	JAE     avx2EmbedShiftF16Acc_vec_done
+	VMOVUPS (AX)(R9*4), Y1
+	MOVQ    R9, R10
+
+avx2EmbedShiftF16Acc_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Y2
+	VCVTPH2PS (SI)(R10*2), Y3
+	VADDPS    Y3, Y2, Y2
+	VCVTPS2PH $0x00, Y2, X2
+	VMOVUPS   X2, (DX)(R10*2)
+	VCVTPH2PS X2, Y2
+	VSUBPS    Y0, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
+	VADDPS    Y2, Y1, Y1
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx2EmbedShiftF16Acc_vec_chunk
+	VMOVUPS   Y1, (AX)(R9*4)
+	ADDQ      $0x00000008, R9
+	JMP       avx2EmbedShiftF16Acc_vec
+
+avx2EmbedShiftF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
@@ -195,6 +633,366 @@ avx512EmbedSumF16Seg_done:
 	VZEROUPPER
 	RET
 
+// func avx512EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512EmbedShiftF16Seg(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	MOVQ         g_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512EmbedShiftF16Seg_block:
+	CMPQ   R10, R11
+	JAE    avx512EmbedShiftF16Seg_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R10, R12
+
+avx512EmbedShiftF16Seg_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Z9
+	VCVTPH2PS (DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS (SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, (DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
+	VADDPS    Z9, Z1, Z1
+	VCVTPH2PS 32(BX)(R12*2), Z9
+	VCVTPH2PS 32(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 32(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 32(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
+	VADDPS    Z9, Z2, Z2
+	VCVTPH2PS 64(BX)(R12*2), Z9
+	VCVTPH2PS 64(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 64(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 64(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
+	VADDPS    Z9, Z3, Z3
+	VCVTPH2PS 96(BX)(R12*2), Z9
+	VCVTPH2PS 96(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 96(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 96(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
+	VADDPS    Z9, Z4, Z4
+	VCVTPH2PS 128(BX)(R12*2), Z9
+	VCVTPH2PS 128(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 128(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 128(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
+	VADDPS    Z9, Z5, Z5
+	VCVTPH2PS 160(BX)(R12*2), Z9
+	VCVTPH2PS 160(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 160(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 160(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
+	VADDPS    Z9, Z6, Z6
+	VCVTPH2PS 192(BX)(R12*2), Z9
+	VCVTPH2PS 192(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 192(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 192(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
+	VADDPS    Z9, Z7, Z7
+	VCVTPH2PS 224(BX)(R12*2), Z9
+	VCVTPH2PS 224(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 224(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 224(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512EmbedShiftF16Seg_block_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	VMOVUPS   Z2, 64(AX)(R10*4)
+	VMOVUPS   Z3, 128(AX)(R10*4)
+	VMOVUPS   Z4, 192(AX)(R10*4)
+	VMOVUPS   Z5, 256(AX)(R10*4)
+	VMOVUPS   Z6, 320(AX)(R10*4)
+	VMOVUPS   Z7, 384(AX)(R10*4)
+	VMOVUPS   Z8, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512EmbedShiftF16Seg_block
+
+avx512EmbedShiftF16Seg_block_done:
+avx512EmbedShiftF16Seg_vec:
+	CMPQ   R10, R8
+	JAE    avx512EmbedShiftF16Seg_vec_done
+	VPXORD Z11, Z11, Z11
+	MOVQ   R10, R11
+
+avx512EmbedShiftF16Seg_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Z1
+	VCVTPH2PS (DI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS (SI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, (DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
+	VADDPS    Z1, Z11, Z11
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512EmbedShiftF16Seg_vec_chunk
+	VMOVUPS   Z11, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512EmbedShiftF16Seg_vec
+
+avx512EmbedShiftF16Seg_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512EmbedShiftF16SegAcc(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	MOVQ         g_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512EmbedShiftF16SegAcc_block:
+	CMPQ    R10, R11
+	JAE     avx512EmbedShiftF16SegAcc_block_done
+	VMOVUPS (AX)(R10*4), Z1
+	VMOVUPS 64(AX)(R10*4), Z2
+	VMOVUPS 128(AX)(R10*4), Z3
+	VMOVUPS 192(AX)(R10*4), Z4
+	VMOVUPS 256(AX)(R10*4), Z5
+	VMOVUPS 320(AX)(R10*4), Z6
+	VMOVUPS 384(AX)(R10*4), Z7
+	VMOVUPS 448(AX)(R10*4), Z8
+	MOVQ    R10, R12
+
+avx512EmbedShiftF16SegAcc_block_chunk:
+	VCVTPH2PS (BX)(R12*2), Z9
+	VCVTPH2PS (DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS (SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, (DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
+	VADDPS    Z9, Z1, Z1
+	VCVTPH2PS 32(BX)(R12*2), Z9
+	VCVTPH2PS 32(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 32(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 32(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
+	VADDPS    Z9, Z2, Z2
+	VCVTPH2PS 64(BX)(R12*2), Z9
+	VCVTPH2PS 64(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 64(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 64(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
+	VADDPS    Z9, Z3, Z3
+	VCVTPH2PS 96(BX)(R12*2), Z9
+	VCVTPH2PS 96(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 96(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 96(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
+	VADDPS    Z9, Z4, Z4
+	VCVTPH2PS 128(BX)(R12*2), Z9
+	VCVTPH2PS 128(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 128(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 128(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
+	VADDPS    Z9, Z5, Z5
+	VCVTPH2PS 160(BX)(R12*2), Z9
+	VCVTPH2PS 160(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 160(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 160(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
+	VADDPS    Z9, Z6, Z6
+	VCVTPH2PS 192(BX)(R12*2), Z9
+	VCVTPH2PS 192(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 192(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 192(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
+	VADDPS    Z9, Z7, Z7
+	VCVTPH2PS 224(BX)(R12*2), Z9
+	VCVTPH2PS 224(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VCVTPH2PS Y9, Z9
+	VCVTPH2PS 224(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 224(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512EmbedShiftF16SegAcc_block_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	VMOVUPS   Z2, 64(AX)(R10*4)
+	VMOVUPS   Z3, 128(AX)(R10*4)
+	VMOVUPS   Z4, 192(AX)(R10*4)
+	VMOVUPS   Z5, 256(AX)(R10*4)
+	VMOVUPS   Z6, 320(AX)(R10*4)
+	VMOVUPS   Z7, 384(AX)(R10*4)
+	VMOVUPS   Z8, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512EmbedShiftF16SegAcc_block
+
+avx512EmbedShiftF16SegAcc_block_done:
+avx512EmbedShiftF16SegAcc_vec:
+	CMPQ    R10, R8
+	JAE     avx512EmbedShiftF16SegAcc_vec_done
+	VMOVUPS (AX)(R10*4), Z1
+	MOVQ    R10, R11
+
+avx512EmbedShiftF16SegAcc_vec_chunk:
+	VCVTPH2PS (BX)(R11*2), Z2
+	VCVTPH2PS (DI)(R11*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VCVTPH2PS Y2, Z2
+	VCVTPH2PS (SI)(R11*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (DX)(R11*2)
+	VCVTPH2PS Y2, Z2
+	VSUBPS    Z0, Z2, Z2
+	VMOVUPS   Z2, (CX)(R11*4)
+	VADDPS    Z2, Z1, Z1
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512EmbedShiftF16SegAcc_vec_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512EmbedShiftF16SegAcc_vec
+
+avx512EmbedShiftF16SegAcc_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx512EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 // Requires: AVX, AVX512F
 TEXT ·avx512EmbedSumF16(SB), NOSPLIT, $0-96
@@ -247,6 +1045,292 @@ avx512EmbedSumF16_loop:
 	JB        avx512EmbedSumF16_loop
 
 avx512EmbedSumF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512EmbedShiftF16(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512EmbedShiftF16_block:
+	CMPQ   R9, R10
+	JAE    avx512EmbedShiftF16_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R9, R11
+
+avx512EmbedShiftF16_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, (DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VADDPS    Z9, Z1, Z1
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 32(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VADDPS    Z9, Z2, Z2
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 64(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VADDPS    Z9, Z3, Z3
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 96(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VADDPS    Z9, Z4, Z4
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 128(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VADDPS    Z9, Z5, Z5
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 160(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VADDPS    Z9, Z6, Z6
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 192(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VADDPS    Z9, Z7, Z7
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 224(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512EmbedShiftF16_block_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512EmbedShiftF16_block
+
+avx512EmbedShiftF16_block_done:
+avx512EmbedShiftF16_vec:
+	CMPQ   R9, DI
+	JAE    avx512EmbedShiftF16_vec_done
+	VPXORD Z11, Z11, Z11
+	MOVQ   R9, R10
+
+avx512EmbedShiftF16_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Z1
+	VCVTPH2PS (SI)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, (DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VADDPS    Z1, Z11, Z11
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512EmbedShiftF16_vec_chunk
+	VMOVUPS   Z11, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512EmbedShiftF16_vec
+
+avx512EmbedShiftF16_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512EmbedShiftF16Acc(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512EmbedShiftF16Acc_block:
+	CMPQ    R9, R10
+	JAE     avx512EmbedShiftF16Acc_block_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
+	MOVQ    R9, R11
+
+avx512EmbedShiftF16Acc_block_chunk:
+	VCVTPH2PS (BX)(R11*2), Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, (DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VADDPS    Z9, Z1, Z1
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 32(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VADDPS    Z9, Z2, Z2
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 64(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VADDPS    Z9, Z3, Z3
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 96(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VADDPS    Z9, Z4, Z4
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 128(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VADDPS    Z9, Z5, Z5
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 160(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VADDPS    Z9, Z6, Z6
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 192(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VADDPS    Z9, Z7, Z7
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 224(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512EmbedShiftF16Acc_block_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512EmbedShiftF16Acc_block
+
+avx512EmbedShiftF16Acc_block_done:
+avx512EmbedShiftF16Acc_vec:
+	CMPQ    R9, DI
+	JAE     avx512EmbedShiftF16Acc_vec_done
+	VMOVUPS (AX)(R9*4), Z1
+	MOVQ    R9, R10
+
+avx512EmbedShiftF16Acc_vec_chunk:
+	VCVTPH2PS (BX)(R10*2), Z2
+	VCVTPH2PS (SI)(R10*2), Z3
+	VADDPS    Z3, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y2
+	VMOVUPS   Y2, (DX)(R10*2)
+	VCVTPH2PS Y2, Z2
+	VSUBPS    Z0, Z2, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
+	VADDPS    Z2, Z1, Z1
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512EmbedShiftF16Acc_vec_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512EmbedShiftF16Acc_vec
+
+avx512EmbedShiftF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
@@ -351,6 +1435,564 @@ avx512fp16EmbedSumF16Seg_done:
 	VZEROUPPER
 	RET
 
+// func avx512fp16EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+TEXT ·avx512fp16EmbedShiftF16Seg(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	MOVQ         g_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512fp16EmbedShiftF16Seg_block:
+	CMPQ   R10, R11
+	JAE    avx512fp16EmbedShiftF16Seg_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R10, R12
+
+avx512fp16EmbedShiftF16Seg_block_chunk:
+	VMOVDQU16 (BX)(R12*2), Y9
+	VMOVDQU16 (DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 (SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, (DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
+	VADDPS    Z9, Z1, Z1
+	VMOVDQU16 32(BX)(R12*2), Y9
+	VMOVDQU16 32(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 32(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 32(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
+	VADDPS    Z9, Z2, Z2
+	VMOVDQU16 64(BX)(R12*2), Y9
+	VMOVDQU16 64(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 64(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 64(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
+	VADDPS    Z9, Z3, Z3
+	VMOVDQU16 96(BX)(R12*2), Y9
+	VMOVDQU16 96(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 96(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 96(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
+	VADDPS    Z9, Z4, Z4
+	VMOVDQU16 128(BX)(R12*2), Y9
+	VMOVDQU16 128(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 128(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 128(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
+	VADDPS    Z9, Z5, Z5
+	VMOVDQU16 160(BX)(R12*2), Y9
+	VMOVDQU16 160(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 160(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 160(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
+	VADDPS    Z9, Z6, Z6
+	VMOVDQU16 192(BX)(R12*2), Y9
+	VMOVDQU16 192(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 192(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 192(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
+	VADDPS    Z9, Z7, Z7
+	VMOVDQU16 224(BX)(R12*2), Y9
+	VMOVDQU16 224(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 224(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 224(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512fp16EmbedShiftF16Seg_block_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	VMOVUPS   Z2, 64(AX)(R10*4)
+	VMOVUPS   Z3, 128(AX)(R10*4)
+	VMOVUPS   Z4, 192(AX)(R10*4)
+	VMOVUPS   Z5, 256(AX)(R10*4)
+	VMOVUPS   Z6, 320(AX)(R10*4)
+	VMOVUPS   Z7, 384(AX)(R10*4)
+	VMOVUPS   Z8, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512fp16EmbedShiftF16Seg_block
+
+avx512fp16EmbedShiftF16Seg_block_done:
+avx512fp16EmbedShiftF16Seg_vec:
+	CMPQ   R10, R8
+	JAE    avx512fp16EmbedShiftF16Seg_vec_done
+	VPXORD Z11, Z11, Z11
+	MOVQ   R10, R11
+
+avx512fp16EmbedShiftF16Seg_vec_chunk:
+	VMOVDQU16 (BX)(R11*2), Y1
+	VMOVDQU16 (DI)(R11*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 (SI)(R11*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y1, (DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
+	VADDPS    Z1, Z11, Z11
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512fp16EmbedShiftF16Seg_vec_chunk
+	VMOVUPS   Z11, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512fp16EmbedShiftF16Seg_vec
+
+avx512fp16EmbedShiftF16Seg_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512fp16EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+TEXT ·avx512fp16EmbedShiftF16SegAcc(SB), NOSPLIT, $0-148
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	MOVQ         g_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512fp16EmbedShiftF16SegAcc_block:
+	CMPQ    R10, R11
+	JAE     avx512fp16EmbedShiftF16SegAcc_block_done
+	VMOVUPS (AX)(R10*4), Z1
+	VMOVUPS 64(AX)(R10*4), Z2
+	VMOVUPS 128(AX)(R10*4), Z3
+	VMOVUPS 192(AX)(R10*4), Z4
+	VMOVUPS 256(AX)(R10*4), Z5
+	VMOVUPS 320(AX)(R10*4), Z6
+	VMOVUPS 384(AX)(R10*4), Z7
+	VMOVUPS 448(AX)(R10*4), Z8
+	MOVQ    R10, R12
+
+avx512fp16EmbedShiftF16SegAcc_block_chunk:
+	VMOVDQU16 (BX)(R12*2), Y9
+	VMOVDQU16 (DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 (SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, (DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
+	VADDPS    Z9, Z1, Z1
+	VMOVDQU16 32(BX)(R12*2), Y9
+	VMOVDQU16 32(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 32(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 32(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
+	VADDPS    Z9, Z2, Z2
+	VMOVDQU16 64(BX)(R12*2), Y9
+	VMOVDQU16 64(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 64(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 64(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
+	VADDPS    Z9, Z3, Z3
+	VMOVDQU16 96(BX)(R12*2), Y9
+	VMOVDQU16 96(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 96(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 96(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
+	VADDPS    Z9, Z4, Z4
+	VMOVDQU16 128(BX)(R12*2), Y9
+	VMOVDQU16 128(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 128(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 128(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
+	VADDPS    Z9, Z5, Z5
+	VMOVDQU16 160(BX)(R12*2), Y9
+	VMOVDQU16 160(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 160(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 160(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
+	VADDPS    Z9, Z6, Z6
+	VMOVDQU16 192(BX)(R12*2), Y9
+	VMOVDQU16 192(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 192(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 192(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
+	VADDPS    Z9, Z7, Z7
+	VMOVDQU16 224(BX)(R12*2), Y9
+	VMOVDQU16 224(DI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 224(SI)(R12*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 224(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512fp16EmbedShiftF16SegAcc_block_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	VMOVUPS   Z2, 64(AX)(R10*4)
+	VMOVUPS   Z3, 128(AX)(R10*4)
+	VMOVUPS   Z4, 192(AX)(R10*4)
+	VMOVUPS   Z5, 256(AX)(R10*4)
+	VMOVUPS   Z6, 320(AX)(R10*4)
+	VMOVUPS   Z7, 384(AX)(R10*4)
+	VMOVUPS   Z8, 448(AX)(R10*4)
+	ADDQ      $0x00000080, R10
+	JMP       avx512fp16EmbedShiftF16SegAcc_block
+
+avx512fp16EmbedShiftF16SegAcc_block_done:
+avx512fp16EmbedShiftF16SegAcc_vec:
+	CMPQ    R10, R8
+	JAE     avx512fp16EmbedShiftF16SegAcc_vec_done
+	VMOVUPS (AX)(R10*4), Z1
+	MOVQ    R10, R11
+
+avx512fp16EmbedShiftF16SegAcc_vec_chunk:
+	VMOVDQU16 (BX)(R11*2), Y2
+	VMOVDQU16 (DI)(R11*2), Y3
+
+	// VADDPH Y3, Y2, Y2
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x6c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xd3
+	VMOVDQU16 (SI)(R11*2), Y3
+
+	// VADDPH Y3, Y2, Y2
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x6c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xd3
+	VMOVDQU16 Y2, (DX)(R11*2)
+	VCVTPH2PS Y2, Z2
+	VSUBPS    Z0, Z2, Z2
+	VMOVUPS   Z2, (CX)(R11*4)
+	VADDPS    Z2, Z1, Z1
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512fp16EmbedShiftF16SegAcc_vec_chunk
+	VMOVUPS   Z1, (AX)(R10*4)
+	ADDQ      $0x00000010, R10
+	JMP       avx512fp16EmbedShiftF16SegAcc_vec
+
+avx512fp16EmbedShiftF16SegAcc_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx512fp16EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 // Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
 TEXT ·avx512fp16EmbedSumF16(SB), NOSPLIT, $0-96
@@ -421,5 +2063,399 @@ avx512fp16EmbedSumF16_loop:
 	JB        avx512fp16EmbedSumF16_loop
 
 avx512fp16EmbedSumF16_done:
+	VZEROUPPER
+	RET
+
+// func avx512fp16EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+TEXT ·avx512fp16EmbedShiftF16(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512fp16EmbedShiftF16_block:
+	CMPQ   R9, R10
+	JAE    avx512fp16EmbedShiftF16_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R9, R11
+
+avx512fp16EmbedShiftF16_block_chunk:
+	VMOVDQU16 (BX)(R11*2), Y9
+	VMOVDQU16 (SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, (DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VADDPS    Z9, Z1, Z1
+	VMOVDQU16 32(BX)(R11*2), Y9
+	VMOVDQU16 32(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 32(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VADDPS    Z9, Z2, Z2
+	VMOVDQU16 64(BX)(R11*2), Y9
+	VMOVDQU16 64(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 64(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VADDPS    Z9, Z3, Z3
+	VMOVDQU16 96(BX)(R11*2), Y9
+	VMOVDQU16 96(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 96(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VADDPS    Z9, Z4, Z4
+	VMOVDQU16 128(BX)(R11*2), Y9
+	VMOVDQU16 128(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 128(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VADDPS    Z9, Z5, Z5
+	VMOVDQU16 160(BX)(R11*2), Y9
+	VMOVDQU16 160(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 160(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VADDPS    Z9, Z6, Z6
+	VMOVDQU16 192(BX)(R11*2), Y9
+	VMOVDQU16 192(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 192(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VADDPS    Z9, Z7, Z7
+	VMOVDQU16 224(BX)(R11*2), Y9
+	VMOVDQU16 224(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 224(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512fp16EmbedShiftF16_block_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512fp16EmbedShiftF16_block
+
+avx512fp16EmbedShiftF16_block_done:
+avx512fp16EmbedShiftF16_vec:
+	CMPQ   R9, DI
+	JAE    avx512fp16EmbedShiftF16_vec_done
+	VPXORD Z11, Z11, Z11
+	MOVQ   R9, R10
+
+avx512fp16EmbedShiftF16_vec_chunk:
+	VMOVDQU16 (BX)(R10*2), Y1
+	VMOVDQU16 (SI)(R10*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y1, (DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VADDPS    Z1, Z11, Z11
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512fp16EmbedShiftF16_vec_chunk
+	VMOVUPS   Z11, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512fp16EmbedShiftF16_vec
+
+avx512fp16EmbedShiftF16_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512fp16EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+TEXT ·avx512fp16EmbedShiftF16Acc(SB), NOSPLIT, $0-124
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	VBROADCASTSS x0+120(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512fp16EmbedShiftF16Acc_block:
+	CMPQ    R9, R10
+	JAE     avx512fp16EmbedShiftF16Acc_block_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
+	MOVQ    R9, R11
+
+avx512fp16EmbedShiftF16Acc_block_chunk:
+	VMOVDQU16 (BX)(R11*2), Y9
+	VMOVDQU16 (SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, (DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VADDPS    Z9, Z1, Z1
+	VMOVDQU16 32(BX)(R11*2), Y9
+	VMOVDQU16 32(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 32(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VADDPS    Z9, Z2, Z2
+	VMOVDQU16 64(BX)(R11*2), Y9
+	VMOVDQU16 64(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 64(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VADDPS    Z9, Z3, Z3
+	VMOVDQU16 96(BX)(R11*2), Y9
+	VMOVDQU16 96(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 96(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VADDPS    Z9, Z4, Z4
+	VMOVDQU16 128(BX)(R11*2), Y9
+	VMOVDQU16 128(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 128(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VADDPS    Z9, Z5, Z5
+	VMOVDQU16 160(BX)(R11*2), Y9
+	VMOVDQU16 160(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 160(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VADDPS    Z9, Z6, Z6
+	VMOVDQU16 192(BX)(R11*2), Y9
+	VMOVDQU16 192(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 192(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VADDPS    Z9, Z7, Z7
+	VMOVDQU16 224(BX)(R11*2), Y9
+	VMOVDQU16 224(SI)(R11*2), Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, 224(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512fp16EmbedShiftF16Acc_block_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	VMOVUPS   Z2, 64(AX)(R9*4)
+	VMOVUPS   Z3, 128(AX)(R9*4)
+	VMOVUPS   Z4, 192(AX)(R9*4)
+	VMOVUPS   Z5, 256(AX)(R9*4)
+	VMOVUPS   Z6, 320(AX)(R9*4)
+	VMOVUPS   Z7, 384(AX)(R9*4)
+	VMOVUPS   Z8, 448(AX)(R9*4)
+	ADDQ      $0x00000080, R9
+	JMP       avx512fp16EmbedShiftF16Acc_block
+
+avx512fp16EmbedShiftF16Acc_block_done:
+avx512fp16EmbedShiftF16Acc_vec:
+	CMPQ    R9, DI
+	JAE     avx512fp16EmbedShiftF16Acc_vec_done
+	VMOVUPS (AX)(R9*4), Z1
+	MOVQ    R9, R10
+
+avx512fp16EmbedShiftF16Acc_vec_chunk:
+	VMOVDQU16 (BX)(R10*2), Y2
+	VMOVDQU16 (SI)(R10*2), Y3
+
+	// VADDPH Y3, Y2, Y2
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x6c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xd3
+	VMOVDQU16 Y2, (DX)(R10*2)
+	VCVTPH2PS Y2, Z2
+	VSUBPS    Z0, Z2, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
+	VADDPS    Z2, Z1, Z1
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512fp16EmbedShiftF16Acc_vec_chunk
+	VMOVUPS   Z1, (AX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       avx512fp16EmbedShiftF16Acc_vec
+
+avx512fp16EmbedShiftF16Acc_vec_done:
 	VZEROUPPER
 	RET

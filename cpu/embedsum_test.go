@@ -26,3 +26,47 @@ func TestEmbedSumF16Kernel(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbedShiftKernel checks the staged sum fused with the first pass (bits, t and the
+// partial sums) against its twin for every plan width, from +0 and onto earlier pieces,
+// and embedFirst against the staged sum's first element.
+func TestEmbedShiftKernel(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	g := &goKernels
+	for _, name := range simdLevels() {
+		k := mustKernels(t, name)
+		for _, w := range append(planWidths, 32, 64, 128) {
+			for _, n := range append(kernelSizes, 768, 3*w, 3*w+5) {
+				if n == 0 {
+					continue // a row has at least one element
+				}
+				wd, p, s := halves(r, n), halves(r, n), halves(r, n)
+				init := values(r, w, false)
+				start := func(i int) float32 { return init[i] }
+				for _, seg := range [][]uint16{nil, s} {
+					f := embedForm{seg: seg != nil}
+					var g0 uint16
+					if seg != nil {
+						g0 = seg[0]
+					}
+					x0 := embedFirst(f.seg, wd[0], p[0], g0)
+					first := out32(1, nil)
+					g.embedSum(f, first, out16(1), wd, p, seg)
+					same32(t, fmt.Sprintf("%s/embedFirst/seg=%v", name, f.seg), []float32{x0}, first)
+					for _, acc := range []bool{false, true} {
+						f.acc = acc
+						tag := fmt.Sprintf("%s/embedShift/W=%d/n=%d/seg=%v/acc=%v", name, w, n, f.seg, acc)
+						gotP, wantP := out32(w, start), out32(w, start)
+						gotT, wantT := out32(n, nil), out32(n, nil)
+						gotB, wantB := out16(n), out16(n)
+						k.embedShift(f, gotP, gotT, gotB, wd, p, seg, x0)
+						g.embedShift(f, wantP, wantT, wantB, wd, p, seg, x0)
+						same32(t, tag+"/t", gotT, wantT)
+						same16(t, tag+"/bits", gotB, wantB)
+						same32(t, tag+"/part", gotP, wantP)
+					}
+				}
+			}
+		}
+	}
+}

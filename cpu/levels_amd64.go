@@ -35,6 +35,10 @@ func init() {
 // conversions around a float32 one (the bits are the same, see internal/cmd/asmgen).
 func avx512FP16Kernels() *kernels {
 	k := *avx512Kernels
-	k.embeds = embedKernels{sum: avx512fp16EmbedSumF16, sumSeg: avx512fp16EmbedSumF16Seg}
+	k.embeds = embedKernels{
+		sum: avx512fp16EmbedSumF16, sumSeg: avx512fp16EmbedSumF16Seg,
+		shift: avx512fp16EmbedShiftF16, shiftAcc: avx512fp16EmbedShiftF16Acc,
+		shiftSeg: avx512fp16EmbedShiftF16Seg, shiftSegAcc: avx512fp16EmbedShiftF16SegAcc,
+	}
 	return &k
 }

@@ -13,14 +13,16 @@ import (
 
 // sumForm is the form of an accumulation.
 type sumForm struct {
-	sq   bool // the squared deviations f32(d·d) of t, else the shift: t = x − x0 and its sums
-	fma  bool // sq as fma(d, d, part[k]) (the profile's FuseVariance)
-	zero bool // the partials start at +0 (part is not read), else the sums are added onto them
+	sq      bool // the squared deviations f32(d·d) of t, else the shift: t = x − x0 and its sums
+	shifted bool // not sq: t already holds the shifted row (shiftRow's), only its sums (x unused)
+	fma     bool // sq as fma(d, d, part[k]) (the profile's FuseVariance)
+	zero    bool // the partials start at +0 (part is not read), else the sums are added onto them
 }
 
 // sumKernels are a width's accumulation kernels: whole chunks of W = len(part), W a multiple
 // of the lanes, with blocks of partials kept in registers across the chunks.
 type sumKernels struct {
+	sum, sumZero                       func(part, t []float32)
 	shift, shiftZero                   func(part, t, x []float32, x0 float32)
 	sqDev, sqDevZero, sqFMA, sqFMAZero func(part, t []float32, meanD float32)
 	tree                               func(part []float32) float32 // W a power of two ≥ 8
@@ -31,6 +33,10 @@ type sumKernels struct {
 // run runs the form's kernel.
 func (k *sumKernels) run(f sumForm, part, t, x []float32, x0, meanD float32) {
 	switch {
+	case f.shifted && f.zero:
+		k.sumZero(part, t)
+	case f.shifted:
+		k.sum(part, t)
 	case !f.sq && f.zero:
 		k.shiftZero(part, t, x, x0)
 	case !f.sq:
@@ -46,7 +52,7 @@ func (k *sumKernels) run(f sumForm, part, t, x []float32, x0, meanD float32) {
 	}
 }
 
-// accumulateGo is the twin of every accumulation; x is read by the shift only (nil for sq).
+// accumulateGo is the twin of every accumulation; x is read by the shift only (else nil).
 func accumulateGo(f sumForm, part, t, x []float32, x0, meanD float32) {
 	if f.zero {
 		clear(part)
@@ -56,6 +62,10 @@ func accumulateGo(f sumForm, part, t, x []float32, x0, meanD float32) {
 		c := t[base:min(base+w, len(t))]
 		p := part[:len(c)]
 		switch {
+		case f.shifted:
+			for k, v := range c {
+				p[k] += v
+			}
 		case !f.sq:
 			for k, v := range x[base : base+len(c)] {
 				c[k] = v - x0
@@ -82,7 +92,7 @@ func accumulateGo(f sumForm, part, t, x []float32, x0, meanD float32) {
 // row shorter than W, except at the narrowest width, which clears the partials and adds
 // onto them.
 func (k *kernels) accumulate(f sumForm, part, t, x []float32, x0, meanD float32) {
-	if !f.sq {
+	if !f.sq && !f.shifted {
 		x = x[:len(t)]
 	}
 	if !k.simd() {

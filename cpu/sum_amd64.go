@@ -10,6 +10,12 @@ package cpu
 //go:noescape
 func avx2AccumulateShift(part []float32, t []float32, x []float32, x0 float32)
 
+// avx2Accumulate does part[k] += t[c·W+k] for every chunk c;
+// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx2Accumulate(part []float32, t []float32)
+
 // avx2AccumulateSqDev does part[k] += f32(d·d), d = t[c·W+k] − meanD for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
@@ -27,6 +33,12 @@ func avx2AccumulateSqDevFMA(part []float32, t []float32, meanD float32)
 //
 //go:noescape
 func avx2AccumulateShiftZero(part []float32, t []float32, x []float32, x0 float32)
+
+// avx2AccumulateZero is avx2Accumulate on partials that start at +0 (part is
+// not read): the same as clearing part first, in one pass.
+//
+//go:noescape
+func avx2AccumulateZero(part []float32, t []float32)
 
 // avx2AccumulateSqDevZero is avx2AccumulateSqDev on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.
@@ -46,6 +58,12 @@ func avx2AccumulateSqDevFMAZero(part []float32, t []float32, meanD float32)
 //go:noescape
 func avx512AccumulateShift(part []float32, t []float32, x []float32, x0 float32)
 
+// avx512Accumulate does part[k] += t[c·W+k] for every chunk c;
+// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512Accumulate(part []float32, t []float32)
+
 // avx512AccumulateSqDev does part[k] += f32(d·d), d = t[c·W+k] − meanD for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
@@ -63,6 +81,12 @@ func avx512AccumulateSqDevFMA(part []float32, t []float32, meanD float32)
 //
 //go:noescape
 func avx512AccumulateShiftZero(part []float32, t []float32, x []float32, x0 float32)
+
+// avx512AccumulateZero is avx512Accumulate on partials that start at +0 (part is
+// not read): the same as clearing part first, in one pass.
+//
+//go:noescape
+func avx512AccumulateZero(part []float32, t []float32)
 
 // avx512AccumulateSqDevZero is avx512AccumulateSqDev on partials that start at +0 (part is
 // not read): the same as clearing part first, in one pass.

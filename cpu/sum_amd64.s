@@ -76,6 +76,61 @@ avx2AccumulateShift_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx2Accumulate(part []float32, t []float32)
+// Requires: AVX
+TEXT ·avx2Accumulate(SB), NOSPLIT, $0-48
+	MOVQ part_base+0(FP), AX
+	MOVQ t_base+24(FP), CX
+	MOVQ part_len+8(FP), DX
+	MOVQ t_len+32(FP), BX
+	XORQ SI, SI
+	MOVQ DX, DI
+	ANDQ $-32, DI
+
+avx2Accumulate_block:
+	CMPQ    SI, DI
+	JAE     avx2Accumulate_block_done
+	VMOVUPS (AX)(SI*4), Y0
+	VMOVUPS 32(AX)(SI*4), Y1
+	VMOVUPS 64(AX)(SI*4), Y2
+	VMOVUPS 96(AX)(SI*4), Y3
+	MOVQ    SI, R8
+
+avx2Accumulate_block_chunk:
+	VADDPS  (CX)(R8*4), Y0, Y0
+	VADDPS  32(CX)(R8*4), Y1, Y1
+	VADDPS  64(CX)(R8*4), Y2, Y2
+	VADDPS  96(CX)(R8*4), Y3, Y3
+	ADDQ    DX, R8
+	CMPQ    R8, BX
+	JB      avx2Accumulate_block_chunk
+	VMOVUPS Y0, (AX)(SI*4)
+	VMOVUPS Y1, 32(AX)(SI*4)
+	VMOVUPS Y2, 64(AX)(SI*4)
+	VMOVUPS Y3, 96(AX)(SI*4)
+	ADDQ    $0x00000020, SI
+	JMP     avx2Accumulate_block
+
+avx2Accumulate_block_done:
+avx2Accumulate_vec:
+	CMPQ    SI, DX
+	JAE     avx2Accumulate_vec_done
+	VMOVUPS (AX)(SI*4), Y0
+	MOVQ    SI, DI
+
+avx2Accumulate_vec_chunk:
+	VADDPS  (CX)(DI*4), Y0, Y0
+	ADDQ    DX, DI
+	CMPQ    DI, BX
+	JB      avx2Accumulate_vec_chunk
+	VMOVUPS Y0, (AX)(SI*4)
+	ADDQ    $0x00000008, SI
+	JMP     avx2Accumulate_vec
+
+avx2Accumulate_vec_done:
+	VZEROUPPER
+	RET
+
 // func avx2AccumulateSqDev(part []float32, t []float32, meanD float32)
 // Requires: AVX
 TEXT ·avx2AccumulateSqDev(SB), NOSPLIT, $0-52
@@ -282,6 +337,61 @@ avx2AccumulateShiftZero_vec_chunk:
 	JMP     avx2AccumulateShiftZero_vec
 
 avx2AccumulateShiftZero_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AccumulateZero(part []float32, t []float32)
+// Requires: AVX
+TEXT ·avx2AccumulateZero(SB), NOSPLIT, $0-48
+	MOVQ part_base+0(FP), AX
+	MOVQ t_base+24(FP), CX
+	MOVQ part_len+8(FP), DX
+	MOVQ t_len+32(FP), BX
+	XORQ SI, SI
+	MOVQ DX, DI
+	ANDQ $-32, DI
+
+avx2AccumulateZero_block:
+	CMPQ   SI, DI
+	JAE    avx2AccumulateZero_block_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   SI, R8
+
+avx2AccumulateZero_block_chunk:
+	VADDPS  (CX)(R8*4), Y0, Y0
+	VADDPS  32(CX)(R8*4), Y1, Y1
+	VADDPS  64(CX)(R8*4), Y2, Y2
+	VADDPS  96(CX)(R8*4), Y3, Y3
+	ADDQ    DX, R8
+	CMPQ    R8, BX
+	JB      avx2AccumulateZero_block_chunk
+	VMOVUPS Y0, (AX)(SI*4)
+	VMOVUPS Y1, 32(AX)(SI*4)
+	VMOVUPS Y2, 64(AX)(SI*4)
+	VMOVUPS Y3, 96(AX)(SI*4)
+	ADDQ    $0x00000020, SI
+	JMP     avx2AccumulateZero_block
+
+avx2AccumulateZero_block_done:
+avx2AccumulateZero_vec:
+	CMPQ   SI, DX
+	JAE    avx2AccumulateZero_vec_done
+	VXORPS Y0, Y0, Y0
+	MOVQ   SI, DI
+
+avx2AccumulateZero_vec_chunk:
+	VADDPS  (CX)(DI*4), Y0, Y0
+	ADDQ    DX, DI
+	CMPQ    DI, BX
+	JB      avx2AccumulateZero_vec_chunk
+	VMOVUPS Y0, (AX)(SI*4)
+	ADDQ    $0x00000008, SI
+	JMP     avx2AccumulateZero_vec
+
+avx2AccumulateZero_vec_done:
 	VZEROUPPER
 	RET
 
@@ -515,6 +625,73 @@ avx512AccumulateShift_vec_chunk:
 	JMP     avx512AccumulateShift_vec
 
 avx512AccumulateShift_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512Accumulate(part []float32, t []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512Accumulate(SB), NOSPLIT, $0-48
+	MOVQ part_base+0(FP), AX
+	MOVQ t_base+24(FP), CX
+	MOVQ part_len+8(FP), DX
+	MOVQ t_len+32(FP), BX
+	XORQ SI, SI
+	MOVQ DX, DI
+	ANDQ $-128, DI
+
+avx512Accumulate_block:
+	CMPQ    SI, DI
+	JAE     avx512Accumulate_block_done
+	VMOVUPS (AX)(SI*4), Z0
+	VMOVUPS 64(AX)(SI*4), Z1
+	VMOVUPS 128(AX)(SI*4), Z2
+	VMOVUPS 192(AX)(SI*4), Z3
+	VMOVUPS 256(AX)(SI*4), Z4
+	VMOVUPS 320(AX)(SI*4), Z5
+	VMOVUPS 384(AX)(SI*4), Z6
+	VMOVUPS 448(AX)(SI*4), Z7
+	MOVQ    SI, R8
+
+avx512Accumulate_block_chunk:
+	VADDPS  (CX)(R8*4), Z0, Z0
+	VADDPS  64(CX)(R8*4), Z1, Z1
+	VADDPS  128(CX)(R8*4), Z2, Z2
+	VADDPS  192(CX)(R8*4), Z3, Z3
+	VADDPS  256(CX)(R8*4), Z4, Z4
+	VADDPS  320(CX)(R8*4), Z5, Z5
+	VADDPS  384(CX)(R8*4), Z6, Z6
+	VADDPS  448(CX)(R8*4), Z7, Z7
+	ADDQ    DX, R8
+	CMPQ    R8, BX
+	JB      avx512Accumulate_block_chunk
+	VMOVUPS Z0, (AX)(SI*4)
+	VMOVUPS Z1, 64(AX)(SI*4)
+	VMOVUPS Z2, 128(AX)(SI*4)
+	VMOVUPS Z3, 192(AX)(SI*4)
+	VMOVUPS Z4, 256(AX)(SI*4)
+	VMOVUPS Z5, 320(AX)(SI*4)
+	VMOVUPS Z6, 384(AX)(SI*4)
+	VMOVUPS Z7, 448(AX)(SI*4)
+	ADDQ    $0x00000080, SI
+	JMP     avx512Accumulate_block
+
+avx512Accumulate_block_done:
+avx512Accumulate_vec:
+	CMPQ    SI, DX
+	JAE     avx512Accumulate_vec_done
+	VMOVUPS (AX)(SI*4), Z0
+	MOVQ    SI, DI
+
+avx512Accumulate_vec_chunk:
+	VADDPS  (CX)(DI*4), Z0, Z0
+	ADDQ    DX, DI
+	CMPQ    DI, BX
+	JB      avx512Accumulate_vec_chunk
+	VMOVUPS Z0, (AX)(SI*4)
+	ADDQ    $0x00000010, SI
+	JMP     avx512Accumulate_vec
+
+avx512Accumulate_vec_done:
 	VZEROUPPER
 	RET
 
@@ -792,6 +969,73 @@ avx512AccumulateShiftZero_vec_chunk:
 	JMP     avx512AccumulateShiftZero_vec
 
 avx512AccumulateShiftZero_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateZero(part []float32, t []float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateZero(SB), NOSPLIT, $0-48
+	MOVQ part_base+0(FP), AX
+	MOVQ t_base+24(FP), CX
+	MOVQ part_len+8(FP), DX
+	MOVQ t_len+32(FP), BX
+	XORQ SI, SI
+	MOVQ DX, DI
+	ANDQ $-128, DI
+
+avx512AccumulateZero_block:
+	CMPQ   SI, DI
+	JAE    avx512AccumulateZero_block_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   SI, R8
+
+avx512AccumulateZero_block_chunk:
+	VADDPS  (CX)(R8*4), Z0, Z0
+	VADDPS  64(CX)(R8*4), Z1, Z1
+	VADDPS  128(CX)(R8*4), Z2, Z2
+	VADDPS  192(CX)(R8*4), Z3, Z3
+	VADDPS  256(CX)(R8*4), Z4, Z4
+	VADDPS  320(CX)(R8*4), Z5, Z5
+	VADDPS  384(CX)(R8*4), Z6, Z6
+	VADDPS  448(CX)(R8*4), Z7, Z7
+	ADDQ    DX, R8
+	CMPQ    R8, BX
+	JB      avx512AccumulateZero_block_chunk
+	VMOVUPS Z0, (AX)(SI*4)
+	VMOVUPS Z1, 64(AX)(SI*4)
+	VMOVUPS Z2, 128(AX)(SI*4)
+	VMOVUPS Z3, 192(AX)(SI*4)
+	VMOVUPS Z4, 256(AX)(SI*4)
+	VMOVUPS Z5, 320(AX)(SI*4)
+	VMOVUPS Z6, 384(AX)(SI*4)
+	VMOVUPS Z7, 448(AX)(SI*4)
+	ADDQ    $0x00000080, SI
+	JMP     avx512AccumulateZero_block
+
+avx512AccumulateZero_block_done:
+avx512AccumulateZero_vec:
+	CMPQ   SI, DX
+	JAE    avx512AccumulateZero_vec_done
+	VPXORD Z8, Z8, Z8
+	MOVQ   SI, DI
+
+avx512AccumulateZero_vec_chunk:
+	VADDPS  (CX)(DI*4), Z8, Z8
+	ADDQ    DX, DI
+	CMPQ    DI, BX
+	JB      avx512AccumulateZero_vec_chunk
+	VMOVUPS Z8, (AX)(SI*4)
+	ADDQ    $0x00000010, SI
+	JMP     avx512AccumulateZero_vec
+
+avx512AccumulateZero_vec_done:
 	VZEROUPPER
 	RET
 

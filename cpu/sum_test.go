@@ -26,11 +26,11 @@ func TestAccumulateKernels(t *testing.T) {
 					mean := float32(r.NormFloat64())
 					x0 := float32(r.NormFloat64()) // the plan's shift
 
-					for _, f := range []sumForm{{}, {sq: true}, {sq: true, fma: true},
-						{zero: true}, {sq: true, zero: true}, {sq: true, fma: true, zero: true}} {
+					for _, f := range []sumForm{{}, {shifted: true}, {sq: true}, {sq: true, fma: true},
+						{zero: true}, {shifted: true, zero: true}, {sq: true, zero: true}, {sq: true, fma: true, zero: true}} {
 						got, want := out32(w, start), out32(w, start)
 						// The shift writes t (into a slice of its own, and in place over
-						// x); the squared deviations read it.
+						// x); the sums of a shifted row and the squared deviations read it.
 						for _, inPlace := range []bool{false, true} {
 							gotT, wantT := out32(n, nil), out32(n, nil)
 							var src []float32
@@ -40,7 +40,7 @@ func TestAccumulateKernels(t *testing.T) {
 							} else {
 								src = x
 							}
-							if f.sq {
+							if f.sq || f.shifted {
 								copy(gotT, x)
 								copy(wantT, x)
 								src = nil
@@ -55,10 +55,10 @@ func TestAccumulateKernels(t *testing.T) {
 						if f.zero { // the zero-start forms ignore what part held
 							clear(want)
 							wantT := out32(n, nil)
-							if f.sq {
+							if f.sq || f.shifted {
 								copy(wantT, x)
 							}
-							g.accumulate(sumForm{sq: f.sq, fma: f.fma}, want, wantT, x, x0, mean)
+							g.accumulate(sumForm{sq: f.sq, shifted: f.shifted, fma: f.fma}, want, wantT, x, x0, mean)
 							same32(t, tag(fmt.Sprintf("%+v/cleared", f)), got, want)
 						}
 					}

@@ -21,7 +21,7 @@ import (
 // The operands keep the twin's order (w first, then the partial sum first), which decides
 // a NaN's payload.
 func embedF16FP16(v isa) {
-	v.embedSums(v.name+"fp16", "(adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).", func(x, bits, w, p, g reg.GPVirtual, i reg.Register, off int) {
+	v.embedSums(v.name+"fp16", "(adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).", func(bits, w, p, g reg.GPVirtual, i reg.Register, off int) reg.VecVirtual {
 		h, b := c.YMM(), c.YMM()
 		c.VMOVDQU16(u16(w, i, off), h)
 		if g != nil {
@@ -33,7 +33,7 @@ func embedF16FP16(v isa) {
 		c.VMOVDQU16(h, u16(bits, i, off))
 		f := v.vec()
 		c.VCVTPH2PS(h, f)
-		c.VMOVUPS(f, f32(x, i, off))
+		return f
 	})
 }
 

@@ -357,49 +357,60 @@ func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem, nt bool) {
 	v.store16(lo, m, nt)
 }
 
-// adds emits the elementwise adds: Add2, Add3, Add3NT (which also streams the sum) and
-// AddTo.
+// adds emits the elementwise adds of a row's first pass when it is not fused with the
+// partial sums (inputs streamed from DRAM, tails): Add2Shift and Add3Shift, with x stored
+// or not, and AddTo (the tree's steps on partials that are not a power of two).
 func adds(v isa) {
 	n := v.name
-	text(n+"Add2", "func(s, a, b []float32)",
-		n+"Add2 writes s[i] = a[i] + b[i] for i < len(s)&^"+fmt.Sprint(v.lanes-1)+".")
-	{
-		s, a, b := base("s"), base("a"), base("b")
-		v.loop(n+"Add2", length("s"), 4, func(i reg.Register, off int) {
-			t := v.vec()
-			c.VMOVUPS(f32(a, i, off), t)
-			c.VADDPS(f32(b, i, off), t, t)
-			c.VMOVUPS(t, f32(s, i, off))
-		})
-	}
-
-	// Add3, and Add3NT, which also streams the sum to x.
-	for _, nt := range []bool{false, true} {
-		name, sig := n+"Add3", "func(s, a, b, d []float32)"
-		doc := []string{name + " writes s[i] = (a[i] + b[i]) + d[i] for i < len(s)&^" + fmt.Sprint(v.lanes-1) + "."}
-		if nt {
-			name, sig = n+"Add3NT", "func(s, x, a, b, d []float32)"
-			doc = []string{name + " writes s[i] = (a[i] + b[i]) + d[i] and the same value to x[i], with a",
-				"non-temporal store, for whole vectors of s: x must be aligned to the vector, and the",
-				"caller fences before the values are shared."}
-		}
-		text(name, sig, doc...)
-		s := base("s")
-		var x reg.GPVirtual
-		if nt {
-			x = base("x")
-		}
-		a, b, d := base("a"), base("b"), base("d")
-		v.loop(name, length("s"), 4, func(i reg.Register, off int) {
-			t := v.vec()
-			c.VMOVUPS(f32(a, i, off), t)
-			c.VADDPS(f32(b, i, off), t, t)
-			c.VADDPS(f32(d, i, off), t, t)
-			c.VMOVUPS(t, f32(s, i, off))
-			if nt {
-				c.VMOVNTPS(t, f32(x, i, off))
+	// The streamed first pass: s shifted into t = s − x0, x = s optionally.
+	for _, three := range []bool{false, true} {
+		for _, xs := range []xStore{xNone, xPlain, xNT} {
+			name, sig, what := n+"Add2Shift", "func(t, a, b []float32, x0 float32)", "a[i] + b[i]"
+			if three {
+				name, sig, what = n+"Add3Shift", "func(t, a, b, d []float32, x0 float32)", "(a[i] + b[i]) + d[i]"
 			}
-		})
+			doc := []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + ","}
+			switch xs {
+			case xNT:
+				name += "NT"
+				doc = []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + ", and x[i] = s[i] with",
+					"non-temporal stores (x aligned to the vector; the caller fences),"}
+			case xPlain:
+				name += "X"
+				doc = []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + ", and x[i] = s[i],"}
+			}
+			doc = append(doc, "for i < len(t)&^"+fmt.Sprint(v.lanes-1)+".")
+			if xs != xNone {
+				sig = strings.Replace(sig, "t, ", "t, x, ", 1)
+			}
+			text(name, sig, doc...)
+			tp := base("t")
+			var x, d reg.GPVirtual
+			if xs != xNone {
+				x = base("x")
+			}
+			a, b := base("a"), base("b")
+			if three {
+				d = base("d")
+			}
+			x0 := v.broadcastParam("x0")
+			v.loop(name, length("t"), 4, func(i reg.Register, off int) {
+				s := v.vec()
+				c.VMOVUPS(f32(a, i, off), s)
+				c.VADDPS(f32(b, i, off), s, s)
+				if three {
+					c.VADDPS(f32(d, i, off), s, s)
+				}
+				switch xs {
+				case xNT:
+					c.VMOVNTPS(s, f32(x, i, off))
+				case xPlain:
+					c.VMOVUPS(s, f32(x, i, off))
+				}
+				c.VSUBPS(x0, s, s)
+				c.VMOVUPS(s, f32(tp, i, off))
+			})
+		}
 	}
 
 	text(n+"AddTo", "func(s, b []float32)",
@@ -616,6 +627,10 @@ func reductions(v isa) {
 				c.VMOVUPS(d, t)
 				c.VADDPS(d, acc, acc)
 			}},
+		{v.name + "Accumulate", "func(part, t []float32)", "part[k] += t[c·W+k]",
+			func(acc reg.VecVirtual, t, _ Mem, _, _ reg.VecVirtual) {
+				c.VADDPS(t, acc, acc)
+			}},
 		{v.name + "AccumulateSqDev", "func(part, t []float32, meanD float32)", "part[k] += f32(d·d), d = t[c·W+k] − meanD",
 			func(acc reg.VecVirtual, t, _ Mem, _, mean reg.VecVirtual) {
 				d := v.vec()
@@ -651,7 +666,8 @@ func reductions(v isa) {
 			if shift {
 				x = base("x")
 				x0 = v.broadcastParam("x0")
-			} else {
+			}
+			if strings.Contains(vr.sig, "meanD") {
 				mean = v.broadcastParam("meanD")
 			}
 			v.blocks(name, part, w, length("t"), zero, func(e reg.Register, j int, acc reg.VecVirtual) {
@@ -1075,7 +1091,7 @@ func foldTree512() {
 // embedF16 emits EmbedLayerNorm's staged binary16 sums with F16C: each stage a float32
 // addition between widening and narrowing conversions.
 func embedF16(v isa) {
-	v.embedSums(v.name, "(VCVTPS2PH imm 0: nearest-even).", func(x, bits, w, p, g reg.GPVirtual, i reg.Register, off int) {
+	v.embedSums(v.name, "(VCVTPS2PH imm 0: nearest-even).", func(bits, w, p, g reg.GPVirtual, i reg.Register, off int) reg.VecVirtual {
 		a, b := v.vec(), v.vec()
 		h := v.half()
 		c.VCVTPH2PS(u16(w, i, off), a)
@@ -1090,15 +1106,21 @@ func embedF16(v isa) {
 		c.VCVTPS2PH(U8(0), a, h)
 		c.VMOVUPS(h, u16(bits, i, off))
 		c.VCVTPH2PS(h, a)
-		c.VMOVUPS(a, f32(x, i, off))
+		return a
 	})
 }
 
+// embedStep computes the staged sum of the vector at element i+off, stores its bits and
+// returns it as float32.
+type embedStep func(bits, w, p, g reg.GPVirtual, i reg.Register, off int) reg.VecVirtual
+
 // embedSums emits the staged-sum kernels prefix+"EmbedSumF16Seg" (with a segment row g)
 // and prefix+"EmbedSumF16" (without: g is nil), h = rnd16(rnd16(w + g) + p) or
-// rnd16(w + p) as bits and float32 x over whole vectors of x; step computes and stores the
-// vector at element i+off, how says how (the doc's second line).
-func (v isa) embedSums(prefix, how string, step func(x, bits, w, p, g reg.GPVirtual, i reg.Register, off int)) {
+// rnd16(w + p) as bits and float32 x over whole vectors of x; and the row's first pass
+// fused with them, prefix+"EmbedShiftF16[Seg][Acc]": h as bits, t = f32(h) − x0, and the
+// partial sums of t in the plan's order (the blocks of reductions), from +0 or added onto
+// part (Acc). step computes the vector at element i+off, how says how (the doc's second line).
+func (v isa) embedSums(prefix, how string, step embedStep) {
 	for _, seg := range []bool{true, false} {
 		name, sig, what := prefix+"EmbedSumF16Seg", "func(x []float32, bits []uint16, w, p, g []uint16)", "rnd16(rnd16(w[i] + g[i]) + p[i])"
 		if !seg {
@@ -1110,7 +1132,35 @@ func (v isa) embedSums(prefix, how string, step func(x, bits, w, p, g reg.GPVirt
 		if seg {
 			g = base("g")
 		}
-		v.loop(name, length("x"), 2, func(i reg.Register, off int) { step(x, bits, w, p, g, i, off) })
+		v.loop(name, length("x"), 2, func(i reg.Register, off int) {
+			c.VMOVUPS(step(bits, w, p, g, i, off), f32(x, i, off))
+		})
+
+		for _, acc := range []bool{false, true} {
+			name := strings.Replace(name, "EmbedSum", "EmbedShift", 1)
+			from := "from +0"
+			if acc {
+				name += "Acc"
+				from = "added onto part"
+			}
+			sig := strings.Replace(strings.Replace(sig, "x []float32", "part, t []float32", 1), "[]uint16)", "[]uint16, x0 float32)", 1)
+			text(name, sig, name+" writes h = "+what+" as bits[i], t[i] = f32(h) − x0, and part[k] =",
+				"Σ_c t[c·W+k] "+from+" (chunks in order), for i < len(t); len(part) = W must be a",
+				"multiple of the lanes and len(t) a positive multiple of W "+how)
+			part, t, bits, w, p := base("part"), base("t"), base("bits"), base("w"), base("p")
+			var g reg.GPVirtual
+			if seg {
+				g = base("g")
+			}
+			x0 := v.broadcastParam("x0")
+			v.blocks(name, part, length("part"), length("t"), !acc, func(e reg.Register, j int, sum reg.VecVirtual) {
+				o := v.lanes * j
+				f := step(bits, w, p, g, e, o)
+				c.VSUBPS(x0, f, f)
+				c.VMOVUPS(f, f32(t, e, o))
+				c.VADDPS(f, sum, sum) // part[k] + t
+			})
+		}
 	}
 }
 

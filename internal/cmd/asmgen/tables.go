@@ -20,6 +20,8 @@ var {{.Name}}Kernels = &kernels{
 	lanes: {{.Lanes}},
 	narrower: {{if .Narrower}}{{.Narrower}}Kernels{{else}}&goKernels{{end}},
 	sums: sumKernels{
+		sum: {{.Name}}Accumulate,
+		sumZero: {{.Name}}AccumulateZero,
 		shift: {{.Name}}AccumulateShift,
 		shiftZero: {{.Name}}AccumulateShiftZero,
 		sqDev: {{.Name}}AccumulateSqDev,
@@ -31,10 +33,13 @@ var {{.Name}}Kernels = &kernels{
 		foldTree: avx512FoldTree,{{end}}
 	},
 	adds: addKernels{
-		add2: {{.Name}}Add2,
-		add3: {{.Name}}Add3,
-		add3NT: {{.Name}}Add3NT,
 		addTo: {{.Name}}AddTo,
+		shift2: {{.Name}}Add2Shift,
+		shift3: {{.Name}}Add3Shift,
+		shift2X: {{.Name}}Add2ShiftX,
+		shift3X: {{.Name}}Add3ShiftX,
+		shift2NT: {{.Name}}Add2ShiftNT,
+		shift3NT: {{.Name}}Add3ShiftNT,
 		sum2: {{.Name}}Add2Sum,
 		sum2Acc: {{.Name}}Add2SumAcc,
 		sum3: {{.Name}}Add3Sum,
@@ -66,7 +71,8 @@ var {{.Name}}Kernels = &kernels{
 	convs: convKernels{ {{- range $f := .Formats}}
 		{{$f.Field}}: convFormat{ {{- $n}}Widen{{$f.Name}}, {{$n}}Narrow{{$f.Name}}, {{$n}}Narrow{{$f.Name}}NT},{{end}}
 	},
-	embeds: embedKernels{ {{- .Name}}EmbedSumF16, {{.Name}}EmbedSumF16Seg},
+	embeds: embedKernels{ {{- .Name}}EmbedSumF16, {{.Name}}EmbedSumF16Seg,
+		{{.Name}}EmbedShiftF16, {{.Name}}EmbedShiftF16Acc, {{.Name}}EmbedShiftF16Seg, {{.Name}}EmbedShiftF16SegAcc},
 	masks: maskKernels{ {{- .Name}}MaskCountOnes, {{.Name}}MaskFirstZero},
 	mem: memKernels{ {{- .Name}}CopyNT, avx2Prefetch, avx2Fence},
 }
