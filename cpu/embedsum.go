@@ -92,8 +92,7 @@ func embedShiftGo(f embedForm, part, t []float32, bits []uint16, w, p, g []uint1
 
 // embedShift runs a row's first pass fused with the staged sum: h as bits, t = f32(h) −
 // x0, and the partial sums of t; the kernel over the whole chunks of W, the twin over the
-// shorter last chunk; a W the width does not divide goes to the narrower width, and a
-// width without the fused kernels runs the staged sum and then the shift.
+// shorter last chunk; a W the width does not divide goes to the narrower width.
 func (k *kernels) embedShift(f embedForm, part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) {
 	n := len(t)
 	bits, w, p = bits[:n], w[:n], p[:n]
@@ -106,11 +105,6 @@ func (k *kernels) embedShift(f embedForm, part, t []float32, bits []uint16, w, p
 	}
 	if !k.simd() {
 		embedShiftGo(f, part, t, bits, w, p, g, x0)
-		return
-	}
-	if k.embeds.shift == nil {
-		k.embedSum(f, t, bits, w, p, g)
-		k.accumulate(sumForm{zero: !f.acc}, part, t, t, x0, 0)
 		return
 	}
 	W := len(part)
