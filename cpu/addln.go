@@ -29,6 +29,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.prefetch = big && t.prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < t.hwStreamRow
 	c.stream = big && !c.prefetch
 	c.ahead = t.prefetchAhead
+	c.lead = t.rowLead
 	c.piece = t.prefetchPiece(4 * D)
 	c.sumPiece = t.sumPieceOf(c.p.W)
 	c.ntY = big && a.Y.DType == ops.F32
@@ -74,6 +75,7 @@ type addCall struct {
 	nt16               bool      // 16-bit outputs stored non-temporally
 	x16                bool      // addSum16 writes x too (non-temporally with nt16): every x of 16-bit inputs (SPEC B.2 gives it their format)
 	ahead              int       // tuning.prefetchAhead
+	lead               int       // tuning.rowLead, for stream rows
 	piece              int       // tuning.prefetchPiece
 	sumPiece           int       // tuning.sumPieceOf(W): the piece of sumPieces
 	w16                weights16 // gamma and beta for a 16-bit y: as given, or widened into wide
@@ -107,6 +109,19 @@ func (c *addCall) first(off int) float32 {
 		x0 += elemF32(&a.Bias, b0)
 	}
 	return x0
+}
+
+// leadRow prefetches the first c.lead bytes of x1, x2 and a full bias of the row at
+// element off (tuning.rowLead).
+func (c *addCall) leadRow(off int) {
+	a := &c.a
+	pf := newRowPrefetch(c.k, c.lead)
+	pf.add(a.X1, off, a.D)
+	pf.add(a.X2, off, a.D)
+	if a.BiasFull {
+		pf.add(a.Bias, off, a.D)
+	}
+	pf.step()
 }
 
 // elemF32 is element i of b as float32 (16-bit values widened exactly, without a table).
@@ -166,6 +181,14 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 	w16 := c.w16
 	for r := lo; r < hi; r++ {
 		off := r * D
+		if c.stream && c.lead > 0 {
+			if r == lo {
+				c.leadRow(off)
+			}
+			if r+1 < hi {
+				c.leadRow(off + D)
+			}
+		}
 		var pf *rowPrefetch
 		var next rowPrefetch
 		if prefetch && r+c.ahead < hi {

@@ -91,6 +91,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	c.prefetch = big && t.prefetchAhead > 0 && H*op.w.DType.Size() < t.hwGatherRow
 	c.inOrder = big && !c.prefetch
 	c.ahead = t.prefetchAhead
+	c.lead = t.rowLead
 	c.piece = t.prefetchPiece(H * op.w.DType.Size())
 	whole := op.be.pool.forRows(ctx, tokens, H, op.plan.W, op.be.opts.Threads, c, &c.join)
 	c.reset()
@@ -114,6 +115,7 @@ type embedCall struct {
 	nt, prefetch bool
 	inOrder      bool // the word rows past the caches, not prefetched ahead: read in address order
 	ahead        int  // tuning.prefetchAhead
+	lead         int  // tuning.rowLead, for inOrder rows
 	piece        int  // tuning.prefetchPiece
 	join         rowJoin
 }
@@ -138,12 +140,29 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 			pf = op.wordRow(in, t+c.ahead, c.piece)
 			next = &pf
 		}
+		if c.inOrder && c.lead > 0 {
+			if t == lo {
+				c.leadRow(t)
+			}
+			if t+1 < hi {
+				c.leadRow(t + 1)
+			}
+		}
 		op.token(t, in, out, sc, c.nt, c.inOrder, next)
 		next.rest()
 	}
 	if c.nt {
 		op.k.fence()
 	}
+}
+
+// leadRow prefetches the first c.lead bytes of the word and position rows of token t
+// (tuning.rowLead).
+func (c *embedCall) leadRow(t int) {
+	op := c.op
+	pf := op.wordRow(&c.in, t, c.lead)
+	pf.add(op.w.Pos, op.posRow(&c.in, t)*op.w.H, op.w.H)
+	pf.step()
 }
 
 // wordRow returns the prefetch of the word row of token t (empty for an id out of range:
@@ -165,16 +184,8 @@ func (op *embedOp) wordRow(in *ops.EmbedInputs, t, piece int) rowPrefetch {
 func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *scratch, nt, inOrder bool, pf *rowPrefetch) {
 	w := &op.w
 	H := w.H
-	s := t % in.S
 	wi := int(in.IDs[t])
-	pi := s
-	if in.PosIDs != nil {
-		if in.PosBatch == 1 {
-			pi = int(in.PosIDs[s])
-		} else {
-			pi = int(in.PosIDs[t])
-		}
-	}
+	pi := op.posRow(in, t)
 	gi := -1
 	if w.G > 0 {
 		gi = 0
@@ -237,6 +248,18 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		normalize16(op.k, &op.plan, out.Out, row, tr, op.w16, st, nt)
 		pf.step()
 	}
+}
+
+// posRow is the position row of token t (validated: in range).
+func (op *embedOp) posRow(in *ops.EmbedInputs, t int) int {
+	s := t % in.S
+	if in.PosIDs == nil {
+		return s
+	}
+	if in.PosBatch == 1 {
+		return int(in.PosIDs[s])
+	}
+	return int(in.PosIDs[t])
 }
 
 // sumBits is where the f16 sum of a row goes: the embedding_sum output when wanted, else

@@ -24,6 +24,11 @@ type tuning struct {
 	// hwGatherRow is hwStreamRow for EmbedLayerNorm's gathered word rows, which start at
 	// random addresses, so the hardware prefetchers pay only on longer rows.
 	hwGatherRow int
+	// rowLead is how many bytes of the next row's inputs AddLayerNorm's streamed rows and
+	// EmbedLayerNorm's gathered rows of at least hwGatherRow prefetch a row ahead (0: none):
+	// the plan's shift x0 is the row's first element, read before its first pass, which
+	// would otherwise wait on a DRAM miss with nothing else in flight.
+	rowLead int
 	// wideBytes is the most that 16-bit gamma and beta may take widened to float32 for the
 	// affine step to read them so (widened once per prepared EmbedLayerNorm, per
 	// AddLayerNorm call), converting one vector instead of three; longer rows keep them
@@ -47,6 +52,7 @@ func defaultTuning() tuning {
 		prefetchSteps: 3,
 		hwStreamRow:   4096,
 		hwGatherRow:   8192,
+		rowLead:       256,
 		wideBytes:     8 << 10,
 		sumPiece:      1024,
 		hugeBytes:     16 << 20,
