@@ -104,6 +104,13 @@ func (c *addCall) biasSpan(off, lo, hi int) (start, end int, ok bool) {
 // the plan's shift, known before that pass.
 func (c *addCall) first(off int) float32 {
 	a := &c.a
+	if c.sum16 && a.X1.DType == ops.F16 { // the bias, if any, is binary16 too (SPEC B.2)
+		x0 := half.F16ToF32(a.X1.U16[off]) + half.F16ToF32(a.X2.U16[off])
+		if b0, _, ok := c.biasSpan(off, 0, 1); ok {
+			x0 += half.F16ToF32(a.Bias.U16[b0])
+		}
+		return x0
+	}
 	x0 := elemF32(&a.X1, off) + elemF32(&a.X2, off)
 	if b0, _, ok := c.biasSpan(off, 0, 1); ok {
 		x0 += elemF32(&a.Bias, b0)
@@ -114,14 +121,12 @@ func (c *addCall) first(off int) float32 {
 // leadRow prefetches the first c.lead bytes of x1, x2 and a full bias of the row at
 // element off (tuning.rowLead).
 func (c *addCall) leadRow(off int) {
-	a := &c.a
-	pf := newRowPrefetch(c.k, c.lead)
-	pf.add(a.X1, off, a.D)
-	pf.add(a.X2, off, a.D)
+	a, k := &c.a, c.k
+	k.prefetchLead(&a.X1, off, c.lead)
+	k.prefetchLead(&a.X2, off, c.lead)
 	if a.BiasFull {
-		pf.add(a.Bias, off, a.D)
+		k.prefetchLead(&a.Bias, off, c.lead)
 	}
-	pf.step()
 }
 
 // elemF32 is element i of b as float32 (16-bit values widened exactly, without a table).

@@ -159,10 +159,12 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 // leadRow prefetches the first c.lead bytes of the word and position rows of token t
 // (tuning.rowLead).
 func (c *embedCall) leadRow(t int) {
-	op := c.op
-	pf := op.wordRow(&c.in, t, c.lead)
-	pf.add(op.w.Pos, op.posRow(&c.in, t)*op.w.H, op.w.H)
-	pf.step()
+	op, in := c.op, &c.in
+	H := op.w.H
+	if wi := int(in.IDs[t]); wi >= 0 && wi < op.w.V {
+		op.k.prefetchLead(&op.w.Word, wi*H, c.lead)
+	}
+	op.k.prefetchLead(&op.w.Pos, op.posRow(in, t)*H, c.lead)
 }
 
 // wordRow returns the prefetch of the word row of token t (empty for an id out of range:

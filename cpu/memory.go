@@ -118,6 +118,18 @@ func bytesOf[E float32 | uint16](s []E) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
 }
 
+// prefetchLead prefetches the first n bytes (at most) of elements [off, …) of b: the
+// lead of a row (tuning.rowLead).
+func (k *kernels) prefetchLead(b *ops.Buf, off, n int) {
+	var r []byte
+	if b.DType == ops.F32 {
+		r = bytesOf(b.F32[off:min(off+n/4, len(b.F32))])
+	} else {
+		r = bytesOf(b.U16[off:min(off+n/2, len(b.U16))])
+	}
+	k.prefetch(r)
+}
+
 // step prefetches the next piece of every row.
 func (p *rowPrefetch) step() {
 	if p == nil {
