@@ -29,7 +29,10 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.prefetch = big && t.prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < t.hwStreamRow
 	c.stream = big && !c.prefetch
 	c.ahead = t.prefetchAhead
-	c.lead = t.rowLead
+	c.lead = 0
+	if c.stream {
+		c.lead = t.rowLead
+	}
 	c.piece = t.prefetchPiece(4 * D)
 	c.sumPiece = t.sumPieceOf(c.p.W)
 	c.ntY = big && a.Y.DType == ops.F32
@@ -75,7 +78,7 @@ type addCall struct {
 	nt16               bool      // 16-bit outputs stored non-temporally
 	x16                bool      // addSum16 writes x too (non-temporally with nt16): every x of 16-bit inputs (SPEC B.2 gives it their format)
 	ahead              int       // tuning.prefetchAhead
-	lead               int       // tuning.rowLead, for stream rows
+	lead               int       // tuning.rowLead for stream rows, else 0
 	piece              int       // tuning.prefetchPiece
 	sumPiece           int       // tuning.sumPieceOf(W): the piece of sumPieces
 	w16                weights16 // gamma and beta for a 16-bit y: as given, or widened into wide
@@ -184,15 +187,13 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 	D := a.D
 	prefetch, ntX, ntY := c.prefetch, c.ntX, c.ntY
 	w16 := c.w16
+	if c.lead > 0 && lo < hi {
+		c.leadRow(lo * D)
+	}
 	for r := lo; r < hi; r++ {
 		off := r * D
-		if c.stream && c.lead > 0 {
-			if r == lo {
-				c.leadRow(off)
-			}
-			if r+1 < hi {
-				c.leadRow(off + D)
-			}
+		if c.lead > 0 && r+1 < hi {
+			c.leadRow(off + D)
 		}
 		var pf *rowPrefetch
 		var next rowPrefetch

@@ -91,7 +91,10 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	c.prefetch = big && t.prefetchAhead > 0 && H*op.w.DType.Size() < t.hwGatherRow
 	c.inOrder = big && !c.prefetch
 	c.ahead = t.prefetchAhead
-	c.lead = t.rowLead
+	c.lead = 0
+	if c.inOrder {
+		c.lead = t.rowLead
+	}
 	c.piece = t.prefetchPiece(H * op.w.DType.Size())
 	whole := op.be.pool.forRows(ctx, tokens, H, op.plan.W, op.be.opts.Threads, c, &c.join)
 	c.reset()
@@ -115,7 +118,7 @@ type embedCall struct {
 	nt, prefetch bool
 	inOrder      bool // the word rows past the caches, not prefetched ahead: read in address order
 	ahead        int  // tuning.prefetchAhead
-	lead         int  // tuning.rowLead, for inOrder rows
+	lead         int  // tuning.rowLead for inOrder rows, else 0
 	piece        int  // tuning.prefetchPiece
 	join         rowJoin
 }
@@ -133,6 +136,9 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 		first := op.wordRow(in, t, c.piece)
 		first.rest()
 	}
+	if c.lead > 0 && lo < hi {
+		c.leadRow(lo)
+	}
 	for t := lo; t < hi; t++ {
 		var next *rowPrefetch
 		var pf rowPrefetch
@@ -140,13 +146,8 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 			pf = op.wordRow(in, t+c.ahead, c.piece)
 			next = &pf
 		}
-		if c.inOrder && c.lead > 0 {
-			if t == lo {
-				c.leadRow(t)
-			}
-			if t+1 < hi {
-				c.leadRow(t + 1)
-			}
+		if c.lead > 0 && t+1 < hi {
+			c.leadRow(t + 1)
 		}
 		op.token(t, in, out, sc, c.nt, c.inOrder, next)
 		next.rest()

@@ -96,18 +96,21 @@ func newRowPrefetch(k *kernels, piece int) rowPrefetch {
 
 // add queues elements [off, off+n) of b (the first three rows added count).
 func (p *rowPrefetch) add(b ops.Buf, off, n int) {
-	var r []byte
-	if b.DType == ops.F32 {
-		r = bytesOf(b.F32[off : off+n])
-	} else {
-		r = bytesOf(b.U16[off : off+n])
-	}
+	r := bufBytes(&b, off, n)
 	for i := range p.rows {
 		if len(p.rows[i]) == 0 {
 			p.rows[i] = r
 			return
 		}
 	}
+}
+
+// bufBytes views elements [off, off+n) of a float32 or 16-bit host buffer as bytes.
+func bufBytes(b *ops.Buf, off, n int) []byte {
+	if b.DType == ops.F32 {
+		return bytesOf(b.F32[off : off+n])
+	}
+	return bytesOf(b.U16[off : off+n])
 }
 
 // bytesOf views a slice's elements as bytes.
@@ -118,16 +121,10 @@ func bytesOf[E float32 | uint16](s []E) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
 }
 
-// prefetchLead prefetches the first n bytes (at most) of elements [off, …) of b: the
-// lead of a row (tuning.rowLead).
+// prefetchLead prefetches the first n bytes of elements [off, …) of b (at most to b's end):
+// the lead of a row (tuning.rowLead).
 func (k *kernels) prefetchLead(b *ops.Buf, off, n int) {
-	var r []byte
-	if b.DType == ops.F32 {
-		r = bytesOf(b.F32[off:min(off+n/4, len(b.F32))])
-	} else {
-		r = bytesOf(b.U16[off:min(off+n/2, len(b.U16))])
-	}
-	k.prefetch(r)
+	k.prefetch(bufBytes(b, off, min(n/b.DType.Size(), b.Len()-off)))
 }
 
 // step prefetches the next piece of every row.

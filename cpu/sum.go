@@ -63,9 +63,7 @@ func accumulateGo(f sumForm, part, t, x []float32, x0, meanD float32) {
 		p := part[:len(c)]
 		switch {
 		case f.shifted:
-			for k, v := range c {
-				p[k] += v
-			}
+			addToGo(p, c)
 		case !f.sq:
 			for k, v := range x[base : base+len(c)] {
 				c[k] = v - x0
