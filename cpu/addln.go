@@ -148,10 +148,26 @@ func elemF32(b *ops.Buf, i int) float32 {
 // of W, or part of one: piecePart) at a time, so the inputs (widened in addSum16's loads,
 // or into scratch for mixed rows) and the piece of t stay in L1; the x output is written
 // from each piece (x32: a float32 x, the mixed rows').
-func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scratch) {
+//
+// A row of one piece whose first pass has a kernel that ends in the plan's tree
+// (addSum16Tree) takes it: summed is true and sum is the plan's sum of t.
+func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scratch) (sum float32, summed bool) {
 	k, a := c.k, &c.a
 	D := a.D
 	n := c.sumPiece
+	if c.sum16 && D <= n {
+		f := addForm{dt: a.X1.DType, x: c.x16, nt: c.nt16, prefetch: c.touch}
+		var bias16, x []uint16
+		if b0, b1, ok := c.biasSpan(off, 0, D); ok {
+			bias16, f.bias = a.Bias.U16[b0:b1], true
+		}
+		if c.x16 {
+			x = a.X.U16[off : off+D]
+		}
+		if sum, ok := k.addSum16Tree(f, &c.p, part, t[:D], x, a.X1.U16[off:off+D], a.X2.U16[off:off+D], bias16, x0); ok {
+			return sum, true
+		}
+	}
 	for lo := 0; lo < D; lo += n {
 		hi := min(lo+n, D)
 		m := hi - lo
@@ -179,6 +195,7 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 		f := addForm{dt: ops.F32, bias: hasBias, x: x32 != nil, nt: c.ntX, acc: acc}
 		k.addSum(f, pp, t[lo:hi], from(x32, lo), x1, x2, bias32, x0)
 	}
+	return 0, false
 }
 
 // rows computes rows [lo, hi).
@@ -214,8 +231,10 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 		}
 		part := sc.part[:p.W]
 		x0 := c.first(off)
+		var sum float32
+		summed := false
 		if c.pieces {
-			c.sumPieces(t, x32, part, off, x0, sc)
+			sum, summed = c.sumPieces(t, x32, part, off, x0, sc)
 		} else {
 			// s = (x1 + x2) + bias (x1 + x2 without one), t = s − x0 and its partial sums
 			// in one pass.
@@ -224,10 +243,13 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			if b0, b1, ok := c.biasSpan(off, 0, D); ok {
 				bias, f.bias = a.Bias.F32[b0:b1], true
 			}
-			k.addSum(f, part, t, x32, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
+			sum, summed = k.addSumTree(f, p, part, t, x32, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0), true
 		}
 		pf.step()
-		st := rowStatsSummed(k, p, t, part, x0, a.Epsilon, pf)
+		if !summed {
+			sum = k.planTree(p, part)
+		}
+		st := rowStatsOfSum(k, p, t, part, x0, sum, a.Epsilon, pf)
 		a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
 		if a.Y.DType == ops.F32 {
 			normalize(k, p, a.Y.F32[off:off+D], t, a.Gamma.F32, a.Beta.F32, st, ntY)

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
 // A row's first pass: s = a + b, or (a + b) + c, fused with the plan's shift (the row's
@@ -49,6 +50,37 @@ type sum16Kernels struct {
 	fullX, fullAccX   func(part, t []float32, x, a, b, d []uint16, x0 float32)
 	twoNT, twoAccNT   func(part, t []float32, x, a, b []uint16, x0 float32)
 	fullNT, fullAccNT func(part, t []float32, x, a, b, d []uint16, x0 float32)
+	trees             sum16Trees // AVX-512 only, else nil
+}
+
+// sum16Trees are the zero-start fused first passes of sum16Kernels that end in the plan's
+// tree of a vector row and return its sum (x and d are read only by the forms that have
+// them): W = len(part) = 64·2^k ≤ maxTree16W, len(t) a multiple of W; part is scratch.
+// The ops take them for rows summed in one piece (tuning.sumPiece), whose W is at most 256.
+type sum16Trees struct {
+	two, full, twoX, fullX, twoNT, fullNT sum16TreeFn
+}
+
+type sum16TreeFn func(part, t []float32, x, a, b, d []uint16, x0 float32) float32
+
+// maxTree16W is the widest W of the sum16Trees kernels (internal/cmd/asmgen's).
+const maxTree16W = 256
+
+// pick is the form's tree kernel, nil where the level has none.
+func (s *sum16Trees) pick(f addForm) sum16TreeFn {
+	switch {
+	case f.x && f.nt && f.bias:
+		return s.fullNT
+	case f.x && f.nt:
+		return s.twoNT
+	case f.x && f.bias:
+		return s.fullX
+	case f.x:
+		return s.twoX
+	case f.bias:
+		return s.full
+	}
+	return s.two
 }
 
 // run runs the form's fused kernel (one with x has no acc form: addSum takes the separate
@@ -72,6 +104,62 @@ func (k *addKernels) run(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 	default:
 		k.sum2(part, t, a, b, x0)
 	}
+}
+
+// addSum16Tree is addSum16 from +0 (f.acc false) over a vector row of whole chunks of p.W,
+// followed by the plan's tree of its partials (planTree), in one kernel: it returns the
+// sum of t, or ok false (nothing done) where the level has no such kernel or the row does
+// not fit it. part[:p.W] is left as scratch.
+func (k *kernels) addSum16Tree(f addForm, p *plan.Plan, part, t []float32, x, a, b, c []uint16, x0 float32) (sum float32, ok bool) {
+	fm := &k.adds.f16
+	if f.dt == ops.BF16 {
+		fm = &k.adds.bf16
+	}
+	n := len(t)
+	if f.acc || p.W > maxTree16W || !treeRow(p, n) {
+		return 0, false
+	}
+	if f.x && f.nt && k.nt16Head(x) != 0 {
+		f.nt = false
+	}
+	run := fm.trees.pick(f)
+	if run == nil {
+		return 0, false
+	}
+	a, b = a[:n], b[:n]
+	if f.bias {
+		c = c[:n]
+	}
+	if f.x {
+		x = x[:n]
+	}
+	if f.prefetch {
+		k.prefetch(bytesOf(a))
+		k.prefetch(bytesOf(b))
+	}
+	return run(part[:p.W], t, x, a, b, c, x0), true
+}
+
+// addSumTree is addSum from +0 (f.acc false) over a row under plan p followed by the
+// plan's tree of its partials: it returns the sum of t. The streamed form (f.stream) of a
+// row that fits (treeRow) sums t in the kernel that ends in the tree (sumKernels.sumTree).
+// part[:p.W] is left as scratch.
+func (k *kernels) addSumTree(f addForm, p *plan.Plan, part, t, x, a, b, c []float32, x0 float32) float32 {
+	part = part[:p.W]
+	if f.stream && k.simd() && k.sums.sumTree != nil && treeRow(p, len(t)) {
+		n := len(t)
+		a, b = a[:n], b[:n]
+		if f.bias {
+			c = c[:n]
+		}
+		if f.x {
+			x = x[:n]
+		}
+		k.shiftRow(f, t, x, a, b, c, x0)
+		return k.sums.sumTree(part, t)
+	}
+	k.addSum(f, part, t, x, a, b, c, x0)
+	return k.planTree(p, part)
 }
 
 // run16 runs the form's 16-bit fused kernel.

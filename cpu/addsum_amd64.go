@@ -434,6 +434,30 @@ func avx512AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b 
 //go:noescape
 func avx512AddSumF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
+// avx512AddSumF16Tree writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16Tree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumF16TreeX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumF16TreeNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
 // avx512AddSumF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -481,6 +505,30 @@ func avx512AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16
 //
 //go:noescape
 func avx512AddSumF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+
+// avx512AddSumF16FullTree writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16FullTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumF16FullTreeX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumF16FullTreeNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumBF16 writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
@@ -530,6 +578,30 @@ func avx512AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b
 //go:noescape
 func avx512AddSumBF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
+// avx512AddSumBF16Tree writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16Tree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumBF16TreeX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumBF16TreeNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
 // avx512AddSumBF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -577,3 +649,27 @@ func avx512AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint1
 //
 //go:noescape
 func avx512AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
+
+// avx512AddSumBF16FullTree writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16FullTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumBF16FullTreeX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumBF16FullTreeNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32

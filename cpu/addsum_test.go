@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
 // TestAddKernels checks the elementwise first pass (shiftRow: t, and x plain or
@@ -174,6 +175,108 @@ func TestAddSumKernel(t *testing.T) {
 										}
 									}
 								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAddSum16Tree checks the 16-bit first passes that end in the plan's tree (AVX-512)
+// against the twin first pass then plan.Plan.Tree: the sum, t and x, for every vector W
+// they take, both formats, with and without a bias and x (x non-temporal from a vector
+// boundary, plain elsewhere). A row that is not whole chunks of W, or whose W is wider
+// than the kernels', is left alone (ok false), and so is every row on a level without
+// these kernels.
+func TestAddSum16Tree(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	g := &goKernels
+	for _, name := range simdLevels() {
+		k := mustKernels(t, name)
+		has := k.adds.f16.trees.two != nil
+		for _, w := range []int{64, 128, 256, 512, 1024, 2048} {
+			p := plan.Plan{H: w, W: w, Lanes: plan.WideLanes}
+			for _, n := range []int{w, 3 * w, w + 8} {
+				h1, h2, h3 := halves(r, n), halves(r, n), halves(r, n)
+				x0 := float32(r.NormFloat64())
+				for _, dt := range []ops.DType{ops.F16, ops.BF16} {
+					for bias := range 2 {
+						var c []uint16
+						if bias == 1 {
+							c = h3
+						}
+						wantP, wantS, wantX := make([]float32, w), out32(n, nil), out16(n)
+						g.addSum16(addForm{dt: dt, bias: bias == 1, x: true}, wantP, wantS, wantX, h1, h2, c, x0)
+						wantSum := p.Tree(wantP)
+						for _, off := range []int{-1, 0, 3, 8} { // x's start within a vector of halves; -1: no x
+							tag := fmt.Sprintf("%s/addSum16Tree/W=%d/n=%d/%v/bias=%d/off=%d", name, w, n, dt, bias, off)
+							gotS := out32(n, nil)
+							var gotX []uint16
+							if off >= 0 {
+								gotX = out16(n + off)[off:]
+							}
+							f := addForm{dt: dt, bias: bias == 1, x: off >= 0, nt: off >= 0 && off%8 == 0}
+							sum, ok := k.addSum16Tree(f, &p, out32(w, nil), gotS, gotX, h1, h2, c, x0)
+							k.fence()
+							if ok != (has && n%w == 0 && w <= maxTree16W) {
+								t.Fatalf("%s: ok = %v", tag, ok)
+							}
+							if !ok {
+								same32(t, tag+"/untouched", gotS, make([]float32, n))
+								continue
+							}
+							same32(t, tag+"/sum", []float32{sum}, []float32{wantSum})
+							same32(t, tag+"/s", gotS, wantS)
+							if off >= 0 {
+								same16(t, tag+"/x", gotX, wantX)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAddSumTree checks the float32 first pass with the plan's tree (addSumTree: the
+// streamed form of a row that fits sums t in the kernel that ends in the tree) against the
+// twin first pass then plan.Plan.Tree: the sum, t and x, streamed or not, with and without
+// a bias and x, for every vector W and a row that does not fit.
+func TestAddSumTree(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	g := &goKernels
+	for _, name := range simdLevels() {
+		k := mustKernels(t, name)
+		for _, w := range []int{64, 128, 256, 512, 1024, 2048} {
+			p := plan.Plan{H: w, W: w, Lanes: plan.VecLanes}
+			for _, n := range []int{w, 3 * w, w + 8} {
+				a, b, c := values(r, n, false), values(r, n, true), values(r, n, false)
+				x0 := float32(r.NormFloat64())
+				for _, bias := range []bool{false, true} {
+					cc := c
+					if !bias {
+						cc = nil
+					}
+					wantP, wantS, wantX := make([]float32, w), make([]float32, n), make([]float32, n)
+					g.addSum(addForm{dt: ops.F32, bias: bias, x: true}, wantP, wantS, wantX, a, b, cc, x0)
+					wantSum := p.Tree(wantP)
+					for _, withX := range []bool{false, true} {
+						for _, stream := range []bool{false, true} {
+							tag := fmt.Sprintf("%s/addSumTree/W=%d/n=%d/bias=%v/x=%v/stream=%v", name, w, n, bias, withX, stream)
+							gotS := out32(n, nil)
+							var gotX []float32
+							if withX {
+								gotX = out32(n+1, nil)[1:] // x off a vector boundary: nt takes plain stores first
+							}
+							f := addForm{dt: ops.F32, bias: bias, x: withX, nt: withX, stream: stream}
+							sum := k.addSumTree(f, &p, out32(w, nil), gotS, gotX, a, b, cc, x0)
+							k.fence()
+							same32(t, tag+"/sum", []float32{sum}, []float32{wantSum})
+							same32(t, tag+"/s", gotS, wantS)
+							if withX {
+								same32(t, tag+"/x", gotX, wantX)
 							}
 						}
 					}

@@ -216,9 +216,9 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		if g != nil {
 			x0 += g[0]
 		}
-		op.k.addSum(addForm{dt: ops.F32, bias: gi >= 0, x: xs != nil, nt: nt, stream: inOrder}, part, tr, xs, word, pos, g, x0)
+		sum := op.k.addSumTree(addForm{dt: ops.F32, bias: gi >= 0, x: xs != nil, nt: nt, stream: inOrder}, &op.plan, part, tr, xs, word, pos, g, x0)
 		pf.step()
-		st := rowStatsSummed(op.k, &op.plan, tr, part, x0, w.Epsilon, pf)
+		st := rowStatsOfSum(op.k, &op.plan, tr, part, x0, sum, w.Epsilon, pf)
 		normalize(op.k, &op.plan, out.Out.F32[row:row+H], tr, w.Gamma.F32, w.Beta.F32, st, nt)
 		pf.step()
 	case ops.F16:

@@ -25,9 +25,11 @@ type sumKernels struct {
 	sum, sumZero                       func(part, t []float32)
 	shift, shiftZero                   func(part, t, x []float32, x0 float32)
 	sqDev, sqDevZero, sqFMA, sqFMAZero func(part, t []float32, meanD float32)
-	tree                               func(part []float32) float32 // W a power of two ≥ 8
-	fold                               func(part []float32)         // plan.FoldQuads, len(part) a multiple of 32
-	foldTree                           func(part []float32) float32 // a vector row's tree, part only read: W = 64·2^k ≤ 2048 (AVX-512; else nil)
+	tree                               func(part []float32) float32                   // W a power of two ≥ 8
+	fold                               func(part []float32)                           // plan.FoldQuads, len(part) a multiple of 32
+	foldTree                           func(part []float32) float32                   // a vector row's tree, part only read: W = 64·2^k ≤ 2048 (AVX-512; else nil)
+	sumTree                            func(part, t []float32) float32                // sumZero then foldTree in one kernel, len(t) a multiple of W; part scratch (AVX-512; else nil)
+	sqTree, sqFMATree                  func(part, t []float32, meanD float32) float32 // sqDevZero (sqFMAZero) then foldTree, the same
 }
 
 // run runs the form's kernel.
@@ -191,12 +193,39 @@ func rowStats(k *kernels, p *plan.Plan, x, t, part []float32, eps float32, pf *r
 // rowStatsSummed is rowStats after the first pass: t holds the row shifted by x0, and
 // part[:p.W] the partial sums of t (from the shift, or a fused first pass).
 func rowStatsSummed(k *kernels, p *plan.Plan, t, part []float32, x0, eps float32, pf *rowPrefetch) plan.Stats {
-	part = part[:p.W]
-	meanD := k.planTree(p, part) * p.InvH
-	k.accumulate(sumForm{sq: true, fma: p.Profile.FuseVariance, zero: true}, part, t, nil, 0, meanD)
+	return rowStatsOfSum(k, p, t, part, x0, k.planTree(p, part[:p.W]), eps, pf)
+}
+
+// rowStatsOfSum is rowStatsSummed after the tree of the first pass: sum is the plan's sum
+// of t, and part[:p.W] is scratch.
+func rowStatsOfSum(k *kernels, p *plan.Plan, t, part []float32, x0, sum, eps float32, pf *rowPrefetch) plan.Stats {
+	meanD := sum * p.InvH
+	variance := k.sqDevSum(p, part, t, meanD) * p.InvH
 	pf.step()
-	variance := k.planTree(p, part) * p.InvH
 	return plan.Stats{X0: x0, MeanD: meanD, Rstd: plan.Rstd(variance + eps)}
+}
+
+// sqDevSum is the plan's sum of the squared deviations of t from meanD (the variance pass
+// and its tree): in one kernel where the width has it (foldTree's rows, whole chunks of
+// W), else the accumulation and then planTree. part[:p.W] is scratch.
+func (k *kernels) sqDevSum(p *plan.Plan, part, t []float32, meanD float32) float32 {
+	part = part[:p.W]
+	if k.sums.sqTree != nil && treeRow(p, len(t)) {
+		if p.Profile.FuseVariance {
+			return k.sums.sqFMATree(part, t, meanD)
+		}
+		return k.sums.sqTree(part, t, meanD)
+	}
+	k.accumulate(sumForm{sq: true, fma: p.Profile.FuseVariance, zero: true}, part, t, nil, 0, meanD)
+	return k.planTree(p, part)
+}
+
+// treeRow reports whether a row of n elements under plan p fits the kernels that end in
+// the plan's tree (sumKernels.sumTree and the like): a vector row, W = 64·2^k ≤ 2048 (as
+// foldTree), n a multiple of W.
+func treeRow(p *plan.Plan, n int) bool {
+	w := p.W
+	return p.Vec() && w >= 64 && w <= 2048 && w&(w-1) == 0 && n%w == 0
 }
 
 // roundUp is n rounded up to a multiple of w.

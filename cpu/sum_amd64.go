@@ -117,3 +117,24 @@ func avx2FoldQuads(part []float32)
 //
 //go:noescape
 func avx512FoldTree(part []float32) float32
+
+// avx512SumTree returns the plan's sum of t over a vector row: the partials from +0 as
+// avx512AccumulateZero, then avx512FoldTree; len(part) = W must be 64·2^k, k ≤ 5, and len(t)
+// a positive multiple of W. part is scratch (its first W/4 written).
+//
+//go:noescape
+func avx512SumTree(part []float32, t []float32) float32
+
+// avx512SqDevTree returns the plan's sum of f32(d·d), d = t[i] − meanD, over a vector row: the
+// partials from +0 as avx512AccumulateSqDevZero, then avx512FoldTree; len(part) = W must be
+// 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part is scratch (its first W/4 written).
+//
+//go:noescape
+func avx512SqDevTree(part []float32, t []float32, meanD float32) float32
+
+// avx512SqDevFMATree returns the plan's sum of fma(d, d, ·), d = t[i] − meanD, over a vector row: the
+// partials from +0 as avx512AccumulateSqDevFMAZero, then avx512FoldTree; len(part) = W must be
+// 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part is scratch (its first W/4 written).
+//
+//go:noescape
+func avx512SqDevFMATree(part []float32, t []float32, meanD float32) float32

@@ -2490,3 +2490,866 @@ foldtree_64:
 	VZEROUPPER
 	VMOVSS        X0, ret+24(FP)
 	RET
+
+// func avx512SumTree(part []float32, t []float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512SumTree(SB), NOSPLIT, $0-52
+	MOVQ part_base+0(FP), AX
+	MOVQ t_base+24(FP), CX
+	MOVQ part_len+8(FP), DX
+	MOVQ t_len+32(FP), BX
+	XORQ SI, SI
+	MOVQ DX, DI
+	ANDQ $-128, DI
+
+avx512SumTree_pairs:
+	CMPQ   SI, DI
+	JAE    avx512SumTree_pairs_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   SI, R8
+
+avx512SumTree_pairs_chunk:
+	VADDPS  (CX)(R8*4), Z0, Z0
+	VADDPS  64(CX)(R8*4), Z1, Z1
+	VADDPS  128(CX)(R8*4), Z2, Z2
+	VADDPS  192(CX)(R8*4), Z3, Z3
+	VADDPS  256(CX)(R8*4), Z4, Z4
+	VADDPS  320(CX)(R8*4), Z5, Z5
+	VADDPS  384(CX)(R8*4), Z6, Z6
+	VADDPS  448(CX)(R8*4), Z7, Z7
+	ADDQ    DX, R8
+	CMPQ    R8, BX
+	JB      avx512SumTree_pairs_chunk
+	VSHUFPS $0x88, Z1, Z0, Z8
+	VSHUFPS $0xdd, Z1, Z0, Z9
+	VADDPS  Z9, Z8, Z8
+	VSHUFPS $0x88, Z3, Z2, Z9
+	VSHUFPS $0xdd, Z3, Z2, Z14
+	VADDPS  Z14, Z9, Z9
+	VSHUFPS $0x88, Z9, Z8, Z14
+	VSHUFPS $0xdd, Z9, Z8, Z8
+	VADDPS  Z8, Z14, Z14
+	VMOVUPS Z14, (AX)(SI*1)
+	VSHUFPS $0x88, Z5, Z4, Z8
+	VSHUFPS $0xdd, Z5, Z4, Z9
+	VADDPS  Z9, Z8, Z8
+	VSHUFPS $0x88, Z7, Z6, Z9
+	VSHUFPS $0xdd, Z7, Z6, Z14
+	VADDPS  Z14, Z9, Z9
+	VSHUFPS $0x88, Z9, Z8, Z14
+	VSHUFPS $0xdd, Z9, Z8, Z8
+	VADDPS  Z8, Z14, Z14
+	VMOVUPS Z14, 64(AX)(SI*1)
+	ADDQ    $0x00000080, SI
+	JMP     avx512SumTree_pairs
+
+avx512SumTree_pairs_done:
+avx512SumTree_group:
+	CMPQ   SI, DX
+	JAE    avx512SumTree_group_done
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   SI, DI
+
+avx512SumTree_group_chunk:
+	VADDPS  (CX)(DI*4), Z10, Z10
+	VADDPS  64(CX)(DI*4), Z11, Z11
+	VADDPS  128(CX)(DI*4), Z12, Z12
+	VADDPS  192(CX)(DI*4), Z13, Z13
+	ADDQ    DX, DI
+	CMPQ    DI, BX
+	JB      avx512SumTree_group_chunk
+	VSHUFPS $0x88, Z11, Z10, Z0
+	VSHUFPS $0xdd, Z11, Z10, Z1
+	VADDPS  Z1, Z0, Z0
+	VSHUFPS $0x88, Z13, Z12, Z1
+	VSHUFPS $0xdd, Z13, Z12, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z0, Z2
+	VSHUFPS $0xdd, Z1, Z0, Z0
+	VADDPS  Z0, Z2, Z2
+	VMOVUPS Z2, (AX)(SI*1)
+	ADDQ    $0x00000040, SI
+	JMP     avx512SumTree_group
+
+avx512SumTree_group_done:
+	CMPQ          DX, $0x00000800
+	JB            avx512SumTree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+48(FP)
+	RET
+
+avx512SumTree_1024:
+	CMPQ          DX, $0x00000400
+	JB            avx512SumTree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+48(FP)
+	RET
+
+avx512SumTree_512:
+	CMPQ          DX, $0x00000200
+	JB            avx512SumTree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+48(FP)
+	RET
+
+avx512SumTree_256:
+	CMPQ          DX, $0x00000100
+	JB            avx512SumTree_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+48(FP)
+	RET
+
+avx512SumTree_128:
+	CMPQ          DX, $0x00000080
+	JB            avx512SumTree_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+48(FP)
+	RET
+
+avx512SumTree_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+48(FP)
+	RET
+
+// func avx512SqDevTree(part []float32, t []float32, meanD float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512SqDevTree(SB), NOSPLIT, $0-60
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	VBROADCASTSS meanD+48(FP), Z0
+	MOVQ         part_len+8(FP), DX
+	MOVQ         t_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-128, DI
+
+avx512SqDevTree_pairs:
+	CMPQ   SI, DI
+	JAE    avx512SqDevTree_pairs_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   SI, R8
+
+avx512SqDevTree_pairs_chunk:
+	VMOVUPS (CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VMULPS  Z9, Z9, Z9
+	VADDPS  Z9, Z8, Z8
+	ADDQ    DX, R8
+	CMPQ    R8, BX
+	JB      avx512SqDevTree_pairs_chunk
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z14
+	VADDPS  Z14, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z14
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z9, Z15
+	VSHUFPS $0xdd, Z14, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, (AX)(SI*1)
+	VSHUFPS $0x88, Z6, Z5, Z9
+	VSHUFPS $0xdd, Z6, Z5, Z14
+	VADDPS  Z14, Z9, Z9
+	VSHUFPS $0x88, Z8, Z7, Z14
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z9, Z15
+	VSHUFPS $0xdd, Z14, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, 64(AX)(SI*1)
+	ADDQ    $0x00000080, SI
+	JMP     avx512SqDevTree_pairs
+
+avx512SqDevTree_pairs_done:
+avx512SqDevTree_group:
+	CMPQ   SI, DX
+	JAE    avx512SqDevTree_group_done
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   SI, DI
+
+avx512SqDevTree_group_chunk:
+	VMOVUPS (CX)(DI*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VMULPS  Z1, Z1, Z1
+	VADDPS  Z1, Z10, Z10
+	VMOVUPS 64(CX)(DI*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VMULPS  Z1, Z1, Z1
+	VADDPS  Z1, Z11, Z11
+	VMOVUPS 128(CX)(DI*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VMULPS  Z1, Z1, Z1
+	VADDPS  Z1, Z12, Z12
+	VMOVUPS 192(CX)(DI*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VMULPS  Z1, Z1, Z1
+	VADDPS  Z1, Z13, Z13
+	ADDQ    DX, DI
+	CMPQ    DI, BX
+	JB      avx512SqDevTree_group_chunk
+	VSHUFPS $0x88, Z11, Z10, Z1
+	VSHUFPS $0xdd, Z11, Z10, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z13, Z12, Z2
+	VSHUFPS $0xdd, Z13, Z12, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(SI*1)
+	ADDQ    $0x00000040, SI
+	JMP     avx512SqDevTree_group
+
+avx512SqDevTree_group_done:
+	CMPQ          DX, $0x00000800
+	JB            avx512SqDevTree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+avx512SqDevTree_1024:
+	CMPQ          DX, $0x00000400
+	JB            avx512SqDevTree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+avx512SqDevTree_512:
+	CMPQ          DX, $0x00000200
+	JB            avx512SqDevTree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+avx512SqDevTree_256:
+	CMPQ          DX, $0x00000100
+	JB            avx512SqDevTree_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+avx512SqDevTree_128:
+	CMPQ          DX, $0x00000080
+	JB            avx512SqDevTree_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+avx512SqDevTree_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+// func avx512SqDevFMATree(part []float32, t []float32, meanD float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512SqDevFMATree(SB), NOSPLIT, $0-60
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	VBROADCASTSS meanD+48(FP), Z0
+	MOVQ         part_len+8(FP), DX
+	MOVQ         t_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-128, DI
+
+avx512SqDevFMATree_pairs:
+	CMPQ   SI, DI
+	JAE    avx512SqDevFMATree_pairs_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   SI, R8
+
+avx512SqDevFMATree_pairs_chunk:
+	VMOVUPS     (CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z1
+	VMOVUPS     64(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z2
+	VMOVUPS     128(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z3
+	VMOVUPS     192(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z4
+	VMOVUPS     256(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z5
+	VMOVUPS     320(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z6
+	VMOVUPS     384(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z7
+	VMOVUPS     448(CX)(R8*4), Z9
+	VSUBPS      Z0, Z9, Z9
+	VFMADD231PS Z9, Z9, Z8
+	ADDQ        DX, R8
+	CMPQ        R8, BX
+	JB          avx512SqDevFMATree_pairs_chunk
+	VSHUFPS     $0x88, Z2, Z1, Z9
+	VSHUFPS     $0xdd, Z2, Z1, Z14
+	VADDPS      Z14, Z9, Z9
+	VSHUFPS     $0x88, Z4, Z3, Z14
+	VSHUFPS     $0xdd, Z4, Z3, Z15
+	VADDPS      Z15, Z14, Z14
+	VSHUFPS     $0x88, Z14, Z9, Z15
+	VSHUFPS     $0xdd, Z14, Z9, Z9
+	VADDPS      Z9, Z15, Z15
+	VMOVUPS     Z15, (AX)(SI*1)
+	VSHUFPS     $0x88, Z6, Z5, Z9
+	VSHUFPS     $0xdd, Z6, Z5, Z14
+	VADDPS      Z14, Z9, Z9
+	VSHUFPS     $0x88, Z8, Z7, Z14
+	VSHUFPS     $0xdd, Z8, Z7, Z15
+	VADDPS      Z15, Z14, Z14
+	VSHUFPS     $0x88, Z14, Z9, Z15
+	VSHUFPS     $0xdd, Z14, Z9, Z9
+	VADDPS      Z9, Z15, Z15
+	VMOVUPS     Z15, 64(AX)(SI*1)
+	ADDQ        $0x00000080, SI
+	JMP         avx512SqDevFMATree_pairs
+
+avx512SqDevFMATree_pairs_done:
+avx512SqDevFMATree_group:
+	CMPQ   SI, DX
+	JAE    avx512SqDevFMATree_group_done
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   SI, DI
+
+avx512SqDevFMATree_group_chunk:
+	VMOVUPS     (CX)(DI*4), Z1
+	VSUBPS      Z0, Z1, Z1
+	VFMADD231PS Z1, Z1, Z10
+	VMOVUPS     64(CX)(DI*4), Z1
+	VSUBPS      Z0, Z1, Z1
+	VFMADD231PS Z1, Z1, Z11
+	VMOVUPS     128(CX)(DI*4), Z1
+	VSUBPS      Z0, Z1, Z1
+	VFMADD231PS Z1, Z1, Z12
+	VMOVUPS     192(CX)(DI*4), Z1
+	VSUBPS      Z0, Z1, Z1
+	VFMADD231PS Z1, Z1, Z13
+	ADDQ        DX, DI
+	CMPQ        DI, BX
+	JB          avx512SqDevFMATree_group_chunk
+	VSHUFPS     $0x88, Z11, Z10, Z1
+	VSHUFPS     $0xdd, Z11, Z10, Z2
+	VADDPS      Z2, Z1, Z1
+	VSHUFPS     $0x88, Z13, Z12, Z2
+	VSHUFPS     $0xdd, Z13, Z12, Z3
+	VADDPS      Z3, Z2, Z2
+	VSHUFPS     $0x88, Z2, Z1, Z3
+	VSHUFPS     $0xdd, Z2, Z1, Z1
+	VADDPS      Z1, Z3, Z3
+	VMOVUPS     Z3, (AX)(SI*1)
+	ADDQ        $0x00000040, SI
+	JMP         avx512SqDevFMATree_group
+
+avx512SqDevFMATree_group_done:
+	CMPQ          DX, $0x00000800
+	JB            avx512SqDevFMATree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+avx512SqDevFMATree_1024:
+	CMPQ          DX, $0x00000400
+	JB            avx512SqDevFMATree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+avx512SqDevFMATree_512:
+	CMPQ          DX, $0x00000200
+	JB            avx512SqDevFMATree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+avx512SqDevFMATree_256:
+	CMPQ          DX, $0x00000100
+	JB            avx512SqDevFMATree_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+avx512SqDevFMATree_128:
+	CMPQ          DX, $0x00000080
+	JB            avx512SqDevFMATree_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET
+
+avx512SqDevFMATree_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+56(FP)
+	RET

@@ -115,10 +115,7 @@ func TestPlanTree(t *testing.T) {
 				// values' spread of magnitudes (1e30 beside 1) tests the order of the
 				// additions; a row of plain normal values also shows a partial taken twice
 				// or dropped, which a 1e30 elsewhere in the row would swallow.
-				tame := make([]float32, p.W)
-				for i := range tame {
-					tame[i] = float32(r.NormFloat64())
-				}
+				tame := plainNormal(r, p.W)
 				for i, init := range [][]float32{values(r, p.W, false), values(r, p.W, true), tame} {
 					got, want := slices.Clone(init), slices.Clone(init)
 					sum, wantSum := k.planTree(&p, got), p.Tree(want)
@@ -127,6 +124,58 @@ func TestPlanTree(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSqDevSum checks the variance pass with its tree (the fused kernel of AVX-512 rows of
+// whole chunks, the two steps elsewhere) against the twin accumulation and the plan's tree,
+// for every vector W from 64 to 2048 at one to three chunks and a row with a shorter last
+// chunk, both profiles; and the plain sum's fused kernel (sumTree) the same way.
+func TestSqDevSum(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, name := range testLevels() {
+		k := mustKernels(t, name)
+		for _, w := range []int{64, 128, 256, 512, 1024, 2048} {
+			p := plan.Plan{H: w, W: w, Lanes: plan.VecLanes}
+			for _, n := range []int{w, 2 * w, 3 * w, 2*w + 36} {
+				for _, fma := range []bool{false, true} {
+					p.Profile.FuseVariance = fma
+					for i, row := range [][]float32{values(r, n, false), values(r, n, true), plainNormal(r, n)} {
+						meanD := float32(r.NormFloat64())
+						part := out32(w, nil)
+						got := k.sqDevSum(&p, part, row, meanD)
+						want := make([]float32, w)
+						accumulateGo(sumForm{sq: true, fma: fma, zero: true}, want, slices.Clone(row), nil, 0, meanD)
+						wantSum := p.Tree(want)
+						same32(t, fmt.Sprintf("%s/sqDevSum/W=%d/n=%d/fma=%v/values=%d", name, w, n, fma, i),
+							[]float32{got}, []float32{wantSum})
+						checkGuards32(t, fmt.Sprintf("%s/sqDevSum/W=%d/n=%d part", name, w, n), part)
+					}
+				}
+				// The plain sum of a shifted row, where the level has it in one kernel.
+				if k.sums.sumTree == nil || n%w != 0 {
+					continue
+				}
+				for i, row := range [][]float32{values(r, n, false), values(r, n, true), plainNormal(r, n)} {
+					part := out32(w, nil)
+					got := k.sums.sumTree(part, row)
+					want := make([]float32, w)
+					accumulateGo(sumForm{shifted: true, zero: true}, want, row, nil, 0, 0)
+					same32(t, fmt.Sprintf("%s/sumTree/W=%d/n=%d/values=%d", name, w, n, i), []float32{got}, []float32{p.Tree(want)})
+					checkGuards32(t, fmt.Sprintf("%s/sumTree/W=%d/n=%d part", name, w, n), part)
+				}
+			}
+		}
+	}
+}
+
+// plainNormal is n values of N(0,1): partials of one magnitude, where a partial taken twice
+// or dropped shows (values' 1e30s would swallow it).
+func plainNormal(r *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(r.NormFloat64())
+	}
+	return s
 }
 
 func TestTreeKernel(t *testing.T) {

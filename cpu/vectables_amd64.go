@@ -98,6 +98,9 @@ var avx512Kernels = &kernels{
 		tree:      avx2Tree,
 		fold:      avx2FoldQuads,
 		foldTree:  avx512FoldTree,
+		sumTree:   avx512SumTree,
+		sqTree:    avx512SqDevTree,
+		sqFMATree: avx512SqDevFMATree,
 	},
 	adds: addKernels{
 		addTo:    avx512AddTo,
@@ -128,6 +131,14 @@ var avx512Kernels = &kernels{
 			twoAccNT:  avx512AddSumF16AccNT,
 			fullNT:    avx512AddSumF16FullNT,
 			fullAccNT: avx512AddSumF16FullAccNT,
+			trees: sum16Trees{
+				two:    avx512AddSumF16Tree,
+				full:   avx512AddSumF16FullTree,
+				twoX:   avx512AddSumF16TreeX,
+				fullX:  avx512AddSumF16FullTreeX,
+				twoNT:  avx512AddSumF16TreeNT,
+				fullNT: avx512AddSumF16FullTreeNT,
+			},
 		},
 		bf16: sum16Kernels{
 			two:       avx512AddSumBF16,
@@ -142,6 +153,14 @@ var avx512Kernels = &kernels{
 			twoAccNT:  avx512AddSumBF16AccNT,
 			fullNT:    avx512AddSumBF16FullNT,
 			fullAccNT: avx512AddSumBF16FullAccNT,
+			trees: sum16Trees{
+				two:    avx512AddSumBF16Tree,
+				full:   avx512AddSumBF16FullTree,
+				twoX:   avx512AddSumBF16TreeX,
+				fullX:  avx512AddSumBF16FullTreeX,
+				twoNT:  avx512AddSumBF16TreeNT,
+				fullNT: avx512AddSumBF16FullTreeNT,
+			},
 		},
 	},
 	affines: affineKernels{

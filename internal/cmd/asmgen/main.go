@@ -29,6 +29,7 @@ import (
 
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/gotypes"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/pass"
 	"github.com/mmcloughlin/avo/printer"
@@ -98,6 +99,7 @@ var families = []family{
 		tree()
 		foldQuads()
 		foldTree512()
+		sumTrees512()
 	}},
 	{"addsum", func(ws []isa) { // addForm
 		for _, v := range ws {
@@ -778,15 +780,27 @@ func sums16(v isa) {
 		for _, full := range []bool{false, true} {
 			for _, acc := range []bool{false, true} {
 				for _, x := range []xStore{xNone, xPlain, xNT} {
-					sum16Kernel(v, bf, full, acc, x)
+					sum16Kernel(v, bf, full, acc, false, x)
+				}
+			}
+			if v.lanes == 16 {
+				for _, x := range []xStore{xNone, xPlain, xNT} {
+					sum16Kernel(v, bf, full, false, true, x)
 				}
 			}
 		}
 	}
 }
 
-// sum16Kernel emits one kernel of sums16.
-func sum16Kernel(v isa, bf, full, acc bool, xs xStore) {
+// sum16Kernel emits one kernel of sums16. A tree kernel (AVX-512 only) ends in the plan's
+// tree (treeBlocks) and returns the row's sum; its signature is the same for every form
+// (x and d are read only by the forms that have them), and W must be 64·2^k ≤ maxTree16W.
+// The ops call it for rows summed in one piece (cpu's tuning.sumPiece, 1024: W ≤ 256).
+//
+// maxTree16W is the widest W of the 16-bit tree kernels (cpu's sum16Trees).
+const maxTree16W = 256
+
+func sum16Kernel(v isa, bf, full, acc, tree bool, xs xStore) {
 	t := "F16"
 	if bf {
 		t = "BF16"
@@ -799,6 +813,9 @@ func sum16Kernel(v isa, bf, full, acc bool, xs xStore) {
 	}
 	if acc {
 		name += "Acc"
+	}
+	if tree {
+		name += "Tree"
 	}
 	switch xs {
 	case xNT:
@@ -814,6 +831,10 @@ func sum16Kernel(v isa, bf, full, acc bool, xs xStore) {
 	if acc {
 		from = "added onto part"
 	}
+	if tree {
+		sig = "func(part, t []float32, x, a, b, d []uint16, x0 float32) float32"
+		from += ", then returns the plan's tree of them (part is left as scratch)"
+	}
 	doc := []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + " with the " + strings.ToLower(t) + " inputs widened",
 		"exactly, and part[k] = Σ_c t[c·W+k] " + from + " (chunks in order),"}
 	switch xs {
@@ -823,7 +844,11 @@ func sum16Kernel(v isa, bf, full, acc bool, xs xStore) {
 	case xPlain:
 		doc = append(doc, "and x[i] = s[i] rounded to "+strings.ToLower(t)+",")
 	}
-	doc = append(doc, "for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.")
+	if tree {
+		doc = append(doc, fmt.Sprintf("for i < len(t); len(part) = W must be 64·2^k ≤ %d, and len(t) a positive multiple of W.", maxTree16W))
+	} else {
+		doc = append(doc, "for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.")
+	}
 	text(name, sig, doc...)
 	part, tp := base("part"), base("t")
 	var x, d reg.GPVirtual
@@ -839,7 +864,15 @@ func sum16Kernel(v isa, bf, full, acc bool, xs xStore) {
 		k = v.bf16Consts()
 	}
 	x0 := v.broadcastParam("x0")
-	v.blocks(name, part, length("part"), length("t"), !acc, func(e reg.Register, j int, sum reg.VecVirtual) {
+	walk := func(step func(e reg.Register, j int, acc reg.VecVirtual)) {
+		v.blocks(name, part, length("part"), length("t"), !acc, step)
+	}
+	if tree {
+		walk = func(step func(e reg.Register, j int, acc reg.VecVirtual)) {
+			treeBlocks(name, part, length("part"), length("t"), maxTree16W, step)
+		}
+	}
+	walk(func(e reg.Register, j int, sum reg.VecVirtual) {
 		o := v.lanes * j
 		r := v.widen16(bf, u16(a, e, o))
 		c.VADDPS(v.widen16(bf, u16(b, e, o)), r, r)
@@ -1011,46 +1044,25 @@ func foldQuads() {
 }
 
 // foldTree512 emits a vector row's whole tree for AVX-512 (plan.Plan.Tree with Vec): the
-// quads folded, then the halving, in registers, returning the sum. The fold takes 64
-// partials (one group) at a time without VHADDPS (which has no ZMM form): VSHUFPS splits
-// four vectors into the even and odd members of each pair, whose sum is the pairs; once
-// more gives each quad's first and second pairs, whose sum is the quads, (a + b) + (c + d).
-// In 128-bit lane l, position m of a group's result holds the group's quad 4m + l. The
-// halving's steps between groups add whole vectors (the same position in each); the steps
-// within the last vector pair positions 4l+m with 4l+m+2 (quad distance 8), 4l with 4l+1
-// (4), lanes 0-1 with 2-3 (2), lane 0 with lane 1 (1): every addition is one of the plan's,
-// its lower partial first, so no permute puts the quads back in order. part is only read.
+// quads folded a group of 64 partials at a time (foldGroup), the halving's steps between
+// groups as whole-vector adds (the same position in each), the steps within the last
+// vector in registers (groupTree), returning the sum. part is only read.
 func foldTree512() {
 	text("avx512FoldTree", "func(part []float32) float32",
 		"avx512FoldTree returns plan.Plan.Tree of a vector row over part, without writing it: the quads",
 		"folded as (a + b) + (c + d), then the halving; len(part) must be 64·2^k, k ≤ 5.")
 	p := base("part")
 	n := length("part")
-	ret, err := c.ReturnIndex(0).Resolve()
-	if err != nil {
-		fail(err)
-	}
+	ret := returnSlot()
 	fold := func(g int) reg.VecVirtual {
-		v := make([]reg.VecVirtual, 4)
+		var v [4]reg.VecVirtual
 		for j := range v {
 			v[j] = c.ZMM()
 			c.VMOVUPS(Mem{Base: p, Disp: 4 * (64*g + 16*j)}, v[j])
 		}
-		pairs := func(lo, hi reg.VecVirtual) reg.VecVirtual {
-			e, o := c.ZMM(), c.ZMM()
-			c.VSHUFPS(U8(0x88), hi, lo, e) // per lane: lo0 lo2 hi0 hi2
-			c.VSHUFPS(U8(0xdd), hi, lo, o) // lo1 lo3 hi1 hi3
-			c.VADDPS(o, e, e)              // the even member first
-			return e
-		}
-		return pairs(pairs(v[0], v[1]), pairs(v[2], v[3]))
+		return foldGroup(v)
 	}
-	for _, w := range []int{2048, 1024, 512, 256, 128, 64} {
-		c.Label(fmt.Sprintf("foldtree_%d", w))
-		if w > 64 {
-			c.CMPQ(n, U32(w))
-			c.JB(LabelRef(fmt.Sprintf("foldtree_%d", w/2)))
-		}
+	byWidth("foldtree", n, 2048, func(w int) {
 		groups := w / 64
 		var r []reg.VecVirtual
 		if groups == 1 {
@@ -1064,28 +1076,179 @@ func foldTree512() {
 				r = append(r, lo)
 			}
 		}
-		for len(r) > 1 {
-			h := len(r) / 2
-			for q := range h {
-				c.VADDPS(r[q+h], r[q], r[q])
-			}
-			r = r[:h]
+		groupTree(r, ret)
+	})
+}
+
+// sumTrees512 emits the plan's accumulations of a vector row that end in its tree, for
+// AVX-512 (treeBlocks): the sum of a shifted row t (a first pass that wrote t without
+// summing it) and the variance pass, the bits of avx512AccumulateZero (or
+// avx512AccumulateSqDevZero, or its FMA twin) then avx512FoldTree, in one kernel.
+func sumTrees512() {
+	text("avx512SumTree", "func(part, t []float32) float32",
+		"avx512SumTree returns the plan's sum of t over a vector row: the partials from +0 as",
+		"avx512AccumulateZero, then avx512FoldTree; len(part) = W must be 64·2^k, k ≤ 5, and len(t)",
+		"a positive multiple of W. part is scratch (its first W/4 written).")
+	p, t := base("part"), base("t")
+	treeBlocks("avx512SumTree", p, length("part"), length("t"), 2048, func(e reg.Register, j int, acc reg.VecVirtual) {
+		c.VADDPS(f32(t, e, 16*j), acc, acc)
+	})
+	for _, fma := range []bool{false, true} {
+		form, how := "SqDev", "f32(d·d)"
+		if fma {
+			form, how = "SqDevFMA", "fma(d, d, ·)"
 		}
-		q, t := r[0], c.ZMM()
-		c.VPERMILPS(U8(0xee), q, t) // positions 4l+2, 4l+3 onto 4l, 4l+1
-		c.VADDPS(t, q, q)           // quad distance 8
-		c.VPERMILPS(U8(0x55), q, t) // 4l+1 onto 4l
-		c.VADDPS(t, q, q)           // 4
-		y, hi := c.YMM(), c.YMM()
-		c.VEXTRACTF64X4(U8(1), q, hi)
-		c.VADDPS(hi, q.AsY(), y) // 2: lanes 0-1 with 2-3
-		x, top := c.XMM(), c.XMM()
-		c.VEXTRACTF128(U8(1), y, top)
-		c.VADDPS(top, y.AsX(), x) // 1
-		c.VZEROUPPER()
-		c.VMOVSS(x, ret.Addr)
-		c.RET()
+		name := "avx512" + form + "Tree"
+		text(name, "func(part, t []float32, meanD float32) float32",
+			name+" returns the plan's sum of "+how+", d = t[i] − meanD, over a vector row: the",
+			"partials from +0 as avx512Accumulate"+form+"Zero, then avx512FoldTree; len(part) = W must be",
+			"64·2^k, k ≤ 5, and len(t) a positive multiple of W. part is scratch (its first W/4 written).")
+		p, t := base("part"), base("t")
+		mean := avx512.broadcastParam("meanD")
+		treeBlocks(name, p, length("part"), length("t"), 2048, func(e reg.Register, j int, acc reg.VecVirtual) {
+			d := c.ZMM()
+			c.VMOVUPS(f32(t, e, 16*j), d)
+			c.VSUBPS(mean, d, d)
+			if fma {
+				c.VFMADD231PS(d, d, acc)
+			} else {
+				c.VMULPS(d, d, d)
+				c.VADDPS(d, acc, acc)
+			}
+		})
 	}
+}
+
+// treeBlocks is blocks (zero start, AVX-512) ending in the plan's tree of a vector row
+// with W = w = 64·2^k ≤ maxW (≤ 2048): each group of 64 partials is folded into its quads
+// (foldGroup) before it leaves the registers, and only the W/4 quads go to part (in the
+// fold's order, group g's vector at part[16g:]); the halving then runs over them as
+// foldTree512's does and the function returns the sum. Every addition is the plan's, in
+// its order: the bits of the zero-start kernel then avx512FoldTree, without the partials'
+// round trip through memory and a call. part is scratch; the walk needs n a multiple of W.
+func treeBlocks(name string, p reg.GPVirtual, w, n reg.Register, maxW int, step func(e reg.Register, j int, acc reg.VecVirtual)) {
+	ret := returnSlot()
+	k := c.GP64() // element index of the block: its quads go to part from byte k (element k/4)
+	c.XORQ(k, k)
+	block := func(label string, groups int, limit reg.Register) {
+		c.Label(name + "_" + label)
+		c.CMPQ(k, limit)
+		c.JAE(LabelRef(name + "_" + label + "_done"))
+		accs := make([]reg.VecVirtual, 4*groups)
+		for j := range accs {
+			accs[j] = c.ZMM()
+			avx512.zero(accs[j]) // +0, as clear leaves it
+		}
+		e := c.GP64()
+		c.MOVQ(k, e)
+		c.Label(name + "_" + label + "_chunk")
+		for j, acc := range accs {
+			step(e, j, acc)
+		}
+		c.ADDQ(w, e)
+		c.CMPQ(e, n)
+		c.JB(LabelRef(name + "_" + label + "_chunk"))
+		for g := range groups {
+			q := foldGroup([4]reg.VecVirtual(accs[4*g : 4*g+4]))
+			c.VMOVUPS(q, Mem{Base: p, Index: k, Scale: 1, Disp: 64 * g})
+		}
+		c.ADDQ(U32(64*groups), k)
+		c.JMP(LabelRef(name + "_" + label))
+		c.Label(name + "_" + label + "_done")
+	}
+	pairs := c.GP64()
+	c.MOVQ(w, pairs)
+	c.ANDQ(I32(-avx512.block), pairs)
+	block("pairs", avx512.block/64, pairs)
+	block("group", 1, w) // W = 64: one group
+	byWidth(name, w, maxW, func(w int) {
+		groups := w / 64
+		load := func(g int) reg.VecVirtual {
+			q := c.ZMM()
+			c.VMOVUPS(Mem{Base: p, Disp: 64 * g}, q)
+			return q
+		}
+		var r []reg.VecVirtual
+		if groups == 1 {
+			r = []reg.VecVirtual{load(0)}
+		} else {
+			// The first halving step as the quads are loaded: group g with g + groups/2.
+			h := groups / 2
+			for g := range h {
+				lo := load(g)
+				c.VADDPS(Mem{Base: p, Disp: 64 * (g + h)}, lo, lo)
+				r = append(r, lo)
+			}
+		}
+		groupTree(r, ret)
+	})
+}
+
+// returnSlot is the current function's float32 result.
+func returnSlot() *gotypes.Basic {
+	ret, err := c.ReturnIndex(0).Resolve()
+	if err != nil {
+		fail(err)
+	}
+	return ret
+}
+
+// foldGroup folds one group of 64 partials (four vectors) into its 16 quads, (a + b) + (c
+// + d), without VHADDPS (which has no ZMM form): VSHUFPS splits two vectors into the even
+// and odd members of each pair, whose sum is the pairs; once more gives each quad's first
+// and second pairs. In 128-bit lane l, position m of the result holds the group's quad
+// 4m + l.
+func foldGroup(v [4]reg.VecVirtual) reg.VecVirtual {
+	pairs := func(lo, hi reg.VecVirtual) reg.VecVirtual {
+		e, o := c.ZMM(), c.ZMM()
+		c.VSHUFPS(U8(0x88), hi, lo, e) // per lane: lo0 lo2 hi0 hi2
+		c.VSHUFPS(U8(0xdd), hi, lo, o) // lo1 lo3 hi1 hi3
+		c.VADDPS(o, e, e)              // the even member first
+		return e
+	}
+	return pairs(pairs(v[0], v[1]), pairs(v[2], v[3]))
+}
+
+// byWidth emits body once for each W = maxW, maxW/2, …, 64, under labels prefix_W, the
+// widest that n (W at run time) is not below taken: a tree unrolled per width.
+func byWidth(prefix string, n reg.Register, maxW int, body func(w int)) {
+	for w := maxW; w >= 64; w /= 2 {
+		c.Label(fmt.Sprintf("%s_%d", prefix, w))
+		if w > 64 {
+			c.CMPQ(n, U32(w))
+			c.JB(LabelRef(fmt.Sprintf("%s_%d", prefix, w/2)))
+		}
+		body(w)
+	}
+}
+
+// groupTree ends a vector row's tree: the halving over the groups' folded quads r (a power
+// of two of vectors, the same position in each), then within the last vector, returning
+// the sum in ret. Within a vector the steps pair positions 4l+m with 4l+m+2 (quad distance
+// 8), 4l with 4l+1 (4), lanes 0-1 with 2-3 (2), lane 0 with lane 1 (1): every addition is
+// one of the plan's, its lower partial first, so no permute puts the quads back in order.
+func groupTree(r []reg.VecVirtual, ret *gotypes.Basic) {
+	for len(r) > 1 {
+		h := len(r) / 2
+		for q := range h {
+			c.VADDPS(r[q+h], r[q], r[q])
+		}
+		r = r[:h]
+	}
+	q, t := r[0], c.ZMM()
+	c.VPERMILPS(U8(0xee), q, t) // positions 4l+2, 4l+3 onto 4l, 4l+1
+	c.VADDPS(t, q, q)           // quad distance 8
+	c.VPERMILPS(U8(0x55), q, t) // 4l+1 onto 4l
+	c.VADDPS(t, q, q)           // 4
+	y, hi := c.YMM(), c.YMM()
+	c.VEXTRACTF64X4(U8(1), q, hi)
+	c.VADDPS(hi, q.AsY(), y) // 2: lanes 0-1 with 2-3
+	x, top := c.XMM(), c.XMM()
+	c.VEXTRACTF128(U8(1), y, top)
+	c.VADDPS(top, y.AsX(), x) // 1
+	c.VZEROUPPER()
+	c.VMOVSS(x, ret.Addr)
+	c.RET()
 }
 
 // embedF16 emits EmbedLayerNorm's staged binary16 sums with F16C: each stage a float32

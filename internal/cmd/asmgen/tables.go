@@ -14,7 +14,7 @@ var tablesTmpl = template.Must(template.New("tables").Parse(`// Code generated b
 //go:build amd64 && !noasm && !purego
 
 package cpu
-{{range .}}{{$n := .Name}}
+{{range .}}{{$n := .Name}}{{$l := .Lanes}}
 // {{.Name}}Kernels is the {{.Name}} level, {{.Lanes}} float32 lanes.
 var {{.Name}}Kernels = &kernels{
 	lanes: {{.Lanes}},
@@ -30,7 +30,10 @@ var {{.Name}}Kernels = &kernels{
 		sqFMAZero: {{.Name}}AccumulateSqDevFMAZero,
 		tree: avx2Tree,
 		fold: avx2FoldQuads,{{if eq .Lanes 16}}
-		foldTree: avx512FoldTree,{{end}}
+		foldTree: avx512FoldTree,
+		sumTree: avx512SumTree,
+		sqTree: avx512SqDevTree,
+		sqFMATree: avx512SqDevFMATree,{{end}}
 	},
 	adds: addKernels{
 		addTo: {{.Name}}AddTo,
@@ -60,7 +63,15 @@ var {{.Name}}Kernels = &kernels{
 			twoNT: {{$n}}AddSum{{$f.Name}}NT,
 			twoAccNT: {{$n}}AddSum{{$f.Name}}AccNT,
 			fullNT: {{$n}}AddSum{{$f.Name}}FullNT,
-			fullAccNT: {{$n}}AddSum{{$f.Name}}FullAccNT,
+			fullAccNT: {{$n}}AddSum{{$f.Name}}FullAccNT,{{if eq $l 16}}
+			trees: sum16Trees{
+				two: {{$n}}AddSum{{$f.Name}}Tree,
+				full: {{$n}}AddSum{{$f.Name}}FullTree,
+				twoX: {{$n}}AddSum{{$f.Name}}TreeX,
+				fullX: {{$n}}AddSum{{$f.Name}}FullTreeX,
+				twoNT: {{$n}}AddSum{{$f.Name}}TreeNT,
+				fullNT: {{$n}}AddSum{{$f.Name}}FullTreeNT,
+			},{{end}}
 		},{{end}}
 	},
 	affines: affineKernels{
