@@ -45,6 +45,8 @@ func BenchmarkKernels(b *testing.B) {
 	x, y, g, be := normal(r, n), make([]float32, n), normal(r, n), normal(r, n)
 	h1, h2, h3, bits := halves(r, n), halves(r, n), halves(r, n), make([]uint16, n)
 	part := make([]float32, plan.MaxW)
+	rowPart := make([]float32, plan.MaxVecW) // the plans' W, for the entries that take one
+	p32, p16 := plan.For(n, false, plan.Contraction{}), plan.For(n, true, plan.Contraction{})
 	mask := make([]int32, n) // all 1: both rules scan the whole row
 	for i := range mask {
 		mask[i] = 1
@@ -75,6 +77,19 @@ func BenchmarkKernels(b *testing.B) {
 			k.addSum16(addForm{dt: ops.F16, bias: true, x: true}, part, y, bits, h1, h2, h3, 0.25)
 			k.fence()
 		}},
+		// A row's variance pass and tree under the plan (float32 row), and the 16-bit
+		// first pass with its tree: one kernel each where the level has it (sqDevSum,
+		// addSum16Tree), else the pass and then planTree.
+		{"sqDevSum", 4 * n, func(k *kernels) { benchSink = k.sqDevSum(&p32, rowPart, x, 0.5) }},
+		{"addSum16Tree", 10 * n, func(k *kernels) {
+			f := addForm{dt: ops.F16, bias: true}
+			s, ok := k.addSum16Tree(f, &p16, rowPart, y, nil, h1, h2, h3, 0.25)
+			if !ok {
+				k.addSum16(f, rowPart[:p16.W], y, nil, h1, h2, h3, 0.25)
+				s = k.planTree(&p16, rowPart)
+			}
+			benchSink = s
+		}},
 		{"affine16H", 10 * n, func(k *kernels) { k.affineH(affineForm{dt: ops.F16}, bits, x, h1, h2, 0.5, 1.5) }},
 		{"affine16HFMA", 10 * n, func(k *kernels) { k.affineH(affineForm{dt: ops.F16, fma: true}, bits, x, h1, h2, 0.5, 1.5) }},
 	}
@@ -90,6 +105,9 @@ func BenchmarkKernels(b *testing.B) {
 		})
 	}
 }
+
+// benchSink keeps the benchmarks' sums alive.
+var benchSink float32
 
 // BenchmarkEmbedLayerNorm is the bench shape: f32, B=8, S=512, H=768, V=30522, P=512, two
 // segment rows, mask_index wanted; with and without the embedding_sum output.
