@@ -126,13 +126,7 @@ func (k *kernels) addSum16Tree(f addForm, p *plan.Plan, part, t []float32, x, a,
 	if run == nil {
 		return 0, false
 	}
-	a, b = a[:n], b[:n]
-	if f.bias {
-		c = c[:n]
-	}
-	if f.x {
-		x = x[:n]
-	}
+	x, a, b, c = clip(f, n, x, a, b, c)
 	if f.prefetch {
 		k.prefetch(bytesOf(a))
 		k.prefetch(bytesOf(b))
@@ -147,19 +141,24 @@ func (k *kernels) addSum16Tree(f addForm, p *plan.Plan, part, t []float32, x, a,
 func (k *kernels) addSumTree(f addForm, p *plan.Plan, part, t, x, a, b, c []float32, x0 float32) float32 {
 	part = part[:p.W]
 	if f.stream && k.simd() && k.sums.sumTree != nil && treeRow(p, len(t)) {
-		n := len(t)
-		a, b = a[:n], b[:n]
-		if f.bias {
-			c = c[:n]
-		}
-		if f.x {
-			x = x[:n]
-		}
+		x, a, b, c = clip(f, len(t), x, a, b, c)
 		k.shiftRow(f, t, x, a, b, c, x0)
 		return k.sums.sumTree(part, t)
 	}
 	k.addSum(f, part, t, x, a, b, c, x0)
 	return k.planTree(p, part)
+}
+
+// clip cuts a first pass's operands to the row's n elements: a and b, c with a bias, x with
+// an x output (the others may be nil).
+func clip[T float32 | uint16](f addForm, n int, x, a, b, c []T) (xc, ac, bc, cc []T) {
+	if f.bias {
+		c = c[:n]
+	}
+	if f.x {
+		x = x[:n]
+	}
+	return x, a[:n], b[:n], c
 }
 
 // run16 runs the form's 16-bit fused kernel.
@@ -315,13 +314,7 @@ func (k *kernels) shiftRow(f addForm, t, x, a, b, c []float32, x0 float32) {
 // narrowest.
 func (k *kernels) addSum(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 	n := len(t)
-	a, b = a[:n], b[:n]
-	if f.bias {
-		c = c[:n]
-	}
-	if f.x {
-		x = x[:n]
-	}
+	x, a, b, c = clip(f, n, x, a, b, c)
 	if !k.simd() {
 		addSumGo(f, part, t, x, a, b, c, x0)
 		return
@@ -355,13 +348,7 @@ func (k *kernels) addSum(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 // stores.
 func (k *kernels) addSum16(f addForm, part, t []float32, x, a, b, c []uint16, x0 float32) {
 	n := len(t)
-	a, b = a[:n], b[:n]
-	if f.bias {
-		c = c[:n]
-	}
-	if f.x {
-		x = x[:n]
-	}
+	x, a, b, c = clip(f, n, x, a, b, c)
 	if f.prefetch {
 		k.prefetch(bytesOf(a))
 		k.prefetch(bytesOf(b))

@@ -575,38 +575,51 @@ func (v isa) blocks(name string, part reg.GPVirtual, w, n reg.Register, zero boo
 	c.MOVQ(w, wBlock)
 	c.ANDQ(I32(-v.block), wBlock)
 	block := func(label string, lanes int, limit reg.Register) {
-		c.Label(name + "_" + label)
-		c.CMPQ(k, limit)
-		c.JAE(LabelRef(name + "_" + label + "_done"))
-		accs := make([]reg.VecVirtual, lanes/v.lanes)
-		for j := range accs {
-			accs[j] = v.vec()
+		v.chunkBlock(name+"_"+label, k, w, n, limit, lanes, func(j int, acc reg.VecVirtual) {
 			if zero {
-				v.zero(accs[j]) // +0, as clear leaves it
+				v.zero(acc) // +0, as clear leaves it
 			} else {
-				c.VMOVUPS(f32(part, k, v.lanes*j), accs[j])
+				c.VMOVUPS(f32(part, k, v.lanes*j), acc)
 			}
-		}
-		e := c.GP64()
-		c.MOVQ(k, e)
-		c.Label(name + "_" + label + "_chunk")
-		for j, acc := range accs {
-			step(e, j, acc)
-		}
-		c.ADDQ(w, e)
-		c.CMPQ(e, n)
-		c.JB(LabelRef(name + "_" + label + "_chunk"))
-		for j, acc := range accs {
-			c.VMOVUPS(acc, f32(part, k, v.lanes*j))
-		}
-		c.ADDQ(U32(lanes), k)
-		c.JMP(LabelRef(name + "_" + label))
-		c.Label(name + "_" + label + "_done")
+		}, step, func(accs []reg.VecVirtual) {
+			for j, acc := range accs {
+				c.VMOVUPS(acc, f32(part, k, v.lanes*j))
+			}
+		})
 	}
 	block("block", v.block, wBlock)
 	block("vec", v.lanes, w)
 	c.VZEROUPPER()
 	c.RET()
+}
+
+// chunkBlock emits the loop over blocks of lanes partials from element k (while k < limit,
+// k advancing by lanes), under labels prefix, prefix_chunk and prefix_done: start sets
+// each accumulator, the chunk loop calls step(e, j, acc) for e = k + c·W while e < n, and
+// end takes the accumulators.
+func (v isa) chunkBlock(prefix string, k reg.GPVirtual, w, n, limit reg.Register, lanes int,
+	start func(j int, acc reg.VecVirtual), step func(e reg.Register, j int, acc reg.VecVirtual), end func(accs []reg.VecVirtual)) {
+	c.Label(prefix)
+	c.CMPQ(k, limit)
+	c.JAE(LabelRef(prefix + "_done"))
+	accs := make([]reg.VecVirtual, lanes/v.lanes)
+	for j := range accs {
+		accs[j] = v.vec()
+		start(j, accs[j])
+	}
+	e := c.GP64()
+	c.MOVQ(k, e)
+	c.Label(prefix + "_chunk")
+	for j, acc := range accs {
+		step(e, j, acc)
+	}
+	c.ADDQ(w, e)
+	c.CMPQ(e, n)
+	c.JB(LabelRef(prefix + "_chunk"))
+	end(accs)
+	c.ADDQ(U32(lanes), k)
+	c.JMP(LabelRef(prefix))
+	c.Label(prefix + "_done")
 }
 
 // reductions emits the plan's partial accumulations: len(part) = W, a multiple of the lanes,
@@ -1131,30 +1144,14 @@ func treeBlocks(name string, p reg.GPVirtual, w, n reg.Register, maxW int, step 
 	k := c.GP64() // element index of the block: its quads go to part from byte k (element k/4)
 	c.XORQ(k, k)
 	block := func(label string, groups int, limit reg.Register) {
-		c.Label(name + "_" + label)
-		c.CMPQ(k, limit)
-		c.JAE(LabelRef(name + "_" + label + "_done"))
-		accs := make([]reg.VecVirtual, 4*groups)
-		for j := range accs {
-			accs[j] = c.ZMM()
-			avx512.zero(accs[j]) // +0, as clear leaves it
-		}
-		e := c.GP64()
-		c.MOVQ(k, e)
-		c.Label(name + "_" + label + "_chunk")
-		for j, acc := range accs {
-			step(e, j, acc)
-		}
-		c.ADDQ(w, e)
-		c.CMPQ(e, n)
-		c.JB(LabelRef(name + "_" + label + "_chunk"))
-		for g := range groups {
-			q := foldGroup([4]reg.VecVirtual(accs[4*g : 4*g+4]))
-			c.VMOVUPS(q, Mem{Base: p, Index: k, Scale: 1, Disp: 64 * g})
-		}
-		c.ADDQ(U32(64*groups), k)
-		c.JMP(LabelRef(name + "_" + label))
-		c.Label(name + "_" + label + "_done")
+		avx512.chunkBlock(name+"_"+label, k, w, n, limit, 64*groups, func(_ int, acc reg.VecVirtual) {
+			avx512.zero(acc) // +0, as clear leaves it
+		}, step, func(accs []reg.VecVirtual) {
+			for g := range groups {
+				q := foldGroup([4]reg.VecVirtual(accs[4*g : 4*g+4]))
+				c.VMOVUPS(q, Mem{Base: p, Index: k, Scale: 1, Disp: 64 * g})
+			}
+		})
 	}
 	pairs := c.GP64()
 	c.MOVQ(w, pairs)
