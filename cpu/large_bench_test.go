@@ -97,6 +97,7 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 //	narrowweights 16-bit gamma and beta widened on every row, not once (wideBytes 0)
 //	aheadN    rows prefetched N rows ahead where they are prefetched (prefetchAhead = N)
 //	stepsN    each row's prefetch cut into N pieces (prefetchSteps = N)
+//	pieceN    16-bit first passes a piece of N elements at a time (sumPiece = N)
 //	a+b       the settings of a and b at once (hardware+steps1)
 //
 // It reports, per configuration, the median over pairs of its time divided by the first
@@ -197,6 +198,8 @@ func BenchmarkStreamAB(b *testing.B) {
 				tune.prefetchAhead = n
 			case scan(m, "steps%d", &n):
 				tune.prefetchSteps = n
+			case scan(m, "piece%d", &n):
+				tune.sumPiece = n
 			default:
 				b.Fatalf("CFGS: unknown configuration %q in %q", m, cfg)
 			}
