@@ -147,27 +147,13 @@ func elemF32(b *ops.Buf, i int) float32 {
 // shifted into t, and the partial sums of t, a piece of c.sumPiece elements (whole chunks
 // of W, or part of one: piecePart) at a time, so the inputs (widened in addSum16's loads,
 // or into scratch for mixed rows) and the piece of t stay in L1; the x output is written
-// from each piece (x32: a float32 x, the mixed rows').
-//
-// A row of one piece whose first pass has a kernel that ends in the plan's tree
-// (addSum16Tree) takes it: summed is true and sum is the plan's sum of t.
-func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scratch) (sum float32, summed bool) {
+// from each piece (x32: a float32 x, the mixed rows'). It returns the plan's sum of t: a
+// row of one piece takes the first pass that ends in the tree where there is one
+// (addSum16Tree), the others planTree after their last piece.
+func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scratch) float32 {
 	k, a := c.k, &c.a
 	D := a.D
 	n := c.sumPiece
-	if c.sum16 && D <= n {
-		f := addForm{dt: a.X1.DType, x: c.x16, nt: c.nt16, prefetch: c.touch}
-		var bias16, x []uint16
-		if b0, b1, ok := c.biasSpan(off, 0, D); ok {
-			bias16, f.bias = a.Bias.U16[b0:b1], true
-		}
-		if c.x16 {
-			x = a.X.U16[off : off+D]
-		}
-		if sum, ok := k.addSum16Tree(f, &c.p, part, t[:D], x, a.X1.U16[off:off+D], a.X2.U16[off:off+D], bias16, x0); ok {
-			return sum, true
-		}
-	}
 	for lo := 0; lo < D; lo += n {
 		hi := min(lo+n, D)
 		m := hi - lo
@@ -184,7 +170,13 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 			if c.x16 {
 				x = a.X.U16[off+lo : off+hi]
 			}
-			k.addSum16(f, pp, t[lo:hi], x, a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi], bias16, x0)
+			x1, x2 := a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi]
+			if m == D {
+				if sum, ok := k.addSum16Tree(f, &c.p, part, t, x, x1, x2, bias16, x0); ok {
+					return sum
+				}
+			}
+			k.addSum16(f, pp, t[lo:hi], x, x1, x2, bias16, x0)
 			continue
 		}
 		x1 := rowF32(k, a.X1, off+lo, m, sc.y)
@@ -195,7 +187,7 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 		f := addForm{dt: ops.F32, bias: hasBias, x: x32 != nil, nt: c.ntX, acc: acc}
 		k.addSum(f, pp, t[lo:hi], from(x32, lo), x1, x2, bias32, x0)
 	}
-	return 0, false
+	return k.planTree(&c.p, part)
 }
 
 // rows computes rows [lo, hi).
@@ -231,10 +223,9 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 		}
 		part := sc.part[:p.W]
 		x0 := c.first(off)
-		var sum float32
-		summed := false
+		var sum float32 // the plan's sum of t
 		if c.pieces {
-			sum, summed = c.sumPieces(t, x32, part, off, x0, sc)
+			sum = c.sumPieces(t, x32, part, off, x0, sc)
 		} else {
 			// s = (x1 + x2) + bias (x1 + x2 without one), t = s − x0 and its partial sums
 			// in one pass.
@@ -243,12 +234,9 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			if b0, b1, ok := c.biasSpan(off, 0, D); ok {
 				bias, f.bias = a.Bias.F32[b0:b1], true
 			}
-			sum, summed = k.addSumTree(f, p, part, t, x32, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0), true
+			sum = k.addSumTree(f, p, part, t, x32, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
 		}
 		pf.step()
-		if !summed {
-			sum = k.planTree(p, part)
-		}
 		st := rowStatsOfSum(k, p, t, part, x0, sum, a.Epsilon, pf)
 		a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
 		if a.Y.DType == ops.F32 {

@@ -140,7 +140,7 @@ func (k *kernels) addSum16Tree(f addForm, p *plan.Plan, part, t []float32, x, a,
 // part[:p.W] is left as scratch.
 func (k *kernels) addSumTree(f addForm, p *plan.Plan, part, t, x, a, b, c []float32, x0 float32) float32 {
 	part = part[:p.W]
-	if f.stream && k.simd() && k.sums.sumTree != nil && treeRow(p, len(t)) {
+	if f.stream && k.sums.sumTree != nil && treeRow(p, len(t)) {
 		x, a, b, c = clip(f, len(t), x, a, b, c)
 		k.shiftRow(f, t, x, a, b, c, x0)
 		return k.sums.sumTree(part, t)
