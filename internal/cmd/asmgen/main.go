@@ -877,15 +877,7 @@ func sum16Kernel(v isa, bf, full, acc, tree bool, xs xStore) {
 		k = v.bf16Consts()
 	}
 	x0 := v.broadcastParam("x0")
-	walk := func(step func(e reg.Register, j int, acc reg.VecVirtual)) {
-		v.blocks(name, part, length("part"), length("t"), !acc, step)
-	}
-	if tree {
-		walk = func(step func(e reg.Register, j int, acc reg.VecVirtual)) {
-			treeBlocks(name, part, length("part"), length("t"), maxTree16W, step)
-		}
-	}
-	walk(func(e reg.Register, j int, sum reg.VecVirtual) {
+	step := func(e reg.Register, j int, sum reg.VecVirtual) {
 		o := v.lanes * j
 		r := v.widen16(bf, u16(a, e, o))
 		c.VADDPS(v.widen16(bf, u16(b, e, o)), r, r)
@@ -902,7 +894,12 @@ func sum16Kernel(v isa, bf, full, acc, tree bool, xs xStore) {
 		case xs != xNone:
 			v.narrowF16(r, u16(x, e, o), xs == xNT)
 		}
-	})
+	}
+	if tree {
+		treeBlocks(name, part, length("part"), length("t"), maxTree16W, step)
+		return
+	}
+	v.blocks(name, part, length("part"), length("t"), !acc, step)
 }
 
 // tree emits the plan's halving tree for W = len(part), a power of two ≥ 8: for off = W/2
@@ -1075,22 +1072,8 @@ func foldTree512() {
 		}
 		return foldGroup(v)
 	}
-	byWidth("foldtree", n, 2048, func(w int) {
-		groups := w / 64
-		var r []reg.VecVirtual
-		if groups == 1 {
-			r = []reg.VecVirtual{fold(0)}
-		} else {
-			// The first halving step as the groups are folded: group g with g + groups/2.
-			h := groups / 2
-			for g := range h {
-				lo := fold(g)
-				c.VADDPS(fold(g+h), lo, lo)
-				r = append(r, lo)
-			}
-		}
-		groupTree(r, ret)
-	})
+	upper := func(g int) Op { return fold(g) }
+	byWidth("foldtree", n, 2048, func(w int) { groupTree(w/64, fold, upper, ret) })
 }
 
 // sumTrees512 emits the plan's accumulations of a vector row that end in its tree, for
@@ -1157,28 +1140,14 @@ func treeBlocks(name string, p reg.GPVirtual, w, n reg.Register, maxW int, step 
 	c.MOVQ(w, pairs)
 	c.ANDQ(I32(-avx512.block), pairs)
 	block("pairs", avx512.block/64, pairs)
-	block("group", 1, w) // W = 64: one group
-	byWidth(name, w, maxW, func(w int) {
-		groups := w / 64
-		load := func(g int) reg.VecVirtual {
-			q := c.ZMM()
-			c.VMOVUPS(Mem{Base: p, Disp: 64 * g}, q)
-			return q
-		}
-		var r []reg.VecVirtual
-		if groups == 1 {
-			r = []reg.VecVirtual{load(0)}
-		} else {
-			// The first halving step as the quads are loaded: group g with g + groups/2.
-			h := groups / 2
-			for g := range h {
-				lo := load(g)
-				c.VADDPS(Mem{Base: p, Disp: 64 * (g + h)}, lo, lo)
-				r = append(r, lo)
-			}
-		}
-		groupTree(r, ret)
-	})
+	block("group", 1, w)                 // W = 64: one group
+	load := func(g int) reg.VecVirtual { // group g's quads, as the walk stored them
+		q := c.ZMM()
+		c.VMOVUPS(Mem{Base: p, Disp: 64 * g}, q)
+		return q
+	}
+	upper := func(g int) Op { return Mem{Base: p, Disp: 64 * g} } // added from memory
+	byWidth(name, w, maxW, func(w int) { groupTree(w/64, load, upper, ret) })
 }
 
 // returnSlot is the current function's float32 result.
@@ -1219,12 +1188,24 @@ func byWidth(prefix string, n reg.Register, maxW int, body func(w int)) {
 	}
 }
 
-// groupTree ends a vector row's tree: the halving over the groups' folded quads r (a power
-// of two of vectors, the same position in each), then within the last vector, returning
-// the sum in ret. Within a vector the steps pair positions 4l+m with 4l+m+2 (quad distance
-// 8), 4l with 4l+1 (4), lanes 0-1 with 2-3 (2), lane 0 with lane 1 (1): every addition is
-// one of the plan's, its lower partial first, so no permute puts the quads back in order.
-func groupTree(r []reg.VecVirtual, ret *gotypes.Basic) {
+// groupTree emits a vector row's tree after the fold: the halving over the folded quads of
+// its groups (a power of two of them, each one vector, group(g) emitting g's into a
+// register; the same position in each), then within the last vector, returning the sum in
+// ret. The first step adds group g + groups/2 (upper: as a register or a memory operand) to
+// g as the groups come. Within a vector the steps pair
+// positions 4l+m with 4l+m+2 (quad distance 8), 4l with 4l+1 (4), lanes 0-1 with 2-3 (2),
+// lane 0 with lane 1 (1): every addition is one of the plan's, its lower partial first, so
+// no permute puts the quads back in order.
+func groupTree(groups int, group func(g int) reg.VecVirtual, upper func(g int) Op, ret *gotypes.Basic) {
+	var r []reg.VecVirtual
+	if groups == 1 {
+		r = append(r, group(0))
+	}
+	for g := range groups / 2 {
+		lo := group(g)
+		c.VADDPS(upper(g+groups/2), lo, lo)
+		r = append(r, lo)
+	}
 	for len(r) > 1 {
 		h := len(r) / 2
 		for q := range h {
