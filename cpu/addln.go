@@ -222,7 +222,9 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			x32 = a.X.F32[off : off+D]
 		}
 		part := sc.part[:p.W]
+		phaseStart()
 		x0 := c.first(off)
+		phaseMark(phaseShift)
 		var sum float32 // the plan's sum of t
 		if c.pieces {
 			sum = c.sumPieces(t, x32, part, off, x0, sc)
@@ -236,14 +238,17 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			}
 			sum = k.addSumTree(f, p, part, t, x32, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
 		}
+		phaseMark(phaseFirst)
 		pf.step()
 		st := rowStatsOfSum(k, p, t, part, x0, sum, a.Epsilon, pf)
+		phaseMark(phaseStats)
 		a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
 		if a.Y.DType == ops.F32 {
 			normalize(k, p, a.Y.F32[off:off+D], t, a.Gamma.F32, a.Beta.F32, st, ntY)
 		} else {
 			normalize16(k, p, a.Y, off, t, w16, st, c.nt16)
 		}
+		phaseMark(phaseAffine)
 		pf.rest()
 	}
 	if ntX || ntY || c.nt16 {
