@@ -38,6 +38,13 @@ type tuning struct {
 	// KiB of f32, which stays in L1), rounded up to a multiple of the plan width
 	// (sumPieceOf) so that pieces add whole chunks onto the partials, in the plan's order.
 	sumPiece int
+	// pageChunks is the distance (bytes of one 16-bit input) between a partial's elements
+	// from which AddLayerNorm's streamed 16-bit rows take the first pass whole, without
+	// the pieces' prefetch: register blocks of partials go down every chunk, each chunk a
+	// page or more from the next, so each is a stream in a page of its own, which the
+	// hardware prefetchers follow, and no partial leaves the registers between chunks. Only
+	// rows of up to four chunks (W 2048 and D ≤ 8192 in plan v2), what was measured.
+	pageChunks int
 	// hugeBytes is the word table size from which PrepareEmbed moves the table onto huge
 	// pages: twice the reach of a core's second-level TLB over 4 KiB pages.
 	hugeBytes int
@@ -55,6 +62,7 @@ func defaultTuning() tuning {
 		rowLead:       256,
 		wideBytes:     8 << 10,
 		sumPiece:      1024,
+		pageChunks:    4096,
 		hugeBytes:     16 << 20,
 	}
 }

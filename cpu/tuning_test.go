@@ -16,6 +16,10 @@ func TestNonTemporalLevels(t *testing.T) {
 	hardware := tune
 	hardware.hwStreamRow, hardware.hwGatherRow = 1, 1
 	levels("HardwareStream", hardware)
+	// Every streamed 16-bit row of up to four chunks summed whole (tuning.pageChunks).
+	whole := hardware
+	whole.pageChunks = 1
+	levels("WholeRows", whole)
 	// 16-bit gamma and beta widened at every width, and at none.
 	tune.wideBytes = 1 << 62
 	levels("WideWeights", tune)
