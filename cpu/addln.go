@@ -24,7 +24,9 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	// the fused first pass reads them. Longer rows are left to the hardware prefetchers,
 	// and the first pass reads them in address order: float32 rows in one sequential pass
 	// (addForm.stream), the pieces of 16-bit rows prefetched in order just before addSum16
-	// walks them (touch: addForm.prefetch).
+	// walks them (touch: addForm.prefetch), or, for rows of a few chunks a page or more
+	// apart, the whole row walked down its chunks as streams the hardware follows
+	// (tuning.pageChunks).
 	big := a.N*D*4 >= t.bigBytes
 	c.prefetch = big && t.prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < t.hwStreamRow
 	c.stream = big && !c.prefetch
