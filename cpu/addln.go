@@ -42,7 +42,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	c.nt16 = big && a.Y.DType != ops.F32
 	c.sum16 = a.X1.DType != ops.F32 && a.X2.DType == a.X1.DType
 	c.touch = c.stream && c.sum16
-	if c.touch && c.p.W*a.X1.DType.Size() >= t.pageChunks && D <= 4*c.p.W {
+	if c.touch && t.wholeRow(c.p.W, D, a.X1.DType.Size()) {
 		c.sumPiece, c.touch = D, false
 	}
 	c.x16 = c.sum16 && a.X.Present() // SPEC B.2 gives x the inputs' format

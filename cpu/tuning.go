@@ -42,8 +42,8 @@ type tuning struct {
 	// from which AddLayerNorm's streamed 16-bit rows take the first pass whole, without
 	// the pieces' prefetch: register blocks of partials go down every chunk, each chunk a
 	// page or more from the next, so each is a stream in a page of its own, which the
-	// hardware prefetchers follow, and no partial leaves the registers between chunks. Only
-	// rows of up to four chunks (W 2048 and D ≤ 8192 in plan v2), what was measured.
+	// hardware prefetchers follow, and no partial leaves the registers between chunks
+	// (wholeRow).
 	pageChunks int
 	// hugeBytes is the word table size from which PrepareEmbed moves the table onto huge
 	// pages: twice the reach of a core's second-level TLB over 4 KiB pages.
@@ -83,6 +83,13 @@ func (t *tuning) sumPieceOf(w int) int {
 		return t.sumPiece
 	}
 	return roundUp(t.sumPiece, w)
+}
+
+// wholeRow reports whether a streamed 16-bit row of d elements of size bytes under plan
+// width w takes its first pass whole (pageChunks): its chunks at least pageChunks apart,
+// and at most four of them (W 2048 and D ≤ 8192 in plan v2), what was measured.
+func (t *tuning) wholeRow(w, d, size int) bool {
+	return w*size >= t.pageChunks && d <= 4*w
 }
 
 // piecePart is what the piece of a row of d elements from element lo, m elements long,
