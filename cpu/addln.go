@@ -152,9 +152,9 @@ func elemF32(b *ops.Buf, i int) float32 {
 // shifted into t, and the partial sums of t, a piece of c.sumPiece elements (whole chunks
 // of W, or part of one: piecePart) at a time, so the inputs (widened in addSum16's loads,
 // or into scratch for mixed rows) and the piece of t stay in L1; the x output is written
-// from each piece (x32: a float32 x, the mixed rows'). It returns the plan's sum of t: a
-// row of one piece takes the first pass that ends in the tree where there is one
-// (addSum16Tree), the others planTree after their last piece.
+// from each piece (x32: a float32 x, the mixed rows'). It returns the plan's sum of t: the
+// last piece of whole chunks takes the first pass that ends in the tree where there is one
+// (addSum16Tree), other rows planTree after their last piece.
 func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scratch) float32 {
 	k, a := c.k, &c.a
 	D := a.D
@@ -176,8 +176,8 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 				x = a.X.U16[off+lo : off+hi]
 			}
 			x1, x2 := a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi]
-			if m == D {
-				if sum, ok := k.addSum16Tree(f, &c.p, part, t, x, x1, x2, bias16, x0); ok {
+			if hi == D && len(pp) == len(part) {
+				if sum, ok := k.addSum16Tree(f, &c.p, part, t[lo:hi], x, x1, x2, bias16, x0); ok {
 					return sum
 				}
 			}

@@ -50,21 +50,23 @@ type sum16Kernels struct {
 	fullX, fullAccX   func(part, t []float32, x, a, b, d []uint16, x0 float32)
 	twoNT, twoAccNT   func(part, t []float32, x, a, b []uint16, x0 float32)
 	fullNT, fullAccNT func(part, t []float32, x, a, b, d []uint16, x0 float32)
-	trees             sum16Trees // AVX-512 only, else nil
+	trees, accTrees   sum16Trees // AVX-512 only, else nil
 }
 
-// sum16Trees are the zero-start fused first passes of sum16Kernels that end in the plan's
-// tree of a vector row and return its sum (x and d are read only by the forms that have
-// them): W = len(part) = 64·2^k ≤ maxTree16W, len(t) a multiple of W; part is scratch.
-// The ops take them for rows summed in one piece (tuning.sumPiece), whose W is at most 256.
+// sum16Trees are fused first passes of sum16Kernels that end in the plan's tree of a
+// vector row and return its sum (x and d are read only by the forms that have them), from
+// +0 (trees: a row summed in one piece) or onto part (accTrees: the last of a row's pieces
+// of whole chunks): W = len(part) = 64·2^k ≤ maxTree16W, len(t) a multiple of W; part is
+// scratch after.
 type sum16Trees struct {
 	two, full, twoX, fullX, twoNT, fullNT sum16TreeFn
 }
 
 type sum16TreeFn func(part, t []float32, x, a, b, d []uint16, x0 float32) float32
 
-// maxTree16W is the widest W of the sum16Trees kernels (internal/cmd/asmgen's).
-const maxTree16W = 256
+// maxTree16W is the widest W of the sum16Trees kernels (internal/cmd/asmgen's): planTree's
+// (treeRow).
+const maxTree16W = 2048
 
 // pick is the form's tree kernel, nil where the level has none.
 func (s *sum16Trees) pick(f addForm) sum16TreeFn {
@@ -106,23 +108,28 @@ func (k *addKernels) run(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 	}
 }
 
-// addSum16Tree is addSum16 from +0 (f.acc false) over a vector row of whole chunks of p.W,
-// followed by the plan's tree of its partials (planTree), in one kernel: it returns the
-// sum of t, or ok false (nothing done) where the level has no such kernel or the row does
-// not fit it. part[:p.W] is left as scratch.
+// addSum16Tree is addSum16 over the last piece of a vector row, whole chunks of p.W (the
+// whole row, or with f.acc the rest after earlier pieces), followed by the plan's tree of
+// its partials (planTree), in one kernel: it returns the sum of t, or ok false (nothing
+// done) where the level has no such kernel or the piece does not fit it. part[:p.W] is
+// left as scratch.
 func (k *kernels) addSum16Tree(f addForm, p *plan.Plan, part, t []float32, x, a, b, c []uint16, x0 float32) (sum float32, ok bool) {
 	fm := &k.adds.f16
 	if f.dt == ops.BF16 {
 		fm = &k.adds.bf16
 	}
 	n := len(t)
-	if f.acc || p.W > maxTree16W || !treeRow(p, n) {
+	if p.W > maxTree16W || len(part) < p.W || !treeRow(p, n) {
 		return 0, false
 	}
 	if f.x && f.nt && k.nt16Head(x) != 0 {
 		f.nt = false
 	}
-	run := fm.trees.pick(f)
+	trees := &fm.trees
+	if f.acc {
+		trees = &fm.accTrees
+	}
+	run := trees.pick(f)
 	if run == nil {
 		return 0, false
 	}

@@ -436,7 +436,7 @@ func avx512AddSumF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b
 
 // avx512AddSumF16Tree writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16Tree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -444,7 +444,7 @@ func avx512AddSumF16Tree(part []float32, t []float32, x []uint16, a []uint16, b 
 // avx512AddSumF16TreeX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -453,10 +453,34 @@ func avx512AddSumF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumF16AccTree writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumF16AccTreeX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumF16AccTreeNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
@@ -508,7 +532,7 @@ func avx512AddSumF16FullAccNT(part []float32, t []float32, x []uint16, a []uint1
 
 // avx512AddSumF16FullTree writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -516,7 +540,7 @@ func avx512AddSumF16FullTree(part []float32, t []float32, x []uint16, a []uint16
 // avx512AddSumF16FullTreeX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -525,10 +549,34 @@ func avx512AddSumF16FullTreeX(part []float32, t []float32, x []uint16, a []uint1
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumF16FullAccTree writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumF16FullAccTreeX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to f16,
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumF16FullAccTreeNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumBF16 writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
@@ -580,7 +628,7 @@ func avx512AddSumBF16AccNT(part []float32, t []float32, x []uint16, a []uint16, 
 
 // avx512AddSumBF16Tree writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16Tree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -588,7 +636,7 @@ func avx512AddSumBF16Tree(part []float32, t []float32, x []uint16, a []uint16, b
 // avx512AddSumBF16TreeX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -597,10 +645,34 @@ func avx512AddSumBF16TreeX(part []float32, t []float32, x []uint16, a []uint16, 
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumBF16AccTree writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumBF16AccTreeX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumBF16AccTreeNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumBF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
@@ -652,7 +724,7 @@ func avx512AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint
 
 // avx512AddSumBF16FullTree writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -660,7 +732,7 @@ func avx512AddSumBF16FullTree(part []float32, t []float32, x []uint16, a []uint1
 // avx512AddSumBF16FullTreeX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -669,7 +741,31 @@ func avx512AddSumBF16FullTreeX(part []float32, t []float32, x []uint16, a []uint
 // exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 256, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumBF16FullAccTree writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumBF16FullAccTreeX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to bf16,
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+
+// avx512AddSumBF16FullAccTreeNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
+// vector of 16-bit values; the caller fences),
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+//
+//go:noescape
+func avx512AddSumBF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32

@@ -6320,6 +6320,132 @@ avx512AddSumF16Tree_group_chunk:
 	JMP       avx512AddSumF16Tree_group
 
 avx512AddSumF16Tree_group_done:
+	CMPQ          SI, $0x00000800
+	JB            avx512AddSumF16Tree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16Tree_1024:
+	CMPQ          SI, $0x00000400
+	JB            avx512AddSumF16Tree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16Tree_512:
+	CMPQ          SI, $0x00000200
+	JB            avx512AddSumF16Tree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16Tree_256:
 	CMPQ          SI, $0x00000100
 	JB            avx512AddSumF16Tree_128
 	VMOVUPS       (AX), Z0
@@ -6549,6 +6675,132 @@ avx512AddSumF16TreeX_group_chunk:
 	JMP       avx512AddSumF16TreeX_group
 
 avx512AddSumF16TreeX_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumF16TreeX_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16TreeX_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumF16TreeX_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16TreeX_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumF16TreeX_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16TreeX_256:
 	CMPQ          DI, $0x00000100
 	JB            avx512AddSumF16TreeX_128
 	VMOVUPS       (AX), Z0
@@ -6778,6 +7030,132 @@ avx512AddSumF16TreeNT_group_chunk:
 	JMP       avx512AddSumF16TreeNT_group
 
 avx512AddSumF16TreeNT_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumF16TreeNT_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16TreeNT_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumF16TreeNT_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16TreeNT_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumF16TreeNT_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16TreeNT_256:
 	CMPQ          DI, $0x00000100
 	JB            avx512AddSumF16TreeNT_128
 	VMOVUPS       (AX), Z0
@@ -6815,6 +7193,1046 @@ avx512AddSumF16TreeNT_128:
 	RET
 
 avx512AddSumF16TreeNT_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16AccTree(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         a_base+72(FP), DX
+	MOVQ         b_base+96(FP), BX
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         t_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-128, R9
+
+avx512AddSumF16AccTree_pairs:
+	CMPQ    R8, R9
+	JAE     avx512AddSumF16AccTree_pairs_done
+	VMOVUPS (AX)(R8*4), Z1
+	VMOVUPS 64(AX)(R8*4), Z2
+	VMOVUPS 128(AX)(R8*4), Z3
+	VMOVUPS 192(AX)(R8*4), Z4
+	VMOVUPS 256(AX)(R8*4), Z5
+	VMOVUPS 320(AX)(R8*4), Z6
+	VMOVUPS 384(AX)(R8*4), Z7
+	VMOVUPS 448(AX)(R8*4), Z8
+	MOVQ    R8, R10
+
+avx512AddSumF16AccTree_pairs_chunk:
+	VCVTPH2PS (DX)(R10*2), Z9
+	VCVTPH2PS (BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R10*4)
+	VADDPS    Z9, Z1, Z1
+	VCVTPH2PS 32(DX)(R10*2), Z9
+	VCVTPH2PS 32(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R10*4)
+	VADDPS    Z9, Z2, Z2
+	VCVTPH2PS 64(DX)(R10*2), Z9
+	VCVTPH2PS 64(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R10*4)
+	VADDPS    Z9, Z3, Z3
+	VCVTPH2PS 96(DX)(R10*2), Z9
+	VCVTPH2PS 96(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R10*4)
+	VADDPS    Z9, Z4, Z4
+	VCVTPH2PS 128(DX)(R10*2), Z9
+	VCVTPH2PS 128(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R10*4)
+	VADDPS    Z9, Z5, Z5
+	VCVTPH2PS 160(DX)(R10*2), Z9
+	VCVTPH2PS 160(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R10*4)
+	VADDPS    Z9, Z6, Z6
+	VCVTPH2PS 192(DX)(R10*2), Z9
+	VCVTPH2PS 192(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R10*4)
+	VADDPS    Z9, Z7, Z7
+	VCVTPH2PS 224(DX)(R10*2), Z9
+	VCVTPH2PS 224(BX)(R10*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R10*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      SI, R10
+	CMPQ      R10, DI
+	JB        avx512AddSumF16AccTree_pairs_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z9
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z9, Z2
+	VSHUFPS   $0xdd, Z1, Z9, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R8*1)
+	VSHUFPS   $0x88, Z6, Z5, Z1
+	VSHUFPS   $0xdd, Z6, Z5, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z8, Z7, Z2
+	VSHUFPS   $0xdd, Z8, Z7, Z3
+	VADDPS    Z3, Z2, Z2
+	VSHUFPS   $0x88, Z2, Z1, Z3
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VMOVUPS   Z3, 64(AX)(R8*1)
+	ADDQ      $0x00000080, R8
+	JMP       avx512AddSumF16AccTree_pairs
+
+avx512AddSumF16AccTree_pairs_done:
+avx512AddSumF16AccTree_group:
+	CMPQ    R8, SI
+	JAE     avx512AddSumF16AccTree_group_done
+	VMOVUPS (AX)(R8*4), Z1
+	VMOVUPS 64(AX)(R8*4), Z2
+	VMOVUPS 128(AX)(R8*4), Z3
+	VMOVUPS 192(AX)(R8*4), Z4
+	MOVQ    R8, R9
+
+avx512AddSumF16AccTree_group_chunk:
+	VCVTPH2PS (DX)(R9*2), Z5
+	VCVTPH2PS (BX)(R9*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, (CX)(R9*4)
+	VADDPS    Z5, Z1, Z1
+	VCVTPH2PS 32(DX)(R9*2), Z5
+	VCVTPH2PS 32(BX)(R9*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 64(CX)(R9*4)
+	VADDPS    Z5, Z2, Z2
+	VCVTPH2PS 64(DX)(R9*2), Z5
+	VCVTPH2PS 64(BX)(R9*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 128(CX)(R9*4)
+	VADDPS    Z5, Z3, Z3
+	VCVTPH2PS 96(DX)(R9*2), Z5
+	VCVTPH2PS 96(BX)(R9*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 192(CX)(R9*4)
+	VADDPS    Z5, Z4, Z4
+	ADDQ      SI, R9
+	CMPQ      R9, DI
+	JB        avx512AddSumF16AccTree_group_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z5
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z5, Z2
+	VSHUFPS   $0xdd, Z1, Z5, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R8*1)
+	ADDQ      $0x00000040, R8
+	JMP       avx512AddSumF16AccTree_group
+
+avx512AddSumF16AccTree_group_done:
+	CMPQ          SI, $0x00000800
+	JB            avx512AddSumF16AccTree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTree_1024:
+	CMPQ          SI, $0x00000400
+	JB            avx512AddSumF16AccTree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTree_512:
+	CMPQ          SI, $0x00000200
+	JB            avx512AddSumF16AccTree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTree_256:
+	CMPQ          SI, $0x00000100
+	JB            avx512AddSumF16AccTree_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTree_128:
+	CMPQ          SI, $0x00000080
+	JB            avx512AddSumF16AccTree_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTree_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16AccTreeX(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumF16AccTreeX_pairs:
+	CMPQ    R9, R10
+	JAE     avx512AddSumF16AccTreeX_pairs_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
+	MOVQ    R9, R11
+
+avx512AddSumF16AccTreeX_pairs_chunk:
+	VCVTPH2PS (BX)(R11*2), Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R11*4)
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, (DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R11*4)
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 32(DX)(R11*2)
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R11*4)
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 64(DX)(R11*2)
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R11*4)
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 96(DX)(R11*2)
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R11*4)
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 128(DX)(R11*2)
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R11*4)
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 160(DX)(R11*2)
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R11*4)
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 192(DX)(R11*2)
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R11*4)
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16AccTreeX_pairs_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z9
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z9, Z2
+	VSHUFPS   $0xdd, Z1, Z9, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R9*1)
+	VSHUFPS   $0x88, Z6, Z5, Z1
+	VSHUFPS   $0xdd, Z6, Z5, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z8, Z7, Z2
+	VSHUFPS   $0xdd, Z8, Z7, Z3
+	VADDPS    Z3, Z2, Z2
+	VSHUFPS   $0x88, Z2, Z1, Z3
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VMOVUPS   Z3, 64(AX)(R9*1)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16AccTreeX_pairs
+
+avx512AddSumF16AccTreeX_pairs_done:
+avx512AddSumF16AccTreeX_group:
+	CMPQ    R9, DI
+	JAE     avx512AddSumF16AccTreeX_group_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	MOVQ    R9, R10
+
+avx512AddSumF16AccTreeX_group_chunk:
+	VCVTPH2PS (BX)(R10*2), Z5
+	VCVTPH2PS (SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, (CX)(R10*4)
+	VADDPS    Z6, Z1, Z1
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVUPS   Y5, (DX)(R10*2)
+	VCVTPH2PS 32(BX)(R10*2), Z5
+	VCVTPH2PS 32(SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 64(CX)(R10*4)
+	VADDPS    Z6, Z2, Z2
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVUPS   Y5, 32(DX)(R10*2)
+	VCVTPH2PS 64(BX)(R10*2), Z5
+	VCVTPH2PS 64(SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 128(CX)(R10*4)
+	VADDPS    Z6, Z3, Z3
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVUPS   Y5, 64(DX)(R10*2)
+	VCVTPH2PS 96(BX)(R10*2), Z5
+	VCVTPH2PS 96(SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 192(CX)(R10*4)
+	VADDPS    Z6, Z4, Z4
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVUPS   Y5, 96(DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16AccTreeX_group_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z5
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z5, Z2
+	VSHUFPS   $0xdd, Z1, Z5, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R9*1)
+	ADDQ      $0x00000040, R9
+	JMP       avx512AddSumF16AccTreeX_group
+
+avx512AddSumF16AccTreeX_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumF16AccTreeX_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTreeX_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumF16AccTreeX_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTreeX_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumF16AccTreeX_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTreeX_256:
+	CMPQ          DI, $0x00000100
+	JB            avx512AddSumF16AccTreeX_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTreeX_128:
+	CMPQ          DI, $0x00000080
+	JB            avx512AddSumF16AccTreeX_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTreeX_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16AccTreeNT(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumF16AccTreeNT_pairs:
+	CMPQ    R9, R10
+	JAE     avx512AddSumF16AccTreeNT_pairs_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
+	MOVQ    R9, R11
+
+avx512AddSumF16AccTreeNT_pairs_chunk:
+	VCVTPH2PS (BX)(R11*2), Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R11*4)
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, (DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R11*4)
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 32(DX)(R11*2)
+	VCVTPH2PS 64(BX)(R11*2), Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R11*4)
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 64(DX)(R11*2)
+	VCVTPH2PS 96(BX)(R11*2), Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R11*4)
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 96(DX)(R11*2)
+	VCVTPH2PS 128(BX)(R11*2), Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R11*4)
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 128(DX)(R11*2)
+	VCVTPH2PS 160(BX)(R11*2), Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R11*4)
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 160(DX)(R11*2)
+	VCVTPH2PS 192(BX)(R11*2), Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R11*4)
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 192(DX)(R11*2)
+	VCVTPH2PS 224(BX)(R11*2), Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R11*4)
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16AccTreeNT_pairs_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z9
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z9, Z2
+	VSHUFPS   $0xdd, Z1, Z9, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R9*1)
+	VSHUFPS   $0x88, Z6, Z5, Z1
+	VSHUFPS   $0xdd, Z6, Z5, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z8, Z7, Z2
+	VSHUFPS   $0xdd, Z8, Z7, Z3
+	VADDPS    Z3, Z2, Z2
+	VSHUFPS   $0x88, Z2, Z1, Z3
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VMOVUPS   Z3, 64(AX)(R9*1)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16AccTreeNT_pairs
+
+avx512AddSumF16AccTreeNT_pairs_done:
+avx512AddSumF16AccTreeNT_group:
+	CMPQ    R9, DI
+	JAE     avx512AddSumF16AccTreeNT_group_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	MOVQ    R9, R10
+
+avx512AddSumF16AccTreeNT_group_chunk:
+	VCVTPH2PS (BX)(R10*2), Z5
+	VCVTPH2PS (SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, (CX)(R10*4)
+	VADDPS    Z6, Z1, Z1
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVNTDQ  Y5, (DX)(R10*2)
+	VCVTPH2PS 32(BX)(R10*2), Z5
+	VCVTPH2PS 32(SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 64(CX)(R10*4)
+	VADDPS    Z6, Z2, Z2
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVNTDQ  Y5, 32(DX)(R10*2)
+	VCVTPH2PS 64(BX)(R10*2), Z5
+	VCVTPH2PS 64(SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 128(CX)(R10*4)
+	VADDPS    Z6, Z3, Z3
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVNTDQ  Y5, 64(DX)(R10*2)
+	VCVTPH2PS 96(BX)(R10*2), Z5
+	VCVTPH2PS 96(SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 192(CX)(R10*4)
+	VADDPS    Z6, Z4, Z4
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVNTDQ  Y5, 96(DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16AccTreeNT_group_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z5
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z5, Z2
+	VSHUFPS   $0xdd, Z1, Z5, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R9*1)
+	ADDQ      $0x00000040, R9
+	JMP       avx512AddSumF16AccTreeNT_group
+
+avx512AddSumF16AccTreeNT_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumF16AccTreeNT_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTreeNT_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumF16AccTreeNT_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTreeNT_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumF16AccTreeNT_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTreeNT_256:
+	CMPQ          DI, $0x00000100
+	JB            avx512AddSumF16AccTreeNT_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTreeNT_128:
+	CMPQ          DI, $0x00000080
+	JB            avx512AddSumF16AccTreeNT_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16AccTreeNT_64:
 	VMOVUPS       (AX), Z0
 	VPERMILPS     $0xee, Z0, Z1
 	VADDPS        Z1, Z0, Z0
@@ -7887,6 +9305,132 @@ avx512AddSumF16FullTree_group_chunk:
 	JMP       avx512AddSumF16FullTree_group
 
 avx512AddSumF16FullTree_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumF16FullTree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullTree_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumF16FullTree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullTree_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumF16FullTree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullTree_256:
 	CMPQ          DI, $0x00000100
 	JB            avx512AddSumF16FullTree_128
 	VMOVUPS       (AX), Z0
@@ -8141,6 +9685,132 @@ avx512AddSumF16FullTreeX_group_chunk:
 	JMP       avx512AddSumF16FullTreeX_group
 
 avx512AddSumF16FullTreeX_group_done:
+	CMPQ          R8, $0x00000800
+	JB            avx512AddSumF16FullTreeX_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullTreeX_1024:
+	CMPQ          R8, $0x00000400
+	JB            avx512AddSumF16FullTreeX_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullTreeX_512:
+	CMPQ          R8, $0x00000200
+	JB            avx512AddSumF16FullTreeX_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullTreeX_256:
 	CMPQ          R8, $0x00000100
 	JB            avx512AddSumF16FullTreeX_128
 	VMOVUPS       (AX), Z0
@@ -8395,6 +10065,132 @@ avx512AddSumF16FullTreeNT_group_chunk:
 	JMP       avx512AddSumF16FullTreeNT_group
 
 avx512AddSumF16FullTreeNT_group_done:
+	CMPQ          R8, $0x00000800
+	JB            avx512AddSumF16FullTreeNT_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullTreeNT_1024:
+	CMPQ          R8, $0x00000400
+	JB            avx512AddSumF16FullTreeNT_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullTreeNT_512:
+	CMPQ          R8, $0x00000200
+	JB            avx512AddSumF16FullTreeNT_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullTreeNT_256:
 	CMPQ          R8, $0x00000100
 	JB            avx512AddSumF16FullTreeNT_128
 	VMOVUPS       (AX), Z0
@@ -8432,6 +10228,1121 @@ avx512AddSumF16FullTreeNT_128:
 	RET
 
 avx512AddSumF16FullTreeNT_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16FullAccTree(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         a_base+72(FP), DX
+	MOVQ         b_base+96(FP), BX
+	MOVQ         d_base+120(FP), SI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumF16FullAccTree_pairs:
+	CMPQ    R9, R10
+	JAE     avx512AddSumF16FullAccTree_pairs_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
+	MOVQ    R9, R11
+
+avx512AddSumF16FullAccTree_pairs_chunk:
+	VCVTPH2PS (DX)(R11*2), Z9
+	VCVTPH2PS (BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS (SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VADDPS    Z9, Z1, Z1
+	VCVTPH2PS 32(DX)(R11*2), Z9
+	VCVTPH2PS 32(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 32(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VADDPS    Z9, Z2, Z2
+	VCVTPH2PS 64(DX)(R11*2), Z9
+	VCVTPH2PS 64(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 64(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VADDPS    Z9, Z3, Z3
+	VCVTPH2PS 96(DX)(R11*2), Z9
+	VCVTPH2PS 96(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 96(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VADDPS    Z9, Z4, Z4
+	VCVTPH2PS 128(DX)(R11*2), Z9
+	VCVTPH2PS 128(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 128(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VADDPS    Z9, Z5, Z5
+	VCVTPH2PS 160(DX)(R11*2), Z9
+	VCVTPH2PS 160(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 160(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VADDPS    Z9, Z6, Z6
+	VCVTPH2PS 192(DX)(R11*2), Z9
+	VCVTPH2PS 192(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 192(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VADDPS    Z9, Z7, Z7
+	VCVTPH2PS 224(DX)(R11*2), Z9
+	VCVTPH2PS 224(BX)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 224(SI)(R11*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumF16FullAccTree_pairs_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z9
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z9, Z2
+	VSHUFPS   $0xdd, Z1, Z9, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R9*1)
+	VSHUFPS   $0x88, Z6, Z5, Z1
+	VSHUFPS   $0xdd, Z6, Z5, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z8, Z7, Z2
+	VSHUFPS   $0xdd, Z8, Z7, Z3
+	VADDPS    Z3, Z2, Z2
+	VSHUFPS   $0x88, Z2, Z1, Z3
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VMOVUPS   Z3, 64(AX)(R9*1)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumF16FullAccTree_pairs
+
+avx512AddSumF16FullAccTree_pairs_done:
+avx512AddSumF16FullAccTree_group:
+	CMPQ    R9, DI
+	JAE     avx512AddSumF16FullAccTree_group_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	MOVQ    R9, R10
+
+avx512AddSumF16FullAccTree_group_chunk:
+	VCVTPH2PS (DX)(R10*2), Z5
+	VCVTPH2PS (BX)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS (SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, (CX)(R10*4)
+	VADDPS    Z5, Z1, Z1
+	VCVTPH2PS 32(DX)(R10*2), Z5
+	VCVTPH2PS 32(BX)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS 32(SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 64(CX)(R10*4)
+	VADDPS    Z5, Z2, Z2
+	VCVTPH2PS 64(DX)(R10*2), Z5
+	VCVTPH2PS 64(BX)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS 64(SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 128(CX)(R10*4)
+	VADDPS    Z5, Z3, Z3
+	VCVTPH2PS 96(DX)(R10*2), Z5
+	VCVTPH2PS 96(BX)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS 96(SI)(R10*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 192(CX)(R10*4)
+	VADDPS    Z5, Z4, Z4
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumF16FullAccTree_group_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z5
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z5, Z2
+	VSHUFPS   $0xdd, Z1, Z5, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R9*1)
+	ADDQ      $0x00000040, R9
+	JMP       avx512AddSumF16FullAccTree_group
+
+avx512AddSumF16FullAccTree_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumF16FullAccTree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTree_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumF16FullAccTree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTree_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumF16FullAccTree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTree_256:
+	CMPQ          DI, $0x00000100
+	JB            avx512AddSumF16FullAccTree_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTree_128:
+	CMPQ          DI, $0x00000080
+	JB            avx512AddSumF16FullAccTree_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTree_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16FullAccTreeX(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512AddSumF16FullAccTreeX_pairs:
+	CMPQ    R10, R11
+	JAE     avx512AddSumF16FullAccTreeX_pairs_done
+	VMOVUPS (AX)(R10*4), Z1
+	VMOVUPS 64(AX)(R10*4), Z2
+	VMOVUPS 128(AX)(R10*4), Z3
+	VMOVUPS 192(AX)(R10*4), Z4
+	VMOVUPS 256(AX)(R10*4), Z5
+	VMOVUPS 320(AX)(R10*4), Z6
+	VMOVUPS 384(AX)(R10*4), Z7
+	VMOVUPS 448(AX)(R10*4), Z8
+	MOVQ    R10, R12
+
+avx512AddSumF16FullAccTreeX_pairs_chunk:
+	VCVTPH2PS (BX)(R12*2), Z9
+	VCVTPH2PS (SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS (DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R12*4)
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, (DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Z9
+	VCVTPH2PS 32(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 32(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R12*4)
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 32(DX)(R12*2)
+	VCVTPH2PS 64(BX)(R12*2), Z9
+	VCVTPH2PS 64(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 64(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R12*4)
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 64(DX)(R12*2)
+	VCVTPH2PS 96(BX)(R12*2), Z9
+	VCVTPH2PS 96(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 96(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R12*4)
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 96(DX)(R12*2)
+	VCVTPH2PS 128(BX)(R12*2), Z9
+	VCVTPH2PS 128(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 128(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R12*4)
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 128(DX)(R12*2)
+	VCVTPH2PS 160(BX)(R12*2), Z9
+	VCVTPH2PS 160(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 160(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R12*4)
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 160(DX)(R12*2)
+	VCVTPH2PS 192(BX)(R12*2), Z9
+	VCVTPH2PS 192(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 192(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R12*4)
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 192(DX)(R12*2)
+	VCVTPH2PS 224(BX)(R12*2), Z9
+	VCVTPH2PS 224(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 224(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R12*4)
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVUPS   Y9, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumF16FullAccTreeX_pairs_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z9
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z9, Z2
+	VSHUFPS   $0xdd, Z1, Z9, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R10*1)
+	VSHUFPS   $0x88, Z6, Z5, Z1
+	VSHUFPS   $0xdd, Z6, Z5, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z8, Z7, Z2
+	VSHUFPS   $0xdd, Z8, Z7, Z3
+	VADDPS    Z3, Z2, Z2
+	VSHUFPS   $0x88, Z2, Z1, Z3
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VMOVUPS   Z3, 64(AX)(R10*1)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumF16FullAccTreeX_pairs
+
+avx512AddSumF16FullAccTreeX_pairs_done:
+avx512AddSumF16FullAccTreeX_group:
+	CMPQ    R10, R8
+	JAE     avx512AddSumF16FullAccTreeX_group_done
+	VMOVUPS (AX)(R10*4), Z1
+	VMOVUPS 64(AX)(R10*4), Z2
+	VMOVUPS 128(AX)(R10*4), Z3
+	VMOVUPS 192(AX)(R10*4), Z4
+	MOVQ    R10, R11
+
+avx512AddSumF16FullAccTreeX_group_chunk:
+	VCVTPH2PS (BX)(R11*2), Z5
+	VCVTPH2PS (SI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS (DI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, (CX)(R11*4)
+	VADDPS    Z6, Z1, Z1
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVUPS   Y5, (DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Z5
+	VCVTPH2PS 32(SI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS 32(DI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 64(CX)(R11*4)
+	VADDPS    Z6, Z2, Z2
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVUPS   Y5, 32(DX)(R11*2)
+	VCVTPH2PS 64(BX)(R11*2), Z5
+	VCVTPH2PS 64(SI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS 64(DI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 128(CX)(R11*4)
+	VADDPS    Z6, Z3, Z3
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVUPS   Y5, 64(DX)(R11*2)
+	VCVTPH2PS 96(BX)(R11*2), Z5
+	VCVTPH2PS 96(SI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS 96(DI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 192(CX)(R11*4)
+	VADDPS    Z6, Z4, Z4
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVUPS   Y5, 96(DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumF16FullAccTreeX_group_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z5
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z5, Z2
+	VSHUFPS   $0xdd, Z1, Z5, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R10*1)
+	ADDQ      $0x00000040, R10
+	JMP       avx512AddSumF16FullAccTreeX_group
+
+avx512AddSumF16FullAccTreeX_group_done:
+	CMPQ          R8, $0x00000800
+	JB            avx512AddSumF16FullAccTreeX_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTreeX_1024:
+	CMPQ          R8, $0x00000400
+	JB            avx512AddSumF16FullAccTreeX_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTreeX_512:
+	CMPQ          R8, $0x00000200
+	JB            avx512AddSumF16FullAccTreeX_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTreeX_256:
+	CMPQ          R8, $0x00000100
+	JB            avx512AddSumF16FullAccTreeX_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTreeX_128:
+	CMPQ          R8, $0x00000080
+	JB            avx512AddSumF16FullAccTreeX_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTreeX_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumF16FullAccTreeNT(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512AddSumF16FullAccTreeNT_pairs:
+	CMPQ    R10, R11
+	JAE     avx512AddSumF16FullAccTreeNT_pairs_done
+	VMOVUPS (AX)(R10*4), Z1
+	VMOVUPS 64(AX)(R10*4), Z2
+	VMOVUPS 128(AX)(R10*4), Z3
+	VMOVUPS 192(AX)(R10*4), Z4
+	VMOVUPS 256(AX)(R10*4), Z5
+	VMOVUPS 320(AX)(R10*4), Z6
+	VMOVUPS 384(AX)(R10*4), Z7
+	VMOVUPS 448(AX)(R10*4), Z8
+	MOVQ    R10, R12
+
+avx512AddSumF16FullAccTreeNT_pairs_chunk:
+	VCVTPH2PS (BX)(R12*2), Z9
+	VCVTPH2PS (SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS (DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, (CX)(R12*4)
+	VADDPS    Z10, Z1, Z1
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, (DX)(R12*2)
+	VCVTPH2PS 32(BX)(R12*2), Z9
+	VCVTPH2PS 32(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 32(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 64(CX)(R12*4)
+	VADDPS    Z10, Z2, Z2
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 32(DX)(R12*2)
+	VCVTPH2PS 64(BX)(R12*2), Z9
+	VCVTPH2PS 64(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 64(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 128(CX)(R12*4)
+	VADDPS    Z10, Z3, Z3
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 64(DX)(R12*2)
+	VCVTPH2PS 96(BX)(R12*2), Z9
+	VCVTPH2PS 96(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 96(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 192(CX)(R12*4)
+	VADDPS    Z10, Z4, Z4
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 96(DX)(R12*2)
+	VCVTPH2PS 128(BX)(R12*2), Z9
+	VCVTPH2PS 128(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 128(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 256(CX)(R12*4)
+	VADDPS    Z10, Z5, Z5
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 128(DX)(R12*2)
+	VCVTPH2PS 160(BX)(R12*2), Z9
+	VCVTPH2PS 160(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 160(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 320(CX)(R12*4)
+	VADDPS    Z10, Z6, Z6
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 160(DX)(R12*2)
+	VCVTPH2PS 192(BX)(R12*2), Z9
+	VCVTPH2PS 192(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 192(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 384(CX)(R12*4)
+	VADDPS    Z10, Z7, Z7
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 192(DX)(R12*2)
+	VCVTPH2PS 224(BX)(R12*2), Z9
+	VCVTPH2PS 224(SI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VCVTPH2PS 224(DI)(R12*2), Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z10
+	VMOVUPS   Z10, 448(CX)(R12*4)
+	VADDPS    Z10, Z8, Z8
+	VCVTPS2PH $0x00, Z9, Y9
+	VMOVNTDQ  Y9, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumF16FullAccTreeNT_pairs_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z9
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z9, Z2
+	VSHUFPS   $0xdd, Z1, Z9, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R10*1)
+	VSHUFPS   $0x88, Z6, Z5, Z1
+	VSHUFPS   $0xdd, Z6, Z5, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z8, Z7, Z2
+	VSHUFPS   $0xdd, Z8, Z7, Z3
+	VADDPS    Z3, Z2, Z2
+	VSHUFPS   $0x88, Z2, Z1, Z3
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VMOVUPS   Z3, 64(AX)(R10*1)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumF16FullAccTreeNT_pairs
+
+avx512AddSumF16FullAccTreeNT_pairs_done:
+avx512AddSumF16FullAccTreeNT_group:
+	CMPQ    R10, R8
+	JAE     avx512AddSumF16FullAccTreeNT_group_done
+	VMOVUPS (AX)(R10*4), Z1
+	VMOVUPS 64(AX)(R10*4), Z2
+	VMOVUPS 128(AX)(R10*4), Z3
+	VMOVUPS 192(AX)(R10*4), Z4
+	MOVQ    R10, R11
+
+avx512AddSumF16FullAccTreeNT_group_chunk:
+	VCVTPH2PS (BX)(R11*2), Z5
+	VCVTPH2PS (SI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS (DI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, (CX)(R11*4)
+	VADDPS    Z6, Z1, Z1
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVNTDQ  Y5, (DX)(R11*2)
+	VCVTPH2PS 32(BX)(R11*2), Z5
+	VCVTPH2PS 32(SI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS 32(DI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 64(CX)(R11*4)
+	VADDPS    Z6, Z2, Z2
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVNTDQ  Y5, 32(DX)(R11*2)
+	VCVTPH2PS 64(BX)(R11*2), Z5
+	VCVTPH2PS 64(SI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS 64(DI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 128(CX)(R11*4)
+	VADDPS    Z6, Z3, Z3
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVNTDQ  Y5, 64(DX)(R11*2)
+	VCVTPH2PS 96(BX)(R11*2), Z5
+	VCVTPH2PS 96(SI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VCVTPH2PS 96(DI)(R11*2), Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z6
+	VMOVUPS   Z6, 192(CX)(R11*4)
+	VADDPS    Z6, Z4, Z4
+	VCVTPS2PH $0x00, Z5, Y5
+	VMOVNTDQ  Y5, 96(DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumF16FullAccTreeNT_group_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z5
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z5, Z2
+	VSHUFPS   $0xdd, Z1, Z5, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R10*1)
+	ADDQ      $0x00000040, R10
+	JMP       avx512AddSumF16FullAccTreeNT_group
+
+avx512AddSumF16FullAccTreeNT_group_done:
+	CMPQ          R8, $0x00000800
+	JB            avx512AddSumF16FullAccTreeNT_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTreeNT_1024:
+	CMPQ          R8, $0x00000400
+	JB            avx512AddSumF16FullAccTreeNT_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTreeNT_512:
+	CMPQ          R8, $0x00000200
+	JB            avx512AddSumF16FullAccTreeNT_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTreeNT_256:
+	CMPQ          R8, $0x00000100
+	JB            avx512AddSumF16FullAccTreeNT_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTreeNT_128:
+	CMPQ          R8, $0x00000080
+	JB            avx512AddSumF16FullAccTreeNT_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumF16FullAccTreeNT_64:
 	VMOVUPS       (AX), Z0
 	VPERMILPS     $0xee, Z0, Z1
 	VADDPS        Z1, Z0, Z0
@@ -9881,6 +12792,132 @@ avx512AddSumBF16Tree_group_chunk:
 	JMP       avx512AddSumBF16Tree_group
 
 avx512AddSumBF16Tree_group_done:
+	CMPQ          SI, $0x00000800
+	JB            avx512AddSumBF16Tree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16Tree_1024:
+	CMPQ          SI, $0x00000400
+	JB            avx512AddSumBF16Tree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16Tree_512:
+	CMPQ          SI, $0x00000200
+	JB            avx512AddSumBF16Tree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16Tree_256:
 	CMPQ          SI, $0x00000100
 	JB            avx512AddSumBF16Tree_128
 	VMOVUPS       (AX), Z0
@@ -10257,6 +13294,132 @@ avx512AddSumBF16TreeX_group_chunk:
 	JMP       avx512AddSumBF16TreeX_group
 
 avx512AddSumBF16TreeX_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumBF16TreeX_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16TreeX_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumBF16TreeX_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16TreeX_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumBF16TreeX_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16TreeX_256:
 	CMPQ          DI, $0x00000100
 	JB            avx512AddSumBF16TreeX_128
 	VMOVUPS       (AX), Z0
@@ -10633,6 +13796,132 @@ avx512AddSumBF16TreeNT_group_chunk:
 	JMP       avx512AddSumBF16TreeNT_group
 
 avx512AddSumBF16TreeNT_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumBF16TreeNT_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16TreeNT_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumBF16TreeNT_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16TreeNT_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumBF16TreeNT_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16TreeNT_256:
 	CMPQ          DI, $0x00000100
 	JB            avx512AddSumBF16TreeNT_128
 	VMOVUPS       (AX), Z0
@@ -10670,6 +13959,1364 @@ avx512AddSumBF16TreeNT_128:
 	RET
 
 avx512AddSumBF16TreeNT_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumBF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16AccTree(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         a_base+72(FP), DX
+	MOVQ         b_base+96(FP), BX
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         t_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-128, R9
+
+avx512AddSumBF16AccTree_pairs:
+	CMPQ    R8, R9
+	JAE     avx512AddSumBF16AccTree_pairs_done
+	VMOVUPS (AX)(R8*4), Z1
+	VMOVUPS 64(AX)(R8*4), Z2
+	VMOVUPS 128(AX)(R8*4), Z3
+	VMOVUPS 192(AX)(R8*4), Z4
+	VMOVUPS 256(AX)(R8*4), Z5
+	VMOVUPS 320(AX)(R8*4), Z6
+	VMOVUPS 384(AX)(R8*4), Z7
+	VMOVUPS 448(AX)(R8*4), Z8
+	MOVQ    R8, R10
+
+avx512AddSumBF16AccTree_pairs_chunk:
+	VPMOVZXWD (DX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD (BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R10*4)
+	VADDPS    Z9, Z1, Z1
+	VPMOVZXWD 32(DX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 32(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R10*4)
+	VADDPS    Z9, Z2, Z2
+	VPMOVZXWD 64(DX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 64(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R10*4)
+	VADDPS    Z9, Z3, Z3
+	VPMOVZXWD 96(DX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 96(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R10*4)
+	VADDPS    Z9, Z4, Z4
+	VPMOVZXWD 128(DX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 128(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R10*4)
+	VADDPS    Z9, Z5, Z5
+	VPMOVZXWD 160(DX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 160(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R10*4)
+	VADDPS    Z9, Z6, Z6
+	VPMOVZXWD 192(DX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 192(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R10*4)
+	VADDPS    Z9, Z7, Z7
+	VPMOVZXWD 224(DX)(R10*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 224(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R10*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      SI, R10
+	CMPQ      R10, DI
+	JB        avx512AddSumBF16AccTree_pairs_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z9
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z9, Z2
+	VSHUFPS   $0xdd, Z1, Z9, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R8*1)
+	VSHUFPS   $0x88, Z6, Z5, Z1
+	VSHUFPS   $0xdd, Z6, Z5, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z8, Z7, Z2
+	VSHUFPS   $0xdd, Z8, Z7, Z3
+	VADDPS    Z3, Z2, Z2
+	VSHUFPS   $0x88, Z2, Z1, Z3
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VMOVUPS   Z3, 64(AX)(R8*1)
+	ADDQ      $0x00000080, R8
+	JMP       avx512AddSumBF16AccTree_pairs
+
+avx512AddSumBF16AccTree_pairs_done:
+avx512AddSumBF16AccTree_group:
+	CMPQ    R8, SI
+	JAE     avx512AddSumBF16AccTree_group_done
+	VMOVUPS (AX)(R8*4), Z1
+	VMOVUPS 64(AX)(R8*4), Z2
+	VMOVUPS 128(AX)(R8*4), Z3
+	VMOVUPS 192(AX)(R8*4), Z4
+	MOVQ    R8, R9
+
+avx512AddSumBF16AccTree_group_chunk:
+	VPMOVZXWD (DX)(R9*2), Z5
+	VPSLLD    $0x10, Z5, Z5
+	VPMOVZXWD (BX)(R9*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, (CX)(R9*4)
+	VADDPS    Z5, Z1, Z1
+	VPMOVZXWD 32(DX)(R9*2), Z5
+	VPSLLD    $0x10, Z5, Z5
+	VPMOVZXWD 32(BX)(R9*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 64(CX)(R9*4)
+	VADDPS    Z5, Z2, Z2
+	VPMOVZXWD 64(DX)(R9*2), Z5
+	VPSLLD    $0x10, Z5, Z5
+	VPMOVZXWD 64(BX)(R9*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 128(CX)(R9*4)
+	VADDPS    Z5, Z3, Z3
+	VPMOVZXWD 96(DX)(R9*2), Z5
+	VPSLLD    $0x10, Z5, Z5
+	VPMOVZXWD 96(BX)(R9*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 192(CX)(R9*4)
+	VADDPS    Z5, Z4, Z4
+	ADDQ      SI, R9
+	CMPQ      R9, DI
+	JB        avx512AddSumBF16AccTree_group_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z5
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z5, Z2
+	VSHUFPS   $0xdd, Z1, Z5, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R8*1)
+	ADDQ      $0x00000040, R8
+	JMP       avx512AddSumBF16AccTree_group
+
+avx512AddSumBF16AccTree_group_done:
+	CMPQ          SI, $0x00000800
+	JB            avx512AddSumBF16AccTree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTree_1024:
+	CMPQ          SI, $0x00000400
+	JB            avx512AddSumBF16AccTree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTree_512:
+	CMPQ          SI, $0x00000200
+	JB            avx512AddSumBF16AccTree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTree_256:
+	CMPQ          SI, $0x00000100
+	JB            avx512AddSumBF16AccTree_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTree_128:
+	CMPQ          SI, $0x00000080
+	JB            avx512AddSumBF16AccTree_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTree_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumBF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16AccTreeX(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVL         $0x00000001, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Z1
+	MOVL         $0x7fffffff, DI
+	VMOVD        DI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x7f800000, DI
+	VMOVD        DI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x00000040, DI
+	VMOVD        DI, X4
+	VPBROADCASTD X4, Z4
+	VBROADCASTSS x0+144(FP), Z5
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumBF16AccTreeX_pairs:
+	CMPQ    R9, R10
+	JAE     avx512AddSumBF16AccTreeX_pairs_done
+	VMOVUPS (AX)(R9*4), Z6
+	VMOVUPS 64(AX)(R9*4), Z7
+	VMOVUPS 128(AX)(R9*4), Z8
+	VMOVUPS 192(AX)(R9*4), Z9
+	VMOVUPS 256(AX)(R9*4), Z10
+	VMOVUPS 320(AX)(R9*4), Z11
+	VMOVUPS 384(AX)(R9*4), Z12
+	VMOVUPS 448(AX)(R9*4), Z13
+	MOVQ    R9, R11
+
+avx512AddSumBF16AccTreeX_pairs_chunk:
+	VPMOVZXWD (BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD (SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, (CX)(R11*4)
+	VADDPS    Z15, Z6, Z6
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, (DX)(R11*2)
+	VPMOVZXWD 32(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 32(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 64(CX)(R11*4)
+	VADDPS    Z15, Z7, Z7
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 32(DX)(R11*2)
+	VPMOVZXWD 64(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 64(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 128(CX)(R11*4)
+	VADDPS    Z15, Z8, Z8
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 64(DX)(R11*2)
+	VPMOVZXWD 96(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 96(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 192(CX)(R11*4)
+	VADDPS    Z15, Z9, Z9
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 96(DX)(R11*2)
+	VPMOVZXWD 128(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 128(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 256(CX)(R11*4)
+	VADDPS    Z15, Z10, Z10
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 128(DX)(R11*2)
+	VPMOVZXWD 160(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 160(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 320(CX)(R11*4)
+	VADDPS    Z15, Z11, Z11
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 160(DX)(R11*2)
+	VPMOVZXWD 192(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 192(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 384(CX)(R11*4)
+	VADDPS    Z15, Z12, Z12
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 192(DX)(R11*2)
+	VPMOVZXWD 224(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 224(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 448(CX)(R11*4)
+	VADDPS    Z15, Z13, Z13
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16AccTreeX_pairs_chunk
+	VSHUFPS   $0x88, Z7, Z6, Z14
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z14, Z14
+	VSHUFPS   $0x88, Z9, Z8, Z6
+	VSHUFPS   $0xdd, Z9, Z8, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z6, Z14, Z7
+	VSHUFPS   $0xdd, Z6, Z14, Z6
+	VADDPS    Z6, Z7, Z7
+	VMOVUPS   Z7, (AX)(R9*1)
+	VSHUFPS   $0x88, Z11, Z10, Z6
+	VSHUFPS   $0xdd, Z11, Z10, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z13, Z12, Z7
+	VSHUFPS   $0xdd, Z13, Z12, Z8
+	VADDPS    Z8, Z7, Z7
+	VSHUFPS   $0x88, Z7, Z6, Z8
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z8, Z8
+	VMOVUPS   Z8, 64(AX)(R9*1)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16AccTreeX_pairs
+
+avx512AddSumBF16AccTreeX_pairs_done:
+avx512AddSumBF16AccTreeX_group:
+	CMPQ    R9, DI
+	JAE     avx512AddSumBF16AccTreeX_group_done
+	VMOVUPS (AX)(R9*4), Z6
+	VMOVUPS 64(AX)(R9*4), Z7
+	VMOVUPS 128(AX)(R9*4), Z8
+	VMOVUPS 192(AX)(R9*4), Z9
+	MOVQ    R9, R10
+
+avx512AddSumBF16AccTreeX_group_chunk:
+	VPMOVZXWD (BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD (SI)(R10*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, (CX)(R10*4)
+	VADDPS    Z11, Z6, Z6
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVUPS   Y10, (DX)(R10*2)
+	VPMOVZXWD 32(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 32(SI)(R10*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 64(CX)(R10*4)
+	VADDPS    Z11, Z7, Z7
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVUPS   Y10, 32(DX)(R10*2)
+	VPMOVZXWD 64(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 64(SI)(R10*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 128(CX)(R10*4)
+	VADDPS    Z11, Z8, Z8
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVUPS   Y10, 64(DX)(R10*2)
+	VPMOVZXWD 96(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 96(SI)(R10*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 192(CX)(R10*4)
+	VADDPS    Z11, Z9, Z9
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVUPS   Y10, 96(DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16AccTreeX_group_chunk
+	VSHUFPS   $0x88, Z7, Z6, Z10
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z10, Z10
+	VSHUFPS   $0x88, Z9, Z8, Z6
+	VSHUFPS   $0xdd, Z9, Z8, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z6, Z10, Z7
+	VSHUFPS   $0xdd, Z6, Z10, Z6
+	VADDPS    Z6, Z7, Z7
+	VMOVUPS   Z7, (AX)(R9*1)
+	ADDQ      $0x00000040, R9
+	JMP       avx512AddSumBF16AccTreeX_group
+
+avx512AddSumBF16AccTreeX_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumBF16AccTreeX_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTreeX_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumBF16AccTreeX_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTreeX_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumBF16AccTreeX_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTreeX_256:
+	CMPQ          DI, $0x00000100
+	JB            avx512AddSumBF16AccTreeX_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTreeX_128:
+	CMPQ          DI, $0x00000080
+	JB            avx512AddSumBF16AccTreeX_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTreeX_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumBF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16AccTreeNT(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVL         $0x00000001, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Z1
+	MOVL         $0x7fffffff, DI
+	VMOVD        DI, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x7f800000, DI
+	VMOVD        DI, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x00000040, DI
+	VMOVD        DI, X4
+	VPBROADCASTD X4, Z4
+	VBROADCASTSS x0+144(FP), Z5
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumBF16AccTreeNT_pairs:
+	CMPQ    R9, R10
+	JAE     avx512AddSumBF16AccTreeNT_pairs_done
+	VMOVUPS (AX)(R9*4), Z6
+	VMOVUPS 64(AX)(R9*4), Z7
+	VMOVUPS 128(AX)(R9*4), Z8
+	VMOVUPS 192(AX)(R9*4), Z9
+	VMOVUPS 256(AX)(R9*4), Z10
+	VMOVUPS 320(AX)(R9*4), Z11
+	VMOVUPS 384(AX)(R9*4), Z12
+	VMOVUPS 448(AX)(R9*4), Z13
+	MOVQ    R9, R11
+
+avx512AddSumBF16AccTreeNT_pairs_chunk:
+	VPMOVZXWD (BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD (SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, (CX)(R11*4)
+	VADDPS    Z15, Z6, Z6
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, (DX)(R11*2)
+	VPMOVZXWD 32(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 32(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 64(CX)(R11*4)
+	VADDPS    Z15, Z7, Z7
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 32(DX)(R11*2)
+	VPMOVZXWD 64(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 64(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 128(CX)(R11*4)
+	VADDPS    Z15, Z8, Z8
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 64(DX)(R11*2)
+	VPMOVZXWD 96(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 96(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 192(CX)(R11*4)
+	VADDPS    Z15, Z9, Z9
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 96(DX)(R11*2)
+	VPMOVZXWD 128(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 128(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 256(CX)(R11*4)
+	VADDPS    Z15, Z10, Z10
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 128(DX)(R11*2)
+	VPMOVZXWD 160(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 160(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 320(CX)(R11*4)
+	VADDPS    Z15, Z11, Z11
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 160(DX)(R11*2)
+	VPMOVZXWD 192(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 192(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 384(CX)(R11*4)
+	VADDPS    Z15, Z12, Z12
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 192(DX)(R11*2)
+	VPMOVZXWD 224(BX)(R11*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 224(SI)(R11*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 448(CX)(R11*4)
+	VADDPS    Z15, Z13, Z13
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 224(DX)(R11*2)
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16AccTreeNT_pairs_chunk
+	VSHUFPS   $0x88, Z7, Z6, Z14
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z14, Z14
+	VSHUFPS   $0x88, Z9, Z8, Z6
+	VSHUFPS   $0xdd, Z9, Z8, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z6, Z14, Z7
+	VSHUFPS   $0xdd, Z6, Z14, Z6
+	VADDPS    Z6, Z7, Z7
+	VMOVUPS   Z7, (AX)(R9*1)
+	VSHUFPS   $0x88, Z11, Z10, Z6
+	VSHUFPS   $0xdd, Z11, Z10, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z13, Z12, Z7
+	VSHUFPS   $0xdd, Z13, Z12, Z8
+	VADDPS    Z8, Z7, Z7
+	VSHUFPS   $0x88, Z7, Z6, Z8
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z8, Z8
+	VMOVUPS   Z8, 64(AX)(R9*1)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16AccTreeNT_pairs
+
+avx512AddSumBF16AccTreeNT_pairs_done:
+avx512AddSumBF16AccTreeNT_group:
+	CMPQ    R9, DI
+	JAE     avx512AddSumBF16AccTreeNT_group_done
+	VMOVUPS (AX)(R9*4), Z6
+	VMOVUPS 64(AX)(R9*4), Z7
+	VMOVUPS 128(AX)(R9*4), Z8
+	VMOVUPS 192(AX)(R9*4), Z9
+	MOVQ    R9, R10
+
+avx512AddSumBF16AccTreeNT_group_chunk:
+	VPMOVZXWD (BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD (SI)(R10*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, (CX)(R10*4)
+	VADDPS    Z11, Z6, Z6
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVNTDQ  Y10, (DX)(R10*2)
+	VPMOVZXWD 32(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 32(SI)(R10*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 64(CX)(R10*4)
+	VADDPS    Z11, Z7, Z7
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVNTDQ  Y10, 32(DX)(R10*2)
+	VPMOVZXWD 64(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 64(SI)(R10*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 128(CX)(R10*4)
+	VADDPS    Z11, Z8, Z8
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVNTDQ  Y10, 64(DX)(R10*2)
+	VPMOVZXWD 96(BX)(R10*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 96(SI)(R10*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 192(CX)(R10*4)
+	VADDPS    Z11, Z9, Z9
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVNTDQ  Y10, 96(DX)(R10*2)
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16AccTreeNT_group_chunk
+	VSHUFPS   $0x88, Z7, Z6, Z10
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z10, Z10
+	VSHUFPS   $0x88, Z9, Z8, Z6
+	VSHUFPS   $0xdd, Z9, Z8, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z6, Z10, Z7
+	VSHUFPS   $0xdd, Z6, Z10, Z6
+	VADDPS    Z6, Z7, Z7
+	VMOVUPS   Z7, (AX)(R9*1)
+	ADDQ      $0x00000040, R9
+	JMP       avx512AddSumBF16AccTreeNT_group
+
+avx512AddSumBF16AccTreeNT_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumBF16AccTreeNT_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTreeNT_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumBF16AccTreeNT_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTreeNT_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumBF16AccTreeNT_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTreeNT_256:
+	CMPQ          DI, $0x00000100
+	JB            avx512AddSumBF16AccTreeNT_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTreeNT_128:
+	CMPQ          DI, $0x00000080
+	JB            avx512AddSumBF16AccTreeNT_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16AccTreeNT_64:
 	VMOVUPS       (AX), Z0
 	VPERMILPS     $0xee, Z0, Z1
 	VADDPS        Z1, Z0, Z0
@@ -12324,6 +16971,132 @@ avx512AddSumBF16FullTree_group_chunk:
 	JMP       avx512AddSumBF16FullTree_group
 
 avx512AddSumBF16FullTree_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumBF16FullTree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullTree_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumBF16FullTree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullTree_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumBF16FullTree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullTree_256:
 	CMPQ          DI, $0x00000100
 	JB            avx512AddSumBF16FullTree_128
 	VMOVUPS       (AX), Z0
@@ -12737,6 +17510,132 @@ avx512AddSumBF16FullTreeX_group_chunk:
 	JMP       avx512AddSumBF16FullTreeX_group
 
 avx512AddSumBF16FullTreeX_group_done:
+	CMPQ          R8, $0x00000800
+	JB            avx512AddSumBF16FullTreeX_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullTreeX_1024:
+	CMPQ          R8, $0x00000400
+	JB            avx512AddSumBF16FullTreeX_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullTreeX_512:
+	CMPQ          R8, $0x00000200
+	JB            avx512AddSumBF16FullTreeX_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullTreeX_256:
 	CMPQ          R8, $0x00000100
 	JB            avx512AddSumBF16FullTreeX_128
 	VMOVUPS       (AX), Z0
@@ -13150,6 +18049,132 @@ avx512AddSumBF16FullTreeNT_group_chunk:
 	JMP       avx512AddSumBF16FullTreeNT_group
 
 avx512AddSumBF16FullTreeNT_group_done:
+	CMPQ          R8, $0x00000800
+	JB            avx512AddSumBF16FullTreeNT_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullTreeNT_1024:
+	CMPQ          R8, $0x00000400
+	JB            avx512AddSumBF16FullTreeNT_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullTreeNT_512:
+	CMPQ          R8, $0x00000200
+	JB            avx512AddSumBF16FullTreeNT_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullTreeNT_256:
 	CMPQ          R8, $0x00000100
 	JB            avx512AddSumBF16FullTreeNT_128
 	VMOVUPS       (AX), Z0
@@ -13187,6 +18212,1475 @@ avx512AddSumBF16FullTreeNT_128:
 	RET
 
 avx512AddSumBF16FullTreeNT_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumBF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16FullAccTree(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         a_base+72(FP), DX
+	MOVQ         b_base+96(FP), BX
+	MOVQ         d_base+120(FP), SI
+	VBROADCASTSS x0+144(FP), Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512AddSumBF16FullAccTree_pairs:
+	CMPQ    R9, R10
+	JAE     avx512AddSumBF16FullAccTree_pairs_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	VMOVUPS 256(AX)(R9*4), Z5
+	VMOVUPS 320(AX)(R9*4), Z6
+	VMOVUPS 384(AX)(R9*4), Z7
+	VMOVUPS 448(AX)(R9*4), Z8
+	MOVQ    R9, R11
+
+avx512AddSumBF16FullAccTree_pairs_chunk:
+	VPMOVZXWD (DX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD (BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD (SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
+	VADDPS    Z9, Z1, Z1
+	VPMOVZXWD 32(DX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 32(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 32(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
+	VADDPS    Z9, Z2, Z2
+	VPMOVZXWD 64(DX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 64(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 64(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
+	VADDPS    Z9, Z3, Z3
+	VPMOVZXWD 96(DX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 96(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 96(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
+	VADDPS    Z9, Z4, Z4
+	VPMOVZXWD 128(DX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 128(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 128(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
+	VADDPS    Z9, Z5, Z5
+	VPMOVZXWD 160(DX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 160(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 160(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
+	VADDPS    Z9, Z6, Z6
+	VPMOVZXWD 192(DX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 192(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 192(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
+	VADDPS    Z9, Z7, Z7
+	VPMOVZXWD 224(DX)(R11*2), Z9
+	VPSLLD    $0x10, Z9, Z9
+	VPMOVZXWD 224(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VPMOVZXWD 224(SI)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VADDPS    Z10, Z9, Z9
+	VSUBPS    Z0, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
+	VADDPS    Z9, Z8, Z8
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512AddSumBF16FullAccTree_pairs_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z9
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z9, Z2
+	VSHUFPS   $0xdd, Z1, Z9, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R9*1)
+	VSHUFPS   $0x88, Z6, Z5, Z1
+	VSHUFPS   $0xdd, Z6, Z5, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z8, Z7, Z2
+	VSHUFPS   $0xdd, Z8, Z7, Z3
+	VADDPS    Z3, Z2, Z2
+	VSHUFPS   $0x88, Z2, Z1, Z3
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VMOVUPS   Z3, 64(AX)(R9*1)
+	ADDQ      $0x00000080, R9
+	JMP       avx512AddSumBF16FullAccTree_pairs
+
+avx512AddSumBF16FullAccTree_pairs_done:
+avx512AddSumBF16FullAccTree_group:
+	CMPQ    R9, DI
+	JAE     avx512AddSumBF16FullAccTree_group_done
+	VMOVUPS (AX)(R9*4), Z1
+	VMOVUPS 64(AX)(R9*4), Z2
+	VMOVUPS 128(AX)(R9*4), Z3
+	VMOVUPS 192(AX)(R9*4), Z4
+	MOVQ    R9, R10
+
+avx512AddSumBF16FullAccTree_group_chunk:
+	VPMOVZXWD (DX)(R10*2), Z5
+	VPSLLD    $0x10, Z5, Z5
+	VPMOVZXWD (BX)(R10*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VPMOVZXWD (SI)(R10*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, (CX)(R10*4)
+	VADDPS    Z5, Z1, Z1
+	VPMOVZXWD 32(DX)(R10*2), Z5
+	VPSLLD    $0x10, Z5, Z5
+	VPMOVZXWD 32(BX)(R10*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VPMOVZXWD 32(SI)(R10*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 64(CX)(R10*4)
+	VADDPS    Z5, Z2, Z2
+	VPMOVZXWD 64(DX)(R10*2), Z5
+	VPSLLD    $0x10, Z5, Z5
+	VPMOVZXWD 64(BX)(R10*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VPMOVZXWD 64(SI)(R10*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 128(CX)(R10*4)
+	VADDPS    Z5, Z3, Z3
+	VPMOVZXWD 96(DX)(R10*2), Z5
+	VPSLLD    $0x10, Z5, Z5
+	VPMOVZXWD 96(BX)(R10*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VPMOVZXWD 96(SI)(R10*2), Z6
+	VPSLLD    $0x10, Z6, Z6
+	VADDPS    Z6, Z5, Z5
+	VSUBPS    Z0, Z5, Z5
+	VMOVUPS   Z5, 192(CX)(R10*4)
+	VADDPS    Z5, Z4, Z4
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512AddSumBF16FullAccTree_group_chunk
+	VSHUFPS   $0x88, Z2, Z1, Z5
+	VSHUFPS   $0xdd, Z2, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VSHUFPS   $0x88, Z4, Z3, Z1
+	VSHUFPS   $0xdd, Z4, Z3, Z2
+	VADDPS    Z2, Z1, Z1
+	VSHUFPS   $0x88, Z1, Z5, Z2
+	VSHUFPS   $0xdd, Z1, Z5, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, (AX)(R9*1)
+	ADDQ      $0x00000040, R9
+	JMP       avx512AddSumBF16FullAccTree_group
+
+avx512AddSumBF16FullAccTree_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512AddSumBF16FullAccTree_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTree_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512AddSumBF16FullAccTree_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTree_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512AddSumBF16FullAccTree_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTree_256:
+	CMPQ          DI, $0x00000100
+	JB            avx512AddSumBF16FullAccTree_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTree_128:
+	CMPQ          DI, $0x00000080
+	JB            avx512AddSumBF16FullAccTree_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTree_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumBF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16FullAccTreeX(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	MOVL         $0x00000001, R8
+	VMOVD        R8, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Z1
+	MOVL         $0x7fffffff, R8
+	VMOVD        R8, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x7f800000, R8
+	VMOVD        R8, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x00000040, R8
+	VMOVD        R8, X4
+	VPBROADCASTD X4, Z4
+	VBROADCASTSS x0+144(FP), Z5
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512AddSumBF16FullAccTreeX_pairs:
+	CMPQ    R10, R11
+	JAE     avx512AddSumBF16FullAccTreeX_pairs_done
+	VMOVUPS (AX)(R10*4), Z6
+	VMOVUPS 64(AX)(R10*4), Z7
+	VMOVUPS 128(AX)(R10*4), Z8
+	VMOVUPS 192(AX)(R10*4), Z9
+	VMOVUPS 256(AX)(R10*4), Z10
+	VMOVUPS 320(AX)(R10*4), Z11
+	VMOVUPS 384(AX)(R10*4), Z12
+	VMOVUPS 448(AX)(R10*4), Z13
+	MOVQ    R10, R12
+
+avx512AddSumBF16FullAccTreeX_pairs_chunk:
+	VPMOVZXWD (BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD (SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD (DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, (CX)(R12*4)
+	VADDPS    Z15, Z6, Z6
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, (DX)(R12*2)
+	VPMOVZXWD 32(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 32(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 32(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 64(CX)(R12*4)
+	VADDPS    Z15, Z7, Z7
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 32(DX)(R12*2)
+	VPMOVZXWD 64(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 64(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 64(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 128(CX)(R12*4)
+	VADDPS    Z15, Z8, Z8
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 64(DX)(R12*2)
+	VPMOVZXWD 96(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 96(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 96(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 192(CX)(R12*4)
+	VADDPS    Z15, Z9, Z9
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 96(DX)(R12*2)
+	VPMOVZXWD 128(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 128(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 128(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 256(CX)(R12*4)
+	VADDPS    Z15, Z10, Z10
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 128(DX)(R12*2)
+	VPMOVZXWD 160(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 160(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 160(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 320(CX)(R12*4)
+	VADDPS    Z15, Z11, Z11
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 160(DX)(R12*2)
+	VPMOVZXWD 192(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 192(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 192(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 384(CX)(R12*4)
+	VADDPS    Z15, Z12, Z12
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 192(DX)(R12*2)
+	VPMOVZXWD 224(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 224(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 224(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 448(CX)(R12*4)
+	VADDPS    Z15, Z13, Z13
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVUPS   Y14, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumBF16FullAccTreeX_pairs_chunk
+	VSHUFPS   $0x88, Z7, Z6, Z14
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z14, Z14
+	VSHUFPS   $0x88, Z9, Z8, Z6
+	VSHUFPS   $0xdd, Z9, Z8, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z6, Z14, Z7
+	VSHUFPS   $0xdd, Z6, Z14, Z6
+	VADDPS    Z6, Z7, Z7
+	VMOVUPS   Z7, (AX)(R10*1)
+	VSHUFPS   $0x88, Z11, Z10, Z6
+	VSHUFPS   $0xdd, Z11, Z10, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z13, Z12, Z7
+	VSHUFPS   $0xdd, Z13, Z12, Z8
+	VADDPS    Z8, Z7, Z7
+	VSHUFPS   $0x88, Z7, Z6, Z8
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z8, Z8
+	VMOVUPS   Z8, 64(AX)(R10*1)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumBF16FullAccTreeX_pairs
+
+avx512AddSumBF16FullAccTreeX_pairs_done:
+avx512AddSumBF16FullAccTreeX_group:
+	CMPQ    R10, R8
+	JAE     avx512AddSumBF16FullAccTreeX_group_done
+	VMOVUPS (AX)(R10*4), Z6
+	VMOVUPS 64(AX)(R10*4), Z7
+	VMOVUPS 128(AX)(R10*4), Z8
+	VMOVUPS 192(AX)(R10*4), Z9
+	MOVQ    R10, R11
+
+avx512AddSumBF16FullAccTreeX_group_chunk:
+	VPMOVZXWD (BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD (SI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VPMOVZXWD (DI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, (CX)(R11*4)
+	VADDPS    Z11, Z6, Z6
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVUPS   Y10, (DX)(R11*2)
+	VPMOVZXWD 32(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 32(SI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VPMOVZXWD 32(DI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 64(CX)(R11*4)
+	VADDPS    Z11, Z7, Z7
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVUPS   Y10, 32(DX)(R11*2)
+	VPMOVZXWD 64(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 64(SI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VPMOVZXWD 64(DI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 128(CX)(R11*4)
+	VADDPS    Z11, Z8, Z8
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVUPS   Y10, 64(DX)(R11*2)
+	VPMOVZXWD 96(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 96(SI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VPMOVZXWD 96(DI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 192(CX)(R11*4)
+	VADDPS    Z11, Z9, Z9
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVUPS   Y10, 96(DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumBF16FullAccTreeX_group_chunk
+	VSHUFPS   $0x88, Z7, Z6, Z10
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z10, Z10
+	VSHUFPS   $0x88, Z9, Z8, Z6
+	VSHUFPS   $0xdd, Z9, Z8, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z6, Z10, Z7
+	VSHUFPS   $0xdd, Z6, Z10, Z6
+	VADDPS    Z6, Z7, Z7
+	VMOVUPS   Z7, (AX)(R10*1)
+	ADDQ      $0x00000040, R10
+	JMP       avx512AddSumBF16FullAccTreeX_group
+
+avx512AddSumBF16FullAccTreeX_group_done:
+	CMPQ          R8, $0x00000800
+	JB            avx512AddSumBF16FullAccTreeX_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTreeX_1024:
+	CMPQ          R8, $0x00000400
+	JB            avx512AddSumBF16FullAccTreeX_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTreeX_512:
+	CMPQ          R8, $0x00000200
+	JB            avx512AddSumBF16FullAccTreeX_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTreeX_256:
+	CMPQ          R8, $0x00000100
+	JB            avx512AddSumBF16FullAccTreeX_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTreeX_128:
+	CMPQ          R8, $0x00000080
+	JB            avx512AddSumBF16FullAccTreeX_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTreeX_64:
+	VMOVUPS       (AX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+// func avx512AddSumBF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
+// Requires: AVX, AVX512F
+TEXT ·avx512AddSumBF16FullAccTreeNT(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         a_base+72(FP), BX
+	MOVQ         b_base+96(FP), SI
+	MOVQ         d_base+120(FP), DI
+	MOVL         $0x00000001, R8
+	VMOVD        R8, X0
+	VPBROADCASTD X0, Z0
+	MOVL         $0x00007fff, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Z1
+	MOVL         $0x7fffffff, R8
+	VMOVD        R8, X2
+	VPBROADCASTD X2, Z2
+	MOVL         $0x7f800000, R8
+	VMOVD        R8, X3
+	VPBROADCASTD X3, Z3
+	MOVL         $0x00000040, R8
+	VMOVD        R8, X4
+	VPBROADCASTD X4, Z4
+	VBROADCASTSS x0+144(FP), Z5
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512AddSumBF16FullAccTreeNT_pairs:
+	CMPQ    R10, R11
+	JAE     avx512AddSumBF16FullAccTreeNT_pairs_done
+	VMOVUPS (AX)(R10*4), Z6
+	VMOVUPS 64(AX)(R10*4), Z7
+	VMOVUPS 128(AX)(R10*4), Z8
+	VMOVUPS 192(AX)(R10*4), Z9
+	VMOVUPS 256(AX)(R10*4), Z10
+	VMOVUPS 320(AX)(R10*4), Z11
+	VMOVUPS 384(AX)(R10*4), Z12
+	VMOVUPS 448(AX)(R10*4), Z13
+	MOVQ    R10, R12
+
+avx512AddSumBF16FullAccTreeNT_pairs_chunk:
+	VPMOVZXWD (BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD (SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD (DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, (CX)(R12*4)
+	VADDPS    Z15, Z6, Z6
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, (DX)(R12*2)
+	VPMOVZXWD 32(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 32(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 32(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 64(CX)(R12*4)
+	VADDPS    Z15, Z7, Z7
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 32(DX)(R12*2)
+	VPMOVZXWD 64(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 64(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 64(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 128(CX)(R12*4)
+	VADDPS    Z15, Z8, Z8
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 64(DX)(R12*2)
+	VPMOVZXWD 96(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 96(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 96(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 192(CX)(R12*4)
+	VADDPS    Z15, Z9, Z9
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 96(DX)(R12*2)
+	VPMOVZXWD 128(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 128(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 128(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 256(CX)(R12*4)
+	VADDPS    Z15, Z10, Z10
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 128(DX)(R12*2)
+	VPMOVZXWD 160(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 160(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 160(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 320(CX)(R12*4)
+	VADDPS    Z15, Z11, Z11
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 160(DX)(R12*2)
+	VPMOVZXWD 192(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 192(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 192(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 384(CX)(R12*4)
+	VADDPS    Z15, Z12, Z12
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 192(DX)(R12*2)
+	VPMOVZXWD 224(BX)(R12*2), Z14
+	VPSLLD    $0x10, Z14, Z14
+	VPMOVZXWD 224(SI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VPMOVZXWD 224(DI)(R12*2), Z15
+	VPSLLD    $0x10, Z15, Z15
+	VADDPS    Z15, Z14, Z14
+	VSUBPS    Z5, Z14, Z15
+	VMOVUPS   Z15, 448(CX)(R12*4)
+	VADDPS    Z15, Z13, Z13
+	VPSRLD    $0x10, Z14, Z15
+	VPANDD    Z0, Z15, Z16
+	VPADDD    Z1, Z16, Z16
+	VPADDD    Z14, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z2, Z14, Z14
+	VPCMPGTD  Z3, Z14, K1
+	VPORD     Z4, Z15, Z15
+	VPBLENDMD Z15, Z16, K1, Z16
+	VPMOVDW   Z16, Y14
+	VMOVNTDQ  Y14, 224(DX)(R12*2)
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512AddSumBF16FullAccTreeNT_pairs_chunk
+	VSHUFPS   $0x88, Z7, Z6, Z14
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z14, Z14
+	VSHUFPS   $0x88, Z9, Z8, Z6
+	VSHUFPS   $0xdd, Z9, Z8, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z6, Z14, Z7
+	VSHUFPS   $0xdd, Z6, Z14, Z6
+	VADDPS    Z6, Z7, Z7
+	VMOVUPS   Z7, (AX)(R10*1)
+	VSHUFPS   $0x88, Z11, Z10, Z6
+	VSHUFPS   $0xdd, Z11, Z10, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z13, Z12, Z7
+	VSHUFPS   $0xdd, Z13, Z12, Z8
+	VADDPS    Z8, Z7, Z7
+	VSHUFPS   $0x88, Z7, Z6, Z8
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z8, Z8
+	VMOVUPS   Z8, 64(AX)(R10*1)
+	ADDQ      $0x00000080, R10
+	JMP       avx512AddSumBF16FullAccTreeNT_pairs
+
+avx512AddSumBF16FullAccTreeNT_pairs_done:
+avx512AddSumBF16FullAccTreeNT_group:
+	CMPQ    R10, R8
+	JAE     avx512AddSumBF16FullAccTreeNT_group_done
+	VMOVUPS (AX)(R10*4), Z6
+	VMOVUPS 64(AX)(R10*4), Z7
+	VMOVUPS 128(AX)(R10*4), Z8
+	VMOVUPS 192(AX)(R10*4), Z9
+	MOVQ    R10, R11
+
+avx512AddSumBF16FullAccTreeNT_group_chunk:
+	VPMOVZXWD (BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD (SI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VPMOVZXWD (DI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, (CX)(R11*4)
+	VADDPS    Z11, Z6, Z6
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVNTDQ  Y10, (DX)(R11*2)
+	VPMOVZXWD 32(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 32(SI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VPMOVZXWD 32(DI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 64(CX)(R11*4)
+	VADDPS    Z11, Z7, Z7
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVNTDQ  Y10, 32(DX)(R11*2)
+	VPMOVZXWD 64(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 64(SI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VPMOVZXWD 64(DI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 128(CX)(R11*4)
+	VADDPS    Z11, Z8, Z8
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVNTDQ  Y10, 64(DX)(R11*2)
+	VPMOVZXWD 96(BX)(R11*2), Z10
+	VPSLLD    $0x10, Z10, Z10
+	VPMOVZXWD 96(SI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VPMOVZXWD 96(DI)(R11*2), Z11
+	VPSLLD    $0x10, Z11, Z11
+	VADDPS    Z11, Z10, Z10
+	VSUBPS    Z5, Z10, Z11
+	VMOVUPS   Z11, 192(CX)(R11*4)
+	VADDPS    Z11, Z9, Z9
+	VPSRLD    $0x10, Z10, Z11
+	VPANDD    Z0, Z11, Z12
+	VPADDD    Z1, Z12, Z12
+	VPADDD    Z10, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z2, Z10, Z10
+	VPCMPGTD  Z3, Z10, K1
+	VPORD     Z4, Z11, Z11
+	VPBLENDMD Z11, Z12, K1, Z12
+	VPMOVDW   Z12, Y10
+	VMOVNTDQ  Y10, 96(DX)(R11*2)
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512AddSumBF16FullAccTreeNT_group_chunk
+	VSHUFPS   $0x88, Z7, Z6, Z10
+	VSHUFPS   $0xdd, Z7, Z6, Z6
+	VADDPS    Z6, Z10, Z10
+	VSHUFPS   $0x88, Z9, Z8, Z6
+	VSHUFPS   $0xdd, Z9, Z8, Z7
+	VADDPS    Z7, Z6, Z6
+	VSHUFPS   $0x88, Z6, Z10, Z7
+	VSHUFPS   $0xdd, Z6, Z10, Z6
+	VADDPS    Z6, Z7, Z7
+	VMOVUPS   Z7, (AX)(R10*1)
+	ADDQ      $0x00000040, R10
+	JMP       avx512AddSumBF16FullAccTreeNT_group
+
+avx512AddSumBF16FullAccTreeNT_group_done:
+	CMPQ          R8, $0x00000800
+	JB            avx512AddSumBF16FullAccTreeNT_1024
+	VMOVUPS       (AX), Z0
+	VADDPS        1024(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        1088(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        1152(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        1216(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        1280(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        1344(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        1408(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        1472(AX), Z7, Z7
+	VMOVUPS       512(AX), Z8
+	VADDPS        1536(AX), Z8, Z8
+	VMOVUPS       576(AX), Z9
+	VADDPS        1600(AX), Z9, Z9
+	VMOVUPS       640(AX), Z10
+	VADDPS        1664(AX), Z10, Z10
+	VMOVUPS       704(AX), Z11
+	VADDPS        1728(AX), Z11, Z11
+	VMOVUPS       768(AX), Z12
+	VADDPS        1792(AX), Z12, Z12
+	VMOVUPS       832(AX), Z13
+	VADDPS        1856(AX), Z13, Z13
+	VMOVUPS       896(AX), Z14
+	VADDPS        1920(AX), Z14, Z14
+	VMOVUPS       960(AX), Z15
+	VADDPS        1984(AX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTreeNT_1024:
+	CMPQ          R8, $0x00000400
+	JB            avx512AddSumBF16FullAccTreeNT_512
+	VMOVUPS       (AX), Z0
+	VADDPS        512(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        576(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        640(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        704(AX), Z3, Z3
+	VMOVUPS       256(AX), Z4
+	VADDPS        768(AX), Z4, Z4
+	VMOVUPS       320(AX), Z5
+	VADDPS        832(AX), Z5, Z5
+	VMOVUPS       384(AX), Z6
+	VADDPS        896(AX), Z6, Z6
+	VMOVUPS       448(AX), Z7
+	VADDPS        960(AX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTreeNT_512:
+	CMPQ          R8, $0x00000200
+	JB            avx512AddSumBF16FullAccTreeNT_256
+	VMOVUPS       (AX), Z0
+	VADDPS        256(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        320(AX), Z1, Z1
+	VMOVUPS       128(AX), Z2
+	VADDPS        384(AX), Z2, Z2
+	VMOVUPS       192(AX), Z3
+	VADDPS        448(AX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTreeNT_256:
+	CMPQ          R8, $0x00000100
+	JB            avx512AddSumBF16FullAccTreeNT_128
+	VMOVUPS       (AX), Z0
+	VADDPS        128(AX), Z0, Z0
+	VMOVUPS       64(AX), Z1
+	VADDPS        192(AX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTreeNT_128:
+	CMPQ          R8, $0x00000080
+	JB            avx512AddSumBF16FullAccTreeNT_64
+	VMOVUPS       (AX), Z0
+	VADDPS        64(AX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VZEROUPPER
+	VMOVSS        X0, ret+152(FP)
+	RET
+
+avx512AddSumBF16FullAccTreeNT_64:
 	VMOVUPS       (AX), Z0
 	VPERMILPS     $0xee, Z0, Z1
 	VADDPS        Z1, Z0, Z0

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -186,10 +187,10 @@ func TestAddSumKernel(t *testing.T) {
 
 // TestAddSum16Tree checks the 16-bit first passes that end in the plan's tree (AVX-512)
 // against the twin first pass then plan.Plan.Tree: the sum, t and x, for every vector W
-// they take, both formats, with and without a bias and x (x non-temporal from a vector
-// boundary, plain elsewhere). A row that is not whole chunks of W, or whose W is wider
-// than the kernels', is left alone (ok false), and so is every row on a level without
-// these kernels.
+// they take, both formats, from +0 and onto earlier pieces' partials (acc), with and
+// without a bias and x (x non-temporal from a vector boundary, plain elsewhere). A piece
+// that is not whole chunks of W is left alone (ok false), and so is every piece on a level
+// without these kernels.
 func TestAddSum16Tree(t *testing.T) {
 	r := rand.New(rand.NewPCG(25, 26))
 	g := &goKernels
@@ -201,24 +202,30 @@ func TestAddSum16Tree(t *testing.T) {
 			for _, n := range []int{w, 3 * w, w + 8} {
 				h1, h2, h3 := halves(r, n), halves(r, n), halves(r, n)
 				x0 := float32(r.NormFloat64())
+				earlier := values(r, w, false) // the partials of a row's earlier pieces
 				for _, dt := range []ops.DType{ops.F16, ops.BF16} {
-					for bias := range 2 {
+					for _, form := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+						bias, acc := form[0], form[1]
 						var c []uint16
-						if bias == 1 {
+						if bias {
 							c = h3
 						}
-						wantP, wantS, wantX := make([]float32, w), out32(n, nil), out16(n)
-						g.addSum16(addForm{dt: dt, bias: bias == 1, x: true}, wantP, wantS, wantX, h1, h2, c, x0)
+						start := make([]float32, w)
+						if acc {
+							copy(start, earlier)
+						}
+						wantP, wantS, wantX := slices.Clone(start), out32(n, nil), out16(n)
+						g.addSum16(addForm{dt: dt, bias: bias, x: true, acc: acc}, wantP, wantS, wantX, h1, h2, c, x0)
 						wantSum := p.Tree(wantP)
 						for _, off := range []int{-1, 0, 3, 8} { // x's start within a vector of halves; -1: no x
-							tag := fmt.Sprintf("%s/addSum16Tree/W=%d/n=%d/%v/bias=%d/off=%d", name, w, n, dt, bias, off)
+							tag := fmt.Sprintf("%s/addSum16Tree/W=%d/n=%d/%v/bias=%v/acc=%v/off=%d", name, w, n, dt, bias, acc, off)
 							gotS := out32(n, nil)
 							var gotX []uint16
 							if off >= 0 {
 								gotX = out16(n + off)[off:]
 							}
-							f := addForm{dt: dt, bias: bias == 1, x: off >= 0, nt: off >= 0 && off%8 == 0}
-							sum, ok := k.addSum16Tree(f, &p, out32(w, nil), gotS, gotX, h1, h2, c, x0)
+							f := addForm{dt: dt, bias: bias, x: off >= 0, nt: off >= 0 && off%8 == 0, acc: acc}
+							sum, ok := k.addSum16Tree(f, &p, slices.Clone(start), gotS, gotX, h1, h2, c, x0)
 							k.fence()
 							if ok != (has && n%w == 0 && w <= maxTree16W) {
 								t.Fatalf("%s: ok = %v", tag, ok)

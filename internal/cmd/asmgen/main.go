@@ -797,8 +797,10 @@ func sums16(v isa) {
 				}
 			}
 			if v.lanes == 16 {
-				for _, x := range []xStore{xNone, xPlain, xNT} {
-					sum16Kernel(v, bf, full, false, true, x)
+				for _, acc := range []bool{false, true} {
+					for _, x := range []xStore{xNone, xPlain, xNT} {
+						sum16Kernel(v, bf, full, acc, true, x)
+					}
 				}
 			}
 		}
@@ -808,10 +810,11 @@ func sums16(v isa) {
 // sum16Kernel emits one kernel of sums16. A tree kernel (AVX-512 only) ends in the plan's
 // tree (treeBlocks) and returns the row's sum; its signature is the same for every form
 // (x and d are read only by the forms that have them), and W must be 64·2^k ≤ maxTree16W.
-// The ops call it for rows summed in one piece (cpu's tuning.sumPiece, 1024: W ≤ 256).
+// The ops call it for a row's last piece: the whole row of a row summed in one piece, or,
+// in the acc form, the last of a row's pieces of whole chunks.
 //
-// maxTree16W is the widest W of the 16-bit tree kernels (cpu's sum16Trees).
-const maxTree16W = 256
+// maxTree16W is the widest W of the 16-bit tree kernels (cpu's sum16Trees): foldTree's.
+const maxTree16W = 2048
 
 func sum16Kernel(v isa, bf, full, acc, tree bool, xs xStore) {
 	t := "F16"
@@ -896,7 +899,7 @@ func sum16Kernel(v isa, bf, full, acc, tree bool, xs xStore) {
 		}
 	}
 	if tree {
-		treeBlocks(name, part, length("part"), length("t"), maxTree16W, step)
+		treeBlocks(name, part, length("part"), length("t"), maxTree16W, !acc, step)
 		return
 	}
 	v.blocks(name, part, length("part"), length("t"), !acc, step)
@@ -1086,7 +1089,7 @@ func sumTrees512() {
 		"avx512AccumulateZero, then avx512FoldTree; len(part) = W must be 64·2^k, k ≤ 5, and len(t)",
 		"a positive multiple of W. part is scratch (its first W/4 written).")
 	p, t := base("part"), base("t")
-	treeBlocks("avx512SumTree", p, length("part"), length("t"), 2048, func(e reg.Register, j int, acc reg.VecVirtual) {
+	treeBlocks("avx512SumTree", p, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc reg.VecVirtual) {
 		c.VADDPS(f32(t, e, 16*j), acc, acc)
 	})
 	for _, fma := range []bool{false, true} {
@@ -1101,7 +1104,7 @@ func sumTrees512() {
 			"64·2^k, k ≤ 5, and len(t) a positive multiple of W. part is scratch (its first W/4 written).")
 		p, t := base("part"), base("t")
 		mean := avx512.broadcastParam("meanD")
-		treeBlocks(name, p, length("part"), length("t"), 2048, func(e reg.Register, j int, acc reg.VecVirtual) {
+		treeBlocks(name, p, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc reg.VecVirtual) {
 			d := c.ZMM()
 			c.VMOVUPS(f32(t, e, 16*j), d)
 			c.VSUBPS(mean, d, d)
@@ -1115,20 +1118,26 @@ func sumTrees512() {
 	}
 }
 
-// treeBlocks is blocks (zero start, AVX-512) ending in the plan's tree of a vector row
-// with W = w = 64·2^k ≤ maxW (≤ 2048): each group of 64 partials is folded into its quads
-// (foldGroup) before it leaves the registers, and only the W/4 quads go to part (in the
-// fold's order, group g's vector at part[16g:]); the halving then runs over them as
-// foldTree512's does and the function returns the sum. Every addition is the plan's, in
-// its order: the bits of the zero-start kernel then avx512FoldTree, without the partials'
-// round trip through memory and a call. part is scratch; the walk needs n a multiple of W.
-func treeBlocks(name string, p reg.GPVirtual, w, n reg.Register, maxW int, step func(e reg.Register, j int, acc reg.VecVirtual)) {
+// treeBlocks is blocks (AVX-512) ending in the plan's tree of a vector row with W = w =
+// 64·2^k ≤ maxW (≤ 2048): the accumulators start at +0 (zero) or from part (a row's last
+// piece, onto the partials of the earlier ones); each group of 64 partials is folded into
+// its quads (foldGroup) before it leaves the registers, and only the W/4 quads go to part
+// (in the fold's order, group g's vector at part[16g:], over partials already loaded);
+// the halving then runs over them as foldTree512's does and the function returns the
+// sum. Every addition is the plan's, in its order: the bits of the blocks kernel then
+// avx512FoldTree, without the partials' round trip through memory and a call. part is
+// scratch after; the walk needs n a multiple of W.
+func treeBlocks(name string, p reg.GPVirtual, w, n reg.Register, maxW int, zero bool, step func(e reg.Register, j int, acc reg.VecVirtual)) {
 	ret := returnSlot()
 	k := c.GP64() // element index of the block: its quads go to part from byte k (element k/4)
 	c.XORQ(k, k)
 	block := func(label string, groups int, limit reg.Register) {
-		avx512.chunkBlock(name+"_"+label, k, w, n, limit, 64*groups, func(_ int, acc reg.VecVirtual) {
-			avx512.zero(acc) // +0, as clear leaves it
+		avx512.chunkBlock(name+"_"+label, k, w, n, limit, 64*groups, func(j int, acc reg.VecVirtual) {
+			if zero {
+				avx512.zero(acc) // +0, as clear leaves it
+			} else {
+				c.VMOVUPS(f32(p, k, 16*j), acc)
+			}
 		}, step, func(accs []reg.VecVirtual) {
 			for g := range groups {
 				q := foldGroup([4]reg.VecVirtual(accs[4*g : 4*g+4]))

@@ -71,6 +71,14 @@ var {{.Name}}Kernels = &kernels{
 				fullX: {{$n}}AddSum{{$f.Name}}FullTreeX,
 				twoNT: {{$n}}AddSum{{$f.Name}}TreeNT,
 				fullNT: {{$n}}AddSum{{$f.Name}}FullTreeNT,
+			},
+			accTrees: sum16Trees{
+				two: {{$n}}AddSum{{$f.Name}}AccTree,
+				full: {{$n}}AddSum{{$f.Name}}FullAccTree,
+				twoX: {{$n}}AddSum{{$f.Name}}AccTreeX,
+				fullX: {{$n}}AddSum{{$f.Name}}FullAccTreeX,
+				twoNT: {{$n}}AddSum{{$f.Name}}AccTreeNT,
+				fullNT: {{$n}}AddSum{{$f.Name}}FullAccTreeNT,
 			},{{end}}
 		},{{end}}
 	},
