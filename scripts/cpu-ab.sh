@@ -15,7 +15,8 @@
 #                                  each round), so a neighbour's load on a shared machine
 #                                  hits them alike. All threads (TH, default nproc): one
 #                                  arm after the other on the case, in a random order each
-#                                  round. Writes $OUT/ab.tgz (every run's -json and output).
+#                                  round. Writes $OUT/ab.tgz (every run's -json and output)
+#                                  after every round, so a run cut short keeps its rounds.
 #   scripts/cpu-ab.sh report DIR [NUM [DEN]]
 #                                  the rounds' ratios NUM/DEN (default head/base) from an
 #                                  unpacked ab.tgz: per case and thread count, the geometric
@@ -77,9 +78,9 @@ run)
 			wait
 			for v in $(shuf -e "${arms[@]}"); do one "$v" "${TH:-$(nproc)}" "$k" "$res/tN-$v-$k-$r"; done
 		done
+		tar czf "$OUT/ab.tgz" -C "$res" .
 		echo "round $r done"
 	done
-	tar czf "$OUT/ab.tgz" -C "$res" .
 	;;
 report)
 	python3 - "${2:?usage: scripts/cpu-ab.sh report DIR [NUM [DEN]]}" "${3:-head}" "${4:-base}" <<'PY'
