@@ -98,6 +98,7 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 //	aheadN    rows prefetched N rows ahead where they are prefetched (prefetchAhead = N)
 //	stepsN    each row's prefetch cut into N pieces (prefetchSteps = N)
 //	pieceN    16-bit first passes a piece of N elements at a time (sumPiece = N)
+//	chunksN   streamed 16-bit rows whole from chunks N bytes apart (pageChunks = N)
 //	a+b       the settings of a and b at once (hardware+steps1)
 //
 // It reports, per configuration, the median over pairs of its time divided by the first
@@ -200,6 +201,8 @@ func BenchmarkStreamAB(b *testing.B) {
 				tune.prefetchSteps = n
 			case scan(m, "piece%d", &n):
 				tune.sumPiece = n
+			case scan(m, "chunks%d", &n):
+				tune.pageChunks = n
 			default:
 				b.Fatalf("CFGS: unknown configuration %q in %q", m, cfg)
 			}
