@@ -78,10 +78,8 @@ func (t *tuning) prefetchPiece(rowBytes int) int {
 }
 
 // sumPieceOf is the piece for plan width w: sumPiece rounded up to a multiple of w, or, for
-// a w that sumPiece divides, sumPiece itself, so the piece stays in L1 beside partials that
-// are larger than it (16-bit rows of 8192 have w 2048: on one AVX-512 thread, paired over
-// four rounds, AddLayerNorm f16 (65536,8192) took 1.05x the time of w 1024's with pieces of
-// 2048, 0.98x with pieces of 1024). See piecePart.
+// a w larger than sumPiece that it divides, sumPiece itself, a piece within one chunk (see
+// piecePart; plan v2's widths stay below the default sumPiece, the tests' do not).
 func (t *tuning) sumPieceOf(w int) int {
 	if w > t.sumPiece && w%t.sumPiece == 0 {
 		return t.sumPiece
