@@ -150,11 +150,11 @@ func elemF32(b *ops.Buf, i int) float32 {
 
 // sumPieces is the first pass of a row with 16-bit inputs: s = (x1 + x2) + bias in float32,
 // shifted into t, and the partial sums of t, a piece of c.sumPiece elements (whole chunks
-// of W, or part of one: piecePart) at a time, so the inputs (widened in addSum16's loads,
-// or into scratch for mixed rows) and the piece of t stay in L1; the x output is written
-// from each piece (x32: a float32 x, the mixed rows'). It returns the plan's sum of t: the
-// last piece of whole chunks takes the first pass that ends in the tree where there is one
-// (addSum16Tree), other rows planTree after their last piece.
+// of W) at a time, so the inputs (widened in addSum16's loads, or into scratch for mixed
+// rows) and the piece of t stay in L1; the x output is written from each piece (x32: a
+// float32 x, the mixed rows'). It returns the plan's sum of t: the last piece takes the
+// first pass that ends in the tree where there is one (addSum16Tree), other rows planTree
+// after their last piece.
 func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scratch) float32 {
 	k, a := c.k, &c.a
 	D := a.D
@@ -162,7 +162,7 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 	for lo := 0; lo < D; lo += n {
 		hi := min(lo+n, D)
 		m := hi - lo
-		pp, acc := piecePart(part, lo, m, n, D)
+		acc := lo > 0 // the first piece sets the partials, the later ones add on
 		var bias16 []uint16
 		var bias32 []float32
 		b0, b1, hasBias := c.biasSpan(off, lo, hi)
@@ -176,12 +176,12 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 				x = a.X.U16[off+lo : off+hi]
 			}
 			x1, x2 := a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi]
-			if hi == D && len(pp) == len(part) {
+			if hi == D {
 				if sum, ok := k.addSum16Tree(f, &c.p, part, t[lo:hi], x, x1, x2, bias16, x0); ok {
 					return sum
 				}
 			}
-			k.addSum16(f, pp, t[lo:hi], x, x1, x2, bias16, x0)
+			k.addSum16(f, part, t[lo:hi], x, x1, x2, bias16, x0)
 			continue
 		}
 		x1 := rowF32(k, a.X1, off+lo, m, sc.y)
@@ -190,7 +190,7 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 			bias32 = a.Bias.F32[b0:b1]
 		}
 		f := addForm{dt: ops.F32, bias: hasBias, x: x32 != nil, nt: c.ntX, acc: acc}
-		k.addSum(f, pp, t[lo:hi], from(x32, lo), x1, x2, bias32, x0)
+		k.addSum(f, part, t[lo:hi], from(x32, lo), x1, x2, bias32, x0)
 	}
 	return k.planTree(&c.p, part)
 }

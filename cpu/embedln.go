@@ -243,8 +243,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			if g != nil {
 				gp = g[lo:hi]
 			}
-			pp, acc := piecePart(part, lo, hi-lo, n, H)
-			op.k.embedShift(embedForm{seg: gi >= 0, prefetch: inOrder, acc: acc}, pp, tr[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp, x0)
+			op.k.embedShift(embedForm{seg: gi >= 0, prefetch: inOrder, acc: lo > 0}, part, tr[lo:hi], bits[lo:hi], word[lo:hi], pos[lo:hi], gp, x0)
 		}
 		pf.step()
 		st := rowStatsSummed(op.k, &op.plan, tr, part, x0, w.Epsilon, pf)

@@ -77,13 +77,10 @@ func (t *tuning) prefetchPiece(rowBytes int) int {
 	return max((rowBytes/max(1, t.prefetchSteps)+63)&^63, 64)
 }
 
-// sumPieceOf is the piece for plan width w: sumPiece rounded up to a multiple of w, or, for
-// a w larger than sumPiece that it divides, sumPiece itself, a piece within one chunk (see
-// piecePart; plan v2's widths stay below the default sumPiece, the tests' do not).
+// sumPieceOf is the piece for plan width w: sumPiece rounded up to a multiple of w, so every
+// piece adds whole chunks onto the partials (all of them: the first piece sets them, the
+// later ones add on).
 func (t *tuning) sumPieceOf(w int) int {
-	if w > t.sumPiece && w%t.sumPiece == 0 {
-		return t.sumPiece
-	}
 	return roundUp(t.sumPiece, w)
 }
 
@@ -92,22 +89,4 @@ func (t *tuning) sumPieceOf(w int) int {
 // and at most four of them (W 2048 and D ≤ 8192 in plan v2), what was measured.
 func (t *tuning) wholeRow(w, d, size int) bool {
 	return w*size >= t.pageChunks && d <= 4*w
-}
-
-// piecePart is what the piece of a row of d elements from element lo, m elements long,
-// adds onto, for pieces of n (sumPieceOf(len(part))) elements: the partials its elements
-// belong to, in order, and whether those already hold earlier chunks (else they start at
-// +0). A piece shorter than W lies within one chunk: it adds onto the partials from lo mod
-// W. The partials of a row shorter than W that no element reaches are +0, set with the
-// row's last piece.
-func piecePart(part []float32, lo, m, n, d int) ([]float32, bool) {
-	w := len(part)
-	if n >= w {
-		return part, lo > 0
-	}
-	if lo+m == d && d < w {
-		clear(part[d:])
-	}
-	base := lo % w
-	return part[base : base+m], lo >= w
 }
