@@ -61,10 +61,10 @@ test: check-generated test-cpu test-race test-avx512emu test-dawn test-native te
 # The pure-Go build: no cgo, no Dawn; the CPU backend must carry every test on its own.
 test-cpu: check-tidy check-cross
 	$(GO) vet ./...
-	$(GO) vet -tags fusednorm_phases ./cpu/
+	$(GO) vet -tags fusednorm_phases ./internal/cpu/
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) test ./...
-	CGO_ENABLED=0 $(GO) test -tags purego ./cpu/ ./tests/
+	CGO_ENABLED=0 $(GO) test -tags purego ./internal/cpu/ ./tests/
 
 # go.mod and go.sum as go mod tidy leaves them.
 check-tidy:
@@ -80,7 +80,7 @@ check-cross:
 
 # The race detector over the CPU backend's worker pool and the API's pooled call state.
 test-race:
-	$(GO) test -race -short ./cpu/ .
+	$(GO) test -race -short ./internal/cpu/ .
 
 # The avx512 and avx512fp16 kernels against the pure-Go level on a processor without
 # AVX512-FP16, under Bochs emulating a Sapphire Rapids (scripts/avx512emu; Bochs 3.0 built
@@ -95,7 +95,7 @@ test-avx512emu:
 	@if grep -qw avx512_fp16 /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then \
 		echo "test-avx512emu: this processor has AVX512-FP16; test-cpu tested $(EMU_LEVELS) natively"; \
 	else \
-		mkdir -p build && CGO_ENABLED=0 $(GO) test -c -o build/cpu-avx512emu.test ./cpu && \
+		mkdir -p build && CGO_ENABLED=0 $(GO) test -c -o build/cpu-avx512emu.test ./internal/cpu && \
 		CGO_ENABLED=0 $(GO) test -c -o build/tests-avx512emu.test ./tests && \
 		AVX512EMU_TIMEOUT=1200 bash scripts/avx512emu/run.sh build/cpu-avx512emu.test \
 			-test.v -test.timeout=0 -test.skip='TestNoAllocsPerCall|TestForRows' \

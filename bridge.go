@@ -9,7 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/fusednorm/fusednorm/cpu"
+	"github.com/fusednorm/fusednorm/internal/cpu"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
@@ -296,3 +296,8 @@ func (e *Engine) use() error {
 
 // done ends a call that use admitted.
 func (e *Engine) done() { e.mu.RUnlock() }
+
+// CPULevels lists the CPU kernel levels this processor and build run, widest first and "go"
+// (the pure-Go kernels) last: the values WithCPULevel and FUSEDNORM_CPU_LEVEL accept here.
+// Every level gives the same bits.
+func CPULevels() []string { return cpu.Levels() }

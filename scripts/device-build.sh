@@ -19,8 +19,8 @@ fi
 mkdir -p carry
 go test -c -ldflags='-s -w' -o carry/conformance.test ./tests
 go test -c -ldflags='-s -w' -o carry/root.test .
-go test -c -ldflags='-s -w' -o carry/cpu.test ./cpu
-go test -c -ldflags='-s -w' -o carry/dawn.test ./dawn
+go test -c -ldflags='-s -w' -o carry/cpu.test ./internal/cpu
+go test -c -ldflags='-s -w' -o carry/dawn.test ./internal/dawn
 go build -ldflags='-s -w' -o carry/fusednorm-bench ./cmd/fusednorm-bench
 # The tiny-dispatch benchmark's C twin and the WGSL it loads, and torch's anchor script.
 (set -a; source third_party/env.sh; set +a

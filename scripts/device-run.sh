@@ -38,7 +38,7 @@ if [ "${1:-}" = ort ]; then
 fi
 if [ "${1:-}" = cpu ]; then
 	{ lscpu | grep "Model name"; grep -o 'avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } >"$OUT/cpu.txt"
-	(cd cpu && timeout 150 ../carry/cpu.test -test.v >"$OUT/cpu-test.log" 2>&1; echo "rc=$?" >>"$OUT/cpu-test.log")
+	(cd internal/cpu && timeout 150 ../../carry/cpu.test -test.v >"$OUT/cpu-test.log" 2>&1; echo "rc=$?" >>"$OUT/cpu-test.log")
 	grep -E "^(--- |ok|FAIL|rc=)" "$OUT/cpu-test.log" | grep -v "^--- PASS" | tail -5
 	(cd tests && timeout 200 ../carry/conformance.test -test.run TestCPU -test.v >"$OUT/conformance-cpu.log" 2>&1; echo "rc=$?" >>"$OUT/conformance-cpu.log")
 	grep -E "^(--- |ok|FAIL|rc=)" "$OUT/conformance-cpu.log" | tail -8

@@ -3,13 +3,13 @@ package tests
 import (
 	"slices"
 
-	"github.com/fusednorm/fusednorm/internal/cpuhook"
+	fn "github.com/fusednorm/fusednorm"
 )
 
 // CPULevels lists the CPU kernel levels to test: "go" (the plan's reference) first, then
 // each SIMD level the processor and build offer.
 func CPULevels() []string {
-	l := slices.Clone(cpuhook.Levels())
+	l := slices.Clone(fn.CPULevels())
 	slices.Reverse(l)
 	return l
 }

@@ -31,7 +31,7 @@ import (
 	"time"
 
 	"github.com/fusednorm/fusednorm"
-	"github.com/fusednorm/fusednorm/dawn"
+	"github.com/fusednorm/fusednorm/internal/dawn"
 )
 
 func main() {

@@ -3,7 +3,7 @@ package main
 import (
 	"slices"
 
-	"github.com/fusednorm/fusednorm/internal/cpuhook"
+	"github.com/fusednorm/fusednorm/internal/cpu"
 	"sync"
 	"time"
 	"unsafe"
@@ -73,8 +73,8 @@ func (p *prober) streamPass() time.Duration {
 	parallel(p.threads, len(p.srcA), func(_, lo, hi int) {
 		for r := lo; r < hi; r += row {
 			e := min(r+row, hi)
-			cpuhook.CopyNT(p.dstA[r:e], p.srcA[r:e])
-			cpuhook.CopyNT(p.dstB[r:e], p.srcB[r:e])
+			cpu.CopyNT(p.dstA[r:e], p.srcA[r:e])
+			cpu.CopyNT(p.dstB[r:e], p.srcB[r:e])
 		}
 	})
 	return time.Since(t)

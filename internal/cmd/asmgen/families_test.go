@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// tableField is the family each field of the kernels table (cpu/kernels.go) dispatches.
+// tableField is the family each field of the kernels table (internal/cpu/kernels.go) dispatches.
 var tableField = map[string]string{
 	"sums": "sum", "adds": "addsum", "affines": "affine", "convs": "convert",
 	"embeds": "embedsum", "masks": "mask", "mem": "memory",
@@ -91,7 +91,7 @@ func TestFamilies(t *testing.T) {
 		return false
 	})
 	for name, fam := range home {
-		// The avx512fp16 level's kernels are named in cpu/levels_amd64.go, by hand.
+		// The avx512fp16 level's kernels are named in internal/cpu/levels_amd64.go, by hand.
 		if !named[name] && !(fam == "embedsum" && strings.HasPrefix(name, "avx512fp16")) {
 			t.Errorf("%s (%s_amd64.s) is in no table", name, fam)
 		}

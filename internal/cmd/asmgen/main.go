@@ -1,13 +1,13 @@
 // Command asmgen writes the SIMD kernels of the CPU backend, once for AVX2+FMA+F16C (8
 // lanes, YMM) and once for AVX-512 F/BW/VL (16 lanes, ZMM), family by family: each kernel
 // group of the cpu package (families: sum, addsum, affine, convert, embedsum, mask, memory)
-// gets its assembly, cpu/<family>_amd64.s, and the kernels' Go declarations,
-// cpu/<family>_amd64.go, beside the family's Go file, which holds its twins and dispatch.
+// gets its assembly, internal/cpu/<family>_amd64.s, and the kernels' Go declarations,
+// internal/cpu/<family>_amd64.go, beside the family's Go file, which holds its twins and dispatch.
 // It also writes each width's level, its table of the kernels family by family,
-// cpu/vectables_amd64.go (tables.go). Run it through go generate in the cpu package (see
-// cpu/levels_amd64.go), or from the repository root:
+// internal/cpu/vectables_amd64.go (tables.go). Run it through go generate in the cpu package (see
+// internal/cpu/levels_amd64.go), or from the repository root:
 //
-//	go run -C internal/cmd/asmgen . -dir ../../../cpu
+//	go run -C internal/cmd/asmgen . -dir ../../cpu
 //
 // It lives in its own module so that the library does not depend on avo.
 //
@@ -82,8 +82,8 @@ func (v isa) bytes() int { return 4 * v.lanes }
 
 // family is one kernel group of the cpu package: its kernels go to <file>_amd64.s and their
 // declarations to <file>_amd64.go, beside <file>.go, which holds the family's form struct,
-// its Go twins and its dispatch (the file map at the top of cpu/kernels.go). A kernel
-// belongs to the family whose table field in cpu/vectables_amd64.go names it.
+// its Go twins and its dispatch (the file map at the top of internal/cpu/kernels.go). A kernel
+// belongs to the family whose table field in internal/cpu/vectables_amd64.go names it.
 type family struct {
 	file string
 	gen  func(widths []isa) // emits the family's kernels into c, for the widths narrowest first
@@ -110,7 +110,7 @@ var families = []family{
 	}},
 	{"affine", eachWidth(affines)},      // affineForm
 	{"convert", eachWidth(conversions)}, // convForm
-	{"embedsum", func(ws []isa) { // embedForm, and the avx512fp16 level's (cpu/levels_amd64.go)
+	{"embedsum", func(ws []isa) { // embedForm, and the avx512fp16 level's (internal/cpu/levels_amd64.go)
 		for _, v := range ws {
 			embedF16(v)
 		}
@@ -165,7 +165,7 @@ type genFile struct {
 func generate() ([]genFile, error) {
 	widths := []isa{avx2, avx512} // narrowest first
 	// A fixed command line in the header, so regenerating into any path gives the same file.
-	cfg := printer.Config{Argv: []string{"go", "generate", "./cpu"}, Pkg: "cpu"}
+	cfg := printer.Config{Argv: []string{"go", "generate", "./internal/cpu"}, Pkg: "cpu"}
 	var files []genFile
 	for _, fam := range families {
 		// One avo context per family, since a context makes one file; the generators

@@ -4,7 +4,7 @@
 //
 // The project does not vendor a generated webgpu.h: it declares only what it calls, so a
 // layout or enum value can never come from a header of another revision. The output is
-// committed; run `go generate ./dawn/` after changing the list below or the dawn.json.
+// committed; run `go generate ./internal/dawn/` after changing the list below or the dawn.json.
 //
 // Usage:
 //

@@ -1,0 +1,425 @@
+//go:build cgo
+
+package dawn
+
+/*
+#include <stdlib.h>
+#include "../../cgo/dawnrt.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
+)
+
+// openTimeoutNS bounds the adapter and device requests; lavapipe takes well under a second.
+const openTimeoutNS = 60e9
+
+// errCap is the size of the C buffer Dawn's messages are formatted into.
+const errCap = 8192
+
+// deviceOptions configure openDevice.
+type deviceOptions struct {
+	// LibPath is an explicit library path, tried first.
+	LibPath string
+	// Inject is an optional fault-injection hook, called at each place Dawn can fail with
+	// the site's name: "load", "open", "create-buffer", "write-buffer", "pipeline",
+	// "submit", "map". A non-nil return is treated as that failure. At "lose", called once
+	// a dispatch is submitted, a non-nil return makes Dawn lose the device for real
+	// (wgpuDeviceForceLoss) while the dispatch is in flight. nil in production.
+	Inject func(site string) error
+	// Logger receives Dawn's own messages: its device log (warnings of the Vulkan backend,
+	// among others), errors raised outside every error scope, and device loss. nil discards
+	// them.
+	Logger *slog.Logger
+	// Adapter, when > 0, opens adapter Adapter-1 of ListAdapters' list instead of the one
+	// Dawn picks (the list's first).
+	Adapter int
+}
+
+// deviceLimits are the device limits the runtime raised to what the adapter offers.
+type deviceLimits struct {
+	MaxStorageBufferBindingSize, MaxBufferSize                          uint64
+	MaxComputeWorkgroupsPerDimension, MaxComputeInvocationsPerWorkgroup uint32
+	MaxComputeWorkgroupSizeX, MaxComputeWorkgroupStorageSize            uint32
+
+	// Beyond the agreed API: what an op needs to place bindings and size workgroups.
+	MaxComputeWorkgroupSizeY, MaxComputeWorkgroupSizeZ uint32
+	MaxStorageBuffersPerShaderStage                    uint32
+	MinStorageBufferOffsetAlignment                    uint32
+	MaxUniformBufferBindingSize                        uint64
+}
+
+// AdapterInfo describes the adapter a device runs on.
+type AdapterInfo struct {
+	Vendor, Architecture, Device, Description string
+	Backend, AdapterType                      string // e.g. "Vulkan", "DiscreteGPU" or "CPU"
+	VendorID, DeviceID                        uint32
+	SubgroupMinSize, SubgroupMaxSize          uint32
+}
+
+// String is one line for logs: "NVIDIA H200 (Vulkan, DiscreteGPU, driver …)".
+func (a AdapterInfo) String() string {
+	s := a.Device
+	if s == "" {
+		s = a.Vendor
+	}
+	s += " (" + a.Backend + ", " + a.AdapterType
+	if a.Description != "" {
+		s += ", driver " + a.Description
+	}
+	return s + ")"
+}
+
+// device is an open Dawn device with its queue, pipeline cache and readback staging pool.
+type device struct {
+	sem    chan struct{} // the lock around every Dawn call; a channel so waits can honour ctx
+	c      *C.drt_device
+	errbuf *C.char
+	inject func(string) error
+	lib    string // the library file loaded
+	logger *slog.Logger
+	info   AdapterInfo
+	limits deviceLimits
+	feats  map[string]bool
+
+	// Under sem.
+	closed     bool
+	pipelines  map[string]*pipeline
+	buffers    map[*buffer]struct{}
+	staging    map[uint64][]C.WGPUBuffer
+	timings    []*timing
+	uncaptured C.uint64_t
+	inflight   map[*inflight]struct{} // submitted dispatches not yet finished or reaped
+	logSeen    uint64                 // messages of the device log passed on to logger
+	xfer       *xferRing              // staging of large transfers (transfer.go)
+	lossLogged bool
+}
+
+// openDevice loads Dawn, requests a Vulkan adapter (refusing Dawn's Null backend) and opens
+// a device with its storage, buffer and compute limits raised to the adapter's and the
+// TimestampQuery, ShaderF16 and Subgroups features enabled where the adapter has them.
+func openDevice(opts deviceOptions) (*device, error) {
+	const method = "openDevice"
+	if err := injected(opts.Inject, "load"); err != nil {
+		return nil, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrUnavailable, err)
+	}
+	lib, err := loadLib(opts.LibPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := injected(opts.Inject, "open"); err != nil {
+		return nil, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrUnavailable, err)
+	}
+	d := &device{
+		sem:       make(chan struct{}, 1),
+		c:         (*C.drt_device)(C.calloc(1, C.sizeof_drt_device)),
+		errbuf:    (*C.char)(C.calloc(1, errCap)),
+		inject:    opts.Inject,
+		lib:       C.GoString(&lib.path[0]),
+		logger:    opts.Logger,
+		pipelines: map[string]*pipeline{},
+		buffers:   map[*buffer]struct{}{},
+		staging:   map[uint64][]C.WGPUBuffer{},
+	}
+	if rc := C.drt_open_adapter(&lib.p, d.c, C.int(opts.Adapter-1), openTimeoutNS, d.errbuf, errCap); rc != C.DRT_OK {
+		msg := C.GoString(d.errbuf)
+		if d.logger != nil {
+			d.passLog() // what Dawn met looking for an adapter
+		}
+		d.free()
+		return nil, fmt.Errorf("dawn: %s: %w: %s (library %s)", method, ops.ErrUnavailable, msg, d.lib)
+	}
+	c := d.c
+	d.info = AdapterInfo{
+		Vendor:          C.GoString(&c.vendor[0]),
+		Architecture:    C.GoString(&c.architecture[0]),
+		Device:          C.GoString(&c.device_name[0]),
+		Description:     C.GoString(&c.description[0]),
+		Backend:         enumName(backendTypeNames, uint32(c.backend_type)),
+		AdapterType:     enumName(adapterTypeNames, uint32(c.adapter_type)),
+		VendorID:        uint32(c.vendor_id),
+		DeviceID:        uint32(c.device_id),
+		SubgroupMinSize: uint32(c.subgroup_min),
+		SubgroupMaxSize: uint32(c.subgroup_max),
+	}
+	l := &c.limits
+	d.limits = deviceLimits{
+		MaxStorageBufferBindingSize:       uint64(l.maxStorageBufferBindingSize),
+		MaxBufferSize:                     uint64(l.maxBufferSize),
+		MaxComputeWorkgroupsPerDimension:  uint32(l.maxComputeWorkgroupsPerDimension),
+		MaxComputeInvocationsPerWorkgroup: uint32(l.maxComputeInvocationsPerWorkgroup),
+		MaxComputeWorkgroupSizeX:          uint32(l.maxComputeWorkgroupSizeX),
+		MaxComputeWorkgroupStorageSize:    uint32(l.maxComputeWorkgroupStorageSize),
+		MaxComputeWorkgroupSizeY:          uint32(l.maxComputeWorkgroupSizeY),
+		MaxComputeWorkgroupSizeZ:          uint32(l.maxComputeWorkgroupSizeZ),
+		MaxStorageBuffersPerShaderStage:   uint32(l.maxStorageBuffersPerShaderStage),
+		MinStorageBufferOffsetAlignment:   uint32(l.minStorageBufferOffsetAlignment),
+		MaxUniformBufferBindingSize:       uint64(l.maxUniformBufferBindingSize),
+	}
+	d.feats = map[string]bool{}
+	for v, name := range featureNames {
+		if C.drt_has_feature(c, C.uint32_t(v)) != 0 {
+			d.feats[name] = true
+		}
+	}
+	return d, nil
+}
+
+// ListAdapters lists the Vulkan adapters Dawn finds, in its order of preference (discrete
+// GPUs first; the first is the one New opens by default). libPath is as Config.LibPath. The
+// list comes from Dawn's C++ API (dawn::native::Instance::EnumerateAdapters): a library
+// without it gives an error wrapping ops.ErrUnavailable.
+func ListAdapters(libPath string) ([]AdapterInfo, error) {
+	lib, err := loadLib(libPath)
+	if err != nil {
+		return nil, err
+	}
+	const max = 64
+	out := (*[max]C.drt_adapter_info)(C.calloc(max, C.sizeof_drt_adapter_info))
+	defer C.free(unsafe.Pointer(out))
+	errbuf := (*C.char)(C.calloc(1, errCap))
+	defer C.free(unsafe.Pointer(errbuf))
+	var n C.int
+	if rc := C.drt_adapters(&lib.p, &out[0], max, &n, errbuf, errCap); rc != C.DRT_OK {
+		return nil, fmt.Errorf("dawn: ListAdapters: %w: %s", ops.ErrUnavailable, C.GoString(errbuf))
+	}
+	list := make([]AdapterInfo, 0, min(int(n), max))
+	for i := range min(int(n), max) {
+		a := &out[i]
+		list = append(list, AdapterInfo{
+			Vendor:       C.GoString(&a.vendor[0]),
+			Architecture: C.GoString(&a.architecture[0]),
+			Device:       C.GoString(&a.device_name[0]),
+			Description:  C.GoString(&a.description[0]),
+			Backend:      enumName(backendTypeNames, uint32(a.backend_type)),
+			AdapterType:  enumName(adapterTypeNames, uint32(a.adapter_type)),
+			VendorID:     uint32(a.vendor_id),
+			DeviceID:     uint32(a.device_id),
+		})
+	}
+	return list, nil
+}
+
+func enumName(table map[uint32]string, v uint32) string {
+	if s, ok := table[v]; ok {
+		return s
+	}
+	return fmt.Sprintf("0x%X", v)
+}
+
+func injected(hook func(string) error, site string) error {
+	if hook == nil {
+		return nil
+	}
+	if err := hook(site); err != nil {
+		return fmt.Errorf("injected fault at %s: %w", site, err)
+	}
+	return nil
+}
+
+// library is the path of the Dawn library file the device runs on.
+func (d *device) library() string { return d.lib }
+
+// hasFeature reports whether the device has the named feature enabled, e.g. "TimestampQuery",
+// "ShaderF16", "Subgroups".
+func (d *device) hasFeature(name string) bool { return d.feats[name] }
+
+// features lists the device's enabled features by name.
+func (d *device) features() []string {
+	var out []string
+	for f := range d.feats {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// lock takes the device lock, giving up when ctx ends first.
+func (d *device) lock(ctx context.Context) error {
+	select {
+	case d.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case d.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *device) unlock() {
+	if d.logger != nil && d.c != nil && uint64(d.c.log_written) != d.logSeen {
+		d.passLog()
+	}
+	<-d.sem
+}
+
+// passLog hands the device log's new messages to the logger; under the lock.
+func (d *device) passLog() {
+	var msg [C.DRT_LOG_MSG_CAP]C.char
+	var typ C.uint32_t
+	for n := uint64(d.c.log_written); d.logSeen < n; d.logSeen++ {
+		if C.drt_log_take(d.c, C.uint64_t(d.logSeen), &typ, &msg[0], C.DRT_LOG_MSG_CAP) != C.DRT_OK {
+			continue // overwritten before it was read
+		}
+		level := slog.LevelDebug
+		switch typ {
+		case C.WGPULoggingType_Info:
+			level = slog.LevelInfo
+		case C.WGPULoggingType_Warning:
+			level = slog.LevelWarn
+		case C.WGPULoggingType_Error:
+			level = slog.LevelError
+		}
+		d.logger.Log(context.Background(), level, "dawn: "+C.GoString(&msg[0]), "source", "dawn")
+	}
+}
+
+// lost reports whether Dawn lost the device (close, which destroys it, is not a loss).
+// The flag is read in place, as drt_lost reads it (an atomic load): a call checks it before
+// every submit, and a cgo crossing there would cost more than the load.
+func (d *device) lost() bool {
+	return !d.closed && d.c != nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&d.c.lost))) != 0
+}
+
+// lossError is the error of a call on a lost device; under the lock.
+func (d *device) lossError(method string) error {
+	msg := C.GoString(&d.c.lost_msg[0])
+	if !d.lossLogged {
+		d.lossLogged = true
+		if d.logger != nil {
+			d.logger.Error("dawn: device lost", "device", d.info.String(), "message", msg)
+		}
+	}
+	return fmt.Errorf("dawn: %s: %w: device lost: %s", method, ops.ErrDevice, msg)
+}
+
+// lossMessage is Dawn's message for the loss, or "" while the device is not lost.
+func (d *device) lossMessage() string {
+	if err := d.lock(context.Background()); err != nil {
+		return ""
+	}
+	defer d.unlock()
+	if !d.lost() {
+		return ""
+	}
+	return C.GoString(&d.c.lost_msg[0])
+}
+
+// usable reports, under the lock, why the device cannot take work, or nil.
+func (d *device) usable(method string) error {
+	if d.closed {
+		return fmt.Errorf("dawn: %s: %w", method, ops.ErrClosed)
+	}
+	if d.lost() {
+		return d.lossError(method)
+	}
+	return nil
+}
+
+// failure wraps the message in d.errbuf for a DRT_* code; on a lost device the error says so
+// first, since the loss is why Dawn failed.
+func (d *device) failure(method string, rc C.int) error {
+	if d.lost() {
+		return fmt.Errorf("%w (%s)", d.lossError(method), C.GoString(d.errbuf))
+	}
+	sentinel := ops.ErrDevice
+	if rc == C.DRT_EUNAVAILABLE {
+		sentinel = ops.ErrUnavailable
+	}
+	return fmt.Errorf("dawn: %s: %w: %s", method, sentinel, C.GoString(d.errbuf))
+}
+
+// uncapturedError reports an error Dawn raised outside every error scope since the last check.
+func (d *device) uncapturedError(method string) error {
+	if d.c.uncaptured == d.uncaptured {
+		return nil
+	}
+	d.uncaptured = d.c.uncaptured
+	msg := C.GoString(&d.c.uncaptured_msg[0])
+	if d.logger != nil {
+		d.logger.Warn("dawn: uncaptured error", "message", msg)
+	}
+	return fmt.Errorf("dawn: %s: %w: uncaptured error: %s", method, ops.ErrDevice, msg)
+}
+
+// forceLoss makes Dawn lose the device, as a driver reset or a removed GPU would; under the
+// lock. For the "lose" fault site: a library without wgpuDeviceForceLoss loses nothing.
+func (d *device) forceLoss(cause error) {
+	msg := C.CString(cause.Error())
+	defer C.free(unsafe.Pointer(msg))
+	C.drt_force_loss(d.c, msg, d.errbuf, errCap)
+}
+
+// close waits briefly for abandoned dispatches, releases every object made from the device
+// (pipelines, buffers, staging) and the device itself. Later calls return ops.ErrClosed;
+// close itself may be called again.
+func (d *device) close() error {
+	if err := d.lock(context.Background()); err != nil {
+		return err
+	}
+	defer d.unlock()
+	if d.closed {
+		return nil
+	}
+	d.reap(reapOnClose)
+	for _, p := range d.pipelines {
+		C.drt_pipeline_release(d.c, p.c, p.bgl)
+	}
+	d.pipelines = nil
+	for b := range d.buffers {
+		C.drt_buffer_release(d.c, b.c)
+		b.c = nil
+	}
+	d.buffers = nil
+	for _, list := range d.staging {
+		for _, s := range list {
+			C.drt_buffer_release(d.c, s)
+		}
+	}
+	d.staging = nil
+	d.releaseXfer()
+	for _, t := range d.timings {
+		t.release(d)
+	}
+	d.timings = nil
+	var err error
+	if d.lost() && d.c.lost_reason != C.WGPUDeviceLostReason_Destroyed {
+		err = fmt.Errorf("dawn: (*device).close: %w: device was lost: %s", ops.ErrDevice, C.GoString(&d.c.lost_msg[0]))
+	}
+	C.drt_close(d.c)
+	// Only now, with the instance gone, can no callback write into a pending ticket.
+	for f := range d.inflight {
+		f.freeTicket()
+	}
+	d.inflight = nil
+	d.freeXfer()
+	if d.logger != nil {
+		d.passLog()
+	}
+	d.closed = true
+	d.free()
+	return err
+}
+
+func (d *device) free() {
+	C.free(unsafe.Pointer(d.c))
+	C.free(unsafe.Pointer(d.errbuf))
+	d.c, d.errbuf = nil, nil
+}
+
+// isCtxErr reports whether err came from a context.
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
