@@ -6,9 +6,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
-	"unsafe"
-
-	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
 // The Go runtime cannot fail an allocation softly: one larger than the process can get
@@ -78,54 +75,4 @@ func (b *outputBudget) take(op, name string, dt DType, shape []int) (int, error)
 	}
 	b.left -= size
 	return n, nil
-}
-
-// span is the memory a tensor's data occupies, [lo, hi); empty for an absent or empty
-// tensor.
-type span struct{ lo, hi uintptr }
-
-func spanOf(b ops.Buf) span {
-	var p unsafe.Pointer
-	switch b.DType {
-	case ops.F32:
-		p = unsafe.Pointer(unsafe.SliceData(b.F32))
-	case ops.F16, ops.BF16:
-		p = unsafe.Pointer(unsafe.SliceData(b.U16))
-	case ops.I32:
-		p = unsafe.Pointer(unsafe.SliceData(b.I32))
-	}
-	n := uintptr(b.Len() * b.DType.Size())
-	if p == nil || n == 0 {
-		return span{}
-	}
-	return span{uintptr(p), uintptr(p) + n}
-}
-
-func spanI32(s []int32) span { return spanOf(ops.Buf{DType: ops.I32, I32: s}) }
-
-func (a span) overlaps(b span) bool { return a.lo < b.hi && b.lo < a.hi }
-
-// checkOverlap refuses an output that shares memory with any input, weight or earlier
-// output: the kernels read inputs while they write outputs, so shared memory gives wrong
-// results or corrupts a bound weight for every later call. Exact aliasing (in place) is
-// refused too: no kernel is specified to work in place. The outputs come first in spans,
-// then the inputs and weights; a zero span (absent) overlaps nothing.
-func checkOverlap(op string, names []string, spans []span, nOut int) error {
-	for i := range nOut {
-		for j := nOut; j < len(spans); j++ {
-			if spans[i].overlaps(spans[j]) {
-				return overlapErr(op, names[i], names[j])
-			}
-		}
-		for j := range i {
-			if spans[i].overlaps(spans[j]) {
-				return overlapErr(op, names[i], names[j])
-			}
-		}
-	}
-	return nil
-}
-
-func overlapErr(op, out, other string) error {
-	return argErr(op, out, "%s overlaps %s in memory; an output must not share memory with an input, a weight or another output", out, other)
 }

@@ -2,13 +2,14 @@ package fusednorm_test
 
 import (
 	"bytes"
-	"github.com/fusednorm/fusednorm/internal/testkit"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
 // readmeBlock returns the body of the first fenced block of the given language after the

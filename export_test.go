@@ -6,6 +6,15 @@ import (
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
+// liveDeviceBuffers counts the device buffers of the engine's GPU backend; false on the CPU.
+func (e *Engine) liveDeviceBuffers() (int, bool) {
+	lb, ok := e.be.(ops.BufferCounter)
+	if !ok {
+		return 0, false
+	}
+	return lb.LiveBuffers(), true
+}
+
 // withAutoSoftware lets auto keep a software adapter, so the routing between it and the
 // CPU can be tested on lavapipe.
 func withAutoSoftware() Option { return func(c *config) { c.autoSoftware = true } }

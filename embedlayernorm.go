@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -124,17 +123,6 @@ func (op *EmbedLayerNorm) runKnown(ctx context.Context, known *embedCall) error 
 	return nil
 }
 
-// checkCall is the first check of every entry point: ctx and the outputs must be given.
-func checkCall(op string, ctx context.Context, noOutputs bool) error {
-	if ctx == nil {
-		return argErr(op, "ctx", "ctx must not be nil; pass context.Background()")
-	}
-	if noOutputs {
-		return argErr(op, "outputs", "outputs must not be nil")
-	}
-	return nil
-}
-
 // run is one call whose input shapes were checked: keys, when set, are the headers of a
 // device-tensor call to remember once checked.
 func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOutputs, keys *embedKeys) error {
@@ -199,27 +187,6 @@ func (e *Engine) EmbedLayerNormOnce(ctx context.Context, w EmbedWeights, in Embe
 	defer op.Close()
 	return op.run(ctx, &in, out, nil)
 }
-
-func argErr(op, tensor, format string, a ...any) error {
-	return &ArgError{Op: op, Tensor: tensor, Rule: fmt.Sprintf(format, a...)}
-}
-
-// checkTensor verifies a given tensor is well formed: its data length matches its shape.
-func checkTensor(op, name string, t *Tensor) error {
-	if t.IsZero() {
-		return nil
-	}
-	n, ok := numel(t.shape)
-	if !ok {
-		return argErr(op, name, "shape %v has a negative or too large dimension", t.shape)
-	}
-	if t.Len() != n {
-		return argErr(op, name, "data has %d elements, shape %v needs %d", t.Len(), t.shape, n)
-	}
-	return nil
-}
-
-func sameShape(a, b []int) bool { return slices.Equal(a, b) }
 
 // embedInputNames names the tensors of EmbedInputs in field order.
 var embedInputNames = [...]string{"input_ids", "segment_ids", "mask", "position_ids"}
@@ -482,23 +449,4 @@ func embedOutputs(ctx context.Context, e *Engine, out *EmbedOutputs, w *ops.Embe
 		o.Sum = t.buf
 	}
 	return nil
-}
-
-// givenOutput checks a caller's output tensor against the contract; a zero Buf when the
-// caller gave none. shape does not escape (the paths that print it take a copy), so
-// callers may build it on the stack.
-func givenOutput(op, name string, t *Tensor, dt DType, shape []int) (ops.Buf, error) {
-	if t.IsZero() {
-		return ops.Buf{}, nil
-	}
-	if err := checkTensor(op, name, t); err != nil {
-		return ops.Buf{}, err
-	}
-	if t.DType() != dt {
-		return ops.Buf{}, argErr(op, name, "%s must be %v, got %v", name, dt, t.DType())
-	}
-	if !sameShape(t.shape, shape) {
-		return ops.Buf{}, argErr(op, name, "%s must have shape %v, got %v", name, slices.Clone(shape), t.shape)
-	}
-	return t.buf, nil
 }

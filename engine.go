@@ -2,7 +2,6 @@ package fusednorm
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fusednorm/fusednorm/internal/cpu"
+	"github.com/fusednorm/fusednorm/internal/dawn"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
@@ -24,96 +24,6 @@ const (
 	BackendCPU  = "cpu"
 	BackendDawn = "dawn"
 )
-
-// EnvBackend is the environment variable consulted when no WithBackend option is given.
-const EnvBackend = "FUSEDNORM_BACKEND"
-
-// EnvDawnLib names the Dawn library to load, before the built-in search list.
-const EnvDawnLib = "FUSEDNORM_DAWN_LIB"
-
-// EnvCPULevel caps the CPU kernels when WithCPULevel is not given: "go", "avx2", "avx512"
-// or "avx512fp16".
-const EnvCPULevel = "FUSEDNORM_CPU_LEVEL"
-
-// Option configures Open.
-type Option func(*config)
-
-type config struct {
-	backend  string
-	dawnLib  string
-	threads  int
-	cpuLevel string
-	noHuge   bool // WithHugePages(false)
-	profile  *plan.Contraction
-	inject   func(site string) error
-	logger   *slog.Logger
-	// autoSoftware lets auto keep a software adapter (lavapipe) and route between it and
-	// the CPU: tests of the routing on a machine without a GPU (route_export_test.go).
-	autoSoftware bool
-	adapter      string // WithAdapter's selector, when adapterSet
-	adapterSet   bool
-}
-
-// WithBackend picks the backend: "auto", "cpu" or "dawn". It overrides FUSEDNORM_BACKEND.
-func WithBackend(name string) Option { return func(c *config) { c.backend = name } }
-
-// WithDawnLibrary names the Dawn shared library to load: an absolute path, or a bare file
-// name for the system loader. It overrides FUSEDNORM_DAWN_LIB. An explicit library is a
-// demand, not a hint: when it does not load, Dawn fails (naming the path and why) rather than
-// load another from the search list; in auto mode the engine then runs on the CPU and Info's
-// Reason says why. Without either, the library is looked for next to the executable, then by
-// the system loader, never in or above the working directory.
-func WithDawnLibrary(path string) Option { return func(c *config) { c.dawnLib = path } }
-
-// WithAdapter opens the GPU adapter sel names: its index in Adapters' list ("0", "1", …),
-// else the first adapter whose name, vendor or driver contains sel, ignoring case ("H200",
-// "llvmpipe"). Without it Dawn takes the first of that list. On a machine with several
-// GPUs, open one engine per GPU. An adapter that does not exist is a demand that cannot be
-// met: with Dawn forced, Open fails (wrapping ErrUnavailable, naming the adapters there
-// are); in auto mode the engine runs on the CPU and Info's Reason says why. A negative index
-// or an empty sel is an error wrapping ErrInvalidArgument in every mode.
-func WithAdapter(sel string) Option { return func(c *config) { c.adapter, c.adapterSet = sel, true } }
-
-// WithThreads bounds the goroutines one CPU call uses (default GOMAXPROCS).
-func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
-
-// WithCPULevel caps the CPU kernels at a level: "go" (the pure-Go twins) or a SIMD level
-// the processor has ("avx2", "avx512", "avx512fp16"); empty means FUSEDNORM_CPU_LEVEL, else the best
-// available. Every level gives the same bits.
-func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = level } }
-
-// WithHugePages(false) keeps the CPU backend from moving EmbedLayerNorm word tables of
-// 16 MiB or more onto 2 MiB pages. By default, on Linux, NewEmbedLayerNorm has the kernel
-// back such a table with huge pages (madvise MADV_COLLAPSE), so the rows it gathers do not
-// each miss the TLB: 2-22% faster on the bench shapes. The move takes the kernel a while
-// (0.4-0.8 s for BERT-base's 94 MiB table on a loaded machine), so it runs on a goroutine
-// of its own, one huge page at a time, and NewEmbedLayerNorm returns at once: the op's
-// first calls may find part of the table on small pages still. The goroutine holds the
-// table until it ends; the op's Close and the engine's Close stop it and wait for it (one
-// huge page at most). The table's values and address stay as they are, calls running
-// meanwhile read them as usual, and a kernel that declines leaves the table on its small
-// pages.
-func WithHugePages(on bool) Option { return func(c *config) { c.noHuge = !on } }
-
-// WithContraction makes the CPU backend mirror a GPU's contraction profile (SPEC §C.4), so
-// its results are bit-identical to that GPU's. Ignored by the Dawn backend, which detects
-// its own.
-func WithContraction(p Contraction) Option { return func(c *config) { c.profile = &p } }
-
-// withFaultInjection installs a hook the Dawn backend calls at each place the device can
-// fail; a non-nil return is treated as that failure (the tests of error paths). The sites:
-// "load", "open", "create-buffer", "write-buffer", "pipeline", "submit", "map", and "lose",
-// where a non-nil return makes Dawn lose the device for real while a dispatch is in flight.
-func withFaultInjection(hook func(site string) error) Option {
-	return func(c *config) { c.inject = hook }
-}
-
-// WithLogger receives the messages of the Dawn backend: Dawn's own device log (warnings of
-// its Vulkan backend among them), errors Dawn raised outside the library's error scopes, and
-// device loss and recovery. Without it they are discarded. Messages that the Vulkan loader or
-// a driver print themselves while Dawn looks for adapters, before a device exists, go to
-// stderr regardless (see the README).
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // Info says which backend an engine runs and why it was chosen.
 type Info struct {
@@ -301,3 +211,30 @@ func (e *Engine) done() { e.mu.RUnlock() }
 // (the pure-Go kernels) last: the values WithCPULevel and FUSEDNORM_CPU_LEVEL accept here.
 // Every level gives the same bits.
 func CPULevels() []string { return cpu.Levels() }
+
+// openDawn opens the Dawn backend: the library from WithDawnLibrary or FUSEDNORM_DAWN_LIB
+// alone when one is named, else dawn's search list; errors wrap ErrUnavailable with the cause
+// (the path and why, no adapter, Null backend only, built without cgo). In auto mode a device
+// that is lost and cannot be reopened hands over to the CPU backend, mirroring its profile.
+func openDawn(c *config, auto bool) (ops.Backend, error) {
+	cfg := dawn.Config{LibPath: c.dawnLib, Inject: c.inject, Logger: c.logger}
+	if c.adapterSet {
+		i, err := chooseAdapter(c.dawnLib, c.adapter)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Adapter = i + 1
+	}
+	if auto {
+		cfg.Fallback = func(p plan.Contraction) (ops.Backend, error) {
+			cc := *c
+			cc.profile = &p
+			return newCPU(&cc)
+		}
+	}
+	be, err := dawn.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return be, nil
+}
