@@ -121,7 +121,7 @@ TINY_N ?= 2000
 TINY_ROUNDS ?= 5
 bench-tiny: provision
 	$(WITH_ENV) cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build --target tiny_bench >/dev/null
-	$(GO) run ./internal/cmd/tinywgsl build/tiny
+	$(GO) run ./cmd/fusednorm-bench -tiny-wgsl build/tiny
 	$(WITH_ENV) build/tiny_bench "$$FUSEDNORM_DAWN_LIB" build/tiny $(TINY_N)
 	$(WITH_ENV) $(GO) run ./cmd/fusednorm-bench -backend dawn -tiny $(TINY_N) -tiny-rounds $(TINY_ROUNDS)
 	$(WITH_ENV) FUSEDNORM_BACKEND=dawn $(GO) test -run XXX -bench Tiny -benchmem -benchtime $(TINY_N)x .

@@ -20,14 +20,25 @@ type AddLayerNormInputs struct {
 	Bias        Tensor // optional
 }
 
-// AddLayerNormOutputs receives the results. A zero field is allocated (X only when
-// AdditionalOutput is on) and set when the call succeeds; a field the caller sets is
-// checked and written in place (a set X counts as wanted).
+// AddLayerNormOutputs receives the results. A field the caller sets is checked and written
+// in place (a set X counts as wanted). A zero field is allocated in host memory and set when
+// the call succeeds (X only when AdditionalOutput is on), except where the call would then
+// return host data the caller did not ask for:
+//
+//   - With NoStats, mean and rstd are neither computed nor allocated (their bandwidth is
+//     saved too); Mean and Rstd must then be zero.
+//   - When Y is a device tensor, zero Mean and Rstd are skipped as with NoStats (give device
+//     tensors to have them), and X, when AdditionalOutput is on, must be given (a device
+//     tensor, as a rule): a call on device tensors never allocates host outputs, so it never
+//     waits for the device behind the caller's back.
 type AddLayerNormOutputs struct {
 	Y    Tensor // shape of x1, OutT
 	Mean Tensor // float32, leading dims of x1 then rank(gamma) ones
 	Rstd Tensor // float32, as Mean
 	X    Tensor // x1 + x2 (+ bias) in OutT
+
+	// NoStats skips mean and rstd: only y (and x) are computed.
+	NoStats bool
 }
 
 // addOutDType returns OutT for a dtype combination, or false when B.2 does not allow it.
@@ -255,6 +266,18 @@ func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opCo
 			return err
 		}
 		f.alloc[i] = t.IsZero() && (i < 3 || c.additional) // a given x counts as wanted
+	}
+	yDev := bufs[0].Dev != nil
+	if out.NoStats || yDev {
+		for i, t := range outs[1:3] {
+			if out.NoStats && !t.IsZero() {
+				return argErr(opAdd, outNames[1+i], "%s is given with NoStats set: leave it zero, or unset NoStats", outNames[1+i])
+			}
+			f.alloc[1+i] = false
+		}
+	}
+	if yDev && f.alloc[3] {
+		return argErr(opAdd, "x", "AdditionalOutput with y on the device needs x given (a device tensor): a call on device tensors allocates no host output")
 	}
 	f.a.Y, f.a.Mean, f.a.Rstd, f.a.X = bufs[0], bufs[1].F32, bufs[2].F32, bufs[3]
 	f.a.MeanDev, f.a.RstdDev = bufs[1].Dev, bufs[2].Dev

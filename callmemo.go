@@ -66,16 +66,21 @@ func (h *devHeader) is(t *Tensor) bool {
 	return true
 }
 
-// addKeys are the headers of a prepared AddLayerNorm call: x1, x2, y, mean, rstd, x.
-type addKeys [6]devHeader
+// addKeys are the headers of a prepared AddLayerNorm call (x1, x2, y, mean, rstd, x) and its
+// NoStats flag.
+type addKeys struct {
+	h       [6]devHeader
+	noStats bool
+}
 
 // addKeysOf reports the call's headers, false when a tensor is in host memory.
 func addKeysOf(x1, x2 *Tensor, out *AddLayerNormOutputs) (k addKeys, ok bool) {
 	for i, t := range [...]*Tensor{x1, x2, &out.Y, &out.Mean, &out.Rstd, &out.X} {
-		if k[i], ok = headerOf(t); !ok {
+		if k.h[i], ok = headerOf(t); !ok {
 			return k, false
 		}
 	}
+	k.noStats = out.NoStats
 	return k, true
 }
 
@@ -83,7 +88,8 @@ func addKeysOf(x1, x2 *Tensor, out *AddLayerNormOutputs) (k addKeys, ok bool) {
 // by comparing in place: building the 576 bytes of keys to compare took a fifth of a tiny
 // call's Go time.
 func (k *addKeys) match(x1, x2 *Tensor, out *AddLayerNormOutputs) bool {
-	return k[0].is(x1) && k[1].is(x2) && k[2].is(&out.Y) && k[3].is(&out.Mean) && k[4].is(&out.Rstd) && k[5].is(&out.X)
+	return k.noStats == out.NoStats && k.h[0].is(x1) && k.h[1].is(x2) && k.h[2].is(&out.Y) && k.h[3].is(&out.Mean) &&
+		k.h[4].is(&out.Rstd) && k.h[5].is(&out.X)
 }
 
 // embedKeys are the headers of a prepared EmbedLayerNorm call (input_ids, segment_ids,

@@ -230,3 +230,17 @@ func (e *Engine) checkAddDevice(a *ops.AddLN) error {
 	}
 	return e.foreignDevice(opAdd, &a.X1, &a.X2, &a.Gamma, &a.Beta, &a.Bias, &a.Y, &a.X)
 }
+
+// DeviceMemory reports the device memory the engine holds now: its buffers and their bytes
+// (device tensors, resident weights, and the scratch the GPU backend keeps for repeated
+// calls). Zero on the CPU backend, whose device tensors are host memory.
+func (e *Engine) DeviceMemory() (buffers int, bytes uint64) {
+	if err := e.use(); err != nil {
+		return 0, 0
+	}
+	defer e.done()
+	if m, ok := e.be.(ops.MemoryReporter); ok {
+		return m.DeviceMemory()
+	}
+	return 0, 0
+}

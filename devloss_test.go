@@ -251,9 +251,11 @@ func TestDeviceLossRecovery(t *testing.T) {
 }
 
 // TestDeviceLossAutoFallback (issue 12 item 12): an engine in auto mode whose device is lost
-// and cannot be reopened carries on with the CPU backend, same bits, and Info says so. Auto
-// mode never picks a software adapter, so the test builds that engine the way Open's auto
-// branch does, on whatever adapter there is.
+// and cannot be reopened carries on with its CPU backend, same bits, and Info says so: the
+// router, the one place that decides to run on the CPU, moves there. Auto mode never picks a
+// software adapter, so the test builds that engine the way Open's auto branch does, on
+// whatever adapter there is, with a cost model that sends host-tensor calls to the CPU; the
+// call that meets the loss has a device-tensor input, so it runs on the GPU.
 func TestDeviceLossAutoFallback(t *testing.T) {
 	var lose, noDevice atomic.Bool
 	c := config{inject: func(site string) error {
@@ -265,11 +267,14 @@ func TestDeviceLossAutoFallback(t *testing.T) {
 		}
 		return nil
 	}, dawnLib: os.Getenv(EnvDawnLib)}
-	be, err := openDawn(&c, true)
+	gpu, err := openDawn(&c)
 	if err != nil {
 		testkit.SkipWithoutDawn(t, err)
 	}
-	e := &Engine{be: be, reason: "auto: dawn loaded"}
+	p := gpu.Info().Profile
+	cpu, err := newCPU(&config{profile: &p})
+	require.NoError(t, err)
+	e := &Engine{be: newRouter(gpu, cpu, routeModel{h2d: 1, d2h: 1, cpuBW: 1e15, launch: 1}), reason: "auto: dawn loaded"}
 	defer e.Close()
 	in := AddLayerNormInputs{
 		X1: FromFloat32([]float32{1, 2, 3, 4, -1, 0.5, 2, 8}, 2, 4), X2: FromFloat32([]float32{0.5, -0.5, 0.25, 1, 3, -2, 0, 1}, 2, 4),
@@ -277,10 +282,15 @@ func TestDeviceLossAutoFallback(t *testing.T) {
 	}
 	var want AddLayerNormOutputs
 	require.NoError(t, e.AddLayerNorm(context.Background(), in, &want))
+	x1, err := e.Upload(in.X1)
+	require.NoError(t, err)
+	defer x1.Close()
+	onDevice := in
+	onDevice.X1 = x1.Tensor()
 	lose.Store(true)
 	noDevice.Store(true)
 	var out AddLayerNormOutputs
-	err = e.AddLayerNorm(context.Background(), in, &out)
+	err = e.AddLayerNorm(context.Background(), onDevice, &out)
 	require.ErrorIs(t, err, ErrDevice)
 	out = AddLayerNormOutputs{}
 	require.NoError(t, e.AddLayerNorm(context.Background(), in, &out))

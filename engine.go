@@ -1,6 +1,7 @@
 package fusednorm
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -102,13 +103,13 @@ func Open(opts ...Option) (*Engine, error) {
 		}
 		return &Engine{be: be, reason: "cpu requested by " + source}, nil
 	case BackendDawn:
-		be, err := openDawn(&c, false)
+		be, err := openDawn(&c)
 		if err != nil {
 			return nil, fmt.Errorf("fusednorm: Open: dawn requested by %s: %w", source, err)
 		}
 		return &Engine{be: be, reason: "dawn requested by " + source}, nil
 	case BackendAuto:
-		be, err := openDawn(&c, true)
+		be, err := openDawn(&c)
 		if err == nil && be.Info().Software && !c.autoSoftware {
 			// A CPU rasterizer (lavapipe) runs the shaders correctly but far slower than the
 			// CPU backend: auto takes the CPU; WithBackend("dawn") still gets the adapter.
@@ -213,11 +214,10 @@ func (e *Engine) done() { e.mu.RUnlock() }
 func CPULevels() []string { return cpu.Levels() }
 
 // openDawn opens the Dawn backend: the library from WithDawnLibrary or FUSEDNORM_DAWN_LIB
-// alone when one is named, else dawn's search list; errors wrap ErrUnavailable with the cause
-// (the path and why, no adapter, Null backend only, built without cgo). In auto mode a device
-// that is lost and cannot be reopened hands over to the CPU backend, mirroring its profile.
-func openDawn(c *config, auto bool) (ops.Backend, error) {
-	cfg := dawn.Config{LibPath: c.dawnLib, Inject: c.inject, Logger: c.logger}
+// alone when one is named, else the runtime's search list; errors wrap ErrUnavailable with
+// the cause (the path and why, no adapter, Null backend only, built without cgo).
+func openDawn(c *config) (ops.Backend, error) {
+	cfg := dawn.Config{Library: c.dawnLib, Faults: c.inject, Logger: c.logger}
 	if c.adapterSet {
 		i, err := chooseAdapter(c.dawnLib, c.adapter)
 		if err != nil {
@@ -225,16 +225,22 @@ func openDawn(c *config, auto bool) (ops.Backend, error) {
 		}
 		cfg.Adapter = i + 1
 	}
-	if auto {
-		cfg.Fallback = func(p plan.Contraction) (ops.Backend, error) {
-			cc := *c
-			cc.profile = &p
-			return newCPU(&cc)
-		}
-	}
 	be, err := dawn.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return be, nil
+}
+
+// KernelTiming asks a GPU engine to time the kernel of the calls made with a context from
+// TimeKernels: Repeat dispatches of the kernel in one compute pass between two device
+// timestamps, the call waiting for them, PerCall set to the pass's time over Repeat. For
+// profiling and benchmarks: see the fields.
+type KernelTiming = ops.KernelClock
+
+// TimeKernels returns a context under which each call of the engine's ops on a GPU times its
+// kernel into t (give each concurrent call a KernelTiming of its own). Such a call always
+// waits for its work. On the CPU, and on a GPU without timestamp queries, t.PerCall stays 0.
+func TimeKernels(ctx context.Context, t *KernelTiming) context.Context {
+	return ops.WithKernelClock(ctx, t)
 }

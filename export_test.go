@@ -8,11 +8,12 @@ import (
 
 // liveDeviceBuffers counts the device buffers of the engine's GPU backend; false on the CPU.
 func (e *Engine) liveDeviceBuffers() (int, bool) {
-	lb, ok := e.be.(ops.BufferCounter)
+	lb, ok := e.be.(ops.MemoryReporter)
 	if !ok {
 		return 0, false
 	}
-	return lb.LiveBuffers(), true
+	n, _ := lb.DeviceMemory()
+	return n, true
 }
 
 // withAutoSoftware lets auto keep a software adapter, so the routing between it and the

@@ -73,6 +73,11 @@ type router struct {
 	shapes routeTable
 	ops    atomic.Uint64    // the number of the last prepared op: part of its calls' shapes
 	now    func() time.Time // time.Now; tests give a clock of their own
+
+	// moved is set once the GPU's device was lost and could not be reopened: from then on
+	// every host-tensor call runs on the CPU, and health says why.
+	moved  atomic.Bool
+	health atomic.Pointer[string]
 }
 
 // newRouter routes between gpu and cpu, m the model measured for them.
@@ -110,7 +115,30 @@ func (e *Engine) report(ctx context.Context) {
 	}
 }
 
-func (r *router) Info() ops.Info                  { return r.gpu.Info() }
+// Info is the GPU's, or the CPU's once the router moved there for good.
+func (r *router) Info() ops.Info {
+	if r.moved.Load() {
+		info := r.cpu.Info()
+		info.Health = *r.health.Load()
+		return info
+	}
+	return r.gpu.Info()
+}
+
+// gpuFailed is told of a GPU call that failed: when the device was lost and cannot be
+// reopened, the router moves to the CPU for good. The router is the one place that decides
+// to run on the CPU instead; the Dawn backend only recovers or reports.
+func (r *router) gpuFailed(err error) {
+	rec, ok := r.gpu.(ops.Recoverer)
+	if !ok || !errors.Is(err, ops.ErrDevice) || r.moved.Load() {
+		return
+	}
+	if rerr := rec.Recover(); rerr != nil {
+		h := fmt.Sprintf("%s; running on the CPU backend from now on, mirroring profile %v", rerr, r.gpu.Info().Profile)
+		r.health.Store(&h)
+		r.moved.Store(true)
+	}
+}
 func (r *router) Plan(h int, half bool) plan.Plan { return r.gpu.Plan(h, half) }
 
 // Close closes both backends.
@@ -162,9 +190,16 @@ func onDevice() routeTicket { return routeTicket{on: onGPU} }
 // that failed on the backend its shape has not chosen (a trial) runs on the other, so that
 // exploring shows in no call's result.
 func (r *router) run(ctx context.Context, t *routeTicket, gpuRun, cpuRun func() error) error {
+	if r.moved.Load() && t.s != nil {
+		*t = routeTicket{s: t.s, on: onCPU}
+	}
 	on := func(b side) error {
 		if b == onGPU {
-			return gpuRun()
+			err := gpuRun()
+			if err != nil {
+				r.gpuFailed(err)
+			}
+			return err
 		}
 		return cpuRun()
 	}
@@ -349,12 +384,12 @@ func (r *router) ReadDevice(ctx context.Context, m ops.DeviceMem, dst []byte) er
 func (r *router) FreeDevice(m ops.DeviceMem) error { return r.gpu.(ops.DeviceBackend).FreeDevice(m) }
 func (r *router) Sync(ctx context.Context) error   { return r.gpu.(ops.DeviceBackend).Sync(ctx) }
 
-// LiveBuffers forwards the GPU's buffer count (ops.BufferCounter, for the leak tests).
-func (r *router) LiveBuffers() int {
-	if lb, ok := r.gpu.(ops.BufferCounter); ok {
-		return lb.LiveBuffers()
+// DeviceMemory is the GPU's.
+func (r *router) DeviceMemory() (int, uint64) {
+	if m, ok := r.gpu.(ops.MemoryReporter); ok {
+		return m.DeviceMemory()
 	}
-	return 0
+	return 0, 0
 }
 
 // calibrateRoute measures the cost model: a copy of 4 MiB each way through the device-tensor

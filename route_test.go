@@ -211,8 +211,8 @@ func TestAutoRoutes(t *testing.T) {
 	defer eop.Close()
 	var where string
 	rctx := ReportBackend(ctx, &where)
-	y := devLike(t, e, Float32, N, D)
-	got := AddLayerNormOutputs{Y: y.Tensor()}
+	y, x := devLike(t, e, Float32, N, D), devLike(t, e, Float32, N, D)
+	got := AddLayerNormOutputs{Y: y.Tensor(), X: x.Tensor()}
 	require.NoError(t, pop.Run(rctx, upload(t, e, in.X1), in.X2, &got))
 	require.Equal(t, BackendDawn, where, "device-tensor AddLayerNorm")
 	require.Equal(t, want.Y.buf.Bytes(), readBack(t, y).buf.Bytes(), "device y")

@@ -260,11 +260,6 @@ static void on_map(WGPUMapAsyncStatus status, WGPUStringView msg, void *u1, void
     set_status((drt_status *)u1, (uint32_t)status, 0, msg);
 }
 
-static void on_work(WGPUQueueWorkDoneStatus status, WGPUStringView msg, void *u1, void *u2) {
-    (void)u2;
-    set_status((drt_status *)u1, (uint32_t)status, 0, msg);
-}
-
 static void on_pop(WGPUPopErrorScopeStatus status, WGPUErrorType type, WGPUStringView msg, void *u1, void *u2) {
     (void)u2;
     set_status((drt_status *)u1, (uint32_t)status, (uint32_t)type, msg);
@@ -472,10 +467,6 @@ int drt_adapters(const drt_procs *p, drt_adapter_info *out, int cap_out, int *n,
     return DRT_OK;
 }
 
-int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, size_t cap) {
-    return drt_open_adapter(p, d, -1, timeout_ns, err, cap);
-}
-
 int drt_open_adapter(const drt_procs *p, drt_device *d, int index, uint64_t timeout_ns, char *err, size_t cap) {
     WGPURequestAdapterOptions ao;
     WGPURequestAdapterCallbackInfo aci;
@@ -641,6 +632,7 @@ have_adapter:
 void drt_close(drt_device *d) {
     const drt_procs *p = d->p;
     if (p == NULL) return;
+    drt_discard(d);
     if (d->queue) p->QueueRelease(d->queue);
     if (d->device) {
         p->DeviceDestroy(d->device);
@@ -691,19 +683,6 @@ int drt_create_buffer(drt_device *d, const char *label, uint64_t size, uint64_t 
 
 void drt_buffer_release(drt_device *d, WGPUBuffer b) {
     if (b) d->p->BufferRelease(b);
-}
-
-int drt_write_buffer(drt_device *d, WGPUBuffer b, uint64_t offset, const void *data, size_t n, char *err,
-                     size_t cap) {
-    size_t head = n & ~(size_t)3, tail = n - head;
-    scopes_push(d);
-    if (head > 0) d->p->QueueWriteBuffer(d->queue, b, offset, data, head);
-    if (tail > 0) {
-        uint8_t pad[4] = {0, 0, 0, 0};
-        memcpy(pad, (const uint8_t *)data + head, tail);
-        d->p->QueueWriteBuffer(d->queue, b, offset + head, pad, 4);
-    }
-    return scopes_pop_wait(d, "write buffer", err, cap);
 }
 
 /* ---- pipelines --------------------------------------------------------------------------- */
@@ -797,48 +776,77 @@ void drt_query_set_release(drt_device *d, WGPUQuerySet qs) {
     d->p->QuerySetRelease(qs);
 }
 
-/* ---- dispatch ---------------------------------------------------------------------------- */
+/* ---- the executor ------------------------------------------------------------------------ */
 
-drt_ticket *drt_ticket_new(int nreads) {
-    drt_ticket *t = (drt_ticket *)calloc(1, sizeof *t);
-    if (t == NULL) return NULL;
-    t->nreads = nreads;
-    if (nreads > 0) {
-        t->map = (drt_status *)calloc((size_t)nreads, sizeof *t->map);
-        t->map_futures = (WGPUFuture *)calloc((size_t)nreads, sizeof *t->map_futures);
-        if (t->map == NULL || t->map_futures == NULL) {
-            drt_ticket_free(t);
-            return NULL;
-        }
+/* drt_status of a queue-done future is marked with type 1, of a map with type 0: both
+   successes are 1, so drt_wait_error tells them apart only to word its message. */
+static void on_work_done(WGPUQueueWorkDoneStatus status, WGPUStringView msg, void *u1, void *u2) {
+    (void)u2;
+    set_status((drt_status *)u1, (uint32_t)status, 1, msg);
+}
+
+int drt_bind_group(drt_device *d, WGPUBindGroupLayout bgl, const drt_binding *binds, int n, WGPUBindGroup *out,
+                   char *err, size_t cap) {
+    WGPUBindGroupEntry entries[DRT_MAX_BINDINGS];
+    WGPUBindGroupDescriptor bgd;
+    WGPUBindGroup bg;
+    int i, rc;
+    if (bgl == NULL || n <= 0 || n > DRT_MAX_BINDINGS) {
+        fmt(err, cap, "bind group: %d bindings for a layout that %s", n,
+            bgl ? "takes 1 to " DRT_STR(DRT_MAX_BINDINGS) : "is absent");
+        return DRT_EDEVICE;
     }
-    return t;
+    memset(entries, 0, sizeof entries);
+    for (i = 0; i < n; i++) {
+        entries[i].binding = binds[i].binding;
+        entries[i].buffer = binds[i].buffer;
+        entries[i].offset = binds[i].offset;
+        entries[i].size = binds[i].size;
+    }
+    memset(&bgd, 0, sizeof bgd);
+    bgd.label = sv(NULL);
+    bgd.layout = bgl;
+    bgd.entryCount = (size_t)n;
+    bgd.entries = entries;
+    scopes_push(d);
+    bg = d->p->DeviceCreateBindGroup(d->device, &bgd);
+    rc = scopes_pop_wait(d, "bind group", err, cap);
+    if (rc == DRT_OK && bg == NULL) {
+        fmt(err, cap, "bind group: Dawn returned none");
+        rc = DRT_EDEVICE;
+    }
+    if (rc != DRT_OK) {
+        if (bg) d->p->BindGroupRelease(bg);
+        return rc;
+    }
+    *out = bg;
+    return DRT_OK;
 }
 
-void drt_ticket_free(drt_ticket *t) {
-    if (t == NULL) return;
-    free(t->map);
-    free(t->map_futures);
-    free(t);
+void drt_bind_group_release(drt_device *d, WGPUBindGroup bg) {
+    if (bg) d->p->BindGroupRelease(bg);
 }
 
-static void add_future(drt_ticket *t, WGPUFuture f, drt_status *s) {
-    t->futures[t->nfutures] = f;
-    t->future_status[t->nfutures] = s;
-    t->nfutures++;
+void drt_queue_write(drt_device *d, WGPUBuffer b, uint64_t offset, const void *data, size_t n) {
+    size_t head = n & ~(size_t)3, tail = n - head;
+    if (head > 0) d->p->QueueWriteBuffer(d->queue, b, offset, data, head);
+    if (tail > 0) {
+        uint8_t pad[4] = {0, 0, 0, 0};
+        memcpy(pad, (const uint8_t *)data + head, tail);
+        d->p->QueueWriteBuffer(d->queue, b, offset + head, pad, 4);
+    }
 }
 
-/* drt_encode_dispatch records one compute pass (pipeline, bind group 0, one dispatch, or
-   timing->repeat of them) into enc, with begin/end timestamps when timing is given;
-   drt_encode_timing then resolves those into timing's staging buffer. Both submit paths
-   (drt_submit, drt_enqueue) encode through them. */
-void drt_encode_dispatch(const drt_procs *p, WGPUCommandEncoder enc, WGPUComputePipeline pl, WGPUBindGroup bg,
-                         uint32_t gx, uint32_t gy, uint32_t gz, const drt_timing *timing) {
+/* encode_pass records one compute pass: the pipeline, bind group 0, one dispatch or
+   timing->repeat of them, with begin and end timestamps when timing is given. */
+static void encode_pass(const drt_procs *p, WGPUCommandEncoder enc, const drt_call *c) {
     WGPUComputePassDescriptor pd;
     WGPUPassTimestampWrites tw;
     WGPUComputePassEncoder pass;
+    const drt_timing *timing = c->timing;
     uint32_t k, repeat = timing != NULL && timing->repeat > 1 ? timing->repeat : 1;
     memset(&pd, 0, sizeof pd);
-    pd.label = sv(NULL);
+    pd.label = sv(c->label);
     if (timing != NULL) {
         memset(&tw, 0, sizeof tw);
         tw.querySet = timing->query_set;
@@ -847,110 +855,107 @@ void drt_encode_dispatch(const drt_procs *p, WGPUCommandEncoder enc, WGPUCompute
         pd.timestampWrites = &tw;
     }
     pass = p->CommandEncoderBeginComputePass(enc, &pd);
-    p->ComputePassEncoderSetPipeline(pass, pl);
-    if (bg) p->ComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
-    for (k = 0; k < repeat; k++) p->ComputePassEncoderDispatchWorkgroups(pass, gx, gy, gz);
+    p->ComputePassEncoderSetPipeline(pass, c->pl);
+    if (c->bg) p->ComputePassEncoderSetBindGroup(pass, 0, c->bg, 0, NULL);
+    for (k = 0; k < repeat; k++) p->ComputePassEncoderDispatchWorkgroups(pass, c->groups[0], c->groups[1], c->groups[2]);
     p->ComputePassEncoderEnd(pass);
     p->ComputePassEncoderRelease(pass);
 }
 
-void drt_encode_timing(const drt_procs *p, WGPUCommandEncoder enc, const drt_timing *timing) {
-    if (timing == NULL) return;
-    p->CommandEncoderResolveQuerySet(enc, timing->query_set, 0, 2, timing->resolve, 0);
-    p->CommandEncoderCopyBufferToBuffer(enc, timing->resolve, 0, timing->staging, 0, 16);
+static void encode_copies(const drt_procs *p, WGPUCommandEncoder enc, const drt_copy *c, int n) {
+    int i;
+    for (i = 0; i < n; i++)
+        p->CommandEncoderCopyBufferToBuffer(enc, c[i].src, c[i].src_offset, c[i].dst, c[i].dst_offset, c[i].size);
 }
 
-int drt_submit(drt_device *d, drt_ticket *t, WGPUComputePipeline pl, WGPUBindGroupLayout bgl,
-               const drt_binding *binds, int nbinds, uint32_t gx, uint32_t gy, uint32_t gz, const drt_read *reads,
-               const drt_timing *timing, char *err, size_t cap) {
+int drt_record(drt_device *d, const drt_call *c, char *err, size_t cap) {
     const drt_procs *p = d->p;
-    WGPUBindGroupEntry *entries = NULL;
-    WGPUBindGroup bg = NULL;
-    WGPUCommandEncoder enc;
-    WGPUCommandBuffer cb;
-    WGPUFuture scope_f[3];
     int i;
-
-    if (nbinds > 0 && bgl == NULL) {
-        fmt(err, cap, "the pipeline's entry point uses no bind group 0, but %d bindings were given", nbinds);
+    if (c->timing != NULL && c->pl == NULL) {
+        fmt(err, cap, "record: timing without a dispatch");
         return DRT_EDEVICE;
     }
-    if (nbinds > 0) {
-        entries = (WGPUBindGroupEntry *)calloc((size_t)nbinds, sizeof *entries);
-        if (entries == NULL) {
-            fmt(err, cap, "out of host memory");
-            return DRT_EDEVICE;
-        }
+    if (d->enc == NULL) d->enc = p->DeviceCreateCommandEncoder(d->device, NULL);
+    encode_copies(p, d->enc, c->copies, c->npre);
+    if (c->pl != NULL) encode_pass(p, d->enc, c);
+    encode_copies(p, d->enc, c->copies + c->npre, c->npost);
+    if (c->timing != NULL) {
+        p->CommandEncoderResolveQuerySet(d->enc, c->timing->query_set, 0, 2, c->timing->resolve, 0);
+        p->CommandEncoderCopyBufferToBuffer(d->enc, c->timing->resolve, 0, c->timing->staging, 0, 16);
     }
-
-    scopes_push(d);
-    if (nbinds > 0) {
-        WGPUBindGroupDescriptor bgd;
-        for (i = 0; i < nbinds; i++) {
-            entries[i].binding = binds[i].binding;
-            entries[i].buffer = binds[i].buffer;
-            entries[i].offset = binds[i].offset;
-            entries[i].size = binds[i].size;
-        }
-        memset(&bgd, 0, sizeof bgd);
-        bgd.label = sv(NULL);
-        bgd.layout = bgl;
-        bgd.entryCount = (size_t)nbinds;
-        bgd.entries = entries;
-        bg = p->DeviceCreateBindGroup(d->device, &bgd);
-    }
-    enc = p->DeviceCreateCommandEncoder(d->device, NULL);
-    drt_encode_dispatch(p, enc, pl, bg, gx, gy, gz, timing);
-    drt_encode_timing(p, enc, timing);
-    for (i = 0; i < t->nreads; i++) {
-        p->CommandEncoderCopyBufferToBuffer(enc, reads[i].src, reads[i].src_offset, reads[i].staging, 0,
-                                            reads[i].size);
-    }
-    cb = p->CommandEncoderFinish(enc, NULL);
-    p->QueueSubmit(d->queue, 1, &cb);
-    p->CommandBufferRelease(cb);
-    p->CommandEncoderRelease(enc);
-    if (bg) p->BindGroupRelease(bg);
-    free(entries);
-
-    for (i = 0; i < t->nreads; i++) {
-        WGPUBufferMapCallbackInfo mi;
-        memset(&mi, 0, sizeof mi);
-        mi.mode = WGPUCallbackMode_WaitAnyOnly;
-        mi.callback = on_map;
-        mi.userdata1 = &t->map[i];
-        t->map_futures[i] = p->BufferMapAsync(reads[i].staging, WGPUMapMode_Read, 0, (size_t)reads[i].size, mi);
-    }
-    if (timing != NULL) {
-        WGPUBufferMapCallbackInfo mi;
-        memset(&mi, 0, sizeof mi);
-        mi.mode = WGPUCallbackMode_WaitAnyOnly;
-        mi.callback = on_map;
-        mi.userdata1 = &t->ts_map;
-        t->timed = 1;
-        add_future(t, p->BufferMapAsync(timing->staging, WGPUMapMode_Read, 0, 16, mi), &t->ts_map);
-    }
-    if (t->nreads == 0 && timing == NULL) {
-        WGPUQueueWorkDoneCallbackInfo wi;
-        memset(&wi, 0, sizeof wi);
-        wi.mode = WGPUCallbackMode_WaitAnyOnly;
-        wi.callback = on_work;
-        wi.userdata1 = &t->work;
-        add_future(t, p->QueueOnSubmittedWorkDone(d->queue, wi), &t->work);
-    }
-    scopes_pop(d, t->scope, scope_f);
-    for (i = 0; i < 3; i++) add_future(t, scope_f[i], &t->scope[i]);
+    for (i = 0; i < c->nreads; i++)
+        p->CommandEncoderCopyBufferToBuffer(d->enc, c->reads[i].src, c->reads[i].src_offset, c->reads[i].staging, 0,
+                                            c->reads[i].size);
     return DRT_OK;
 }
 
-int drt_ticket_wait(drt_device *d, drt_ticket *t, uint64_t timeout_ns, char *err, size_t cap) {
+static void wait_add(drt_wait *w, WGPUFuture f) { w->fut[w->n++] = f; }
+
+int drt_flush(drt_device *d, drt_status *scope, const drt_map *maps, int nmaps, drt_wait *w, char *err, size_t cap) {
+    const drt_procs *p = d->p;
+    WGPUCommandBuffer cb;
     int i;
-    for (i = 0; i < t->nfutures + t->nreads; i++) {
-        drt_status *s = i < t->nfutures ? t->future_status[i] : &t->map[i - t->nfutures];
-        WGPUFuture f = i < t->nfutures ? t->futures[i] : t->map_futures[i - t->nfutures];
+    if (nmaps > 0 && w == NULL) {
+        fmt(err, cap, "flush: maps without a wait");
+        return DRT_EDEVICE;
+    }
+    if (nmaps > DRT_WAIT_CAP) {
+        fmt(err, cap, "flush: %d maps, over %d", nmaps, DRT_WAIT_CAP);
+        return DRT_EDEVICE;
+    }
+    if (d->enc != NULL) {
+        if (scope != NULL) p->DevicePushErrorScope(d->device, WGPUErrorFilter_Validation);
+        cb = p->CommandEncoderFinish(d->enc, NULL);
+        p->QueueSubmit(d->queue, 1, &cb);
+        p->CommandBufferRelease(cb);
+        p->CommandEncoderRelease(d->enc);
+        d->enc = NULL;
+        if (scope != NULL) {
+            WGPUPopErrorScopeCallbackInfo ci;
+            memset(&ci, 0, sizeof ci);
+            memset(scope, 0, sizeof *scope);
+            ci.mode = WGPUCallbackMode_AllowProcessEvents;
+            ci.callback = on_pop;
+            ci.userdata1 = scope;
+            (void)p->DevicePopErrorScope(d->device, ci);
+        }
+    }
+    if (w == NULL) return DRT_OK;
+    w->n = 0;
+    memset(w->st, 0, sizeof w->st);
+    for (i = 0; i < nmaps; i++) {
+        WGPUBufferMapCallbackInfo mi;
+        memset(&mi, 0, sizeof mi);
+        mi.mode = WGPUCallbackMode_WaitAnyOnly;
+        mi.callback = on_map;
+        mi.userdata1 = &w->st[w->n];
+        wait_add(w, p->BufferMapAsync(maps[i].buf, maps[i].write ? WGPUMapMode_Write : WGPUMapMode_Read, 0,
+                                      (size_t)maps[i].size, mi));
+    }
+    if (nmaps == 0) {
+        WGPUQueueWorkDoneCallbackInfo wi;
+        memset(&wi, 0, sizeof wi);
+        wi.mode = WGPUCallbackMode_WaitAnyOnly;
+        wi.callback = on_work_done;
+        wi.userdata1 = &w->st[0];
+        wait_add(w, p->QueueOnSubmittedWorkDone(d->queue, wi));
+    }
+    return DRT_OK;
+}
+
+void drt_discard(drt_device *d) {
+    if (d->enc != NULL) {
+        d->p->CommandEncoderRelease(d->enc);
+        d->enc = NULL;
+    }
+}
+
+int drt_wait_all(drt_device *d, drt_wait *w, uint64_t timeout_ns, char *err, size_t cap) {
+    int i;
+    for (i = 0; i < w->n; i++) {
         WGPUWaitStatus ws;
-        if (s->done) continue;
-        ws = wait_one(d, f, timeout_ns);
+        if (w->st[i].done) continue;
+        ws = wait_one(d, w->fut[i], timeout_ns);
         if (ws == WGPUWaitStatus_TimedOut) return DRT_ETIMEOUT;
         if (ws != WGPUWaitStatus_Success) {
             fmt(err, cap, "wgpuInstanceWaitAny failed (status %u)", (unsigned)ws);
@@ -960,50 +965,38 @@ int drt_ticket_wait(drt_device *d, drt_ticket *t, uint64_t timeout_ns, char *err
     return DRT_OK;
 }
 
-int drt_ticket_error(const drt_ticket *t, char *err, size_t cap) {
+int drt_wait_error(const drt_wait *w, char *err, size_t cap) {
     int i;
-    if (scopes_error(t->scope, "dispatch", err, cap) != DRT_OK) return DRT_EDEVICE;
-    if (t->nreads == 0 && !t->timed && t->work.status != WGPUQueueWorkDoneStatus_Success) {
-        fmt(err, cap, "queue work done: status %u: %s", (unsigned)t->work.status, t->work.msg);
-        return DRT_EDEVICE;
-    }
-    for (i = 0; i < t->nreads; i++) {
-        if (t->map[i].status != WGPUMapAsyncStatus_Success) {
-            fmt(err, cap, "map readback %d: status %u: %s", i, (unsigned)t->map[i].status, t->map[i].msg);
+    for (i = 0; i < w->n; i++) {
+        /* WGPUMapAsyncStatus_Success and WGPUQueueWorkDoneStatus_Success are both 1. */
+        if (w->st[i].status != 1) {
+            fmt(err, cap, "%s: status %u: %s", w->st[i].type ? "queue work done" : "map", (unsigned)w->st[i].status,
+                w->st[i].msg);
             return DRT_EDEVICE;
         }
-    }
-    if (t->timed && t->ts_map.status != WGPUMapAsyncStatus_Success) {
-        fmt(err, cap, "map timestamps: status %u: %s", (unsigned)t->ts_map.status, t->ts_map.msg);
-        return DRT_EDEVICE;
     }
     return DRT_OK;
 }
 
+void *drt_mapped(drt_device *d, WGPUBuffer b, int write, uint64_t size) {
+    if (write) return d->p->BufferGetMappedRange(b, 0, (size_t)size);
+    return (void *)d->p->BufferGetConstMappedRange(b, 0, (size_t)size);
+}
+
 int drt_copy_mapped(drt_device *d, WGPUBuffer staging, void *dst, size_t n, char *err, size_t cap) {
-    size_t mapped = (n + 3) & ~(size_t)3;
     const void *src;
     if (n == 0) return DRT_OK;
-    src = d->p->BufferGetConstMappedRange(staging, 0, mapped);
+    src = drt_mapped(d, staging, 0, (n + 3) & ~(uint64_t)3);
     if (src == NULL) {
-        fmt(err, cap, "readback: no mapped range");
+        fmt(err, cap, "read-back: no mapped range");
         return DRT_EDEVICE;
     }
     memcpy(dst, src, n);
     return DRT_OK;
 }
 
-void drt_unmap(drt_device *d, WGPUBuffer staging) {
-    if (staging) d->p->BufferUnmap(staging);
+void drt_unmap(drt_device *d, WGPUBuffer b) {
+    if (b) d->p->BufferUnmap(b);
 }
 
-int drt_read_timestamps(drt_device *d, const drt_timing *timing, uint64_t *begin, uint64_t *end, char *err,
-                        size_t cap) {
-    uint64_t ts[2];
-    int rc = drt_copy_mapped(d, timing->staging, ts, sizeof ts, err, cap);
-    d->p->BufferUnmap(timing->staging);
-    if (rc != DRT_OK) return rc;
-    *begin = ts[0];
-    *end = ts[1];
-    return DRT_OK;
-}
+void drt_process_events(drt_device *d) { d->p->InstanceProcessEvents(d->instance); }

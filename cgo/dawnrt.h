@@ -96,6 +96,9 @@ typedef struct drt_device {
     uint64_t log_written;
     uint32_t log_type[DRT_LOG_SLOTS];
     char log_msg[DRT_LOG_SLOTS][DRT_LOG_MSG_CAP];
+
+    /* The open command encoder that drt_record records into and drt_flush submits. */
+    WGPUCommandEncoder enc;
 } drt_device;
 
 /* Features requested when the adapter has them; none is required. */
@@ -103,14 +106,13 @@ typedef struct drt_device {
     { WGPUFeatureName_TimestampQuery, WGPUFeatureName_ShaderF16, WGPUFeatureName_Subgroups }
 
 /*
- * drt_open creates an instance with timed waits, requests a Vulkan adapter, refuses Dawn's Null
+ * drt_open_adapter creates an instance with timed waits, requests a Vulkan adapter, refuses Dawn's Null
  * backend and creates a device whose compute and storage limits are raised to the adapter's.
  * On failure every half-built object is released.
  */
-int drt_open(const drt_procs *p, drt_device *d, uint64_t timeout_ns, char *err, size_t cap);
-/* drt_open_adapter is drt_open on the adapter at index of drt_adapters' list (Vulkan adapters
- * in Dawn's order, the first being drt_open's); index < 0 is drt_open. DRT_EUNAVAILABLE when
- * the index is past the list or the library cannot enumerate. */
+/* index >= 0 opens the adapter at index of drt_adapters' list (Vulkan adapters in Dawn's
+ * order) instead; DRT_EUNAVAILABLE when the index is past the list or the library cannot
+ * enumerate. */
 int drt_open_adapter(const drt_procs *p, drt_device *d, int index, uint64_t timeout_ns, char *err, size_t cap);
 
 /* One adapter of drt_adapters' list. */
@@ -137,9 +139,12 @@ int drt_log_take(drt_device *d, uint64_t seq, uint32_t *type, char *msg, size_t 
 int drt_create_buffer(drt_device *d, const char *label, uint64_t size, uint64_t usage, WGPUBuffer *out,
                       char *err, size_t cap);
 void drt_buffer_release(drt_device *d, WGPUBuffer b);
-/* Writes n bytes at offset (a multiple of 4); a tail that is not a multiple of 4 is padded with zeros. */
-int drt_write_buffer(drt_device *d, WGPUBuffer b, uint64_t offset, const void *data, size_t n, char *err,
-                     size_t cap);
+/* Queues a write of n bytes at offset (a multiple of 4), without an error scope (the caller
+ * checks sizes; errors reach the uncaptured-error callback); a tail that is not a multiple of
+ * 4 is padded with zeros. Like every queue write it takes effect after the work submitted
+ * before it and before the work submitted after it, so never under recorded work that is
+ * not yet submitted. */
+void drt_queue_write(drt_device *d, WGPUBuffer b, uint64_t offset, const void *data, size_t n);
 
 /* Compiles wgsl and creates a compute pipeline with an automatic layout; bgl gets bind group 0's layout. */
 int drt_create_pipeline(drt_device *d, const char *label, const char *wgsl, size_t wgsl_len, const char *entry,
@@ -152,16 +157,49 @@ typedef struct drt_binding {
     uint64_t offset, size;
 } drt_binding;
 
+#define DRT_MAX_BINDINGS 16
+#define DRT_STR2(x) #x
+#define DRT_STR(x) DRT_STR2(x)
+
+/* Compiles wgsl and creates a compute pipeline with an automatic layout; bgl gets bind group 0's layout. */
+int drt_create_pipeline(drt_device *d, const char *label, const char *wgsl, size_t wgsl_len, const char *entry,
+                        WGPUComputePipeline *out, WGPUBindGroupLayout *bgl, char *err, size_t cap);
+void drt_pipeline_release(drt_device *d, WGPUComputePipeline pl, WGPUBindGroupLayout bgl);
+
+/* Creates a bind group for bgl inside error scopes, waiting for their verdict. */
+int drt_bind_group(drt_device *d, WGPUBindGroupLayout bgl, const drt_binding *binds, int n, WGPUBindGroup *out,
+                   char *err, size_t cap);
+void drt_bind_group_release(drt_device *d, WGPUBindGroup bg);
+
+int drt_create_query_set(drt_device *d, uint32_t count, WGPUQuerySet *out, char *err, size_t cap);
+void drt_query_set_release(drt_device *d, WGPUQuerySet qs);
+
+/*
+ * The executor. Calls are recorded into the device's one open command encoder (drt_record)
+ * and submitted together (drt_flush); a submit's validation verdict is delivered into a
+ * drt_status by the pop of the error scope around it, and what a waiting caller needs (its
+ * read-backs' maps, or the queue's completion) into a drt_wait.
+ */
+
+/* A buffer-to-buffer copy on the device. */
+typedef struct drt_copy {
+    WGPUBuffer src;
+    uint64_t src_offset;
+    WGPUBuffer dst;
+    uint64_t dst_offset;
+    uint64_t size; /* multiple of 4 */
+} drt_copy;
+
+/* A read-back: a copy of src's range into a staging buffer (MapRead | CopyDst). */
 typedef struct drt_read {
     WGPUBuffer src;
     uint64_t src_offset;
-    WGPUBuffer staging; /* MapRead | CopyDst, at least size bytes */
-    uint64_t size;      /* multiple of 4 */
+    WGPUBuffer staging;
+    uint64_t size; /* multiple of 4 */
 } drt_read;
 
-/* Optional GPU timing of the pass: two timestamps resolved into resolve, copied to staging.
-   repeat > 1 records the dispatch that many times inside the one timed pass (a kernel timed
-   as K back-to-back dispatches: small kernels are shorter than a pass's own overhead). */
+/* GPU timing of a call's pass: two timestamps resolved into resolve, copied to staging.
+   repeat > 1 records the dispatch that many times inside the one timed pass. */
 typedef struct drt_timing {
     WGPUQuerySet query_set; /* Timestamp query set of 2 */
     WGPUBuffer resolve;     /* QueryResolve | CopySrc, 256 bytes */
@@ -169,59 +207,66 @@ typedef struct drt_timing {
     uint32_t repeat;        /* dispatches in the pass; 0 and 1 both mean one */
 } drt_timing;
 
-/* Encode one compute pass (timestamped when timing is given), and the resolve of its
-   timestamps; see dawnrt.c. */
-void drt_encode_dispatch(const drt_procs *p, WGPUCommandEncoder enc, WGPUComputePipeline pl, WGPUBindGroup bg,
-                         uint32_t gx, uint32_t gy, uint32_t gz, const drt_timing *timing);
-void drt_encode_timing(const drt_procs *p, WGPUCommandEncoder enc, const drt_timing *timing);
+/* One call: the first npre copies; a compute pass labelled label of pl with bg in group 0
+   dispatching groups[0..2] when pl is not NULL (timestamped into timing when given); the
+   next npost copies; timing's resolve; each read's copy into its staging buffer. The Go
+   side keeps one in C memory and fills it per call, so a call's arguments cost one cgo
+   pointer check. */
+typedef struct drt_call {
+    const char *label;
+    WGPUComputePipeline pl;
+    WGPUBindGroup bg;
+    uint32_t groups[3];
+    int npre, npost, nreads;
+    const drt_copy *copies;
+    const drt_read *reads;
+    const drt_timing *timing;
+} drt_call;
+
+/* drt_record records c into the open encoder (made when there is none). */
+int drt_record(drt_device *d, const drt_call *c, char *err, size_t cap);
+
+/* A buffer to map once the submit is done: read-back staging, timing staging, or (write)
+   a transfer buffer being handed back to the host. */
+typedef struct drt_map {
+    WGPUBuffer buf;
+    uint64_t size;
+    int write;
+} drt_map;
+
+#define DRT_WAIT_CAP 12
+
+/* The futures one waiting caller waits on; reused (drt_flush resets it). */
+typedef struct drt_wait {
+    int n;
+    WGPUFuture fut[DRT_WAIT_CAP];
+    drt_status st[DRT_WAIT_CAP];
+} drt_wait;
 
 /*
- * A ticket tracks one submitted dispatch until all of its futures complete. It lives in C
- * memory because Dawn's callbacks write into it; if the Go caller gives up waiting, the
- * ticket is kept and reaped later, so no callback ever writes into freed memory.
+ * drt_flush submits the open encoder, if any, inside a validation error scope whose verdict
+ * reaches scope (when given) through wgpuInstanceProcessEvents or a wait. w, when given, is
+ * reset and receives the map of each of maps (or, with none, the queue's completion of
+ * everything submitted so far).
  */
-typedef struct drt_ticket {
-    int nreads;
-    int timed;
-    drt_status scope[3];
-    drt_status work;
-    drt_status ts_map;
-    int nfutures;
-    WGPUFuture futures[8];
-    drt_status *future_status[8];
-    /* reads: nreads entries of map status follow */
-    drt_status *map;
-    WGPUFuture *map_futures;
-} drt_ticket;
+int drt_flush(drt_device *d, drt_status *scope, const drt_map *maps, int nmaps, drt_wait *w, char *err, size_t cap);
 
-drt_ticket *drt_ticket_new(int nreads);
-void drt_ticket_free(drt_ticket *t);
+/* drt_discard drops the open encoder and what was recorded into it (device loss, close). */
+void drt_discard(drt_device *d);
 
-/*
- * drt_submit encodes one compute pass (pipeline, bind group 0, dispatch), copies each read
- * region into its staging buffer, submits, and starts the map of every staging buffer (or a
- * queue-done wait when nothing is read back); all inside error scopes whose pops the ticket
- * waits for too.
- */
-int drt_submit(drt_device *d, drt_ticket *t, WGPUComputePipeline pl, WGPUBindGroupLayout bgl,
-               const drt_binding *binds, int nbinds, uint32_t gx, uint32_t gy, uint32_t gz, const drt_read *reads,
-               const drt_timing *timing, char *err, size_t cap);
+/* Waits up to timeout_ns for every future of w: DRT_OK, DRT_ETIMEOUT or DRT_EDEVICE. */
+int drt_wait_all(drt_device *d, drt_wait *w, uint64_t timeout_ns, char *err, size_t cap);
 
-/* Waits up to timeout_ns for every future of t: DRT_OK when all are done, DRT_ETIMEOUT, or DRT_EDEVICE. */
-int drt_ticket_wait(drt_device *d, drt_ticket *t, uint64_t timeout_ns, char *err, size_t cap);
+/* The first failure among w's completed futures (map or queue-done status), or DRT_OK. */
+int drt_wait_error(const drt_wait *w, char *err, size_t cap);
 
-/*
- * After a successful wait: the first error of the ticket's scopes and maps, or DRT_OK. Copies
- * n bytes from each mapped staging buffer into dst[i] when no error occurred.
- */
-int drt_ticket_error(const drt_ticket *t, char *err, size_t cap);
+/* The mapped range of b's first size bytes (writable when write is set), NULL when b is not
+ * mapped so; drt_copy_mapped copies the first n bytes of a mapped read staging buffer. */
+void *drt_mapped(drt_device *d, WGPUBuffer b, int write, uint64_t size);
 int drt_copy_mapped(drt_device *d, WGPUBuffer staging, void *dst, size_t n, char *err, size_t cap);
-void drt_unmap(drt_device *d, WGPUBuffer staging);
+void drt_unmap(drt_device *d, WGPUBuffer b);
 
-/* Like drt_copy_mapped for the timing staging buffer: the two u64 timestamps. */
-int drt_read_timestamps(drt_device *d, const drt_timing *timing, uint64_t *begin, uint64_t *end, char *err,
-                        size_t cap);
-int drt_create_query_set(drt_device *d, uint32_t count, WGPUQuerySet *out, char *err, size_t cap);
-void drt_query_set_release(drt_device *d, WGPUQuerySet qs);
+/* Runs the callbacks of completed futures (the verdicts of earlier submits). */
+void drt_process_events(drt_device *d);
 
 #endif /* FUSEDNORM_DAWNRT_H */

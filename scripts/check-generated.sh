@@ -4,7 +4,7 @@
 # vectables_amd64.go) are not what it generates now: someone edited the assembly by hand,
 # changed the generator without running `go generate ./internal/cpu`, or left a generated file behind
 # that the generator no longer writes (or never committed one it writes); likewise
-# cgo/webgpu_gen.h and internal/dawn/zdawn_gen.go against internal/cmd/dawnhdr. It runs the
+# cgo/webgpu_gen.h and internal/dawnrt/zdawn_gen.go against internal/cmd/dawnhdr. It runs the
 # generator's own tests first. Run from anywhere inside the repository.
 set -euo pipefail
 
@@ -45,10 +45,10 @@ echo "internal/cpu/: the $n files internal/cmd/asmgen writes are up to date, and
 
 # Dawn's declarations, from the dawn.json committed beside internal/cmd/dawnhdr.
 go run -C "$root" ./internal/cmd/dawnhdr -h "$tmp/webgpu_gen.h" -go "$tmp/zdawn_gen.go"
-for f in cgo/webgpu_gen.h internal/dawn/zdawn_gen.go; do
+for f in cgo/webgpu_gen.h internal/dawnrt/zdawn_gen.go; do
 	if ! diff -u "$root/$f" "$tmp/$(basename "$f")"; then
-		echo "$f is stale: run 'go generate ./internal/dawn' and commit the result" >&2
+		echo "$f is stale: run 'go generate ./internal/dawnrt' and commit the result" >&2
 		exit 1
 	fi
 done
-echo "cgo/webgpu_gen.h and internal/dawn/zdawn_gen.go are up to date"
+echo "cgo/webgpu_gen.h and internal/dawnrt/zdawn_gen.go are up to date"

@@ -25,7 +25,7 @@ go build -ldflags='-s -w' -o carry/fusednorm-bench ./cmd/fusednorm-bench
 # The tiny-dispatch benchmark's C twin and the WGSL it loads, and torch's anchor script.
 (set -a; source third_party/env.sh; set +a
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build --target tiny_bench >/dev/null)
-go run ./internal/cmd/tinywgsl carry/tiny
+go run ./cmd/fusednorm-bench -tiny-wgsl carry/tiny
 cp build/tiny_bench tools/anchors/gpu_anchor.py carry/
 ls -la carry
 if [ "${ORT:-}" = 1 ]; then

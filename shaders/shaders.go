@@ -65,6 +65,7 @@ type AddLN struct {
 	BiasFull bool      // bias is (N, D) rather than (D)
 	Out      ops.DType // OutT of y and x
 	WriteX   bool      // the x output is requested
+	Stats    bool      // mean and rstd are written (AddLNBindings.Mean and .Rstd bound)
 	OddD     bool      // D odd: 16-bit rows may share a word with their neighbours
 	Vec      bool      // the vector kernel (D a multiple of 4, see VecOK)
 	Wide     bool      // the vector kernel's eight-lane invocations (16-bit, D a multiple of 8)
@@ -110,9 +111,27 @@ func PrivateFor(h, w int) int {
 	return 0
 }
 
+// EmbedBindings number the bindings (group 0) of the EmbedLayerNormalization kernels: the
+// template declares its tensors at them and the dawn backend binds them, from this one table.
+// Ints holds every int32 input (ids | segment ids | mask | position ids, told apart by offsets
+// in the parameters) unless the kernel is SplitInts, which binds each at its own (IDs shares
+// Ints' number). Aux holds the id-check flags (word 0) and mask_index (words 1…B).
+var EmbedBindings = struct {
+	Params, Ints, IDs, SegIDs, Mask, PosIDs, Word, Pos, Seg, GammaBeta, Out, Sum, Aux uint32
+}{Params: 0, Ints: 1, IDs: 1, Word: 2, Pos: 3, Seg: 4, GammaBeta: 5, Out: 6, Sum: 7, Aux: 8, SegIDs: 9, Mask: 10, PosIDs: 11}
+
 // IntBindings are the bindings of the int32 inputs of a SplitInts kernel: input_ids,
-// segment_ids, mask, position_ids. Otherwise all are read from binding 1.
-var IntBindings = [4]uint32{1, 9, 10, 11}
+// segment_ids, mask, position_ids.
+var IntBindings = [4]uint32{EmbedBindings.IDs, EmbedBindings.SegIDs, EmbedBindings.Mask, EmbedBindings.PosIDs}
+
+// AddLNBindings number the bindings (group 0) of the AddLayerNorm kernels. GammaBeta holds
+// gamma (elements 0…D−1) then beta (D…2D−1); Mean and Rstd are bound only when Stats is set.
+var AddLNBindings = struct {
+	Params, X1, X2, GammaBeta, Bias, Y, X, Mean, Rstd uint32
+}{Params: 0, X1: 1, X2: 2, GammaBeta: 3, Bias: 4, Y: 5, X: 6, Mean: 7, Rstd: 8}
+
+// ProbeBindings number the bindings of the probe kernel (RenderProbe).
+var ProbeBindings = struct{ Params, Src, Dst uint32 }{Params: 0, Src: 1, Dst: 2}
 
 // StorageBuffers is how many storage buffers the kernel binds (a device limit per stage).
 func (p Embed) StorageBuffers() int {
@@ -322,11 +341,12 @@ func RenderEmbed(p Embed) (string, error) {
 	wg := groupSize(p.W, p.Vec, g)
 	data := struct {
 		Embed
+		B                               any
 		T, Elem, OutElem                string
 		Half, Stage                     bool
 		StageWords, WG, G, VL, Parts    int
 		IDsVar, SegVar, MaskVar, PosVar string // the arrays each int32 input is read from
-	}{p, t, elemFor(p.Vec, g)(t), outElem(t, p.OddH, p.Vec, g), p.DType == ops.F16, sw > 0, sw, wg, g, VecLanes * g,
+	}{p, EmbedBindings, t, elemFor(p.Vec, g)(t), outElem(t, p.OddH, p.Vec, g), p.DType == ops.F16, sw > 0, sw, wg, g, VecLanes * g,
 		parts(p.W, p.Vec), ints[0], ints[1], ints[2], ints[3]}
 	return render(p.Key(), embedTmpl(), "embedlayernorm.wgsl.tmpl", data)
 }
@@ -340,15 +360,16 @@ func RenderAddLN(p AddLN) (string, error) {
 	sw := stageWords(p.Out, p.W, p.Private, p.Vec)
 	g := quads(p.Wide)
 	data := struct {
-		W, Private, WG, G, VL, Parts        int
-		X1, X2, Gamma, Bias, Out            string
-		BiasFull, WriteX, OddD, Vec, Fast16 bool
-		OutElem                             string
-		Stage                               bool
-		StageWords                          int
-		E                                   func(string) string
-	}{p.W, p.Private, groupSize(p.W, p.Vec, g), g, VecLanes * g, parts(p.W, p.Vec), wgslName(p.X1), wgslName(p.X2),
-		wgslName(p.Gamma), wgslName(p.Bias), out, p.BiasFull, p.WriteX, p.OddD, p.Vec, p.Fast16, outElem(out, p.OddD, p.Vec, g),
+		B                                          any
+		W, Private, WG, G, VL, Parts               int
+		X1, X2, Gamma, Bias, Out                   string
+		BiasFull, WriteX, Stats, OddD, Vec, Fast16 bool
+		OutElem                                    string
+		Stage                                      bool
+		StageWords                                 int
+		E                                          func(string) string
+	}{AddLNBindings, p.W, p.Private, groupSize(p.W, p.Vec, g), g, VecLanes * g, parts(p.W, p.Vec), wgslName(p.X1), wgslName(p.X2),
+		wgslName(p.Gamma), wgslName(p.Bias), out, p.BiasFull, p.WriteX, p.Stats, p.OddD, p.Vec, p.Fast16, outElem(out, p.OddD, p.Vec, g),
 		sw > 0, sw, elemFor(p.Vec, g)}
 	return render(p.Key(), addlnTmpl(), "addlayernorm.wgsl.tmpl", data)
 }
@@ -371,13 +392,14 @@ const (
 )
 
 // RenderProbe returns the WGSL of the kernel that exposes the shared helpers, with the
-// 16-bit conversions in their Fast16 form or not (bindings: 0 uniform {n, mode, zero, pad};
-// 1 src array<u32>; 2 dst array<u32>; workgroups of ProbeWorkgroup invocations, element =
+// 16-bit conversions in their Fast16 form or not (ProbeBindings: Params uniform {n, mode,
+// zero, pad}, Src array<u32>, Dst array<u32>; workgroups of ProbeWorkgroup invocations, element =
 // gid.x + gid.y·nwg.x·ProbeWorkgroup). The dawn backend calibrates with it; tests compare
 // the helpers with the CPU through it.
 func RenderProbe(fast16 bool) (string, error) {
 	return render(fmt.Sprintf("probe(fast16=%v)", fast16), probeTmpl(), "probe.wgsl.tmpl", struct {
+		B                  any
 		W, WG, Parts       int
 		Stage, Vec, Fast16 bool
-	}{W: ProbeWorkgroup, WG: ProbeWorkgroup, Parts: ProbeWorkgroup, Fast16: fast16})
+	}{B: ProbeBindings, W: ProbeWorkgroup, WG: ProbeWorkgroup, Parts: ProbeWorkgroup, Fast16: fast16})
 }

@@ -1,10 +1,10 @@
 /*
- * tiny_bench: the native twin of the Go tiny-call benchmarks (issue 17) as a program of its
- * own: what tiny_twin.c does (see tiny_twin.h), printed as the median per call one by one
- * (with its submit and wait parts) and back to back (and the back-to-back run's mean with its
- * final wait).
+ * tiny_bench: the native twin of the Go tiny-call benchmarks as a program of its own: what
+ * tiny_twin.c does (see tiny_twin.h), printed as the median per call one by one (with its
+ * record and wait parts) and back to back, a submit per call and sharing submits (and each
+ * back-to-back run's mean with its final wait).
  *
- *   go run ./internal/cmd/tinywgsl build/tiny   # the kernels, as the Go path renders them
+ *   go run ./cmd/fusednorm-bench -tiny-wgsl build/tiny   # the kernels, as the Go path renders them
  *   build/tiny_bench LIBRARY build/tiny [N]
  *
  * fusednorm-bench -tiny runs the same twin in its own process, alternating with the Go calls.
@@ -24,7 +24,7 @@ static char *read_file(const char *dir, const char *name) {
     snprintf(path, sizeof path, "%s/%s", dir, name);
     f = fopen(path, "rb");
     if (f == NULL) {
-        fprintf(stderr, "FAIL: cannot open %s (run: go run ./internal/cmd/tinywgsl %s)\n", path, dir);
+        fprintf(stderr, "FAIL: cannot open %s (run: go run ./cmd/fusednorm-bench -tiny-wgsl %s)\n", path, dir);
         exit(1);
     }
     fseek(f, 0, SEEK_END);
@@ -74,15 +74,18 @@ int main(int argc, char **argv) {
     s.call = (double *)calloc((size_t)n, sizeof(double));
     s.wait = (double *)calloc((size_t)n, sizeof(double));
     s.b2b = (double *)calloc((size_t)n, sizeof(double));
+    s.shared = (double *)calloc((size_t)n, sizeof(double));
     for (op = TINY_EMBED; op <= TINY_ADD; op++) {
         if (tiny_twin_run(op, n, &s, msg, sizeof msg) != 0) {
             fprintf(stderr, "FAIL %s: %s\n", names[op], msg);
             return 1;
         }
-        printf("C  %-14s one-by-one median %9.2f us (call %.2f + wait %.2f)   back-to-back median %9.2f us   "
-               "back-to-back mean (with the final wait) %9.2f us   (N=%d)\n",
+        printf("C  %-14s one-by-one median %9.2f us (call %.2f + wait %.2f)   back-to-back, a submit each: "
+               "median %9.2f us, mean with the final wait %9.2f us   sharing submits: median %9.2f us, mean "
+               "with the final wait %9.2f us   (N=%d)\n",
                names[op], median_of(s.each, n) / 1e3, median_of(s.call, n) / 1e3, median_of(s.wait, n) / 1e3,
-               median_of(s.b2b, n) / 1e3, s.b2b_total / n / 1e3, n);
+               median_of(s.b2b, n) / 1e3, s.b2b_total / n / 1e3, median_of(s.shared, n) / 1e3,
+               s.shared_total / n / 1e3, n);
     }
     /* Objects are released with the process; this is a benchmark, not a library. */
     return 0;

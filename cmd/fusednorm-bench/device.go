@@ -10,20 +10,20 @@ import (
 	"time"
 
 	"github.com/fusednorm/fusednorm"
-	"github.com/fusednorm/fusednorm/internal/ops"
-	"github.com/fusednorm/fusednorm/internal/tinytwin"
+	"github.com/fusednorm/fusednorm/cmd/fusednorm-bench/internal/twin"
 )
 
-// The -tiny mode (issue 17): what a call costs beyond its kernel, through the public API
-// with every per-call tensor on the device and the weights resident, beside its native twin
-// (cgo/bench/tiny_twin.c through internal/tinytwin) in the same process when the engine is
+// The -tiny mode: what a call costs beyond its kernel, through the public API with every
+// per-call tensor on the device and the weights resident, beside its native twin
+// (cgo/bench/tiny_twin.c through internal/twin) in the same process when the engine is
 // Dawn: each round runs each op on both twins, in a new random order, and the medians are
-// over every round's calls.
+// over every round's calls. Go's back-to-back calls share submits (the executor's batches);
+// the C twin shows both a submit per call and shared submits.
 
 // tinyOp is one prepared tiny call and what it holds.
 type tinyOp struct {
 	name    string
-	twin    tinytwin.Op // the same call in the C twin
+	twin    twin.Op // the same call in the C twin
 	call    func() error
 	closers []interface{ Close() error }
 }
@@ -87,8 +87,8 @@ func newTinyOps(ctx context.Context, eng *fusednorm.Engine) (ops []*tinyOp, err 
 		return nil, err
 	}
 	return []*tinyOp{
-		{name: "EmbedLayerNorm", twin: tinytwin.Embed, call: func() error { return embed.Run(ctx, ein, &eout) }, closers: closers},
-		{name: "AddLayerNorm", twin: tinytwin.Add, call: func() error { return add.Run(ctx, x1, x2, &aout) }},
+		{name: "EmbedLayerNorm", twin: twin.Embed, call: func() error { return embed.Run(ctx, ein, &eout) }, closers: closers},
+		{name: "AddLayerNorm", twin: twin.Add, call: func() error { return add.Run(ctx, x1, x2, &aout) }},
 	}, nil
 }
 
@@ -114,13 +114,13 @@ func runTiny(ctx context.Context, o *options, stdout io.Writer) error {
 		}
 	}()
 	// The C twin runs in this process on a device of its own, on the same Dawn library.
-	twin := info.Backend == "dawn"
-	if twin {
-		if err := tinytwin.Open(info.Library); err != nil {
+	withTwin := info.Backend == "dawn"
+	if withTwin {
+		if err := twin.Open(info.Library); err != nil {
 			fmt.Fprintf(stdout, "C twin: %v\n", err)
-			twin = false
+			withTwin = false
 		} else {
-			fmt.Fprintf(stdout, "C twin: on %s, in this process\n", tinytwin.Adapter())
+			fmt.Fprintf(stdout, "C twin: on %s, in this process\n", twin.Adapter())
 		}
 	}
 	n, rounds := o.tiny, max(o.tinyRounds, 1)
@@ -132,12 +132,12 @@ func runTiny(ctx context.Context, o *options, stdout io.Writer) error {
 			var g, c tinySamples
 			runGo := func() (err error) { g, err = goTiny(ctx, eng, op, n); return err }
 			runC := func() error {
-				s, err := tinytwin.Run(op.twin, n)
+				s, err := twin.Run(op.twin, n)
 				c = tinySamples(s)
 				return err
 			}
 			steps := []func() error{runGo}
-			if twin {
+			if withTwin {
 				steps = append(steps, runC)
 				rand.Shuffle(len(steps), func(a, b int) { steps[a], steps[b] = steps[b], steps[a] }) // a new order each round
 			}
@@ -147,22 +147,22 @@ func runTiny(ctx context.Context, o *options, stdout io.Writer) error {
 				}
 			}
 			goAll[i].add(g)
-			if twin {
+			if withTwin {
 				cAll[i].add(c)
 				eachDiff[i] = append(eachDiff[i], median(g.Each)-median(c.Each))
-				b2bDiff[i] = append(b2bDiff[i], median(g.BackToBack)-median(c.BackToBack))
+				b2bDiff[i] = append(b2bDiff[i], median(g.BackToBack)-median(c.Shared))
 			}
 		}
 	}
 	for i, op := range ops {
-		if twin {
+		if withTwin {
 			cAll[i].print(stdout, "C ", op.name, rounds)
 		}
 		goAll[i].print(stdout, "Go", op.name, rounds)
-		if twin {
+		if withTwin {
 			c, g := &cAll[i], &goAll[i]
-			ce, ge, cb, gb := median(c.Each), median(g.Each), median(c.BackToBack), median(g.BackToBack)
-			fmt.Fprintf(stdout, "Go over C, %s: one by one %+.2f us (%+.1f%%), back to back %+.2f us a call\n",
+			ce, ge, cb, gb := median(c.Each), median(g.Each), median(c.Shared), median(g.BackToBack)
+			fmt.Fprintf(stdout, "Go over C, %s: one by one %+.2f us (%+.1f%%), back to back sharing submits %+.2f us a call\n",
 				op.name, us(ge-ce), 100*(float64(ge)/float64(ce)-1), us(gb-cb))
 			fmt.Fprintf(stdout, "   by round (us), one by one:%s\n   by round (us), back to back:%s\n",
 				signedUs(eachDiff[i]), signedUs(b2bDiff[i]))
@@ -180,9 +180,9 @@ func signedUs(ds []time.Duration) string {
 	return b.String()
 }
 
-// tinySamples are the times of tiny calls (tinytwin.Samples, from either twin), pooled
+// tinySamples are the times of tiny calls (twin.Samples, from either twin), pooled
 // over rounds.
-type tinySamples tinytwin.Samples
+type tinySamples twin.Samples
 
 func (t *tinySamples) add(s tinySamples) {
 	t.Each = append(t.Each, s.Each...)
@@ -190,13 +190,22 @@ func (t *tinySamples) add(s tinySamples) {
 	t.Wait = append(t.Wait, s.Wait...)
 	t.BackToBack = append(t.BackToBack, s.BackToBack...)
 	t.BackToBackTotal += s.BackToBackTotal
+	t.Shared = append(t.Shared, s.Shared...)
+	t.SharedTotal += s.SharedTotal
 }
 
-func (t *tinySamples) print(w io.Writer, twin, name string, rounds int) {
+// print writes one twin's line: the C twin has back-to-back figures with a submit per call
+// and with shared submits, the Go path its own back-to-back calls, which share submits.
+func (t *tinySamples) print(w io.Writer, who, name string, rounds int) {
 	n := len(t.Each)
-	fmt.Fprintf(w, "%s %-14s one-by-one median %9.2f us (call %.2f + wait %.2f)   back-to-back median %9.2f us   back-to-back mean (with the final wait) %9.2f us   (N=%d in %d rounds)\n",
-		twin, name, us(median(t.Each)), us(median(t.Call)), us(median(t.Wait)), us(median(t.BackToBack)),
-		us(t.BackToBackTotal/time.Duration(n)), n, rounds)
+	fmt.Fprintf(w, "%s %-14s one-by-one median %9.2f us (call %.2f + wait %.2f)", who, name, us(median(t.Each)), us(median(t.Call)), us(median(t.Wait)))
+	if len(t.Shared) > 0 {
+		fmt.Fprintf(w, "   back-to-back, a submit each: median %.2f us, mean with the final wait %.2f us", us(median(t.BackToBack)), us(t.BackToBackTotal/time.Duration(n)))
+		fmt.Fprintf(w, "   sharing submits: median %.2f us, mean with the final wait %.2f us", us(median(t.Shared)), us(t.SharedTotal/time.Duration(n)))
+	} else {
+		fmt.Fprintf(w, "   back-to-back (sharing submits): median %.2f us, mean with the final wait %.2f us", us(median(t.BackToBack)), us(t.BackToBackTotal/time.Duration(n)))
+	}
+	fmt.Fprintf(w, "   (N=%d in %d rounds)\n", n, rounds)
 }
 
 // goTiny times op through the public API as the C twin times its calls: 20 calls to warm,
@@ -386,7 +395,7 @@ func embedIDs(c *benchCase, B, S, V, G int) (ids, seg, mask []int32) {
 // chain's length; the median of -reps chains after one untimed chain. Then, the GPU's clocks
 // up from those chains (an idle H200 runs a lone dispatch of the largest case 3.5 times
 // slower), the kernel alone: K back-to-back dispatches of the call in one compute pass
-// between two timestamps (ops.KernelClock), K chosen to fill about 2 ms, over K; the median
+// between two timestamps (fusednorm.TimeKernels), K chosen to fill about 2 ms, over K; the median
 // of -reps. The main output is read back once at the end, untimed, so the work is checked to
 // have happened. A failure is reported, not fatal.
 func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, r *result) {
@@ -430,20 +439,20 @@ func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase
 	per := median(ts)
 	r.DeviceMs = ms(per)
 
-	clock := &ops.KernelClock{Repeat: int(min(max(int64(2*time.Millisecond/max(per, 1)), 2), 256))}
-	cctx := ops.WithKernelClock(ctx, clock)
+	clock := &fusednorm.KernelTiming{Repeat: int(min(max(int64(2*time.Millisecond/max(per, 1)), 2), 256))}
+	cctx := fusednorm.TimeKernels(ctx, clock)
 	ks := make([]time.Duration, 0, o.reps)
 	for i := range o.reps + 1 {
-		clock.Per = 0
+		clock.PerCall = 0
 		if err := w.run(cctx); err != nil {
 			r.Error = "kernel timing: " + err.Error()
 			return
 		}
-		if clock.Per <= 0 {
+		if clock.PerCall <= 0 {
 			break // no device timer
 		}
 		if i > 0 { // the first pass makes the timestamp objects
-			ks = append(ks, clock.Per)
+			ks = append(ks, clock.PerCall)
 		}
 	}
 	if len(ks) > 0 {

@@ -31,7 +31,7 @@ import (
 	"time"
 
 	"github.com/fusednorm/fusednorm"
-	"github.com/fusednorm/fusednorm/internal/dawn"
+	"github.com/fusednorm/fusednorm/cmd/fusednorm-bench/internal/twin"
 )
 
 func main() {
@@ -71,10 +71,11 @@ type options struct {
 	plotPath   string
 	from       []string
 	ortDir     string
-	tiny       int  // -tiny N: the tiny-call benchmark (device.go) instead of the cases
-	tinyRounds int  // -tiny-rounds R: its rounds, each N calls of each op on each twin
-	device     bool // -device-resident: also time each case on device tensors (device.go)
-	compare    bool // -compare: cpu, dawn and auto on the same cases, interleaved (compare.go)
+	tiny       int    // -tiny N: the tiny-call benchmark (device.go) instead of the cases
+	tinyWGSL   string // -tiny-wgsl DIR: write the tiny calls' kernels for cgo/bench/tiny_bench.c
+	tinyRounds int    // -tiny-rounds R: its rounds, each N calls of each op on each twin
+	device     bool   // -device-resident: also time each case on device tensors (device.go)
+	compare    bool   // -compare: cpu, dawn and auto on the same cases, interleaved (compare.go)
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -102,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.plotPath, "plot", "", "draw the roofline (GB/s against bytes moved per case, the probe's copy as the ceiling) into this SVG file")
 	from := fs.String("from", "", "with -plot: draw the results of earlier -json files (comma-separated; e.g. a CPU and a GPU run in one picture) instead of running")
 	fs.IntVar(&o.tiny, "tiny", 0, "instead of the cases: N tiny calls on device tensors, EmbedLayerNorm f32 (1,1,768) and AddLayerNorm f32 (1,768), one by one and back to back, beside the same calls from C in this process (cgo/bench/tiny_twin.c)")
+	fs.StringVar(&o.tinyWGSL, "tiny-wgsl", "", "instead of the cases: write the tiny calls' kernels, as the Go path renders them, into this folder for the C program cgo/bench/tiny_bench.c")
 	fs.IntVar(&o.tinyRounds, "tiny-rounds", 5, "-tiny: rounds, each N calls of each op from Go and from C in a new random order")
 	fs.BoolVar(&o.device, "device-resident", true, "on a GPU, also time each case with every tensor on the device: a chain of calls divided by its length, one read-back at the end")
 	fs.BoolVar(&o.compare, "compare", false, "time every case on three engines in one process, -backend cpu, dawn and auto, one call each in a random order per round: does auto run as fast as the faster backend? (-backend is ignored)")
@@ -162,7 +164,8 @@ type result struct {
 	KernelMs      float64        `json:"kernel_ms_median,omitempty"` // device time per dispatch (GPU timestamps around kernel_repeat dispatches)
 	KernelRepeat  int            `json:"kernel_repeat,omitempty"`
 	KernelGBps    float64        `json:"kernel_GBps,omitempty"`
-	CopyGBps      float64        `json:"device_copy_GBps,omitempty"` // a vec4 WGSL copy on the same device, same run
+	CopyGBps      float64        `json:"device_copy_GBps,omitempty"`   // the fastest WGSL copy on the same device, same run
+	CopyKernel    string         `json:"device_copy_kernel,omitempty"` // which copy was fastest
 	KernelPctCopy float64        `json:"kernel_pct_of_copy,omitempty"`
 	DeviceMs      float64        `json:"device_resident_ms,omitempty"` // per call of a chain on device tensors
 	GBps          float64        `json:"GBps,omitempty"`
@@ -187,6 +190,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.tiny > 0 {
 		return runTiny(ctx, o, stdout)
+	}
+	if o.tinyWGSL != "" {
+		return twin.WriteKernels(o.tinyWGSL)
 	}
 	if len(o.from) > 0 {
 		return replot(o, stdout)
@@ -238,13 +244,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// wall time of a host-tensor call includes uploading its inputs and reading its outputs back.
 	info := eng.Info()
 	timed := info.Backend == fusednorm.BackendDawn && o.device
-	var copier *dawn.CopyProbe
+	var copier *copyProbe
 	if timed {
-		fmt.Fprintln(stdout, "kernel: device time per dispatch, K back-to-back dispatches on device tensors between two timestamps (timestamp_quantization off) over K; device-resident: wall per call of a chain on device tensors ended by one Sync; copy: a vec4 WGSL copy of the same bytes (up to 1 GiB each way) on the same device, timed the same way")
-		if copier, err = dawn.NewCopyProbe(info.Library); err != nil {
+		fmt.Fprintln(stdout, "kernel: device time per dispatch, K back-to-back dispatches on device tensors between two timestamps (timestamp_quantization off) over K (fusednorm.TimeKernels); device-resident: wall per call of a chain on device tensors ended by one Sync; copy: the fastest of several WGSL copies of the same bytes (up to 1 GiB each way) on the same device, timed the same way")
+		if copier, err = newCopyProbe(info.Library); err != nil {
 			fmt.Fprintf(stdout, "copy: not measured: %v\n", err)
 		} else {
-			defer copier.Close()
+			defer copier.close()
 		}
 	}
 	fmt.Fprintf(stdout, "engine: %s\n", info)
@@ -304,7 +310,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // benchOne sets a case up, times it, frees it, then samples the bandwidth probe and ORT.
 // say reports the step under way (setting up, timing, probe, ORT) to the progress line.
-func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, ort *ortRunner, copier *dawn.CopyProbe, say func(string)) *result {
+func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *options, ort *ortRunner, copier *copyProbe, say func(string)) *result {
 	r := &result{Case: c.Name, Op: c.op, Shape: c.Shape, DType: c.DType, shape: c.shapeString(),
 		BytesRead: c.Bytes.Read, BytesWritten: c.Bytes.Write, AllocBytes: c.allocBytes()}
 	need := r.AllocBytes
@@ -334,8 +340,8 @@ func benchOne(ctx context.Context, eng *fusednorm.Engine, c *benchCase, o *optio
 		timeDeviceResident(ctx, eng, c, o, r)
 		if copier != nil && r.Error == "" {
 			say("device copy")
-			if g, err := copier.GBps(ctx, r.bytes(), o.reps); err == nil {
-				r.CopyGBps = g
+			if g, name, err := copier.gbps(ctx, r.bytes(), o.reps); err == nil {
+				r.CopyGBps, r.CopyKernel = g, name
 			}
 		}
 	}

@@ -5,132 +5,243 @@ package dawn
 import (
 	"context"
 	"fmt"
+	"sync"
 
+	"github.com/fusednorm/fusednorm/internal/dawnrt"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
-// addlnParamsSize is the byte size of the kernel's Params struct.
-const addlnParamsSize = 32
+const opAdd = "AddLayerNorm"
 
-// AddLayerNorm runs SPEC §B.4 in one dispatch: inputs are uploaded to pooled buffers, and y,
-// mean, rstd (and x when requested) are read back into the caller's slices.
+var addB = shaders.AddLNBindings
+
+// AddLayerNorm runs spec §B.4 in one dispatch, host and device tensors alike.
 func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
-	if addHasDevice(a) {
-		return b.addDev(ctx, a, nil)
-	}
-	return b.addLayerNorm(ctx, a, false)
-}
-
-// addLayerNorm runs the op; reread forces the kernel variant that re-reads the row in each
-// pass instead of keeping it in registers (calibration checks that both agree).
-func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, reread bool) error {
-	const name = "AddLayerNorm"
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	leave, err := b.enter(name)
+	leave, err := b.enter(opAdd)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	if b.fallback != nil {
-		return b.fallback.AddLayerNorm(ctx, a)
-	}
+	return b.addLayerNorm(ctx, a, nil, false)
+}
 
+// addPrep is an AddLayerNorm with gamma+beta (and the bias) resident.
+type addPrep struct {
+	b        *Backend
+	gamma    ops.Buf // the caller's, kept to upload again after a device loss
+	beta     ops.Buf
+	bias     ops.Buf
+	biasFull bool
+
+	gb, biasOwn, biasDev *dawnrt.Buffer
+
+	life   sync.RWMutex
+	closed bool
+}
+
+// PrepareAddLN uploads gamma and beta (joined) and the bias once; Run binds them. A bias
+// that is a device tensor is bound where it is (it must stay open while the op is used).
+func (b *Backend) PrepareAddLN(gamma, beta, bias ops.Buf, biasFull bool) (ops.PreparedAddLN, error) {
+	leave, err := b.enter("PrepareAddLN")
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	p := &addPrep{b: b, gamma: gamma, beta: beta, bias: bias, biasFull: biasFull}
+	if err := p.upload(); err != nil {
+		return nil, err
+	}
+	b.track(p)
+	return p, nil
+}
+
+// upload makes the op's resident buffers; on failure none is left.
+func (p *addPrep) upload() error {
+	const op = "PrepareAddLN"
+	b := p.b
+	ctx := context.Background()
+	g, err := b.hostBytes(ctx, op, "gamma", p.gamma)
+	if err != nil {
+		return err
+	}
+	bt, err := b.hostBytes(ctx, op, "beta", p.beta)
+	if err != nil {
+		return err
+	}
+	if p.gb, err = b.newBuffer(op, "gamma+beta", append(append(make([]byte, 0, len(g)+len(bt)), g...), bt...)); err != nil {
+		return err
+	}
+	if p.bias.Present() {
+		buf, host, err := b.operand(op, "bias", p.bias)
+		if err == nil && buf == nil {
+			p.biasOwn, err = b.newBuffer(op, "bias", host)
+		}
+		if err != nil {
+			p.release()
+			return err
+		}
+		p.biasDev = buf
+	}
+	return nil
+}
+
+func (p *addPrep) release() { releaseAll(&p.gb, &p.biasOwn) }
+
+// Close releases the resident weights after the runs in flight.
+func (p *addPrep) Close() error {
+	p.life.Lock()
+	defer p.life.Unlock()
+	if !p.closed {
+		p.closed = true
+		p.b.untrack(p)
+		p.release()
+	}
+	return nil
+}
+
+// Run computes one call with the resident weights; a.Gamma, a.Beta, a.Bias are ignored.
+func (p *addPrep) Run(ctx context.Context, a *ops.AddLN) error {
+	p.life.RLock()
+	defer p.life.RUnlock()
+	if p.closed {
+		return fmt.Errorf("dawn: %s: %w", opAdd, ops.ErrClosed)
+	}
+	leave, err := p.b.enter(opAdd)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return p.b.addLayerNorm(ctx, a, p, false)
+}
+
+// addLayerNorm builds and runs one call: prep, when set, supplies the weights; reread
+// forces the kernel variant that re-reads the row in each pass instead of keeping it in
+// registers (calibration checks that both agree). The caller has entered the backend.
+func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, prep *addPrep, reread bool) error {
 	N, D := a.N, a.D
-	p := b.Plan(D, a.Half())
-	k := addKernel(p, a, a.Gamma.DType, a.Bias.DType, a.Bias.Present() && a.BiasFull, b.fast16)
+	pl := b.Plan(D, a.Half())
+	gammaT, biasT, biasFull := a.Gamma.DType, a.Bias.DType, a.Bias.Present() && a.BiasFull
+	if prep != nil {
+		gammaT, biasT, biasFull = prep.gamma.DType, prep.bias.DType, prep.bias.Present() && prep.biasFull && N > 1
+	}
+	stats := len(a.Mean) > 0 || len(a.Rstd) > 0 || a.MeanDev != nil || a.RstdDev != nil
+	k := addKernel(pl, a, gammaT, biasT, biasFull, stats, b.fast16)
 	if reread {
 		k.Private = 0
 	}
-	pipe, err := b.pipeline(k.Key(), func() (string, error) { return shaders.RenderAddLN(k) })
-	if err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
-	}
-	groups, nx, err := b.grid(name, N)
+	pipe, err := b.addPipeline(k)
 	if err != nil {
 		return err
 	}
+	groups, nx, err := b.grid(opAdd, N)
+	if err != nil {
+		return err
+	}
+	s := calls.Get().(*dawnrt.Call)
+	defer calls.Put(s)
+	s.Reset(opAdd)
+	s.Kernel(pipe, groups)
+	var u params
+	addParams(&u, N, D, nx, pl.InvH, a.Epsilon)
+	s.Params(addB.Params, u.bytes())
 
-	gb := concat(a.Gamma, a.Beta)
-	type input struct {
-		name  string
-		data  []byte
-		index uint32
-	}
-	inputs := []input{{"x1", a.X1.Bytes(), 1}, {"x2", a.X2.Bytes(), 2}, {"gamma+beta", gb, 3}}
-	if a.Bias.Present() {
-		inputs = append(inputs, input{"bias", a.Bias.Bytes(), 4})
-	}
-	outBytes := align4(uint64(N) * uint64(D) * uint64(a.Y.DType.Size()))
-	statBytes := uint64(N) * 8
-	for _, in := range inputs {
-		if err := b.checkBinding(name, in.name, align4(uint64(len(in.data)))); err != nil {
+	rowBytes := func(dt ops.DType) uint64 { return align4(uint64(N) * uint64(D) * uint64(dt.Size())) }
+	for i, x := range [2]ops.Buf{a.X1, a.X2} {
+		name := [2]string{"x1", "x2"}[i]
+		buf, host, err := b.operand(opAdd, name, x)
+		if err != nil {
 			return err
 		}
+		size := rowBytes(x.DType)
+		if err := b.checkBinding(opAdd, name, size); err != nil {
+			return err
+		}
+		s.Input([2]uint32{addB.X1, addB.X2}[i], name, buf, host, size)
 	}
-	if err := b.checkBinding(name, "y", outBytes); err != nil {
+	if prep != nil {
+		s.Bind(addB.GammaBeta, "gamma", prep.gb, prep.gb.Size(), false)
+		if bb := orBuf(prep.biasOwn, prep.biasDev); bb != nil {
+			s.Bind(addB.Bias, "bias", bb, bb.Size(), false)
+		}
+	} else if err := b.addWeights(s, a); err != nil {
 		return err
 	}
-	if err := b.checkBinding(name, "mean+rstd", statBytes); err != nil {
+	outBytes := rowBytes(a.Y.DType)
+	if err := b.checkBinding(opAdd, "y", outBytes); err != nil {
 		return err
 	}
-
-	var u params
-	addParams(&u, N, D, nx, p.InvH, a.Epsilon)
-
-	l := lease{p: &b.pool}
-	defer l.done()
-	params, err := l.get("fusednorm.addln.params", addlnParamsSize, usageUniform|usageCopyDst)
+	buf, host, err := b.operand(opAdd, "y", a.Y)
 	if err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
+		return err
 	}
-	if err := b.write(params, 0, u.bytes()); err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
-	}
-	binds := []binding{{Binding: 0, Buffer: params, Size: addlnParamsSize}}
-	for _, in := range inputs {
-		size := align4(uint64(len(in.data)))
-		buf, err := l.get("fusednorm.addln."+in.name, size, usageStorage|usageCopyDst)
-		if err != nil {
-			return fmt.Errorf("dawn: %s: %w", name, err)
-		}
-		if err := b.write(buf, 0, in.data); err != nil {
-			return fmt.Errorf("dawn: %s: %s: %w", name, in.name, err)
-		}
-		binds = append(binds, binding{Binding: in.index, Buffer: buf, Size: size})
-	}
-	yBuf, err := l.get("fusednorm.addln.y", outBytes, usageStorage|usageCopySrc)
-	if err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
-	}
-	statBuf, err := l.get("fusednorm.addln.stats", statBytes, usageStorage|usageCopySrc)
-	if err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
-	}
-	binds = append(binds,
-		binding{Binding: 5, Buffer: yBuf, Size: outBytes},
-		binding{Binding: 7, Buffer: statBuf, Size: statBytes})
-
-	var rp readPlan
-	rp.add(yBuf, 0, a.Y.Bytes())
+	s.Output(addB.Y, "y", buf, host, outBytes)
 	if k.WriteX {
-		xBuf, err := l.get("fusednorm.addln.x", outBytes, usageStorage|usageCopySrc)
+		buf, host, err := b.operand(opAdd, "x", a.X)
 		if err != nil {
-			return fmt.Errorf("dawn: %s: %w", name, err)
+			return err
 		}
-		binds = append(binds, binding{Binding: 6, Buffer: xBuf, Size: outBytes})
-		rp.add(xBuf, 0, a.X.Bytes())
+		s.Output(addB.X, "x", buf, host, outBytes)
 	}
-	rp.add(statBuf, 0, bytesOf(a.Mean))
-	rp.add(statBuf, uint64(N)*4, bytesOf(a.Rstd))
+	if stats {
+		for i, m := range [2]ops.DeviceMem{a.MeanDev, a.RstdDev} {
+			name := [2]string{"mean", "rstd"}[i]
+			buf, err := b.buffer(opAdd, name, m)
+			if err != nil {
+				return err
+			}
+			s.Output([2]uint32{addB.Mean, addB.Rstd}[i], name, buf, bytesOf([2][]float32{a.Mean, a.Rstd}[i]), uint64(N)*4)
+		}
+	}
+	if err := s.CheckAliases(); err != nil {
+		return err
+	}
+	return b.dev.Run(ctx, s)
+}
 
-	if err := b.run(ctx, pipe, binds, groups, rp.reads); err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
+// addWeights binds the weights of an unprepared call: gamma and beta joined into one scratch
+// buffer (written from the host, or copied from device tensors), and the bias.
+func (b *Backend) addWeights(s *dawnrt.Call, a *ops.AddLN) error {
+	gbBytes := uint64(a.D) * uint64(a.Gamma.DType.Size())
+	size := align4(2 * gbBytes)
+	gbs := s.Scratch(size, dawnrt.UsageStorage|dawnrt.UsageCopyDst)
+	s.BindScratch(addB.GammaBeta, "gamma", gbs, size, false)
+	gBuf, gHost, err := b.operand(opAdd, "gamma", a.Gamma)
+	if err != nil {
+		return err
 	}
-	return b.takePending()
+	bBuf, bHost, err := b.operand(opAdd, "beta", a.Beta)
+	if err != nil {
+		return err
+	}
+	switch {
+	case gBuf == nil && bBuf == nil:
+		s.Write(gbs, 0, gHost, bHost)
+	case gbBytes%4 != 0:
+		return fmt.Errorf("dawn: %s: gamma and beta on the device with an odd %v row: prepare the op (NewAddLayerNorm): %w",
+			opAdd, a.Gamma.DType, ops.ErrNotSupported)
+	default:
+		for i, o := range [2]struct {
+			buf  *dawnrt.Buffer
+			host []byte
+		}{{gBuf, gHost}, {bBuf, bHost}} {
+			if o.buf != nil {
+				s.Pre(dawnrt.Copy{Src: o.buf, SrcSlot: dawnrt.AtBuffer, SrcName: [2]string{"gamma", "beta"}[i],
+					DstSlot: gbs, DstOff: uint64(i) * gbBytes, Size: gbBytes})
+			} else {
+				s.Write(gbs, uint64(i)*gbBytes, o.host, nil)
+			}
+		}
+	}
+	if a.Bias.Present() {
+		buf, host, err := b.operand(opAdd, "bias", a.Bias)
+		if err != nil {
+			return err
+		}
+		s.Input(addB.Bias, "bias", buf, host, align4(uint64(a.Bias.Len())*uint64(a.Bias.DType.Size())))
+	}
+	return nil
 }
 
 // addParams writes the kernel's Params block: rows, row length, workgroups a grid row, the
@@ -144,9 +255,9 @@ func addParams(p *params, N, D int, nx uint32, invD, eps float32) {
 	p.f32(eps)
 }
 
-// addKernel is the kernel variant of a call, for the host and device-tensor paths alike:
-// gamma's and bias's dtypes and biasFull are given apart, since a prepared op holds them.
-func addKernel(p plan.Plan, a *ops.AddLN, gamma, bias ops.DType, biasFull, fast16 bool) shaders.AddLN {
+// addKernel is the kernel variant of a call: gamma's and bias's dtypes and biasFull are given
+// apart, since a prepared op holds them.
+func addKernel(p plan.Plan, a *ops.AddLN, gamma, bias ops.DType, biasFull, stats, fast16 bool) shaders.AddLN {
 	k := shaders.AddLN{
 		W:        p.W,
 		Private:  privateFor(p),
@@ -157,6 +268,7 @@ func addKernel(p plan.Plan, a *ops.AddLN, gamma, bias ops.DType, biasFull, fast1
 		BiasFull: biasFull,
 		Out:      a.Y.DType,
 		WriteX:   a.X.Present(),
+		Stats:    stats,
 		OddD:     a.Y.DType.Is16() && a.D%2 == 1,
 	}
 	k.Fast16 = fast16 && k.HasF16()

@@ -4,36 +4,30 @@ package dawn
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
-	"sync/atomic"
-	"time"
 
+	"github.com/fusednorm/fusednorm/internal/dawnrt"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
-// Config chooses the Dawn library and, for tests, injects faults at named sites.
+// Config chooses the Dawn library and the adapter.
 type Config struct {
-	// LibPath is the Dawn shared library, and only it is tried; empty: $FUSEDNORM_DAWN_LIB, else
-	// the library next to the executable, else the system loader's.
-	LibPath string
-	// Inject, when set, is called at named fault sites ("load", "open", "create-buffer",
-	// "write-buffer", "pipeline", "submit", "map"); a non-nil error fails that step. At "lose",
-	// called once a dispatch is submitted, it makes Dawn lose the device for real.
-	Inject func(site string) error
-	// Logger receives Dawn's messages and the backend's reports of device loss; nil discards.
-	Logger *slog.Logger
-	// Fallback, when set, makes a backend whose device is lost and cannot be reopened carry on
-	// with the backend Fallback returns (the CPU, mirroring the given contraction profile).
-	// Without it such calls fail wrapping ops.ErrDevice. See recover.go.
-	Fallback func(plan.Contraction) (ops.Backend, error)
+	// Library is the Dawn shared library, and only it is tried; empty: the runtime's search.
+	Library string
 	// Adapter, when > 0, opens adapter Adapter-1 of ListAdapters' list instead of the first; a
 	// device reopened after a loss is on the same adapter.
 	Adapter int
+	// Logger receives Dawn's messages and the backend's reports of device loss; nil discards.
+	Logger *slog.Logger
+	// Faults is dawnrt.Options.Faults: the module's fault tests set it.
+	Faults func(site string) error
 }
 
 // Backend runs both ops on one Dawn device. It implements ops.Backend.
@@ -41,8 +35,8 @@ type Backend struct {
 	cfg Config
 
 	// Replaced by a recovery (which holds life exclusively); mu guards them for Info and Plan.
-	dev    *device
-	limits deviceLimits
+	dev    *dawnrt.Device
+	limits dawnrt.Limits
 	prof   plan.Contraction
 	// profileKnown is false when no contraction profile reproduced the calibration run.
 	profileKnown bool
@@ -51,83 +45,86 @@ type Backend struct {
 	// kernels use them.
 	fast16 bool
 
-	pool pool
-
 	// life: calls hold it shared; Close and a recovery take it exclusively, so they wait for
 	// calls in flight.
 	life   sync.RWMutex
 	closed bool
 
+	// The pipelines, by kernel variant; a recovery starts them afresh.
+	pipeMu    sync.RWMutex
+	embedPipe map[shaders.Embed]*dawnrt.Pipeline
+	addPipe   map[shaders.AddLN]*dawnrt.Pipeline
+	probePipe map[bool]*dawnrt.Pipeline // by Fast16
+
 	// Device loss (recover.go). mu guards them and the fields above for readers outside life.
 	mu        sync.Mutex
-	preps     map[*embedOp]struct{} // live prepared ops
+	preps     map[resident]struct{} // live prepared ops, whose weights a recovery uploads again
 	lossCount int
 	lastLoss  string
-	broken    error       // set while a lost device could not be reopened
-	fallback  ops.Backend // set once the backend runs on the CPU instead
+	broken    error // set while a lost device could not be reopened
 	health    string
-
-	// timed makes dispatches measure their compute pass with timestamp queries (benchmarks);
-	// gpuTime holds the last measurement in nanoseconds.
-	timed   atomic.Bool
-	gpuTime atomic.Int64
-
-	// dt is the low-overhead path's state (exec.go).
-	dt devState
 }
 
 var _ ops.Backend = (*Backend)(nil)
 
-// New opens the device, calibrates the contraction profile and returns the backend. Errors
-// wrap ops.ErrUnavailable when Dawn or a usable adapter is missing.
+// New opens the device, calibrates the contraction profile and the float16 conversions, and
+// returns the backend. Errors wrap ops.ErrUnavailable when Dawn or a usable adapter is
+// missing.
 func New(cfg Config) (*Backend, error) {
-	dev, err := openDevice(deviceOptions{LibPath: cfg.LibPath, Inject: cfg.Inject, Logger: cfg.Logger, Adapter: cfg.Adapter})
-	if err != nil {
-		if errors.Is(err, ops.ErrUnavailable) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("dawn: New: %w: %w", ops.ErrUnavailable, err)
+	b := &Backend{cfg: cfg}
+	if err := b.open(); err != nil {
+		return nil, err
 	}
-	b := &Backend{cfg: cfg, dev: dev, limits: dev.limits}
-	b.pool.dev = dev
-	prof, known, report, err := b.calibrate()
-	if err != nil {
-		b.pool.release()
-		dev.close()
-		return nil, fmt.Errorf("dawn: New: calibration: %w", err)
-	}
-	fast16, report16, err := b.calibrate16(context.Background())
-	if err != nil {
-		b.pool.release()
-		dev.close()
-		return nil, fmt.Errorf("dawn: New: calibration: %w", err)
-	}
-	b.prof, b.profileKnown, b.calibration, b.fast16 = prof, known, report+"; "+report16, fast16
 	return b, nil
 }
 
+// open opens a device and calibrates on it; on failure nothing is left open.
+func (b *Backend) open() error {
+	dev, err := dawnrt.Open(dawnrt.Options{Library: b.cfg.Library, Adapter: b.cfg.Adapter, Logger: b.cfg.Logger, Faults: b.cfg.Faults})
+	if err != nil {
+		if errors.Is(err, ops.ErrUnavailable) {
+			return err
+		}
+		return fmt.Errorf("dawn: New: %w: %w", ops.ErrUnavailable, err)
+	}
+	b.dev, b.limits = dev, dev.Limits()
+	b.resetPipelines()
+	prof, known, report, err := b.calibrate()
+	if err == nil {
+		var report16 string
+		if b.fast16, report16, err = b.calibrate16(context.Background()); err == nil {
+			report += "; " + report16
+		}
+	}
+	if err != nil {
+		dev.Close()
+		return fmt.Errorf("dawn: New: calibration: %w", err)
+	}
+	b.prof, b.profileKnown, b.calibration = prof, known, report
+	return nil
+}
+
 // Info names the adapter, the library, the detected contraction profile and, after a device
-// loss, what became of it (Health); after a fallback, the CPU backend that runs instead.
+// loss, what became of it (Health).
 func (b *Backend) Info() ops.Info {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.fallback != nil {
-		info := b.fallback.Info()
-		info.Health = b.health
-		return info
-	}
 	prof := b.prof.String()
 	if !b.profileKnown {
 		prof = "undetermined (using unfused)"
 	}
-	info := b.dev.info
+	info := b.dev.Info()
+	f16 := "integer"
+	if b.fast16 {
+		f16 = "builtins"
+	}
 	return ops.Info{
 		Name:     "dawn",
 		Device:   info.String(),
-		Detail:   fmt.Sprintf("backend %v, profile: %s, f16 %s", info.Backend, prof, map[bool]string{true: "builtins", false: "integer"}[b.fast16]),
+		Detail:   fmt.Sprintf("backend %v, profile: %s, f16 %s", info.Backend, prof, f16),
 		Profile:  b.prof,
 		Software: info.AdapterType == "CPU",
-		Library:  b.dev.library(),
+		Library:  b.dev.Library(),
 		Health:   b.health,
 	}
 }
@@ -140,8 +137,8 @@ func (b *Backend) Plan(h int, half bool) plan.Plan {
 	return plan.For(h, half, prof)
 }
 
-// Close waits for calls in flight, releases the pooled buffers and closes the device. Ops
-// prepared on the backend must be closed first; their buffers are released with the device.
+// Close waits for calls in flight and closes the device, which releases everything made on
+// it (the resident weights of ops not closed among them).
 func (b *Backend) Close() error {
 	b.life.Lock()
 	defer b.life.Unlock()
@@ -149,14 +146,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	b.pool.release()
-	if b.fallback != nil {
-		b.fallback.Close()
-	}
-	b.closeFast()
-	err := b.dev.close() // after a fallback, the lost device, closed already: nil
-	b.freeFast()
-	return err
+	return b.dev.Close()
 }
 
 // enter marks a call in flight; the returned function ends it. A lost device is replaced
@@ -217,59 +207,74 @@ func (b *Backend) checkBinding(op, tensor string, size uint64) error {
 	return nil
 }
 
-// pipeline renders (cached by the shaders package) and builds (cached by the device) a kernel.
-func (b *Backend) pipeline(key string, render func() (string, error)) (*pipeline, error) {
+// pipeline is the pipeline of kernel variant k (Embed or AddLN), compiled on first use.
+func pipeline[K comparable](b *Backend, cache map[K]*dawnrt.Pipeline, k K, key func() string, render func() (string, error)) (*dawnrt.Pipeline, error) {
+	b.pipeMu.RLock()
+	p := cache[k]
+	b.pipeMu.RUnlock()
+	if p != nil {
+		return p, nil
+	}
 	src, err := render()
 	if err != nil {
 		return nil, err
 	}
-	p, err := b.dev.pipeline(key, src, shaders.Entry)
-	if err != nil {
-		return nil, deviceErr(err)
+	if p, err = b.dev.NewPipeline(key(), src); err != nil {
+		return nil, err
 	}
+	b.pipeMu.Lock()
+	cache[k] = p
+	b.pipeMu.Unlock()
 	return p, nil
 }
 
-// setKernelTiming makes every dispatch measure its compute pass with timestamp queries, for
-// benchmarks; it costs a query resolve per call. ErrNotSupported without TimestampQuery.
-func (b *Backend) setKernelTiming(on bool) error {
-	leave, err := b.enter("setKernelTiming")
+// resetPipelines empties the pipeline caches (a new device).
+func (b *Backend) resetPipelines() {
+	b.pipeMu.Lock()
+	b.embedPipe, b.addPipe, b.probePipe = map[shaders.Embed]*dawnrt.Pipeline{}, map[shaders.AddLN]*dawnrt.Pipeline{}, map[bool]*dawnrt.Pipeline{}
+	b.pipeMu.Unlock()
+}
+
+func (b *Backend) embedPipeline(k shaders.Embed) (*dawnrt.Pipeline, error) {
+	return pipeline(b, b.embedPipe, k, k.Key, func() (string, error) { return shaders.RenderEmbed(k) })
+}
+
+func (b *Backend) addPipeline(k shaders.AddLN) (*dawnrt.Pipeline, error) {
+	return pipeline(b, b.addPipe, k, k.Key, func() (string, error) { return shaders.RenderAddLN(k) })
+}
+
+// newBuffer makes a resident buffer (weights) and writes data into it.
+func (b *Backend) newBuffer(op, name string, data []byte) (*dawnrt.Buffer, error) {
+	size := align4(uint64(len(data)))
+	if err := b.checkBinding(op, name, size); err != nil {
+		return nil, err
+	}
+	buf, err := b.dev.NewBuffer("fusednorm."+name, size, dawnrt.UsageStorage|dawnrt.UsageCopyDst|dawnrt.UsageCopySrc)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("dawn: %s: %s: %w", op, name, err)
 	}
-	defer leave()
-	if b.fallback != nil {
-		return fmt.Errorf("dawn: setKernelTiming: running on the CPU since the device was lost: %w", ops.ErrNotSupported)
+	if err := b.dev.Write(op, buf, 0, data); err != nil {
+		buf.Release()
+		return nil, fmt.Errorf("dawn: %s: %s: %w", op, name, err)
 	}
-	if on && !b.dev.hasFeature("TimestampQuery") {
-		return fmt.Errorf("dawn: setKernelTiming: the adapter has no TimestampQuery: %w", ops.ErrNotSupported)
-	}
-	b.timed.Store(on)
-	return nil
+	return buf, nil
 }
 
-// lastKernelTime is the device time of the most recent timed dispatch (0 before any). With
-// concurrent calls it is the time of whichever finished last.
-func (b *Backend) lastKernelTime() time.Duration { return time.Duration(b.gpuTime.Load()) }
-
-// run dispatches one kernel and reads back, timing the pass when timed is set.
-func (b *Backend) run(ctx context.Context, p *pipeline, binds []binding, groups [3]uint32, reads []readback) error {
-	if b.timed.Load() {
-		d, err := b.dev.runTimed(ctx, p, binds, groups, reads)
-		b.gpuTime.Store(int64(d))
-		return err
-	}
-	return b.dev.run(ctx, p, binds, groups, reads)
+// params is a little-endian uniform block built without allocating.
+type params struct {
+	b [64]byte
+	n int
 }
 
-// deviceErr makes sure a runtime failure wraps ops.ErrDevice (context errors stay as they are).
-func deviceErr(err error) error {
-	if err == nil || errors.Is(err, ops.ErrDevice) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ops.ErrClosed) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", ops.ErrDevice, err)
-}
+func (p *params) u32(v uint32)  { binary.LittleEndian.PutUint32(p.b[p.n:], v); p.n += 4 }
+func (p *params) f32(v float32) { p.u32(math.Float32bits(v)) }
+func (p *params) bytes() []byte { return p.b[:(p.n+15)&^15] }
+
+// align4 rounds a byte count up to a whole number of u32 words.
+func align4(n uint64) uint64 { return (n + 3) &^ 3 }
 
 // privateFor is how many elements per invocation the kernel keeps in registers.
 func privateFor(p plan.Plan) int { return shaders.PrivateFor(p.H, p.W) }
+
+// calls are the pooled Calls of the ops: a Call is large, and a call must not allocate.
+var calls = sync.Pool{New: func() any { return new(dawnrt.Call) }}

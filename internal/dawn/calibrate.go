@@ -187,7 +187,7 @@ func (b *Backend) calibrateAddLN(ctx context.Context, d calibrationData, reread 
 		Mean:    make([]float32, calibrationRows),
 		Rstd:    make([]float32, calibrationRows),
 	}
-	if err := b.addLayerNorm(ctx, &a, reread); err != nil {
+	if err := b.addLayerNorm(ctx, &a, nil, reread); err != nil {
 		return nil, nil, err
 	}
 	for r := range a.Mean {
@@ -217,13 +217,13 @@ func (b *Backend) calibrateEmbed(ctx context.Context, d calibrationData) (y, sta
 		Beta:    ops.Buf{DType: ops.F32, F32: d.beta},
 		Epsilon: calibrationEps,
 	}
-	op, err := b.PrepareEmbed(&w)
-	if err != nil {
+	op := &embedOp{b: b, w: w, plan: b.Plan(w.H, false)}
+	if err := op.upload(); err != nil {
 		return nil, nil, err
 	}
-	defer op.Close()
+	defer op.release()
 	out := ops.EmbedOutputs{Out: ops.Buf{DType: ops.F32, F32: make([]float32, n)}}
-	if err := op.Run(ctx, &ops.EmbedInputs{B: 1, S: calibrationRows, IDs: ids}, &out); err != nil {
+	if err := op.run(ctx, &ops.EmbedInputs{B: 1, S: calibrationRows, IDs: ids}, &out); err != nil {
 		return nil, nil, err
 	}
 	return bitsOf(out.Out.F32), nil, nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/x448/float16"
 
+	"github.com/fusednorm/fusednorm/internal/dawnrt"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
@@ -88,51 +89,27 @@ func (b *Backend) probeHalves(ctx context.Context, lo, hi uint32, src []uint32) 
 // runProbe runs the shaders' probe kernel (Fast16 form or not) in one mode over src and
 // returns its output words.
 func (b *Backend) runProbe(ctx context.Context, fast16 bool, mode uint32, src []uint32) ([]uint32, error) {
-	wgsl, err := shaders.RenderProbe(fast16)
+	pipe, err := pipeline(b, b.probePipe, fast16, func() string { return fmt.Sprintf("probe(fast16=%v)", fast16) },
+		func() (string, error) { return shaders.RenderProbe(fast16) })
 	if err != nil {
 		return nil, err
 	}
-	pipe, err := b.dev.pipeline(fmt.Sprintf("probe(fast16=%v)", fast16), wgsl, shaders.Entry)
+	groups, _, err := b.grid("calibration", (len(src)+shaders.ProbeWorkgroup-1)/shaders.ProbeWorkgroup)
 	if err != nil {
 		return nil, err
 	}
-	n := uint64(len(src))
-	var bufs [3]*buffer
-	defer func() {
-		for _, buf := range bufs {
-			if buf != nil {
-				buf.release()
-			}
-		}
-	}()
-	for i, s := range []struct {
-		size  uint64
-		usage bufferUsage
-	}{{16, usageUniform | usageCopyDst}, {n * 4, usageStorage | usageCopyDst}, {n * 4, usageStorage | usageCopySrc}} {
-		if bufs[i], err = b.dev.createBuffer("fusednorm.probe", s.size, s.usage); err != nil {
-			return nil, err
-		}
-	}
+	n := uint64(len(src)) * 4
+	dst := make([]uint32, len(src))
 	var u params
-	u.u32(uint32(n))
+	u.u32(uint32(len(src)))
 	u.u32(mode)
-	u.u32(0)
-	u.u32(0)
-	if err := b.write(bufs[0], 0, u.bytes()); err != nil {
-		return nil, err
-	}
-	if err := b.write(bufs[1], 0, bytesOf(src)); err != nil {
-		return nil, err
-	}
-	groups := (len(src) + shaders.ProbeWorkgroup - 1) / shaders.ProbeWorkgroup
-	nx := min(groups, 65535)
-	dst := make([]uint32, n)
-	err = b.dev.run(ctx, pipe, []binding{
-		{Binding: 0, Buffer: bufs[0], Size: 16},
-		{Binding: 1, Buffer: bufs[1], Size: n * 4},
-		{Binding: 2, Buffer: bufs[2], Size: n * 4},
-	}, [3]uint32{uint32(nx), uint32((groups + nx - 1) / nx), 1}, []readback{{Src: bufs[2], Dst: bytesOf(dst)}})
-	if err != nil {
+	var s dawnrt.Call
+	s.Reset("calibration")
+	s.Kernel(pipe, groups)
+	s.Params(shaders.ProbeBindings.Params, u.bytes())
+	s.Input(shaders.ProbeBindings.Src, "src", nil, bytesOf(src), n)
+	s.Output(shaders.ProbeBindings.Dst, "dst", nil, bytesOf(dst), n)
+	if err := b.dev.Run(ctx, &s); err != nil {
 		return nil, err
 	}
 	return dst, nil

@@ -5,11 +5,10 @@ package dawn
 import (
 	"context"
 	"fmt"
-	"sync"
 	"unsafe"
 
+	"github.com/fusednorm/fusednorm/internal/dawnrt"
 	"github.com/fusednorm/fusednorm/internal/ops"
-	"github.com/fusednorm/fusednorm/shaders"
 )
 
 var _ ops.DeviceBackend = (*Backend)(nil)
@@ -17,7 +16,7 @@ var _ ops.DeviceBackend = (*Backend)(nil)
 // devBuf is a device tensor's storage.
 type devBuf struct {
 	b     *Backend
-	buf   *buffer
+	buf   *dawnrt.Buffer
 	dtype ops.DType
 	n     int
 	bytes uint64 // n elements, before rounding up to whole words
@@ -26,21 +25,21 @@ type devBuf struct {
 // Len is the element count.
 func (m *devBuf) Len() int { return m.n }
 
-// writeChunk bounds one queue write, so Dawn's own staging for it stays bounded.
-const writeChunk = 64 << 20
-
 // NewDeviceMem allocates a zeroed device tensor of n elements.
 func (b *Backend) NewDeviceMem(dt ops.DType, n int) (ops.DeviceMem, error) {
-	if n < 0 || dt.Size() == 0 {
-		return nil, fmt.Errorf("dawn: NewDeviceMem: %d elements of %v: %w", n, dt, ops.ErrInvalidArgument)
-	}
-	bytes := uint64(n) * uint64(dt.Size())
-	if err := b.checkBinding("NewDeviceMem", "tensor", align4(bytes)); err != nil {
+	const op = "NewDeviceTensor"
+	leave, err := b.enter(op)
+	if err != nil {
 		return nil, err
 	}
-	buf, err := b.dev.createBuffer("fusednorm.tensor", max(align4(bytes), 4), usageStorage|usageCopySrc|usageCopyDst)
+	defer leave()
+	bytes := uint64(n) * uint64(dt.Size())
+	if err := b.checkBinding(op, "tensor", align4(bytes)); err != nil {
+		return nil, err
+	}
+	buf, err := b.dev.NewBuffer("fusednorm.tensor", bytes, dawnrt.UsageStorage|dawnrt.UsageCopySrc|dawnrt.UsageCopyDst)
 	if err != nil {
-		return nil, deviceErr(err)
+		return nil, err
 	}
 	return &devBuf{b: b, buf: buf, dtype: dt, n: n, bytes: bytes}, nil
 }
@@ -54,142 +53,121 @@ func (b *Backend) own(op, name string, m ops.DeviceMem) (*devBuf, error) {
 	return db, nil
 }
 
-// WriteDevice queues a copy of src into m; later calls see it.
+// buffer is the buffer of device tensor m (nil for a nil m).
+func (b *Backend) buffer(op, name string, m ops.DeviceMem) (*dawnrt.Buffer, error) {
+	if m == nil {
+		return nil, nil
+	}
+	db, err := b.own(op, name, m)
+	if err != nil {
+		return nil, err
+	}
+	return db.buf, nil
+}
+
+// operand is where one tensor of a call lives: a device tensor's buffer, or host bytes.
+func (b *Backend) operand(op, name string, x ops.Buf) (*dawnrt.Buffer, []byte, error) {
+	if x.Dev == nil {
+		return nil, x.Bytes(), nil
+	}
+	buf, err := b.buffer(op, name, x.Dev)
+	return buf, nil, err
+}
+
+// WriteDevice writes src into m, ordered after the calls made before it.
 func (b *Backend) WriteDevice(m ops.DeviceMem, src []byte) error {
-	db, err := b.own("WriteDevice", "tensor", m)
+	const op = "DeviceTensor.Write"
+	db, err := b.own(op, "tensor", m)
 	if err != nil {
 		return err
 	}
 	if uint64(len(src)) != db.bytes {
-		return fmt.Errorf("dawn: WriteDevice: %d bytes for a %d-byte tensor: %w", len(src), db.bytes, ops.ErrInvalidArgument)
+		return fmt.Errorf("dawn: %s: %d bytes for a %d-byte tensor: %w", op, len(src), db.bytes, ops.ErrInvalidArgument)
 	}
-	d := b.dev
-	if err := d.lock(context.Background()); err != nil {
+	leave, err := b.enter(op)
+	if err != nil {
 		return err
 	}
-	defer d.unlock()
-	if err := d.usable("WriteDevice"); err != nil {
-		return err
-	}
-	if db.buf.c == nil {
-		return fmt.Errorf("dawn: WriteDevice: device tensor closed: %w", ops.ErrInvalidArgument)
-	}
-	if err := injected(d.inject, "write-buffer"); err != nil {
-		return fmt.Errorf("dawn: WriteDevice: %w: %w", ops.ErrDevice, err)
-	}
-	if d.useRing(uint64(len(src))) {
-		return d.uploadLocked("WriteDevice", db.buf, 0, src)
-	}
-	for off := 0; off < len(src); off += writeChunk {
-		n := min(writeChunk, len(src)-off)
-		d.queueWrite(db.buf, uint64(off), unsafe.Pointer(&src[off]), n)
-	}
-	return nil
+	defer leave()
+	return b.dev.Write(op, db.buf, 0, src)
 }
 
 // ReadDevice waits for the work m depends on and copies it into dst.
 func (b *Backend) ReadDevice(ctx context.Context, m ops.DeviceMem, dst []byte) error {
-	db, err := b.own("ReadDevice", "tensor", m)
+	const op = "DeviceTensor.Read"
+	db, err := b.own(op, "tensor", m)
 	if err != nil {
 		return err
 	}
 	if uint64(len(dst)) != db.bytes {
-		return fmt.Errorf("dawn: ReadDevice: %d bytes for a %d-byte tensor: %w", len(dst), db.bytes, ops.ErrInvalidArgument)
+		return fmt.Errorf("dawn: %s: %d bytes for a %d-byte tensor: %w", op, len(dst), db.bytes, ops.ErrInvalidArgument)
 	}
-	s := specs.Get().(*callSpec)
-	defer specs.Put(s)
-	s.reset("ReadDevice")
-	s.wait = true
-	if b.dev.ringFor(uint64(len(dst))) {
-		return b.readRing(ctx, s, db.buf, dst)
-	}
-	s.read(readOp{buf: db.buf, scratch: atBuffer, dst: dst})
-	return b.run2(ctx, s)
-}
-
-// FreeDevice releases m and the cached bind groups that use it.
-func (b *Backend) FreeDevice(m ops.DeviceMem) error {
-	db, err := b.own("FreeDevice", "tensor", m)
+	leave, err := b.enter(op)
 	if err != nil {
 		return err
 	}
-	d := b.dev
-	if err := d.lock(context.Background()); err != nil {
+	defer leave()
+	return b.dev.Read(ctx, op, db.buf, 0, dst)
+}
+
+// FreeDevice releases m; work already recorded that uses it still completes.
+func (b *Backend) FreeDevice(m ops.DeviceMem) error {
+	db, err := b.own("DeviceTensor.Close", "tensor", m)
+	if err != nil {
 		return err
 	}
-	defer d.unlock()
-	if d.closed || db.buf.c == nil {
-		return nil
-	}
-	if b.dt.cache != nil {
-		b.forget(db.buf)
-	}
-	d.releaseLocked(db.buf)
+	db.buf.Release()
 	return nil
 }
 
-// Sync waits for every call submitted so far and reports the first device error among the
-// calls that did not wait.
+// Sync waits for every call made so far and reports the first device error among the calls
+// that did not wait.
 func (b *Backend) Sync(ctx context.Context) error {
-	s := specs.Get().(*callSpec)
-	defer specs.Put(s)
-	s.reset("Sync")
-	s.wait = true
-	return b.run2(ctx, s)
+	leave, err := b.enter("Sync")
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return b.dev.Sync(ctx)
 }
 
-// run2 is exec inside the backend's life lock (Close waits for it).
-func (b *Backend) run2(ctx context.Context, s *callSpec) error {
-	b.life.RLock()
-	defer b.life.RUnlock()
-	if b.closed {
-		return fmt.Errorf("dawn: %s: %w", s.name, ops.ErrClosed)
+// hostBytes returns x's bytes on the host, reading a device tensor back (prepare time only).
+func (b *Backend) hostBytes(ctx context.Context, op, name string, x ops.Buf) ([]byte, error) {
+	if x.Dev == nil {
+		return x.Bytes(), nil
 	}
-	return b.exec(ctx, s)
-}
-
-var specs = sync.Pool{New: func() any { return new(callSpec) }}
-
-// embedPipeline is the pipeline of k, cached by the parameter struct (Key formats a string).
-func (b *Backend) embedPipeline(k shaders.Embed) (*pipeline, error) {
-	st := &b.dt
-	st.pipeMu.RLock()
-	p := st.embedPipe[k]
-	st.pipeMu.RUnlock()
-	if p != nil {
-		return p, nil
-	}
-	p, err := b.pipeline(k.Key(), func() (string, error) { return shaders.RenderEmbed(k) })
+	db, err := b.own(op, name, x.Dev)
 	if err != nil {
 		return nil, err
 	}
-	st.pipeMu.Lock()
-	if st.embedPipe == nil {
-		st.embedPipe = map[shaders.Embed]*pipeline{}
-	}
-	st.embedPipe[k] = p
-	st.pipeMu.Unlock()
-	return p, nil
-}
-
-// addPipeline is the pipeline of k, cached by the parameter struct.
-func (b *Backend) addPipeline(k shaders.AddLN) (*pipeline, error) {
-	st := &b.dt
-	st.pipeMu.RLock()
-	p := st.addPipe[k]
-	st.pipeMu.RUnlock()
-	if p != nil {
-		return p, nil
-	}
-	p, err := b.pipeline(k.Key(), func() (string, error) { return shaders.RenderAddLN(k) })
-	if err != nil {
+	out := make([]byte, db.bytes)
+	if err := b.dev.Read(ctx, op, db.buf, 0, out); err != nil {
 		return nil, err
 	}
-	st.pipeMu.Lock()
-	if st.addPipe == nil {
-		st.addPipe = map[shaders.AddLN]*pipeline{}
+	return out, nil
+}
+
+func orBuf(own, dev *dawnrt.Buffer) *dawnrt.Buffer {
+	if dev != nil {
+		return dev
 	}
-	st.addPipe[k] = p
-	st.pipeMu.Unlock()
-	return p, nil
+	return own
+}
+
+// releaseAll releases the buffers that ps point to and clears them; nil ones are skipped.
+func releaseAll(ps ...**dawnrt.Buffer) {
+	for _, p := range ps {
+		if *p != nil {
+			(*p).Release()
+			*p = nil
+		}
+	}
+}
+
+// bytesOf views an int32 or float32 slice as bytes without copying.
+func bytesOf[T int32 | float32 | uint32](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*4)
 }

@@ -4,35 +4,38 @@ package dawn
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
+	"strings"
 	"sync"
 
+	"github.com/fusednorm/fusednorm/internal/dawnrt"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 	"github.com/fusednorm/fusednorm/shaders"
 )
 
-// embedOp is an EmbedLayerNorm op whose tables, gamma and beta live on the device.
+const opEmbed = "EmbedLayerNorm"
+
+var embB = shaders.EmbedBindings
+
+// embedOp is an EmbedLayerNorm op whose tables, gamma and beta live on the device: uploaded
+// from host tensors, or bound where they are when they are device tensors (which must then
+// stay open while the op is used).
 type embedOp struct {
 	b *Backend
-	// w keeps references to the caller's host tensors (which the API forbids modifying while
-	// the op lives), to upload them again after a device loss.
+	// w keeps references to the caller's tensors (which the API forbids modifying while the
+	// op lives), to upload them again after a device loss.
 	w    ops.EmbedWeights
 	plan plan.Plan
 
-	word, pos, seg, gb *buffer
-	cpu                ops.PreparedEmbed // set when the backend fell back to the CPU
-	// Tables that are device tensors, bound where they are (devops.go); not released here.
-	wordDev, posDev, segDev *buffer
+	word, pos, seg, gb *dawnrt.Buffer // each the op's own, or a device tensor's (own[i] false)
+	own                [3]bool        // word, pos, seg uploaded by the op
 
 	life   sync.RWMutex
 	closed bool
-
-	memo specMemo[embedKey] // the last call on device tensors (specmemo.go)
 }
 
-// PrepareEmbed uploads the tables, gamma and beta once; runs then move only ids and outputs.
+// PrepareEmbed makes the tables, gamma and beta resident; runs then move only ids and outputs.
 func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	leave, err := b.enter("PrepareEmbed")
 	if err != nil {
@@ -42,12 +45,6 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	if w.DType != ops.F32 && w.DType != ops.F16 {
 		return nil, fmt.Errorf("dawn: PrepareEmbed: dtype %v: %w", w.DType, ops.ErrNotSupported)
 	}
-	if b.fallback != nil {
-		return b.fallback.PrepareEmbed(w)
-	}
-	if embedHasDevice(w) {
-		return b.prepareEmbedDev(w)
-	}
 	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H, w.Half())}
 	if err := op.upload(); err != nil {
 		return nil, err
@@ -56,64 +53,57 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	return op, nil
 }
 
-// upload creates the op's device buffers and writes the weights; on failure none is left.
+// upload makes the op's resident buffers; on failure none is left.
 func (op *embedOp) upload() error {
+	const name = "PrepareEmbed"
 	b, w := op.b, &op.w
-	gb := concat(w.Gamma, w.Beta)
-	tensors := []struct {
-		name string
-		data []byte
-		dst  **buffer
-	}{
-		{"word_embedding", w.Word.Bytes(), &op.word},
-		{"position_embedding", w.Pos.Bytes(), &op.pos},
-		{"segment_embedding", w.Seg.Bytes(), &op.seg},
-		{"gamma+beta", gb, &op.gb},
+	ctx := context.Background()
+	g, err := b.hostBytes(ctx, name, "gamma", w.Gamma)
+	if err != nil {
+		return err
 	}
-	for _, t := range tensors {
-		if t.data == nil {
+	bt, err := b.hostBytes(ctx, name, "beta", w.Beta)
+	if err != nil {
+		return err
+	}
+	tables := [3]struct {
+		name string
+		x    ops.Buf
+		dst  **dawnrt.Buffer
+	}{{"word_embedding", w.Word, &op.word}, {"position_embedding", w.Pos, &op.pos}, {"segment_embedding", w.Seg, &op.seg}}
+	for i, t := range tables {
+		if !t.x.Present() {
 			continue
 		}
-		if err := b.checkBinding("PrepareEmbed", t.name, align4(uint64(len(t.data)))); err != nil {
+		buf, host, err := b.operand(name, t.name, t.x)
+		if err == nil && buf != nil {
+			err = b.checkBinding(name, t.name, buf.Size())
+		}
+		if err == nil && buf == nil {
+			buf, err = b.newBuffer(name, t.name, host)
+			op.own[i] = true
+		}
+		if err != nil {
 			op.release()
 			return err
 		}
-	}
-	for _, t := range tensors {
-		if t.data == nil {
-			continue
-		}
-		buf, err := b.dev.createBuffer("fusednorm."+t.name, align4(uint64(len(t.data))), usageStorage|usageCopyDst)
-		if err != nil {
-			op.release()
-			return deviceErr(fmt.Errorf("dawn: PrepareEmbed: %s: %w", t.name, err))
-		}
 		*t.dst = buf
-		if err := b.write(buf, 0, t.data); err != nil {
-			op.release()
-			return fmt.Errorf("dawn: PrepareEmbed: %s: %w", t.name, err)
-		}
+	}
+	if op.gb, err = b.newBuffer(name, "gamma+beta", append(append(make([]byte, 0, len(g)+len(bt)), g...), bt...)); err != nil {
+		op.release()
+		return err
 	}
 	return nil
 }
 
-// concat joins gamma and beta (same dtype) into one buffer's bytes: beta starts at element H.
-func concat(gamma, beta ops.Buf) []byte {
-	g, bt := gamma.Bytes(), beta.Bytes()
-	out := make([]byte, 0, len(g)+len(bt))
-	return append(append(out, g...), bt...)
-}
-
-func (op *embedOp) release() { releaseAll(&op.word, &op.pos, &op.seg, &op.gb) }
-
-// releaseAll releases the buffers that ps point to and clears them; nil ones are skipped.
-func releaseAll(ps ...**buffer) {
-	for _, p := range ps {
-		if *p != nil {
-			(*p).release()
-			*p = nil
+func (op *embedOp) release() {
+	for i, p := range [3]**dawnrt.Buffer{&op.word, &op.pos, &op.seg} {
+		if op.own[i] && *p != nil {
+			(*p).Release()
 		}
+		*p, op.own[i] = nil, false
 	}
+	releaseAll(&op.gb)
 }
 
 // Close releases the resident weights after the runs in flight have finished.
@@ -122,20 +112,13 @@ func (op *embedOp) Close() error {
 	defer op.life.Unlock()
 	if !op.closed {
 		op.closed = true
-		op.b.life.RLock() // no recovery re-uploads the weights meanwhile
 		op.b.untrack(op)
-		op.b.forgetBuffers(op.word, op.pos, op.seg, op.gb)
 		op.release()
-		if op.cpu != nil {
-			op.cpu.Close()
-		}
-		op.b.life.RUnlock()
 	}
 	return nil
 }
 
-// kernel is the kernel variant a call runs, for host and device tensors alike (the Dev
-// fields are nil on the host path).
+// kernel is the kernel variant a call runs.
 func (op *embedOp) kernel(in *ops.EmbedInputs, out *ops.EmbedOutputs) shaders.Embed {
 	w, H := &op.w, op.w.H
 	mi := (out.MaskIndex != nil || out.MaskIndexDev != nil) && (in.Mask != nil || in.MaskDev != nil)
@@ -166,7 +149,7 @@ func (op *embedOp) kernel(in *ops.EmbedInputs, out *ops.EmbedOutputs) shaders.Em
 }
 
 // params writes the kernel's Params block: nx workgroups a grid row, offs the word offsets
-// of ids, segment ids, mask and position ids in the int32 binding.
+// of ids, segment ids, mask and position ids in their binding.
 func (op *embedOp) params(p *params, in *ops.EmbedInputs, nx uint32, offs [4]uint32) {
 	w := &op.w
 	for _, v := range [...]uint32{uint32(in.B * in.S), uint32(w.H), nx, uint32(in.S), uint32(w.V), uint32(w.P),
@@ -179,152 +162,168 @@ func (op *embedOp) params(p *params, in *ops.EmbedInputs, nx uint32, offs [4]uin
 	p.u32(uint32(in.B))
 }
 
-// embedParamsSize is the byte size of the kernel's Params struct.
-const embedParamsSize = 64
+var embedIDNames = [4]string{"input_ids", "segment_ids", "mask", "position_ids"}
 
-// Run computes one batch in one dispatch and reads back the requested outputs.
+// Run computes one batch in one dispatch: host tensors through the call's scratch, device
+// tensors where they are.
 func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
-	const name = "EmbedLayerNorm"
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	op.life.RLock()
 	defer op.life.RUnlock()
 	if op.closed {
-		return fmt.Errorf("dawn: %s: %w", name, ops.ErrClosed)
+		return fmt.Errorf("dawn: %s: %w", opEmbed, ops.ErrClosed)
 	}
-	if op.word == nil || op.pos == nil || embedCallHasDevice(in, out) {
-		return op.runDev(ctx, in, out)
-	}
-	b := op.b
-	leave, err := b.enter(name)
+	leave, err := op.b.enter(opEmbed)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	if op.cpu != nil {
-		return op.cpu.Run(ctx, in, out)
-	}
+	return op.run(ctx, in, out)
+}
 
+// run is Run once the backend is entered.
+func (op *embedOp) run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
+	b := op.b
 	w := &op.w
 	H, rows := w.H, in.B*in.S
-	es := uint64(w.DType.Size())
-	outBytes := align4(uint64(rows) * uint64(H) * es)
-	if err := b.checkBinding(name, "output", outBytes); err != nil {
+	outBytes := align4(uint64(rows) * uint64(H) * uint64(w.DType.Size()))
+	if err := b.checkBinding(opEmbed, "output", outBytes); err != nil {
 		return err
 	}
-	groups, nx, err := b.grid(name, rows)
+	groups, nx, err := b.grid(opEmbed, rows)
 	if err != nil {
 		return err
 	}
 	k := op.kernel(in, out)
-	pipe, err := b.pipeline(k.Key(), func() (string, error) { return shaders.RenderEmbed(k) })
+	pipe, err := b.embedPipeline(k)
 	if err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
-	}
-
-	// int32 inputs share one buffer: ids | segment ids | mask | position ids.
-	type section struct {
-		data []int32
-		off  uint32
-	}
-	secs := []*section{{data: in.IDs}, {data: in.SegIDs}, {data: in.Mask}, {data: in.PosIDs}}
-	if !k.SegIDs {
-		secs[1].data = nil
-	}
-	if !k.MaskIndex {
-		secs[2].data = nil
-	}
-	var nInts uint32
-	for _, s := range secs {
-		s.off = nInts
-		nInts += uint32(len(s.data))
-	}
-	if err := b.checkBinding(name, "int32 inputs", uint64(nInts)*4); err != nil {
 		return err
 	}
+	s := calls.Get().(*dawnrt.Call)
+	defer calls.Put(s)
+	s.Reset(opEmbed)
+	s.Kernel(pipe, groups)
 
-	var u params
-	op.params(&u, in, nx, [4]uint32{secs[0].off, secs[1].off, secs[2].off, secs[3].off})
-
-	l := lease{p: &b.pool}
-	defer l.done()
-	params, err := l.get("fusednorm.embed.params", embedParamsSize, usageUniform|usageCopyDst)
-	if err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
-	}
-	ints, err := l.get("fusednorm.embed.ints", uint64(nInts)*4, usageStorage|usageCopyDst)
-	if err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
-	}
-	outBuf, err := l.get("fusednorm.embed.output", outBytes, usageStorage|usageCopySrc)
-	if err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
-	}
-	var sumBuf *buffer
-	if k.Sum {
-		if sumBuf, err = l.get("fusednorm.embed.sum", outBytes, usageStorage|usageCopySrc); err != nil {
-			return fmt.Errorf("dawn: %s: %w", name, err)
+	// The int32 inputs (ids, segment ids, mask, position ids): a device tensor is bound where
+	// it is when the kernel gives each its own binding (SplitInts), else copied into the one
+	// int32 buffer; host ones share one scratch buffer, told apart by their offsets.
+	n := uint32(rows)
+	var offs [4]uint32
+	var devs [4]*dawnrt.Buffer
+	lens := [4]uint32{n, 0, 0, 0}
+	hosts := [4][]int32{in.IDs, in.SegIDs, in.Mask, in.PosIDs}
+	for i, m := range [4]ops.DeviceMem{in.IDsDev, in.SegIDsDev, in.MaskDev, in.PosIDsDev} {
+		if devs[i], err = b.buffer(opEmbed, embedIDNames[i], m); err != nil {
+			return err
 		}
 	}
-	auxBytes := uint64(1+in.B) * 4
-	aux, err := l.get("fusednorm.embed.aux", auxBytes, usageStorage|usageCopySrc|usageCopyDst)
-	if err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
+	if k.SegIDs {
+		lens[1] = n
 	}
-
-	if err := b.write(params, 0, u.bytes()); err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
-	}
-	for _, s := range secs {
-		if len(s.data) > 0 {
-			if err := b.write(ints, uint64(s.off)*4, bytesOf(s.data)); err != nil {
-				return fmt.Errorf("dawn: %s: %w", name, err)
-			}
-		}
-	}
-	if err := b.write(aux, 0, make([]byte, 4)); err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, err)
-	}
-
-	binds := []binding{
-		{Binding: 0, Buffer: params, Size: embedParamsSize},
-		{Binding: 1, Buffer: ints, Size: align4(uint64(max(nInts, 1)) * 4)},
-		{Binding: 2, Buffer: op.word, Size: op.word.size},
-		{Binding: 3, Buffer: op.pos, Size: op.pos.size},
-		{Binding: 5, Buffer: op.gb, Size: op.gb.size},
-		{Binding: 6, Buffer: outBuf, Size: outBytes},
-		{Binding: 8, Buffer: aux, Size: auxBytes},
-	}
-	if k.Segment {
-		binds = append(binds, binding{Binding: 4, Buffer: op.seg, Size: op.seg.size})
-	}
-	if k.Sum {
-		binds = append(binds, binding{Binding: 7, Buffer: sumBuf, Size: outBytes})
-	}
-
-	var status [4]byte
-	var rp readPlan
-	rp.add(outBuf, 0, out.Out.Bytes())
-	if k.Sum {
-		rp.add(sumBuf, 0, out.Sum.Bytes())
-	}
-	rp.add(aux, 0, status[:])
 	if k.MaskIndex {
-		rp.add(aux, 4, bytesOf(out.MaskIndex))
+		lens[2] = n
 	}
-	if err := b.run(ctx, pipe, binds, groups, rp.reads); err != nil {
-		return fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
+	if k.PosIDs {
+		lens[3] = uint32(max(in.PosBatch, 1) * in.S)
 	}
-	if err := b.takePending(); err != nil {
+	var nInts uint32
+	for i := range offs {
+		if lens[i] > 0 && (devs[i] == nil || !k.SplitInts) {
+			offs[i] = nInts
+			nInts += lens[i]
+		}
+	}
+	if err := b.checkBinding(opEmbed, "int32 inputs", uint64(nInts)*4); err != nil {
+		return err
+	}
+	var p params
+	op.params(&p, in, nx, offs)
+	s.Params(embB.Params, p.bytes())
+	ints := dawnrt.Nowhere
+	intsBytes := uint64(max(nInts, 1)) * 4
+	if nInts > 0 || !k.SplitInts {
+		ints = s.Scratch(intsBytes, dawnrt.UsageStorage|dawnrt.UsageCopyDst)
+	}
+	if !k.SplitInts {
+		s.BindScratch(embB.Ints, "input_ids", ints, intsBytes, false)
+	}
+	check := false
+	for i := range lens {
+		switch {
+		case lens[i] == 0:
+		case devs[i] != nil && k.SplitInts:
+			s.Bind(shaders.IntBindings[i], embedIDNames[i], devs[i], devs[i].Size(), false)
+		case devs[i] != nil:
+			s.Pre(dawnrt.Copy{Src: devs[i], SrcSlot: dawnrt.AtBuffer, SrcName: embedIDNames[i], DstSlot: ints,
+				DstOff: uint64(offs[i]) * 4, Size: uint64(lens[i]) * 4})
+		default:
+			if k.SplitInts {
+				s.BindScratch(shaders.IntBindings[i], embedIDNames[i], ints, intsBytes, false)
+			}
+			s.Write(ints, uint64(offs[i])*4, bytesOf(hosts[i]), nil)
+		}
+		if lens[i] > 0 && devs[i] != nil && i != 2 { // the mask is never validated
+			check = true
+		}
+	}
+	s.Bind(embB.Word, "word_embedding", op.word, op.word.Size(), false)
+	s.Bind(embB.Pos, "position_embedding", op.pos, op.pos.Size(), false)
+	if k.Segment {
+		s.Bind(embB.Seg, "segment_embedding", op.seg, op.seg.Size(), false)
+	}
+	s.Bind(embB.GammaBeta, "gamma", op.gb, op.gb.Size(), false)
+	buf, host, err := b.operand(opEmbed, "output", out.Out)
+	if err != nil {
+		return err
+	}
+	s.Output(embB.Out, "output", buf, host, outBytes)
+	if k.Sum {
+		buf, host, err := b.operand(opEmbed, "embedding_sum", out.Sum)
+		if err != nil {
+			return err
+		}
+		s.Output(embB.Sum, "embedding_sum", buf, host, outBytes)
+	}
+	// aux: the id-check flags (zeroed before the dispatch) and mask_index. Host ids were
+	// checked before the call; device ids are checked by the kernel (spec §A.2a).
+	auxBytes := uint64(1+in.B) * 4
+	aux := s.Scratch(auxBytes, dawnrt.UsageStorage|dawnrt.UsageCopySrc|dawnrt.UsageCopyDst)
+	s.BindScratch(embB.Aux, "mask_index", aux, auxBytes, true)
+	s.Pre(dawnrt.Copy{SrcZero: true, SrcSlot: dawnrt.Nowhere, DstSlot: aux, Size: 4})
+	if check {
+		s.Post(dawnrt.Copy{SrcSlot: aux, DstIDCheck: true, DstSlot: dawnrt.Nowhere, Size: 4})
+		s.CheckIDs(idReport)
+	}
+	miDev, err := b.buffer(opEmbed, "mask_index", out.MaskIndexDev)
+	if err != nil {
+		return err
+	}
+	switch {
+	case k.MaskIndex && miDev != nil:
+		s.Post(dawnrt.Copy{SrcSlot: aux, SrcOff: 4, Dst: miDev, DstSlot: dawnrt.AtBuffer, DstName: "mask_index", Size: uint64(in.B) * 4})
+	case k.MaskIndex:
+		s.Read(nil, aux, 4, bytesOf(out.MaskIndex))
+	case miDev != nil: // no mask: mask_index is all zeros (spec §A.4)
+		s.Post(dawnrt.Copy{SrcZero: true, SrcSlot: dawnrt.Nowhere, Dst: miDev, DstSlot: dawnrt.AtBuffer, DstName: "mask_index", Size: uint64(in.B) * 4})
+	}
+	if err := s.CheckAliases(); err != nil {
+		return err
+	}
+	if err := b.dev.Run(ctx, s); err != nil {
 		return err
 	}
 	if out.MaskIndex != nil && !k.MaskIndex {
-		clear(out.MaskIndex) // no mask: mask_index is all zeros (SPEC A.4)
-	}
-	if binary.LittleEndian.Uint32(status[:]) != 0 {
-		return fmt.Errorf("dawn: %s: input index out of range (detected on the device): %w",
-			name, ops.ErrInvalidArgument)
+		clear(out.MaskIndex)
 	}
 	return nil
+}
+
+// idReport words the kernel's id-check flags: which tensors held an id out of range.
+func idReport(flags uint32) string {
+	var bad []string
+	for i, name := range [3]string{"input_ids", "segment_ids", "position_ids"} {
+		if flags&(1<<i) != 0 {
+			bad = append(bad, name)
+		}
+	}
+	return strings.Join(bad, " and ") + ": input index out of range"
 }

@@ -86,10 +86,16 @@ type DeviceBackend interface {
 	Sync(ctx context.Context) error
 }
 
-// BufferCounter is implemented by backends that count their live device buffers (Dawn): the
-// root package's tests compare counts before and after to find leaks.
-type BufferCounter interface {
-	LiveBuffers() int
+// MemoryReporter is implemented by backends whose device has its own memory (Dawn): the
+// buffers and bytes the backend holds on it now.
+type MemoryReporter interface {
+	DeviceMemory() (buffers int, bytes uint64)
+}
+
+// Recoverer is implemented by backends whose device can be lost (Dawn): Recover reopens a
+// lost device now, and reports why when it cannot.
+type Recoverer interface {
+	Recover() error
 }
 
 // PreparedAddLN is an AddLayerNorm with gamma, beta and bias bound once (resident on the
@@ -257,14 +263,18 @@ type Info struct {
 	Health string
 }
 
-// KernelClock asks a GPU backend to time one call's kernel on the device (benchmarks): the
-// call dispatches its kernel Repeat times in one compute pass between two timestamps, waits
-// for it, and sets Per to the pass's device time over Repeat. A kernel shorter than a pass's
-// own overhead is timed by a Repeat large enough to hide it; every repeat computes the same
-// outputs from the same inputs. Backends without device timing leave Per at zero.
+// KernelClock asks a GPU backend to time one call's kernel on the device: the call
+// dispatches its kernel Repeat times (at least once) in one compute pass between two
+// timestamps, waits for it, and sets PerCall to the pass's device time over Repeat. The
+// root package exports it as KernelTiming.
 type KernelClock struct {
+	// Repeat is how many times the kernel is dispatched in the timed pass: a kernel shorter
+	// than a pass's own overhead is timed by a Repeat large enough to hide it. Every repeat
+	// computes the same outputs from the same inputs.
 	Repeat int
-	Per    time.Duration
+	// PerCall is set by the call: the pass's device time over Repeat; zero where the backend
+	// has no device timer (the CPU, a GPU without timestamp queries).
+	PerCall time.Duration
 }
 
 type kernelClockKey struct{}

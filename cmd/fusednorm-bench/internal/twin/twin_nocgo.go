@@ -1,10 +1,10 @@
 //go:build !cgo
 
-package tinytwin
+package twin
 
 import "errors"
 
-var errNoCgo = errors.New("tinytwin: the C twin needs a cgo build")
+var errNoCgo = errors.New("twin: the C twin needs a cgo build")
 
 // Open fails: the twin is C.
 func Open(library string) error { return errNoCgo }

@@ -1,10 +1,10 @@
 //go:build cgo
 
-package dawn
+package dawnrt
 
 /*
 #include <stdlib.h>
-#include "../../cgo/dawnrt_fast.h"
+#include "../../cgo/dawnrt.h"
 */
 import "C"
 
@@ -65,6 +65,7 @@ type xferC struct {
 	cp       C.drt_copy
 	rd       C.drt_read
 	call     C.drt_call
+	m        C.drt_map
 }
 
 type xferRing struct {
@@ -82,7 +83,7 @@ type copyJob struct {
 }
 
 // ring returns the device's transfer ring, making its host side on first use; under the lock.
-func (d *device) ring() *xferRing {
+func (d *Device) ring() *xferRing {
 	if d.xfer == nil {
 		r := &xferRing{chunk: xferChunkDefault, min: xferMinDefault}
 		r.c = (*xferC)(C.calloc(1, C.size_t(unsafe.Sizeof(xferC{}))))
@@ -105,7 +106,7 @@ func (r *xferRing) startCopiers(n int) {
 
 // setTransfer sets the ring's chunk size (a multiple of 256) and the smallest transfer that
 // uses it; for tests and the benchmark. It releases the ring's buffers.
-func (d *device) setTransfer(chunk, minBytes uint64) {
+func (d *Device) setTransfer(chunk, minBytes uint64) {
 	_ = d.lock(context.Background())
 	defer d.unlock()
 	if d.closed {
@@ -143,7 +144,7 @@ func (r *xferRing) copy(dst, src unsafe.Pointer, n int) {
 
 // releaseBuffers releases the staging buffers (a pending map is cancelled by the release);
 // under the lock, with the device open.
-func (r *xferRing) releaseBuffers(d *device) {
+func (r *xferRing) releaseBuffers(d *Device) {
 	for _, s := range []*[xferSlots]xferSlot{&r.up, &r.down} {
 		for i := range s {
 			if s[i].buf != nil {
@@ -156,7 +157,7 @@ func (r *xferRing) releaseBuffers(d *device) {
 
 // releaseXfer releases the ring's buffers and stops its copiers; Close calls it under the
 // lock before the device goes. The C memory waits for freeXfer.
-func (d *device) releaseXfer() {
+func (d *Device) releaseXfer() {
 	if d.xfer == nil {
 		return
 	}
@@ -168,7 +169,7 @@ func (d *device) releaseXfer() {
 }
 
 // freeXfer frees the ring's C memory once the instance is gone (no callback can write it).
-func (d *device) freeXfer() {
+func (d *Device) freeXfer() {
 	if d.xfer == nil {
 		return
 	}
@@ -177,20 +178,20 @@ func (d *device) freeXfer() {
 }
 
 // useRing reports whether an upload of n bytes goes through the ring; under the lock.
-func (d *device) useRing(n uint64) bool {
+func (d *Device) useRing(n uint64) bool {
 	return n >= d.ring().min
 }
 
 // useRingRead reports whether a read-back of n bytes goes through the ring: one of a chunk or
 // less gains no overlap there and costs a round trip more than a copy in the call's own
 // submit (into a pooled staging buffer, copied out on several goroutines). Under the lock.
-func (d *device) useRingRead(n uint64) bool {
+func (d *Device) useRingRead(n uint64) bool {
 	r := d.ring()
 	return n >= r.min && n > r.chunk
 }
 
 // waitMap waits for the map in w; under the lock.
-func (d *device) waitMap(method string, w *C.drt_wait) error {
+func (d *Device) waitMap(method string, w *C.drt_wait) error {
 	deadline := time.Now().Add(xferWaitMax)
 	for {
 		rc := C.drt_wait_all(d.c, w, C.uint64_t(waitSlice.Nanoseconds()), d.errbuf, errCap)
@@ -215,11 +216,11 @@ func (d *device) waitMap(method string, w *C.drt_wait) error {
 
 // slot returns slot i of a direction with its buffer mapped (write for uploads) and ready;
 // under the lock.
-func (d *device) xferSlot(method string, up bool, i int) (*xferSlot, error) {
+func (d *Device) xferSlot(method string, up bool, i int) (*xferSlot, error) {
 	r := d.xfer
-	s, w, usage, write := &r.down[i], &r.c.down[i], usageMapRead|usageCopyDst, C.int(0)
+	s, w, usage, write := &r.down[i], &r.c.down[i], UsageMapRead|UsageCopyDst, C.int(0)
 	if up {
-		s, w, usage, write = &r.up[i], &r.c.up[i], usageMapWrite|usageCopySrc, 1
+		s, w, usage, write = &r.up[i], &r.c.up[i], UsageMapWrite|UsageCopySrc, 1
 	}
 	if s.buf == nil {
 		cl := C.CString("fusednorm transfer")
@@ -229,7 +230,10 @@ func (d *device) xferSlot(method string, up bool, i int) (*xferSlot, error) {
 			return nil, d.failure(method, rc)
 		}
 		if up { // a fresh upload buffer is mapped here; a read-back one by its first copy
-			C.drt_map(d.c, s.buf, write, C.uint64_t(r.chunk), w)
+			r.c.m = C.drt_map{buf: s.buf, size: C.uint64_t(r.chunk), write: write}
+			if rc := C.drt_flush(d.c, nil, &r.c.m, 1, w, d.errbuf, errCap); rc != C.DRT_OK {
+				return nil, d.failure(method, rc)
+			}
 			s.pending = true
 		}
 	}
@@ -245,7 +249,7 @@ func (d *device) xferSlot(method string, up bool, i int) (*xferSlot, error) {
 
 // uploadLocked writes data into dst at off (a multiple of 4) through the ring; a tail that is
 // not a whole word is padded with zeros. Under the lock.
-func (d *device) uploadLocked(method string, dst *buffer, off uint64, data []byte) error {
+func (d *Device) uploadLocked(method string, dst *Buffer, off uint64, data []byte) error {
 	r := d.ring()
 	n := uint64(len(data))
 	for done, i := uint64(0), 0; done < n; done, i = done+r.chunk, (i+1)%xferSlots {
@@ -267,11 +271,15 @@ func (d *device) uploadLocked(method string, dst *buffer, off uint64, data []byt
 		C.drt_unmap(d.c, s.buf)
 		r.c.cp = C.drt_copy{src: s.buf, dst: dst.c, dst_offset: C.uint64_t(off + done), size: C.uint64_t(words)}
 		r.c.call = C.drt_call{copies: &r.c.cp, npre: 1}
-		if rc := C.drt_enqueue(d.c, &r.c.call, d.errbuf, errCap); rc != C.DRT_OK {
+		r.c.m = C.drt_map{buf: s.buf, size: C.uint64_t(r.chunk), write: 1}
+		if rc := C.drt_record(d.c, &r.c.call, d.errbuf, errCap); rc != C.DRT_OK {
 			r.releaseBuffers(d)
 			return d.failure(method, rc)
 		}
-		C.drt_map(d.c, s.buf, 1, C.uint64_t(r.chunk), &r.c.up[i])
+		if rc := C.drt_flush(d.c, nil, &r.c.m, 1, &r.c.up[i], d.errbuf, errCap); rc != C.DRT_OK {
+			r.releaseBuffers(d)
+			return d.failure(method, rc)
+		}
 		s.pending = true
 	}
 	return d.uncapturedError(method)
@@ -279,7 +287,7 @@ func (d *device) uploadLocked(method string, dst *buffer, off uint64, data []byt
 
 // downloadLocked copies len(dst) bytes of src from off (a multiple of 4) into dst through the
 // ring, after the work queued so far. Under the lock.
-func (d *device) downloadLocked(method string, src *buffer, off uint64, dst []byte) error {
+func (d *Device) downloadLocked(method string, src *Buffer, off uint64, dst []byte) error {
 	if src.c == nil {
 		return fmt.Errorf("dawn: %s: readback: buffer %s released: %w", method, src.label, ops.ErrInvalidArgument)
 	}
@@ -295,8 +303,12 @@ func (d *device) downloadLocked(method string, src *buffer, off uint64, dst []by
 		at := uint64(c) * r.chunk
 		words := align4(min(r.chunk, n-at))
 		r.c.rd = C.drt_read{src: src.c, src_offset: C.uint64_t(off + at), staging: s.buf, size: C.uint64_t(words)}
-		r.c.call = C.drt_call{reads: &r.c.rd, nreads: 1, w: &r.c.down[i]}
-		if rc := C.drt_enqueue(d.c, &r.c.call, d.errbuf, errCap); rc != C.DRT_OK {
+		r.c.call = C.drt_call{reads: &r.c.rd, nreads: 1}
+		r.c.m = C.drt_map{buf: s.buf, size: C.uint64_t(words)}
+		if rc := C.drt_record(d.c, &r.c.call, d.errbuf, errCap); rc != C.DRT_OK {
+			return d.failure(method, rc)
+		}
+		if rc := C.drt_flush(d.c, nil, &r.c.m, 1, &r.c.down[i], d.errbuf, errCap); rc != C.DRT_OK {
 			return d.failure(method, rc)
 		}
 		s.pending = true
@@ -337,7 +349,7 @@ func (d *device) downloadLocked(method string, src *buffer, off uint64, dst []by
 
 // copyMapped copies len(dst) bytes from the start of a mapped read staging buffer into dst,
 // on several goroutines when large; under the lock.
-func (d *device) copyMapped(method string, staging C.WGPUBuffer, dst []byte) error {
+func (d *Device) copyMapped(method string, staging C.WGPUBuffer, dst []byte) error {
 	if len(dst) < copyPart*2 {
 		if rc := C.drt_copy_mapped(d.c, staging, unsafe.Pointer(&dst[0]), C.size_t(len(dst)), d.errbuf, errCap); rc != C.DRT_OK {
 			return d.failure(method, rc)
@@ -352,36 +364,3 @@ func (d *device) copyMapped(method string, staging C.WGPUBuffer, dst []byte) err
 	return nil
 }
 
-// ringFor reports whether a read-back of n bytes goes through the ring.
-func (d *device) ringFor(n uint64) bool {
-	if err := d.lock(context.Background()); err != nil {
-		return false
-	}
-	defer d.unlock()
-	return !d.closed && d.useRingRead(n)
-}
-
-// readRing is ReadDevice of a large tensor: s, a wait without reads, waits for the work
-// queued so far and reports earlier calls' errors (as Sync); then the ring reads buf back.
-func (b *Backend) readRing(ctx context.Context, s *callSpec, buf *buffer, dst []byte) error {
-	b.life.RLock()
-	defer b.life.RUnlock()
-	if b.closed {
-		return fmt.Errorf("dawn: %s: %w", s.name, ops.ErrClosed)
-	}
-	if err := b.exec(ctx, s); err != nil {
-		return err
-	}
-	d := b.dev
-	if err := d.lock(ctx); err != nil {
-		return fmt.Errorf("dawn: %s: %w", s.name, err)
-	}
-	defer d.unlock()
-	if err := d.usable(s.name); err != nil {
-		return err
-	}
-	if buf.c == nil {
-		return fmt.Errorf("dawn: %s: device tensor closed: %w", s.name, ops.ErrInvalidArgument)
-	}
-	return d.downloadLocked(s.name, buf, 0, dst)
-}

@@ -2,7 +2,7 @@
 
 //go:build cgo
 
-package dawn
+package dawnrt
 
 // featureNames maps each value of Dawn's "feature name" enum to its name.
 var featureNames = map[uint32]string{
@@ -107,14 +107,14 @@ var adapterTypeNames = map[uint32]string{
 
 // Buffer usages, from Dawn's "buffer usage" bitmask.
 const (
-	usageMapRead      bufferUsage = 0x1
-	usageMapWrite     bufferUsage = 0x2
-	usageCopySrc      bufferUsage = 0x4
-	usageCopyDst      bufferUsage = 0x8
-	usageIndex        bufferUsage = 0x10
-	usageVertex       bufferUsage = 0x20
-	usageUniform      bufferUsage = 0x40
-	usageStorage      bufferUsage = 0x80
-	usageIndirect     bufferUsage = 0x100
-	usageQueryResolve bufferUsage = 0x200
+	UsageMapRead      Usage = 0x1
+	UsageMapWrite     Usage = 0x2
+	UsageCopySrc      Usage = 0x4
+	UsageCopyDst      Usage = 0x8
+	UsageIndex        Usage = 0x10
+	UsageVertex       Usage = 0x20
+	UsageUniform      Usage = 0x40
+	UsageStorage      Usage = 0x80
+	UsageIndirect     Usage = 0x100
+	UsageQueryResolve Usage = 0x200
 )

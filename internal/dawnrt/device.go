@@ -1,8 +1,9 @@
 //go:build cgo
 
-package dawn
+package dawnrt
 
 /*
+#cgo LDFLAGS: -ldl
 #include <stdlib.h>
 #include "../../cgo/dawnrt.h"
 */
@@ -26,39 +27,35 @@ const openTimeoutNS = 60e9
 // errCap is the size of the C buffer Dawn's messages are formatted into.
 const errCap = 8192
 
-// deviceOptions configure openDevice.
-type deviceOptions struct {
-	// LibPath is an explicit library path, tried first.
-	LibPath string
-	// Inject is an optional fault-injection hook, called at each place Dawn can fail with
-	// the site's name: "load", "open", "create-buffer", "write-buffer", "pipeline",
-	// "submit", "map". A non-nil return is treated as that failure. At "lose", called once
-	// a dispatch is submitted, a non-nil return makes Dawn lose the device for real
-	// (wgpuDeviceForceLoss) while the dispatch is in flight. nil in production.
-	Inject func(site string) error
-	// Logger receives Dawn's own messages: its device log (warnings of the Vulkan backend,
-	// among others), errors raised outside every error scope, and device loss. nil discards
-	// them.
-	Logger *slog.Logger
-	// Adapter, when > 0, opens adapter Adapter-1 of ListAdapters' list instead of the one
-	// Dawn picks (the list's first).
+// Options configure Open.
+type Options struct {
+	// Library is an explicit Dawn library: only it is tried (see Library search).
+	Library string
+	// Adapter, when > 0, opens adapter Adapter-1 of ListAdapters' list instead of the first.
 	Adapter int
+	// Logger receives Dawn's own messages (its device log, errors raised outside every error
+	// scope) and device loss; nil discards them.
+	Logger *slog.Logger
+	// Faults, when set, is called at each place the device can fail with the site's name:
+	// "load", "open", "create-buffer", "write-buffer", "pipeline", "submit", "map"; a non-nil
+	// return is that failure. At "async", called after a call is recorded, it becomes that
+	// call's device error, reported at the next wait; at "lose", called after a submit, it
+	// makes Dawn lose the device for real (wgpuDeviceForceLoss). The module's fault tests set it; nil in use.
+	Faults func(site string) error
 }
 
-// deviceLimits are the device limits the runtime raised to what the adapter offers.
-type deviceLimits struct {
+// Limits are the device limits the runtime raised to what the adapter offers.
+type Limits struct {
 	MaxStorageBufferBindingSize, MaxBufferSize                          uint64
 	MaxComputeWorkgroupsPerDimension, MaxComputeInvocationsPerWorkgroup uint32
 	MaxComputeWorkgroupSizeX, MaxComputeWorkgroupStorageSize            uint32
-
-	// Beyond the agreed API: what an op needs to place bindings and size workgroups.
-	MaxComputeWorkgroupSizeY, MaxComputeWorkgroupSizeZ uint32
-	MaxStorageBuffersPerShaderStage                    uint32
-	MinStorageBufferOffsetAlignment                    uint32
-	MaxUniformBufferBindingSize                        uint64
+	MaxComputeWorkgroupSizeY, MaxComputeWorkgroupSizeZ                  uint32
+	MaxStorageBuffersPerShaderStage                                     uint32
+	MinStorageBufferOffsetAlignment                                     uint32
+	MaxUniformBufferBindingSize                                         uint64
 }
 
-// AdapterInfo describes the adapter a device runs on.
+// AdapterInfo describes an adapter.
 type AdapterInfo struct {
 	Vendor, Architecture, Device, Description string
 	Backend, AdapterType                      string // e.g. "Vulkan", "DiscreteGPU" or "CPU"
@@ -79,58 +76,62 @@ func (a AdapterInfo) String() string {
 	return s + ")"
 }
 
-// device is an open Dawn device with its queue, pipeline cache and readback staging pool.
-type device struct {
+// Device is an open Dawn device: its queue, the objects made from it, and the executor.
+type Device struct {
 	sem    chan struct{} // the lock around every Dawn call; a channel so waits can honour ctx
 	c      *C.drt_device
 	errbuf *C.char
-	inject func(string) error
+	faults func(string) error
 	lib    string // the library file loaded
 	logger *slog.Logger
 	info   AdapterInfo
-	limits deviceLimits
+	limits Limits
 	feats  map[string]bool
+
+	gone atomic.Bool // set by Close: Lost reads no C memory after it
 
 	// Under sem.
 	closed     bool
-	pipelines  map[string]*pipeline
-	buffers    map[*buffer]struct{}
+	buffers    map[*Buffer]struct{}
+	pipelines  []*Pipeline
 	staging    map[uint64][]C.WGPUBuffer
 	timings    []*timing
 	uncaptured C.uint64_t
-	inflight   map[*inflight]struct{} // submitted dispatches not yet finished or reaped
-	logSeen    uint64                 // messages of the device log passed on to logger
-	xfer       *xferRing              // staging of large transfers (transfer.go)
+	logSeen    uint64 // messages of the device log passed on to logger
 	lossLogged bool
+	xfer       *xferRing // staging of large transfers (transfer.go)
+	x          executor  // exec.go
 }
 
-// openDevice loads Dawn, requests a Vulkan adapter (refusing Dawn's Null backend) and opens
-// a device with its storage, buffer and compute limits raised to the adapter's and the
+// Open loads Dawn, requests a Vulkan adapter (refusing Dawn's Null backend) and opens a
+// device with its storage, buffer and compute limits raised to the adapter's and the
 // TimestampQuery, ShaderF16 and Subgroups features enabled where the adapter has them.
-func openDevice(opts deviceOptions) (*device, error) {
-	const method = "openDevice"
-	if err := injected(opts.Inject, "load"); err != nil {
+func Open(o Options) (*Device, error) {
+	const method = "Open"
+	if err := fault(o.Faults, "load"); err != nil {
 		return nil, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrUnavailable, err)
 	}
-	lib, err := loadLib(opts.LibPath)
+	lib, err := loadLib(o.Library)
 	if err != nil {
 		return nil, err
 	}
-	if err := injected(opts.Inject, "open"); err != nil {
+	if err := checkGenerated(); err != nil {
 		return nil, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrUnavailable, err)
 	}
-	d := &device{
-		sem:       make(chan struct{}, 1),
-		c:         (*C.drt_device)(C.calloc(1, C.sizeof_drt_device)),
-		errbuf:    (*C.char)(C.calloc(1, errCap)),
-		inject:    opts.Inject,
-		lib:       C.GoString(&lib.path[0]),
-		logger:    opts.Logger,
-		pipelines: map[string]*pipeline{},
-		buffers:   map[*buffer]struct{}{},
-		staging:   map[uint64][]C.WGPUBuffer{},
+	if err := fault(o.Faults, "open"); err != nil {
+		return nil, fmt.Errorf("dawn: %s: %w: %w", method, ops.ErrUnavailable, err)
 	}
-	if rc := C.drt_open_adapter(&lib.p, d.c, C.int(opts.Adapter-1), openTimeoutNS, d.errbuf, errCap); rc != C.DRT_OK {
+	d := &Device{
+		sem:     make(chan struct{}, 1),
+		c:       (*C.drt_device)(C.calloc(1, C.sizeof_drt_device)),
+		errbuf:  (*C.char)(C.calloc(1, errCap)),
+		faults:  o.Faults,
+		lib:     C.GoString(&lib.path[0]),
+		logger:  o.Logger,
+		buffers: map[*Buffer]struct{}{},
+		staging: map[uint64][]C.WGPUBuffer{},
+	}
+	if rc := C.drt_open_adapter(&lib.p, d.c, C.int(o.Adapter-1), openTimeoutNS, d.errbuf, errCap); rc != C.DRT_OK {
 		msg := C.GoString(d.errbuf)
 		if d.logger != nil {
 			d.passLog() // what Dawn met looking for an adapter
@@ -152,7 +153,7 @@ func openDevice(opts deviceOptions) (*device, error) {
 		SubgroupMaxSize: uint32(c.subgroup_max),
 	}
 	l := &c.limits
-	d.limits = deviceLimits{
+	d.limits = Limits{
 		MaxStorageBufferBindingSize:       uint64(l.maxStorageBufferBindingSize),
 		MaxBufferSize:                     uint64(l.maxBufferSize),
 		MaxComputeWorkgroupsPerDimension:  uint32(l.maxComputeWorkgroupsPerDimension),
@@ -171,15 +172,16 @@ func openDevice(opts deviceOptions) (*device, error) {
 			d.feats[name] = true
 		}
 	}
+	d.x.init(d)
 	return d, nil
 }
 
 // ListAdapters lists the Vulkan adapters Dawn finds, in its order of preference (discrete
-// GPUs first; the first is the one New opens by default). libPath is as Config.LibPath. The
-// list comes from Dawn's C++ API (dawn::native::Instance::EnumerateAdapters): a library
+// GPUs first; the first is the one Open takes by default). library is as Options.Library.
+// The list comes from Dawn's C++ API (dawn::native::Instance::EnumerateAdapters): a library
 // without it gives an error wrapping ops.ErrUnavailable.
-func ListAdapters(libPath string) ([]AdapterInfo, error) {
-	lib, err := loadLib(libPath)
+func ListAdapters(library string) ([]AdapterInfo, error) {
+	lib, err := loadLib(library)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +218,7 @@ func enumName(table map[uint32]string, v uint32) string {
 	return fmt.Sprintf("0x%X", v)
 }
 
-func injected(hook func(string) error, site string) error {
+func fault(hook func(string) error, site string) error {
 	if hook == nil {
 		return nil
 	}
@@ -226,15 +228,21 @@ func injected(hook func(string) error, site string) error {
 	return nil
 }
 
-// library is the path of the Dawn library file the device runs on.
-func (d *device) library() string { return d.lib }
+// Info describes the adapter the device runs on.
+func (d *Device) Info() AdapterInfo { return d.info }
 
-// hasFeature reports whether the device has the named feature enabled, e.g. "TimestampQuery",
+// Limits are the device's limits.
+func (d *Device) Limits() Limits { return d.limits }
+
+// Library is the path of the Dawn library file the device runs on.
+func (d *Device) Library() string { return d.lib }
+
+// HasFeature reports whether the device has the named feature enabled, e.g. "TimestampQuery",
 // "ShaderF16", "Subgroups".
-func (d *device) hasFeature(name string) bool { return d.feats[name] }
+func (d *Device) HasFeature(name string) bool { return d.feats[name] }
 
-// features lists the device's enabled features by name.
-func (d *device) features() []string {
+// Features lists the device's enabled features by name.
+func (d *Device) Features() []string {
 	var out []string
 	for f := range d.feats {
 		out = append(out, f)
@@ -244,7 +252,7 @@ func (d *device) features() []string {
 }
 
 // lock takes the device lock, giving up when ctx ends first.
-func (d *device) lock(ctx context.Context) error {
+func (d *Device) lock(ctx context.Context) error {
 	select {
 	case d.sem <- struct{}{}:
 		return nil
@@ -258,7 +266,7 @@ func (d *device) lock(ctx context.Context) error {
 	}
 }
 
-func (d *device) unlock() {
+func (d *Device) unlock() {
 	if d.logger != nil && d.c != nil && uint64(d.c.log_written) != d.logSeen {
 		d.passLog()
 	}
@@ -266,7 +274,7 @@ func (d *device) unlock() {
 }
 
 // passLog hands the device log's new messages to the logger; under the lock.
-func (d *device) passLog() {
+func (d *Device) passLog() {
 	var msg [C.DRT_LOG_MSG_CAP]C.char
 	var typ C.uint32_t
 	for n := uint64(d.c.log_written); d.logSeen < n; d.logSeen++ {
@@ -286,27 +294,15 @@ func (d *device) passLog() {
 	}
 }
 
-// lost reports whether Dawn lost the device (close, which destroys it, is not a loss).
-// The flag is read in place, as drt_lost reads it (an atomic load): a call checks it before
-// every submit, and a cgo crossing there would cost more than the load.
-func (d *device) lost() bool {
+// lost reports whether Dawn lost the device (Close, which destroys it, is not a loss). The
+// flag is read in place, as drt_lost reads it (an atomic load): a call checks it before every
+// record, and a cgo crossing there would cost more than the load.
+func (d *Device) lost() bool {
 	return !d.closed && d.c != nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&d.c.lost))) != 0
 }
 
-// lossError is the error of a call on a lost device; under the lock.
-func (d *device) lossError(method string) error {
-	msg := C.GoString(&d.c.lost_msg[0])
-	if !d.lossLogged {
-		d.lossLogged = true
-		if d.logger != nil {
-			d.logger.Error("dawn: device lost", "device", d.info.String(), "message", msg)
-		}
-	}
-	return fmt.Errorf("dawn: %s: %w: device lost: %s", method, ops.ErrDevice, msg)
-}
-
-// lossMessage is Dawn's message for the loss, or "" while the device is not lost.
-func (d *device) lossMessage() string {
+// LossMessage is Dawn's message for the device's loss, "" while it is not lost.
+func (d *Device) LossMessage() string {
 	if err := d.lock(context.Background()); err != nil {
 		return ""
 	}
@@ -317,8 +313,26 @@ func (d *device) lossMessage() string {
 	return C.GoString(&d.c.lost_msg[0])
 }
 
+// Lost reports whether the device was lost (and not closed since). It takes no lock: the
+// caller must not race it with Close (the backend holds its life lock around both).
+func (d *Device) Lost() bool {
+	return !d.gone.Load() && atomic.LoadInt32((*int32)(unsafe.Pointer(&d.c.lost))) != 0
+}
+
+// lossError is the error of a call on a lost device; under the lock.
+func (d *Device) lossError(method string) error {
+	msg := C.GoString(&d.c.lost_msg[0])
+	if !d.lossLogged {
+		d.lossLogged = true
+		if d.logger != nil {
+			d.logger.Error("dawn: device lost", "device", d.info.String(), "message", msg)
+		}
+	}
+	return fmt.Errorf("dawn: %s: %w: device lost: %s", method, ops.ErrDevice, msg)
+}
+
 // usable reports, under the lock, why the device cannot take work, or nil.
-func (d *device) usable(method string) error {
+func (d *Device) usable(method string) error {
 	if d.closed {
 		return fmt.Errorf("dawn: %s: %w", method, ops.ErrClosed)
 	}
@@ -330,7 +344,7 @@ func (d *device) usable(method string) error {
 
 // failure wraps the message in d.errbuf for a DRT_* code; on a lost device the error says so
 // first, since the loss is why Dawn failed.
-func (d *device) failure(method string, rc C.int) error {
+func (d *Device) failure(method string, rc C.int) error {
 	if d.lost() {
 		return fmt.Errorf("%w (%s)", d.lossError(method), C.GoString(d.errbuf))
 	}
@@ -342,7 +356,7 @@ func (d *device) failure(method string, rc C.int) error {
 }
 
 // uncapturedError reports an error Dawn raised outside every error scope since the last check.
-func (d *device) uncapturedError(method string) error {
+func (d *Device) uncapturedError(method string) error {
 	if d.c.uncaptured == d.uncaptured {
 		return nil
 	}
@@ -356,16 +370,17 @@ func (d *device) uncapturedError(method string) error {
 
 // forceLoss makes Dawn lose the device, as a driver reset or a removed GPU would; under the
 // lock. For the "lose" fault site: a library without wgpuDeviceForceLoss loses nothing.
-func (d *device) forceLoss(cause error) {
+func (d *Device) forceLoss(cause error) {
 	msg := C.CString(cause.Error())
 	defer C.free(unsafe.Pointer(msg))
 	C.drt_force_loss(d.c, msg, d.errbuf, errCap)
 }
 
-// close waits briefly for abandoned dispatches, releases every object made from the device
-// (pipelines, buffers, staging) and the device itself. Later calls return ops.ErrClosed;
-// close itself may be called again.
-func (d *device) close() error {
+// Close submits what is recorded, waits briefly for work in flight, and releases every
+// object made from the device and the device itself. Later calls fail wrapping ErrClosed;
+// Close itself may be called again. After a loss it returns an error saying so.
+func (d *Device) Close() error {
+	d.x.stopTimer()
 	if err := d.lock(context.Background()); err != nil {
 		return err
 	}
@@ -373,7 +388,10 @@ func (d *device) close() error {
 	if d.closed {
 		return nil
 	}
-	d.reap(reapOnClose)
+	if !d.lost() {
+		d.x.drain(reapOnClose)
+	}
+	d.x.release()
 	for _, p := range d.pipelines {
 		C.drt_pipeline_release(d.c, p.c, p.bgl)
 	}
@@ -396,14 +414,12 @@ func (d *device) close() error {
 	d.timings = nil
 	var err error
 	if d.lost() && d.c.lost_reason != C.WGPUDeviceLostReason_Destroyed {
-		err = fmt.Errorf("dawn: (*device).close: %w: device was lost: %s", ops.ErrDevice, C.GoString(&d.c.lost_msg[0]))
+		err = fmt.Errorf("dawn: Close: %w: device was lost: %s", ops.ErrDevice, C.GoString(&d.c.lost_msg[0]))
 	}
+	d.gone.Store(true)
 	C.drt_close(d.c)
-	// Only now, with the instance gone, can no callback write into a pending ticket.
-	for f := range d.inflight {
-		f.freeTicket()
-	}
-	d.inflight = nil
+	// Only now, with the instance gone, can no callback write into C memory of the executor.
+	d.x.free()
 	d.freeXfer()
 	if d.logger != nil {
 		d.passLog()
@@ -413,7 +429,7 @@ func (d *device) close() error {
 	return err
 }
 
-func (d *device) free() {
+func (d *Device) free() {
 	C.free(unsafe.Pointer(d.c))
 	C.free(unsafe.Pointer(d.errbuf))
 	d.c, d.errbuf = nil, nil

@@ -1,49 +1,8 @@
 //go:build cgo
 
-// The Dawn runtime layer of package dawn (no op-specific code): WGSL compute kernels through
-// native Dawn, loaded at run time with dlopen, so building needs no Dawn, no CMake and no
-// link flags, and a process without the library gets an error, not a crash. The package
-// documentation lives in doc.go; this is the runtime's part of it.
-//
-// # Backends
-//
-// Only Dawn's Vulkan backend is used: a GPU's Vulkan driver, or on GPU-less machines Mesa's
-// lavapipe as provisioned by scripts/provision.sh. Dawn's Null backend, which "succeeds" with
-// garbage, is refused.
-//
-// # Thread safety
-//
-// A device and everything made from it may be used from many goroutines: every call into Dawn
-// runs under the device's lock. run releases the lock while it waits for the GPU, so several
-// dispatches can be in flight.
-//
-// # Errors
-//
-// Errors wrap the sentinels of internal/ops, prefixed with the Go method that failed:
-// ops.ErrUnavailable (library or adapter missing), ops.ErrNotSupported (a size over a
-// device limit), ops.ErrInvalidArgument (misuse), ops.ErrDevice (Dawn or the driver
-// rejected or failed an operation; the message carries Dawn's, e.g. the WGSL compiler's),
-// ops.ErrClosed (used after close). A cancelled or expired context comes back as
-// ctx.Err(), wrapped.
-//
-// # Library search
-//
-// An explicit library, deviceOptions.LibPath (Config.LibPath) or else $FUSEDNORM_DAWN_LIB, is
-// a demand, not a hint: only that file is tried, and openDevice fails with its path and the
-// reason when it does not load. It must be an absolute path, or a bare file name for the
-// system loader; a relative path with a directory would be resolved against the working
-// directory and is refused.
-//
-// Without one, openDevice tries libwebgpu_dawn.so and libwebgpu_wrapper.so next to the
-// executable (only when that directory and file are owned by the user or root and writable by
-// their owner alone: whoever can write there can already replace the executable), then the
-// same names through the system loader (LD_LIBRARY_PATH, the loader cache, the system
-// directories; skipped when LD_LIBRARY_PATH has an empty or relative entry, which the loader
-// reads as the working directory). Nothing is ever loaded from a place derived from the
-// working directory or from where the source was built. A failure lists every candidate and
-// why it was not used. device.library names the file that was loaded.
+// Library search: see the package documentation (doc.go).
 
-package dawn
+package dawnrt
 
 //go:generate go run ../cmd/dawnhdr -h ../../cgo/webgpu_gen.h -go zdawn_gen.go
 
@@ -184,9 +143,9 @@ func checkGenerated() error {
 		backendTypeNames[uint32(C.WGPUBackendType_Vulkan)] != "Vulkan" ||
 		backendTypeNames[uint32(C.WGPUBackendType_Null)] != "Null" ||
 		adapterTypeNames[uint32(C.WGPUAdapterType_CPU)] != "CPU" ||
-		uint64(usageStorage) != uint64(C.WGPUBufferUsage_Storage) ||
-		uint64(usageMapRead) != uint64(C.WGPUBufferUsage_MapRead) {
-		return fmt.Errorf("dawn: zdawn_gen.go disagrees with cgo/webgpu_gen.h: run go generate ./internal/dawn/")
+		uint64(UsageStorage) != uint64(C.WGPUBufferUsage_Storage) ||
+		uint64(UsageMapRead) != uint64(C.WGPUBufferUsage_MapRead) {
+		return fmt.Errorf("dawn: zdawn_gen.go disagrees with cgo/webgpu_gen.h: run go generate ./internal/dawnrt/")
 	}
 	if C.sizeof_WGPULimits != 152 {
 		return fmt.Errorf("dawn: sizeof(WGPULimits) = %d, want 152", C.sizeof_WGPULimits)

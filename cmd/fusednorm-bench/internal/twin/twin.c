@@ -1,0 +1,5 @@
+//go:build cgo
+
+// The twin lives in cgo/bench so CMake builds the same file for tiny_bench; its calls into
+// the C layer link against internal/dawnrt's copy of it.
+#include "../../../../cgo/bench/tiny_twin.c"

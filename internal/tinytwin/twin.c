@@ -1,5 +1,0 @@
-//go:build cgo
-
-// The twin lives in ../../cgo/bench so CMake builds the same file for tiny_bench; its calls
-// into the C layer link against package dawn's copy of it.
-#include "../../cgo/bench/tiny_twin.c"
