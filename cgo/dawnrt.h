@@ -161,11 +161,6 @@ typedef struct drt_binding {
 #define DRT_STR2(x) #x
 #define DRT_STR(x) DRT_STR2(x)
 
-/* Compiles wgsl and creates a compute pipeline with an automatic layout; bgl gets bind group 0's layout. */
-int drt_create_pipeline(drt_device *d, const char *label, const char *wgsl, size_t wgsl_len, const char *entry,
-                        WGPUComputePipeline *out, WGPUBindGroupLayout *bgl, char *err, size_t cap);
-void drt_pipeline_release(drt_device *d, WGPUComputePipeline pl, WGPUBindGroupLayout bgl);
-
 /* Creates a bind group for bgl inside error scopes, waiting for their verdict. */
 int drt_bind_group(drt_device *d, WGPUBindGroupLayout bgl, const drt_binding *binds, int n, WGPUBindGroup *out,
                    char *err, size_t cap);

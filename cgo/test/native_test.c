@@ -44,7 +44,11 @@ int main(int argc, char **argv) {
     WGPUBindGroupLayout bgl;
     drt_binding binds[2];
     drt_read rd;
-    drt_ticket *t;
+    drt_call call;
+    drt_map map;
+    WGPUBindGroup bg;
+    static drt_status verdict;
+    static drt_wait w;
     float in[N], out[N];
 
     if (argc > 1) cands[n++] = argv[1];
@@ -55,7 +59,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("loaded %s\n", lib.path);
-    CHECK(drt_open(&lib.p, &d, 30000000000ull, err, sizeof err), "open");
+    CHECK(drt_open_adapter(&lib.p, &d, -1, 30000000000ull, err, sizeof err), "open");
     printf("adapter: %s (backend %u, adapter type %u, %s)\n", d.device_name, d.backend_type, d.adapter_type,
            d.description);
     if (d.backend_type == WGPUBackendType_Null) {
@@ -74,7 +78,7 @@ int main(int argc, char **argv) {
     CHECK(drt_create_buffer(&d, "staging", N * 4, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, &staging, err,
                             sizeof err),
           "staging");
-    CHECK(drt_write_buffer(&d, x, 0, in, sizeof in, err, sizeof err), "write");
+    drt_queue_write(&d, x, 0, in, sizeof in);
     CHECK(drt_create_pipeline(&d, "double", kernel, strlen(kernel), "main", &pl, &bgl, err, sizeof err),
           "pipeline");
 
@@ -93,15 +97,27 @@ int main(int argc, char **argv) {
     binds[0].binding = 0, binds[0].buffer = x, binds[0].offset = 0, binds[0].size = N * 4;
     binds[1].binding = 1, binds[1].buffer = y, binds[1].offset = 0, binds[1].size = N * 4;
     rd.src = y, rd.src_offset = 0, rd.staging = staging, rd.size = N * 4;
-    t = drt_ticket_new(1);
-    CHECK(drt_submit(&d, t, pl, bgl, binds, 2, (N + 63) / 64, 1, 1, &rd, NULL, err, sizeof err), "submit");
-    while ((rc = drt_ticket_wait(&d, t, 1000000000ull, err, sizeof err)) == DRT_ETIMEOUT) {
+    CHECK(drt_bind_group(&d, bgl, binds, 2, &bg, err, sizeof err), "bind group");
+    /* One call recorded into the open encoder, submitted with its read-back's map. */
+    memset(&call, 0, sizeof call);
+    call.label = "double", call.pl = pl, call.bg = bg;
+    call.groups[0] = (N + 63) / 64, call.groups[1] = 1, call.groups[2] = 1;
+    call.nreads = 1, call.reads = &rd;
+    CHECK(drt_record(&d, &call, err, sizeof err), "record");
+    map.buf = staging, map.size = N * 4, map.write = 0;
+    CHECK(drt_flush(&d, &verdict, &map, 1, &w, err, sizeof err), "flush");
+    while ((rc = drt_wait_all(&d, &w, 1000000000ull, err, sizeof err)) == DRT_ETIMEOUT) {
     }
     CHECK(rc, "wait");
-    CHECK(drt_ticket_error(t, err, sizeof err), "dispatch");
+    CHECK(drt_wait_error(&w, err, sizeof err), "map");
+    drt_process_events(&d);
+    if (!verdict.done || verdict.status != WGPUPopErrorScopeStatus_Success || verdict.type != WGPUErrorType_NoError) {
+        fprintf(stderr, "FAIL submit verdict: done %d status %u: %s\n", verdict.done, verdict.status, verdict.msg);
+        return 1;
+    }
     CHECK(drt_copy_mapped(&d, staging, out, sizeof out, err, sizeof err), "copy");
     drt_unmap(&d, staging);
-    drt_ticket_free(t);
+    drt_bind_group_release(&d, bg);
     for (i = 0; i < (int)N; i++) {
         if (out[i] != in[i] * 2.0f + 1.0f) {
             fprintf(stderr, "FAIL y[%d] = %g, want %g\n", i, out[i], in[i] * 2.0f + 1.0f);
