@@ -53,29 +53,31 @@ func exitCode(err error, stderr io.Writer) int {
 
 // options are the command line, resolved.
 type options struct {
-	backend    string
-	backendSet bool
-	casesDir   string
-	only       string
-	dtype      string
-	threads    int
-	level      string
-	reps       int
-	minTime    time.Duration
-	warmup     int
-	maxBytes   int64
-	quick      bool
-	probe      bool
-	hugePages  bool
-	jsonPath   string
-	plotPath   string
-	from       []string
-	ortDir     string
-	tiny       int    // -tiny N: the tiny-call benchmark (device.go) instead of the cases
-	tinyWGSL   string // -tiny-wgsl DIR: write the tiny calls' kernels for cgo/bench/tiny_bench.c
-	tinyRounds int    // -tiny-rounds R: its rounds, each N calls of each op on each twin
-	device     bool   // -device-resident: also time each case on device tensors (device.go)
-	compare    bool   // -compare: cpu, dawn and auto on the same cases, interleaved (compare.go)
+	backend     string
+	backendSet  bool
+	casesDir    string
+	only        string
+	dtype       string
+	threads     int
+	level       string
+	reps        int
+	minTime     time.Duration
+	warmup      int
+	maxBytes    int64
+	quick       bool
+	probe       bool
+	hugePages   bool
+	jsonPath    string
+	plotPath    string
+	from        []string
+	ortDir      string
+	tiny        int    // -tiny N: the tiny-call benchmark (device.go) instead of the cases
+	tinyWGSL    string // -tiny-wgsl DIR: write the tiny calls' kernels for cgo/bench/tiny_bench.c
+	tinyRounds  int    // -tiny-rounds R: its rounds, each N calls of each op on each twin
+	device      bool   // -device-resident: also time each case on device tensors (device.go)
+	compare     bool   // -compare: cpu, dawn and auto on the same cases, interleaved (compare.go)
+	chain       string // -chain BxSxH,...: model-shaped chains of norms instead of the cases (chain.go)
+	chainLayers int    // -chain-layers L: AddLayerNorms after the EmbedLayerNorm
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -107,6 +109,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.tinyRounds, "tiny-rounds", 5, "-tiny: rounds, each N calls of each op from Go and from C in a new random order")
 	fs.BoolVar(&o.device, "device-resident", true, "on a GPU, also time each case with every tensor on the device: a chain of calls divided by its length, one read-back at the end")
 	fs.BoolVar(&o.compare, "compare", false, "time every case on three engines in one process, -backend cpu, dawn and auto, one call each in a random order per round: does auto run as fast as the faster backend? (-backend is ignored)")
+	fs.StringVar(&o.chain, "chain", "", "instead of the cases: chains of norms as a transformer encoder runs them, one per BxSxH in this comma-separated list (e.g. 1x128x768,8x128x768,64x512x1024): EmbedLayerNorm then -chain-layers AddLayerNorms on device tensors, per call with and without the final read, beside the kernels' time and the CPU backend's host chain")
+	fs.IntVar(&o.chainLayers, "chain-layers", 24, "-chain: AddLayerNorms after the EmbedLayerNorm (two per transformer layer)")
 	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of tools/oracle (with node_modules; make bench-ort makes one): also time ONNX Runtime's CPU kernel on the cases it has")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -135,6 +139,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case "f32", "f16", "all":
 	default:
 		return nil, fmt.Errorf("-dtype %q: want f32, f16 or all", o.dtype)
+	}
+	if o.chainLayers < 0 {
+		return nil, errors.New("-chain-layers must be ≥ 0")
 	}
 	if o.threads < 1 || o.reps < 1 || o.warmup < 0 || o.minTime < 0 {
 		return nil, errors.New("-threads and -reps must be ≥ 1, -warmup and -min-time ≥ 0")
@@ -190,6 +197,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.tiny > 0 {
 		return runTiny(ctx, o, stdout)
+	}
+	if o.chain != "" {
+		return runChains(ctx, o, stdout, stderr)
 	}
 	if o.tinyWGSL != "" {
 		return twin.WriteKernels(o.tinyWGSL)
