@@ -247,7 +247,9 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 		pf.step()
 		st := rowStatsOfSum(k, p, t, part, x0, sum, a.Epsilon, pf)
 		phaseMark(phaseStats)
-		a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
+		if a.Mean != nil { // nil: the caller wants only y (AddLayerNormOutputs.NoStats)
+			a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
+		}
 		if a.Y.DType == ops.F32 {
 			normalize(k, p, a.Y.F32[off:off+D], t, a.Gamma.F32, a.Beta.F32, st, ntY)
 		} else {
