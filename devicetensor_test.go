@@ -475,3 +475,33 @@ func TestDeviceTensorRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// NoStats computes y alone: the same bits as a call with statistics, on host and device
+// tensors, and a mean or rstd given beside it is an error naming it.
+func TestAddLayerNormNoStats(t *testing.T) {
+	ctx := context.Background()
+	for name, e := range deviceEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(9, 10))
+			for _, dt := range []DType{Float32, Float16} {
+				const N, D = 5, 300
+				in := AddLayerNormInputs{X1: allocTensor(r, dt, 0, N, D), X2: allocTensor(r, dt, 0, N, D),
+					Gamma: allocTensor(r, dt, 0, D), Beta: allocTensor(r, dt, 0, D)}
+				var want AddLayerNormOutputs
+				require.NoError(t, e.AddLayerNorm(ctx, in, &want))
+				host := AddLayerNormOutputs{NoStats: true}
+				require.NoError(t, e.AddLayerNorm(ctx, in, &host))
+				require.Equal(t, want.Y.buf.Bytes(), host.Y.buf.Bytes(), "%v host y", dt)
+				require.True(t, host.Mean.IsZero() && host.Rstd.IsZero(), "%v: NoStats allocated mean or rstd", dt)
+				y := devLike(t, e, dt, N, D)
+				require.NoError(t, e.AddLayerNorm(ctx, in, &AddLayerNormOutputs{Y: y.Tensor(), NoStats: true}))
+				require.Equal(t, want.Y.buf.Bytes(), readBack(t, y).buf.Bytes(), "%v device y", dt)
+
+				err := e.AddLayerNorm(ctx, in, &AddLayerNormOutputs{NoStats: true, Mean: FromFloat32(make([]float32, N), N, 1)})
+				var ae *ArgError
+				require.ErrorAs(t, err, &ae)
+				require.Contains(t, err.Error(), "mean")
+			}
+		})
+	}
+}
