@@ -109,6 +109,7 @@ func Open(opts ...Option) (*Engine, error) {
 		}
 		return &Engine{be: be, reason: "dawn requested by " + source}, nil
 	case BackendAuto:
+		c.quietLoader = true // the loader's "Found no drivers" must not print on every GPU-less Open
 		be, err := openDawn(&c)
 		if err == nil && be.Info().Software && !c.autoSoftware {
 			// A CPU rasterizer (lavapipe) runs the shaders correctly but far slower than the
@@ -217,7 +218,7 @@ func CPULevels() []string { return cpu.Levels() }
 // alone when one is named, else the runtime's search list; errors wrap ErrUnavailable with
 // the cause (the path and why, no adapter, Null backend only, built without cgo).
 func openDawn(c *config) (ops.Backend, error) {
-	cfg := dawn.Config{Library: c.dawnLib, Faults: c.inject, Logger: c.logger}
+	cfg := dawn.Config{Library: c.dawnLib, Faults: c.inject, Logger: c.logger, QuietLoader: c.quietLoader}
 	if c.adapterSet {
 		i, err := chooseAdapter(c.dawnLib, c.adapter)
 		if err != nil {

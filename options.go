@@ -78,14 +78,15 @@ const EnvCPULevel = "FUSEDNORM_CPU_LEVEL"
 type Option func(*config)
 
 type config struct {
-	backend  string
-	dawnLib  string
-	threads  int
-	cpuLevel string
-	noHuge   bool // WithHugePages(false)
-	profile  *plan.Contraction
-	inject   func(site string) error
-	logger   *slog.Logger
+	backend     string
+	dawnLib     string
+	threads     int
+	cpuLevel    string
+	noHuge      bool // WithHugePages(false)
+	profile     *plan.Contraction
+	inject      func(site string) error
+	quietLoader bool // auto: the Vulkan loader's stderr goes to the logger
+	logger      *slog.Logger
 	// autoSoftware lets auto keep a software adapter (lavapipe) and route between it and
 	// the CPU: tests of the routing on a machine without a GPU (route_export_test.go).
 	autoSoftware bool

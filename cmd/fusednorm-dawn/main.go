@@ -1,13 +1,14 @@
 // Command fusednorm-dawn fetches the Dawn library the dawn backend was built and tested
-// against, checks its SHA-256, and puts it in a folder; it prints the line that points
-// fusednorm at it. No npm, no root, no build: the library is the one in the npm package
+// against, checks its SHA-256, and puts it in a folder (by default the one fusednorm.Open
+// searches). No npm, no root, no build: the library is the one in the npm package
 // bun-webgpu-linux-x64 (Linux x86-64), fetched straight from the npm registry.
 //
 //	go run github.com/fusednorm/fusednorm/cmd/fusednorm-dawn            # into the user cache
-//	go run github.com/fusednorm/fusednorm/cmd/fusednorm-dawn -dir DIR   # into DIR
+//	go run github.com/fusednorm/fusednorm/cmd/fusednorm-dawn -dir DIR   # into DIR, then
 //	export FUSEDNORM_DAWN_LIB=<the path it prints>
 //
-// A second run checks the hash and downloads nothing. Dawn also needs a Vulkan loader
+// fusednorm.Open looks in the user cache folder by itself, and loads the library found there
+// only when its SHA-256 is the pinned one. A second run checks the hash and downloads nothing. Dawn also needs a Vulkan loader
 // (Debian: libvulkan1) and a Vulkan driver: the GPU's, or lavapipe (mesa-vulkan-drivers)
 // to run the GPU path on the CPU for testing.
 package main
@@ -29,14 +30,16 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/fusednorm/fusednorm/internal/dawnpin"
 )
 
-// The pinned library: scripts/provision.sh pins the same package and hash.
+// The pinned library (internal/dawnpin; scripts/provision.sh pins the same package and hash).
 const (
-	npmPackage = "bun-webgpu-linux-x64"
-	npmVersion = "0.1.7"
-	libName    = "libwebgpu_wrapper.so"
-	libSHA256  = "3190c3777f2c07fcf6a0640833cbf5d0cde859dc53aed6d9083946d093198788"
+	npmPackage = dawnpin.NPMPackage
+	npmVersion = dawnpin.NPMVersion
+	libName    = dawnpin.LibName
+	libSHA256  = dawnpin.LibSHA256
 )
 
 func main() {
@@ -52,10 +55,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fusednorm-dawn", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	def := ""
-	if c, err := os.UserCacheDir(); err == nil {
-		def = filepath.Join(c, "fusednorm", "dawn-"+npmVersion)
-	}
+	def, _ := dawnpin.CacheDir()
 	dir := fs.String("dir", def, "folder to put "+libName+" in")
 	registry := fs.String("registry", "", "npm registry to fetch from (default: NPM_CONFIG_REGISTRY, else npm's configured registry)")
 	quiet := fs.Bool("q", false, "print only the library's path")
@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "fusednorm-dawn: note: the pinned library is for linux/amd64, this is %s/%s\n", runtime.GOOS, runtime.GOARCH)
 	}
 	lib := filepath.Join(*dir, libName)
-	if sum, err := fileSHA256(lib); err == nil && sum == libSHA256 {
+	if sum, err := dawnpin.FileSHA256(lib); err == nil && sum == libSHA256 {
 		report(stdout, lib, "present, sha256 ok", *quiet)
 		return nil
 	}
@@ -99,7 +99,12 @@ func report(w io.Writer, lib, what string, quiet bool) {
 		fmt.Fprintln(w, lib)
 		return
 	}
-	fmt.Fprintf(w, "fusednorm-dawn: %s (%s)\nexport FUSEDNORM_DAWN_LIB=%s\n", lib, what, lib)
+	fmt.Fprintf(w, "fusednorm-dawn: %s (%s)\n", lib, what)
+	if def, err := dawnpin.CacheDir(); err == nil && filepath.Dir(lib) == def {
+		fmt.Fprintln(w, "fusednorm.Open finds it there: nothing to set")
+		return
+	}
+	fmt.Fprintf(w, "export FUSEDNORM_DAWN_LIB=%s\n", lib)
 }
 
 // fetch downloads the package, takes the library out of it, checks its hash and moves it
@@ -162,19 +167,6 @@ func install(r io.Reader, lib string) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), lib)
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // npmRegistry is the registry npm itself would use: NPM_CONFIG_REGISTRY (either case), else

@@ -26,6 +26,8 @@ type Config struct {
 	Adapter int
 	// Logger receives Dawn's messages and the backend's reports of device loss; nil discards.
 	Logger *slog.Logger
+	// QuietLoader is dawnrt.Options.QuietLoader: an auto engine sets it.
+	QuietLoader bool
 	// Faults is dawnrt.Options.Faults: the module's fault tests set it.
 	Faults func(site string) error
 }
@@ -80,7 +82,8 @@ func New(cfg Config) (*Backend, error) {
 
 // open opens a device and calibrates on it; on failure nothing is left open.
 func (b *Backend) open() error {
-	dev, err := dawnrt.Open(dawnrt.Options{Library: b.cfg.Library, Adapter: b.cfg.Adapter, Logger: b.cfg.Logger, Faults: b.cfg.Faults})
+	dev, err := dawnrt.Open(dawnrt.Options{Library: b.cfg.Library, Adapter: b.cfg.Adapter, Logger: b.cfg.Logger, Faults: b.cfg.Faults,
+		QuietLoader: b.cfg.QuietLoader})
 	if err != nil {
 		if errors.Is(err, ops.ErrUnavailable) {
 			return err

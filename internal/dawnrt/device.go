@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -36,6 +38,9 @@ type Options struct {
 	// Logger receives Dawn's own messages (its device log, errors raised outside every error
 	// scope) and device loss; nil discards them.
 	Logger *slog.Logger
+	// QuietLoader sends what the Vulkan loader prints to stderr while the adapter is
+	// requested ("Found no drivers" on a machine without a GPU) to Logger instead (Linux).
+	QuietLoader bool
 	// Faults, when set, is called at each place the device can fail with the site's name:
 	// "load", "open", "create-buffer", "write-buffer", "pipeline", "submit", "map"; a non-nil
 	// return is that failure. At "async", called after a call is recorded, it becomes that
@@ -126,18 +131,31 @@ func Open(o Options) (*Device, error) {
 		c:       (*C.drt_device)(C.calloc(1, C.sizeof_drt_device)),
 		errbuf:  (*C.char)(C.calloc(1, errCap)),
 		faults:  o.Faults,
-		lib:     C.GoString(&lib.path[0]),
+		lib:     libPath(lib),
 		logger:  o.Logger,
 		buffers: map[*Buffer]struct{}{},
 		staging: map[uint64][]C.WGPUBuffer{},
 	}
-	if rc := C.drt_open_adapter(&lib.p, d.c, C.int(o.Adapter-1), openTimeoutNS, d.errbuf, errCap); rc != C.DRT_OK {
+	var rc C.int
+	openAdapter := func() { rc = C.drt_open_adapter(&lib.p, d.c, C.int(o.Adapter-1), openTimeoutNS, d.errbuf, errCap) }
+	if o.QuietLoader {
+		if text := strings.TrimSpace(withStderrCaptured(openAdapter)); text != "" && o.Logger != nil {
+			o.Logger.Debug("dawn: Vulkan loader: "+text, "source", "vulkan-loader")
+		}
+	} else {
+		openAdapter()
+	}
+	if rc != C.DRT_OK {
 		msg := C.GoString(d.errbuf)
+		if why := d.logReasons(); why != "" {
+			msg += " (Dawn: " + why + ")"
+		}
 		if d.logger != nil {
 			d.passLog() // what Dawn met looking for an adapter
 		}
 		d.free()
-		return nil, fmt.Errorf("dawn: %s: %w: %s (library %s)", method, ops.ErrUnavailable, msg, d.lib)
+		return nil, fmt.Errorf("dawn: %s: %w: %s; library %s; Dawn needs a Vulkan driver: the GPU's, or to run on the CPU Mesa 25 or later's lavapipe (mesa-vulkan-drivers; older lavapipe lacks features Dawn requires)",
+			method, ops.ErrUnavailable, msg, d.lib)
 	}
 	c := d.c
 	d.info = AdapterInfo{
@@ -274,6 +292,24 @@ func (d *Device) unlock() {
 }
 
 // passLog hands the device log's new messages to the logger; under the lock.
+// logReasons joins the warnings and errors Dawn has logged and not yet passed on (why no
+// adapter was found, when opening fails), without consuming them.
+func (d *Device) logReasons() string {
+	var msg [C.DRT_LOG_MSG_CAP]C.char
+	var typ C.uint32_t
+	var out []string
+	for seq := d.logSeen; seq < uint64(d.c.log_written); seq++ {
+		if C.drt_log_take(d.c, C.uint64_t(seq), &typ, &msg[0], C.DRT_LOG_MSG_CAP) == C.DRT_OK &&
+			(typ == C.WGPULoggingType_Warning || typ == C.WGPULoggingType_Error) {
+			m, _, _ := strings.Cut(strings.TrimSpace(C.GoString(&msg[0])), "\n") // not Dawn's source location
+			if m != "" && !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 func (d *Device) passLog() {
 	var msg [C.DRT_LOG_MSG_CAP]C.char
 	var typ C.uint32_t

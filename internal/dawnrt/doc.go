@@ -53,7 +53,10 @@
 // owner alone: whoever can write there can already replace the executable), then the same
 // names through the system loader (LD_LIBRARY_PATH, the loader cache, the system directories;
 // skipped when LD_LIBRARY_PATH has an empty or relative entry, which the loader reads as the
-// working directory). Nothing is ever loaded from a place derived from the working directory
+// working directory), then libwebgpu_wrapper.so in the folder cmd/fusednorm-dawn installs
+// into by default (the user cache's fusednorm/dawn-<version>, under the same ownership rules),
+// where a file is loaded only when its SHA-256 is the pinned build's: nothing planted in a
+// cache is ever run. Nothing is ever loaded from a place derived from the working directory
 // or from where the source was built. A failure lists every candidate and why it was not
 // used. Device.Library names the file that was loaded.
 //

@@ -14,7 +14,9 @@ package dawnrt
 import "C"
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/fusednorm/fusednorm/internal/dawnpin"
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
@@ -38,8 +41,12 @@ var (
 // the root package calls it EnvDawnLib.
 const envLib = "FUSEDNORM_DAWN_LIB"
 
-// candidate is one place to load the library from; skip, when set, says why it is not tried.
-type candidate struct{ path, skip string }
+// candidate is one place to load the library from; skip, when set, says why it is not tried;
+// pinned, that the file loads only when its SHA-256 is the pinned build's.
+type candidate struct {
+	path, skip string
+	pinned     bool
+}
 
 // libCandidates is the ordered search list: the explicit library alone, or the search list.
 func libCandidates(explicit string) (cands []candidate, isExplicit bool) {
@@ -71,7 +78,28 @@ func libCandidates(explicit string) (cands []candidate, isExplicit bool) {
 	for _, n := range libNames {
 		cands = append(cands, candidate{path: n, skip: loaderSkip})
 	}
+	if dir, err := dawnpin.CacheDir(); err == nil {
+		p := filepath.Join(dir, dawnpin.LibName)
+		cands = append(cands, candidate{path: p, skip: unsafePlace(dir, p), pinned: true})
+	}
 	return cands, false
+}
+
+// pinnedMismatch says why the file at path is not loaded as the pinned build, or "" when its
+// SHA-256 is the pinned one (or it does not exist, which loading reports).
+func pinnedMismatch(path string) string {
+	sum, err := dawnpin.FileSHA256(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	if err != nil {
+		return err.Error()
+	}
+	if sum != dawnpin.LibSHA256 {
+		return fmt.Sprintf("its SHA-256 is %.12s…, not the pinned %s@%s build's %.12s…: a file there that %s did not install is never loaded",
+			sum, dawnpin.NPMPackage, dawnpin.NPMVersion, dawnpin.LibSHA256, "fusednorm-dawn")
+	}
+	return ""
 }
 
 // unsafePlace says why a library next to the executable is not trusted, or "" when it is:
@@ -115,6 +143,12 @@ func loadLib(explicit string) (*C.drt_lib, error) {
 		if lib := libs[c.path]; lib != nil {
 			return lib, nil
 		}
+		if c.pinned {
+			if why := pinnedMismatch(c.path); why != "" {
+				tried = append(tried, c.path+": not loaded: "+why)
+				continue
+			}
+		}
 		cs := C.CString(c.path)
 		lib := (*C.drt_lib)(C.calloc(1, C.sizeof_drt_lib))
 		rc := C.drt_load(&cs, 1, lib, report, 8192)
@@ -127,11 +161,11 @@ func loadLib(explicit string) (*C.drt_lib, error) {
 		tried = append(tried, strings.TrimSpace(C.GoString(report)))
 	}
 	if isExplicit {
-		return nil, fmt.Errorf("dawn: openDevice: %w: the requested Dawn library (WithDawnLibrary or %s) did not load, and an explicit library is never replaced by another: %s",
+		return nil, fmt.Errorf("dawn: %w: the requested Dawn library (WithDawnLibrary or %s) did not load, and an explicit library is never replaced by another: %s",
 			ops.ErrUnavailable, envLib, strings.Join(tried, "; "))
 	}
-	return nil, fmt.Errorf("dawn: openDevice: %w: Dawn library not found (run scripts/provision.sh and set %s); tried: %s",
-		ops.ErrUnavailable, envLib, strings.Join(tried, "; "))
+	return nil, fmt.Errorf("dawn: %w: Dawn library not found (%s installs it where this search looks; or set %s to a Dawn library); tried: %s",
+		ops.ErrUnavailable, dawnpin.InstallCommand, envLib, strings.Join(tried, "; "))
 }
 
 // checkGenerated reports a disagreement between the two outputs of internal/cmd/dawnhdr
@@ -152,3 +186,6 @@ func checkGenerated() error {
 	}
 	return nil
 }
+
+// libPath is the file a loaded library came from.
+func libPath(l *C.drt_lib) string { return C.GoString(&l.path[0]) }

@@ -363,4 +363,3 @@ func (d *Device) copyMapped(method string, staging C.WGPUBuffer, dst []byte) err
 	d.ring().copy(unsafe.Pointer(&dst[0]), p, len(dst))
 	return nil
 }
-
