@@ -5,19 +5,10 @@ package dawn
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
-
-// Config chooses the Dawn library and the adapter.
-type Config struct {
-	Library string
-	Adapter int
-	Logger  *slog.Logger
-	Faults  func(site string) error
-}
 
 // Backend is the Dawn backend; without cgo it cannot be constructed.
 type Backend struct{}
