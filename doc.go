@@ -2,16 +2,32 @@
 // EmbedLayerNormalization (ONNX Runtime's com.microsoft contrib op: gather word, position and
 // optional segment embedding rows per token, add them, layer-normalize; optional mask_index
 // and embedding_sum outputs) and AddLayerNorm (Huawei Ascend's: x = x1 + x2 (+ bias), layer
-// norm over the trailing dims of gamma, with mean and rstd). Semantics follow SPEC.md.
+// norm over the trailing dims of gamma, with mean and rstd). Semantics follow the project's specification (docs/spec.md).
 //
 // # Backends
 //
-// Open picks one at run time: the WithBackend option, else FUSEDNORM_BACKEND, else "auto" —
-// Dawn (WGSL compute shaders on native WebGPU, loaded with dlopen) when the library loads and
-// a hardware adapter exists, otherwise the CPU (a software Vulkan such as lavapipe only
-// serves an explicit "dawn" request). Engine.Info says which runs and why. Both follow
-// one reduction plan (internal/plan, SPEC §C.4), so the CPU reproduces a GPU's results bit
-// for bit once it mirrors that GPU's contraction profile (WithContraction).
+// Open picks one at run time: the WithBackend option, else FUSEDNORM_BACKEND, else "auto".
+// "cpu" and "dawn" (WGSL compute shaders on native WebGPU, loaded with dlopen) run every call
+// there. "auto" opens Dawn when the library loads and a hardware adapter exists (a software
+// Vulkan such as lavapipe only serves an explicit "dawn" request), and then runs both backends
+// behind one router: a call with a device tensor runs on the GPU; a call whose tensors all
+// live in host memory runs on the backend that has finished calls of its shape sooner (its
+// first call where a cost model measured at Open says, then each backend timed; see route.go).
+// Without a GPU, auto is the CPU. A Dawn engine that loses its device reopens it, or returns
+// ErrDevice; an auto engine whose device is lost for good moves to its CPU backend and says
+// so in Info. Engine.Info says which backend runs and why. Both backends follow one
+// reduction plan (internal/plan, spec §C.4), so the CPU reproduces a GPU's results bit for
+// bit once it mirrors that GPU's contraction profile (WithContraction): where a call ran
+// shows only in its time.
+//
+// # Device tensors and shared submits
+//
+// DeviceTensor keeps data on the engine's device (host memory on the CPU backend). A call
+// whose outputs are all device tensors does not wait for the GPU: it is recorded with the
+// calls before it and submitted with them when something waits (Engine.Sync, DeviceTensor.Read,
+// a call with host outputs) or a bound on pending work is reached. An error such a call meets
+// on the device (an id out of range) is returned by the next wait, naming the call and the
+// tensor. Give AddLayerNormOutputs.NoStats to compute y alone.
 //
 // # Thread safety
 //
