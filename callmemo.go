@@ -8,7 +8,7 @@ import (
 // A prepared op remembers its last call whose every tensor was a device tensor and whose
 // every output was given. The rules' verdict and the backend call they build depend on the
 // tensors' headers only (dtype, shape, storage), never on device data (ids on the device
-// are checked on the device, SPEC A.2a), so a call with the same headers reuses that call
+// are checked on the device, spec §A.2a), so a call with the same headers reuses that call
 // instead of checking again: the low-overhead path of issue 17, where a tiny call's Go time
 // was mostly the rules. The memo holds device storage only, never the caller's host memory,
 // and the shapes as copies, so a caller who reuses a shape slice cannot make a stale match.

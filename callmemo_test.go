@@ -92,7 +92,7 @@ func TestCallMemoEmbed(t *testing.T) {
 			if name != "dawn" {
 				return
 			}
-			// The remembered call still checks its ids on the device (SPEC A.2a).
+			// The remembered call still checks its ids on the device (spec §A.2a).
 			idsDev := devLike(t, e, Int32, B, S)
 			in = EmbedInputs{InputIDs: idsDev.Tensor()}
 			out = EmbedOutputs{Output: o.Tensor()}

@@ -65,7 +65,7 @@ func TestContractMatchesManifest(t *testing.T) {
 	}
 }
 
-// TestDTypeCombinationsMatchManifest checks SPEC B.2's table in Go against the manifest's.
+// TestDTypeCombinationsMatchManifest checks spec §B.2's table in Go against the manifest's.
 func TestDTypeCombinationsMatchManifest(t *testing.T) {
 	b, err := contractJSON(addContract.Folder)
 	require.NoError(t, err)

@@ -243,7 +243,7 @@ func TestDeviceTensorNoLeak(t *testing.T) {
 }
 
 // TestDeviceIDsCheckedByTheKernel: an out-of-range id in a device tensor is not seen by the
-// call (it returns once submitted); the next wait reports it, naming the call (SPEC A.2a).
+// call (it returns once submitted); the next wait reports it, naming the call (spec §A.2a).
 func TestDeviceIDsCheckedByTheKernel(t *testing.T) {
 	e := dawnEngine(t)
 	if e == nil {

@@ -250,7 +250,7 @@ func (s *byteSource) embedProblem() (EmbedWeights, EmbedInputs) {
 }
 
 // addProblem draws an AddLayerNorm problem: one in four wholly random tensors, else a
-// consistent one of a dtype row of SPEC B.2 with at most one tensor perturbed.
+// consistent one of a dtype row of spec §B.2 with at most one tensor perturbed.
 func (s *byteSource) addProblem() AddLayerNormInputs {
 	if s.intn(4) == 0 {
 		return AddLayerNormInputs{X1: s.tensor(9, false), X2: s.tensor(9, false), Gamma: s.tensor(9, false), Beta: s.tensor(9, false), Bias: s.tensor(9, false)}

@@ -150,7 +150,7 @@ func manifestRank(raw json.RawMessage) (lo, hi int) {
 //
 //   - epsilon: any number; a finite value past float32's range is an error, and "NaN",
 //     "Infinity", "-Infinity" (protobuf JSON's spelling) are read as such.
-//   - mask_index_type (EmbedLayerNorm): an integer, accepted and ignored (SPEC A.1).
+//   - mask_index_type (EmbedLayerNorm): an integer, accepted and ignored (spec §A.1).
 //   - mask_index_rule (EmbedLayerNorm): "first_zero" or "count_ones", or the MaskRule value
 //     as an integer.
 //   - additional_output (AddLayerNorm): a bool, or 0/1 as ONNX writes bools.
@@ -185,7 +185,7 @@ func (k *Kernel) Run(ctx context.Context, inputs map[string]Tensor, attrs map[st
 	if k.c == &embedContract {
 		eo := EmbedOutputs{WantMaskIndex: want["maskIndexT"], WantEmbeddingSum: want["embeddingSumT"]}
 		ein := EmbedInputs{InputIDs: in("inputIdsT"), SegmentIDs: in("segmentIdsT"), Mask: in("maskT"), PositionIDs: in("positionIdsT")}
-		// SPEC A.2's order: the inputs' shapes before the weights, which preparing checks.
+		// spec §A.2's order: the inputs' shapes before the weights, which preparing checks.
 		if err := checkEmbedInputShapes(&ein); err != nil {
 			return nil, err
 		}

@@ -8,13 +8,13 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// Default epsilons of the two ops (SPEC A.1 and B.1).
+// Default epsilons of the two ops (spec §A.1 and §B.1).
 const (
 	DefaultEmbedEpsilon = float32(1e-12)
 	DefaultAddEpsilon   = float32(1e-5)
 )
 
-// MaskRule selects how EmbedLayerNorm derives mask_index from the mask (SPEC A.4).
+// MaskRule selects how EmbedLayerNorm derives mask_index from the mask (spec §A.4).
 type MaskRule = ops.MaskRule
 
 const (
@@ -36,7 +36,7 @@ type opConfig struct {
 }
 
 // Epsilon sets the value added to the variance (defaults: 1e-12 EmbedLayerNorm, 1e-5
-// AddLayerNorm). It must be finite, and >= 0 for EmbedLayerNorm (SPEC A.1, B.3).
+// AddLayerNorm). It must be finite, and >= 0 for EmbedLayerNorm (spec §A.1, §B.3).
 func Epsilon(eps float32) OpOption { return func(c *opConfig) { c.eps, c.epsSet = eps, true } }
 
 // WithMaskRule sets the mask_index rule of EmbedLayerNorm: MaskFirstZero (the default) or
@@ -135,7 +135,7 @@ func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = l
 // pages.
 func WithHugePages(on bool) Option { return func(c *config) { c.noHuge = !on } }
 
-// WithContraction makes the CPU backend mirror a GPU's contraction profile (SPEC §C.4), so
+// WithContraction makes the CPU backend mirror a GPU's contraction profile (spec §C.4), so
 // its results are bit-identical to that GPU's. Ignored by the Dawn backend, which detects
 // its own.
 func WithContraction(p Contraction) Option { return func(c *config) { c.profile = &p } }

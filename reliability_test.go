@@ -340,7 +340,7 @@ func TestEpsilonAndMaskRuleRules(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 }
 
-// Item 9: the error names the tensor that is wrong, with SPEC's message.
+// Item 9: the error names the tensor that is wrong, with the spec's message.
 
 func TestErrorsNameTheWrongTensor(t *testing.T) {
 	e := cpuEngine(t)

@@ -10,7 +10,7 @@
 // ops' manifests. Users of the ops themselves import the root package instead.
 //
 // Every template includes common/common.wgsl.tmpl: the plan's tree reduction
-// (internal/plan), the exact rstd routine of SPEC.md §C.4 and f16/bf16 conversions that
+// (internal/plan), the exact rstd routine of spec §C.4 and f16/bf16 conversions that
 // need no shader-f16: in integer arithmetic, or for f16 by the builtins where the device was
 // found to convert exactly (Fast16). The binding layout of each op is documented in its
 // template and mirrored by the dawn backend.

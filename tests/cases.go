@@ -1,8 +1,8 @@
 // Package tests is the cross-backend conformance suite: every case of each op's test.json
-// (SPEC golden vectors, edge cases, every validation rule), the ONNX Runtime golden data, the
+// (the spec's golden vectors, edge cases, every validation rule), the ONNX Runtime golden data, the
 // hard rows and the sweeps of internal/testkit (sizes, optional inputs, dtype rows, grids),
-// run on any engine and compared with the sequential and float64 references (SPEC §C.5) and,
-// bit for bit, with the pure-Go CPU plan under the engine's contraction profile (SPEC §C.4).
+// run on any engine and compared with the sequential and float64 references (spec §C.5) and,
+// bit for bit, with the pure-Go CPU plan under the engine's contraction profile (spec §C.4).
 //
 // Import it to check a backend: tests.Run(t, engine).
 package tests

@@ -14,7 +14,7 @@ func ulpDiff(a, b fn.Tensor, rowLen int, skip map[int]bool) int64 {
 	return testkit.Compare(bufOf(a), bufOf(b), rowLen, skip).MaxULP
 }
 
-// tol is SPEC §C.5's allowance for one normalized output element of dtype dt against a
+// tol is spec §C.5's allowance for one normalized output element of dtype dt against a
 // reference value ref. maxGamma is max|γ| of the row's gamma, h the row length.
 func tol(dt fn.DType, ref, maxGamma float64, h int) float64 {
 	rtol, atol := 1e-5, 1e-5*math.Max(1, maxGamma)
@@ -24,7 +24,7 @@ func tol(dt fn.DType, ref, maxGamma float64, h int) float64 {
 	f32 := atol + rtol*math.Abs(ref)
 	switch dt {
 	case fn.Float16:
-		// one f16 ulp, plus one more near a rounding midpoint (SPEC §C.5), plus f32 slack
+		// one f16 ulp, plus one more near a rounding midpoint (spec §C.5), plus f32 slack
 		return 2*testkit.ULPOf(fn.Float16, ref) + f32
 	case fn.BFloat16:
 		return 2*testkit.ULPOf(fn.BFloat16, ref) + 1e-2

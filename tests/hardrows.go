@@ -12,7 +12,7 @@ import (
 	"github.com/fusednorm/fusednorm/internal/reference"
 )
 
-// The hard rows of SPEC §C.4a: exactly constant rows (every value of c below, rounded to the
+// The hard rows of spec §C.4a: exactly constant rows (every value of c below, rounded to the
 // input dtype, stays constant) and rows far from zero (offset ± 1).
 var (
 	hardConsts  = []float64{0, 1, -2.7, 0.1, 1000.1, -3e4, 1e-3, 7.5e3}
@@ -24,7 +24,7 @@ var (
 // hardRows checks plan v2's robust statistics on every backend and dtype: exactly constant
 // rows give y = beta exactly (AddLayerNorm also mean = c and variance 0: rstd = 1/sqrt(eps)
 // exactly), and rows of offset ± 1 give y within 1e-5·max(1, |gamma|) of float64 (f32; the
-// 16-bit outputs within SPEC §C.5). Every output is also compared with the CPU plan's bits.
+// 16-bit outputs within spec §C.5). Every output is also compared with the CPU plan's bits.
 func (s *Suite) hardRows(t *testing.T) {
 	t.Run("AddLayerNorm", s.hardAdd)
 	t.Run("EmbedLayerNorm", s.hardEmbed)

@@ -22,7 +22,7 @@ var ortBindKeys = map[string]string{
 	"position_embedding": "positionEmbeddingT", "segment_embedding": "segmentEmbeddingT",
 	"gamma": "gammaT", "beta": "betaT", "mask": "maskT", "position_ids": "positionIdsT",
 	"output": "outputT", "mask_index": "maskIndexT", "embedding_sum": "embeddingSumT",
-	// SkipLayerNormalization, the ORT op closest to AddLayerNorm (SPEC B.5)
+	// SkipLayerNormalization, the ORT op closest to AddLayerNorm (spec §B.5)
 	"input": "x1T", "skip": "x2T", "bias": "biasT",
 	"mean": "meanT", "inv_std_var": "rstdT", "input_skip_bias_sum": "xT",
 }
@@ -122,7 +122,7 @@ func (s *Suite) ortEmbed(t *testing.T, c *ortcase.Case, dropSegIDs bool) {
 		case key == "maskIndexT":
 			checkExact(t, "mask_index vs ORT", g, want)
 		case dt == fn.Float32 && key == "outputT":
-			// SPEC A.3: the sequential reference is ORT 1.30 CPU bit for bit.
+			// spec §A.3: the sequential reference is ORT 1.30 CPU bit for bit.
 			checkExact(t, "sequential reference output vs ORT", seqOut, want)
 			checkClose(t, "output vs ORT", g, want, func(_ int, r float64) float64 { return tol(dt, r, gmax, w.H) }, nil)
 		case dt == fn.Float32:
@@ -130,7 +130,7 @@ func (s *Suite) ortEmbed(t *testing.T, c *ortcase.Case, dropSegIDs bool) {
 			checkExact(t, "embedding_sum vs ORT", g, want)
 		case key == "outputT":
 			// ORT's f16 graph sums in f32 and rounds once; the library stages its f16 sums
-			// (SPEC A.3), so the two differ by the sum's rounding: ORT's own fp16 test bound.
+			// (spec §A.3), so the two differ by the sum's rounding: ORT's own fp16 test bound.
 			checkClose(t, "f16 output vs ORT", g, want, func(_ int, r float64) float64 {
 				return 5e-3*math.Max(1, math.Abs(r)) + testkit.ULPOf(fn.Float16, r)
 			}, nil)
@@ -175,7 +175,7 @@ func (s *Suite) ortAdd(t *testing.T, c *ortcase.Case) {
 		case "xT":
 			checkExact(t, "x vs ORT input_skip_bias_sum", g, want)
 		case "meanT", "rstdT":
-			// ORT's SkipLayerNorm uses a one-pass variance: a tolerance oracle (SPEC B.5).
+			// ORT's SkipLayerNorm uses a one-pass variance: a tolerance oracle (spec §B.5).
 			allow := func(_ int, r float64) float64 { return 1e-6 + 2e-5*math.Abs(r) }
 			checkClose(t, key+" vs ORT", g, want, allow, nil)
 			checkClose(t, "sequential reference "+key+" vs ORT", ref[key], want, allow, nil)

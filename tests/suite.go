@@ -13,7 +13,7 @@ type Suite struct {
 	// Engine is the backend under test.
 	Engine *fn.Engine
 	// Plan is a pure-Go CPU engine with the Engine's contraction profile: every output of the
-	// Engine must equal its bits (SPEC §C.4). Nil skips that comparison (when Engine is it).
+	// Engine must equal its bits (spec §C.4). Nil skips that comparison (when Engine is it).
 	Plan *fn.Engine
 	// BindKeyOnly runs the cases through GetKernel and Kernel.Run alone, as a kernel-hub
 	// loader would: the kernel by the file's op and version, attrs as test.json decodes
@@ -102,7 +102,7 @@ func (s *Suite) crossCheck(t *testing.T, op string, dt fn.DType, got map[string]
 		d := ulpDiff(o, g, n, skip)
 		s.ulps.Add(fmt.Sprintf("%s/%s/%s", op, key, dt), d)
 		if d != 0 {
-			t.Errorf("output %s differs from the CPU plan by up to %d ulp (SPEC §C.4 requires identical bits)", key, d)
+			t.Errorf("output %s differs from the CPU plan by up to %d ulp (spec §C.4 requires identical bits)", key, d)
 		}
 	}
 }

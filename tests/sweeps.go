@@ -112,7 +112,7 @@ func (s *Suite) addSweepCase(t *testing.T, k *fn.Kernel, c testkit.AddLNCase) {
 	s.addRun(t, k, &caseJSON{Name: c.String()}, in, attrs, nil)
 }
 
-// maskIndexRules checks both mask_index rules on the masks of SPEC A.7, with a batch larger
+// maskIndexRules checks both mask_index rules on the masks of spec §A.7, with a batch larger
 // than H.
 func (s *Suite) maskIndexRules(t *testing.T) {
 	k := s.kernel(t, embedKernel)
@@ -140,7 +140,7 @@ func (s *Suite) maskIndexRules(t *testing.T) {
 	}
 }
 
-// addConstantRows is the Ascend sample of SPEC B.7 through the typed API: constant rows
+// addConstantRows is the Ascend sample of spec §B.7 through the typed API: constant rows
 // give mean = c, rstd = 1/sqrt(eps) rounded once, and y = beta exactly.
 func (s *Suite) addConstantRows(t *testing.T) {
 	x1, x2 := make([]float32, 16), make([]float32, 16)

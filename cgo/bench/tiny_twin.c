@@ -100,7 +100,7 @@ static int submit(char *msg, size_t cap) {
 
 /* What the Go Sync does: a queue-done future, its wait (polled for up to 200 us, then slept
    in the driver, as dawn's spinWait), and the scopes' verdicts; after calls with ids on the
-   device (EmbedLayerNorm), the read-back of their id-check words (SPEC A.2a), which it scans
+   device (EmbedLayerNorm), the read-back of their id-check words (spec §A.2a), which it scans
    for a call that found an id out of range. */
 static int wait_queue(const drt_read *ids, char *msg, size_t cap) {
     uint32_t words[256];

@@ -1,4 +1,4 @@
-// Package cpu is the CPU backend of package fusednorm: the reduction plan of SPEC.md §C.4
+// Package cpu is the CPU backend of package fusednorm: the reduction plan of spec §C.4
 // in Go, with SIMD kernels chosen at run time where the processor has them. It gives the
 // bits a GPU running the same plan gives, and is the fallback where there is no GPU.
 //

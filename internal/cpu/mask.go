@@ -4,7 +4,7 @@ import (
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
-// mask_index's rules over a row of the int32 mask (SPEC A.4).
+// mask_index's rules over a row of the int32 mask (spec §A.4).
 
 // maskKernels are a width's mask kernels, for the whole vectors of m.
 type maskKernels struct {
@@ -47,7 +47,7 @@ func (k *kernels) mask(rule ops.MaskRule, m []int32) int32 {
 	return int32(w) + k.narrower.mask(rule, m[w:])
 }
 
-// maskIndex fills mask_index[b] by the rule; zeros when there is no mask (SPEC A.4).
+// maskIndex fills mask_index[b] by the rule; zeros when there is no mask (spec §A.4).
 func maskIndex(k *kernels, dst, mask []int32, B, S int, rule ops.MaskRule) {
 	for b := 0; b < B; b++ {
 		if mask == nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// profiles are the four contraction profiles of SPEC §C.4, in order of preference.
+// profiles are the four contraction profiles of spec §C.4, in order of preference.
 var profiles = []plan.Contraction{
 	{},
 	{FuseVariance: true},

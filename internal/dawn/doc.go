@@ -1,6 +1,6 @@
 // Package dawn runs both fused normalization ops as WGSL compute shaders on a GPU through
 // native Dawn, loaded at run time, and gives the same bits as the CPU backend running the
-// same reduction plan (SPEC.md §C.4).
+// same reduction plan (spec §C.4).
 //
 // The user API is the root package, fusednorm, which opens this backend (WithBackend,
 // FUSEDNORM_BACKEND); importing dawn directly is not supported, since Backend's methods take

@@ -1,5 +1,5 @@
 // Package half converts between float32 and the two 16-bit formats of the ops, binary16
-// and bfloat16, with the rounding SPEC.md fixes: to nearest, ties to even. The CPU backend
+// and bfloat16, with the rounding docs/spec.md fixes: to nearest, ties to even. The CPU backend
 // and the module's tests share it.
 package half
 

@@ -1,6 +1,6 @@
 // Package ops holds the backend-facing description of both operations: validated,
 // shape-resolved problems over raw typed storage. The root package builds these from the
-// public API after every check of SPEC.md has passed; a backend only computes.
+// public API after every check of docs/spec.md has passed; a backend only computes.
 package ops
 
 import (
@@ -152,7 +152,7 @@ func (b Buf) Bytes() []byte {
 	return nil
 }
 
-// MaskRule selects how mask_index is derived from the mask (SPEC A.4).
+// MaskRule selects how mask_index is derived from the mask (spec §A.4).
 type MaskRule uint8
 
 const (
@@ -162,7 +162,7 @@ const (
 	MaskCountOnes
 )
 
-// AddDTypeRows is SPEC B.2: the dtype rows AddLayerNorm allows, as x1, x2, gamma (= beta),
+// AddDTypeRows is spec §B.2: the dtype rows AddLayerNorm allows, as x1, x2, gamma (= beta),
 // bias (= OutT, the dtype of y and x). The API, the manifest test and the kernel tests share it.
 var AddDTypeRows = [][4]DType{
 	{F32, F32, F32, F32},
@@ -204,7 +204,7 @@ type EmbedInputs struct {
 	PosBatch int     // 1 or B when PosIDs is set
 
 	// Device tensors (then the matching slice is nil): their ids are checked by the
-	// kernel (SPEC A.2a), not before the call.
+	// kernel (spec §A.2a), not before the call.
 	IDsDev, SegIDsDev, MaskDev, PosIDsDev DeviceMem
 }
 

@@ -117,7 +117,7 @@ func checkSLNShapes(t *testing.T, c *Case) {
 	}
 }
 
-// SPEC §A.6: ORT 1.30 CPU and our float32 rendition agree bit for bit on G1.
+// spec §A.6: ORT 1.30 CPU and our float32 rendition agree bit for bit on G1.
 func TestELNG1MatchesSpec(t *testing.T) {
 	c := byName(t, loadAll(t), "eln_g1")
 	out := c.Output("output").F32
@@ -141,7 +141,7 @@ func TestELNG1MatchesSpec(t *testing.T) {
 	}
 }
 
-// SPEC §B.7 A2: ORT's SkipLayerNormalization (single-pass variance) is a tolerance oracle
+// spec §B.7 A2: ORT's SkipLayerNormalization (single-pass variance) is a tolerance oracle
 // for the canonical two-pass form.
 func TestSLNA2MatchesSpec(t *testing.T) {
 	c := byName(t, loadAll(t), "sln_a2")

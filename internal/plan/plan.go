@@ -1,4 +1,4 @@
-// Package plan is the reduction plan of SPEC.md §C.4 and §C.4a (plan v2): the one order of
+// Package plan is the reduction plan of spec §C.4 and §C.4a (plan v2): the one order of
 // every floating-point reduction, shared by the WGSL kernels (shaders renders it) and the CPU
 // kernels (cpu mirrors it), so both give the same bits.
 //
@@ -88,7 +88,7 @@ const minVecThreads = 32
 // 1.27 -> 1.40 ms.
 const vecPerLane = 8
 
-// Contraction says which multiply-adds a device fuses into one rounding (SPEC §C.4 DECISION 2).
+// Contraction says which multiply-adds a device fuses into one rounding (spec §C.4 DECISION 2).
 // The zero value is the unfused profile: what lavapipe does and what the CPU uses alone.
 type Contraction struct {
 	// FuseVariance: acc = fma(d, d, acc) instead of acc + f32(d·d) in the variance pass.

@@ -136,7 +136,7 @@ func ref64(x []float32, eps float64) (mean, variance float64, y []float64) {
 	return mean, variance, y
 }
 
-// TestHardRows checks plan v2 against float64 on constant and offset rows (SPEC §C.4a):
+// TestHardRows checks plan v2 against float64 on constant and offset rows (spec §C.4a):
 // constant rows exactly (mean = c, variance 0, y = beta), offset rows within 1e-5 with
 // gamma 1, under every profile; and logs the largest errors, with plan v1's for contrast.
 func TestHardRows(t *testing.T) {
@@ -180,7 +180,7 @@ func TestHardRows(t *testing.T) {
 	}
 }
 
-// statsV1 is plan v1's mean and rstd (SPEC §C.4), for contrast in TestHardRows.
+// statsV1 is plan v1's mean and rstd (spec §C.4), for contrast in TestHardRows.
 func statsV1(p Plan, x []float32, eps float32, part []float32) (mean, rstd float32) {
 	mean = p.Sum(x, 0, part) * p.InvH
 	variance := p.SumSqDev(x, mean, 0, part) * p.InvH

@@ -1,6 +1,6 @@
 // Package reference holds the two independent references the tests compare backends with:
-// the sequential form of SPEC A.3/B.4 in float32 (bit-exact with ONNX Runtime 1.30 CPU for
-// f32 EmbedLayerNorm), and a float64 form for tolerance checks (SPEC §C.5).
+// the sequential form of spec §A.3/§B.4 in float32 (bit-exact with ONNX Runtime 1.30 CPU for
+// f32 EmbedLayerNorm), and a float64 form for tolerance checks (spec §C.5).
 package reference
 
 import (
@@ -44,7 +44,7 @@ func Set(b ops.Buf, i int, v float32) {
 	}
 }
 
-// EmbedRow returns the T-rounded embedding sum of token t as float32 (SPEC A.3 orders).
+// EmbedRow returns the T-rounded embedding sum of token t as float32 (spec §A.3 orders).
 func EmbedRow(w *ops.EmbedWeights, in *ops.EmbedInputs, t int) []float32 {
 	H := w.H
 	s := t % in.S
@@ -80,7 +80,7 @@ func EmbedRow(w *ops.EmbedWeights, in *ops.EmbedInputs, t int) []float32 {
 	return x
 }
 
-// MaskIndex is SPEC A.4 for batch row b.
+// MaskIndex is spec §A.4 for batch row b.
 func MaskIndex(mask []int32, b, S int, rule ops.MaskRule) int32 {
 	if mask == nil {
 		return 0
@@ -103,7 +103,7 @@ func MaskIndex(mask []int32, b, S int, rule ops.MaskRule) int32 {
 	return int32(S)
 }
 
-// Embed is the sequential float32 EmbedLayerNorm of SPEC A.3: sequential sums, two-pass
+// Embed is the sequential float32 EmbedLayerNorm of spec §A.3: sequential sums, two-pass
 // variance, division by sqrt(var+eps), no fusion. It writes every output present in out.
 func Embed(w *ops.EmbedWeights, in *ops.EmbedInputs, out *ops.EmbedOutputs) {
 	H := w.H
@@ -144,7 +144,7 @@ func seqStats(x []float32, eps float32) (mean, den float32) {
 	return mean, float32(math.Sqrt(float64(variance + eps)))
 }
 
-// AddRow returns s = (x1 + x2) + bias of row r in float32 (SPEC B.4).
+// AddRow returns s = (x1 + x2) + bias of row r in float32 (spec §B.4).
 func AddRow(a *ops.AddLN, r int) []float32 {
 	s := make([]float32, a.D)
 	for j := range s {
@@ -162,7 +162,7 @@ func AddRow(a *ops.AddLN, r int) []float32 {
 	return s
 }
 
-// AddLayerNorm is the canonical sequential form of SPEC B.4.
+// AddLayerNorm is the canonical sequential form of spec §B.4.
 func AddLayerNorm(a *ops.AddLN) {
 	for r := 0; r < a.N; r++ {
 		s := AddRow(a, r)

@@ -65,7 +65,7 @@ func EmbedParams() []shaders.Embed {
 	return out
 }
 
-// AddLNParams lists every flag combination of the add kernel, for each dtype row of SPEC §B.2
+// AddLNParams lists every flag combination of the add kernel, for each dtype row of spec §B.2
 // (x1, x2, gamma and beta, bias and output), under a few row shapes.
 func AddLNParams() []shaders.AddLN {
 	type shape struct{ w, private int }

@@ -216,7 +216,7 @@ func ULPOf(dt ops.DType, v float64) float64 {
 }
 
 // ULPStats records the largest ulp difference per key (output and dtype, say) over many
-// comparisons, for a test to log: SPEC §C.4 asks for it on every device, and the goal is 0.
+// comparisons, for a test to log: spec §C.4 asks for it on every device, and the goal is 0.
 // Safe for concurrent use; the zero value is ready.
 type ULPStats struct {
 	mu  sync.Mutex

@@ -128,7 +128,7 @@ function writeCase(root, c) {
 // ------------------------------------------------------------------ EmbedLayerNormalization
 const ELN_EPS = 1e-12;
 
-// SPEC §A.6 tables.
+// spec §A.6 tables.
 const A6 = {
   V: 6, P: 3, G: 2, H: 4,
   word: [0.2, 0.1, 0.4, -0.6, 0.3, 0.2, 0.5, 0.6, 0.6, 0.7, 0.0, -0.1, 0.8, 0.6, 0.9, 1.2, 0.1, 0.3, 0.5, 0.9, 1.0, -2.0, 1.1, 0.8],
@@ -168,7 +168,7 @@ const G = {
   g1: () => a6(3, 2, [1, 3, 1, 3, 2, 0], { segIds: [0, 1, 0, 1, 0, 0], mask: [1, 1, 1, 1, 1, 0] }),
   g2: () => a6(3, 2, [1, 3, 1, 3, 2, 0], { mask: [1, 1, 1, 1, 1, 0] }),
   // G3 proper (segment table, no segment_ids) cannot be fed to the oracle's models; this is the
-  // equivalent input with explicit all-zero segment_ids (SPEC §A.5: every token adds row 0).
+  // equivalent input with explicit all-zero segment_ids (spec §A.5: every token adds row 0).
   g3z: () => a6(1, 2, [1, 3], { segIds: [0, 0] }),
   g4: () => a6(1, 2, [1, 3], { posIds: [1, 1], posIdsB: 1 }),
   g5: () => a6(2, 2, [1, 3, 5, 4], { posIds: [2, 0], posIdsB: 1 }),
@@ -221,7 +221,7 @@ function elnCases() {
   out.push(elnCase('eln_g1', 'float32', G.g1()));
   out.push(elnCase('eln_g2', 'float32', G.g2()));
   out.push(elnCase('eln_g3_segids0', 'float32', G.g3z(), {
-    note: 'SPEC A.6 G3 with explicit all-zero segment_ids: the oracle cannot feed a segment table without segment_ids; the outputs are those of G3',
+    note: 'spec §A.6 G3 with explicit all-zero segment_ids: the oracle cannot feed a segment table without segment_ids; the outputs are those of G3',
   }));
   out.push(elnCase('eln_g4', 'float32', G.g4()));
   out.push(elnCase('eln_g5', 'float32', G.g5()));
@@ -308,15 +308,15 @@ function slnCases() {
       out.push(slnCase(name, dtype, N, D, v));
     }
   }
-  // SPEC §B.7 vectors (AddLayerNorm x1, x2 -> input, skip).
+  // spec §B.7 vectors (AddLayerNorm x1, x2 -> input, skip).
   const b7 = {
     input: [1, 2, 3, 4, -1, 0.5, 2, 8],
     skip: [0.5, -0.5, 0.25, 1, 3, -2, 0, 1],
     gamma: [1, 0.5, 2, -1],
     beta: [0, 0.1, -0.2, 0.3],
   };
-  out.push(slnCase('sln_a1', 'float32', 2, 4, b7, 'SPEC B.7 A1 (no bias)'));
-  out.push(slnCase('sln_a2', 'float32', 2, 4, Object.assign({ bias: [0.1, 0.2, 0.3, 0.4] }, b7), 'SPEC B.7 A2 (bias)'));
+  out.push(slnCase('sln_a1', 'float32', 2, 4, b7, 'spec §B.7 A1 (no bias)'));
+  out.push(slnCase('sln_a2', 'float32', 2, 4, Object.assign({ bias: [0.1, 0.2, 0.3, 0.4] }, b7), 'spec §B.7 A2 (bias)'));
   return out;
 }
 

@@ -1314,7 +1314,7 @@ func (v isa) embedSums(prefix, how string, step embedStep) {
 	}
 }
 
-// masks emits the two mask_index rules over a row of the int32 mask (SPEC A.4), for the
+// masks emits the two mask_index rules over a row of the int32 mask (spec §A.4), for the
 // whole vectors of it: how many elements are 1, and where the first 0 is.
 func masks(v isa) {
 	n := v.name
