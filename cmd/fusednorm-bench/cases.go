@@ -16,9 +16,20 @@ const (
 	opAdd   = "AddLayerNorm"
 )
 
-var caseFiles = []string{"embedlayernorm/bench.json", "addlayernorm/bench.json"}
+// The case sets -set chooses: each op's <set>.json under internal/cases. bench is the default
+// run; sweep is the width sweep (hidden sizes 64 to 16384, about 1 GiB moved per call, and
+// the latency cases of one 128-token sequence) that tools/anchors times on the peers too.
+const (
+	setBench = "bench"
+	setSweep = "sweep"
+)
 
-// benchFile is one internal/cases/<op>/bench.json.
+// caseFiles are the files of a set, by folder name: "embedlayernorm/bench.json".
+func caseFiles(set string) []string {
+	return []string{"embedlayernorm/" + set + ".json", "addlayernorm/" + set + ".json"}
+}
+
+// benchFile is one internal/cases/<op>/bench.json (or sweep.json: the same format).
 type benchFile struct {
 	Format int      `json:"format"`
 	Op     string   `json:"op"`
@@ -31,8 +42,9 @@ type benchFile struct {
 		Seed uint64 `json:"seed"`
 	} `json:"data"`
 	Quick struct {
-		Divide string `json:"divide"`
-		By     int    `json:"by"`
+		Divide string         `json:"divide"`
+		By     int            `json:"by"`
+		Cap    map[string]int `json:"cap,omitempty"` // dimensions capped at these sizes (EmbedLayerNorm's V in the sweep)
 	} `json:"quick"`
 	Cases []benchCase `json:"cases"`
 }
@@ -55,10 +67,10 @@ type benchCase struct {
 
 // esize is the element size of the case's float dtype.
 func (c *benchCase) esize() int64 {
-	if c.DType == "float16" {
-		return 2
+	if c.DType == "float32" {
+		return 4
 	}
-	return 4
+	return 2 // float16, bfloat16
 }
 
 func (c *benchCase) dim(k string) int64 { return int64(c.Shape[k]) }
@@ -102,20 +114,34 @@ func (c *benchCase) shapeString() string {
 }
 
 func (c *benchCase) shortDType() string {
-	if c.DType == "float16" {
+	switch c.DType {
+	case "float16":
 		return "f16"
+	case "bfloat16":
+		return "bf16"
 	}
 	return "f32"
 }
 
-// quick returns the smoke-run variant: the batch dimension divided (at least 1), bytes
-// recomputed by the rule, no ORT config (ORT has none at these shapes).
-func (c benchCase) quick(dim string, by int) benchCase {
+// built reports whether the bench can build the case's tensors: workload.go fills float32
+// and float16 data only, so the bfloat16 cases of the sweep (for tools/anchors) are listed
+// and left out of a run.
+func (c *benchCase) built() bool { return c.DType != "bfloat16" }
+
+// quick returns the smoke-run variant: the batch dimension divided (at least 1), the
+// dimensions of capped held to at most their cap, bytes recomputed by the rule, no ORT
+// config (ORT has none at these shapes).
+func (c benchCase) quick(dim string, by int, capped map[string]int) benchCase {
 	shape := make(map[string]int, len(c.Shape))
 	for k, v := range c.Shape {
 		shape[k] = v
 	}
 	shape[dim] = max(1, shape[dim]/by)
+	for k, v := range capped {
+		if _, ok := shape[k]; ok {
+			shape[k] = min(shape[k], v)
+		}
+	}
 	c.Shape = shape
 	c.Name = c.Name + "-quick"
 	c.ORT = ""
@@ -123,7 +149,7 @@ func (c benchCase) quick(dim string, by int) benchCase {
 	return c
 }
 
-// caseSource reads an op's bench.json, by folder name: "embedlayernorm/bench.json".
+// caseSource reads an op's case file, by folder name: "embedlayernorm/bench.json".
 type caseSource func(file string) ([]byte, error)
 
 // embeddedCases are the cases compiled into the binary (package internal/cases embeds
@@ -138,11 +164,14 @@ func dirCases(dir string) caseSource {
 	return func(file string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, file)) }
 }
 
-// loadCases reads both bench.json files and checks every case's byte counts against the
-// rule, so the data and the code cannot drift.
-func loadCases(read caseSource, quick bool) ([]benchCase, error) {
+// loadCases reads both files of the set (bench or sweep) and checks every case's byte counts
+// against the rule, so the data and the code cannot drift.
+func loadCases(read caseSource, set string, quick bool) ([]benchCase, error) {
+	if set != setBench && set != setSweep {
+		return nil, fmt.Errorf("case set %q: want %s or %s", set, setBench, setSweep)
+	}
 	var all []benchCase
-	for _, path := range caseFiles {
+	for _, path := range caseFiles(set) {
 		raw, err := read(path)
 		if err != nil {
 			return nil, err
@@ -166,7 +195,15 @@ func loadCases(read caseSource, quick bool) ([]benchCase, error) {
 				if bf.Quick.By < 1 || c.Shape[bf.Quick.Divide] == 0 {
 					return nil, fmt.Errorf("%s: quick: divide %q by %d is not a valid rule", path, bf.Quick.Divide, bf.Quick.By)
 				}
-				c = c.quick(bf.Quick.Divide, bf.Quick.By)
+				for k, v := range bf.Quick.Cap {
+					if v < 1 {
+						return nil, fmt.Errorf("%s: quick: cap %s at %d, want ≥ 1", path, k, v)
+					}
+				}
+				c = c.quick(bf.Quick.Divide, bf.Quick.By, bf.Quick.Cap)
+				if err := c.check(); err != nil { // a cap must leave a valid case (S ≤ P, ids < V)
+					return nil, fmt.Errorf("%s: case %q: %w", path, c.Name, err)
+				}
 			}
 			all = append(all, c)
 		}
@@ -175,8 +212,11 @@ func loadCases(read caseSource, quick bool) ([]benchCase, error) {
 }
 
 func (c *benchCase) check() error {
-	if c.DType != "float32" && c.DType != "float16" {
-		return fmt.Errorf("dtype %q is not float32 or float16", c.DType)
+	switch {
+	case c.DType == "float32" || c.DType == "float16":
+	case c.DType == "bfloat16" && c.op == opAdd:
+	default:
+		return fmt.Errorf("dtype %q is not float32 or float16 (or bfloat16 for %s)", c.DType, opAdd)
 	}
 	keys := []string{"N", "D"}
 	if c.op == opEmbed {

@@ -7,8 +7,10 @@
 //	go run ./cmd/fusednorm-bench -backend cpu -only addln -dtype f32
 //	go run ./cmd/fusednorm-bench -quick             # small variants of every case: a smoke run
 //	go run ./cmd/fusednorm-bench -json r.json -plot r.svg   # keep the results, draw the roofline
+//	go run ./cmd/fusednorm-bench -set sweep -only d768 # the width sweep's cases (sweep.json)
 //
-// The cases are compiled in; -cases DIR reads <op>/bench.json from a folder instead.
+// The cases are compiled in; -cases DIR reads <op>/bench.json (or <op>/sweep.json with -set
+// sweep) from a folder instead.
 // Progress goes to stderr whenever a step takes longer than a second; the table to stdout.
 //
 // Effective GB/s is the case's bytes model (what the op must read and write, each tensor
@@ -56,6 +58,7 @@ type options struct {
 	backend     string
 	backendSet  bool
 	casesDir    string
+	set         string // -set: which file of each op, bench.json or sweep.json
 	only        string
 	dtype       string
 	threads     int
@@ -89,7 +92,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		defBackend = fusednorm.BackendAuto
 	}
 	fs.StringVar(&o.backend, "backend", defBackend, "backend: auto, cpu or dawn (default from "+fusednorm.EnvBackend+", else auto)")
-	fs.StringVar(&o.casesDir, "cases", "", "a folder holding <op>/bench.json, e.g. the repository's internal/cases/ (default: the cases compiled in)")
+	fs.StringVar(&o.casesDir, "cases", "", "a folder holding <op>/bench.json (and <op>/sweep.json for -set sweep), e.g. the repository's internal/cases/ (default: the cases compiled in)")
+	fs.StringVar(&o.set, "set", setBench, "the cases: bench (each op's bench.json) or sweep (sweep.json: hidden sizes 64 to 16384 at about 1 GiB a call, and one 128-token sequence; the cases tools/anchors times on torch and ONNX Runtime WebGPU)")
 	fs.StringVar(&o.only, "only", "", "run only the cases whose name contains this")
 	fs.StringVar(&o.dtype, "dtype", "all", "f32, f16 or all")
 	fs.IntVar(&o.threads, "threads", runtime.GOMAXPROCS(0), "goroutines per CPU call, and for the bandwidth probe")
@@ -99,7 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.minTime, "min-time", time.Second, "time each case for at least this long (and -reps runs)")
 	fs.IntVar(&o.warmup, "warmup", 1, "untimed runs before timing")
 	maxBytes := fs.String("max-bytes", "auto", "skip a case that needs more memory than this (e.g. 8GiB, 500MB); auto: 75% of available memory")
-	fs.BoolVar(&o.quick, "quick", false, "small variants of every case (batch or rows divided by 16), shorter timing: a smoke run")
+	fs.BoolVar(&o.quick, "quick", false, "small variants of every case (batch or rows divided by the set's quick rule: 16 in bench.json, 64 in sweep.json), shorter timing: a smoke run")
 	fs.BoolVar(&o.probe, "probe", true, "measure memory bandwidth over each case's byte count, in the same run: between the case's timed runs when both fit in -max-bytes, else after it")
 	fs.StringVar(&o.jsonPath, "json", "", "write every result to this JSON file")
 	fs.StringVar(&o.plotPath, "plot", "", "draw the roofline (GB/s against bytes moved per case, the probe's copy as the ceiling) into this SVG file")
@@ -207,11 +211,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(o.from) > 0 {
 		return replot(o, stdout)
 	}
-	src, where := embeddedCases, "the compiled-in internal/cases/*/bench.json"
+	src, where := embeddedCases, "the compiled-in internal/cases/*/"+o.set+".json"
 	if o.casesDir != "" {
-		src, where = dirCases(o.casesDir), o.casesDir
+		src, where = dirCases(o.casesDir), o.casesDir+" ("+o.set+".json)"
 	}
-	cases, err := loadCases(src, o.quick)
+	cases, err := loadCases(src, o.set, o.quick)
 	if err != nil {
 		return err
 	}
@@ -221,8 +225,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(cases) == 0 {
 		return fmt.Errorf("no case matches -only %q -dtype %s", o.only, o.dtype)
 	}
+	unbuilt := len(cases)
+	cases = slices.DeleteFunc(cases, func(c benchCase) bool { return !c.built() })
+	unbuiltLine := ""
+	if unbuilt -= len(cases); unbuilt > 0 {
+		unbuiltLine = fmt.Sprintf("bf16: %d matching case(s) not run: the bench builds float32 and float16 tensors only (tools/anchors times them on the peers)", unbuilt)
+		if len(cases) == 0 {
+			return errors.New(unbuiltLine)
+		}
+	}
 
 	if o.compare {
+		if unbuiltLine != "" {
+			fmt.Fprintln(stdout, unbuiltLine)
+		}
 		prog := newProgress(stderr)
 		defer prog.end()
 		rows, err := runCompare(ctx, cases, o, stdout, prog)
@@ -266,6 +282,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "engine: %s\n", info)
 	fmt.Fprintf(stdout, "timing: median of ≥%d runs and ≥%v after %d warm-up; threads %d; max-bytes %s; cases from %s\n",
 		o.reps, o.minTime, o.warmup, o.threads, fmtGiB(o.maxBytes), where)
+	if unbuiltLine != "" {
+		fmt.Fprintln(stdout, unbuiltLine)
+	}
 
 	var ort *ortRunner
 	if o.ortDir != "" {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,7 +121,7 @@ func TestSkipOverMaxBytesAndJSON(t *testing.T) {
 }
 
 func TestCasesMatchTheBrief(t *testing.T) {
-	cases, err := loadCases(embeddedCases, false) // also checks every case's bytes against the rule
+	cases, err := loadCases(embeddedCases, setBench, false) // also checks every case's bytes against the rule
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +147,111 @@ func TestCasesMatchTheBrief(t *testing.T) {
 		if w, ok := want[c.Name]; ok && c.Bytes.Read+c.Bytes.Write != w {
 			t.Errorf("%s: %d bytes, ORT's bench counts %d", c.Name, c.Bytes.Read+c.Bytes.Write, w)
 		}
+	}
+}
+
+// sweepWidths are the hidden sizes the width sweep must hold for every op and dtype: from 64
+// to 16384, the common model widths and odd ones no vector width divides.
+var sweepWidths = []int{64, 256, 512, 768, 1000, 1023, 1024, 1536, 2048, 2560, 3072, 4096, 4097, 5120,
+	6144, 8192, 12288, 16384}
+
+// TestSweepSet checks -set sweep's files: they load (bytes by the rule), names are unique,
+// every width is there for each op and dtype, each case but the latency ones moves at least
+// 256 MiB with no more rows than that takes, the latency cases are one 128-token sequence,
+// and the quick variants stay small.
+func TestSweepSet(t *testing.T) {
+	cases, err := loadCases(embeddedCases, setSweep, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]benchCase{}
+	for _, c := range cases {
+		if _, dup := byName[c.Name]; dup {
+			t.Errorf("case %s appears twice", c.Name)
+		}
+		byName[c.Name] = c
+	}
+	const least = 256 << 20
+	for _, op := range []struct {
+		prefix, dim string
+		dtypes      []string
+	}{{"addln-d", "D", []string{"f32", "f16", "bf16"}}, {"eln-h", "H", []string{"f32", "f16"}}} {
+		for _, dt := range op.dtypes {
+			for _, w := range sweepWidths {
+				name := fmt.Sprintf("%s%d-%s", op.prefix, w, dt)
+				c, ok := byName[name]
+				if !ok {
+					t.Errorf("missing case %s", name)
+					continue
+				}
+				if c.Shape[op.dim] != w || c.shortDType() != dt {
+					t.Errorf("%s: %s %d, dtype %s", name, op.dim, c.Shape[op.dim], c.DType)
+				}
+			}
+			lat := map[string]string{"D": "lat-addln-n128-d768-", "H": "lat-eln-b1-s128-h768-"}[op.dim] + dt
+			if _, ok := byName[lat]; !ok {
+				t.Errorf("missing latency case %s", lat)
+			}
+		}
+	}
+	for _, c := range cases {
+		moved := c.Bytes.Read + c.Bytes.Write
+		if strings.HasPrefix(c.Name, "lat-") {
+			if (c.op == opAdd && c.Shape["N"] != 128) || (c.op == opEmbed && (c.Shape["B"] != 1 || c.Shape["S"] != 128)) {
+				t.Errorf("%s (%s): a latency case is one sequence of 128 tokens", c.Name, c.shapeString())
+			}
+			continue
+		}
+		if moved < least {
+			t.Errorf("%s (%s): moves %d bytes, want ≥ 256 MiB", c.Name, c.shapeString(), moved)
+		}
+		switch c.op {
+		case opAdd: // each (N, D) tensor at least 256 MiB, one row fewer would be under
+			N, row := c.dim("N"), c.dim("D")*c.esize()
+			if N*row < least || (N-1)*row >= least {
+				t.Errorf("%s: N %d, want the fewest rows of %d bytes that hold 256 MiB", c.Name, N, row)
+			}
+		case opEmbed: // S 512, BERT's vocabulary, B 64 or the smallest power of two above that reaches 256 MiB
+			half := c
+			half.Shape = map[string]int{"B": c.Shape["B"] / 2, "S": c.Shape["S"], "H": c.Shape["H"]}
+			r, w := half.bytesModel()
+			if c.Shape["S"] != 512 || c.Shape["V"] != 30522 || c.Shape["B"] < 64 || (c.Shape["B"] > 64 && r+w >= least) {
+				t.Errorf("%s (%s V%d): want S 512, V 30522, B 64 or the power of two that first moves 256 MiB", c.Name, c.shapeString(), c.Shape["V"])
+			}
+		}
+	}
+	quick, err := loadCases(embeddedCases, setSweep, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(quick) != len(cases) {
+		t.Fatalf("%d quick cases, %d cases", len(quick), len(cases))
+	}
+	for _, c := range quick {
+		if a := c.allocBytes(); a > 128<<20 {
+			t.Errorf("%s (%s): the quick variant allocates %s, want ≤ 128 MiB", c.Name, c.shapeString(), fmtGiB(a))
+		}
+	}
+}
+
+// TestSweepQuickRun runs one width of the sweep: its f32 and f16 cases and its latency
+// cases run; the bf16 ones are named as not run.
+func TestSweepQuickRun(t *testing.T) {
+	out := runBench(t, quickArgs("d768-", "-set", "sweep", "-probe=false")...)
+	for _, name := range []string{"addln-d768-f32-quick", "addln-d768-f16-quick", "lat-addln-n128-d768-f32-quick"} {
+		if row(out, name) == "" {
+			t.Errorf("no row for %s:\n%s", name, out)
+		}
+	}
+	if !strings.Contains(out, "sweep.json") || !strings.Contains(out, "bf16: 2 matching case(s) not run") || strings.Contains(out, "bf16-quick") {
+		t.Errorf("want the cases from sweep.json and the 2 bf16 cases named as not run:\n%s", out)
+	}
+	var buf bytes.Buffer
+	if err := run(context.Background(), quickArgs("d768-bf16", "-set", "sweep"), &buf, &buf); err == nil || !strings.Contains(err.Error(), "not run") {
+		t.Errorf("only bf16 cases: %v, want an error saying they are not run", err)
+	}
+	if err := run(context.Background(), quickArgs("d768", "-set", "widths"), &buf, &buf); err == nil || !strings.Contains(err.Error(), "want bench or sweep") {
+		t.Errorf("-set widths: %v, want an error naming the sets", err)
 	}
 }
 
