@@ -113,8 +113,11 @@ func (c *benchCase) shapeString() string {
 	return fmt.Sprintf("N%d D%d", c.Shape["N"], c.Shape["D"])
 }
 
-func (c *benchCase) shortDType() string {
-	switch c.DType {
+func (c *benchCase) shortDType() string { return shortDType(c.DType) }
+
+// shortDType is a dtype's name in the table: f32, f16 or bf16.
+func shortDType(name string) string {
+	switch name {
 	case "float16":
 		return "f16"
 	case "bfloat16":
@@ -122,11 +125,6 @@ func (c *benchCase) shortDType() string {
 	}
 	return "f32"
 }
-
-// built reports whether the bench can build the case's tensors: workload.go fills float32
-// and float16 data only, so the bfloat16 cases of the sweep (for tools/anchors) are listed
-// and left out of a run.
-func (c *benchCase) built() bool { return c.DType != "bfloat16" }
 
 // quick returns the smoke-run variant: the batch dimension divided (at least 1), the
 // dimensions of capped held to at most their cap, bytes recomputed by the rule, no ORT

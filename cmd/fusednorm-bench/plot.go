@@ -51,10 +51,7 @@ func rooflineData(results []*result) (pts []plotPoint, probes []plotPoint, ceils
 		if r.Runs == 0 || r.GBps <= 0 {
 			continue
 		}
-		dt := "f32"
-		if r.DType == "float16" {
-			dt = "f16"
-		}
+		dt := shortDType(r.DType)
 		b := float64(r.bytes())
 		pts = append(pts, plotPoint{series: r.Backend + " " + dt, op: r.Op, name: r.Case, bytes: b, gbps: r.GBps})
 		if r.KernelGBps > 0 {

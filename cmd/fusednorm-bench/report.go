@@ -75,10 +75,7 @@ func (t *table) line(name, shape string, cells []string) string {
 }
 
 func (t *table) row(r *result) {
-	dt := "f32"
-	if r.DType == "float16" {
-		dt = "f16"
-	}
+	dt := shortDType(r.DType)
 	if r.Skipped != "" || r.Error != "" {
 		msg := "skipped: " + r.Skipped
 		if r.Error != "" {

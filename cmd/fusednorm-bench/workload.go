@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 
@@ -86,10 +87,19 @@ func setupAdd(eng *fusednorm.Engine, c *benchCase, host []fusednorm.Tensor) (*wo
 }
 
 func dtypeOf(name string) fusednorm.DType {
-	if name == "float16" {
+	switch name {
+	case "float16":
 		return fusednorm.Float16
+	case "bfloat16":
+		return fusednorm.BFloat16
 	}
 	return fusednorm.Float32
+}
+
+// bf16 rounds f to bfloat16 bits, to nearest even (the bench's values are finite).
+func bf16(f float32) uint16 {
+	b := math.Float32bits(f)
+	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
 }
 
 // filler makes seeded uniform random tensors, in parallel: the largest cases hold several
@@ -110,17 +120,23 @@ func (f *filler) floats(dtype string, stream uint64, scale float32, shape ...int
 	for _, d := range shape {
 		n *= d
 	}
-	// f16: draw from a table of 4096 evenly spaced values, converted once; the benchmark
+	// 16-bit: draw from a table of 4096 evenly spaced values, converted once; the benchmark
 	// needs varied data, not a continuous distribution, and the conversion would dominate.
 	var table [4096]uint16
-	if dtype == "float16" {
+	half := dtype == "float16" || dtype == "bfloat16"
+	if half {
 		for i := range table {
-			table[i] = float16.Fromfloat32(scale * (float32(i)/2048 - 1)).Bits()
+			v := scale * (float32(i)/2048 - 1)
+			if dtype == "bfloat16" {
+				table[i] = bf16(v)
+			} else {
+				table[i] = float16.Fromfloat32(v).Bits()
+			}
 		}
 	}
 	var f32 []float32
 	var u16 []uint16
-	if dtype == "float16" {
+	if half {
 		u16 = make([]uint16, n)
 	} else {
 		f32 = make([]float32, n)
@@ -143,7 +159,7 @@ func (f *filler) floats(dtype string, stream uint64, scale float32, shape ...int
 				}
 				r := rand.NewPCG(f.seed^stream<<32, uint64(k))
 				lo, hi := k*fillChunk, min(n, (k+1)*fillChunk)
-				if dtype == "float16" {
+				if half {
 					for i := lo; i < hi; i++ {
 						u16[i] = table[r.Uint64()>>52]
 					}
@@ -157,8 +173,11 @@ func (f *filler) floats(dtype string, stream uint64, scale float32, shape ...int
 		}()
 	}
 	wg.Wait()
-	if dtype == "float16" {
+	switch dtype {
+	case "float16":
 		return fusednorm.FromFloat16Bits(u16, shape...)
+	case "bfloat16":
+		return fusednorm.FromBFloat16Bits(u16, shape...)
 	}
 	return fusednorm.FromFloat32(f32, shape...)
 }
