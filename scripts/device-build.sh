@@ -4,6 +4,8 @@
 # benchmark, the C tiny-dispatch benchmark and torch's anchor script. Then
 # carry carry/, third_party/dawn, third_party/env.sh and .gl (Vulkan loader and glvnd debs,
 # see the device tool's README) and run scripts/device-run.sh there.
+# With OLD=<rev> it also builds that revision's benchmark and root tests into carry/old/,
+# for `device-run.sh paired` (the new main against OLD in one device call).
 # With ORT=1 it also packs carry/ort.tar.xz: Node.js, the oracle with onnxruntime-node's
 # Linux x64 library only, and its stream probe built static, for `device-run.sh ort` (that
 # machine has neither Node.js nor a network). Carry carry/fusednorm-bench and that file.
@@ -27,6 +29,15 @@ go build -ldflags='-s -w' -o carry/fusednorm-bench ./cmd/fusednorm-bench
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build --target tiny_bench >/dev/null)
 go run ./cmd/fusednorm-bench -tiny-wgsl carry/tiny
 cp build/tiny_bench tools/anchors/gpu_anchor.py carry/
+if [ -n "${OLD:-}" ]; then
+	old=$(mktemp -d)
+	git worktree add --detach "$old" "$OLD" >/dev/null
+	mkdir -p carry/old
+	(cd "$old" && go build -ldflags='-s -w' -o "$OLDPWD/carry/old/fusednorm-bench" ./cmd/fusednorm-bench &&
+		go test -c -ldflags='-s -w' -o "$OLDPWD/carry/old/root.test" .)
+	git worktree remove --force "$old"
+	echo "$OLD" >carry/old/REV
+fi
 ls -la carry
 if [ "${ORT:-}" = 1 ]; then
 	make "$PWD/build/oracle/node_modules" >/dev/null

@@ -16,6 +16,15 @@
 #                  threads), on Dawn and in auto mode, interleaved in one process. Run it
 #                  right after the first, on the same machine, so every figure comes from
 #                  the same minutes.
+#   chain          the model-shaped chains of norms (fusednorm-bench -chain): BERT-base
+#                  (1,128,768) and (8,128,768) with 24 AddLayerNorms, and (64,512,1024),
+#                  f32 and f16, per call beside the kernels' time and the CPU's host chain.
+#   sweep          the width sweep (fusednorm-bench -set sweep) on Dawn, DTYPE=f32|f16|bf16
+#                  and ONLY=<name part> to split it over calls, then torch's anchors on the
+#                  same cases (gpu_anchor.py --set sweep).
+#   paired         the new main against carry/old (OLD=<rev> scripts/device-build.sh): the
+#                  bench cases' kernel and device-resident times and the tiny calls, each
+#                  binary ROUNDS times (default 3) in a new random order per round.
 # With the argument "cpu" it runs the CPU part instead: that machine's processor has
 # AVX-512, so it is where the avx512 kernels are tested (the kernel tests and the whole
 # conformance suite at every level, bit for bit against the pure-Go plan) and timed
@@ -69,6 +78,35 @@ if [ "${1:-}" = tiny ]; then
 	grep -E "^(C |Go |C twin)" "$OUT/tiny.txt"
 	exit 0
 fi
+if [ "${1:-}" = chain ]; then
+	timeout 500 carry/fusednorm-bench -backend dawn -chain 1x128x768,8x128x768,64x512x1024 -chain-layers 24 \
+		-threads "$(nproc)" -reps 5 -min-time 1s -json "$OUT/chain.json" >"$OUT/chain.txt" 2>/dev/null
+	echo "chain rc=$?"; cat "$OUT/chain.txt"
+	exit 0
+fi
+if [ "${1:-}" = sweep ]; then
+	timeout 400 carry/fusednorm-bench -backend dawn -set sweep -probe=false -reps 3 -min-time 0.1s \
+		${DTYPE:+-dtype $DTYPE} ${ONLY:+-only $ONLY} -json "$OUT/sweep-dawn.json" >"$OUT/sweep-dawn.txt" 2>/dev/null
+	echo "sweep rc=$?"; cat "$OUT/sweep-dawn.txt"
+	(cd carry && PYTHONUNBUFFERED=1 timeout 180 python3 gpu_anchor.py --cases "$PWD/../internal/cases" --set sweep \
+		${DTYPE:+--dtype $DTYPE} ${ONLY:+--only $ONLY} >"$OUT/sweep-anchor.jsonl" 2>"$OUT/sweep-anchor.err"; echo "anchor rc=$?")
+	cut -c1-160 "$OUT/sweep-anchor.jsonl"
+	exit 0
+fi
+if [ "${1:-}" = paired ]; then
+	echo "old: $(cat carry/old/REV)"
+	for r in $(seq "${ROUNDS:-3}"); do
+		for side in $(printf 'old\nnew\n' | shuf); do
+			bin=carry/fusednorm-bench
+			[ "$side" = old ] && bin=carry/old/fusednorm-bench
+			timeout 100 $bin -backend dawn -probe=false -warmup 3 -reps 3 -min-time 0.1s \
+				-json "$OUT/paired-$side-$r.json" >"$OUT/paired-$side-$r.txt" 2>/dev/null
+			GOMAXPROCS=4 taskset -c 4-7 timeout 40 $bin -backend dawn -tiny 2000 -tiny-rounds 1 >"$OUT/paired-tiny-$side-$r.txt" 2>&1
+			echo "round $r $side rc=$?"
+		done
+	done
+	exit 0
+fi
 if [ "${1:-}" = speed ]; then
 	# -compare: 24 untimed calls a case per engine, as auto explores a new shape for about
 	# twenty calls (README, "What auto picks"), so its column is where it settles.
@@ -81,7 +119,7 @@ if [ "${1:-}" = speed ]; then
 	exit 0
 fi
 nvidia-smi -L
-(cd tests && timeout 170 ../carry/conformance.test -test.run TestDawn -test.v >"$OUT/conformance.log" 2>&1; echo "rc=$?" >>"$OUT/conformance.log")
+(cd tests && timeout 170 ../carry/conformance.test -test.run "TestDawn|TestMisuse" -test.v >"$OUT/conformance.log" 2>&1; echo "rc=$?" >>"$OUT/conformance.log")
 grep -E "engine:|--- FAIL|rc=" "$OUT/conformance.log" | tail -5
 timeout 100 carry/root.test -test.run 'TestDevice|TestInfoNames|TestCloseDuringCallDawn|TestDawn' -test.v >"$OUT/root.log" 2>&1
 echo "root tests rc=$?"; grep -E "^(--- FAIL|ok|FAIL)" "$OUT/root.log"; grep -c "^--- PASS" "$OUT/root.log"
