@@ -6,13 +6,14 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
 const opAdd = "AddLayerNorm"
 
-// AddLayerNormInputs are Ascend AddLayerNorm's inputs (SPEC B.1). Bias is optional: gamma's
+// AddLayerNormInputs are Ascend AddLayerNorm's inputs (spec §B.1). Bias is optional: gamma's
 // shape (broadcast over rows) or x1's shape (full).
 type AddLayerNormInputs struct {
 	X1, X2      Tensor // rank 1–8, same shape
@@ -86,10 +87,11 @@ func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLay
 	f := addFrames.Get().(*addFrame)
 	err := checkAddLayerNorm(in, out, c, f)
 	if err == nil {
-		err = addOutputs(ctx, e, out, f)
+		ts := addTensors(in, out)
+		err = e.checkDevices(opAdd, addSpanNames[:], ts[:])
 	}
 	if err == nil {
-		err = e.checkAddDevice(&f.a)
+		err = addOutputs(ctx, e, out, f)
 	}
 	if err == nil && keys != nil && f.alloc == [4]bool{} {
 		memo.Store(keys, &f.a)
@@ -101,7 +103,7 @@ func (e *Engine) runAdd(ctx context.Context, in *AddLayerNormInputs, out *AddLay
 			err = e.be.AddLayerNorm(ctx, &f.a)
 		}
 		if err != nil {
-			err = fmt.Errorf("fusednorm: %s: %w", opAdd, err)
+			err = callErr(opAdd, err)
 		}
 	}
 	if err == nil { // only now does the caller see the outputs the call allocated
@@ -132,17 +134,22 @@ var addFrames = sync.Pool{New: func() any { return new(addFrame) }}
 // addSpanNames names the tensors whose memory addOutputs compares: outputs, then inputs.
 var addSpanNames = [...]string{"y", "mean", "rstd", "x", "x1", "x2", "gamma", "beta", "bias"}
 
+// addTensors are a call's tensors in addSpanNames' order.
+func addTensors(in *AddLayerNormInputs, out *AddLayerNormOutputs) [9]*Tensor {
+	return [...]*Tensor{&out.Y, &out.Mean, &out.Rstd, &out.X, &in.X1, &in.X2, &in.Gamma, &in.Beta, &in.Bias}
+}
+
 // addOutputs checks the given outputs' memory against the inputs' and each other's, then
 // allocates the missing ones into f.fresh, sized against the call's bound first.
 func addOutputs(ctx context.Context, e *Engine, out *AddLayerNormOutputs, f *addFrame) error {
 	a := &f.a
-	spans := [...]span{spanOf(a.Y), spanOf(ops.Buf{DType: ops.F32, F32: a.Mean}), spanOf(ops.Buf{DType: ops.F32, F32: a.Rstd}), spanOf(a.X),
+	spans := [...]span{spanOf(a.Y), spanF32(a.Mean, a.MeanDev), spanF32(a.Rstd, a.RstdDev), spanOf(a.X),
 		spanOf(a.X1), spanOf(a.X2), spanOf(a.Gamma), spanOf(a.Beta), spanOf(a.Bias)}
 	if err := checkOverlap(opAdd, addSpanNames[:], spans[:], 4); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", opAdd, err)
+		return callErr(opAdd, err)
 	}
 	dts := [4]DType{f.outT, Float32, Float32, f.outT}
 	shapes := [4][]int{f.x1, f.stat, f.stat, f.x1}
@@ -176,7 +183,7 @@ func addOutputs(ctx context.Context, e *Engine, out *AddLayerNormOutputs, f *add
 	return nil
 }
 
-// checkAddLayerNorm applies SPEC B.3 in its order and builds the backend call in f: the
+// checkAddLayerNorm applies spec §B.3 in its order and builds the backend call in f: the
 // inputs and the given outputs; addOutputs allocates the others.
 func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opConfig, f *addFrame) error {
 	// Names and tensors in separate arrays: escape analysis does not tell a struct's fields
@@ -308,6 +315,9 @@ type AddLayerNorm struct {
 	c    opConfig
 	prep ops.PreparedAddLN // nil: the backend takes the weights with each call (the CPU)
 	memo addMemo           // the last call on device tensors (callmemo.go)
+	// closed is set by Close: later calls fail with ErrClosed on every backend, the CPU's
+	// and an auto engine's routed calls included, whatever the backend's op would do.
+	closed atomic.Bool
 }
 
 // NewAddLayerNorm validates and binds the weights. Options: Epsilon (default 1e-5) and
@@ -340,7 +350,7 @@ func (e *Engine) NewAddLayerNorm(w AddLayerNormWeights, opts ...OpOption) (*AddL
 	if eps := c.eps; math.IsNaN(float64(eps)) || math.IsInf(float64(eps), 0) {
 		return nil, argErr(opAdd, "epsilon", "epsilon must be finite, got %g", eps)
 	}
-	if err := e.foreignDevice(opAdd, &w.Gamma.buf, &w.Beta.buf, &w.Bias.buf); err != nil {
+	if err := e.checkDevices(opAdd, addSpanNames[6:], []*Tensor{&w.Gamma, &w.Beta, &w.Bias}); err != nil {
 		return nil, err
 	}
 	op := &AddLayerNorm{eng: e, w: w, c: c}
@@ -366,17 +376,24 @@ func (op *AddLayerNorm) Run(ctx context.Context, x1, x2 Tensor, out *AddLayerNor
 		return err
 	}
 	defer e.done()
+	if op.closed.Load() {
+		return fmt.Errorf("fusednorm: %s: prepared op: %w", opAdd, ErrClosed)
+	}
+	in := AddLayerNormInputs{X1: x1, X2: x2, Gamma: op.w.Gamma, Beta: op.w.Beta, Bias: op.w.Bias}
 	if op.prep != nil { // a backend without prepared weights (the CPU) builds nothing to remember
 		if k, known, ok := op.memo.HoldLast(); ok {
 			if k.match(&x1, &x2, out) {
-				err := op.runKnown(ctx, known)
+				ts := addTensors(&in, out)
+				err := checkOpen(opAdd, addSpanNames[:], ts[:])
+				if err == nil {
+					err = op.runKnown(ctx, known)
+				}
 				op.memo.Release()
 				return err
 			}
 			op.memo.Release()
 		}
 	}
-	in := AddLayerNormInputs{X1: x1, X2: x2, Gamma: op.w.Gamma, Beta: op.w.Beta, Bias: op.w.Bias}
 	if op.prep != nil {
 		if keys, ok := addKeysOf(&x1, &x2, out); ok {
 			return e.runAdd(ctx, &in, out, &op.c, op.prep, &op.memo, &keys)
@@ -389,18 +406,19 @@ func (op *AddLayerNorm) Run(ctx context.Context, x1, x2 Tensor, out *AddLayerNor
 // was stored, used in place with the memo held.
 func (op *AddLayerNorm) runKnown(ctx context.Context, known *ops.AddLN) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", opAdd, err)
+		return callErr(opAdd, err)
 	}
 	if err := op.prep.Run(ctx, known); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", opAdd, err)
+		return callErr(opAdd, err)
 	}
 	op.eng.report(ctx)
 	return nil
 }
 
-// Close releases the op's device resources.
+// Close releases the op's device resources. Later calls of Run fail with an error wrapping
+// ErrClosed, on every backend; Close again does nothing.
 func (op *AddLayerNorm) Close() error {
-	if op.prep == nil {
+	if op.closed.Swap(true) || op.prep == nil {
 		return nil
 	}
 	return op.prep.Close()

@@ -12,7 +12,8 @@ import (
 // instead of checking again: the low-overhead path of issue 17, where a tiny call's Go time
 // was mostly the rules. The memo holds device storage only, never the caller's host memory,
 // and the shapes as copies, so a caller who reuses a shape slice cannot make a stale match.
-// A device tensor closed since is caught where it always is, by the backend's submit.
+// A device tensor closed since is refused before the remembered call runs (checkOpen), with
+// the error a call that checks everything gives.
 
 // addMemo is a prepared AddLayerNorm's remembered backend call.
 type addMemo = memo.Last[addKeys, ops.AddLN]

@@ -60,11 +60,17 @@ func givenOutput(op, name string, t *Tensor, dt DType, shape []int) (ops.Buf, er
 	return t.buf, nil
 }
 
-// span is the memory a tensor's data occupies, [lo, hi); empty for an absent or empty
-// tensor.
-type span struct{ lo, hi uintptr }
+// span is the memory a tensor's data occupies, [lo, hi), or the device storage it is; empty
+// for an absent or empty tensor.
+type span struct {
+	lo, hi uintptr
+	dev    ops.DeviceMem
+}
 
 func spanOf(b ops.Buf) span {
+	if b.Dev != nil {
+		return span{dev: b.Dev}
+	}
 	var p unsafe.Pointer
 	switch b.DType {
 	case ops.F32:
@@ -78,18 +84,35 @@ func spanOf(b ops.Buf) span {
 	if p == nil || n == 0 {
 		return span{}
 	}
-	return span{uintptr(p), uintptr(p) + n}
+	return span{lo: uintptr(p), hi: uintptr(p) + n}
 }
 
-func spanI32(s []int32) span { return spanOf(ops.Buf{DType: ops.I32, I32: s}) }
+// spanI32 is the span of int32 data on the host (s) or the device (dev).
+func spanI32(s []int32, dev ops.DeviceMem) span {
+	return spanOf(ops.Buf{DType: ops.I32, I32: s, Dev: dev})
+}
 
-func (a span) overlaps(b span) bool { return a.lo < b.hi && b.lo < a.hi }
+// spanF32 is the span of float32 data on the host (s) or the device (dev).
+func spanF32(s []float32, dev ops.DeviceMem) span {
+	return spanOf(ops.Buf{DType: ops.F32, F32: s, Dev: dev})
+}
+
+// overlaps: host memory that intersects, or the same device storage (a device tensor is
+// one buffer: two tensors on one are the same tensor).
+func (a span) overlaps(b span) bool {
+	if a.dev != nil || b.dev != nil {
+		return a.dev == b.dev
+	}
+	return a.lo < b.hi && b.lo < a.hi
+}
 
 // checkOverlap refuses an output that shares memory with any input, weight or earlier
 // output: the kernels read inputs while they write outputs, so shared memory gives wrong
 // results or corrupts a bound weight for every later call. Exact aliasing (in place) is
 // refused too: no kernel is specified to work in place. The outputs come first in spans,
-// then the inputs and weights; a zero span (absent) overlaps nothing.
+// then the inputs and weights; a zero span (absent) overlaps nothing. Host memory and device
+// tensors alike (one device tensor given twice) are refused here, before any backend, so
+// every backend gives the same error.
 func checkOverlap(op string, names []string, spans []span, nOut int) error {
 	for i := range nOut {
 		for j := nOut; j < len(spans); j++ {
@@ -108,4 +131,39 @@ func checkOverlap(op string, names []string, spans []span, nOut int) error {
 
 func overlapErr(op, out, other string) error {
 	return argErr(op, out, "%s overlaps %s in memory; an output must not share memory with an input, a weight or another output", out, other)
+}
+
+// checkDevices refuses a device tensor that the engine cannot use: one of another engine
+// (open or closed), or one closed before the call (the *ArgError then wraps ErrClosed too).
+// names[i] names ts[i]. Every backend's calls pass here before they reach the backend, so
+// each answers alike: the CPU's device tensors are host memory it could otherwise go on
+// using after their Close.
+func (e *Engine) checkDevices(op string, names []string, ts []*Tensor) error {
+	for i, t := range ts {
+		d := t.dev
+		if d == nil {
+			if t.buf.Dev != nil { // storage with no DeviceTensor: not of this engine
+				return argErr(op, names[i], "%s is a device tensor of another engine", names[i])
+			}
+			continue
+		}
+		if d.eng != e {
+			return argErr(op, names[i], "%s is a device tensor of another engine", names[i])
+		}
+		if d.closed.Load() {
+			return &ArgError{Op: op, Tensor: names[i], Rule: names[i] + " is a device tensor closed before the call", Err: ErrClosed}
+		}
+	}
+	return nil
+}
+
+// checkOpen is checkDevices' second half alone, for a call whose tensors were found to be
+// the engine's before: a prepared op's remembered call (callmemo.go).
+func checkOpen(op string, names []string, ts []*Tensor) error {
+	for i, t := range ts {
+		if d := t.dev; d != nil && d.closed.Load() {
+			return &ArgError{Op: op, Tensor: names[i], Rule: names[i] + " is a device tensor closed before the call", Err: ErrClosed}
+		}
+	}
+	return nil
 }

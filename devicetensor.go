@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
@@ -18,27 +19,32 @@ import (
 // submitted; Read (and Engine.Sync, and any call that returns host outputs) waits for the
 // work it depends on and reports the first device error of an earlier call that did not
 // wait, naming that call. Ids that live on the device are range-checked by the kernel
-// (SPEC A.2a): an out-of-range id reads as a zero row, and the next wait returns the
+// (spec §A.2a): an out-of-range id reads as a zero row, and the next wait returns the
 // InvalidArgument error; the outputs of that call are then unspecified.
 //
 // On the CPU backend a device tensor is host memory: calls use it in place, with the same API.
 //
-// Close frees the memory; work already submitted that uses it still completes. A device
+// Close frees the memory; work already submitted that uses it still completes. A call
+// given a closed device tensor, or one of another engine, fails before it computes on every
+// backend: an *ArgError naming the tensor, wrapping ErrClosed for a closed one. A device
 // tensor is safe for concurrent use; the order of calls that write it is the caller's.
 type DeviceTensor struct {
 	eng *Engine
-	t   Tensor // shape, dtype; host slices on the CPU, buf.Dev on a GPU
+	t   Tensor // shape, dtype; host slices on the CPU, buf.Dev on a GPU; t.dev is the tensor
 
-	mu     sync.Mutex
-	closed bool
+	mu     sync.Mutex // serializes Write and Close
+	closed atomic.Bool
 }
 
 // NewDeviceTensor allocates a zeroed tensor of the dtype and shape on the engine's device.
+// As NewTensor, it returns an error wrapping ErrInvalidArgument for a negative dimension or
+// an unknown dtype, and one wrapping ErrNotSupported for a tensor larger than the library
+// (on the CPU) or the device (on a GPU) allocates.
 func (e *Engine) NewDeviceTensor(dt DType, shape ...int) (*DeviceTensor, error) {
 	const op = "NewDeviceTensor"
-	n, ok := numel(shape)
-	if !ok || dt.Size() == 0 {
-		return nil, fmt.Errorf("fusednorm: %s: %v%v: %w", op, dt, shape, ErrInvalidArgument)
+	n, err := sizeOf(op, dt, shape)
+	if err != nil {
+		return nil, err
 	}
 	if err := e.use(); err != nil {
 		return nil, err
@@ -47,18 +53,19 @@ func (e *Engine) NewDeviceTensor(dt DType, shape ...int) (*DeviceTensor, error) 
 	d := &DeviceTensor{eng: e}
 	db, ok := e.be.(ops.DeviceBackend)
 	if !ok {
-		t, err := NewTensor(dt, shape...)
-		if err != nil {
-			return nil, err
+		if bound := allocBound(); n*dt.Size() > bound {
+			return nil, fmt.Errorf("fusednorm: %s: shape %v is %d bytes, over the %d bytes the library allocates at once: %w",
+				op, shape, n*dt.Size(), bound, ErrNotSupported)
 		}
-		d.t = t
+		d.t = newTensor(dt, n, shape)
+		d.t.dev = d
 		return d, nil
 	}
 	m, err := db.NewDeviceMem(dt, n)
 	if err != nil {
 		return nil, fmt.Errorf("fusednorm: %s: %w", op, err)
 	}
-	d.t = Tensor{shape: slices.Clone(shape), buf: ops.Buf{DType: dt, Dev: m}}
+	d.t = Tensor{shape: slices.Clone(shape), buf: ops.Buf{DType: dt, Dev: m}, dev: d}
 	return d, nil
 }
 
@@ -96,7 +103,7 @@ func (d *DeviceTensor) String() string { return d.t.String() + " on " + d.eng.be
 
 // check is the common part of Write and Read: src/dst a host tensor of the same dtype and shape.
 func (d *DeviceTensor) check(op string, h *Tensor) error {
-	if h.IsZero() || h.buf.Dev != nil {
+	if h.IsZero() || h.buf.Dev != nil || h.dev != nil { // a CPU device tensor too, as on a GPU
 		return argErr(op, "tensor", "want a host tensor, got %v", h)
 	}
 	if err := checkTensor(op, "tensor", h); err != nil {
@@ -121,7 +128,7 @@ func (d *DeviceTensor) Write(src Tensor) error {
 	defer d.eng.done()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed.Load() {
 		return fmt.Errorf("fusednorm: %s: %w", op, ErrClosed)
 	}
 	if d.t.buf.Dev == nil {
@@ -136,9 +143,13 @@ func (d *DeviceTensor) Write(src Tensor) error {
 
 // Read waits for the work the tensor depends on and copies it into dst, a host tensor of
 // the same dtype and shape. It returns instead the first device error of an earlier call
-// that did not wait (then dst is untouched).
+// that did not wait, or ctx's error (wrapped with ErrCanceled) when ctx ends first; then dst
+// is untouched. A nil ctx is an *ArgError on "ctx".
 func (d *DeviceTensor) Read(ctx context.Context, dst Tensor) error {
 	const op = "DeviceTensor.Read"
+	if err := checkCall(op, ctx, false); err != nil {
+		return err
+	}
 	if err := d.check(op, &dst); err != nil {
 		return err
 	}
@@ -146,18 +157,18 @@ func (d *DeviceTensor) Read(ctx context.Context, dst Tensor) error {
 		return err
 	}
 	defer d.eng.done()
-	d.mu.Lock()
-	closed := d.closed
-	d.mu.Unlock()
-	if closed {
+	if d.closed.Load() {
 		return fmt.Errorf("fusednorm: %s: %w", op, ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return callErr(op, err)
 	}
 	if d.t.buf.Dev == nil {
 		copy(dst.buf.Bytes(), d.t.buf.Bytes())
 		return nil
 	}
 	if err := d.eng.be.(ops.DeviceBackend).ReadDevice(ctx, d.t.buf.Dev, dst.buf.Bytes()); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", op, err)
+		return callErr(op, err)
 	}
 	return nil
 }
@@ -167,10 +178,9 @@ func (d *DeviceTensor) Read(ctx context.Context, dst Tensor) error {
 func (d *DeviceTensor) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed.Swap(true) {
 		return nil
 	}
-	d.closed = true
 	if d.t.buf.Dev == nil {
 		return nil
 	}
@@ -182,53 +192,29 @@ func (d *DeviceTensor) Close() error {
 }
 
 // Sync waits for every call submitted so far and returns the first device error of a call
-// that did not wait (named in the message), or nil. On the CPU it returns at once.
+// that did not wait (named in the message), or nil. On the CPU it returns at once. A ctx
+// already ended gives its error (wrapped with ErrCanceled) on every backend; a nil ctx is an
+// *ArgError on "ctx".
 func (e *Engine) Sync(ctx context.Context) error {
+	const op = "Sync"
+	if err := checkCall(op, ctx, false); err != nil {
+		return err
+	}
 	if err := e.use(); err != nil {
 		return err
 	}
 	defer e.done()
+	if err := ctx.Err(); err != nil {
+		return callErr(op, err)
+	}
 	db, ok := e.be.(ops.DeviceBackend)
 	if !ok {
 		return nil
 	}
 	if err := db.Sync(ctx); err != nil {
-		return fmt.Errorf("fusednorm: Sync: %w", err)
+		return callErr(op, err)
 	}
 	return nil
-}
-
-// foreignDevice reports a device tensor passed to an engine whose backend has no device
-// memory (a GPU engine's tensor given to a CPU engine). The GPU backend checks ownership.
-func (e *Engine) foreignDevice(op string, bufs ...*ops.Buf) error {
-	if _, ok := e.be.(ops.DeviceBackend); ok {
-		return nil
-	}
-	for _, b := range bufs {
-		if b.Dev != nil {
-			return &ArgError{Op: op, Tensor: "tensor", Rule: "a device tensor of another engine"}
-		}
-	}
-	return nil
-}
-
-func (e *Engine) checkEmbedDevice(in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
-	if _, ok := e.be.(ops.DeviceBackend); ok {
-		return nil
-	}
-	if in.IDsDev != nil || in.SegIDsDev != nil || in.MaskDev != nil || in.PosIDsDev != nil || out.MaskIndexDev != nil {
-		return &ArgError{Op: opEmbed, Tensor: "tensor", Rule: "a device tensor of another engine"}
-	}
-	return e.foreignDevice(opEmbed, &out.Out, &out.Sum)
-}
-
-func (e *Engine) checkAddDevice(a *ops.AddLN) error {
-	if a.MeanDev != nil || a.RstdDev != nil {
-		if _, ok := e.be.(ops.DeviceBackend); !ok {
-			return &ArgError{Op: opAdd, Tensor: "tensor", Rule: "a device tensor of another engine"}
-		}
-	}
-	return e.foreignDevice(opAdd, &a.X1, &a.X2, &a.Gamma, &a.Beta, &a.Bias, &a.Y, &a.X)
 }
 
 // DeviceMemory reports the device memory the engine holds now: its buffers and their bytes

@@ -39,10 +39,14 @@
 //
 // Every error wraps a sentinel for errors.Is: ErrInvalidArgument (a contract rule was broken;
 // the error is an *ArgError naming the tensor and the rule), ErrUnavailable, ErrNotSupported,
-// ErrDevice, ErrClosed. All checks, including every id against its table, run before any
-// output is written. A nil ctx is an *ArgError on "ctx". An output may not share memory with
-// an input, a weight or another output, not even exactly (no op runs in place): that is an
-// *ArgError naming both tensors.
+// ErrDevice, ErrClosed, ErrCanceled (the call's ctx ended; the error wraps ctx's error too).
+// All checks, including every id against its table, run before any output is written. A nil
+// ctx is an *ArgError on "ctx", at every entry that takes one (Engine.Sync and
+// DeviceTensor.Read among them). An output may not share memory with an input, a weight or
+// another output, not even exactly (no op runs in place), nor be the same device tensor as
+// one: that is an *ArgError naming both tensors. A device tensor of another engine is an
+// *ArgError naming it, and one closed before the call too, wrapping ErrClosed as well. These
+// checks run before the call reaches a backend, so every backend answers alike.
 //
 // A failed call leaves the caller's output structs as they were: outputs the library
 // allocates reach them only when the call succeeds. Output data the caller gave is untouched

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
 const opEmbed = "EmbedLayerNorm"
 
-// EmbedWeights are the bound tensors of an EmbedLayerNorm op (SPEC A.1). All five share one
+// EmbedWeights are the bound tensors of an EmbedLayerNorm op (spec §A.1). All five share one
 // dtype, Float32 or Float16. Segment is optional.
 type EmbedWeights struct {
 	Word     Tensor // word_embedding (V, H)
@@ -47,8 +48,11 @@ type EmbedOutputs struct {
 type EmbedLayerNorm struct {
 	eng  *Engine
 	w    ops.EmbedWeights
+	wt   EmbedWeights // the weights as given: their device tensors are checked at each call
 	prep ops.PreparedEmbed
 	memo embedMemo // the last call on device tensors (callmemo.go)
+	// closed is set by Close: later calls fail with ErrClosed on every backend.
+	closed atomic.Bool
 }
 
 // NewEmbedLayerNorm validates and binds the weights. Options: Epsilon (default 1e-12) and
@@ -63,18 +67,24 @@ func (e *Engine) NewEmbedLayerNorm(w EmbedWeights, opts ...OpOption) (*EmbedLaye
 	if err != nil {
 		return nil, err
 	}
-	if err := e.foreignDevice(opEmbed, &ow.Word, &ow.Pos, &ow.Seg, &ow.Gamma, &ow.Beta); err != nil {
+	if err := e.checkDevices(opEmbed, embedSpanNames[7:], []*Tensor{&w.Word, &w.Position, &w.Segment, &w.Gamma, &w.Beta}); err != nil {
 		return nil, err
 	}
 	prep, err := e.be.PrepareEmbed(ow)
 	if err != nil {
 		return nil, fmt.Errorf("fusednorm: %s: prepare on %s: %w", opEmbed, e.be.Info().Name, err)
 	}
-	return &EmbedLayerNorm{eng: e, w: *ow, prep: prep}, nil
+	return &EmbedLayerNorm{eng: e, w: *ow, wt: w, prep: prep}, nil
 }
 
-// Close releases the op's device resources.
-func (op *EmbedLayerNorm) Close() error { return op.prep.Close() }
+// Close releases the op's device resources. Later calls of Run fail with an error wrapping
+// ErrClosed, on every backend; Close again does nothing.
+func (op *EmbedLayerNorm) Close() error {
+	if op.closed.Swap(true) {
+		return nil
+	}
+	return op.prep.Close()
+}
 
 // Run validates the inputs (shapes, then every id against its table) and computes the
 // outputs. A nil ctx is an error (*ArgError on "ctx"). No output may share memory with an
@@ -89,9 +99,16 @@ func (op *EmbedLayerNorm) Run(ctx context.Context, in EmbedInputs, out *EmbedOut
 	if err := checkCall(opEmbed, ctx, out == nil); err != nil {
 		return err
 	}
+	if op.closed.Load() {
+		return fmt.Errorf("fusednorm: %s: prepared op: %w", opEmbed, ErrClosed)
+	}
 	if k, known, ok := op.memo.HoldLast(); ok {
 		if k.match(&in, out) {
-			err := op.runKnown(ctx, known)
+			ts := op.tensors(&in, out)
+			err := checkOpen(opEmbed, embedSpanNames[:], ts[:])
+			if err == nil {
+				err = op.runKnown(ctx, known)
+			}
 			op.memo.Release()
 			return err
 		}
@@ -114,10 +131,10 @@ func (op *EmbedLayerNorm) runKnown(ctx context.Context, known *embedCall) error 
 	}
 	defer op.eng.done()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+		return callErr(opEmbed, err)
 	}
 	if err := op.prep.Run(ctx, &known.in, &known.out); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+		return callErr(opEmbed, err)
 	}
 	op.eng.report(ctx)
 	return nil
@@ -135,17 +152,18 @@ func (op *EmbedLayerNorm) run(ctx context.Context, in *EmbedInputs, out *EmbedOu
 	f := embedFrames.Get().(*embedFrame)
 	err := checkEmbedInputs(in, &op.w, &f.in)
 	if err == nil {
-		err = embedOutputs(ctx, op.eng, out, &op.w, f)
+		ts := op.tensors(in, out)
+		err = op.eng.checkDevices(opEmbed, embedSpanNames[:], ts[:])
 	}
 	if err == nil {
-		err = op.eng.checkEmbedDevice(&f.in, &f.out)
+		err = embedOutputs(ctx, op.eng, out, &op.w, f)
 	}
 	if err == nil && keys != nil && f.fresh[0].IsZero() && f.fresh[1].IsZero() && f.fresh[2].IsZero() {
 		op.memo.Store(keys, &embedCall{f.in, f.out})
 	}
 	if err == nil {
 		if err = op.prep.Run(ctx, &f.in, &f.out); err != nil {
-			err = fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+			err = callErr(opEmbed, err)
 		}
 	}
 	if err == nil { // only now does the caller see the outputs the call allocated
@@ -171,7 +189,7 @@ type embedFrame struct {
 var embedFrames = sync.Pool{New: func() any { return new(embedFrame) }}
 
 // EmbedLayerNormOnce binds the weights, runs once and releases them: for one-off calls. It
-// checks in SPEC A.2's order (input shapes before weights). On error, out is as it was (see
+// checks in spec §A.2's order (input shapes before weights). On error, out is as it was (see
 // EmbedLayerNorm.Run).
 func (e *Engine) EmbedLayerNormOnce(ctx context.Context, w EmbedWeights, in EmbedInputs, out *EmbedOutputs, opts ...OpOption) error {
 	if err := checkCall(opEmbed, ctx, out == nil); err != nil {
@@ -191,7 +209,7 @@ func (e *Engine) EmbedLayerNormOnce(ctx context.Context, w EmbedWeights, in Embe
 // embedInputNames names the tensors of EmbedInputs in field order.
 var embedInputNames = [...]string{"input_ids", "segment_ids", "mask", "position_ids"}
 
-// checkEmbedInputShapes is SPEC A.2 rules 1–4: the input-side shape rules that ORT checks
+// checkEmbedInputShapes is spec §A.2 rules 1–4: the input-side shape rules that ORT checks
 // before the weights.
 func checkEmbedInputShapes(in *EmbedInputs) error {
 	// Names and tensors in separate arrays, as in checkAddLayerNorm: keeps in on the stack.
@@ -231,7 +249,7 @@ func checkEmbedInputShapes(in *EmbedInputs) error {
 	return nil
 }
 
-// checkEmbedWeights is SPEC A.2 rules 5–12 (the weight side) and the dtype rules of 11.
+// checkEmbedWeights is spec §A.2 rules 5–12 (the weight side) and the dtype rules of 11.
 func checkEmbedWeights(w *EmbedWeights, c *opConfig) (*ops.EmbedWeights, error) {
 	for _, t := range []struct {
 		name string
@@ -337,7 +355,7 @@ func checkEmbedDTypes(w *EmbedWeights) error {
 	return nil
 }
 
-// checkEmbedInputs is the rest of SPEC A.2 once weights are bound: rule 11's input parts
+// checkEmbedInputs is the rest of spec §A.2 once weights are bound: rule 11's input parts
 // (segment pairing, empty batch/sequence, int32 ids) and the data-dependent rules 13–16.
 // It fills oin.
 func checkEmbedInputs(in *EmbedInputs, w *ops.EmbedWeights, oin *ops.EmbedInputs) error {
@@ -394,6 +412,13 @@ var embedSpanNames = [...]string{"output", "mask_index", "embedding_sum",
 	"input_ids", "segment_ids", "mask", "position_ids",
 	"word_embedding", "position_embedding", "segment_embedding", "gamma", "beta"}
 
+// tensors are a call's tensors and the op's weights in embedSpanNames' order.
+func (op *EmbedLayerNorm) tensors(in *EmbedInputs, out *EmbedOutputs) [12]*Tensor {
+	w := &op.wt
+	return [...]*Tensor{&out.Output, &out.MaskIndex, &out.EmbeddingSum, &in.InputIDs, &in.SegmentIDs, &in.Mask, &in.PositionIDs,
+		&w.Word, &w.Position, &w.Segment, &w.Gamma, &w.Beta}
+}
+
 // embedOutputs checks the caller's outputs against the contract and against the memory of
 // the inputs, weights and each other, then allocates the missing wanted ones into
 // f.fresh (not into out: a failed call leaves out as it was), sized against the call's
@@ -413,14 +438,14 @@ func embedOutputs(ctx context.Context, e *Engine, out *EmbedOutputs, w *ops.Embe
 	if o.Sum, err = givenOutput(opEmbed, "embedding_sum", &out.EmbeddingSum, w.DType, full[:]); err != nil {
 		return err
 	}
-	spans := [...]span{spanOf(o.Out), spanI32(o.MaskIndex), spanOf(o.Sum),
-		spanI32(in.IDs), spanI32(in.SegIDs), spanI32(in.Mask), spanI32(in.PosIDs),
+	spans := [...]span{spanOf(o.Out), spanI32(o.MaskIndex, o.MaskIndexDev), spanOf(o.Sum),
+		spanI32(in.IDs, in.IDsDev), spanI32(in.SegIDs, in.SegIDsDev), spanI32(in.Mask, in.MaskDev), spanI32(in.PosIDs, in.PosIDsDev),
 		spanOf(w.Word), spanOf(w.Pos), spanOf(w.Seg), spanOf(w.Gamma), spanOf(w.Beta)}
 	if err := checkOverlap(opEmbed, embedSpanNames[:], spans[:], 3); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", opEmbed, err)
+		return callErr(opEmbed, err)
 	}
 	dts := [3]DType{w.DType, Int32, w.DType}
 	shapes := [3][]int{full[:], batch[:], full[:]}

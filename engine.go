@@ -13,10 +13,11 @@ import (
 	"github.com/fusednorm/fusednorm/internal/dawn"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
+	"github.com/fusednorm/fusednorm/internal/softauto"
 )
 
 // Contraction is a device's contraction profile: which multiply-adds of the reduction plan
-// it fuses (SPEC §C.4). Engine.Info reports it; WithContraction makes the CPU mirror it.
+// it fuses (spec §C.4). Engine.Info reports it; WithContraction makes the CPU mirror it.
 type Contraction = plan.Contraction
 
 // Backend names accepted by WithBackend and FUSEDNORM_BACKEND.
@@ -111,7 +112,7 @@ func Open(opts ...Option) (*Engine, error) {
 	case BackendAuto:
 		c.quietLoader = true // the loader's "Found no drivers" must not print on every GPU-less Open
 		be, err := openDawn(&c)
-		if err == nil && be.Info().Software && !c.autoSoftware {
+		if err == nil && be.Info().Software && !c.autoSoftware && !softauto.Kept() {
 			// A CPU rasterizer (lavapipe) runs the shaders correctly but far slower than the
 			// CPU backend: auto takes the CPU; WithBackend("dawn") still gets the adapter.
 			err = fmt.Errorf("dawn: only a software adapter (%s); the CPU backend is faster", be.Info().Device)

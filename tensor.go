@@ -26,6 +26,7 @@ const (
 type Tensor struct {
 	shape []int
 	buf   ops.Buf
+	dev   *DeviceTensor // the device tensor this is the Tensor of; nil for host memory
 }
 
 // FromFloat32 wraps data as a float32 tensor of the given shape.
@@ -69,23 +70,34 @@ func nonNil[T any](s []T) []T {
 // ErrInvalidArgument for a negative dimension or an unknown dtype, and one wrapping
 // ErrNotSupported for a tensor larger than the library allocates (see allocBound).
 func NewTensor(dt DType, shape ...int) (Tensor, error) {
-	for _, d := range shape {
-		if d < 0 {
-			return Tensor{}, fmt.Errorf("fusednorm: NewTensor: shape %v: negative dimension: %w", shape, ErrInvalidArgument)
-		}
-	}
-	if dt.Size() == 0 {
-		return Tensor{}, fmt.Errorf("fusednorm: NewTensor: dtype %v: %w", dt, ErrInvalidArgument)
-	}
-	n, ok := numel(shape)
-	if !ok {
-		return Tensor{}, fmt.Errorf("fusednorm: NewTensor: shape %v has more than %d elements: %w", shape, maxElems, ErrNotSupported)
+	n, err := sizeOf("NewTensor", dt, shape)
+	if err != nil {
+		return Tensor{}, err
 	}
 	if bound := allocBound(); n*dt.Size() > bound {
 		return Tensor{}, fmt.Errorf("fusednorm: NewTensor: shape %v is %d bytes, over the %d bytes the library allocates at once: %w",
 			shape, n*dt.Size(), bound, ErrNotSupported)
 	}
 	return newTensor(dt, n, shape), nil
+}
+
+// sizeOf is the element count of a tensor op allocates: an error wrapping
+// ErrInvalidArgument for a negative dimension or an unknown dtype, ErrNotSupported for more
+// than maxElems elements.
+func sizeOf(op string, dt DType, shape []int) (int, error) {
+	for _, d := range shape {
+		if d < 0 {
+			return 0, fmt.Errorf("fusednorm: %s: shape %v: negative dimension: %w", op, shape, ErrInvalidArgument)
+		}
+	}
+	if dt.Size() == 0 {
+		return 0, fmt.Errorf("fusednorm: %s: dtype %v: %w", op, dt, ErrInvalidArgument)
+	}
+	n, ok := numel(shape)
+	if !ok {
+		return 0, fmt.Errorf("fusednorm: %s: shape %v has more than %d elements: %w", op, shape, maxElems, ErrNotSupported)
+	}
+	return n, nil
 }
 
 // newTensor allocates a tensor of n elements, n the element count of shape, which it copies.
