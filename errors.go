@@ -29,25 +29,9 @@ var (
 )
 
 // ArgError is a contract violation: which op, which tensor or attribute, and which rule.
-// It unwraps to ErrInvalidArgument, and to Err as well when that is set.
-type ArgError struct {
-	Op     string // "EmbedLayerNorm" or "AddLayerNorm"
-	Tensor string // the ONNX/Ascend name of the tensor or attribute at fault
-	Rule   string // the rule's message, as docs/spec.md words it
-	// Err, when set, is a further sentinel the error wraps: ErrClosed for a device tensor
-	// that was closed before the call.
-	Err error
-}
-
-func (e *ArgError) Error() string {
-	return "fusednorm: " + e.Op + ": " + e.Tensor + ": " + e.Rule
-}
-
-// Unwrap makes errors.Is(err, ErrInvalidArgument) true.
-func (e *ArgError) Unwrap() error { return ErrInvalidArgument }
-
-// Is makes errors.Is(err, e.Err) true as well.
-func (e *ArgError) Is(target error) bool { return e.Err != nil && target == e.Err }
+// It unwraps to ErrInvalidArgument, and to Err as well when that is set. An id found out of
+// range by a GPU's own check (ids in device tensors, reported at the next wait) is one too.
+type ArgError = ops.ArgError
 
 // callErr wraps the error of op's call; an error of the call's ctx also wraps ErrCanceled.
 func callErr(op string, err error) error {

@@ -112,8 +112,11 @@ func (op *embedOp) Close() error {
 	defer op.life.Unlock()
 	if !op.closed {
 		op.closed = true
+		// Not during a recovery, which uploads the weights of the live ops again (recover.go).
+		op.b.life.RLock()
 		op.b.untrack(op)
 		op.release()
+		op.b.life.RUnlock()
 	}
 	return nil
 }
@@ -317,13 +320,23 @@ func (op *embedOp) run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	return nil
 }
 
-// idReport words the kernel's id-check flags: which tensors held an id out of range.
-func idReport(flags uint32) string {
+// idReport turns the kernel's id-check flags into an error on the first tensor that held an
+// id out of range (the order of spec §A.2's checks); its rule names every such tensor.
+func idReport(flags uint32) error {
+	tables := [3]string{"word_embedding", "segment_embedding", "position_embedding"}
 	var bad []string
+	first := ""
 	for i, name := range [3]string{"input_ids", "segment_ids", "position_ids"} {
 		if flags&(1<<i) != 0 {
-			bad = append(bad, name)
+			if first == "" {
+				first = name
+			}
+			bad = append(bad, fmt.Sprintf("an id of %s is outside %s's rows", name, tables[i]))
 		}
 	}
-	return strings.Join(bad, " and ") + ": input index out of range"
+	if first == "" {
+		return &ops.ArgError{Op: opEmbed, Tensor: "input_ids", Rule: fmt.Sprintf("input index out of range: id check word %#x", flags)}
+	}
+	return &ops.ArgError{Op: opEmbed, Tensor: first,
+		Rule: "input index out of range: " + strings.Join(bad, ", and ") + " (found by the device's check)"}
 }

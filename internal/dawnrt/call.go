@@ -154,7 +154,7 @@ type Call struct {
 	zeroBytes uint64
 	// idReport, when set, formats the id-check status word a post copy delivers (nonzero
 	// when the kernel met an id out of range).
-	idReport func(status uint32) string
+	idReport func(status uint32) error
 	// wait: wait for the call even though it reads nothing back (Sync).
 	wait bool
 	// clock: time the kernel on the device; the call then waits.
@@ -277,7 +277,7 @@ func (s *Call) Read(buf *Buffer, slot Slot, off uint64, dst []byte) {
 
 // CheckIDs makes a post copy with DstIDCheck deliver the kernel's id-check status word; the
 // next wait reports a nonzero word as report formats it, wrapping ErrInvalidArgument.
-func (s *Call) CheckIDs(report func(status uint32) string) { s.idReport = report }
+func (s *Call) CheckIDs(report func(status uint32) error) { s.idReport = report }
 
 // Wait makes the call wait for the work submitted so far, even with nothing to read back.
 func (s *Call) Wait() { s.wait = true }

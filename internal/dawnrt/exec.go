@@ -97,7 +97,7 @@ type executor struct {
 	idBuf    *Buffer
 	idName   [idSlots]string
 	idSeq    [idSlots]uint64
-	idReport [idSlots]func(uint32) string
+	idReport [idSlots]func(uint32) error
 	idHead   uint64
 	idTail   uint64
 
@@ -897,8 +897,8 @@ func (x *executor) checkIDs(wt *waiter) {
 	}
 	for i := max(wt.idFrom, x.idTail); i < wt.idTo; i++ {
 		if w := words[i%idSlots]; w != 0 && x.pending == nil {
-			x.pending = fmt.Errorf("dawn: %s (call %d): %s (detected on the device; that call's outputs are unspecified): %w",
-				x.idName[i%idSlots], x.idSeq[i%idSlots], x.idReport[i%idSlots](w), ops.ErrInvalidArgument)
+			x.pending = fmt.Errorf("dawn: %s (call %d), detected on the device (that call's outputs are unspecified): %w",
+				x.idName[i%idSlots], x.idSeq[i%idSlots], x.idReport[i%idSlots](w))
 		}
 	}
 	if wt.idTo > x.idTail {

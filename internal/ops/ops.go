@@ -300,3 +300,25 @@ type Backend interface {
 	AddLayerNorm(ctx context.Context, a *AddLN) error
 	Close() error
 }
+
+// ArgError is a contract violation: which op, which tensor or attribute, and which rule. The
+// root package exports it as fusednorm.ArgError; a backend returns one for what only it can
+// check (ids in device tensors, checked on the GPU).
+type ArgError struct {
+	Op     string // "EmbedLayerNorm" or "AddLayerNorm"
+	Tensor string // the ONNX/Ascend name of the tensor or attribute at fault
+	Rule   string // the rule's message, as docs/spec.md words it
+	// Err, when set, is a further sentinel the error wraps: ErrClosed for a device tensor
+	// that was closed before the call.
+	Err error
+}
+
+func (e *ArgError) Error() string {
+	return "fusednorm: " + e.Op + ": " + e.Tensor + ": " + e.Rule
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidArgument) true.
+func (e *ArgError) Unwrap() error { return ErrInvalidArgument }
+
+// Is makes errors.Is(err, e.Err) true as well.
+func (e *ArgError) Is(target error) bool { return e.Err != nil && target == e.Err }
