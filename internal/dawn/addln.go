@@ -95,8 +95,11 @@ func (p *addPrep) Close() error {
 	defer p.life.Unlock()
 	if !p.closed {
 		p.closed = true
+		// Not during a recovery, which uploads the weights of the live ops again (recover.go).
+		p.b.life.RLock()
 		p.b.untrack(p)
 		p.release()
+		p.b.life.RUnlock()
 	}
 	return nil
 }

@@ -5,14 +5,17 @@ package dawn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fusednorm/fusednorm/internal/cpu"
+	"github.com/fusednorm/fusednorm/internal/dawnrt"
 	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
@@ -56,7 +59,7 @@ func reference(t *testing.T, b *Backend) *cpu.Backend {
 
 // onLavapipe reports whether the device is Mesa's CPU Vulkan driver.
 func onLavapipe(b *Backend) bool {
-	i := b.dev.info
+	i := b.dev.Info()
 	return strings.Contains(strings.ToLower(i.Device+i.Vendor), "llvmpipe") || strings.EqualFold(i.Vendor, "mesa")
 }
 
@@ -215,29 +218,102 @@ func TestHalfConversions(t *testing.T) {
 // 14), on every backend and CPU level; what stays here is what only this backend has: the
 // probe kernels, calibration, ids checked on the device, closed ops, binding limits.
 
+// TestEmbedBadIDOnDevice: ids in device tensors are checked by the kernel (spec §A.2a): an
+// id out of range fails the call (or, for a call that does not wait, the next wait) wrapping
+// ErrInvalidArgument and naming the tensor; the device stays usable. Host ids are the
+// caller's to check before the call (the root package does).
 func TestEmbedBadIDOnDevice(t *testing.T) {
 	b := backend(t)
-	w := ops.EmbedWeights{DType: ops.F16, H: 3, V: 2, P: 2, Epsilon: 1e-12,
+	w := ops.EmbedWeights{DType: ops.F16, H: 3, V: 2, P: 2, G: 2, Epsilon: 1e-12,
 		Word: testkit.Float(ops.F16, make([]float32, 6)), Pos: testkit.Float(ops.F16, make([]float32, 6)),
+		Seg:   testkit.Float(ops.F16, make([]float32, 6)),
 		Gamma: testkit.Float(ops.F16, make([]float32, 3)), Beta: testkit.Float(ops.F16, make([]float32, 3))}
 	op, err := b.PrepareEmbed(&w)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer op.Close()
-	for _, ids := range [][]int32{{0, 2}, {-1, 0}, {1 << 30, 0}} {
-		in := ops.EmbedInputs{B: 1, S: 2, IDs: ids}
+	ctx := context.Background()
+	dev := func(v []int32) ops.DeviceMem {
+		m, err := b.NewDeviceMem(ops.I32, len(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.FreeDevice(m) })
+		if err := b.WriteDevice(m, bytesOf(v)); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	good := []int32{1, 0}
+	for _, tc := range []struct {
+		ids, seg, pos []int32
+		bad           string
+	}{
+		{ids: []int32{0, 2}, bad: "input_ids"},
+		{ids: []int32{-1, 0}, bad: "input_ids"},
+		{ids: []int32{1 << 30, 0}, bad: "input_ids"},
+		{ids: good, seg: []int32{0, 2}, bad: "segment_ids"},
+		{ids: good, pos: []int32{0, -3}, bad: "position_ids"},
+		{ids: []int32{5, 0}, seg: []int32{7, 0}, bad: "input_ids and segment_ids"},
+	} {
+		in := ops.EmbedInputs{B: 1, S: 2, IDsDev: dev(tc.ids)}
+		if tc.seg != nil {
+			in.SegIDsDev = dev(tc.seg)
+		}
+		if tc.pos != nil {
+			in.PosIDsDev, in.PosBatch = dev(tc.pos), 1
+		}
 		out := ops.EmbedOutputs{Out: testkit.Zeros(ops.F16, 6)}
-		err := op.Run(context.Background(), &in, &out)
-		if !errors.Is(err, ops.ErrInvalidArgument) {
-			t.Errorf("ids %v: err = %v, want ErrInvalidArgument", ids, err)
+		// An *ArgError on the first tensor at fault, its rule naming each one, in the report
+		// that names the call.
+		names := func(err error) bool {
+			var ae *ops.ArgError
+			if !errors.As(err, &ae) || ae.Tensor != strings.Fields(tc.bad)[0] || !strings.Contains(ae.Rule, "input index out of range") {
+				return false
+			}
+			for _, n := range strings.Split(tc.bad, " and ") {
+				if !strings.Contains(ae.Rule, "an id of "+n+" is outside") {
+					return false
+				}
+			}
+			return true
+		}
+		err := op.Run(ctx, &in, &out)
+		if !errors.Is(err, ops.ErrInvalidArgument) || !names(err) || !strings.Contains(err.Error(), "EmbedLayerNorm (call ") {
+			t.Errorf("ids %v, segment ids %v, position ids %v: err = %v, want an *ArgError naming %s", tc.ids, tc.seg, tc.pos, err, tc.bad)
+		}
+		// With a device output the call does not wait: the next wait reports it.
+		out = ops.EmbedOutputs{Out: ops.Buf{DType: ops.F16, Dev: mustDevice(t, b, ops.F16, 6)}}
+		if err := op.Run(ctx, &in, &out); err != nil {
+			t.Errorf("a call that does not wait: %v", err)
+		}
+		if err := b.Sync(ctx); !errors.Is(err, ops.ErrInvalidArgument) || !names(err) {
+			t.Errorf("Sync after bad device ids %v: %v", tc.ids, err)
 		}
 	}
-	// The device stays usable.
+	// The device stays usable, with device ids and host ones.
 	out := ops.EmbedOutputs{Out: testkit.Zeros(ops.F16, 6)}
-	if err := op.Run(context.Background(), &ops.EmbedInputs{B: 1, S: 2, IDs: []int32{1, 0}}, &out); err != nil {
+	if err := op.Run(ctx, &ops.EmbedInputs{B: 1, S: 2, IDsDev: dev(good)}, &out); err != nil {
 		t.Fatal(err)
 	}
+	if err := op.Run(ctx, &ops.EmbedInputs{B: 1, S: 2, IDs: good}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustDevice is a device tensor of n elements, freed when the test ends.
+func mustDevice(t *testing.T, b *Backend, dt ops.DType, n int) ops.DeviceMem {
+	t.Helper()
+	m, err := b.NewDeviceMem(dt, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.FreeDevice(m) })
+	return m
 }
 
 func TestEmbedClosed(t *testing.T) {
@@ -257,7 +333,7 @@ func TestEmbedClosed(t *testing.T) {
 }
 
 func TestBindingLimit(t *testing.T) {
-	fake := &Backend{limits: deviceLimits{MaxStorageBufferBindingSize: 1 << 20, MaxBufferSize: 1 << 30}}
+	fake := &Backend{limits: dawnrt.Limits{MaxStorageBufferBindingSize: 1 << 20, MaxBufferSize: 1 << 30}}
 	err := fake.checkBinding("PrepareEmbed", "word_embedding", 1<<21)
 	if !errors.Is(err, ops.ErrNotSupported) || !strings.Contains(err.Error(), "word_embedding") ||
 		!strings.Contains(err.Error(), "maxStorageBufferBindingSize") {
@@ -268,7 +344,7 @@ func TestBindingLimit(t *testing.T) {
 	}
 }
 
-// BenchmarkAddLN times one call (upload, dispatch, readback) of a BERT-sized AddLayerNorm.
+// BenchmarkAddLN times one call (upload, dispatch, read-back) of a BERT-sized AddLayerNorm.
 func BenchmarkAddLN(bm *testing.B) {
 	for _, dt := range []ops.DType{ops.F32, ops.F16} {
 		bm.Run(dt.String(), func(bm *testing.B) {
@@ -280,9 +356,9 @@ func BenchmarkAddLN(bm *testing.B) {
 				Gamma: testkit.Float(dt, testkit.Normal(r, D, 1, 0)), Beta: testkit.Float(dt, testkit.Normal(r, D, 1, 0)),
 				Y: testkit.Zeros(dt, N*D), Mean: make([]float32, N), Rstd: make([]float32, N)}
 			bm.SetBytes(int64(N * D * dt.Size() * 3))
-			gpu := timeGPU(b, bm)
+			gpu, ctx := timeGPU(bm)
 			for bm.Loop() {
-				if err := b.AddLayerNorm(context.Background(), a); err != nil {
+				if err := b.AddLayerNorm(ctx, a); err != nil {
 					bm.Fatal(err)
 				}
 				gpu.add()
@@ -315,9 +391,9 @@ func BenchmarkEmbed(bm *testing.B) {
 			}
 			out := ops.EmbedOutputs{Out: testkit.Zeros(dt, B*S*H), MaskIndex: make([]int32, B)}
 			bm.SetBytes(int64(B * S * H * dt.Size() * 4))
-			gpu := timeGPU(b, bm)
+			gpu, ctx := timeGPU(bm)
 			for bm.Loop() {
-				if err := op.Run(context.Background(), &in, &out); err != nil {
+				if err := op.Run(ctx, &in, &out); err != nil {
 					bm.Fatal(err)
 				}
 				gpu.add()
@@ -327,34 +403,108 @@ func BenchmarkEmbed(bm *testing.B) {
 	}
 }
 
-// gpuTimer sums the compute-pass times of a benchmark's calls (timestamp queries), reported
-// as gpu-µs/op next to the round-trip time.
+// gpuTimer sums the kernel times of a benchmark's calls (ops.KernelClock: timestamp queries
+// around the dispatch), reported as gpu-µs/op next to the round-trip time; nothing where the
+// device has no timestamp queries.
 type gpuTimer struct {
-	b     *Backend
 	bm    *testing.B
-	total int64
+	clock ops.KernelClock
+	total time.Duration
 	n     int
 }
 
-func timeGPU(b *Backend, bm *testing.B) *gpuTimer {
-	if !b.dev.hasFeature("TimestampQuery") {
-		return &gpuTimer{bm: bm}
-	}
-	b.timed.Store(true)
-	bm.Cleanup(func() { b.timed.Store(false) })
-	return &gpuTimer{b: b, bm: bm}
+// timeGPU returns the timer and the context that times each call into it.
+func timeGPU(bm *testing.B) (*gpuTimer, context.Context) {
+	g := &gpuTimer{bm: bm, clock: ops.KernelClock{Repeat: 1}}
+	return g, ops.WithKernelClock(context.Background(), &g.clock)
 }
 
 func (g *gpuTimer) add() {
-	if g.b != nil {
-		g.total += g.b.gpuTime.Load()
+	if g.clock.PerCall > 0 {
+		g.total += g.clock.PerCall
 		g.n++
 	}
+	g.clock.PerCall = 0
 }
 
 func (g *gpuTimer) report() {
 	if g.n > 0 {
-		g.bm.ReportMetric(float64(g.total)/float64(g.n)/1e3, "gpu-µs/op")
+		g.bm.ReportMetric(float64(g.total.Nanoseconds())/float64(g.n)/1e3, "gpu-µs/op")
+	}
+}
+
+// TestKernelClock times both ops with ops.KernelClock: PerCall is set where the device has
+// timestamp queries (zero elsewhere), and a kernel dispatched Repeat times in the timed pass
+// gives the bits of one untimed call.
+func TestKernelClock(t *testing.T) {
+	b := backend(t)
+	timestamps := b.dev.HasFeature("TimestampQuery")
+	c := testkit.AddLNCase{Row: ops.AddDTypeRows[3], N: 9, D: 301, Bias: 1, WriteX: true, Seed: 41}
+	want, got := c.Problem(), c.Problem()
+	if err := b.AddLayerNorm(context.Background(), want); err != nil {
+		t.Fatal(err)
+	}
+	clock := ops.KernelClock{Repeat: 4}
+	if err := b.AddLayerNorm(ops.WithKernelClock(context.Background(), &clock), got); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("AddLayerNorm %v: %v per call (TimestampQuery %v)", c, clock.PerCall, timestamps)
+	if timestamps != (clock.PerCall > 0) {
+		t.Errorf("TimestampQuery %v, PerCall %v", timestamps, clock.PerCall)
+	}
+	testkit.CompareBufs(t, nil, "y", got.Y, want.Y)
+	testkit.CompareBufs(t, nil, "x", got.X, want.X)
+	testkit.CompareBufs(t, nil, "mean", testkit.Float(ops.F32, got.Mean), testkit.Float(ops.F32, want.Mean))
+
+	e := testkit.EmbedCase{Name: "clock", DType: ops.F16, B: 2, S: 5, H: 37, V: 11, P: 5, G: 2, SegIDs: true,
+		Mask: true, WantMaskIndex: true, WantSum: true, Seed: 3}
+	w, in := e.Problem()
+	op, err := b.PrepareEmbed(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	wantE, gotE := e.Outputs(), e.Outputs()
+	if err := op.Run(context.Background(), in, wantE); err != nil {
+		t.Fatal(err)
+	}
+	clock = ops.KernelClock{Repeat: 3}
+	if err := op.Run(ops.WithKernelClock(context.Background(), &clock), in, gotE); err != nil {
+		t.Fatal(err)
+	}
+	if timestamps != (clock.PerCall > 0) {
+		t.Errorf("EmbedLayerNorm: TimestampQuery %v, PerCall %v", timestamps, clock.PerCall)
+	}
+	testkit.CompareBufs(t, nil, "output", gotE.Out, wantE.Out)
+	testkit.CompareBufs(t, nil, "embedding_sum", gotE.Sum, wantE.Sum)
+	testkit.CompareBufs(t, nil, "mask_index", ops.Buf{DType: ops.I32, I32: gotE.MaskIndex}, ops.Buf{DType: ops.I32, I32: wantE.MaskIndex})
+}
+
+// TestConfigLibraryAndAdapter: New takes the library and adapter it is given, and says so
+// when they are not there; dawn's ListAdapters is the runtime's list.
+func TestConfigLibraryAndAdapter(t *testing.T) {
+	b := backend(t)
+	list, err := ListAdapters("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := dawnrt.ListAdapters("")
+	if err != nil || len(rt) != len(list) || len(list) == 0 || list[0] != rt[0] {
+		t.Fatalf("ListAdapters: %v, the runtime's %v (%v)", list, rt, err)
+	}
+	if info := b.Info(); info.Device != list[0].String() {
+		t.Errorf("the default backend runs on %s, the first adapter listed is %s", info.Device, list[0])
+	}
+	if _, err := New(Config{Adapter: len(list) + 1}); !errors.Is(err, ops.ErrUnavailable) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("lists %d Vulkan adapter", len(list))) {
+		t.Errorf("an adapter past the list: %v", err)
+	}
+	if _, err := New(Config{Library: "/nonexistent/libwebgpu_dawn.so"}); !errors.Is(err, ops.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "/nonexistent/libwebgpu_dawn.so") {
+		t.Errorf("a missing library: %v", err)
+	}
+	if lib := b.Info().Library; !strings.HasPrefix(lib, "/") || lib != b.dev.Library() {
+		t.Errorf("Info().Library = %q", lib)
 	}
 }
 

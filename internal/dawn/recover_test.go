@@ -15,7 +15,6 @@ import (
 
 	"github.com/fusednorm/fusednorm/internal/cpu"
 	"github.com/fusednorm/fusednorm/internal/ops"
-	"github.com/fusednorm/fusednorm/internal/plan"
 	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
@@ -45,31 +44,40 @@ func (h *lossHook) inject(site string) error {
 // lossFixture is a fresh backend (not the shared one: it loses its device) with a prepared
 // EmbedLayerNorm and an AddLayerNorm problem, and their results before any loss.
 type lossFixture struct {
-	b        *Backend
-	hook     *lossHook
-	emb      ops.PreparedEmbed
-	embIn    ops.EmbedInputs
-	addIn    ops.AddLN
-	embWant  []float32
-	addWant  []float32
-	cpuEmb   []float32 // the CPU backend's results, mirroring the device's profile
-	cpuAdd   []float32
-	logs     *strings.Builder
-	logMu    *sync.Mutex
-	fallback bool
+	b       *Backend
+	hook    *lossHook
+	emb     ops.PreparedEmbed
+	embIn   ops.EmbedInputs
+	addIn   ops.AddLN
+	embWant []float32
+	addWant []float32
+	cpuEmb  []float32 // the CPU backend's results, mirroring the device's profile
+	cpuAdd  []float32
+	logs    *lockedBuilder
 }
 
-func newLossFixture(t *testing.T, fallback bool) *lossFixture {
+// lockedBuilder is a strings.Builder for a logger that several goroutines write.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func newLossFixture(t *testing.T) *lossFixture {
 	t.Helper()
-	f := &lossFixture{hook: &lossHook{}, logs: &strings.Builder{}, logMu: &sync.Mutex{}, fallback: fallback}
-	cfg := Config{
-		Inject: f.hook.inject,
-		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: f.logs, mu: f.logMu}, nil)),
-	}
-	if fallback {
-		cfg.Fallback = func(p plan.Contraction) (ops.Backend, error) { return cpu.New(cpu.Options{Profile: p}) }
-	}
-	b, err := New(cfg)
+	f := &lossFixture{hook: &lossHook{}, logs: &lockedBuilder{}}
+	b, err := New(Config{Faults: f.hook.inject, Logger: slog.New(slog.NewTextHandler(f.logs, nil))})
 	if err != nil {
 		testkit.SkipWithoutDawn(t, err)
 	}
@@ -171,9 +179,13 @@ func (f *lossFixture) loseDuring(t *testing.T, name string, call func() ([]float
 // EmbedLayerNorm and during an AddLayerNorm: each call in flight fails wrapping ErrDevice with
 // "device lost", the next call reopens a device, uploads the prepared weights again, and
 // gives the bits of before, which are the CPU backend's under the device's profile. Run it on
-// a GPU with: go test -run TestBackendDeviceLossRecovery -v ./dawn/
+// a GPU with: go test -run TestBackendDeviceLossRecovery -v ./internal/dawn/
 func TestBackendDeviceLossRecovery(t *testing.T) {
-	f := newLossFixture(t, false)
+	f := newLossFixture(t)
+	dev, err := f.b.NewDeviceMem(ops.F32, 10) // a device tensor: it dies with the device
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("device: %s; library: %s", f.b.Info().Device, f.b.Info().Library)
 	t.Logf("before the loss: embed differs from the CPU (profile %v) in %d of %d, addln in %d of %d",
 		f.b.Info().Profile, sameBits(f.embWant, f.cpuEmb), len(f.cpuEmb), sameBits(f.addWant, f.cpuAdd), len(f.cpuAdd))
@@ -214,63 +226,121 @@ func TestBackendDeviceLossRecovery(t *testing.T) {
 	if n := f.hook.opens.Load(); n != 3 {
 		t.Errorf("opened %d devices, want 3 (the first and two reopens)", n)
 	}
-	f.logMu.Lock()
-	defer f.logMu.Unlock()
-	if !strings.Contains(f.logs.String(), "device reopened") {
-		t.Errorf("the logger did not hear of the recovery: %s", f.logs.String())
+	if logs := f.logs.String(); !strings.Contains(logs, "device reopened") || !strings.Contains(logs, "device lost") {
+		t.Errorf("the logger did not hear of the loss and the recovery: %s", logs)
+	}
+	// The device tensor made before the losses died with its device; freeing it is fine.
+	if err := f.b.ReadDevice(context.Background(), dev, make([]byte, 40)); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Errorf("reading a device tensor of the lost device: %v", err)
+	}
+	if err := f.b.WriteDevice(dev, make([]byte, 40)); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Errorf("writing a device tensor of the lost device: %v", err)
+	}
+	a := f.addIn
+	a.X1 = ops.Buf{DType: ops.F32, Dev: dev}
+	a.N, a.D = 1, 10
+	a.X2, a.Gamma, a.Beta = testkit.Zeros(ops.F32, 10), testkit.Zeros(ops.F32, 10), testkit.Zeros(ops.F32, 10)
+	a.Y = testkit.Zeros(ops.F32, 10)
+	if err := f.b.AddLayerNorm(context.Background(), &a); !errors.Is(err, ops.ErrInvalidArgument) || !strings.Contains(err.Error(), "x1") {
+		t.Errorf("AddLayerNorm on a device tensor of the lost device: %v", err)
+	}
+	if err := f.b.FreeDevice(dev); err != nil {
+		t.Errorf("FreeDevice of a device tensor of the lost device: %v", err)
+	}
+	if n, bytes := f.b.DeviceMemory(); n == 0 || bytes == 0 {
+		t.Errorf("DeviceMemory after the recovery: %d buffers, %d bytes (the prepared op's weights at least)", n, bytes)
 	}
 }
 
-// TestBackendDeviceLossFallback: with a fallback (auto mode) and no device to reopen, the backend
-// carries on with the CPU backend mirroring the device's profile: same bits, Info says so.
-// Without one, calls fail wrapping ErrDevice until a device can be reopened.
-func TestBackendDeviceLossFallback(t *testing.T) {
-	for _, fallback := range []bool{true, false} {
-		f := newLossFixture(t, fallback)
-		f.hook.failOpen.Store(true)
-		f.loseDuring(t, "AddLayerNorm", f.runAdd)
-		got, err := f.runEmbed()
-		if !fallback {
-			if !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "not reopened") {
-				t.Fatalf("no fallback, no device: want ErrDevice, got %v", err)
-			}
-			if info := f.b.Info(); info.Name != "dawn" || !strings.Contains(info.Health, "not reopened") {
-				t.Errorf("Info while the device is gone: %+v", info)
-			}
-			f.hook.failOpen.Store(false) // the device is back
-			if got, err = f.runEmbed(); err != nil {
-				t.Fatalf("once a device can be opened again: %v", err)
-			}
-		} else if err != nil {
-			t.Fatalf("fallback: %v", err)
-		}
-		if bad := sameBits(got, f.embWant); bad != 0 {
-			t.Errorf("fallback %v: EmbedLayerNorm: %d elements differ from before the loss", fallback, bad)
-		}
-		got, err = f.runAdd()
-		if err != nil || sameBits(got, f.addWant) != 0 {
-			t.Errorf("fallback %v: AddLayerNorm after the loss: %v, %d elements differ", fallback, err, sameBits(got, f.addWant))
-		}
-		info := f.b.Info()
-		t.Logf("fallback %v: %s on %s; health: %s", fallback, info.Name, info.Device, info.Health)
-		if fallback && (info.Name != "cpu" || !strings.Contains(info.Health, "running on the CPU")) {
-			t.Errorf("Info after falling back: %+v", info)
-		}
-		if err := f.b.setKernelTiming(true); fallback && !errors.Is(err, ops.ErrNotSupported) {
-			t.Errorf("setKernelTiming on the CPU fallback: %v", err)
+// TestBackendDeviceLossUnrecoverable: when no device can be reopened after a loss, every
+// call fails wrapping ops.ErrDevice (the root router then moves to the CPU), Info's Health
+// says so, and Recover reports why; once a device can be opened again, Recover (or the next
+// call) reopens it and the calls give the bits of before the loss. After Close every entry
+// fails with ErrClosed.
+func TestBackendDeviceLossUnrecoverable(t *testing.T) {
+	f := newLossFixture(t)
+	f.hook.failOpen.Store(true)
+	f.loseDuring(t, "AddLayerNorm", f.runAdd)
+	for range 2 { // the call that finds the loss, and the next one, which tries again
+		if _, err := f.runEmbed(); !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "not reopened") ||
+			!strings.Contains(err.Error(), "no device to reopen") {
+			t.Fatalf("no device to reopen: want ErrDevice saying why, got %v", err)
 		}
 	}
-}
+	if info := f.b.Info(); info.Name != "dawn" || !strings.Contains(info.Health, "not reopened") {
+		t.Errorf("Info while the device is gone: %+v", info)
+	}
+	err := f.b.Recover()
+	if !errors.Is(err, ops.ErrDevice) || !strings.Contains(err.Error(), "not reopened") {
+		t.Errorf("Recover with no device to reopen: %v", err)
+	}
+	t.Logf("Recover: %v", err)
+	if _, err := f.b.NewDeviceMem(ops.F32, 4); !errors.Is(err, ops.ErrDevice) {
+		t.Errorf("NewDeviceMem with no device: %v", err)
+	}
+	if err := f.b.Sync(context.Background()); !errors.Is(err, ops.ErrDevice) {
+		t.Errorf("Sync with no device: %v", err)
+	}
+	if n, _ := f.b.DeviceMemory(); n != 0 {
+		t.Errorf("DeviceMemory with no device: %d buffers", n)
+	}
 
-// TestBackendKernelTimingAfterClose: a closed backend says so.
-func TestBackendKernelTimingAfterClose(t *testing.T) {
-	b, err := New(Config{})
-	if err != nil {
-		t.Skip(err)
+	f.hook.failOpen.Store(false) // the device is back
+	opens := f.hook.opens.Load()
+	if err := f.b.Recover(); err != nil {
+		t.Fatalf("Recover once a device can be opened: %v", err)
 	}
-	b.Close()
-	if err := b.setKernelTiming(true); !errors.Is(err, ops.ErrClosed) {
-		t.Errorf("setKernelTiming after Close: %v", err)
+	if f.hook.opens.Load() != opens+1 {
+		t.Errorf("Recover opened %d devices, want 1", f.hook.opens.Load()-opens)
+	}
+	if err := f.b.Recover(); err != nil || f.hook.opens.Load() != opens+1 {
+		t.Errorf("Recover of a working device: %v, %d opens", err, f.hook.opens.Load()-opens)
+	}
+	if info := f.b.Info(); info.Name != "dawn" || !strings.Contains(info.Health, "reopened in") {
+		t.Errorf("Info after the recovery: %+v", info)
+	}
+	got, err := f.runEmbed()
+	if err != nil || sameBits(got, f.embWant) != 0 {
+		t.Errorf("EmbedLayerNorm after the recovery: %v, %d elements differ", err, sameBits(got, f.embWant))
+	}
+	got, err = f.runAdd()
+	if err != nil || sameBits(got, f.addWant) != 0 {
+		t.Errorf("AddLayerNorm after the recovery: %v, %d elements differ", err, sameBits(got, f.addWant))
+	}
+
+	// Closed: every entry says so, and a second Close is fine.
+	if err := f.b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.b.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := f.runAdd(); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("AddLayerNorm after Close: %v", err)
+	}
+	if _, err := f.runEmbed(); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("a prepared op's Run after the backend's Close: %v", err)
+	}
+	if _, err := f.b.PrepareEmbed(&ops.EmbedWeights{}); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("PrepareEmbed after Close: %v", err)
+	}
+	if _, err := f.b.PrepareAddLN(ops.Buf{}, ops.Buf{}, ops.Buf{}, false); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("PrepareAddLN after Close: %v", err)
+	}
+	if _, err := f.b.NewDeviceMem(ops.F32, 4); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("NewDeviceMem after Close: %v", err)
+	}
+	if err := f.b.Sync(context.Background()); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("Sync after Close: %v", err)
+	}
+	if err := f.b.Recover(); !errors.Is(err, ops.ErrClosed) {
+		t.Errorf("Recover after Close: %v", err)
+	}
+	if n, bytes := f.b.DeviceMemory(); n != 0 || bytes != 0 {
+		t.Errorf("DeviceMemory after Close: %d, %d", n, bytes)
+	}
+	if info := f.b.Info(); info.Name != "dawn" {
+		t.Errorf("Info after Close: %+v", info)
 	}
 }
 
@@ -278,7 +348,7 @@ func TestBackendKernelTimingAfterClose(t *testing.T) {
 // each call either succeeds with the bits of before or fails wrapping ErrDevice; afterwards
 // every call succeeds again. Meant for -race.
 func TestBackendDeviceLossConcurrent(t *testing.T) {
-	f := newLossFixture(t, false)
+	f := newLossFixture(t)
 	const workers, rounds = 6, 6
 	var wg sync.WaitGroup
 	var failed atomic.Int32
@@ -317,5 +387,50 @@ func TestBackendDeviceLossConcurrent(t *testing.T) {
 		if _, err := run(); err != nil {
 			t.Errorf("after the loss: %v", err)
 		}
+	}
+}
+
+// TestBackendCloseDuringRecovery closes prepared ops while a recovery uploads the weights of
+// the live ones again: the closed ops' weights are not uploaded (nothing is left on the new
+// device but the live op's), and nothing races. Meant for -race.
+func TestBackendCloseDuringRecovery(t *testing.T) {
+	f := newLossFixture(t)
+	for round := range 3 {
+		var preps []ops.PreparedAddLN
+		for range 12 {
+			p, err := f.b.PrepareAddLN(testkit.Zeros(ops.F32, 300), testkit.Zeros(ops.F32, 300), testkit.Zeros(ops.F32, 1<<18), true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			preps = append(preps, p)
+		}
+		f.loseDuring(t, "AddLayerNorm", f.runAdd)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := f.b.Recover(); err != nil {
+				t.Errorf("round %d: Recover: %v", round, err)
+			}
+		}()
+		go func() { // while the new device opens and the weights go up again
+			defer wg.Done()
+			for _, p := range preps {
+				time.Sleep(10 * time.Millisecond)
+				if err := p.Close(); err != nil {
+					t.Errorf("round %d: Close: %v", round, err)
+				}
+			}
+		}()
+		wg.Wait()
+		// Left on the device: the prepared EmbedLayerNorm's word and position tables and
+		// gamma+beta, nothing of the closed ops.
+		if n, _ := f.b.DeviceMemory(); n != 3 {
+			t.Errorf("round %d: %d buffers on the device after the recovery, want the live op's 3", round, n)
+		}
+	}
+	got, err := f.runEmbed()
+	if err != nil || sameBits(got, f.embWant) != 0 {
+		t.Errorf("EmbedLayerNorm after the recoveries: %v, %d elements differ", err, sameBits(got, f.embWant))
 	}
 }

@@ -10,25 +10,14 @@ import (
 
 	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/plan"
-	"github.com/fusednorm/fusednorm/internal/testkit"
 	"github.com/fusednorm/fusednorm/shaders"
 )
-
-// routesBackend opens the default device, or skips (fails with FUSEDNORM_REQUIRE_DAWN=1).
-func routesBackend(t *testing.T) *Backend {
-	b, err := New(Config{})
-	if err != nil {
-		testkit.SkipWithoutDawn(t, err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
 
 // TestRstdRoutes checks both routes of the kernels' exact rstd against the CPU's: the one the
 // kernels take (the device's sqrt and division, corrected by exact integer checks) and the
 // digit-by-digit one it falls back to, which no device here needs.
 func TestRstdRoutes(t *testing.T) {
-	b := routesBackend(t)
+	b := backend(t)
 	var in []uint32
 	for e := -149; e <= 127; e++ { // powers of two and their neighbours, subnormals included
 		p := math.Float32bits(float32(math.Ldexp(1, e)))
@@ -71,7 +60,7 @@ func TestRstdRoutes(t *testing.T) {
 // the rounding boundaries around each, overflow and random float32: the integer form, and the
 // Fast16 form (the builtins' round trip outside the normal range) where calibration chose it.
 func TestRound16Routes(t *testing.T) {
-	b := routesBackend(t)
+	b := backend(t)
 	var in []uint32
 	add := func(f float32) { in = append(in, math.Float32bits(f), math.Float32bits(-f)) }
 	for h := uint16(0); h < 0x7c00; h++ {
