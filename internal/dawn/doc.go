@@ -4,9 +4,9 @@
 //
 // The user API is the root package, fusednorm, which opens this backend (WithBackend,
 // FUSEDNORM_BACKEND); importing dawn directly is not supported, since Backend's methods take
-// and return internal/ops types. The exceptions are what this package documents for the
-// module's own tools: ListAdapters, and CopyProbe, the copy-bandwidth ceiling the benchmark
-// puts beside the kernels.
+// and return internal/ops types. It sits on internal/dawnrt, the runtime that speaks C: each op
+// builds one dawnrt.Call from its binding table (package shaders) and runs it on the device's
+// executor, host tensors or device tensors alike.
 //
 // # Backends
 //
@@ -25,18 +25,20 @@
 //
 // # Thread safety
 //
-// A Backend and the ops it prepares are safe for concurrent use. Prepared embedding weights
-// stay resident on the device; per-call buffers come from a pool. Close waits for calls in
-// flight and then releases everything; calls after Close fail with ops.ErrClosed.
+// A Backend and the ops it prepares are safe for concurrent use. Prepared weights stay
+// resident on the device; a call's scratch buffers and bind group are cached by the executor.
+// Close waits for calls in flight and then releases everything; calls after Close fail with
+// ops.ErrClosed.
 //
 // # Errors
 //
 // Errors wrap the sentinels of internal/ops (re-exported by the root package):
 // ErrUnavailable when the library, an adapter or cgo is missing; ErrNotSupported when a tensor
-// exceeds a device limit (the message names the tensor and the limit); ErrInvalidArgument when
-// the device finds an id out of range (the host validates ids first, so this is a defence in
-// depth); ErrDevice when Dawn rejects or loses work (after a loss the next call opens a new
-// device, or falls back to Config.Fallback: see recover.go); ErrClosed after Close. A failed call
-// leaves its outputs unwritten, except that a device-detected bad id (impossible after host
-// validation) is reported after the outputs have been read back.
+// exceeds a device limit (the message names the tensor and the limit); an *ops.ArgError (so
+// ErrInvalidArgument) when the device finds an id out of range in ids held in device tensors
+// (host ids are checked on the host), reported at the next wait; ErrDevice when Dawn rejects
+// or loses work (after a loss the next call opens a new device; when that fails the backend
+// returns ErrDevice until Recover succeeds, and an auto engine moves to the CPU: see
+// recover.go); ErrClosed after Close. A failed call leaves its outputs unwritten, except that a
+// device-detected bad id is reported after the call's outputs were written.
 package dawn

@@ -276,7 +276,8 @@ func (s *Call) Read(buf *Buffer, slot Slot, off uint64, dst []byte) {
 }
 
 // CheckIDs makes a post copy with DstIDCheck deliver the kernel's id-check status word; the
-// next wait reports a nonzero word as report formats it, wrapping ErrInvalidArgument.
+// next wait reports a nonzero word as report's error (an *ops.ArgError, as a rule), wrapped
+// in a message naming the call.
 func (s *Call) CheckIDs(report func(status uint32) error) { s.idReport = report }
 
 // Wait makes the call wait for the work submitted so far, even with nothing to read back.

@@ -60,5 +60,6 @@
 // or from where the source was built. A failure lists every candidate and why it was not
 // used. Device.Library names the file that was loaded.
 //
-// A build without cgo has the same API; Open and ListAdapters then fail with ErrUnavailable.
+// The package needs cgo; a build without it has no dawnrt (internal/dawn's cgo-free twin
+// reports ErrUnavailable instead).
 package dawnrt
