@@ -60,6 +60,10 @@
 // or from where the source was built. A failure lists every candidate and why it was not
 // used. Device.Library names the file that was loaded.
 //
+// One Dawn runs in a process: two copies from different files share C++ symbols and break
+// each other's event handling. Once a library is loaded, the search returns it, and an
+// explicit library that is another file is refused before it is loaded.
+//
 // The package needs cgo; a build without it has no dawnrt (internal/dawn's cgo-free twin
 // reports ErrUnavailable instead).
 package dawnrt

@@ -35,6 +35,10 @@ var libNames = []string{"libwebgpu_dawn.so", "libwebgpu_wrapper.so"}
 var (
 	libMu sync.Mutex
 	libs  = map[string]*C.drt_lib{} // by candidate; never closed: Dawn keeps threads and statics
+	// loaded is the first library loaded: the one Dawn of the process. A second copy from
+	// another file breaks the first (they share C++ symbols: its waits return before their
+	// callbacks ran), so the search list returns it and another explicit file is refused.
+	loaded *C.drt_lib
 )
 
 // envLib names the library to load instead of the search list (see Library search above);
@@ -132,6 +136,24 @@ func loadLib(explicit string) (*C.drt_lib, error) {
 	libMu.Lock()
 	defer libMu.Unlock()
 	cands, isExplicit := libCandidates(explicit)
+	if loaded != nil {
+		if !isExplicit {
+			return loaded, nil
+		}
+		if lib := libs[cands[0].path]; lib != nil {
+			return lib, nil
+		}
+		// A file that exists and is not the loaded one is refused; a name that is no file here
+		// fails below as it would have (or loads a library that is not Dawn, and says so).
+		first, _ := os.Stat(libPath(loaded))
+		if fi, err := os.Stat(cands[0].path); err == nil && first != nil {
+			if os.SameFile(fi, first) {
+				return loaded, nil
+			}
+			return nil, fmt.Errorf("dawn: %w: %s: not loaded: this process already runs the Dawn library %s, and a second copy of Dawn breaks the first; name that one",
+				ops.ErrUnavailable, cands[0].path, libPath(loaded))
+		}
+	}
 	var tried []string
 	report := (*C.char)(C.calloc(1, 8192))
 	defer C.free(unsafe.Pointer(report))
@@ -154,7 +176,7 @@ func loadLib(explicit string) (*C.drt_lib, error) {
 		rc := C.drt_load(&cs, 1, lib, report, 8192)
 		C.free(unsafe.Pointer(cs))
 		if rc == C.DRT_OK {
-			libs[c.path] = lib
+			libs[c.path], loaded = lib, lib
 			return lib, nil
 		}
 		C.free(unsafe.Pointer(lib))

@@ -73,6 +73,7 @@ func TestLibraryFromInstallFolder(t *testing.T) {
 	}
 	defer os.Chmod(dir, 0o755)
 	delete(libs, lib)
+	loaded = nil
 	if _, err := loadLib(""); err == nil || !strings.Contains(err.Error(), "writable by others") {
 		t.Errorf("world-writable folder: %v", err)
 	}
