@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"fmt"
+	"strconv"
 	"testing"
 
 	fn "github.com/fusednorm/fusednorm"
@@ -28,13 +30,38 @@ func TestCPU(t *testing.T) {
 }
 
 // TestDawn runs the suite on Dawn when it loads (lavapipe on GPU-less machines, the GPU
-// elsewhere). It skips when Dawn is unavailable, unless FUSEDNORM_REQUIRE_DAWN=1 (set by
-// make test and CI), where unavailability is a failure.
+// elsewhere): on each hardware adapter Adapters lists when there are several (one engine per
+// GPU, a subtest per adapter named by its index and name), else on the default adapter. It
+// skips when Dawn is unavailable, unless FUSEDNORM_REQUIRE_DAWN=1 (set by make test and CI),
+// where unavailability is a failure.
 func TestDawn(t *testing.T) {
-	eng, err := fn.Open(fn.WithBackend(fn.BackendDawn))
+	list, err := fn.Adapters()
 	if err != nil {
-		testkit.SkipWithoutDawn(t, err)
+		t.Logf("no adapter list (%v): the default adapter", err) // Open below says whether Dawn loads
 	}
-	defer eng.Close()
-	Run(t, eng)
+	var hw []fn.AdapterInfo
+	for _, a := range list {
+		if !a.Software {
+			hw = append(hw, a)
+		}
+	}
+	if len(hw) < 2 {
+		eng, err := fn.Open(fn.WithBackend(fn.BackendDawn))
+		if err != nil {
+			testkit.SkipWithoutDawn(t, err)
+		}
+		defer eng.Close()
+		Run(t, eng)
+		return
+	}
+	for _, a := range hw {
+		t.Run(fmt.Sprintf("%d-%s", a.Index, a.Name), func(t *testing.T) {
+			eng, err := fn.Open(fn.WithBackend(fn.BackendDawn), fn.WithAdapter(strconv.Itoa(a.Index)))
+			if err != nil {
+				t.Fatalf("adapter %d (%s): %v", a.Index, a.Name, err)
+			}
+			defer eng.Close()
+			Run(t, eng)
+		})
+	}
 }

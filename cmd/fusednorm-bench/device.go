@@ -271,11 +271,17 @@ func (w *deviceWorkload) close() {
 }
 
 // setupDevice builds the case as setup does (same seeded data), uploaded.
-func setupDevice(eng *fusednorm.Engine, c *benchCase, threads int) (w *deviceWorkload, err error) {
+func setupDevice(eng *fusednorm.Engine, c *benchCase, threads int) (*deviceWorkload, error) {
 	host, err := setupHostTensors(c, threads)
 	if err != nil {
 		return nil, err
 	}
+	return setupDeviceOn(eng, c, host)
+}
+
+// setupDeviceOn uploads the case's host data (setupHostTensors), which several engines can
+// share, to eng and prepares the call there.
+func setupDeviceOn(eng *fusednorm.Engine, c *benchCase, host []fusednorm.Tensor) (w *deviceWorkload, err error) {
 	w = &deviceWorkload{}
 	defer func() {
 		if err != nil {
@@ -389,6 +395,12 @@ func embedIDs(c *benchCase, B, S, V, G int) (ids, seg, mask []int32) {
 	return ids, seg, mask
 }
 
+// kernelRepeat is K, the dispatches of one timed pass for a call that takes per on device
+// tensors: enough to fill about 2 ms, 2 to 256.
+func kernelRepeat(per time.Duration) int {
+	return int(min(max(int64(2*time.Millisecond/max(per, 1)), 2), 256))
+}
+
 // timeDeviceResident sets r.DeviceMs and r.KernelMs from the case on device tensors. First
 // the device-resident wall: a chain of calls sized to keep the GPU busy for about -min-time
 // (at least 20 calls), then one Sync that waits for every call of the chain, divided by the
@@ -439,7 +451,7 @@ func timeDeviceResident(ctx context.Context, eng *fusednorm.Engine, c *benchCase
 	per := median(ts)
 	r.DeviceMs = ms(per)
 
-	clock := &fusednorm.KernelTiming{Repeat: int(min(max(int64(2*time.Millisecond/max(per, 1)), 2), 256))}
+	clock := &fusednorm.KernelTiming{Repeat: kernelRepeat(per)}
 	cctx := fusednorm.TimeKernels(ctx, clock)
 	ks := make([]time.Duration, 0, o.reps)
 	for i := range o.reps + 1 {

@@ -8,6 +8,7 @@
 //	go run ./cmd/fusednorm-bench -quick             # small variants of every case: a smoke run
 //	go run ./cmd/fusednorm-bench -json r.json -plot r.svg   # keep the results, draw the roofline
 //	go run ./cmd/fusednorm-bench -set sweep -only d768 # the width sweep's cases (sweep.json)
+//	go run ./cmd/fusednorm-bench -every-adapter     # an engine per GPU: each alone, then all at once
 //
 // The cases are compiled in; -cases DIR reads <op>/bench.json (or <op>/sweep.json with -set
 // sweep) from a folder instead.
@@ -81,6 +82,7 @@ type options struct {
 	compare     bool   // -compare: cpu, dawn and auto on the same cases, interleaved (compare.go)
 	chain       string // -chain BxSxH,...: model-shaped chains of norms instead of the cases (chain.go)
 	chainLayers int    // -chain-layers L: AddLayerNorms after the EmbedLayerNorm
+	every       bool   // -every-adapter: a Dawn engine per adapter, alone and all at once (everyadapter.go)
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -114,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.device, "device-resident", true, "on a GPU, also time each case with every tensor on the device: a chain of calls divided by its length, one read-back at the end")
 	fs.BoolVar(&o.compare, "compare", false, "time every case on three engines in one process, -backend cpu, dawn and auto, one call each in a random order per round: does auto run as fast as the faster backend? (-backend is ignored)")
 	fs.StringVar(&o.chain, "chain", "", "instead of the cases: chains of norms as a transformer encoder runs them, one per BxSxH in this comma-separated list (e.g. 1x128x768,8x128x768,64x512x1024): EmbedLayerNorm then -chain-layers AddLayerNorms on device tensors, per call with and without the final read, beside the kernels' time and the CPU backend's host chain")
+	fs.BoolVar(&o.every, "every-adapter", false, "a Dawn engine on every GPU adapter fusednorm.Adapters lists (the software ones only where there is no GPU): each case on each engine alone, then on all at once, per engine the kernel's device time and the host-tensor GB/s alone and together, and the engines' GB/s together summed beside one engine's alone (-backend is ignored)")
 	fs.IntVar(&o.chainLayers, "chain-layers", 24, "-chain: AddLayerNorms after the EmbedLayerNorm (two per transformer layer)")
 	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of tools/oracle (with node_modules; make bench-ort makes one): also time ONNX Runtime's CPU kernel on the cases it has")
 	if err := fs.Parse(args); err != nil {
@@ -143,6 +146,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case "f32", "f16", "bf16", "all":
 	default:
 		return nil, fmt.Errorf("-dtype %q: want f32, f16, bf16 or all", o.dtype)
+	}
+	if o.every && (o.compare || o.tiny > 0 || o.chain != "" || o.tinyWGSL != "") {
+		return nil, errors.New("-every-adapter is a mode of its own: not with -compare, -tiny, -tiny-wgsl or -chain")
 	}
 	if o.chainLayers < 0 {
 		return nil, errors.New("-chain-layers must be ≥ 0")
@@ -226,6 +232,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("no case matches -only %q -dtype %s", o.only, o.dtype)
 	}
 
+	if o.every {
+		prog := newProgress(stderr)
+		defer prog.end()
+		rows, engs, err := runEveryAdapter(ctx, cases, o, stdout, prog)
+		if o.jsonPath != "" && len(rows) > 0 {
+			if werr := writeAdaptersJSON(o.jsonPath, o, engs, rows); werr != nil {
+				return werr
+			}
+			fmt.Fprintf(stdout, "wrote %s\n", o.jsonPath)
+		}
+		return err
+	}
 	if o.compare {
 		prog := newProgress(stderr)
 		defer prog.end()

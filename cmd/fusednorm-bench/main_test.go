@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fusednorm/fusednorm"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
 // quickArgs runs one quick case on the CPU with the least timing the flags allow.
@@ -266,7 +268,8 @@ func TestParseBytes(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-dtype", "bf16"}, {"-threads", "0"}, {"-only", "no-such-case"}, {"-backend", "tpu"}, {"extra"}} {
+	for _, args := range [][]string{{"-dtype", "bf16"}, {"-threads", "0"}, {"-only", "no-such-case"}, {"-backend", "tpu"}, {"extra"},
+		{"-every-adapter", "-compare"}, {"-every-adapter", "-chain", "1x128x768"}} {
 		var out bytes.Buffer
 		if err := run(context.Background(), args, &out, &out); err == nil {
 			t.Errorf("run %v: no error", args)
@@ -434,5 +437,150 @@ func TestRooflineSVG(t *testing.T) {
 	var buf bytes.Buffer
 	if err := run(context.Background(), []string{"-plot", "x.png"}, &buf, &buf); err == nil {
 		t.Error("-plot x.png accepted; the picture is SVG")
+	}
+}
+
+// TestPickAdapters: the GPUs when there are any, lavapipe only where there is none, and a line
+// that says when one engine runs alone.
+func TestPickAdapters(t *testing.T) {
+	gpu := func(i int) fusednorm.AdapterInfo {
+		return fusednorm.AdapterInfo{Index: i, Name: "NVIDIA H200", Type: "DiscreteGPU", Backend: "Vulkan"}
+	}
+	soft := func(i int) fusednorm.AdapterInfo {
+		return fusednorm.AdapterInfo{Index: i, Name: "llvmpipe", Type: "CPU", Backend: "Vulkan", Software: true}
+	}
+	for _, tc := range []struct {
+		list  []fusednorm.AdapterInfo
+		want  []int
+		alone bool
+	}{
+		{[]fusednorm.AdapterInfo{gpu(0), gpu(1), soft(2)}, []int{0, 1}, false},
+		{[]fusednorm.AdapterInfo{gpu(0), soft(1)}, []int{0}, true},
+		{[]fusednorm.AdapterInfo{soft(0)}, []int{0}, true},
+		{[]fusednorm.AdapterInfo{soft(0), soft(1)}, []int{0, 1}, false},
+	} {
+		pick, line := pickAdapters(tc.list)
+		var got []int
+		for _, a := range pick {
+			got = append(got, a.Index)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) || strings.Contains(line, "runs alone") != tc.alone {
+			t.Errorf("pickAdapters(%v) = %v, %q; want %v, alone %v", tc.list, got, line, tc.want, tc.alone)
+		}
+	}
+}
+
+// listDriverTwice adds to VK_ICD_FILENAMES a copy of its first manifest, the library path made
+// absolute, so the Vulkan loader reports that driver's adapters twice (two lavapipes); false,
+// changing nothing, where VK_ICD_FILENAMES is unset.
+func listDriverTwice(t *testing.T) bool {
+	t.Helper()
+	env := os.Getenv("VK_ICD_FILENAMES")
+	if env == "" {
+		return false
+	}
+	first := strings.Split(env, string(os.PathListSeparator))[0]
+	raw, err := os.ReadFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s: %v", first, err)
+	}
+	icd, _ := m["ICD"].(map[string]any)
+	lib, _ := icd["library_path"].(string)
+	if lib == "" {
+		t.Fatalf("%s: no ICD.library_path", first)
+	}
+	if strings.Contains(lib, "/") && !filepath.IsAbs(lib) {
+		icd["library_path"] = filepath.Join(filepath.Dir(first), lib)
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := filepath.Join(t.TempDir(), "second_icd.json")
+	if err := os.WriteFile(second, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VK_ICD_FILENAMES", env+string(os.PathListSeparator)+second)
+	return true
+}
+
+// TestEveryAdapterQuick runs -every-adapter on one quick case: on the adapters there are, and
+// (where VK_ICD_FILENAMES names the driver, as on lavapipe) with the driver listed twice, so two
+// engines run at once. Each engine has its row with figures alone and together, the summed row
+// adds the together figures, and -json holds the same. Skips without Dawn.
+func TestEveryAdapterQuick(t *testing.T) {
+	const only = "addln-n4096-d768-f32"
+	for _, twice := range []bool{false, true} {
+		t.Run(map[bool]string{false: "as-listed", true: "driver-twice"}[twice], func(t *testing.T) {
+			if twice && !listDriverTwice(t) {
+				t.Skip("VK_ICD_FILENAMES is unset: no manifest to list twice")
+			}
+			list, err := fusednorm.Adapters()
+			if err != nil {
+				testkit.SkipWithoutDawn(t, err)
+			}
+			pick, _ := pickAdapters(list)
+			if twice && len(pick) < 2 {
+				t.Fatalf("with the driver listed twice, %d adapter(s) to run: %v", len(pick), list)
+			}
+			path := filepath.Join(t.TempDir(), "adapters.json")
+			out := runBench(t, "-every-adapter", "-quick", "-only", only, "-reps", "2", "-min-time", "0", "-warmup", "1", "-json", path)
+			if !strings.HasPrefix(out, "adapters: ") || strings.Contains(out, "runs alone") != (len(pick) == 1) {
+				t.Errorf("the first line does not say how many engines run:\n%s", out)
+			}
+			for i, a := range pick {
+				if !strings.Contains(out, fmt.Sprintf("engine %d: adapter %d, %s", i, a.Index, a.Name)) {
+					t.Errorf("no line for engine %d on adapter %d:\n%s", i, a.Index, out)
+				}
+			}
+			var rep struct {
+				Engines []struct{ Engine int }
+				Results []adapterRow
+			}
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(raw, &rep); err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Engines) != len(pick) || len(rep.Results) != 1 {
+				t.Fatalf("JSON: %d engines, %d results; want %d, 1:\n%s", len(rep.Engines), len(rep.Results), len(pick), raw)
+			}
+			r := rep.Results[0]
+			if r.Case != only+"-quick" || r.Error != "" || r.Skipped != "" || len(r.Engines) != len(pick) {
+				t.Fatalf("JSON result: %+v", r)
+			}
+			sum := 0.0
+			for i, f := range r.Engines {
+				if f.Engine != i || f.Adapter != pick[i].Index || f.HostGBpsAlone <= 0 || f.HostGBpsTogether <= 0 || f.HostMsAlone <= 0 {
+					t.Errorf("engine %d: %+v", i, f)
+				}
+				if f.KernelMsAlone > 0 && (f.KernelMsTogether <= 0 || f.KernelRatio != f.KernelMsTogether/f.KernelMsAlone || f.KernelRepeat < 2) {
+					t.Errorf("engine %d: kernel figures %+v", i, f)
+				}
+				sum += f.HostGBpsTogether
+				line := ""
+				for _, l := range strings.Split(out, "\n") {
+					if f := strings.Fields(l); len(f) > 1 && f[0] == r.Case && f[1] == strconv.Itoa(i) {
+						line = l
+					}
+				}
+				if line == "" {
+					t.Errorf("no table row for engine %d:\n%s", i, out)
+				}
+			}
+			if r.CombinedGBps != sum || r.OneGBps != r.Engines[0].HostGBpsAlone {
+				t.Errorf("combined %v, want the engines' together GB/s summed, %v; one engine %v, want engine 0's alone %v",
+					r.CombinedGBps, sum, r.OneGBps, r.Engines[0].HostGBpsAlone)
+			}
+			if !strings.Contains(out, r.Case+" ") || !strings.Contains(out, " sum ") {
+				t.Errorf("no summed row:\n%s", out)
+			}
+		})
 	}
 }
