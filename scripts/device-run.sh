@@ -22,6 +22,9 @@
 #   sweep          the width sweep (fusednorm-bench -set sweep) on Dawn, DTYPE=f32|f16|bf16
 #                  and ONLY=<name part> to split it over calls, then torch's anchors on the
 #                  same cases (gpu_anchor.py --set sweep).
+#   adapters       every adapter at once (fusednorm-bench -every-adapter: each engine alone,
+#                  then all together), the conformance suite per adapter and the loss-isolation
+#                  tests: for a machine with two GPUs.
 #   paired         the new main against carry/old (OLD=<rev> scripts/device-build.sh): the
 #                  bench cases' kernel and device-resident times and the tiny calls, each
 #                  binary ROUNDS times (default 3) in a new random order per round.
@@ -91,6 +94,17 @@ if [ "${1:-}" = sweep ]; then
 	(cd carry && PYTHONUNBUFFERED=1 timeout 180 python3 gpu_anchor.py --cases "$PWD/../internal/cases" --set sweep \
 		${DTYPE:+--dtype $DTYPE} ${ONLY:+--only $ONLY} >"$OUT/sweep-anchor.jsonl" 2>"$OUT/sweep-anchor.err"; echo "anchor rc=$?")
 	cut -c1-160 "$OUT/sweep-anchor.jsonl"
+	exit 0
+fi
+if [ "${1:-}" = adapters ]; then
+	nvidia-smi -L
+	timeout 300 carry/fusednorm-bench -every-adapter -probe=false -reps 3 -min-time 0.2s \
+		-json "$OUT/every-adapter.json" >"$OUT/every-adapter.txt" 2>/dev/null
+	echo "every-adapter rc=$?"; cat "$OUT/every-adapter.txt"
+	(cd tests && timeout 200 ../carry/conformance.test -test.run '^TestDawn$' -test.v >"$OUT/conformance-adapters.log" 2>&1; echo "rc=$?" >>"$OUT/conformance-adapters.log")
+	grep -E "engine:|--- |rc=" "$OUT/conformance-adapters.log" | tail -8
+	timeout 60 carry/root.test -test.run 'TestAdaptersAndSelectors|TestEnginePerAdapter' -test.v >"$OUT/adapters.log" 2>&1
+	echo "adapter tests rc=$?"; grep -E "^(--- |ok|FAIL)" "$OUT/adapters.log"
 	exit 0
 fi
 if [ "${1:-}" = paired ]; then
