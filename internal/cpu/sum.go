@@ -199,8 +199,8 @@ func rowStatsSummed(k *kernels, p *plan.Plan, t, part []float32, x0, eps float32
 // rowStatsOfSum is rowStatsSummed after the tree of the first pass: sum is the plan's sum
 // of t, and part[:p.W] is scratch.
 func rowStatsOfSum(k *kernels, p *plan.Plan, t, part []float32, x0, sum, eps float32, pf *rowPrefetch) plan.Stats {
-	meanD := sum * p.InvH
-	variance := k.sqDevSum(p, part, t, meanD) * p.InvH
+	meanD := float32(sum * p.InvH) // no fused multiply-add on arm64: plan.Stats
+	variance := float32(k.sqDevSum(p, part, t, meanD) * p.InvH)
 	pf.step()
 	return plan.Stats{X0: x0, MeanD: meanD, Rstd: plan.Rstd(variance + eps)}
 }

@@ -229,8 +229,10 @@ func (s Stats) Mean() float32 { return s.X0 + s.MeanD }
 // Stats returns the row's statistics by the plan (x non-empty).
 func (p Plan) Stats(x []float32, eps float32, part []float32) Stats {
 	x0 := x[0]
-	meanD := p.Sum(x, x0, part) * p.InvH
-	variance := p.SumSqDev(x, x0, meanD, part) * p.InvH
+	// The conversions keep a compiler from fusing a product into the add after it (Go may on
+	// arm64; the GPU's opaque() forbids it there).
+	meanD := float32(p.Sum(x, x0, part) * p.InvH)
+	variance := float32(p.SumSqDev(x, x0, meanD, part) * p.InvH)
 	return Stats{X0: x0, MeanD: meanD, Rstd: Rstd(variance + eps)}
 }
 
