@@ -9,7 +9,7 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// AddLayerNorm runs SPEC §B.4 under the plan: s = (x1 + x2) + bias in f32, statistics of s,
+// AddLayerNorm runs spec §B.4 under the plan: s = (x1 + x2) + bias in f32, statistics of s,
 // y = affine(s), optional x = s rounded to OutT.
 func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	if err := b.admit(ctx); err != nil {
@@ -45,7 +45,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	if c.touch && t.wholeRow(c.p.W, D, a.X1.DType.Size()) {
 		c.sumPiece, c.touch = D, false
 	}
-	c.x16 = c.sum16 && a.X.Present() // SPEC B.2 gives x the inputs' format
+	c.x16 = c.sum16 && a.X.Present() // spec §B.2 gives x the inputs' format
 	c.pieces = a.X1.DType != ops.F32 || a.X2.DType != ops.F32
 	c.w16 = weightsOf(a.Gamma, a.Beta)
 	if c.w16.gammaH != nil && 8*D <= t.wideBytes {
@@ -68,7 +68,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 // reference to the caller's memory before it goes back to the pool.
 //
 // The weights are read as the caller gave them, never widened into copies: in the dtype
-// rows of SPEC B.2 (ops.AddDTypeRows), gamma and beta are float32 or in y's 16-bit format
+// rows of spec §B.2 (ops.AddDTypeRows), gamma and beta are float32 or in y's 16-bit format
 // (weights16), and the bias (OutT) is float32 or in the 16-bit format of x1 and x2, whose
 // first pass then widens it in its loads (addSum16).
 type addCall struct {
@@ -81,7 +81,7 @@ type addCall struct {
 	pieces             bool      // 16-bit inputs: the first pass runs a piece at a time (sumPieces)
 	sum16              bool      // x1 and x2 (and the bias) of one 16-bit format: addSum16
 	nt16               bool      // 16-bit outputs stored non-temporally
-	x16                bool      // addSum16 writes x too (non-temporally with nt16): every x of 16-bit inputs (SPEC B.2 gives it their format)
+	x16                bool      // addSum16 writes x too (non-temporally with nt16): every x of 16-bit inputs (spec §B.2 gives it their format)
 	ahead              int       // tuning.prefetchAhead
 	lead               int       // tuning.rowLead for stream rows, else 0
 	piece              int       // tuning.prefetchPiece
@@ -112,7 +112,7 @@ func (c *addCall) biasSpan(off, lo, hi int) (start, end int, ok bool) {
 // the plan's shift, known before that pass.
 func (c *addCall) first(off int) float32 {
 	a := &c.a
-	if c.sum16 && a.X1.DType == ops.F16 { // the bias, if any, is binary16 too (SPEC B.2)
+	if c.sum16 && a.X1.DType == ops.F16 { // the bias, if any, is binary16 too (spec §B.2)
 		x0 := half.F16ToF32(a.X1.U16[off]) + half.F16ToF32(a.X2.U16[off])
 		if b0, _, ok := c.biasSpan(off, 0, 1); ok {
 			x0 += half.F16ToF32(a.Bias.U16[b0])
@@ -227,9 +227,7 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			x32 = a.X.F32[off : off+D]
 		}
 		part := sc.part[:p.W]
-		phaseStart()
 		x0 := c.first(off)
-		phaseMark(phaseShift)
 		var sum float32 // the plan's sum of t
 		if c.pieces {
 			sum = c.sumPieces(t, x32, part, off, x0, sc)
@@ -243,10 +241,8 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			}
 			sum = k.addSumTree(f, p, part, t, x32, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
 		}
-		phaseMark(phaseFirst)
 		pf.step()
 		st := rowStatsOfSum(k, p, t, part, x0, sum, a.Epsilon, pf)
-		phaseMark(phaseStats)
 		if a.Mean != nil { // nil: the caller wants only y (AddLayerNormOutputs.NoStats)
 			a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
 		}
@@ -255,7 +251,6 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 		} else {
 			normalize16(k, p, a.Y, off, t, w16, st, c.nt16)
 		}
-		phaseMark(phaseAffine)
 		pf.rest()
 	}
 	if ntX || ntY || c.nt16 {

@@ -11,17 +11,49 @@ import (
 
 // TestAddLayerNormLevels runs whole AddLayerNorm calls at every level and compares each
 // output with the pure-Go level, bit for bit.
-func TestAddLayerNormLevels(t *testing.T) { addLayerNormLevels(t, defaultTuning()) }
+func TestAddLayerNormLevels(t *testing.T) {
+	addLayerNormLevels(t, defaultTuning(), shortWidths, values)
+}
 
-// addLayerNormLevels is TestAddLayerNormLevels on backends of the tuning.
-func addLayerNormLevels(t *testing.T, tune tuning) {
+// plainValues is plainNormal in the form of values.
+func plainValues(r *rand.Rand, n int, _ bool) []float32 { return plainNormal(r, n) }
+
+// shortWidths are the row widths of the whole-op comparisons: around both vector widths and
+// the plan's W, and one that no W divides.
+var shortWidths = []int{1, 7, 8, 9, 255, 256, 257, 768, 1000}
+
+// commonWidths are the hidden sizes of common models that the plan's W or the 16-bit
+// pieces (tuning.sumPiece) do not divide (1000, 1023, 2560, 5120), beside ones they do: the
+// rows whose shorter last chunk the kernels take as a chunk of its whole vectors.
+var commonWidths = []int{1000, 1023, 2048, 2560, 3072, 4096, 5120, 6144}
+
+// TestCommonWidthsLevels runs the whole-op comparisons at commonWidths, with the default
+// tuning and with the ops past the caches (non-temporal stores, streamed rows, the 16-bit
+// rows of a few chunks summed whole), on values of N(0,1): every output finite, and every
+// bit of it depending on the sums (values' 1e30s overflow 16-bit rows to NaN outputs and
+// float32 variances to Inf, which would hide a partial taken twice or dropped).
+func TestCommonWidthsLevels(t *testing.T) {
+	big := defaultTuning()
+	big.bigBytes, big.hwStreamRow, big.hwGatherRow = 0, 1, 1
+	for _, tc := range []struct {
+		name string
+		tune tuning
+	}{{"Default", defaultTuning()}, {"Big", big}} {
+		t.Run("AddLayerNorm"+tc.name, func(t *testing.T) { addLayerNormLevels(t, tc.tune, commonWidths, plainValues) })
+		t.Run("EmbedLayerNorm"+tc.name, func(t *testing.T) { embedLayerNormLevels(t, tc.tune, commonWidths, plainValues) })
+	}
+}
+
+// addLayerNormLevels is TestAddLayerNormLevels on backends of the tuning, at the widths,
+// on data from gen (values or plainValues).
+func addLayerNormLevels(t *testing.T, tune tuning, widths []int, gen func(r *rand.Rand, n int, special bool) []float32) {
 	// The reference runs the first pass over whole rows (TestNonTemporalLevels runs it in
 	// pieces too).
 	ref := tune
 	ref.sumPiece = 1 << 30
 	r := rand.New(rand.NewPCG(11, 12))
 	type combo struct{ x1, x2, gb, out ops.DType }
-	// Every dtype row of SPEC B.2: the backend reads the weights as they come, in the
+	// Every dtype row of spec §B.2: the backend reads the weights as they come, in the
 	// formats those rows allow.
 	var combos []combo
 	for _, row := range ops.AddDTypeRows {
@@ -30,10 +62,10 @@ func addLayerNormLevels(t *testing.T, tune tuning) {
 	for _, name := range simdLevels() {
 		for _, prof := range profiles {
 			for _, cb := range combos {
-				for _, d := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000} {
+				for _, d := range widths {
 					for bias := range 3 { // none, row, full
 						n := 5
-						mk := func(dt ops.DType, len int) ops.Buf { return buf(dt, values(r, len, false)) }
+						mk := func(dt ops.DType, len int) ops.Buf { return buf(dt, gen(r, len, false)) }
 						a := ops.AddLN{N: n, D: d, X1: mk(cb.x1, n*d), X2: mk(cb.x2, n*d),
 							Gamma: mk(cb.gb, d), Beta: mk(cb.gb, d), Epsilon: 1e-5}
 						switch bias {

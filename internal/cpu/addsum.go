@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
@@ -220,17 +221,27 @@ func addSumGo(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 // addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo sums them, x
 // narrowed from s, then shifted and summed.
 func addSum16Go(f addForm, part, t []float32, x, a, b, c []uint16, x0 float32) {
-	widen := widenerGo(f.dt)
 	a, b = a[:len(t)], b[:len(t)]
 	if f.bias {
 		c = c[:len(t)]
 	}
-	for i := range t {
-		v := widen(a[i]) + widen(b[i])
-		if f.bias {
-			v += widen(c[i])
+	if f.dt == ops.BF16 {
+		for i := range t {
+			v := half.BF16ToF32(a[i]) + half.BF16ToF32(b[i])
+			if f.bias {
+				v += half.BF16ToF32(c[i])
+			}
+			t[i] = v
 		}
-		t[i] = v
+	} else {
+		tab := half.F16Table()
+		for i := range t {
+			v := tab[a[i]] + tab[b[i]]
+			if f.bias {
+				v += tab[c[i]]
+			}
+			t[i] = v
+		}
 	}
 	if f.x {
 		narrowGo(convForm{dt: f.dt}, x[:len(t)], t)
@@ -349,10 +360,11 @@ func (k *kernels) addSum(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 	}
 }
 
-// addSum16 runs the first pass of 16-bit inputs into t: the kernel over the whole chunks
-// and the twin over the shorter last chunk; a W the width does not divide goes to the
-// narrower width. A non-temporal x that does not start on a vector boundary takes plain
-// stores.
+// addSum16 runs the first pass of 16-bit inputs into t: the kernel over the whole chunks,
+// then the shorter last chunk (addSum16Chunk); a W the width does not divide goes to the
+// narrower width. A row shorter than W (no whole chunk) from +0 clears the partials first
+// (those past its end stay +0, as the twin leaves them) and adds onto them. A non-temporal
+// x that does not start on a vector boundary takes plain stores.
 func (k *kernels) addSum16(f addForm, part, t []float32, x, a, b, c []uint16, x0 float32) {
 	n := len(t)
 	x, a, b, c = clip(f, n, x, a, b, c)
@@ -369,15 +381,40 @@ func (k *kernels) addSum16(f addForm, part, t []float32, x, a, b, c []uint16, x0
 		f.nt = false
 	}
 	w := len(part)
-	full := n - n%w
-	if w%k.lanes != 0 || full == 0 {
+	if w%k.lanes != 0 {
 		k.narrower.addSum16(f, part, t, x, a, b, c, x0)
 		return
 	}
-	k.adds.run16(f, part, t[:full], x, a, b, c, x0)
+	full := n - n%w
+	if full > 0 {
+		k.adds.run16(f, part, t[:full], x, a, b, c, x0)
+	} else if !f.acc {
+		clear(part)
+	}
 	if full < n {
-		tail := f
-		tail.acc = true
-		addSum16Go(tail, part, t[full:], from(x, full), a[full:], b[full:], from(c, full), x0)
+		f.acc = true
+		k.addSum16Chunk(f, part[:n-full], t[full:], from(x, full), a[full:], b[full:], from(c, full), x0)
+	}
+}
+
+// addSum16Chunk is addSum16 onto part over one chunk of len(part) = len(t) partials (the
+// shorter last chunk of a row): each partial takes one element, so the width's kernel runs
+// it as a chunk of its whole vectors, and what is left goes narrower (x in plain stores, as
+// the affine step stores its last few), the twin last.
+func (k *kernels) addSum16Chunk(f addForm, part, t []float32, x, a, b, c []uint16, x0 float32) {
+	if !k.simd() {
+		addSum16Go(f, part, t, x, a, b, c, x0)
+		return
+	}
+	if f.x && f.nt && k.nt16Head(x) != 0 {
+		f.nt = false
+	}
+	m := k.whole(len(t))
+	if m > 0 {
+		k.adds.run16(f, part[:m], t[:m], x, a, b, c, x0)
+	}
+	if m < len(t) {
+		f.nt = false
+		k.narrower.addSum16Chunk(f, part[m:], t[m:], from(x, m), a[m:], b[m:], from(c, m), x0)
 	}
 }

@@ -65,33 +65,42 @@ func affineGo(f affineForm, y, t, gamma, beta []float32, meanD, rstd float32) {
 // affine16Go is the twin of the affine steps that round y to 16 bits: the float32 affine
 // value, narrowed.
 func affine16Go(f affineForm, y []uint16, t, gamma, beta []float32, meanD, rstd float32) {
-	affine16Twin(f, y, t, gamma, beta, meanD, rstd, func(v float32) float32 { return v })
-}
-
-// affineHGo is affine16Go with gamma and beta in y's 16-bit format.
-func affineHGo(f affineForm, y []uint16, t []float32, gamma, beta []uint16, meanD, rstd float32) {
-	widen := widenerGo(f.dt)
-	affine16Twin(f, y, t, gamma, beta, meanD, rstd, widen)
-}
-
-func affine16Twin[G float32 | uint16](f affineForm, y []uint16, t []float32, gamma, beta []G, meanD, rstd float32, widen func(G) float32) {
-	t = t[:len(y)]
-	gamma = gamma[:len(y)]
-	beta = beta[:len(y)]
+	t, gamma, beta = t[:len(y)], gamma[:len(y)], beta[:len(y)]
 	for i, v := range t {
-		n := float32((v - meanD) * rstd)
-		var r float32
-		if f.fma {
-			r = plan.FMA32(n, widen(gamma[i]), widen(beta[i]))
-		} else {
-			r = float32(n*widen(gamma[i])) + widen(beta[i])
-		}
-		if f.dt == ops.BF16 {
-			y[i] = half.F32ToBF16(r)
-		} else {
-			y[i] = half.F32ToF16(r)
-		}
+		y[i] = affine16Value(f, v, gamma[i], beta[i], meanD, rstd)
 	}
+}
+
+// affineHGo is affine16Go with gamma and beta in y's 16-bit format: bfloat16 widened by a
+// shift, binary16 by the table (half.F16Table, fetched once, not per value).
+func affineHGo(f affineForm, y []uint16, t []float32, gamma, beta []uint16, meanD, rstd float32) {
+	t, gamma, beta = t[:len(y)], gamma[:len(y)], beta[:len(y)]
+	if f.dt == ops.BF16 {
+		for i, v := range t {
+			y[i] = affine16Value(f, v, half.BF16ToF32(gamma[i]), half.BF16ToF32(beta[i]), meanD, rstd)
+		}
+		return
+	}
+	tab := half.F16Table()
+	for i, v := range t {
+		y[i] = affine16Value(f, v, tab[gamma[i]], tab[beta[i]], meanD, rstd)
+	}
+}
+
+// affine16Value is one element of the 16-bit twins: the float32 affine value of v, rounded
+// to y's format.
+func affine16Value(f affineForm, v, gamma, beta, meanD, rstd float32) uint16 {
+	n := float32((v - meanD) * rstd)
+	var r float32
+	if f.fma {
+		r = plan.FMA32(n, gamma, beta)
+	} else {
+		r = float32(n*gamma) + beta
+	}
+	if f.dt == ops.BF16 {
+		return half.F32ToBF16(r)
+	}
+	return half.F32ToF16(r)
 }
 
 // affine is the float32 affine step.

@@ -68,17 +68,6 @@ func narrowBF16Go(dst []uint16, src []float32) {
 }
 
 // widenGo is the twin of widen.
-// widenerGo is the go level's widening of single 16-bit values of format dt, inside a
-// loop: bfloat16 by a shift, binary16 by the table (half.F16Table).
-func widenerGo(dt ops.DType) func(uint16) float32 {
-	if dt == ops.BF16 {
-		return half.BF16ToF32
-	}
-	return f16FromTable
-}
-
-func f16FromTable(h uint16) float32 { return half.F16Table()[h] }
-
 func widenGo(f convForm, dst []float32, src []uint16) {
 	if f.dt == ops.BF16 {
 		widenBF16Go(dst, src)

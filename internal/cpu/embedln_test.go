@@ -11,20 +11,23 @@ import (
 
 // TestEmbedLayerNormLevels does the same for EmbedLayerNorm, f32 and f16, with and without
 // the segment table and the embedding_sum output.
-func TestEmbedLayerNormLevels(t *testing.T) { embedLayerNormLevels(t, defaultTuning()) }
+func TestEmbedLayerNormLevels(t *testing.T) {
+	embedLayerNormLevels(t, defaultTuning(), shortWidths, values)
+}
 
-// embedLayerNormLevels is TestEmbedLayerNormLevels on backends of the tuning.
-func embedLayerNormLevels(t *testing.T, tune tuning) {
+// embedLayerNormLevels is TestEmbedLayerNormLevels on backends of the tuning, at the widths,
+// on data from gen (values or plainValues).
+func embedLayerNormLevels(t *testing.T, tune tuning, widths []int, gen func(r *rand.Rand, n int, special bool) []float32) {
 	ref := tune
 	ref.sumPiece = 1 << 30 // the reference sums whole rows
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, name := range simdLevels() {
 		for _, prof := range profiles {
 			for _, dt := range []ops.DType{ops.F32, ops.F16} {
-				for _, h := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000} {
+				for _, h := range widths {
 					for _, segs := range []int{0, 2} {
 						const B, S, V, P = 2, 6, 11, 8
-						mk := func(len int) ops.Buf { return buf(dt, values(r, len, false)) }
+						mk := func(len int) ops.Buf { return buf(dt, gen(r, len, false)) }
 						w := ops.EmbedWeights{DType: dt, H: h, V: V, P: P, G: segs,
 							Word: mk(V * h), Pos: mk(P * h), Gamma: mk(h), Beta: mk(h), Epsilon: 1e-12}
 						if segs > 0 {

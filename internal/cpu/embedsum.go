@@ -91,8 +91,9 @@ func embedShiftGo(f embedForm, part, t []float32, bits []uint16, w, p, g []uint1
 }
 
 // embedShift runs a row's first pass fused with the staged sum: h as bits, t = f32(h) −
-// x0, and the partial sums of t; the kernel over the whole chunks of W, the twin over the
-// shorter last chunk; a W the width does not divide goes to the narrower width.
+// x0, and the partial sums of t; the kernel over the whole chunks of W, then the shorter
+// last chunk (embedShiftChunk); a W the width does not divide goes to the narrower width.
+// A row shorter than W from +0 clears the partials first and adds onto them (as addSum16).
 func (k *kernels) embedShift(f embedForm, part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) {
 	n := len(t)
 	bits, w, p = bits[:n], w[:n], p[:n]
@@ -108,25 +109,49 @@ func (k *kernels) embedShift(f embedForm, part, t []float32, bits []uint16, w, p
 		return
 	}
 	W := len(part)
-	full := n - n%W
-	if W%k.lanes != 0 || full == 0 {
+	if W%k.lanes != 0 {
 		k.narrower.embedShift(f, part, t, bits, w, p, g, x0)
 		return
 	}
-	e := &k.embeds
-	switch {
-	case f.seg && f.acc:
-		e.shiftSegAcc(part, t[:full], bits, w, p, g, x0)
-	case f.seg:
-		e.shiftSeg(part, t[:full], bits, w, p, g, x0)
-	case f.acc:
-		e.shiftAcc(part, t[:full], bits, w, p, x0)
-	default:
-		e.shift(part, t[:full], bits, w, p, x0)
+	full := n - n%W
+	if full > 0 {
+		k.embeds.run(f, part, t[:full], bits, w, p, g, x0)
+	} else if !f.acc {
+		clear(part)
 	}
 	if full < n {
-		tail := f
-		tail.acc = true
-		embedShiftGo(tail, part, t[full:], bits[full:], w[full:], p[full:], from(g, full), x0)
+		f.acc = true
+		k.embedShiftChunk(f, part[:n-full], t[full:], bits[full:], w[full:], p[full:], from(g, full), x0)
+	}
+}
+
+// embedShiftChunk is embedShift onto part over one chunk of len(part) = len(t) partials
+// (the shorter last chunk of a row): the width's kernel over its whole vectors, what is
+// left narrower, the twin last.
+func (k *kernels) embedShiftChunk(f embedForm, part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) {
+	if !k.simd() {
+		embedShiftGo(f, part, t, bits, w, p, g, x0)
+		return
+	}
+	m := k.whole(len(t))
+	if m > 0 {
+		k.embeds.run(f, part[:m], t[:m], bits, w, p, g, x0)
+	}
+	if m < len(t) {
+		k.narrower.embedShiftChunk(f, part[m:], t[m:], bits[m:], w[m:], p[m:], from(g, m), x0)
+	}
+}
+
+// run runs the form's fused staged-sum kernel over whole chunks of W = len(part).
+func (e *embedKernels) run(f embedForm, part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) {
+	switch {
+	case f.seg && f.acc:
+		e.shiftSegAcc(part, t, bits, w, p, g, x0)
+	case f.seg:
+		e.shiftSeg(part, t, bits, w, p, g, x0)
+	case f.acc:
+		e.shiftAcc(part, t, bits, w, p, x0)
+	default:
+		e.shift(part, t, bits, w, p, x0)
 	}
 }

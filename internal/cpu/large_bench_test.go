@@ -43,6 +43,36 @@ func BenchmarkAddLayerNormLarge(b *testing.B) {
 	}
 }
 
+// BenchmarkAddLayerNormShape runs one AddLayerNorm shape at every level, single-threaded,
+// for comparing levels and row widths on one machine: SHAPE=N,D (default 4096,4096), DT=f16
+// or f32 (default f16); 16-bit x1, x2, gamma, beta and bias row (or float32 ones), with the
+// x output, as the bench cases run them.
+func BenchmarkAddLayerNormShape(b *testing.B) {
+	N, D := 4096, 4096
+	if v := os.Getenv("SHAPE"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d", &N, &D); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dt := envDType(ops.F16)
+	r := rand.New(rand.NewPCG(5, 5))
+	mk := func(n int) ops.Buf { return randBuf(r, dt, n, 1) }
+	a := ops.AddLN{N: N, D: D, X1: mk(N * D), X2: mk(N * D), Gamma: mk(D), Beta: mk(D), Bias: mk(D),
+		Epsilon: 1e-5, Y: mk(N * D), X: mk(N * D), Mean: make([]float32, N), Rstd: make([]float32, N)}
+	b.Run(fmt.Sprintf("%v_%dx%d", dt, N, D), func(b *testing.B) {
+		atLevels(b, func(b *testing.B, level string) {
+			be := newBackend(b, Options{Threads: 1, Level: level})
+			b.SetBytes(int64(4*N*D*dt.Size() + 3*D*dt.Size() + 2*N*4))
+			for b.Loop() {
+				if err := be.AddLayerNorm(context.Background(), &a); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/float64(b.N), "ms/op")
+		})
+	})
+}
+
 // BenchmarkEmbedLayerNormShape runs one EmbedLayerNorm shape at every level, single-
 // threaded, for comparing levels and settings on one machine: SHAPE=B,S,H (default
 // 64,512,1024), DT=f16 or f32 (default f16), BIG (tuning.bigBytes: 1<<62 turns the

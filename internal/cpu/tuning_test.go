@@ -8,8 +8,8 @@ func TestNonTemporalLevels(t *testing.T) {
 	tune := defaultTuning()
 	tune.bigBytes, tune.prefetchAhead, tune.hwStreamRow, tune.hwGatherRow = 0, 3, 1<<62, 1<<62
 	levels := func(name string, tune tuning) {
-		t.Run("AddLayerNorm"+name, func(t *testing.T) { addLayerNormLevels(t, tune) })
-		t.Run("EmbedLayerNorm"+name, func(t *testing.T) { embedLayerNormLevels(t, tune) })
+		t.Run("AddLayerNorm"+name, func(t *testing.T) { addLayerNormLevels(t, tune, shortWidths, values) })
+		t.Run("EmbedLayerNorm"+name, func(t *testing.T) { embedLayerNormLevels(t, tune, shortWidths, values) })
 	}
 	levels("", tune)
 	// Every row left to the hardware prefetchers (16-bit pieces prefetched just before use).
