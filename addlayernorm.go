@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -23,8 +24,9 @@ type AddLayerNormInputs struct {
 
 // AddLayerNormOutputs receives the results. A field the caller sets is checked and written
 // in place (a set X counts as wanted). A zero field is allocated in host memory and set when
-// the call succeeds (X only when AdditionalOutput is on), except where the call would then
-// return host data the caller did not ask for:
+// the call succeeds (X only when AdditionalOutput is on), and then stays set: a struct reused
+// for a call of another shape must be zeroed first. A zero field is allocated except where
+// the call would then return host data the caller did not ask for:
 //
 //   - With NoStats, mean and rstd are neither computed nor allocated (their bandwidth is
 //     saved too); Mean and Rstd must then be zero.
@@ -55,10 +57,29 @@ func addOutDType(x1, x2, gamma, beta, bias DType, hasBias bool) (DType, bool) {
 	return 0, false
 }
 
+// addDTypeWant says which gamma, beta and bias dtypes spec §B.2 allows with x1 and x2 of these
+// dtypes, or which x1 and x2 it allows at all.
+func addDTypeWant(x1, x2 DType) string {
+	var gammas, biases []string
+	for _, r := range ops.AddDTypeRows {
+		if r[0] == x1 && r[1] == x2 {
+			gammas = append(gammas, r[2].String())
+			biases = append(biases, r[3].String())
+		}
+	}
+	if len(gammas) == 0 {
+		return "x1 and x2 must be float32, float16 or bfloat16, not float16 with bfloat16 (spec §B.2)"
+	}
+	// Every row of one x1, x2 pair has one bias dtype, OutT.
+	return fmt.Sprintf("with x1 %v and x2 %v, gamma and beta must both be %s, and bias, when given, %s",
+		x1, x2, strings.Join(gammas, " or "), biases[0])
+}
+
 // AddLayerNorm computes y = LayerNorm(x1 + x2 (+ bias)) over the trailing rank(gamma) dims,
-// with per-row mean and rstd. Options: Epsilon (default 1e-5), AdditionalOutput. A nil ctx
-// is an error (*ArgError on "ctx"). No output may share memory with an input or another
-// output, not even exactly: y in place of x1 is refused.
+// with per-row mean and rstd. Options: Epsilon (default 1e-5), AdditionalOutput (another
+// op's option, WithMaskRule, is an *ArgError). A nil ctx is an error (*ArgError on "ctx").
+// No output may share memory with an input or another output, not even exactly: y in place
+// of x1 is refused.
 //
 // On error, out is as it was: the outputs the call allocated are dropped, and the fields
 // are written only when the call succeeds. Output data the caller gave is untouched when
@@ -74,6 +95,9 @@ func (e *Engine) AddLayerNorm(ctx context.Context, in AddLayerNormInputs, out *A
 	}
 	defer e.done()
 	c := newOpConfig(DefaultAddEpsilon, opts)
+	if err := c.checkOptions(opAdd); err != nil {
+		return err
+	}
 	return e.runAdd(ctx, &in, out, &c, nil, nil, nil)
 }
 
@@ -165,7 +189,7 @@ func addOutputs(ctx context.Context, e *Engine, out *AddLayerNormOutputs, f *add
 	}
 	for i := range ns {
 		if f.alloc[i] {
-			f.fresh[i] = newTensor(dts[i], ns[i], shapes[i])
+			f.fresh[i] = newOutput(dts[i], ns[i], shapes[i])
 		}
 	}
 	if t := f.fresh[0]; !t.IsZero() {
@@ -204,8 +228,12 @@ func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opCo
 	hasBias := !in.Bias.IsZero()
 	outT, ok := addOutDType(in.X1.DType(), in.X2.DType(), in.Gamma.DType(), in.Beta.DType(), in.Bias.DType(), hasBias)
 	if !ok {
-		return argErr(opAdd, "x1", "unsupported dtype combination: x1 %v, x2 %v, gamma %v, beta %v, bias %v",
-			in.X1.DType(), in.X2.DType(), in.Gamma.DType(), in.Beta.DType(), in.Bias.DType())
+		bias := "absent"
+		if hasBias {
+			bias = in.Bias.DType().String()
+		}
+		return argErr(opAdd, "x1", "unsupported dtype combination: x1 %v, x2 %v, gamma %v, beta %v, bias %s; %s",
+			in.X1.DType(), in.X2.DType(), in.Gamma.DType(), in.Beta.DType(), bias, addDTypeWant(in.X1.DType(), in.X2.DType()))
 	}
 	x1, g := in.X1.shape, in.Gamma.shape
 	if len(x1) < 1 || len(x1) > 8 {
@@ -268,7 +296,7 @@ func checkAddLayerNorm(in *AddLayerNormInputs, out *AddLayerNormOutputs, c *opCo
 		var err error
 		if bufs[i], err = givenOutput(opAdd, outNames[i], t, outDTypes[i], outShapes[i]); err != nil {
 			if name := outNames[i]; name == "mean" || name == "rstd" {
-				return argErr(opAdd, name, "mean/rstd must have shape %v float32, got %v", slices.Clone(statShape), t)
+				return argErr(opAdd, name, "mean/rstd must have shape %v float32, got %v%s", slices.Clone(statShape), t, madeHint(name, t))
 			}
 			return err
 		}
@@ -321,14 +349,18 @@ type AddLayerNorm struct {
 }
 
 // NewAddLayerNorm validates and binds the weights. Options: Epsilon (default 1e-5) and
-// AdditionalOutput. The weight tensors must not be modified, nor closed, while the op is
-// in use. The rules that involve x1 are checked by Run.
+// AdditionalOutput (WithMaskRule, EmbedLayerNorm's, is an *ArgError). The weight tensors must
+// not be modified, nor closed, while the op is in use. The rules that involve x1 are checked
+// by Run.
 func (e *Engine) NewAddLayerNorm(w AddLayerNormWeights, opts ...OpOption) (*AddLayerNorm, error) {
 	if err := e.use(); err != nil {
 		return nil, err
 	}
 	defer e.done()
 	c := newOpConfig(DefaultAddEpsilon, opts)
+	if err := c.checkOptions(opAdd); err != nil {
+		return nil, err
+	}
 	names := [...]string{"gamma", "beta", "bias"}
 	for i, t := range [...]*Tensor{&w.Gamma, &w.Beta, &w.Bias} {
 		if t.IsZero() && i < 2 {
@@ -358,7 +390,7 @@ func (e *Engine) NewAddLayerNorm(w AddLayerNormWeights, opts ...OpOption) (*AddL
 		biasFull := !w.Bias.IsZero() && !sameShape(w.Bias.shape, w.Gamma.shape)
 		prep, err := p.PrepareAddLN(w.Gamma.buf, w.Beta.buf, w.Bias.buf, biasFull)
 		if err != nil {
-			return nil, fmt.Errorf("fusednorm: %s: prepare on %s: %w", opAdd, e.be.Info().Name, err)
+			return nil, backendErr("fusednorm: "+opAdd+": preparing the weights: ", opAdd, err)
 		}
 		op.prep = prep
 	}

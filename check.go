@@ -52,12 +52,22 @@ func givenOutput(op, name string, t *Tensor, dt DType, shape []int) (ops.Buf, er
 		return ops.Buf{}, err
 	}
 	if t.DType() != dt {
-		return ops.Buf{}, argErr(op, name, "%s must be %v, got %v", name, dt, t.DType())
+		return ops.Buf{}, argErr(op, name, "%s must be %v, got %v%s", name, dt, t.DType(), madeHint(name, t))
 	}
 	if !sameShape(t.shape, shape) {
-		return ops.Buf{}, argErr(op, name, "%s must have shape %v, got %v", name, slices.Clone(shape), t.shape)
+		return ops.Buf{}, argErr(op, name, "%s must have shape %v, got %v%s", name, slices.Clone(shape), t.shape, madeHint(name, t))
 	}
 	return t.buf, nil
+}
+
+// madeHint explains an output of the wrong dtype or shape that an earlier call allocated: the
+// outputs struct was reused for a call of another shape or dtype with the field still set.
+func madeHint(name string, t *Tensor) string {
+	if !madeByCall(t) {
+		return ""
+	}
+	return fmt.Sprintf("; this %s is the %s an earlier call allocated into the outputs struct, which was reused: "+
+		"set that field back to the zero Tensor (or zero the whole struct) to have this call allocate it again", name, t.String())
 }
 
 // span is the memory a tensor's data occupies, [lo, hi), or the device storage it is; empty

@@ -63,7 +63,7 @@ func (e *Engine) NewDeviceTensor(dt DType, shape ...int) (*DeviceTensor, error) 
 	}
 	m, err := db.NewDeviceMem(dt, n)
 	if err != nil {
-		return nil, fmt.Errorf("fusednorm: %s: %w", op, err)
+		return nil, backendErr("fusednorm: "+op+": ", op, err)
 	}
 	d.t = Tensor{shape: slices.Clone(shape), buf: ops.Buf{DType: dt, Dev: m}, dev: d}
 	return d, nil
@@ -136,7 +136,7 @@ func (d *DeviceTensor) Write(src Tensor) error {
 		return nil
 	}
 	if err := d.eng.be.(ops.DeviceBackend).WriteDevice(d.t.buf.Dev, src.buf.Bytes()); err != nil {
-		return fmt.Errorf("fusednorm: %s: %w", op, err)
+		return backendErr("fusednorm: "+op+": ", op, err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -33,7 +34,8 @@ type EmbedInputs struct {
 // EmbedOutputs receives the results. A zero field is allocated when the output is wanted
 // (Output always; MaskIndex and EmbeddingSum when their Want flag is set) and set when the
 // call succeeds; a field the caller sets is checked against the contract and written in
-// place, and counts as wanted.
+// place, and counts as wanted. A field a call allocated stays set: a struct reused for a call
+// of another batch or sequence length must be zeroed first (its Want flags set again).
 type EmbedOutputs struct {
 	Output       Tensor // output (B, S, H), the weights' dtype
 	MaskIndex    Tensor // mask_index (B), int32
@@ -56,13 +58,17 @@ type EmbedLayerNorm struct {
 }
 
 // NewEmbedLayerNorm validates and binds the weights. Options: Epsilon (default 1e-12) and
-// WithMaskRule. The weight tensors must not be modified while the op is in use.
+// WithMaskRule (AdditionalOutput, AddLayerNorm's, is an *ArgError). The weight tensors must
+// not be modified while the op is in use.
 func (e *Engine) NewEmbedLayerNorm(w EmbedWeights, opts ...OpOption) (*EmbedLayerNorm, error) {
 	if err := e.use(); err != nil {
 		return nil, err
 	}
 	defer e.done()
 	c := newOpConfig(DefaultEmbedEpsilon, opts)
+	if err := c.checkOptions(opEmbed); err != nil {
+		return nil, err
+	}
 	ow, err := checkEmbedWeights(&w, &c)
 	if err != nil {
 		return nil, err
@@ -72,7 +78,7 @@ func (e *Engine) NewEmbedLayerNorm(w EmbedWeights, opts ...OpOption) (*EmbedLaye
 	}
 	prep, err := e.be.PrepareEmbed(ow)
 	if err != nil {
-		return nil, fmt.Errorf("fusednorm: %s: prepare on %s: %w", opEmbed, e.be.Info().Name, err)
+		return nil, backendErr("fusednorm: "+opEmbed+": preparing the weights: ", opEmbed, err)
 	}
 	return &EmbedLayerNorm{eng: e, w: *ow, wt: w, prep: prep}, nil
 }
@@ -238,10 +244,12 @@ func checkEmbedInputShapes(in *EmbedInputs) error {
 	// Rules 2 and 3 compare with input_ids only when its rank is right; otherwise rule 4
 	// names input_ids, the tensor that is wrong.
 	if s := in.SegmentIDs; !s.IsZero() && len(ids) == 2 && !sameShape(s.shape, ids) {
-		return argErr(opEmbed, "segment_ids", "Input 0 and 1 shall have same shape")
+		return argErr(opEmbed, "segment_ids", "Input 0 and 1 shall have same shape: input_ids %v, segment_ids %v",
+			slices.Clone(ids), slices.Clone(s.shape))
 	}
 	if m := in.Mask; !m.IsZero() && len(ids) == 2 && !sameShape(m.shape, ids) {
-		return argErr(opEmbed, "mask", "Input 0 and 7 (mask) shall have same shape")
+		return argErr(opEmbed, "mask", "Input 0 and 7 (mask) shall have same shape: input_ids %v, mask %v",
+			slices.Clone(ids), slices.Clone(m.shape))
 	}
 	if len(ids) != 2 {
 		return argErr(opEmbed, "input_ids", "input_ids is expected to have 2 dimensions, got %d", len(ids))
@@ -461,7 +469,7 @@ func embedOutputs(ctx context.Context, e *Engine, out *EmbedOutputs, w *ops.Embe
 	}
 	for i := range ns {
 		if alloc[i] {
-			f.fresh[i] = newTensor(dts[i], ns[i], shapes[i])
+			f.fresh[i] = newOutput(dts[i], ns[i], shapes[i])
 		}
 	}
 	if t := f.fresh[0]; !t.IsZero() {

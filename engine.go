@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,7 +90,11 @@ func Open(opts ...Option) (*Engine, error) {
 		c.dawnLib = envDawnLib()
 	}
 	if c.cpuLevel == "" {
-		c.cpuLevel = os.Getenv(EnvCPULevel)
+		c.cpuLevel, c.levelSource = os.Getenv(EnvCPULevel), EnvCPULevel
+	}
+	if c.threads < 0 {
+		return nil, fmt.Errorf("fusednorm: Open: WithThreads(%d): the goroutines of one CPU call must be >= 1, or 0 for GOMAXPROCS: %w",
+			c.threads, ErrInvalidArgument)
 	}
 	if c.adapterSet && name != BackendCPU {
 		if i, err := strconv.Atoi(strings.TrimSpace(c.adapter)); (err == nil && i < 0) || strings.TrimSpace(c.adapter) == "" {
@@ -156,7 +161,11 @@ func openRouter(c *config, gpu ops.Backend) (*Engine, error) {
 func envDawnLib() string { return os.Getenv(EnvDawnLib) }
 
 func newCPU(c *config) (ops.Backend, error) {
-	o := cpu.Options{Threads: c.threads, Level: c.cpuLevel, NoHugePages: c.noHuge}
+	level, err := cpuLevel(c.cpuLevel, c.levelSource)
+	if err != nil {
+		return nil, err
+	}
+	o := cpu.Options{Threads: c.threads, Level: level, NoHugePages: c.noHuge}
 	if c.profile != nil {
 		o.Profile = *c.profile
 	}
@@ -209,6 +218,30 @@ func (e *Engine) use() error {
 
 // done ends a call that use admitted.
 func (e *Engine) done() { e.mu.RUnlock() }
+
+// cpuLevel reads a level of WithCPULevel or FUSEDNORM_CPU_LEVEL (source says which): any
+// case, spaces around ignored; empty is the widest. A level this processor and build do not
+// run is an error wrapping ErrUnavailable that lists those they do.
+func cpuLevel(level, source string) (string, error) {
+	name := strings.ToLower(strings.TrimSpace(level))
+	have := cpu.Levels()
+	if name == "" || slices.Contains(have, name) {
+		return name, nil
+	}
+	what := "is not a CPU kernel level"
+	if slices.Contains(knownCPULevels, name) {
+		what = "is a kernel level this processor or build does not run"
+	}
+	src := source + "(" + strconv.Quote(level) + ")"
+	if source == EnvCPULevel {
+		src = source + "=" + strconv.Quote(level)
+	}
+	return "", fmt.Errorf("fusednorm: Open: %s: %q %s; the levels here are %s (CPULevels): %w",
+		src, name, what, strings.Join(have, ", "), ErrUnavailable)
+}
+
+// knownCPULevels are the kernel levels of every build, widest first.
+var knownCPULevels = []string{"avx512fp16", "avx512", "avx2", "go"}
 
 // CPULevels lists the CPU kernel levels this processor and build run, widest first and "go"
 // (the pure-Go kernels) last: the values WithCPULevel and FUSEDNORM_CPU_LEVEL accept here.

@@ -3,7 +3,7 @@ package fusednorm
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strings"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
@@ -34,9 +34,42 @@ var (
 type ArgError = ops.ArgError
 
 // callErr wraps the error of op's call; an error of the call's ctx also wraps ErrCanceled.
+// The message names op once: "fusednorm: AddLayerNorm: dawn: <what failed>: …" (see
+// backendMsg).
 func callErr(op string, err error) error {
 	if (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && !errors.Is(err, ErrCanceled) {
-		return fmt.Errorf("fusednorm: %s: %w: %w", op, ErrCanceled, err)
+		return &opError{msg: "fusednorm: " + op + ": " + ErrCanceled.Error() + ": " + backendMsg(op, err), errs: []error{ErrCanceled, err}}
 	}
-	return fmt.Errorf("fusednorm: %s: %w", op, err)
+	return backendErr("fusednorm: "+op+": ", op, err)
 }
+
+// backendErr is err, a backend's error in op, under prefix (which names op): its message
+// with the op named once, wrapping err.
+func backendErr(prefix, op string, err error) error {
+	return &opError{msg: prefix + backendMsg(op, err), errs: []error{err}}
+}
+
+// backendMsg is err's message without a leading "<backend>: <op>: " naming op again: the
+// backends name the call an error happened in by its op (an error of a call that did not
+// wait is reported by a later call, maybe of another op), and the root's prefix names op
+// already. "dawn: AddLayerNorm: device error: …" becomes "dawn: device error: …"; an earlier
+// call named in the message ("dawn: AddLayerNorm (call 12): …") stays as it is.
+func backendMsg(op string, err error) string {
+	msg := err.Error()
+	for _, be := range [...]string{BackendDawn, BackendCPU} {
+		if rest, ok := strings.CutPrefix(msg, be+": "+op+": "); ok {
+			return be + ": " + rest
+		}
+	}
+	return msg
+}
+
+// opError is an error with a message of its own that wraps errs: callErr's, whose message
+// is not its wrapped error's with a prefix.
+type opError struct {
+	msg  string
+	errs []error
+}
+
+func (e *opError) Error() string   { return e.msg }
+func (e *opError) Unwrap() []error { return e.errs }

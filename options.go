@@ -32,7 +32,9 @@ type opConfig struct {
 	eps        float32
 	epsSet     bool
 	rule       ops.MaskRule
+	ruleSet    bool // WithMaskRule was given: an EmbedLayerNorm option
 	additional bool
+	addSet     bool // AdditionalOutput was given: an AddLayerNorm option
 }
 
 // Epsilon sets the value added to the variance (defaults: 1e-12 EmbedLayerNorm, 1e-5
@@ -40,11 +42,29 @@ type opConfig struct {
 func Epsilon(eps float32) OpOption { return func(c *opConfig) { c.eps, c.epsSet = eps, true } }
 
 // WithMaskRule sets the mask_index rule of EmbedLayerNorm: MaskFirstZero (the default) or
-// MaskIndexCountOnes; another value is an error.
-func WithMaskRule(r MaskRule) OpOption { return func(c *opConfig) { c.rule = r } }
+// MaskIndexCountOnes; another value is an error. It applies to EmbedLayerNorm only: given
+// to AddLayerNorm (with any value) it is an error wrapping ErrInvalidArgument.
+func WithMaskRule(r MaskRule) OpOption { return func(c *opConfig) { c.rule, c.ruleSet = r, true } }
 
-// AdditionalOutput makes AddLayerNorm also return x = x1 + x2 (+ bias) in OutT.
-func AdditionalOutput(on bool) OpOption { return func(c *opConfig) { c.additional = on } }
+// AdditionalOutput makes AddLayerNorm also return x = x1 + x2 (+ bias) in OutT. It applies
+// to AddLayerNorm only: given to EmbedLayerNorm (with any value) it is an error wrapping
+// ErrInvalidArgument; EmbedLayerNorm's extra output is EmbedOutputs.WantEmbeddingSum.
+func AdditionalOutput(on bool) OpOption {
+	return func(c *opConfig) { c.additional, c.addSet = on, true }
+}
+
+// checkOptions refuses an option of the other op: each op takes Epsilon, and AddLayerNorm
+// AdditionalOutput, EmbedLayerNorm WithMaskRule. The error is an *ArgError on the option's
+// attribute, naming the option and the op it applies to.
+func (c *opConfig) checkOptions(op string) error {
+	switch {
+	case op == opAdd && c.ruleSet:
+		return argErr(op, "mask_index_rule", "WithMaskRule applies to EmbedLayerNorm only; AddLayerNorm takes Epsilon and AdditionalOutput")
+	case op == opEmbed && c.addSet:
+		return argErr(op, "additional_output", "AdditionalOutput applies to AddLayerNorm only; EmbedLayerNorm takes Epsilon and WithMaskRule (its extra output is EmbedOutputs.WantEmbeddingSum)")
+	}
+	return nil
+}
 
 func newOpConfig(defEps float32, opts []OpOption) opConfig {
 	if len(opts) == 0 {
@@ -71,7 +91,7 @@ const EnvBackend = "FUSEDNORM_BACKEND"
 const EnvDawnLib = "FUSEDNORM_DAWN_LIB"
 
 // EnvCPULevel caps the CPU kernels when WithCPULevel is not given: "go", "avx2", "avx512"
-// or "avx512fp16".
+// or "avx512fp16", in any case, spaces around ignored (as WithCPULevel).
 const EnvCPULevel = "FUSEDNORM_CPU_LEVEL"
 
 // Option configures Open.
@@ -82,7 +102,8 @@ type config struct {
 	dawnLib     string
 	threads     int
 	cpuLevel    string
-	noHuge      bool // WithHugePages(false)
+	levelSource string // where cpuLevel came from: "WithCPULevel" or EnvCPULevel
+	noHuge      bool   // WithHugePages(false)
 	profile     *plan.Contraction
 	inject      func(site string) error
 	quietLoader bool // auto: the Vulkan loader's stderr goes to the logger
@@ -114,13 +135,20 @@ func WithDawnLibrary(path string) Option { return func(c *config) { c.dawnLib = 
 // or an empty sel is an error wrapping ErrInvalidArgument in every mode.
 func WithAdapter(sel string) Option { return func(c *config) { c.adapter, c.adapterSet = sel, true } }
 
-// WithThreads bounds the goroutines one CPU call uses (default GOMAXPROCS).
+// WithThreads bounds the goroutines one CPU call uses; 0, like no WithThreads, means
+// GOMAXPROCS. A negative n makes Open fail with an error wrapping ErrInvalidArgument, in
+// every mode.
 func WithThreads(n int) Option { return func(c *config) { c.threads = n } }
 
 // WithCPULevel caps the CPU kernels at a level: "go" (the pure-Go twins) or a SIMD level
-// the processor has ("avx2", "avx512", "avx512fp16"); empty means FUSEDNORM_CPU_LEVEL, else the best
-// available. Every level gives the same bits.
-func WithCPULevel(level string) Option { return func(c *config) { c.cpuLevel = level } }
+// the processor has ("avx2", "avx512", "avx512fp16"; CPULevels lists those it has), in any
+// case, spaces around ignored; empty means FUSEDNORM_CPU_LEVEL, else the best available.
+// Every level gives the same bits. A level the CPU backend cannot run here (not one of
+// CPULevels) makes Open fail, when it opens the CPU backend, with an error wrapping
+// ErrUnavailable that lists the levels there are.
+func WithCPULevel(level string) Option {
+	return func(c *config) { c.cpuLevel, c.levelSource = level, "WithCPULevel" }
+}
 
 // WithHugePages(false) keeps the CPU backend from moving EmbedLayerNorm word tables of
 // 16 MiB or more onto 2 MiB pages. By default, on Linux, NewEmbedLayerNorm has the kernel

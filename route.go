@@ -252,7 +252,7 @@ func (p *routedAdd) gpuPrep() (ops.PreparedAddLN, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, fmt.Errorf("fusednorm: AddLayerNorm: prepared op: %w", ErrClosed)
+		return nil, fmt.Errorf("prepared op: %w", ErrClosed) // the root names the op (callErr)
 	}
 	if p.gpu == nil && p.gpuErr == nil {
 		p.gpu, p.gpuErr = p.r.gpu.(ops.AddPreparer).PrepareAddLN(p.gamma, p.beta, p.bias, p.biasFull)
@@ -309,7 +309,7 @@ func (p *routedEmbed) gpuPrep() (ops.PreparedEmbed, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, fmt.Errorf("fusednorm: EmbedLayerNorm: prepared op: %w", ErrClosed)
+		return nil, fmt.Errorf("prepared op: %w", ErrClosed) // the root names the op (callErr)
 	}
 	if p.gpu == nil && p.gpuErr == nil {
 		p.gpu, p.gpuErr = p.r.gpu.PrepareEmbed(&p.w)

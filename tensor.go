@@ -3,10 +3,12 @@ package fusednorm
 import (
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/x448/float16"
 
+	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
@@ -51,6 +53,18 @@ func FromFloat16Bits(bits []uint16, shape ...int) Tensor {
 // FromBFloat16Bits wraps raw bfloat16 bit patterns (the top half of a float32) as a tensor.
 func FromBFloat16Bits(bits []uint16, shape ...int) Tensor {
 	return Tensor{shape: shape, buf: ops.Buf{DType: ops.BF16, U16: nonNil(bits)}}
+}
+
+// FromFloat32AsBFloat16 converts data to a new bfloat16 tensor of the given shape, each value
+// rounded to the nearest bfloat16, ties to even (NaN stays a quiet NaN), as the ops round
+// their bfloat16 outputs. Unlike the other From functions it copies: data is not kept.
+// FromBFloat16Bits wraps bfloat16 bit patterns one has already.
+func FromFloat32AsBFloat16(data []float32, shape ...int) Tensor {
+	bits := make([]uint16, len(data))
+	for i, v := range data {
+		bits[i] = half.F32ToBF16(v)
+	}
+	return FromBFloat16Bits(bits, shape...)
 }
 
 // FromInt32 wraps data as an int32 tensor of the given shape.
@@ -115,6 +129,29 @@ func newTensor(dt DType, n int, shape []int) Tensor {
 	return t
 }
 
+// newOutput allocates an output of a call (a field the caller left zero), as newTensor, its
+// shape marked as the library's: madeByCall tells such a tensor, given back to a call of
+// another shape, from one the caller made (check.go, madeHint). The mark is an element past
+// the shape's end, in its capacity: the Tensor's value (its length-bound shape included) is
+// what newTensor's would be, so comparing tensors is unaffected.
+func newOutput(dt DType, n int, shape []int) Tensor {
+	s := make([]int, len(shape)+1)
+	copy(s, shape)
+	s[len(shape)] = madeMark
+	t := newTensor(dt, n, nil)
+	t.shape = s[:len(shape)]
+	return t
+}
+
+// madeMark marks the shapes of the outputs a call allocated: a value no dimension has.
+const madeMark = math.MinInt + 0x6d616465
+
+// madeByCall reports whether t is an output a call allocated (newOutput).
+func madeByCall(t *Tensor) bool {
+	s := t.shape
+	return cap(s) > len(s) && s[:len(s)+1][len(s)] == madeMark
+}
+
 // IsZero reports whether t is the zero Tensor (absent).
 func (t Tensor) IsZero() bool { return t.buf.DType == ops.Invalid }
 
@@ -127,8 +164,39 @@ func (t Tensor) Shape() []int { return t.shape }
 // Len is the number of elements of the backing data.
 func (t Tensor) Len() int { return t.buf.Len() }
 
-// Float32s returns the data of a float32 tensor (nil for other dtypes).
+// Float32s returns the data of a float32 tensor, without copying. It does not convert: for
+// any other dtype it returns nil, for float16 and bfloat16 tensors (the dtype of y and x with
+// 16-bit inputs, see spec §B.2) included; read those with AsFloat32 (a float32 copy),
+// Float16s or Bits16. On a GPU a device tensor's Tensor has no host data: nil too.
 func (t Tensor) Float32s() []float32 { return t.buf.F32 }
+
+// AsFloat32 returns a new slice of the tensor's values widened to float32, whatever its float
+// dtype: a copy of a float32 tensor's data, or each float16 or bfloat16 value converted
+// (exactly: float32 holds every 16-bit float value). nil for an int32 tensor, an absent one,
+// and a GPU device tensor's Tensor (DeviceTensor.Read copies that to the host first).
+func (t Tensor) AsFloat32() []float32 {
+	switch t.buf.DType {
+	case ops.F32:
+		if t.buf.F32 == nil {
+			return nil
+		}
+		return slices.Clone(t.buf.F32)
+	case ops.F16, ops.BF16:
+		if t.buf.U16 == nil {
+			return nil
+		}
+		out := make([]float32, len(t.buf.U16))
+		widen := half.F16ToF32
+		if t.buf.DType == ops.BF16 {
+			widen = half.BF16ToF32
+		}
+		for i, b := range t.buf.U16 {
+			out[i] = widen(b)
+		}
+		return out
+	}
+	return nil
+}
 
 // Float16s returns the data of a float16 tensor (nil for other dtypes).
 func (t Tensor) Float16s() []float16.Float16 {
@@ -138,7 +206,8 @@ func (t Tensor) Float16s() []float16.Float16 {
 	return unsafe.Slice((*float16.Float16)(unsafe.Pointer(&t.buf.U16[0])), len(t.buf.U16))
 }
 
-// Bits16 returns the raw 16-bit patterns of a float16 or bfloat16 tensor.
+// Bits16 returns the raw 16-bit patterns of a float16 or bfloat16 tensor, without copying
+// (nil for other dtypes).
 func (t Tensor) Bits16() []uint16 { return t.buf.U16 }
 
 // Int32s returns the data of an int32 tensor (nil for other dtypes).

@@ -155,7 +155,7 @@ func (b *Backend) enter(op string) (func(), error) {
 	}
 	b.life.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("dawn: %s: %w", op, err)
+		return nil, dawnrt.Within(op, err)
 	}
 	return b.enter(op)
 }
@@ -238,11 +238,11 @@ func (b *Backend) newBuffer(op, name string, data []byte) (*dawnrt.Buffer, error
 	}
 	buf, err := b.dev.NewBuffer("fusednorm."+name, size, dawnrt.UsageStorage|dawnrt.UsageCopyDst|dawnrt.UsageCopySrc)
 	if err != nil {
-		return nil, fmt.Errorf("dawn: %s: %s: %w", op, name, err)
+		return nil, dawnrt.Within(op+": "+name, err) // "dawn: <op>: <name>: NewBuffer: …"
 	}
-	if err := b.dev.Write(op, buf, 0, data); err != nil {
+	if err := b.dev.Write(op+": "+name, buf, 0, data); err != nil {
 		buf.Release()
-		return nil, fmt.Errorf("dawn: %s: %s: %w", op, name, err)
+		return nil, err
 	}
 	return buf, nil
 }

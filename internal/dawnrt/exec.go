@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -276,7 +277,7 @@ func (x *executor) entryOf(s *Call) (*entry, error) {
 		for _, sb := range e.scratch {
 			d.releaseLocked(sb)
 		}
-		return nil, fmt.Errorf("dawn: %s: %w", s.name, deviceErr(err))
+		return nil, Within(s.name, deviceErr(err))
 	}
 	k := &s.key
 	if k.nparams > 0 {
@@ -440,7 +441,7 @@ func (x *executor) stage(name string, data []byte, dst *Buffer, off uint64) (C.d
 	if x.arena == nil {
 		a, err := d.newBuffer("fusednorm.arena", arenaBytes, UsageCopySrc|UsageCopyDst)
 		if err != nil {
-			return C.drt_copy{}, fmt.Errorf("dawn: %s: %w", name, deviceErr(err))
+			return C.drt_copy{}, Within(name, deviceErr(err))
 		}
 		x.arena = a
 	}
@@ -502,7 +503,7 @@ func (x *executor) record(s *Call) (*waiter, []readOp, error) {
 		x.zero = nil
 		z, err := d.newBuffer("fusednorm.zero", max(s.zeroBytes, 256), UsageCopySrc)
 		if err != nil {
-			return nil, nil, fmt.Errorf("dawn: %s: %w", s.name, deviceErr(err))
+			return nil, nil, Within(s.name, deviceErr(err))
 		}
 		x.zero = z // WebGPU buffers start zeroed
 	}
@@ -512,7 +513,7 @@ func (x *executor) record(s *Call) (*waiter, []readOp, error) {
 		if x.idBuf == nil {
 			ib, err := d.newBuffer("fusednorm.idstatus", idSlots*4, UsageStorage|UsageCopySrc|UsageCopyDst)
 			if err != nil {
-				return nil, nil, fmt.Errorf("dawn: %s: %w", s.name, deviceErr(err))
+				return nil, nil, Within(s.name, deviceErr(err))
 			}
 			x.idBuf = ib
 		}
@@ -980,6 +981,20 @@ func (x *executor) reap() {
 		x.putWaiter(wt)
 	}
 }
+
+// Within names the call (or method) name in err, the error of a step of it: "dawn: <name>:
+// <step>: …", with one "dawn: " prefix where err's message has one already. It wraps err.
+func Within(name string, err error) error {
+	return &withinError{msg: "dawn: " + name + ": " + strings.TrimPrefix(err.Error(), "dawn: "), err: err}
+}
+
+type withinError struct {
+	msg string
+	err error
+}
+
+func (e *withinError) Error() string { return e.msg }
+func (e *withinError) Unwrap() error { return e.err }
 
 // deviceErr makes sure a runtime failure wraps ops.ErrDevice (context errors, closing and
 // limits stay as they are).
