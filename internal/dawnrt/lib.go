@@ -136,7 +136,7 @@ func loadLib(explicit string) (*C.drt_lib, error) {
 	libMu.Lock()
 	defer libMu.Unlock()
 	cands, isExplicit := libCandidates(explicit)
-	if loaded != nil {
+	if loaded != nil && cands[0].skip == "" {
 		if !isExplicit {
 			return loaded, nil
 		}
