@@ -4,7 +4,8 @@
 # vectables_amd64.go) are not what it generates now: someone edited the assembly by hand,
 # changed the generator without running `go generate ./internal/cpu`, or left a generated file behind
 # that the generator no longer writes (or never committed one it writes); likewise
-# cgo/webgpu_gen.h and internal/dawnrt/zdawn_gen.go against internal/cmd/dawnhdr. It runs the
+# cgo/webgpu_gen.h and internal/dawnrt/zdawn_gen.go against internal/cmd/dawnhdr, and the sweep's
+# cases against internal/cases/sweep_gen.go. It runs the
 # generator's own tests first. Run from anywhere inside the repository.
 set -euo pipefail
 
@@ -52,3 +53,23 @@ for f in cgo/webgpu_gen.h internal/dawnrt/zdawn_gen.go; do
 	fi
 done
 echo "cgo/webgpu_gen.h and internal/dawnrt/zdawn_gen.go are up to date"
+
+# The width sweep's cases, from internal/cases/sweep_gen.go.
+mkdir -p "$tmp/cases/addlayernorm" "$tmp/cases/embedlayernorm"
+(cd "$tmp/cases" && go run "$root/internal/cases/sweep_gen.go")
+for f in addlayernorm/sweep.json embedlayernorm/sweep.json; do
+	if ! diff -u "$root/internal/cases/$f" "$tmp/cases/$f"; then
+		echo "internal/cases/$f is stale: run 'go generate ./internal/cases' and commit the result" >&2
+		exit 1
+	fi
+done
+echo "internal/cases/*/sweep.json are up to date"
+
+# The Dawn pin: scripts/provision.sh and internal/dawnpin (the installer's and Open's) agree.
+pin=$(sed -n 's/^\tLibSHA256  = "\([0-9a-f]*\)"$/\1/p' "$root/internal/dawnpin/pin.go")
+ver=$(sed -n 's/^\tNPMVersion = "\(.*\)"$/\1/p' "$root/internal/dawnpin/pin.go")
+if ! grep -q "^DAWN_SHA256=\"$pin\"" "$root/scripts/provision.sh" || ! grep -q "^DAWN_NPM_PKG=\"bun-webgpu-linux-x64@$ver\"" "$root/scripts/provision.sh" || [ -z "$pin" ]; then
+	echo "scripts/provision.sh and internal/dawnpin/pin.go pin different Dawn builds" >&2
+	exit 1
+fi
+echo "the Dawn pin agrees: bun-webgpu-linux-x64@$ver, sha256 ${pin:0:12}…"
