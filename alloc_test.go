@@ -87,3 +87,40 @@ func TestNoAllocsPerCall(t *testing.T) {
 		}
 	}
 }
+
+// TestNoAllocsPerDeviceCall: a prepared op on device tensors allocates nothing in steady
+// state on Dawn, a call waited for (Sync after it) and calls sharing a submit alike (the
+// tiny benchmarks' two patterns).
+func TestNoAllocsPerDeviceCall(t *testing.T) {
+	testalloc.SkipUnderRace(t)
+	e := dawnEngine(t)
+	if e == nil {
+		return
+	}
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(33, 34))
+	const N, D = 4, 768
+	op, err := e.NewAddLayerNorm(AddLayerNormWeights{Gamma: upload(t, e, allocTensor(r, Float32, 0, D)), Beta: upload(t, e, allocTensor(r, Float32, 0, D))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	x1, x2 := upload(t, e, allocTensor(r, Float32, 0, N, D)), upload(t, e, allocTensor(r, Float32, 0, N, D))
+	out := AddLayerNormOutputs{Y: devLike(t, e, Float32, N, D).Tensor(), NoStats: true}
+	testalloc.None(t, "AddLayerNorm on device tensors, Sync after each", func() {
+		if err := op.Run(ctx, x1, x2, &out); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	testalloc.None(t, "AddLayerNorm on device tensors, back to back", func() {
+		if err := op.Run(ctx, x1, x2, &out); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := e.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

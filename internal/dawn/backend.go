@@ -34,6 +34,7 @@ type Backend struct {
 	// life: calls hold it shared; Close and a recovery take it exclusively, so they wait for
 	// calls in flight.
 	life   sync.RWMutex
+	leave  func() // life.RUnlock, made once: a method value made per call would allocate
 	closed bool
 
 	// The pipelines, by kernel variant; a recovery starts them afresh.
@@ -58,6 +59,7 @@ var _ ops.Backend = (*Backend)(nil)
 // missing.
 func New(cfg Config) (*Backend, error) {
 	b := &Backend{cfg: cfg}
+	b.leave = b.life.RUnlock
 	if err := b.open(); err != nil {
 		return nil, err
 	}
@@ -145,7 +147,7 @@ func (b *Backend) enter(op string) (func(), error) {
 		return nil, fmt.Errorf("dawn: %s: %w", op, ops.ErrClosed)
 	}
 	if !b.needsRecovery() {
-		return b.life.RUnlock, nil
+		return b.leave, nil
 	}
 	b.life.RUnlock()
 	b.life.Lock()

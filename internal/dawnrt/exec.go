@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -89,7 +90,7 @@ type executor struct {
 
 	// The submits' validation verdicts: a ring of C memory the pops' callbacks write.
 	ring     *C.drt_status
-	ringName [ringSize]string
+	ringName [ringSize]submitNames // the calls of each submit, worded only on an error
 	head     uint64
 	tail     uint64
 	seq      uint64 // calls recorded so far: a call's number in errors
@@ -360,19 +361,27 @@ func (d *Device) Run(ctx context.Context, s *Call) error {
 // Sync waits for every call recorded so far and returns the first device error of a call
 // that did not wait, naming it.
 func (d *Device) Sync(ctx context.Context) error {
-	var s Call
+	s := spareCalls.Get().(*Call)
+	defer spareCalls.Put(s)
 	s.Reset("Sync")
 	s.Wait()
-	return d.Run(ctx, &s)
+	return d.Run(ctx, s)
 }
+
+// spareCalls hold the Calls of Sync and Read: a Call is a few kilobytes, and one on the
+// stack escapes through Run, so a wait would allocate it.
+var spareCalls = sync.Pool{New: func() any { return new(Call) }}
 
 // Read waits for the work recorded so far and copies len(dst) bytes of b from off into dst
 // (large reads through the transfer ring); it reports earlier calls' errors as Sync does.
 func (d *Device) Read(ctx context.Context, name string, b *Buffer, off uint64, dst []byte) error {
-	var s Call
+	s := spareCalls.Get().(*Call)
+	defer spareCalls.Put(s)
 	s.Reset(name)
 	s.Read(b, AtBuffer, off, dst)
-	return d.Run(ctx, &s)
+	err := d.Run(ctx, s)
+	s.Reset("") // drop dst: a pooled Call must not keep the caller's memory
+	return err
 }
 
 // Write writes data into b at off (a multiple of 4; a tail that is not a whole word is
@@ -715,7 +724,7 @@ func (x *executor) flush(w *waiter, nmaps int) error {
 			}
 		}
 		slot = x.slot(x.head)
-		x.ringName[x.head%ringSize] = x.callsName()
+		x.ringName[x.head%ringSize] = submitNames{x.firstName, x.first, x.last}
 		x.head++
 	}
 	var cw *C.drt_wait
@@ -741,12 +750,20 @@ func (x *executor) flush(w *waiter, nmaps int) error {
 
 // callsName names the calls of the open batch for its verdict: "AddLayerNorm (call 7)", or
 // "the calls 5 to 9, from EmbedLayerNorm (call 5)".
-func (x *executor) callsName() string {
-	if x.first == x.last {
-		return x.firstName + " (call " + strconv.FormatUint(x.first, 10) + ")"
+// submitNames are the calls of one submit: the first one's name and the sequence numbers of
+// the first and last. A submit keeps these and words them only when its verdict is an error,
+// so a call does not build a string.
+type submitNames struct {
+	firstName   string
+	first, last uint64
+}
+
+func (n submitNames) String() string {
+	if n.first == n.last {
+		return n.firstName + " (call " + strconv.FormatUint(n.first, 10) + ")"
 	}
-	return "the calls " + strconv.FormatUint(x.first, 10) + " to " + strconv.FormatUint(x.last, 10) +
-		" (from " + x.firstName + ", call " + strconv.FormatUint(x.first, 10) + ")"
+	return "the calls " + strconv.FormatUint(n.first, 10) + " to " + strconv.FormatUint(n.last, 10) +
+		" (from " + n.firstName + ", call " + strconv.FormatUint(n.first, 10) + ")"
 }
 
 // place resolves a copy end to its C buffer.
@@ -917,7 +934,7 @@ func (x *executor) collect() {
 			break
 		}
 		if (v.status != C.WGPUPopErrorScopeStatus_Success || v._type != C.WGPUErrorType_NoError) && x.pending == nil {
-			x.pending = fmt.Errorf("dawn: %s: %w: %s", x.ringName[x.tail%ringSize], ops.ErrDevice, C.GoString(&v.msg[0]))
+			x.pending = fmt.Errorf("dawn: %s: %w: %s", x.ringName[x.tail%ringSize].String(), ops.ErrDevice, C.GoString(&v.msg[0]))
 		}
 		x.tail++
 	}
