@@ -88,7 +88,8 @@ test-race:
 # levels against the pure-Go plan under both profiles, with tests/testdata copied into the
 # guest. On a processor with AVX512-FP16, test-cpu has already run both levels natively.
 # The allocation and worker-pool tests, which do not depend on the level, run natively
-# only: under the emulator they took two thirds of the time.
+# only: under the emulator they took two thirds of the time. -short there keeps
+# TestCommonWidthsLevels to the widths nothing divides (the rest of it is whole chunks).
 EMU_LEVELS := avx512,avx512fp16
 test-avx512emu:
 	@if grep -qw avx512_fp16 /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then \
@@ -97,7 +98,7 @@ test-avx512emu:
 		mkdir -p build && CGO_ENABLED=0 $(GO) test -c -o build/cpu-avx512emu.test ./internal/cpu && \
 		CGO_ENABLED=0 $(GO) test -c -o build/tests-avx512emu.test ./tests && \
 		AVX512EMU_TIMEOUT=1200 bash scripts/avx512emu/run.sh build/cpu-avx512emu.test \
-			-test.v -test.timeout=0 -test.skip='TestNoAllocsPerCall|TestForRows' \
+			-test.v -test.short -test.timeout=0 -test.skip='TestNoAllocsPerCall|TestForRows' \
 			-cpu.want=$(EMU_LEVELS) -cpu.simd=$(EMU_LEVELS) && \
 		AVX512EMU_TIMEOUT=1800 AVX512EMU_FILES=tests/testdata AVX512EMU_CWD=/tests \
 			bash scripts/avx512emu/run.sh build/tests-avx512emu.test \
