@@ -123,7 +123,10 @@ func WithBackend(name string) Option { return func(c *config) { c.backend = name
 // demand, not a hint: when it does not load, Dawn fails (naming the path and why) rather than
 // load another from the search list; in auto mode the engine then runs on the CPU and Info's
 // Reason says why. Without either, the library is looked for next to the executable, then by
-// the system loader, never in or above the working directory.
+// the system loader, then in the folder cmd/fusednorm-dawn installs into (the user cache's
+// fusednorm/dawn-<version>, loaded only when its SHA-256 is the pinned build's), never in or
+// above the working directory. One Dawn runs in a process: once one is loaded, later engines
+// use it, and naming another file fails (two copies of Dawn break each other).
 func WithDawnLibrary(path string) Option { return func(c *config) { c.dawnLib = path } }
 
 // WithAdapter opens the GPU adapter sel names: its index in Adapters' list ("0", "1", …),
