@@ -60,6 +60,20 @@ static void copy_sv(char *dst, size_t cap, WGPUStringView v) {
     dst[n] = 0;
 }
 
+/* adapter_info copies what the runtime keeps of an adapter's info. */
+static void adapter_info(drt_adapter_info *a, const WGPUAdapterInfo *info) {
+    copy_sv(a->vendor, sizeof a->vendor, info->vendor);
+    copy_sv(a->architecture, sizeof a->architecture, info->architecture);
+    copy_sv(a->device_name, sizeof a->device_name, info->device);
+    copy_sv(a->description, sizeof a->description, info->description);
+    a->backend_type = (uint32_t)info->backendType;
+    a->adapter_type = (uint32_t)info->adapterType;
+    a->vendor_id = info->vendorID;
+    a->device_id = info->deviceID;
+    a->subgroup_min = info->subgroupMinSize;
+    a->subgroup_max = info->subgroupMaxSize;
+}
+
 static const char *error_type_name(uint32_t t) {
     switch (t) {
     case WGPUErrorType_Validation: return "validation error";
@@ -450,14 +464,7 @@ int drt_adapters(const drt_procs *p, drt_adapter_info *out, int cap_out, int *n,
         memset(a, 0, sizeof *a);
         memset(&info, 0, sizeof info);
         if (p->AdapterGetInfo(v.begin[i], &info) != WGPUStatus_Success) continue;
-        copy_sv(a->vendor, sizeof a->vendor, info.vendor);
-        copy_sv(a->architecture, sizeof a->architecture, info.architecture);
-        copy_sv(a->device_name, sizeof a->device_name, info.device);
-        copy_sv(a->description, sizeof a->description, info.description);
-        a->backend_type = (uint32_t)info.backendType;
-        a->adapter_type = (uint32_t)info.adapterType;
-        a->vendor_id = info.vendorID;
-        a->device_id = info.deviceID;
+        adapter_info(a, &info);
         p->AdapterInfoFreeMembers(info);
     }
     *n = i;
@@ -535,18 +542,9 @@ have_adapter:
         fmt(err, cap, "wgpuAdapterGetInfo failed");
         return fail_open(d, DRT_EUNAVAILABLE);
     }
-    copy_sv(d->vendor, sizeof d->vendor, info.vendor);
-    copy_sv(d->architecture, sizeof d->architecture, info.architecture);
-    copy_sv(d->device_name, sizeof d->device_name, info.device);
-    copy_sv(d->description, sizeof d->description, info.description);
-    d->backend_type = (uint32_t)info.backendType;
-    d->adapter_type = (uint32_t)info.adapterType;
-    d->vendor_id = info.vendorID;
-    d->device_id = info.deviceID;
-    d->subgroup_min = info.subgroupMinSize;
-    d->subgroup_max = info.subgroupMaxSize;
+    adapter_info(&d->info, &info);
     p->AdapterInfoFreeMembers(info);
-    if (d->backend_type == WGPUBackendType_Null) {
+    if (d->info.backend_type == WGPUBackendType_Null) {
         fmt(err, cap, "Dawn offered only its Null backend (no usable Vulkan driver)");
         return fail_open(d, DRT_EUNAVAILABLE);
     }

@@ -71,6 +71,12 @@ typedef struct drt_status {
     char msg[DRT_MSG_CAP];
 } drt_status;
 
+/* An adapter: the device's (drt_device.info), or one of drt_adapters' list. */
+typedef struct drt_adapter_info {
+    char vendor[256], architecture[256], device_name[256], description[256];
+    uint32_t backend_type, adapter_type, vendor_id, device_id, subgroup_min, subgroup_max;
+} drt_adapter_info;
+
 typedef struct drt_device {
     const drt_procs *p;
     WGPUInstance instance;
@@ -79,8 +85,7 @@ typedef struct drt_device {
     WGPUQueue queue;
     WGPULimits limits; /* the device's, after the raise */
 
-    char vendor[256], architecture[256], device_name[256], description[256];
-    uint32_t backend_type, adapter_type, vendor_id, device_id, subgroup_min, subgroup_max;
+    drt_adapter_info info; /* the adapter the device is on */
 
     /* Written by the device-lost and uncaptured-error callbacks; lost is set last (release). */
     int lost;
@@ -114,12 +119,6 @@ typedef struct drt_device {
  * order) instead; DRT_EUNAVAILABLE when the index is past the list or the library cannot
  * enumerate. */
 int drt_open_adapter(const drt_procs *p, drt_device *d, int index, uint64_t timeout_ns, char *err, size_t cap);
-
-/* One adapter of drt_adapters' list. */
-typedef struct drt_adapter_info {
-    char vendor[256], architecture[256], device_name[256], description[256];
-    uint32_t backend_type, adapter_type, vendor_id, device_id;
-} drt_adapter_info;
 
 /* drt_adapters lists up to cap_out Vulkan adapters in Dawn's order into out and their count
  * into *n (which may exceed cap_out). DRT_EUNAVAILABLE when the library cannot enumerate. */

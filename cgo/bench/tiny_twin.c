@@ -238,7 +238,7 @@ int tiny_twin_open(const char *library, const char *embed_wgsl, const char *add_
     return 0;
 }
 
-const char *tiny_twin_adapter(void) { return T.open ? T.d.device_name : ""; }
+const char *tiny_twin_adapter(void) { return T.open ? T.d.info.device_name : ""; }
 
 int tiny_twin_run(int op, int n, tiny_samples *s, char *msg, size_t cap) {
     const tiny_call *c = op == TINY_EMBED ? &T.ec : &T.ac;

@@ -60,9 +60,9 @@ int main(int argc, char **argv) {
     }
     printf("loaded %s\n", lib.path);
     CHECK(drt_open_adapter(&lib.p, &d, -1, 30000000000ull, err, sizeof err), "open");
-    printf("adapter: %s (backend %u, adapter type %u, %s)\n", d.device_name, d.backend_type, d.adapter_type,
-           d.description);
-    if (d.backend_type == WGPUBackendType_Null) {
+    printf("adapter: %s (backend %u, adapter type %u, %s)\n", d.info.device_name, d.info.backend_type, d.info.adapter_type,
+           d.info.description);
+    if (d.info.backend_type == WGPUBackendType_Null) {
         fprintf(stderr, "FAIL: Null backend accepted\n");
         return 1;
     }

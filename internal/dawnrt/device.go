@@ -158,18 +158,7 @@ func Open(o Options) (*Device, error) {
 			method, ops.ErrUnavailable, msg, d.lib)
 	}
 	c := d.c
-	d.info = AdapterInfo{
-		Vendor:          C.GoString(&c.vendor[0]),
-		Architecture:    C.GoString(&c.architecture[0]),
-		Device:          C.GoString(&c.device_name[0]),
-		Description:     C.GoString(&c.description[0]),
-		Backend:         enumName(backendTypeNames, uint32(c.backend_type)),
-		AdapterType:     enumName(adapterTypeNames, uint32(c.adapter_type)),
-		VendorID:        uint32(c.vendor_id),
-		DeviceID:        uint32(c.device_id),
-		SubgroupMinSize: uint32(c.subgroup_min),
-		SubgroupMaxSize: uint32(c.subgroup_max),
-	}
+	d.info = adapterInfo(&c.info)
 	l := &c.limits
 	d.limits = Limits{
 		MaxStorageBufferBindingSize:       uint64(l.maxStorageBufferBindingSize),
@@ -214,19 +203,25 @@ func ListAdapters(library string) ([]AdapterInfo, error) {
 	}
 	list := make([]AdapterInfo, 0, min(int(n), max))
 	for i := range min(int(n), max) {
-		a := &out[i]
-		list = append(list, AdapterInfo{
-			Vendor:       C.GoString(&a.vendor[0]),
-			Architecture: C.GoString(&a.architecture[0]),
-			Device:       C.GoString(&a.device_name[0]),
-			Description:  C.GoString(&a.description[0]),
-			Backend:      enumName(backendTypeNames, uint32(a.backend_type)),
-			AdapterType:  enumName(adapterTypeNames, uint32(a.adapter_type)),
-			VendorID:     uint32(a.vendor_id),
-			DeviceID:     uint32(a.device_id),
-		})
+		list = append(list, adapterInfo(&out[i]))
 	}
 	return list, nil
+}
+
+// adapterInfo is the Go form of an adapter's info.
+func adapterInfo(a *C.drt_adapter_info) AdapterInfo {
+	return AdapterInfo{
+		Vendor:          C.GoString(&a.vendor[0]),
+		Architecture:    C.GoString(&a.architecture[0]),
+		Device:          C.GoString(&a.device_name[0]),
+		Description:     C.GoString(&a.description[0]),
+		Backend:         enumName(backendTypeNames, uint32(a.backend_type)),
+		AdapterType:     enumName(adapterTypeNames, uint32(a.adapter_type)),
+		VendorID:        uint32(a.vendor_id),
+		DeviceID:        uint32(a.device_id),
+		SubgroupMinSize: uint32(a.subgroup_min),
+		SubgroupMaxSize: uint32(a.subgroup_max),
+	}
 }
 
 func enumName(table map[uint32]string, v uint32) string {
