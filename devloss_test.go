@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,24 +120,6 @@ func TestInfoNamesDawnLibrary(t *testing.T) {
 	require.NoError(t, cpuEng.Close())
 }
 
-// lockedBuffer collects log output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestDeviceLossRecovery (issue 12 item 12) loses the device for real (the "lose" fault site
 // calls wgpuDeviceForceLoss with a dispatch in flight) during a prepared EmbedLayerNorm and
 // during an AddLayerNorm of BERT-base shapes. The call in flight fails wrapping ErrDevice and
@@ -148,7 +129,7 @@ func (l *lockedBuffer) String() string {
 // GPU: go test -run TestDeviceLossRecovery -v .
 func TestDeviceLossRecovery(t *testing.T) {
 	var lose atomic.Bool
-	var logs lockedBuffer
+	var logs testkit.LockedBuffer
 	e := openDawnOrSkip(t,
 		withFaultInjection(func(site string) error {
 			if site == "lose" && lose.CompareAndSwap(true, false) {

@@ -2,13 +2,10 @@ package fusednorm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,40 +35,12 @@ func adaptersOrSkip(t *testing.T) []AdapterInfo {
 	return list
 }
 
-// listDriverTwice adds to VK_ICD_FILENAMES a copy of its first manifest, the library path made
-// absolute, for the rest of the test: the loader then reports that driver's adapters twice. It
-// returns false, changing nothing, where VK_ICD_FILENAMES is unset (the machine's own drivers).
-func listDriverTwice(t *testing.T) bool {
-	t.Helper()
-	env := os.Getenv("VK_ICD_FILENAMES")
-	if env == "" {
-		return false
-	}
-	first := strings.Split(env, string(os.PathListSeparator))[0]
-	raw, err := os.ReadFile(first)
-	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(raw, &m), first)
-	icd, _ := m["ICD"].(map[string]any)
-	lib, _ := icd["library_path"].(string)
-	require.NotEmpty(t, lib, "%s: no ICD.library_path", first)
-	if strings.Contains(lib, "/") && !filepath.IsAbs(lib) {
-		icd["library_path"] = filepath.Join(filepath.Dir(first), lib)
-	}
-	out, err := json.Marshal(m)
-	require.NoError(t, err)
-	second := filepath.Join(t.TempDir(), "second_icd.json")
-	require.NoError(t, os.WriteFile(second, out, 0o644))
-	t.Setenv("VK_ICD_FILENAMES", env+string(os.PathListSeparator)+second)
-	return true
-}
-
 // twoAdapters lists the adapters, listing the driver twice when there is only one. Fewer than
 // two only where VK_ICD_FILENAMES is unset on a machine with one GPU.
 func twoAdapters(t *testing.T) []AdapterInfo {
 	t.Helper()
 	list := adaptersOrSkip(t)
-	if len(list) < 2 && listDriverTwice(t) {
+	if len(list) < 2 && testkit.ListDriverTwice(t) {
 		list = adaptersOrSkip(t)
 		require.GreaterOrEqual(t, len(list), 2, "with the driver listed twice: %v", list)
 	}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -348,7 +347,7 @@ func TestNoiseLine(t *testing.T) {
 // TestProgressAfterASecond: a step shorter than the quiet time prints nothing; a longer one
 // prints its line.
 func TestProgressAfterASecond(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.LockedBuffer
 	p := newProgress(&buf)
 	p.after, p.every = 50*time.Millisecond, 50*time.Millisecond
 	p.step("case 1/2 quick")
@@ -368,23 +367,6 @@ func TestProgressAfterASecond(t *testing.T) {
 	if len(buf.String()) != n {
 		t.Errorf("progress kept writing after end: %q", buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestRooflineSVG checks the picture's content: one marker per case and series, the
@@ -470,44 +452,6 @@ func TestPickAdapters(t *testing.T) {
 	}
 }
 
-// listDriverTwice adds to VK_ICD_FILENAMES a copy of its first manifest, the library path made
-// absolute, so the Vulkan loader reports that driver's adapters twice (two lavapipes); false,
-// changing nothing, where VK_ICD_FILENAMES is unset.
-func listDriverTwice(t *testing.T) bool {
-	t.Helper()
-	env := os.Getenv("VK_ICD_FILENAMES")
-	if env == "" {
-		return false
-	}
-	first := strings.Split(env, string(os.PathListSeparator))[0]
-	raw, err := os.ReadFile(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatalf("%s: %v", first, err)
-	}
-	icd, _ := m["ICD"].(map[string]any)
-	lib, _ := icd["library_path"].(string)
-	if lib == "" {
-		t.Fatalf("%s: no ICD.library_path", first)
-	}
-	if strings.Contains(lib, "/") && !filepath.IsAbs(lib) {
-		icd["library_path"] = filepath.Join(filepath.Dir(first), lib)
-	}
-	out, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	second := filepath.Join(t.TempDir(), "second_icd.json")
-	if err := os.WriteFile(second, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("VK_ICD_FILENAMES", env+string(os.PathListSeparator)+second)
-	return true
-}
-
 // TestEveryAdapterQuick runs -every-adapter on one quick case: on the adapters there are, and
 // (where VK_ICD_FILENAMES names the driver, as on lavapipe) with the driver listed twice, so two
 // engines run at once. Each engine has its row with figures alone and together, the summed row
@@ -516,7 +460,7 @@ func TestEveryAdapterQuick(t *testing.T) {
 	const only = "addln-n4096-d768-f32"
 	for _, twice := range []bool{false, true} {
 		t.Run(map[bool]string{false: "as-listed", true: "driver-twice"}[twice], func(t *testing.T) {
-			if twice && !listDriverTwice(t) {
+			if twice && !testkit.ListDriverTwice(t) {
 				t.Skip("VK_ICD_FILENAMES is unset: no manifest to list twice")
 			}
 			list, err := fusednorm.Adapters()

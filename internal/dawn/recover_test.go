@@ -53,30 +53,12 @@ type lossFixture struct {
 	addWant []float32
 	cpuEmb  []float32 // the CPU backend's results, mirroring the device's profile
 	cpuAdd  []float32
-	logs    *lockedBuilder
-}
-
-// lockedBuilder is a strings.Builder for a logger that several goroutines write.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs    *testkit.LockedBuffer
 }
 
 func newLossFixture(t *testing.T) *lossFixture {
 	t.Helper()
-	f := &lossFixture{hook: &lossHook{}, logs: &lockedBuilder{}}
+	f := &lossFixture{hook: &lossHook{}, logs: &testkit.LockedBuffer{}}
 	b, err := New(Config{Faults: f.hook.inject, Logger: slog.New(slog.NewTextHandler(f.logs, nil))})
 	if err != nil {
 		testkit.SkipWithoutDawn(t, err)

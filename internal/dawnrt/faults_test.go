@@ -21,7 +21,7 @@ import (
 func TestDeviceLoss(t *testing.T) {
 	var lose sync.Mutex
 	armed := false
-	logs := &lockedBuilder{}
+	logs := &testkit.LockedBuffer{}
 	d, err := Open(Options{
 		Faults: func(site string) error {
 			lose.Lock()

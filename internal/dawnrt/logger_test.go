@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
+	"github.com/fusednorm/fusednorm/internal/testkit"
 )
 
 // warnWGSL compiles with a Tint warning (unreachable code), which Dawn reports through the
@@ -27,7 +28,7 @@ fn main() {
 // TestLogger: Dawn's device log goes to Options.Logger, and without one nowhere: not to
 // stderr (Dawn's default).
 func TestLogger(t *testing.T) {
-	logs := &lockedBuilder{}
+	logs := &testkit.LockedBuffer{}
 	d := openDevice(t, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	newPipeline(t, d, "test/warn", warnWGSL)
 	got := logs.String()

@@ -884,27 +884,3 @@ func TestCloseWhileWaiting(t *testing.T) {
 		t.Errorf("the call in flight at Close: %v", err)
 	}
 }
-
-// lockedBuilder is a strings.Builder for a logger that several goroutines write.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lockedBuilder) Reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b.Reset()
-}
