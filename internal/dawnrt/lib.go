@@ -34,10 +34,10 @@ var libNames = []string{"libwebgpu_dawn.so", "libwebgpu_wrapper.so"}
 
 var (
 	libMu sync.Mutex
-	libs  = map[string]*C.drt_lib{} // by candidate; never closed: Dawn keeps threads and statics
-	// loaded is the first library loaded: the one Dawn of the process. A second copy from
-	// another file breaks the first (they share C++ symbols: its waits return before their
-	// callbacks ran), so the search list returns it and another explicit file is refused.
+	// loaded is the library loaded, never closed (Dawn keeps threads and statics): the one
+	// Dawn of the process. A second copy from another file breaks the first (they share C++
+	// symbols: its waits return before their callbacks ran), so the search list returns it
+	// and another explicit file is refused.
 	loaded *C.drt_lib
 )
 
@@ -140,9 +140,6 @@ func loadLib(explicit string) (*C.drt_lib, error) {
 		if !isExplicit {
 			return loaded, nil
 		}
-		if lib := libs[cands[0].path]; lib != nil {
-			return lib, nil
-		}
 		// A file that exists and is not the loaded one is refused; a name that is no file here
 		// fails below as it would have (or loads a library that is not Dawn, and says so).
 		first, _ := os.Stat(libPath(loaded))
@@ -162,9 +159,6 @@ func loadLib(explicit string) (*C.drt_lib, error) {
 			tried = append(tried, c.path+": not tried: "+c.skip)
 			continue
 		}
-		if lib := libs[c.path]; lib != nil {
-			return lib, nil
-		}
 		if c.pinned {
 			if why := pinnedMismatch(c.path); why != "" {
 				tried = append(tried, c.path+": not loaded: "+why)
@@ -176,7 +170,7 @@ func loadLib(explicit string) (*C.drt_lib, error) {
 		rc := C.drt_load(&cs, 1, lib, report, 8192)
 		C.free(unsafe.Pointer(cs))
 		if rc == C.DRT_OK {
-			libs[c.path], loaded = lib, lib
+			loaded = lib
 			return lib, nil
 		}
 		C.free(unsafe.Pointer(lib))
