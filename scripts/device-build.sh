@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a GPU machine without Go or network needs, into carry/ (git-ignored): the
 # conformance suite, the root package's and the cpu package's tests as test binaries, the
-# benchmark, the C tiny-dispatch benchmark and torch's anchor script. Then
+# benchmark, the runtime's transfer benchmark, the C tiny-dispatch benchmark and torch's anchor script. Then
 # carry carry/, third_party/dawn, third_party/env.sh and .gl (Vulkan loader and glvnd debs,
 # see the device tool's README) and run scripts/device-run.sh there.
 # With OLD=<rev> it also builds that revision's benchmark and root tests into carry/old/,
@@ -22,7 +22,7 @@ mkdir -p carry
 go test -c -ldflags='-s -w' -o carry/conformance.test ./tests
 go test -c -ldflags='-s -w' -o carry/root.test .
 go test -c -ldflags='-s -w' -o carry/cpu.test ./internal/cpu
-go test -c -ldflags='-s -w' -o carry/dawn.test ./internal/dawn
+go test -c -ldflags='-s -w' -o carry/dawnrt.test ./internal/dawnrt
 go build -ldflags='-s -w' -o carry/fusednorm-bench ./cmd/fusednorm-bench
 # The tiny-dispatch benchmark's C twin and the WGSL it loads, and torch's anchor script.
 (set -a; source third_party/env.sh; set +a
@@ -34,7 +34,8 @@ if [ -n "${OLD:-}" ]; then
 	git worktree add --detach "$old" "$OLD" >/dev/null
 	mkdir -p carry/old
 	(cd "$old" && go build -ldflags='-s -w' -o "$OLDPWD/carry/old/fusednorm-bench" ./cmd/fusednorm-bench &&
-		go test -c -ldflags='-s -w' -o "$OLDPWD/carry/old/root.test" .)
+		go test -c -ldflags='-s -w' -o "$OLDPWD/carry/old/root.test" . &&
+		go test -c -ldflags='-s -w' -o "$OLDPWD/carry/old/transfer.test" ./dawn)
 	git worktree remove --force "$old"
 	echo "$OLD" >carry/old/REV
 fi

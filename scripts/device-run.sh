@@ -117,6 +117,9 @@ if [ "${1:-}" = paired ]; then
 				-json "$OUT/paired-$side-$r.json" >"$OUT/paired-$side-$r.txt" 2>/dev/null
 			GOMAXPROCS=4 taskset -c 4-7 timeout 40 $bin -backend dawn -tiny 2000 -tiny-rounds 1 >"$OUT/paired-tiny-$side-$r.txt" 2>&1
 			echo "round $r $side rc=$?"
+			xfer=carry/dawnrt.test
+			[ "$side" = old ] && xfer=carry/old/transfer.test
+			timeout 40 $xfer -test.run '^$' -test.bench 'Transfer/.*/.*/1024MiB' -test.benchtime 3x >"$OUT/paired-transfer-$side-$r.txt" 2>&1
 		done
 	done
 	exit 0
@@ -143,7 +146,8 @@ echo "root tests rc=$?"; grep -E "^(--- FAIL|ok|FAIL)" "$OUT/root.log"; grep -c 
   FUSEDNORM_BACKEND=dawn timeout 60 carry/root.test -test.run XXX -test.bench Tiny -test.benchmem -test.benchtime 3000x
 } >"$OUT/tiny.txt" 2>&1
 grep -E "^(C |Go |C twin|Benchmark)" "$OUT/tiny.txt"
-timeout 60 carry/dawn.test -test.run '^$' -test.bench 'Transfer/.*/.*/1024MiB' -test.benchtime 4x >"$OUT/transfer.txt" 2>&1
+timeout 60 carry/dawnrt.test -test.run '^$' -test.bench 'Transfer/.*/.*/1024MiB' -test.benchtime 4x >"$OUT/transfer.txt" 2>&1
 echo "transfer rc=$?"; grep -E "^Benchmark" "$OUT/transfer.txt"
+[ "${ANCHORS:-1}" = 0 ] && exit 0 # ANCHORS=0: torch's anchors were taken in an earlier call
 (cd carry && PYTHONUNBUFFERED=1 timeout 200 python3 gpu_anchor.py >"$OUT/anchor.jsonl" 2>"$OUT/anchor.err"; echo "anchor rc=$?")
 cut -c1-200 "$OUT/anchor.jsonl"

@@ -50,12 +50,16 @@ const (
 	spinFor = 200 * time.Microsecond
 )
 
-// The batch's bounds: the open encoder is submitted once it holds batchCalls calls, or
-// once its first call has waited idleFlush (the GPU would otherwise idle with work held
-// back); host inputs of recorded calls are staged in an arena of arenaBytes.
+// The batch's bounds. A call recorded while no submit is in flight is submitted at once:
+// the GPU is idle, and holding its work back would only delay it. Later calls gather in
+// the open encoder until it holds batchCalls calls, or until its first call has waited
+// idleFlush (the GPU would otherwise idle with work held back); host inputs of recorded
+// calls are staged in an arena of arenaBytes. Chosen on an H100 (docs/performance.md,
+// "Shared submits"): of 64 or 256 calls and 20 to 200 us, with or without the first call
+// submitted at once, 16 calls and 50 us with it ran the BERT-sized chains fastest.
 const (
-	batchCalls = 64
-	idleFlush  = 200 * time.Microsecond
+	batchCalls = 16
+	idleFlush  = 50 * time.Microsecond
 	arenaBytes = 4 << 20
 )
 
@@ -112,6 +116,7 @@ type executor struct {
 	firstName        string
 	timer            *time.Timer
 	timerArmed       bool
+	inflight         bool // a submit nobody has waited for may still run on the GPU
 
 	join      []byte // host bytes of writes joined from two parts
 	pending   error  // the first device error not yet reported
@@ -682,7 +687,7 @@ func (x *executor) record(s *Call) (*waiter, []readOp, error) {
 			x.putWaiter(wt)
 			return nil, nil, err
 		}
-	case x.batch >= batchCalls:
+	case x.batch >= batchCalls || !x.inflight:
 		if err := x.flush(nil, 0); err != nil {
 			return nil, nil, err
 		}
@@ -737,6 +742,7 @@ func (x *executor) flush(w *waiter, nmaps int) error {
 	}
 	submitted := x.batch > 0
 	x.batch, x.arenaUsed = 0, 0
+	x.inflight = submitted && w == nil || x.inflight && w == nil
 	if rc := C.drt_flush(d.c, slot, maps, C.int(nmaps), cw, d.errbuf, errCap); rc != C.DRT_OK {
 		return d.failure("submit", rc)
 	}

@@ -50,11 +50,20 @@ func holdBatches(t *testing.T, d *Device) {
 		t.Fatal("holdBatches with a batch open and no idle flush pending")
 	}
 	d.x.timerArmed = true
+	d.x.inflight = true
 	t.Cleanup(func() {
 		d.lock(context.Background())
 		d.x.timerArmed = false
 		d.unlock()
 	})
+}
+
+// holdFirst has the next call gather in the open batch rather than be submitted at once,
+// as if a submit were in flight.
+func holdFirst(d *Device) {
+	d.lock(context.Background())
+	d.x.inflight = true
+	d.unlock()
 }
 
 // batchState is the open batch's call count and arena bytes, and the submits so far.
@@ -87,6 +96,7 @@ func TestBatchedHostInputs(t *testing.T) {
 			defer y.Release()
 			want := make([]float32, tc.n)
 			_, _, submits0 := batchState(d)
+			holdFirst(d) // the Read of the last case waited for everything
 			groups := [3]uint32{uint32(tc.n+63) / 64, 1, 1}
 			for k := range tc.calls {
 				in := make([]float32, tc.n)
@@ -104,7 +114,7 @@ func TestBatchedHostInputs(t *testing.T) {
 				}
 				calls, arena, _ := batchState(d)
 				switch {
-				case tc.n == 100 && calls != uint64(k+1)%batchCalls:
+				case tc.n == 100 && calls != uint64((k+1)%batchCalls):
 					t.Fatalf("after call %d: %d calls in the open batch, want %d", k, calls, (k+1)%batchCalls)
 				case tc.n == 100 && calls > 0 && arena != uint64(k%batchCalls)*4*uint64(tc.n):
 					t.Fatalf("after call %d: %d arena bytes, want the inputs of the calls after the batch's first", k, arena)
@@ -185,6 +195,7 @@ func TestIdleFlush(t *testing.T) {
 	a := newAffine(t, d, 64)
 	var s Call
 	a.call(&s, a.groups())
+	holdFirst(d)
 	if err := d.Run(context.Background(), &s); err != nil {
 		t.Fatal(err)
 	}
