@@ -5,7 +5,6 @@ package dawn
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/fusednorm/fusednorm/internal/dawnrt"
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -29,16 +28,13 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 
 // addPrep is an AddLayerNorm with gamma+beta (and the bias) resident.
 type addPrep struct {
-	b        *Backend
+	prepared
 	gamma    ops.Buf // the caller's, kept to upload again after a device loss
 	beta     ops.Buf
 	bias     ops.Buf
 	biasFull bool
 
 	gb, biasOwn, biasDev *dawnrt.Buffer
-
-	life   sync.RWMutex
-	closed bool
 }
 
 // PrepareAddLN uploads gamma and beta (joined) and the bias once; Run binds them. A bias
@@ -49,7 +45,7 @@ func (b *Backend) PrepareAddLN(gamma, beta, bias ops.Buf, biasFull bool) (ops.Pr
 		return nil, err
 	}
 	defer leave()
-	p := &addPrep{b: b, gamma: gamma, beta: beta, bias: bias, biasFull: biasFull}
+	p := &addPrep{prepared: prepared{b: b}, gamma: gamma, beta: beta, bias: bias, biasFull: biasFull}
 	if err := p.upload(); err != nil {
 		return nil, err
 	}
@@ -90,32 +86,14 @@ func (p *addPrep) upload() error {
 func (p *addPrep) release() { releaseAll(&p.gb, &p.biasOwn) }
 
 // Close releases the resident weights after the runs in flight.
-func (p *addPrep) Close() error {
-	p.life.Lock()
-	defer p.life.Unlock()
-	if !p.closed {
-		p.closed = true
-		// Not during a recovery, which uploads the weights of the live ops again (recover.go).
-		p.b.life.RLock()
-		p.b.untrack(p)
-		p.release()
-		p.b.life.RUnlock()
-	}
-	return nil
-}
+func (p *addPrep) Close() error { return p.close(p, p.release) }
 
 // Run computes one call with the resident weights; a.Gamma, a.Beta, a.Bias are ignored.
 func (p *addPrep) Run(ctx context.Context, a *ops.AddLN) error {
-	p.life.RLock()
-	defer p.life.RUnlock()
-	if p.closed {
-		return fmt.Errorf("dawn: %s: %w", opAdd, ops.ErrClosed)
-	}
-	leave, err := p.b.enter(opAdd)
-	if err != nil {
+	if err := p.enter(opAdd); err != nil {
 		return err
 	}
-	defer leave()
+	defer p.leave()
 	return p.b.addLayerNorm(ctx, a, p, false)
 }
 

@@ -217,7 +217,7 @@ func (b *Backend) calibrateEmbed(ctx context.Context, d calibrationData) (y, sta
 		Beta:    ops.Buf{DType: ops.F32, F32: d.beta},
 		Epsilon: calibrationEps,
 	}
-	op := &embedOp{b: b, w: w, plan: b.Plan(w.H, false)}
+	op := &embedOp{prepared: prepared{b: b}, w: w, plan: b.Plan(w.H, false)}
 	if err := op.upload(); err != nil {
 		return nil, nil, err
 	}

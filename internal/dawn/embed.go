@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/fusednorm/fusednorm/internal/dawnrt"
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -22,7 +21,7 @@ var embB = shaders.EmbedBindings
 // from host tensors, or bound where they are when they are device tensors (which must then
 // stay open while the op is used).
 type embedOp struct {
-	b *Backend
+	prepared
 	// w keeps references to the caller's tensors (which the API forbids modifying while the
 	// op lives), to upload them again after a device loss.
 	w    ops.EmbedWeights
@@ -30,9 +29,6 @@ type embedOp struct {
 
 	word, pos, seg, gb *dawnrt.Buffer // each the op's own, or a device tensor's (own[i] false)
 	own                [3]bool        // word, pos, seg uploaded by the op
-
-	life   sync.RWMutex
-	closed bool
 }
 
 // PrepareEmbed makes the tables, gamma and beta resident; runs then move only ids and outputs.
@@ -45,7 +41,7 @@ func (b *Backend) PrepareEmbed(w *ops.EmbedWeights) (ops.PreparedEmbed, error) {
 	if w.DType != ops.F32 && w.DType != ops.F16 {
 		return nil, fmt.Errorf("dawn: PrepareEmbed: dtype %v: %w", w.DType, ops.ErrNotSupported)
 	}
-	op := &embedOp{b: b, w: *w, plan: b.Plan(w.H, w.Half())}
+	op := &embedOp{prepared: prepared{b: b}, w: *w, plan: b.Plan(w.H, w.Half())}
 	if err := op.upload(); err != nil {
 		return nil, err
 	}
@@ -107,19 +103,7 @@ func (op *embedOp) release() {
 }
 
 // Close releases the resident weights after the runs in flight have finished.
-func (op *embedOp) Close() error {
-	op.life.Lock()
-	defer op.life.Unlock()
-	if !op.closed {
-		op.closed = true
-		// Not during a recovery, which uploads the weights of the live ops again (recover.go).
-		op.b.life.RLock()
-		op.b.untrack(op)
-		op.release()
-		op.b.life.RUnlock()
-	}
-	return nil
-}
+func (op *embedOp) Close() error { return op.close(op, op.release) }
 
 // kernel is the kernel variant a call runs.
 func (op *embedOp) kernel(in *ops.EmbedInputs, out *ops.EmbedOutputs) shaders.Embed {
@@ -170,16 +154,10 @@ var embedIDNames = [4]string{"input_ids", "segment_ids", "mask", "position_ids"}
 // Run computes one batch in one dispatch: host tensors through the call's scratch, device
 // tensors where they are.
 func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedOutputs) error {
-	op.life.RLock()
-	defer op.life.RUnlock()
-	if op.closed {
-		return fmt.Errorf("dawn: %s: %w", opEmbed, ops.ErrClosed)
-	}
-	leave, err := op.b.enter(opEmbed)
-	if err != nil {
+	if err := op.enter(opEmbed); err != nil {
 		return err
 	}
-	defer leave()
+	defer op.leave()
 	return op.run(ctx, in, out)
 }
 

@@ -5,6 +5,7 @@ package dawn
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fusednorm/fusednorm/internal/dawnrt"
@@ -29,6 +30,49 @@ import (
 
 // resident is a prepared op whose weights live on the device: a recovery uploads them again.
 type resident interface{ upload() error }
+
+// prepared is the life a prepared op shares with the others: runs hold life for reading,
+// Close for writing, so weights are released after the runs in flight.
+type prepared struct {
+	b      *Backend
+	life   sync.RWMutex
+	closed bool
+}
+
+// enter starts a run of the op named op: the op open and the backend entered (enter).
+func (p *prepared) enter(op string) error {
+	p.life.RLock()
+	if p.closed {
+		p.life.RUnlock()
+		return fmt.Errorf("dawn: %s: %w", op, ops.ErrClosed)
+	}
+	if _, err := p.b.enter(op); err != nil {
+		p.life.RUnlock()
+		return err
+	}
+	return nil
+}
+
+// leave ends a run enter started.
+func (p *prepared) leave() {
+	p.b.leave()
+	p.life.RUnlock()
+}
+
+// close marks the op closed and calls release once, not during a recovery, which uploads
+// the weights of the live ops again.
+func (p *prepared) close(op resident, release func()) error {
+	p.life.Lock()
+	defer p.life.Unlock()
+	if !p.closed {
+		p.closed = true
+		p.b.life.RLock()
+		p.b.untrack(op)
+		release()
+		p.b.life.RUnlock()
+	}
+	return nil
+}
 
 // needsRecovery reports whether the device was lost or a recovery is still owed; under life.
 func (b *Backend) needsRecovery() bool { return b.broken != nil || b.dev.Lost() }
