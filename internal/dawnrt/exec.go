@@ -55,7 +55,7 @@ const (
 // the open encoder until it holds batchCalls calls, or until its first call has waited
 // idleFlush (the GPU would otherwise idle with work held back); host inputs of recorded
 // calls are staged in an arena of arenaBytes. Chosen on an H100 (docs/performance.md,
-// "Shared submits"): of 64 or 256 calls and 20 to 200 us, with or without the first call
+// "The batch's bounds"): of 64 or 256 calls and 20 to 200 us, with or without the first call
 // submitted at once, 16 calls and 50 us with it ran the BERT-sized chains fastest.
 const (
 	batchCalls = 16
