@@ -180,18 +180,16 @@ func runChain(ctx context.Context, eng, cpuEng *fusednorm.Engine, s modelchain.S
 			return r, err
 		}
 	}
-	var kts []time.Duration
-	for range 2 {
-		k, err := dev.KernelTimes(ctx, chainRepeat)
-		if err != nil {
-			return r, err
-		}
-		if kts == nil {
-			kts = k
-		}
-		for i := range kts {
-			kts[i] = min(kts[i], k[i])
-		}
+	kts, err := dev.KernelTimes(ctx, chainRepeat)
+	if err != nil {
+		return r, err
+	}
+	again, err := dev.KernelTimes(ctx, chainRepeat)
+	if err != nil {
+		return r, err
+	}
+	for i := range kts {
+		kts[i] = min(kts[i], again[i])
 	}
 	var ksum time.Duration
 	for _, k := range kts {

@@ -86,7 +86,7 @@ func (p *addPrep) upload() error {
 func (p *addPrep) release() { releaseAll(&p.gb, &p.biasOwn) }
 
 // Close releases the resident weights after the runs in flight.
-func (p *addPrep) Close() error { return p.close(p, p.release) }
+func (p *addPrep) Close() error { return p.close(p) }
 
 // Run computes one call with the resident weights; a.Gamma, a.Beta, a.Bias are ignored.
 func (p *addPrep) Run(ctx context.Context, a *ops.AddLN) error {

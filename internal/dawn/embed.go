@@ -103,7 +103,7 @@ func (op *embedOp) release() {
 }
 
 // Close releases the resident weights after the runs in flight have finished.
-func (op *embedOp) Close() error { return op.close(op, op.release) }
+func (op *embedOp) Close() error { return op.close(op) }
 
 // kernel is the kernel variant a call runs.
 func (op *embedOp) kernel(in *ops.EmbedInputs, out *ops.EmbedOutputs) shaders.Embed {

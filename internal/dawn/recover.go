@@ -28,8 +28,12 @@ import (
 // router decides that). Info's Health says what happened: each loss and how long the
 // recovery took.
 
-// resident is a prepared op whose weights live on the device: a recovery uploads them again.
-type resident interface{ upload() error }
+// resident is a prepared op whose weights live on the device: a recovery uploads them again,
+// Close releases them.
+type resident interface {
+	upload() error
+	release()
+}
 
 // prepared is the life a prepared op shares with the others: runs hold life for reading,
 // Close for writing, so weights are released after the runs in flight.
@@ -53,22 +57,22 @@ func (p *prepared) enter(op string) error {
 	return nil
 }
 
-// leave ends a run enter started.
+// leave ends a run enter started (the backend's leave, which enter returns, is b.leave).
 func (p *prepared) leave() {
 	p.b.leave()
 	p.life.RUnlock()
 }
 
-// close marks the op closed and calls release once, not during a recovery, which uploads
-// the weights of the live ops again.
-func (p *prepared) close(op resident, release func()) error {
+// close marks op (the op p is part of) closed and releases its weights once, not during a
+// recovery, which uploads the weights of the live ops again.
+func (p *prepared) close(op resident) error {
 	p.life.Lock()
 	defer p.life.Unlock()
 	if !p.closed {
 		p.closed = true
 		p.b.life.RLock()
 		p.b.untrack(op)
-		release()
+		op.release()
 		p.b.life.RUnlock()
 	}
 	return nil

@@ -742,7 +742,7 @@ func (x *executor) flush(w *waiter, nmaps int) error {
 	}
 	submitted := x.batch > 0
 	x.batch, x.arenaUsed = 0, 0
-	x.inflight = submitted && w == nil || x.inflight && w == nil
+	x.inflight = w == nil && (submitted || x.inflight) // a wait covers what went before
 	if rc := C.drt_flush(d.c, slot, maps, C.int(nmaps), cw, d.errbuf, errCap); rc != C.DRT_OK {
 		return d.failure("submit", rc)
 	}
