@@ -21,12 +21,24 @@ typedef char drt_limits_is_152_bytes[sizeof(WGPULimits) == 152 ? 1 : -1];
 
 #define DRT_SCOPE_WAIT_NS 30000000000ull /* pops and creates resolve at once; this only bounds a hang */
 
+static void vfmt(char *dst, size_t cap, const char *format, va_list ap) {
+    if (dst != NULL && cap != 0) vsnprintf(dst, cap, format, ap);
+}
+
 static void fmt(char *dst, size_t cap, const char *format, ...) {
     va_list ap;
-    if (dst == NULL || cap == 0) return;
     va_start(ap, format);
-    vsnprintf(dst, cap, format, ap);
+    vfmt(dst, cap, format, ap);
     va_end(ap);
+}
+
+/* fail formats the message of a failure into err and returns its code. */
+static int fail(int code, char *err, size_t cap, const char *format, ...) {
+    va_list ap;
+    va_start(ap, format);
+    vfmt(err, cap, format, ap);
+    va_end(ap);
+    return code;
 }
 
 static void append(char *dst, size_t cap, const char *format, ...) {
@@ -236,7 +248,6 @@ int drt_load(const char *const *candidates, int n, drt_lib *lib, char *report, s
         load_enumerate(h, &p);
         *(void **)(&p.instance_desc_ctor) = dlsym(h, DRT_INSTANCE_DESC_CTOR);
         if (p.instance_desc_ctor != NULL && !instance_desc_ok(p.instance_desc_ctor)) p.instance_desc_ctor = NULL;
-        lib->handle = h;
         lib->p = p;
         fmt(lib->path, sizeof lib->path, "%s", c);
         {
@@ -315,13 +326,9 @@ int drt_log_take(drt_device *d, uint64_t seq, uint32_t *type, char *msg, size_t 
     return rc;
 }
 
-int drt_lost(const drt_device *d) { return __atomic_load_n(&d->lost, __ATOMIC_ACQUIRE); }
-
 int drt_force_loss(drt_device *d, const char *msg, char *err, size_t cap) {
-    if (d->p->DeviceForceLoss == NULL) {
-        fmt(err, cap, "the library has no wgpuDeviceForceLoss");
-        return DRT_EUNAVAILABLE;
-    }
+    if (d->p->DeviceForceLoss == NULL)
+        return fail(DRT_EUNAVAILABLE, err, cap, "the library has no wgpuDeviceForceLoss");
     d->p->DeviceForceLoss(d->device, WGPUDeviceLostReason_Unknown, sv(msg));
     d->p->InstanceProcessEvents(d->instance);
     return DRT_OK;
@@ -330,8 +337,8 @@ int drt_force_loss(drt_device *d, const char *msg, char *err, size_t cap) {
 static void on_uncaptured(WGPUDevice const *device, WGPUErrorType type, WGPUStringView msg, void *u1, void *u2) {
     drt_device *d = (drt_device *)u1;
     (void)device;
+    (void)type;
     (void)u2;
-    d->uncaptured_type = (uint32_t)type;
     copy_sv(d->uncaptured_msg, sizeof d->uncaptured_msg, msg);
     d->uncaptured++;
 }
@@ -351,7 +358,11 @@ static void scopes_push(drt_device *d) {
     d->p->DevicePushErrorScope(d->device, WGPUErrorFilter_Internal);
 }
 
-static void scopes_pop(drt_device *d, drt_status s[3], WGPUFuture f[3]) {
+/* scopes_pop_wait pops the three scopes and returns the first error among them, formatted
+   "<what>: <kind>: <message>". */
+static int scopes_pop_wait(drt_device *d, const char *what, char *err, size_t cap) {
+    drt_status s[3];
+    WGPUFuture f[3];
     int i;
     for (i = 0; i < 3; i++) {
         WGPUPopErrorScopeCallbackInfo ci;
@@ -362,41 +373,19 @@ static void scopes_pop(drt_device *d, drt_status s[3], WGPUFuture f[3]) {
         ci.userdata1 = &s[i];
         f[i] = d->p->DevicePopErrorScope(d->device, ci);
     }
-}
-
-/* The first error among popped scopes, formatted "<what>: <kind>: <message>". */
-static int scopes_error(const drt_status s[3], const char *what, char *err, size_t cap) {
-    int i;
+    for (i = 0; i < 3; i++) {
+        if (wait_one(d, f[i], DRT_SCOPE_WAIT_NS) != WGPUWaitStatus_Success)
+            return fail(DRT_EDEVICE, err, cap, "%s: waiting for the error scope failed", what);
+    }
     /* Validation was pushed first and so popped last; report it first, it explains the others. */
     for (i = 2; i >= 0; i--) {
-        if (!s[i].done) {
-            fmt(err, cap, "%s: error scope never resolved", what);
-            return DRT_EDEVICE;
-        }
-        if (s[i].status != WGPUPopErrorScopeStatus_Success) {
-            fmt(err, cap, "%s: pop error scope failed: %s", what, s[i].msg);
-            return DRT_EDEVICE;
-        }
-        if (s[i].type != WGPUErrorType_NoError) {
-            fmt(err, cap, "%s: %s: %s", what, error_type_name(s[i].type), s[i].msg);
-            return DRT_EDEVICE;
-        }
+        if (!s[i].done) return fail(DRT_EDEVICE, err, cap, "%s: error scope never resolved", what);
+        if (s[i].status != WGPUPopErrorScopeStatus_Success)
+            return fail(DRT_EDEVICE, err, cap, "%s: pop error scope failed: %s", what, s[i].msg);
+        if (s[i].type != WGPUErrorType_NoError)
+            return fail(DRT_EDEVICE, err, cap, "%s: %s: %s", what, error_type_name(s[i].type), s[i].msg);
     }
     return DRT_OK;
-}
-
-static int scopes_pop_wait(drt_device *d, const char *what, char *err, size_t cap) {
-    drt_status s[3];
-    WGPUFuture f[3];
-    int i;
-    scopes_pop(d, s, f);
-    for (i = 0; i < 3; i++) {
-        if (wait_one(d, f[i], DRT_SCOPE_WAIT_NS) != WGPUWaitStatus_Success) {
-            fmt(err, cap, "%s: waiting for the error scope failed", what);
-            return DRT_EDEVICE;
-        }
-    }
-    return scopes_error(s, what, err, cap);
 }
 
 /* ---- device ------------------------------------------------------------------------------ */
@@ -411,9 +400,15 @@ typedef struct {
     const char *const *disabledToggles;
 } drt_toggles;
 
-static int fail_open(drt_device *d, int code) {
+/* fail_open formats err, releases what drt_open_adapter built and returns DRT_EUNAVAILABLE. Called in that
+   frame, so callbacks the release runs still find their targets (st, adapter, device) alive. */
+static int fail_open(drt_device *d, char *err, size_t cap, const char *format, ...) {
+    va_list ap;
+    va_start(ap, format);
+    vfmt(err, cap, format, ap);
+    va_end(ap);
     drt_close(d);
-    return code;
+    return DRT_EUNAVAILABLE;
 }
 
 /* create_instance makes d's instance, its log going to d's ring. */
@@ -429,10 +424,7 @@ static int create_instance(const drt_procs *p, drt_device *d, char *err, size_t 
         idesc.nextInChain = (WGPUChainedStruct *)&dawn_desc;
     }
     d->instance = p->CreateInstance(&idesc);
-    if (d->instance == NULL) {
-        fmt(err, cap, "wgpuCreateInstance failed");
-        return DRT_EUNAVAILABLE;
-    }
+    if (d->instance == NULL) return fail(DRT_EUNAVAILABLE, err, cap, "wgpuCreateInstance failed");
     return DRT_OK;
 }
 
@@ -442,15 +434,11 @@ int drt_adapters(const drt_procs *p, drt_adapter_info *out, int cap_out, int *n,
     WGPUAdapterInfo info;
     int i, rc;
     *n = 0;
-    if (p->enumerate == NULL) {
-        fmt(err, cap, "this Dawn library cannot list adapters (no dawn::native::Instance::EnumerateAdapters)");
-        return DRT_EUNAVAILABLE;
-    }
+    if (p->enumerate == NULL)
+        return fail(DRT_EUNAVAILABLE, err, cap,
+                    "this Dawn library cannot list adapters (no dawn::native::Instance::EnumerateAdapters)");
     d = (drt_device *)calloc(1, sizeof *d);
-    if (d == NULL) {
-        fmt(err, cap, "out of memory");
-        return DRT_EUNAVAILABLE;
-    }
+    if (d == NULL) return fail(DRT_EUNAVAILABLE, err, cap, "out of memory");
     d->p = p;
     if ((rc = create_instance(p, d, err, cap)) != DRT_OK) {
         free(d);
@@ -493,21 +481,22 @@ int drt_open_adapter(const drt_procs *p, drt_device *d, int index, uint64_t time
     memset(d, 0, sizeof *d);
     d->p = p;
 
-    if (create_instance(p, d, err, cap) != DRT_OK) return fail_open(d, DRT_EUNAVAILABLE);
+    if (create_instance(p, d, err, cap) != DRT_OK) {
+        drt_close(d);
+        return DRT_EUNAVAILABLE;
+    }
 
     if (index >= 0) {
         drt_adapter_vec v;
         size_t count;
-        if (p->enumerate == NULL) {
-            fmt(err, cap, "this Dawn library cannot list adapters, so adapter %d cannot be chosen", index);
-            return fail_open(d, DRT_EUNAVAILABLE);
-        }
+        if (p->enumerate == NULL)
+            return fail_open(d, err, cap, "this Dawn library cannot list adapters, so adapter %d cannot be chosen",
+                             index);
         enumerate_adapters(p, d->instance, &v);
         count = (size_t)(v.end - v.begin);
         if ((size_t)index >= count) {
             free_adapters(p, &v);
-            fmt(err, cap, "no adapter %d: Dawn lists %zu Vulkan adapter(s)", index, count);
-            return fail_open(d, DRT_EUNAVAILABLE);
+            return fail_open(d, err, cap, "no adapter %d: Dawn lists %zu Vulkan adapter(s)", index, count);
         }
         p->adapter_add_ref(v.begin[index]);
         adapter = v.begin[index];
@@ -515,7 +504,6 @@ int drt_open_adapter(const drt_procs *p, drt_device *d, int index, uint64_t time
         goto have_adapter;
     }
 
-    /* Ask for Vulkan by name: a default request silently falls back to the Null backend. */
     vulkan_options(&ao);
     memset(&aci, 0, sizeof aci);
     memset(&st, 0, sizeof st);
@@ -524,36 +512,27 @@ int drt_open_adapter(const drt_procs *p, drt_device *d, int index, uint64_t time
     aci.userdata1 = &st;
     aci.userdata2 = &adapter;
     ws = wait_one(d, p->InstanceRequestAdapter(d->instance, &ao, aci), timeout_ns);
-    if (ws != WGPUWaitStatus_Success) {
-        fmt(err, cap, "waiting for a Vulkan adapter: %s",
-            ws == WGPUWaitStatus_TimedOut ? "timed out" : "wait failed");
-        return fail_open(d, DRT_EUNAVAILABLE);
-    }
+    if (ws != WGPUWaitStatus_Success)
+        return fail_open(d, err, cap, "waiting for a Vulkan adapter: %s",
+                         ws == WGPUWaitStatus_TimedOut ? "timed out" : "wait failed");
     if (st.status != WGPURequestAdapterStatus_Success || adapter == NULL) {
-        fmt(err, cap, "no Vulkan adapter: %s", st.msg[0] ? st.msg : "(no message)");
         if (adapter) p->AdapterRelease(adapter);
-        return fail_open(d, DRT_EUNAVAILABLE);
+        return fail_open(d, err, cap, "no Vulkan adapter: %s", st.msg[0] ? st.msg : "(no message)");
     }
 have_adapter:
     d->adapter = adapter;
 
     memset(&info, 0, sizeof info);
-    if (p->AdapterGetInfo(adapter, &info) != WGPUStatus_Success) {
-        fmt(err, cap, "wgpuAdapterGetInfo failed");
-        return fail_open(d, DRT_EUNAVAILABLE);
-    }
+    if (p->AdapterGetInfo(adapter, &info) != WGPUStatus_Success)
+        return fail_open(d, err, cap, "wgpuAdapterGetInfo failed");
     adapter_info(&d->info, &info);
     p->AdapterInfoFreeMembers(info);
-    if (d->info.backend_type == WGPUBackendType_Null) {
-        fmt(err, cap, "Dawn offered only its Null backend (no usable Vulkan driver)");
-        return fail_open(d, DRT_EUNAVAILABLE);
-    }
+    if (d->info.backend_type == WGPUBackendType_Null)
+        return fail_open(d, err, cap, "Dawn offered only its Null backend (no usable Vulkan driver)");
 
     memset(&al, 0, sizeof al);
-    if (p->AdapterGetLimits(adapter, &al) != WGPUStatus_Success) {
-        fmt(err, cap, "wgpuAdapterGetLimits failed");
-        return fail_open(d, DRT_EUNAVAILABLE);
-    }
+    if (p->AdapterGetLimits(adapter, &al) != WGPUStatus_Success)
+        return fail_open(d, err, cap, "wgpuAdapterGetLimits failed");
     /* Every limit "undefined" (the default), then raise the ones compute work runs into. */
     memset(&req, 0xFF, sizeof req);
     req.nextInChain = NULL;
@@ -601,14 +580,12 @@ have_adapter:
     dci.userdata1 = &st;
     dci.userdata2 = &device;
     ws = wait_one(d, p->AdapterRequestDevice(adapter, &dd, dci), timeout_ns);
-    if (ws != WGPUWaitStatus_Success) {
-        fmt(err, cap, "waiting for the device: %s", ws == WGPUWaitStatus_TimedOut ? "timed out" : "wait failed");
-        return fail_open(d, DRT_EUNAVAILABLE);
-    }
+    if (ws != WGPUWaitStatus_Success)
+        return fail_open(d, err, cap, "waiting for the device: %s",
+                         ws == WGPUWaitStatus_TimedOut ? "timed out" : "wait failed");
     if (st.status != WGPURequestDeviceStatus_Success || device == NULL) {
-        fmt(err, cap, "device request failed: %s", st.msg[0] ? st.msg : "(no message)");
         if (device) p->DeviceRelease(device);
-        return fail_open(d, DRT_EUNAVAILABLE);
+        return fail_open(d, err, cap, "device request failed: %s", st.msg[0] ? st.msg : "(no message)");
     }
     d->device = device;
     if (p->DeviceSetLoggingCallback != NULL) {
@@ -620,10 +597,8 @@ have_adapter:
     }
     d->queue = p->DeviceGetQueue(device);
     memset(&d->limits, 0, sizeof d->limits);
-    if (p->DeviceGetLimits(device, &d->limits) != WGPUStatus_Success) {
-        fmt(err, cap, "wgpuDeviceGetLimits failed");
-        return fail_open(d, DRT_EUNAVAILABLE);
-    }
+    if (p->DeviceGetLimits(device, &d->limits) != WGPUStatus_Success)
+        return fail_open(d, err, cap, "wgpuDeviceGetLimits failed");
     return DRT_OK;
 }
 
@@ -667,10 +642,7 @@ int drt_create_buffer(drt_device *d, const char *label, uint64_t size, uint64_t 
     scopes_push(d);
     b = d->p->DeviceCreateBuffer(d->device, &bd);
     rc = scopes_pop_wait(d, what, err, cap);
-    if (rc == DRT_OK && b == NULL) {
-        fmt(err, cap, "%s: Dawn returned no buffer", what);
-        rc = DRT_EDEVICE;
-    }
+    if (rc == DRT_OK && b == NULL) return fail(DRT_EDEVICE, err, cap, "%s: Dawn returned no buffer", what);
     if (rc != DRT_OK) {
         if (b) d->p->BufferRelease(b);
         return rc;
@@ -715,10 +687,7 @@ int drt_create_pipeline(drt_device *d, const char *label, const char *wgsl, size
     pl = d->p->DeviceCreateComputePipeline(d->device, &cpd);
     rc = scopes_pop_wait(d, what, err, cap);
     if (sm) d->p->ShaderModuleRelease(sm);
-    if (rc == DRT_OK && pl == NULL) {
-        fmt(err, cap, "%s: Dawn returned no pipeline", what);
-        rc = DRT_EDEVICE;
-    }
+    if (rc == DRT_OK && pl == NULL) return fail(DRT_EDEVICE, err, cap, "%s: Dawn returned no pipeline", what);
     if (rc != DRT_OK) {
         if (pl) d->p->ComputePipelineRelease(pl);
         return rc;
@@ -745,10 +714,8 @@ int drt_create_query_set(drt_device *d, uint32_t count, WGPUQuerySet *out, char 
     WGPUQuerySet qs;
     int rc;
     if (d->p->DeviceCreateQuerySet == NULL || d->p->CommandEncoderResolveQuerySet == NULL ||
-        d->p->QuerySetRelease == NULL) {
-        fmt(err, cap, "create query set: the library lacks query set functions");
-        return DRT_EDEVICE;
-    }
+        d->p->QuerySetRelease == NULL)
+        return fail(DRT_EDEVICE, err, cap, "create query set: the library lacks query set functions");
     memset(&qd, 0, sizeof qd);
     qd.label = sv("fusednorm timestamps");
     qd.type = WGPUQueryType_Timestamp;
@@ -756,10 +723,7 @@ int drt_create_query_set(drt_device *d, uint32_t count, WGPUQuerySet *out, char 
     scopes_push(d);
     qs = d->p->DeviceCreateQuerySet(d->device, &qd);
     rc = scopes_pop_wait(d, "create query set", err, cap);
-    if (rc == DRT_OK && qs == NULL) {
-        fmt(err, cap, "create query set: Dawn returned none");
-        rc = DRT_EDEVICE;
-    }
+    if (rc == DRT_OK && qs == NULL) return fail(DRT_EDEVICE, err, cap, "create query set: Dawn returned none");
     if (rc != DRT_OK) {
         if (qs) d->p->QuerySetRelease(qs);
         return rc;
@@ -789,11 +753,10 @@ int drt_bind_group(drt_device *d, WGPUBindGroupLayout bgl, const drt_binding *bi
     WGPUBindGroupDescriptor bgd;
     WGPUBindGroup bg;
     int i, rc;
-    if (bgl == NULL || n <= 0 || n > DRT_MAX_BINDINGS) {
-        fmt(err, cap, "bind group: %d bindings for a layout that %s", n,
-            bgl ? "takes 1 to " DRT_STR(DRT_MAX_BINDINGS) : "is absent");
-        return DRT_EDEVICE;
-    }
+    if (bgl == NULL) return fail(DRT_EDEVICE, err, cap, "bind group: %d bindings for a layout that is absent", n);
+    if (n <= 0 || n > DRT_MAX_BINDINGS)
+        return fail(DRT_EDEVICE, err, cap, "bind group: %d bindings for a layout that takes 1 to %d", n,
+                    DRT_MAX_BINDINGS);
     memset(entries, 0, sizeof entries);
     for (i = 0; i < n; i++) {
         entries[i].binding = binds[i].binding;
@@ -809,10 +772,7 @@ int drt_bind_group(drt_device *d, WGPUBindGroupLayout bgl, const drt_binding *bi
     scopes_push(d);
     bg = d->p->DeviceCreateBindGroup(d->device, &bgd);
     rc = scopes_pop_wait(d, "bind group", err, cap);
-    if (rc == DRT_OK && bg == NULL) {
-        fmt(err, cap, "bind group: Dawn returned none");
-        rc = DRT_EDEVICE;
-    }
+    if (rc == DRT_OK && bg == NULL) return fail(DRT_EDEVICE, err, cap, "bind group: Dawn returned none");
     if (rc != DRT_OK) {
         if (bg) d->p->BindGroupRelease(bg);
         return rc;
@@ -869,10 +829,7 @@ static void encode_copies(const drt_procs *p, WGPUCommandEncoder enc, const drt_
 int drt_record(drt_device *d, const drt_call *c, char *err, size_t cap) {
     const drt_procs *p = d->p;
     int i;
-    if (c->timing != NULL && c->pl == NULL) {
-        fmt(err, cap, "record: timing without a dispatch");
-        return DRT_EDEVICE;
-    }
+    if (c->timing != NULL && c->pl == NULL) return fail(DRT_EDEVICE, err, cap, "record: timing without a dispatch");
     if (d->enc == NULL) d->enc = p->DeviceCreateCommandEncoder(d->device, NULL);
     encode_copies(p, d->enc, c->copies, c->npre);
     if (c->pl != NULL) encode_pass(p, d->enc, c);
@@ -893,14 +850,8 @@ int drt_flush(drt_device *d, drt_status *scope, const drt_map *maps, int nmaps, 
     const drt_procs *p = d->p;
     WGPUCommandBuffer cb;
     int i;
-    if (nmaps > 0 && w == NULL) {
-        fmt(err, cap, "flush: maps without a wait");
-        return DRT_EDEVICE;
-    }
-    if (nmaps > DRT_WAIT_CAP) {
-        fmt(err, cap, "flush: %d maps, over %d", nmaps, DRT_WAIT_CAP);
-        return DRT_EDEVICE;
-    }
+    if (nmaps > 0 && w == NULL) return fail(DRT_EDEVICE, err, cap, "flush: maps without a wait");
+    if (nmaps > DRT_WAIT_CAP) return fail(DRT_EDEVICE, err, cap, "flush: %d maps, over %d", nmaps, DRT_WAIT_CAP);
     if (d->enc != NULL) {
         if (scope != NULL) p->DevicePushErrorScope(d->device, WGPUErrorFilter_Validation);
         cb = p->CommandEncoderFinish(d->enc, NULL);
@@ -955,10 +906,8 @@ int drt_wait_all(drt_device *d, drt_wait *w, uint64_t timeout_ns, char *err, siz
         if (w->st[i].done) continue;
         ws = wait_one(d, w->fut[i], timeout_ns);
         if (ws == WGPUWaitStatus_TimedOut) return DRT_ETIMEOUT;
-        if (ws != WGPUWaitStatus_Success) {
-            fmt(err, cap, "wgpuInstanceWaitAny failed (status %u)", (unsigned)ws);
-            return DRT_EDEVICE;
-        }
+        if (ws != WGPUWaitStatus_Success)
+            return fail(DRT_EDEVICE, err, cap, "wgpuInstanceWaitAny failed (status %u)", (unsigned)ws);
     }
     return DRT_OK;
 }
@@ -967,11 +916,9 @@ int drt_wait_error(const drt_wait *w, char *err, size_t cap) {
     int i;
     for (i = 0; i < w->n; i++) {
         /* WGPUMapAsyncStatus_Success and WGPUQueueWorkDoneStatus_Success are both 1. */
-        if (w->st[i].status != 1) {
-            fmt(err, cap, "%s: status %u: %s", w->st[i].type ? "queue work done" : "map", (unsigned)w->st[i].status,
-                w->st[i].msg);
-            return DRT_EDEVICE;
-        }
+        if (w->st[i].status != 1)
+            return fail(DRT_EDEVICE, err, cap, "%s: status %u: %s", w->st[i].type ? "queue work done" : "map",
+                        (unsigned)w->st[i].status, w->st[i].msg);
     }
     return DRT_OK;
 }
@@ -985,10 +932,7 @@ int drt_copy_mapped(drt_device *d, WGPUBuffer staging, void *dst, size_t n, char
     const void *src;
     if (n == 0) return DRT_OK;
     src = drt_mapped(d, staging, 0, (n + 3) & ~(uint64_t)3);
-    if (src == NULL) {
-        fmt(err, cap, "read-back: no mapped range");
-        return DRT_EDEVICE;
-    }
+    if (src == NULL) return fail(DRT_EDEVICE, err, cap, "read-back: no mapped range");
     memcpy(dst, src, n);
     return DRT_OK;
 }

@@ -51,7 +51,6 @@ typedef struct drt_procs {
 } drt_procs;
 
 typedef struct drt_lib {
-    void *handle;
     drt_procs p;
     char path[1024]; /* the file loaded: the candidate, resolved by the loader for a bare name */
 } drt_lib;
@@ -92,7 +91,6 @@ typedef struct drt_device {
     uint32_t lost_reason;
     char lost_msg[DRT_MSG_CAP];
     uint64_t uncaptured;
-    uint32_t uncaptured_type;
     char uncaptured_msg[DRT_MSG_CAP];
 
     /* Dawn's device log (wgpuDeviceSetLoggingCallback), kept instead of printed: a ring of the
@@ -113,11 +111,10 @@ typedef struct drt_device {
 /*
  * drt_open_adapter creates an instance with timed waits, requests a Vulkan adapter, refuses Dawn's Null
  * backend and creates a device whose compute and storage limits are raised to the adapter's.
- * On failure every half-built object is released.
+ * On failure every half-built object is released. index >= 0 opens the adapter at index of
+ * drt_adapters' list (Vulkan adapters in Dawn's order) instead; DRT_EUNAVAILABLE when the index
+ * is past the list or the library cannot enumerate.
  */
-/* index >= 0 opens the adapter at index of drt_adapters' list (Vulkan adapters in Dawn's
- * order) instead; DRT_EUNAVAILABLE when the index is past the list or the library cannot
- * enumerate. */
 int drt_open_adapter(const drt_procs *p, drt_device *d, int index, uint64_t timeout_ns, char *err, size_t cap);
 
 /* drt_adapters lists up to cap_out Vulkan adapters in Dawn's order into out and their count
@@ -126,8 +123,6 @@ int drt_adapters(const drt_procs *p, drt_adapter_info *out, int cap_out, int *n,
 void drt_close(drt_device *d);
 int drt_has_feature(drt_device *d, uint32_t feature);
 
-/* drt_lost reports whether the device-lost callback has run (for any reason, Destroyed included). */
-int drt_lost(const drt_device *d);
 /* drt_force_loss makes Dawn lose the device (wgpuDeviceForceLoss), for fault injection, and
  * processes events so the lost callback has run on return. DRT_EUNAVAILABLE without the proc. */
 int drt_force_loss(drt_device *d, const char *msg, char *err, size_t cap);
@@ -157,8 +152,6 @@ typedef struct drt_binding {
 } drt_binding;
 
 #define DRT_MAX_BINDINGS 16
-#define DRT_STR2(x) #x
-#define DRT_STR(x) DRT_STR2(x)
 
 /* Creates a bind group for bgl inside error scopes, waiting for their verdict. */
 int drt_bind_group(drt_device *d, WGPUBindGroupLayout bgl, const drt_binding *binds, int n, WGPUBindGroup *out,

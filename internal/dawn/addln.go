@@ -112,7 +112,7 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, prep *addPrep,
 	if reread {
 		k.Private = 0
 	}
-	pipe, err := b.addPipeline(k)
+	pipe, err := pipeline(b, b.addPipe, k, k.Key, func() (string, error) { return shaders.RenderAddLN(k) })
 	if err != nil {
 		return err
 	}

@@ -224,14 +224,6 @@ func (b *Backend) resetPipelines() {
 	b.pipeMu.Unlock()
 }
 
-func (b *Backend) embedPipeline(k shaders.Embed) (*dawnrt.Pipeline, error) {
-	return pipeline(b, b.embedPipe, k, k.Key, func() (string, error) { return shaders.RenderEmbed(k) })
-}
-
-func (b *Backend) addPipeline(k shaders.AddLN) (*dawnrt.Pipeline, error) {
-	return pipeline(b, b.addPipe, k, k.Key, func() (string, error) { return shaders.RenderAddLN(k) })
-}
-
 // newBuffer makes a resident buffer (weights) and writes data into it.
 func (b *Backend) newBuffer(op, name string, data []byte) (*dawnrt.Buffer, error) {
 	size := align4(uint64(len(data)))

@@ -175,7 +175,7 @@ func (op *embedOp) run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		return err
 	}
 	k := op.kernel(in, out)
-	pipe, err := b.embedPipeline(k)
+	pipe, err := pipeline(b, b.embedPipe, k, k.Key, func() (string, error) { return shaders.RenderEmbed(k) })
 	if err != nil {
 		return err
 	}

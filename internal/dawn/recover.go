@@ -5,6 +5,7 @@ package dawn
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -121,7 +122,9 @@ func (b *Backend) recover() error {
 	if err == nil {
 		b.broken = nil
 		b.health = fmt.Sprintf("device lost %d time(s), last: %s; reopened in %v", b.lossCount, firstLine(b.lastLoss), took.Round(time.Microsecond))
-		b.logInfo("dawn: device reopened after a loss", "took", took, "device", b.dev.Info().String())
+		if b.cfg.Logger != nil {
+			b.cfg.Logger.Info("dawn: device reopened after a loss", "took", took, "device", b.dev.Info().String())
+		}
 		return nil
 	}
 	b.broken = fmt.Errorf("dawn: %w: device lost (%s) and not reopened: %w", ops.ErrDevice, firstLine(b.lastLoss), err)
@@ -166,20 +169,10 @@ func (b *Backend) reopen(old *dawnrt.Device) error {
 	return nil
 }
 
-func (b *Backend) logInfo(msg string, args ...any) {
-	if b.cfg.Logger != nil {
-		b.cfg.Logger.Info(msg, args...)
-	}
-}
-
 // firstLine is the first line of Dawn's message (the rest is its backtrace).
 func firstLine(s string) string {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			return s[:i]
-		}
-	}
-	return s
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 // track and untrack keep the set of live prepared ops, which a recovery uploads again.

@@ -164,9 +164,6 @@ type Call struct {
 // Reset empties s for a new call named name (the op, as errors name it).
 func (s *Call) Reset(name string) { *s = Call{name: name} }
 
-// Name is the call's name.
-func (s *Call) Name() string { return s.name }
-
 // Kernel sets the call's pipeline and workgroup grid.
 func (s *Call) Kernel(p *Pipeline, groups [3]uint32) { s.key.pipe, s.groups = p, groups }
 

@@ -14,8 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"unsafe"
@@ -255,14 +255,7 @@ func (d *Device) Library() string { return d.lib }
 func (d *Device) HasFeature(name string) bool { return d.feats[name] }
 
 // Features lists the device's enabled features by name.
-func (d *Device) Features() []string {
-	var out []string
-	for f := range d.feats {
-		out = append(out, f)
-	}
-	sort.Strings(out)
-	return out
-}
+func (d *Device) Features() []string { return slices.Sorted(maps.Keys(d.feats)) }
 
 // lock takes the device lock, giving up when ctx ends first.
 func (d *Device) lock(ctx context.Context) error {
@@ -286,7 +279,6 @@ func (d *Device) unlock() {
 	<-d.sem
 }
 
-// passLog hands the device log's new messages to the logger; under the lock.
 // logReasons joins the warnings and errors Dawn has logged and not yet passed on (why no
 // adapter was found, when opening fails), without consuming them.
 func (d *Device) logReasons() string {
@@ -305,6 +297,7 @@ func (d *Device) logReasons() string {
 	return strings.Join(out, "; ")
 }
 
+// passLog hands the device log's new messages to the logger; under the lock.
 func (d *Device) passLog() {
 	var msg [C.DRT_LOG_MSG_CAP]C.char
 	var typ C.uint32_t
@@ -326,8 +319,8 @@ func (d *Device) passLog() {
 }
 
 // lost reports whether Dawn lost the device (Close, which destroys it, is not a loss). The
-// flag is read in place, as drt_lost reads it (an atomic load): a call checks it before every
-// record, and a cgo crossing there would cost more than the load.
+// flag, which the C callback stores with release, is read in place with an atomic load: a call
+// checks it before every record, and a cgo crossing there would cost more than the load.
 func (d *Device) lost() bool {
 	return !d.closed && d.c != nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&d.c.lost))) != 0
 }

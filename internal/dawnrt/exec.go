@@ -754,8 +754,6 @@ func (x *executor) flush(w *waiter, nmaps int) error {
 	return nil
 }
 
-// callsName names the calls of the open batch for its verdict: "AddLayerNorm (call 7)", or
-// "the calls 5 to 9, from EmbedLayerNorm (call 5)".
 // submitNames are the calls of one submit: the first one's name and the sequence numbers of
 // the first and last. A submit keeps these and words them only when its verdict is an error,
 // so a call does not build a string.

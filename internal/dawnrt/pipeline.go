@@ -22,9 +22,8 @@ const Entry = "main"
 // Pipeline is a compiled compute pipeline with an automatic layout: bind group 0 holds
 // exactly the bindings its entry point uses statically. The device's Close releases it.
 type Pipeline struct {
-	label string
-	c     C.WGPUComputePipeline
-	bgl   C.WGPUBindGroupLayout // bind group 0; nil when the entry point binds nothing
+	c   C.WGPUComputePipeline
+	bgl C.WGPUBindGroupLayout // bind group 0; nil when the entry point binds nothing
 }
 
 // NewPipeline compiles wgsl's entry point "main". Compile errors carry the WGSL compiler's
@@ -47,7 +46,7 @@ func (d *Device) NewPipeline(label, wgsl string) (*Pipeline, error) {
 	defer C.free(unsafe.Pointer(csrc))
 	centry := C.CString(Entry)
 	defer C.free(unsafe.Pointer(centry))
-	p := &Pipeline{label: label}
+	p := &Pipeline{}
 	if rc := C.drt_create_pipeline(d.c, cl, csrc, C.size_t(len(wgsl)), centry, &p.c, &p.bgl, d.errbuf, errCap); rc != C.DRT_OK {
 		return nil, d.failure(method, rc)
 	}
