@@ -267,6 +267,9 @@ var funcs = template.FuncMap{
 	"vtensor": func(name, t string, g int) tensorArg { return tensorArg{name, t, g} },
 	"flush":   func(name string, odd bool) flushArg { return flushArg{name, odd} },
 	"elem":    elemType,
+	// partsLen is the length of the tree's workgroup arrays for n partials: at least 8,
+	// the constant indices of the tree's last step (common.wgsl.tmpl).
+	"partsLen": func(n int) int { return max(n, 8) },
 }
 
 // stageWords is the workgroup staging size for 16-bit rows of up to private·w elements:
@@ -294,7 +297,8 @@ func groupSize(w int, vec bool, g int) int {
 	return w
 }
 
-// parts is the size of the tree's workgroup array: W, or W/VecLanes quad sums.
+// parts is how many partials the tree combines: W, or W/VecLanes quad sums (its workgroup
+// arrays are partsLen of that long).
 func parts(w int, vec bool) int {
 	if vec {
 		return w / VecLanes

@@ -21,9 +21,9 @@ var (
 	hardEps     = []float64{1e-5, 1e-12}
 )
 
-// hardRows checks plan v2's robust statistics on every backend and dtype: exactly constant
-// rows give y = beta exactly (AddLayerNorm also mean = c and variance 0: rstd = 1/sqrt(eps)
-// exactly), and rows of offset ± 1 give y within 1e-5·max(1, |gamma|) of float64 (f32; the
+// hardRows checks the plan's robust statistics (spec §C.4a) on every backend and dtype:
+// exactly constant rows give y = beta exactly (AddLayerNorm also mean = c and variance 0:
+// rstd = 1/sqrt(eps) exactly), and rows of offset ± 1 give y within 1e-5·max(1, |gamma|) of float64 (f32; the
 // 16-bit outputs within spec §C.5). Every output is also compared with the CPU plan's bits.
 func (s *Suite) hardRows(t *testing.T) {
 	t.Run("AddLayerNorm", s.hardAdd)

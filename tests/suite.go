@@ -24,7 +24,7 @@ type Suite struct {
 }
 
 // Run runs the whole suite on eng: both ops' test.json cases, the ONNX Runtime golden data,
-// the hard rows and the sweeps (sweeps.go), and logs the largest ulp difference per output
+// the hard rows, the outlier rows and the sweeps (sweeps.go), and logs the largest ulp difference per output
 // and dtype against the CPU plan.
 func Run(t *testing.T, eng *fn.Engine) {
 	s := &Suite{Engine: eng, ulps: &testkit.ULPStats{}}
@@ -42,6 +42,7 @@ func Run(t *testing.T, eng *fn.Engine) {
 	t.Run("AddLayerNorm", s.addCases)
 	t.Run("ORT", s.ortCases)
 	t.Run("HardRows", s.hardRows)
+	t.Run("Outliers", s.outliers)
 	t.Run("Sweeps", s.sweeps)
 	if s.Plan != nil {
 		t.Logf("largest ulp difference against the CPU plan (profile %s):\n%s", info.Profile, s.ulps)

@@ -109,7 +109,7 @@ func (c *addCall) biasSpan(off, lo, hi int) (start, end int, ok bool) {
 }
 
 // first is s[0] of the row at element off, (x1 + x2) + bias as the first pass computes it:
-// the plan's shift, known before that pass.
+// the plan's first shift x0, known before that pass.
 func (c *addCall) first(off int) float32 {
 	a := &c.a
 	if c.sum16 && a.X1.DType == ops.F16 { // the bias, if any, is binary16 too (spec §B.2)
@@ -149,10 +149,10 @@ func elemF32(b *ops.Buf, i int) float32 {
 }
 
 // sumPieces is the first pass of a row with 16-bit inputs: s = (x1 + x2) + bias in float32,
-// shifted into t, and the partial sums of t, a piece of c.sumPiece elements (whole chunks
+// staged into t, and the partial sums of f32(t − x0), a piece of c.sumPiece elements (whole chunks
 // of W) at a time, so the inputs (widened in addSum16's loads, or into scratch for mixed
 // rows) and the piece of t stay in L1; the x output is written from each piece (x32: a
-// float32 x, the mixed rows'). It returns the plan's sum of t: the last piece takes the
+// float32 x, the mixed rows'). It returns the plan's sum of f32(t − x0): the last piece takes the
 // first pass that ends in the tree where there is one (addSum16Tree), other rows planTree
 // after their last piece.
 func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scratch) float32 {
@@ -221,19 +221,19 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			}
 			pf = &next
 		}
-		t := sc.x[:D]     // the shifted row, which the later passes read
+		t := sc.x[:D]     // the staged row s, which the second pass turns into e = s − shift
 		var x32 []float32 // a float32 x output, written by the first pass
 		if a.X.Present() && a.X.DType == ops.F32 {
 			x32 = a.X.F32[off : off+D]
 		}
 		part := sc.part[:p.W]
 		x0 := c.first(off)
-		var sum float32 // the plan's sum of t
+		var sum float32 // the plan's sum of f32(t − x0)
 		if c.pieces {
 			sum = c.sumPieces(t, x32, part, off, x0, sc)
 		} else {
-			// s = (x1 + x2) + bias (x1 + x2 without one), t = s − x0 and its partial sums
-			// in one pass.
+			// s = (x1 + x2) + bias (x1 + x2 without one) into t, and the partial sums of
+			// f32(s − x0), in one pass.
 			f := addForm{dt: ops.F32, x: x32 != nil, nt: ntX, stream: c.stream}
 			var bias []float32
 			if b0, b1, ok := c.biasSpan(off, 0, D); ok {

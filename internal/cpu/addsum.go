@@ -6,9 +6,10 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// A row's first pass: s = a + b, or (a + b) + c, fused with the plan's shift (the row's
-// shifted values t = s − x0, which the later passes read, and their partial sums),
-// optionally writing s to the x output too; and the elementwise adds it is made of.
+// A row's first pass: s = a + b, or (a + b) + c, staged into the row's scratch t = s (which
+// the second pass reads) and fused with the plan's first sums, the partial sums of
+// f32(s − x0), optionally writing s to the x output too; and the elementwise adds it is
+// made of.
 
 // addForm is the form of a first pass.
 type addForm struct {
@@ -19,20 +20,20 @@ type addForm struct {
 	acc  bool      // the partial sums are added onto part (a later piece of a row), else start at +0
 	// stream and prefetch are for rows from DRAM, which the fused pass would stride through
 	// W elements at a time, leaving the hardware prefetchers behind.
-	stream   bool // float32: s and t in one sequential pass (shiftRow), then the partial sums of t
+	stream   bool // float32: s into t (and x) in one sequential pass (addRow), then the partial sums
 	prefetch bool // 16-bit: a and b prefetched in address order first, then the fused pass
 }
 
-// addKernels are a width's elementwise first passes (shift: t = s − x0, x = s, whole
-// vectors) and fused first passes (whole chunks of W = len(part), W a multiple of the
-// lanes); their X and NT forms write x with plain or non-temporal stores (x aligned to the
-// vector); and addTo, the tree's vector step.
+// addKernels are a width's elementwise first passes (row: t = s, x = s, whole vectors) and
+// fused first passes (whole chunks of W = len(part), W a multiple of the lanes); their X
+// and NT forms write x with plain or non-temporal stores (x aligned to the vector); and
+// addTo, the tree's vector step.
 type addKernels struct {
-	addTo             func(s, b []float32)
-	shift2            func(t, a, b []float32, x0 float32)
-	shift3            func(t, a, b, d []float32, x0 float32)
-	shift2X, shift2NT func(t, x, a, b []float32, x0 float32)
-	shift3X, shift3NT func(t, x, a, b, d []float32, x0 float32)
+	addTo         func(s, b []float32)
+	row2          func(t, a, b []float32)
+	row3          func(t, a, b, d []float32)
+	row2X, row2NT func(t, x, a, b []float32)
+	row3X, row3NT func(t, x, a, b, d []float32)
 
 	sum2, sum2Acc func(part, t, a, b []float32, x0 float32)
 	sum3, sum3Acc func(part, t, a, b, d []float32, x0 float32)
@@ -144,14 +145,14 @@ func (k *kernels) addSum16Tree(f addForm, p *plan.Plan, part, t []float32, x, a,
 
 // addSumTree is addSum from +0 (f.acc false) over a row under plan p followed by the
 // plan's tree of its partials: it returns the sum of t. The streamed form (f.stream) of a
-// row that fits (treeRow) sums t in the kernel that ends in the tree (sumKernels.sumTree).
-// part[:p.W] is left as scratch.
+// row that fits (treeRow) sums f32(t − x0) in the kernel that ends in the tree
+// (sumKernels.sumTree). part[:p.W] is left as scratch.
 func (k *kernels) addSumTree(f addForm, p *plan.Plan, part, t, x, a, b, c []float32, x0 float32) float32 {
 	part = part[:p.W]
 	if f.stream && k.sums.sumTree != nil && treeRow(p, len(t)) {
 		x, a, b, c = clip(f, len(t), x, a, b, c)
-		k.shiftRow(f, t, x, a, b, c, x0)
-		return k.sums.sumTree(part, t)
+		k.addRow(f, t, x, a, b, c)
+		return k.sums.sumTree(part, t, x0)
 	}
 	k.addSum(f, part, t, x, a, b, c, x0)
 	return k.planTree(p, part)
@@ -211,15 +212,15 @@ func addToGo(s, b []float32) {
 	}
 }
 
-// addSumGo is the twin of addSum: shiftRowGo, then the partial sums of t from +0 or onto
-// part (len(part) = W).
+// addSumGo is the twin of addSum: addRowGo, then the partial sums of f32(t − x0) from +0
+// or onto part (len(part) = W).
 func addSumGo(f addForm, part, t, x, a, b, c []float32, x0 float32) {
-	shiftRowGo(f, t, x, a, b, c, x0)
-	accumulateGo(sumForm{shifted: true, zero: !f.acc}, part, t, nil, 0, 0)
+	addRowGo(f, t, x, a, b, c)
+	accumulateGo(sumForm{zero: !f.acc}, part, nil, t, x0)
 }
 
-// addSum16Go is the twin of addSum16: the inputs widened, summed as addSumGo sums them, x
-// narrowed from s, then shifted and summed.
+// addSum16Go is the twin of addSum16: the inputs widened, summed into t as addSumGo sums
+// them, x narrowed from s, then the partial sums of f32(t − x0).
 func addSum16Go(f addForm, part, t []float32, x, a, b, c []uint16, x0 float32) {
 	a, b = a[:len(t)], b[:len(t)]
 	if f.bias {
@@ -246,7 +247,7 @@ func addSum16Go(f addForm, part, t []float32, x, a, b, c []uint16, x0 float32) {
 	if f.x {
 		narrowGo(convForm{dt: f.dt}, x[:len(t)], t)
 	}
-	accumulateGo(sumForm{zero: !f.acc}, part, t, t, x0, 0)
+	accumulateGo(sumForm{zero: !f.acc}, part, nil, t, x0)
 }
 
 func (k *kernels) addTo(s, b []float32) {
@@ -264,8 +265,8 @@ func (k *kernels) addTo(s, b []float32) {
 	}
 }
 
-// shiftRowGo is the twin of shiftRow: s = a + b, or (a + b) + c; x = s; t = s − x0.
-func shiftRowGo(f addForm, t, x, a, b, c []float32, x0 float32) {
+// addRowGo is the twin of addRow: s = a + b, or (a + b) + c; t = s; x = s.
+func addRowGo(f addForm, t, x, a, b, c []float32) {
 	a, b = a[:len(t)], b[:len(t)]
 	if f.bias {
 		c = c[:len(t)]
@@ -281,23 +282,23 @@ func shiftRowGo(f addForm, t, x, a, b, c []float32, x0 float32) {
 		if f.x {
 			x[i] = s
 		}
-		t[i] = s - x0
+		t[i] = s
 	}
 }
 
-// shiftRow is the first pass without the partial sums (streamed rows, tails): t = s − x0,
-// and x = s (non-temporally from x's first aligned element on with f.nt); the width's
-// kernel over the whole vectors, what is left narrower.
-func (k *kernels) shiftRow(f addForm, t, x, a, b, c []float32, x0 float32) {
+// addRow is the first pass without the partial sums (streamed rows, tails): t = s, and
+// x = s (non-temporally from x's first aligned element on with f.nt); the width's kernel
+// over the whole vectors, what is left narrower.
+func (k *kernels) addRow(f addForm, t, x, a, b, c []float32) {
 	if !k.simd() {
-		shiftRowGo(f, t, x, a, b, c, x0)
+		addRowGo(f, t, x, a, b, c)
 		return
 	}
 	plain := f
 	plain.nt = false
 	if f.x && f.nt {
 		if h := k.ntHead(x[:len(t)]); h > 0 {
-			k.shiftRow(plain, t[:h], x, a, b, c, x0)
+			k.addRow(plain, t[:h], x, a, b, c)
 			t, x, a, b, c = t[h:], x[h:], a[h:], b[h:], from(c, h)
 		}
 	}
@@ -307,26 +308,27 @@ func (k *kernels) shiftRow(f addForm, t, x, a, b, c []float32, x0 float32) {
 		type pick struct{ x, nt, bias bool }
 		switch (pick{f.x, f.x && f.nt, f.bias}) {
 		case pick{true, true, true}:
-			ad.shift3NT(t[:n], x, a, b, c, x0)
+			ad.row3NT(t[:n], x, a, b, c)
 		case pick{true, true, false}:
-			ad.shift2NT(t[:n], x, a, b, x0)
+			ad.row2NT(t[:n], x, a, b)
 		case pick{true, false, true}:
-			ad.shift3X(t[:n], x, a, b, c, x0)
+			ad.row3X(t[:n], x, a, b, c)
 		case pick{true, false, false}:
-			ad.shift2X(t[:n], x, a, b, x0)
+			ad.row2X(t[:n], x, a, b)
 		case pick{false, false, true}:
-			ad.shift3(t[:n], a, b, c, x0)
+			ad.row3(t[:n], a, b, c)
 		default:
-			ad.shift2(t[:n], a, b, x0)
+			ad.row2(t[:n], a, b)
 		}
 	}
 	if n < len(t) {
-		k.narrower.shiftRow(plain, t[n:], from(x, n), a[n:], b[n:], from(c, n), x0)
+		k.narrower.addRow(plain, t[n:], from(x, n), a[n:], b[n:], from(c, n))
 	}
 }
 
 // addSum runs the first pass of float32 inputs into t: the fused kernel over the whole
-// chunks and the separate passes (shiftRow, then the sums of t) over the shorter last chunk (which the plan adds last). Shapes the kernel does not take (W not a
+// chunks and the separate passes (addRow, then the sums of f32(t − x0)) over the shorter
+// last chunk (which the plan adds last). Shapes the kernel does not take (W not a
 // multiple of the lanes, no whole chunk, a non-temporal x that does not start on a vector
 // boundary, x with acc) go to the narrower width, or run the separate passes at the
 // narrowest.
@@ -338,8 +340,8 @@ func (k *kernels) addSum(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 		return
 	}
 	if f.stream {
-		k.shiftRow(f, t, x, a, b, c, x0)
-		k.accumulate(sumForm{shifted: true, zero: !f.acc}, part, t, nil, 0, 0)
+		k.addRow(f, t, x, a, b, c)
+		k.accumulate(sumForm{zero: !f.acc}, part, nil, t, x0)
 		return
 	}
 	w := len(part)
@@ -349,14 +351,14 @@ func (k *kernels) addSum(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 			k.narrower.addSum(f, part, t, x, a, b, c, x0)
 			return
 		}
-		k.shiftRow(f, t, x, a, b, c, x0)
-		k.accumulate(sumForm{shifted: true, zero: !f.acc}, part, t, nil, 0, 0)
+		k.addRow(f, t, x, a, b, c)
+		k.accumulate(sumForm{zero: !f.acc}, part, nil, t, x0)
 		return
 	}
 	k.adds.run(f, part, t[:full], x, a, b, c, x0)
 	if full < n {
-		k.shiftRow(f, t[full:], from(x, full), a[full:], b[full:], from(c, full), x0)
-		k.accumulate(sumForm{shifted: true}, part, t[full:], nil, 0, 0)
+		k.addRow(f, t[full:], from(x, full), a[full:], b[full:], from(c, full))
+		k.accumulate(sumForm{}, part, nil, t[full:], x0)
 	}
 }
 

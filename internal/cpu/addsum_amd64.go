@@ -4,118 +4,118 @@
 
 package cpu
 
-// avx2Add2Shift writes t[i] = s[i] − x0, s[i] = a[i] + b[i],
+// avx2Add2Row writes t[i] = a[i] + b[i],
 // for i < len(t)&^7.
 //
 //go:noescape
-func avx2Add2Shift(t []float32, a []float32, b []float32, x0 float32)
+func avx2Add2Row(t []float32, a []float32, b []float32)
 
-// avx2Add2ShiftX writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and x[i] = s[i],
+// avx2Add2RowX writes t[i] = a[i] + b[i], and x[i] = t[i],
 // for i < len(t)&^7.
 //
 //go:noescape
-func avx2Add2ShiftX(t []float32, x []float32, a []float32, b []float32, x0 float32)
+func avx2Add2RowX(t []float32, x []float32, a []float32, b []float32)
 
-// avx2Add2ShiftNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and x[i] = s[i] with
+// avx2Add2RowNT writes t[i] = a[i] + b[i], and x[i] = t[i] with
 // non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(t)&^7.
 //
 //go:noescape
-func avx2Add2ShiftNT(t []float32, x []float32, a []float32, b []float32, x0 float32)
+func avx2Add2RowNT(t []float32, x []float32, a []float32, b []float32)
 
-// avx2Add3Shift writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i],
+// avx2Add3Row writes t[i] = (a[i] + b[i]) + d[i],
 // for i < len(t)&^7.
 //
 //go:noescape
-func avx2Add3Shift(t []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx2Add3Row(t []float32, a []float32, b []float32, d []float32)
 
-// avx2Add3ShiftX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and x[i] = s[i],
+// avx2Add3RowX writes t[i] = (a[i] + b[i]) + d[i], and x[i] = t[i],
 // for i < len(t)&^7.
 //
 //go:noescape
-func avx2Add3ShiftX(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx2Add3RowX(t []float32, x []float32, a []float32, b []float32, d []float32)
 
-// avx2Add3ShiftNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and x[i] = s[i] with
+// avx2Add3RowNT writes t[i] = (a[i] + b[i]) + d[i], and x[i] = t[i] with
 // non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(t)&^7.
 //
 //go:noescape
-func avx2Add3ShiftNT(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx2Add3RowNT(t []float32, x []float32, a []float32, b []float32, d []float32)
 
 // avx2AddTo writes s[i] += b[i] for whole vectors of s.
 //
 //go:noescape
 func avx2AddTo(s []float32, b []float32)
 
-// avx2Add2Sum writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2Add2Sum writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2Add2Sum(part []float32, t []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3Sum writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2Add3Sum writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2Add3Sum(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx2Add2SumX writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2Add2SumX writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i],
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2Add2SumX(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3SumX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2Add3SumX writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i],
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2Add3SumX(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx2Add2SumNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2Add2SumNT writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2Add2SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3SumNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2Add3SumNT writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2Add3SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx2Add2SumAcc writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2Add2SumAcc writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2Add2SumAcc(part []float32, t []float32, a []float32, b []float32, x0 float32)
 
-// avx2Add3SumAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2Add3SumAcc writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2Add3SumAcc(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx2AddSumF16 writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumF16 writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumF16X writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumF16X writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumF16NT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumF16NT writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -123,23 +123,23 @@ func avx2AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []uin
 //go:noescape
 func avx2AddSumF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumF16Acc writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumF16Acc writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumF16AccX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumF16AccX writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumF16AccNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumF16AccNT writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -147,23 +147,23 @@ func avx2AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []
 //go:noescape
 func avx2AddSumF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumF16Full writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumF16FullX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumF16FullX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumF16FullNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumF16FullNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -171,23 +171,23 @@ func avx2AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b [
 //go:noescape
 func avx2AddSumF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumF16FullAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumF16FullAcc writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumF16FullAccX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumF16FullAccX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumF16FullAccNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumF16FullAccNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -195,23 +195,23 @@ func avx2AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, 
 //go:noescape
 func avx2AddSumF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumBF16 writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumBF16 writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumBF16X writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumBF16X writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumBF16NT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumBF16NT writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -219,23 +219,23 @@ func avx2AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []ui
 //go:noescape
 func avx2AddSumBF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumBF16Acc writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumBF16Acc writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumBF16AccX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumBF16AccX writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumBF16AccNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumBF16AccNT writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -243,23 +243,23 @@ func avx2AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b [
 //go:noescape
 func avx2AddSumBF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx2AddSumBF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumBF16Full writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumBF16FullX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumBF16FullX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumBF16FullNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx2AddSumBF16FullNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -267,23 +267,23 @@ func avx2AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, b 
 //go:noescape
 func avx2AddSumBF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumBF16FullAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumBF16FullAcc writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumBF16FullAccX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumBF16FullAccX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx2AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx2AddSumBF16FullAccNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx2AddSumBF16FullAccNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -291,118 +291,118 @@ func avx2AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16,
 //go:noescape
 func avx2AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512Add2Shift writes t[i] = s[i] − x0, s[i] = a[i] + b[i],
+// avx512Add2Row writes t[i] = a[i] + b[i],
 // for i < len(t)&^15.
 //
 //go:noescape
-func avx512Add2Shift(t []float32, a []float32, b []float32, x0 float32)
+func avx512Add2Row(t []float32, a []float32, b []float32)
 
-// avx512Add2ShiftX writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and x[i] = s[i],
+// avx512Add2RowX writes t[i] = a[i] + b[i], and x[i] = t[i],
 // for i < len(t)&^15.
 //
 //go:noescape
-func avx512Add2ShiftX(t []float32, x []float32, a []float32, b []float32, x0 float32)
+func avx512Add2RowX(t []float32, x []float32, a []float32, b []float32)
 
-// avx512Add2ShiftNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and x[i] = s[i] with
+// avx512Add2RowNT writes t[i] = a[i] + b[i], and x[i] = t[i] with
 // non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(t)&^15.
 //
 //go:noescape
-func avx512Add2ShiftNT(t []float32, x []float32, a []float32, b []float32, x0 float32)
+func avx512Add2RowNT(t []float32, x []float32, a []float32, b []float32)
 
-// avx512Add3Shift writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i],
+// avx512Add3Row writes t[i] = (a[i] + b[i]) + d[i],
 // for i < len(t)&^15.
 //
 //go:noescape
-func avx512Add3Shift(t []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx512Add3Row(t []float32, a []float32, b []float32, d []float32)
 
-// avx512Add3ShiftX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and x[i] = s[i],
+// avx512Add3RowX writes t[i] = (a[i] + b[i]) + d[i], and x[i] = t[i],
 // for i < len(t)&^15.
 //
 //go:noescape
-func avx512Add3ShiftX(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx512Add3RowX(t []float32, x []float32, a []float32, b []float32, d []float32)
 
-// avx512Add3ShiftNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and x[i] = s[i] with
+// avx512Add3RowNT writes t[i] = (a[i] + b[i]) + d[i], and x[i] = t[i] with
 // non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(t)&^15.
 //
 //go:noescape
-func avx512Add3ShiftNT(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+func avx512Add3RowNT(t []float32, x []float32, a []float32, b []float32, d []float32)
 
 // avx512AddTo writes s[i] += b[i] for whole vectors of s.
 //
 //go:noescape
 func avx512AddTo(s []float32, b []float32)
 
-// avx512Add2Sum writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512Add2Sum writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512Add2Sum(part []float32, t []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3Sum writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512Add3Sum writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512Add3Sum(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx512Add2SumX writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512Add2SumX writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i],
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512Add2SumX(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3SumX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512Add3SumX writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i],
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512Add3SumX(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx512Add2SumNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512Add2SumNT writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512Add2SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3SumNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512Add3SumNT writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512Add3SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx512Add2SumAcc writes t[i] = s[i] − x0, s[i] = a[i] + b[i], and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512Add2SumAcc writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512Add2SumAcc(part []float32, t []float32, a []float32, b []float32, x0 float32)
 
-// avx512Add3SumAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512Add3SumAcc writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512Add3SumAcc(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 
-// avx512AddSumF16 writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumF16 writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumF16X writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumF16X writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumF16NT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumF16NT writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -410,23 +410,23 @@ func avx512AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []u
 //go:noescape
 func avx512AddSumF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumF16Acc writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumF16Acc writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumF16AccX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumF16AccX writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumF16AccNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumF16AccNT writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -434,23 +434,23 @@ func avx512AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b 
 //go:noescape
 func avx512AddSumF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumF16Tree writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16Tree writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16Tree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16TreeX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16TreeX writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16TreeNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16TreeNT writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
@@ -458,23 +458,23 @@ func avx512AddSumF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b
 //go:noescape
 func avx512AddSumF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16AccTree writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16AccTree writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16AccTreeX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16AccTreeX writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16AccTreeNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16AccTreeNT writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
@@ -482,23 +482,23 @@ func avx512AddSumF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16
 //go:noescape
 func avx512AddSumF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumF16Full writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumF16FullX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumF16FullX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumF16FullNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumF16FullNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -506,23 +506,23 @@ func avx512AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b
 //go:noescape
 func avx512AddSumF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumF16FullAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumF16FullAcc writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumF16FullAccX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumF16FullAccX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumF16FullAccNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumF16FullAccNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -530,23 +530,23 @@ func avx512AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16
 //go:noescape
 func avx512AddSumF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumF16FullTree writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16FullTree writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16FullTreeX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16FullTreeX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16FullTreeNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16FullTreeNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
@@ -554,23 +554,23 @@ func avx512AddSumF16FullTreeX(part []float32, t []float32, x []uint16, a []uint1
 //go:noescape
 func avx512AddSumF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16FullAccTree writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16FullAccTree writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16FullAccTreeX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16FullAccTreeX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16,
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumF16FullAccTreeNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumF16FullAccTreeNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
@@ -578,23 +578,23 @@ func avx512AddSumF16FullAccTreeX(part []float32, t []float32, x []uint16, a []ui
 //go:noescape
 func avx512AddSumF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16 writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumBF16 writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumBF16X writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumBF16X writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumBF16NT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumBF16NT writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -602,23 +602,23 @@ func avx512AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []
 //go:noescape
 func avx512AddSumBF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumBF16Acc writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumBF16Acc writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumBF16AccX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumBF16AccX writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumBF16AccNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumBF16AccNT writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -626,23 +626,23 @@ func avx512AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b
 //go:noescape
 func avx512AddSumBF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
-// avx512AddSumBF16Tree writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16Tree writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16Tree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16TreeX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16TreeX writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16TreeNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16TreeNT writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
@@ -650,23 +650,23 @@ func avx512AddSumBF16TreeX(part []float32, t []float32, x []uint16, a []uint16, 
 //go:noescape
 func avx512AddSumBF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16AccTree writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16AccTree writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16AccTreeX writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16AccTreeX writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16AccTreeNT writes t[i] = s[i] − x0, s[i] = a[i] + b[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16AccTreeNT writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
@@ -674,23 +674,23 @@ func avx512AddSumBF16AccTreeX(part []float32, t []float32, x []uint16, a []uint1
 //go:noescape
 func avx512AddSumBF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16Full writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumBF16Full writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumBF16FullX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumBF16FullX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumBF16FullNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0 (chunks in order),
+// avx512AddSumBF16FullNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -698,23 +698,23 @@ func avx512AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, 
 //go:noescape
 func avx512AddSumBF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumBF16FullAcc writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumBF16FullAcc writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumBF16FullAccX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumBF16FullAccX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumBF16FullAccNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part (chunks in order),
+// avx512AddSumBF16FullAccNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
@@ -722,23 +722,23 @@ func avx512AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint1
 //go:noescape
 func avx512AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
-// avx512AddSumBF16FullTree writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16FullTree writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16FullTreeX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16FullTreeX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16FullTreeNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16FullTreeNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
@@ -746,23 +746,23 @@ func avx512AddSumBF16FullTreeX(part []float32, t []float32, x []uint16, a []uint
 //go:noescape
 func avx512AddSumBF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16FullAccTree writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16FullAccTree writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16FullAccTreeX writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16FullAccTreeX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16,
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
 //
 //go:noescape
 func avx512AddSumBF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
-// avx512AddSumBF16FullAccTreeNT writes t[i] = s[i] − x0, s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
-// exactly, and part[k] = Σ_c t[c·W+k] added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
+// avx512AddSumBF16FullAccTreeNT writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
+// exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
 // for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.

@@ -4,369 +4,333 @@
 
 #include "textflag.h"
 
-// func avx2Add2Shift(t []float32, a []float32, b []float32, x0 float32)
+// func avx2Add2Row(t []float32, a []float32, b []float32)
 // Requires: AVX
-TEXT ·avx2Add2Shift(SB), NOSPLIT, $0-76
-	MOVQ         t_base+0(FP), AX
-	MOVQ         a_base+24(FP), CX
-	MOVQ         b_base+48(FP), DX
-	VBROADCASTSS x0+72(FP), Y0
-	MOVQ         t_len+8(FP), BX
-	XORQ         SI, SI
-	MOVQ         BX, DI
-	ANDQ         $-32, DI
-	CMPQ         SI, DI
-	JAE          avx2Add2Shift_single
+TEXT ·avx2Add2Row(SB), NOSPLIT, $0-72
+	MOVQ t_base+0(FP), AX
+	MOVQ a_base+24(FP), CX
+	MOVQ b_base+48(FP), DX
+	MOVQ t_len+8(FP), BX
+	XORQ SI, SI
+	MOVQ BX, DI
+	ANDQ $-32, DI
+	CMPQ SI, DI
+	JAE  avx2Add2Row_single
 
-avx2Add2Shift_unrolled:
-	VMOVUPS (CX)(SI*4), Y1
-	VADDPS  (DX)(SI*4), Y1, Y1
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, (AX)(SI*4)
-	VMOVUPS 32(CX)(SI*4), Y1
-	VADDPS  32(DX)(SI*4), Y1, Y1
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 32(AX)(SI*4)
-	VMOVUPS 64(CX)(SI*4), Y1
-	VADDPS  64(DX)(SI*4), Y1, Y1
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 64(AX)(SI*4)
-	VMOVUPS 96(CX)(SI*4), Y1
-	VADDPS  96(DX)(SI*4), Y1, Y1
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 96(AX)(SI*4)
+avx2Add2Row_unrolled:
+	VMOVUPS (CX)(SI*4), Y0
+	VADDPS  (DX)(SI*4), Y0, Y0
+	VMOVUPS Y0, (AX)(SI*4)
+	VMOVUPS 32(CX)(SI*4), Y0
+	VADDPS  32(DX)(SI*4), Y0, Y0
+	VMOVUPS Y0, 32(AX)(SI*4)
+	VMOVUPS 64(CX)(SI*4), Y0
+	VADDPS  64(DX)(SI*4), Y0, Y0
+	VMOVUPS Y0, 64(AX)(SI*4)
+	VMOVUPS 96(CX)(SI*4), Y0
+	VADDPS  96(DX)(SI*4), Y0, Y0
+	VMOVUPS Y0, 96(AX)(SI*4)
 	ADDQ    $0x00000020, SI
 	CMPQ    SI, DI
-	JB      avx2Add2Shift_unrolled
+	JB      avx2Add2Row_unrolled
 
-avx2Add2Shift_single:
+avx2Add2Row_single:
 	MOVQ BX, DI
 	ANDQ $-8, DI
 	CMPQ SI, DI
-	JAE  avx2Add2Shift_done
+	JAE  avx2Add2Row_done
 
-avx2Add2Shift_loop:
-	VMOVUPS (CX)(SI*4), Y1
-	VADDPS  (DX)(SI*4), Y1, Y1
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, (AX)(SI*4)
+avx2Add2Row_loop:
+	VMOVUPS (CX)(SI*4), Y0
+	VADDPS  (DX)(SI*4), Y0, Y0
+	VMOVUPS Y0, (AX)(SI*4)
 	ADDQ    $0x00000008, SI
 	CMPQ    SI, DI
-	JB      avx2Add2Shift_loop
+	JB      avx2Add2Row_loop
 
-avx2Add2Shift_done:
+avx2Add2Row_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add2ShiftX(t []float32, x []float32, a []float32, b []float32, x0 float32)
+// func avx2Add2RowX(t []float32, x []float32, a []float32, b []float32)
 // Requires: AVX
-TEXT ·avx2Add2ShiftX(SB), NOSPLIT, $0-100
-	MOVQ         t_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
-	MOVQ         a_base+48(FP), DX
-	MOVQ         b_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	MOVQ         t_len+8(FP), SI
-	XORQ         DI, DI
-	MOVQ         SI, R8
-	ANDQ         $-32, R8
-	CMPQ         DI, R8
-	JAE          avx2Add2ShiftX_single
+TEXT ·avx2Add2RowX(SB), NOSPLIT, $0-96
+	MOVQ t_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ t_len+8(FP), SI
+	XORQ DI, DI
+	MOVQ SI, R8
+	ANDQ $-32, R8
+	CMPQ DI, R8
+	JAE  avx2Add2RowX_single
 
-avx2Add2ShiftX_unrolled:
-	VMOVUPS (DX)(DI*4), Y1
-	VADDPS  (BX)(DI*4), Y1, Y1
-	VMOVUPS Y1, (CX)(DI*4)
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, (AX)(DI*4)
-	VMOVUPS 32(DX)(DI*4), Y1
-	VADDPS  32(BX)(DI*4), Y1, Y1
-	VMOVUPS Y1, 32(CX)(DI*4)
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 32(AX)(DI*4)
-	VMOVUPS 64(DX)(DI*4), Y1
-	VADDPS  64(BX)(DI*4), Y1, Y1
-	VMOVUPS Y1, 64(CX)(DI*4)
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 64(AX)(DI*4)
-	VMOVUPS 96(DX)(DI*4), Y1
-	VADDPS  96(BX)(DI*4), Y1, Y1
-	VMOVUPS Y1, 96(CX)(DI*4)
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 96(AX)(DI*4)
+avx2Add2RowX_unrolled:
+	VMOVUPS (DX)(DI*4), Y0
+	VADDPS  (BX)(DI*4), Y0, Y0
+	VMOVUPS Y0, (CX)(DI*4)
+	VMOVUPS Y0, (AX)(DI*4)
+	VMOVUPS 32(DX)(DI*4), Y0
+	VADDPS  32(BX)(DI*4), Y0, Y0
+	VMOVUPS Y0, 32(CX)(DI*4)
+	VMOVUPS Y0, 32(AX)(DI*4)
+	VMOVUPS 64(DX)(DI*4), Y0
+	VADDPS  64(BX)(DI*4), Y0, Y0
+	VMOVUPS Y0, 64(CX)(DI*4)
+	VMOVUPS Y0, 64(AX)(DI*4)
+	VMOVUPS 96(DX)(DI*4), Y0
+	VADDPS  96(BX)(DI*4), Y0, Y0
+	VMOVUPS Y0, 96(CX)(DI*4)
+	VMOVUPS Y0, 96(AX)(DI*4)
 	ADDQ    $0x00000020, DI
 	CMPQ    DI, R8
-	JB      avx2Add2ShiftX_unrolled
+	JB      avx2Add2RowX_unrolled
 
-avx2Add2ShiftX_single:
+avx2Add2RowX_single:
 	MOVQ SI, R8
 	ANDQ $-8, R8
 	CMPQ DI, R8
-	JAE  avx2Add2ShiftX_done
+	JAE  avx2Add2RowX_done
 
-avx2Add2ShiftX_loop:
-	VMOVUPS (DX)(DI*4), Y1
-	VADDPS  (BX)(DI*4), Y1, Y1
-	VMOVUPS Y1, (CX)(DI*4)
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, (AX)(DI*4)
+avx2Add2RowX_loop:
+	VMOVUPS (DX)(DI*4), Y0
+	VADDPS  (BX)(DI*4), Y0, Y0
+	VMOVUPS Y0, (CX)(DI*4)
+	VMOVUPS Y0, (AX)(DI*4)
 	ADDQ    $0x00000008, DI
 	CMPQ    DI, R8
-	JB      avx2Add2ShiftX_loop
+	JB      avx2Add2RowX_loop
 
-avx2Add2ShiftX_done:
+avx2Add2RowX_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add2ShiftNT(t []float32, x []float32, a []float32, b []float32, x0 float32)
+// func avx2Add2RowNT(t []float32, x []float32, a []float32, b []float32)
 // Requires: AVX
-TEXT ·avx2Add2ShiftNT(SB), NOSPLIT, $0-100
-	MOVQ         t_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
-	MOVQ         a_base+48(FP), DX
-	MOVQ         b_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	MOVQ         t_len+8(FP), SI
-	XORQ         DI, DI
-	MOVQ         SI, R8
-	ANDQ         $-32, R8
-	CMPQ         DI, R8
-	JAE          avx2Add2ShiftNT_single
+TEXT ·avx2Add2RowNT(SB), NOSPLIT, $0-96
+	MOVQ t_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ t_len+8(FP), SI
+	XORQ DI, DI
+	MOVQ SI, R8
+	ANDQ $-32, R8
+	CMPQ DI, R8
+	JAE  avx2Add2RowNT_single
 
-avx2Add2ShiftNT_unrolled:
-	VMOVUPS  (DX)(DI*4), Y1
-	VADDPS   (BX)(DI*4), Y1, Y1
-	VMOVNTPS Y1, (CX)(DI*4)
-	VSUBPS   Y0, Y1, Y1
-	VMOVUPS  Y1, (AX)(DI*4)
-	VMOVUPS  32(DX)(DI*4), Y1
-	VADDPS   32(BX)(DI*4), Y1, Y1
-	VMOVNTPS Y1, 32(CX)(DI*4)
-	VSUBPS   Y0, Y1, Y1
-	VMOVUPS  Y1, 32(AX)(DI*4)
-	VMOVUPS  64(DX)(DI*4), Y1
-	VADDPS   64(BX)(DI*4), Y1, Y1
-	VMOVNTPS Y1, 64(CX)(DI*4)
-	VSUBPS   Y0, Y1, Y1
-	VMOVUPS  Y1, 64(AX)(DI*4)
-	VMOVUPS  96(DX)(DI*4), Y1
-	VADDPS   96(BX)(DI*4), Y1, Y1
-	VMOVNTPS Y1, 96(CX)(DI*4)
-	VSUBPS   Y0, Y1, Y1
-	VMOVUPS  Y1, 96(AX)(DI*4)
+avx2Add2RowNT_unrolled:
+	VMOVUPS  (DX)(DI*4), Y0
+	VADDPS   (BX)(DI*4), Y0, Y0
+	VMOVNTPS Y0, (CX)(DI*4)
+	VMOVUPS  Y0, (AX)(DI*4)
+	VMOVUPS  32(DX)(DI*4), Y0
+	VADDPS   32(BX)(DI*4), Y0, Y0
+	VMOVNTPS Y0, 32(CX)(DI*4)
+	VMOVUPS  Y0, 32(AX)(DI*4)
+	VMOVUPS  64(DX)(DI*4), Y0
+	VADDPS   64(BX)(DI*4), Y0, Y0
+	VMOVNTPS Y0, 64(CX)(DI*4)
+	VMOVUPS  Y0, 64(AX)(DI*4)
+	VMOVUPS  96(DX)(DI*4), Y0
+	VADDPS   96(BX)(DI*4), Y0, Y0
+	VMOVNTPS Y0, 96(CX)(DI*4)
+	VMOVUPS  Y0, 96(AX)(DI*4)
 	ADDQ     $0x00000020, DI
 	CMPQ     DI, R8
-	JB       avx2Add2ShiftNT_unrolled
+	JB       avx2Add2RowNT_unrolled
 
-avx2Add2ShiftNT_single:
+avx2Add2RowNT_single:
 	MOVQ SI, R8
 	ANDQ $-8, R8
 	CMPQ DI, R8
-	JAE  avx2Add2ShiftNT_done
+	JAE  avx2Add2RowNT_done
 
-avx2Add2ShiftNT_loop:
-	VMOVUPS  (DX)(DI*4), Y1
-	VADDPS   (BX)(DI*4), Y1, Y1
-	VMOVNTPS Y1, (CX)(DI*4)
-	VSUBPS   Y0, Y1, Y1
-	VMOVUPS  Y1, (AX)(DI*4)
+avx2Add2RowNT_loop:
+	VMOVUPS  (DX)(DI*4), Y0
+	VADDPS   (BX)(DI*4), Y0, Y0
+	VMOVNTPS Y0, (CX)(DI*4)
+	VMOVUPS  Y0, (AX)(DI*4)
 	ADDQ     $0x00000008, DI
 	CMPQ     DI, R8
-	JB       avx2Add2ShiftNT_loop
+	JB       avx2Add2RowNT_loop
 
-avx2Add2ShiftNT_done:
+avx2Add2RowNT_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3Shift(t []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx2Add3Row(t []float32, a []float32, b []float32, d []float32)
 // Requires: AVX
-TEXT ·avx2Add3Shift(SB), NOSPLIT, $0-100
-	MOVQ         t_base+0(FP), AX
-	MOVQ         a_base+24(FP), CX
-	MOVQ         b_base+48(FP), DX
-	MOVQ         d_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Y0
-	MOVQ         t_len+8(FP), SI
-	XORQ         DI, DI
-	MOVQ         SI, R8
-	ANDQ         $-32, R8
-	CMPQ         DI, R8
-	JAE          avx2Add3Shift_single
+TEXT ·avx2Add3Row(SB), NOSPLIT, $0-96
+	MOVQ t_base+0(FP), AX
+	MOVQ a_base+24(FP), CX
+	MOVQ b_base+48(FP), DX
+	MOVQ d_base+72(FP), BX
+	MOVQ t_len+8(FP), SI
+	XORQ DI, DI
+	MOVQ SI, R8
+	ANDQ $-32, R8
+	CMPQ DI, R8
+	JAE  avx2Add3Row_single
 
-avx2Add3Shift_unrolled:
-	VMOVUPS (CX)(DI*4), Y1
-	VADDPS  (DX)(DI*4), Y1, Y1
-	VADDPS  (BX)(DI*4), Y1, Y1
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, (AX)(DI*4)
-	VMOVUPS 32(CX)(DI*4), Y1
-	VADDPS  32(DX)(DI*4), Y1, Y1
-	VADDPS  32(BX)(DI*4), Y1, Y1
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 32(AX)(DI*4)
-	VMOVUPS 64(CX)(DI*4), Y1
-	VADDPS  64(DX)(DI*4), Y1, Y1
-	VADDPS  64(BX)(DI*4), Y1, Y1
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 64(AX)(DI*4)
-	VMOVUPS 96(CX)(DI*4), Y1
-	VADDPS  96(DX)(DI*4), Y1, Y1
-	VADDPS  96(BX)(DI*4), Y1, Y1
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 96(AX)(DI*4)
+avx2Add3Row_unrolled:
+	VMOVUPS (CX)(DI*4), Y0
+	VADDPS  (DX)(DI*4), Y0, Y0
+	VADDPS  (BX)(DI*4), Y0, Y0
+	VMOVUPS Y0, (AX)(DI*4)
+	VMOVUPS 32(CX)(DI*4), Y0
+	VADDPS  32(DX)(DI*4), Y0, Y0
+	VADDPS  32(BX)(DI*4), Y0, Y0
+	VMOVUPS Y0, 32(AX)(DI*4)
+	VMOVUPS 64(CX)(DI*4), Y0
+	VADDPS  64(DX)(DI*4), Y0, Y0
+	VADDPS  64(BX)(DI*4), Y0, Y0
+	VMOVUPS Y0, 64(AX)(DI*4)
+	VMOVUPS 96(CX)(DI*4), Y0
+	VADDPS  96(DX)(DI*4), Y0, Y0
+	VADDPS  96(BX)(DI*4), Y0, Y0
+	VMOVUPS Y0, 96(AX)(DI*4)
 	ADDQ    $0x00000020, DI
 	CMPQ    DI, R8
-	JB      avx2Add3Shift_unrolled
+	JB      avx2Add3Row_unrolled
 
-avx2Add3Shift_single:
+avx2Add3Row_single:
 	MOVQ SI, R8
 	ANDQ $-8, R8
 	CMPQ DI, R8
-	JAE  avx2Add3Shift_done
+	JAE  avx2Add3Row_done
 
-avx2Add3Shift_loop:
-	VMOVUPS (CX)(DI*4), Y1
-	VADDPS  (DX)(DI*4), Y1, Y1
-	VADDPS  (BX)(DI*4), Y1, Y1
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, (AX)(DI*4)
+avx2Add3Row_loop:
+	VMOVUPS (CX)(DI*4), Y0
+	VADDPS  (DX)(DI*4), Y0, Y0
+	VADDPS  (BX)(DI*4), Y0, Y0
+	VMOVUPS Y0, (AX)(DI*4)
 	ADDQ    $0x00000008, DI
 	CMPQ    DI, R8
-	JB      avx2Add3Shift_loop
+	JB      avx2Add3Row_loop
 
-avx2Add3Shift_done:
+avx2Add3Row_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3ShiftX(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx2Add3RowX(t []float32, x []float32, a []float32, b []float32, d []float32)
 // Requires: AVX
-TEXT ·avx2Add3ShiftX(SB), NOSPLIT, $0-124
-	MOVQ         t_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
-	MOVQ         a_base+48(FP), DX
-	MOVQ         b_base+72(FP), BX
-	MOVQ         d_base+96(FP), SI
-	VBROADCASTSS x0+120(FP), Y0
-	MOVQ         t_len+8(FP), DI
-	XORQ         R8, R8
-	MOVQ         DI, R9
-	ANDQ         $-32, R9
-	CMPQ         R8, R9
-	JAE          avx2Add3ShiftX_single
+TEXT ·avx2Add3RowX(SB), NOSPLIT, $0-120
+	MOVQ t_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ t_len+8(FP), DI
+	XORQ R8, R8
+	MOVQ DI, R9
+	ANDQ $-32, R9
+	CMPQ R8, R9
+	JAE  avx2Add3RowX_single
 
-avx2Add3ShiftX_unrolled:
-	VMOVUPS (DX)(R8*4), Y1
-	VADDPS  (BX)(R8*4), Y1, Y1
-	VADDPS  (SI)(R8*4), Y1, Y1
-	VMOVUPS Y1, (CX)(R8*4)
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, (AX)(R8*4)
-	VMOVUPS 32(DX)(R8*4), Y1
-	VADDPS  32(BX)(R8*4), Y1, Y1
-	VADDPS  32(SI)(R8*4), Y1, Y1
-	VMOVUPS Y1, 32(CX)(R8*4)
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 32(AX)(R8*4)
-	VMOVUPS 64(DX)(R8*4), Y1
-	VADDPS  64(BX)(R8*4), Y1, Y1
-	VADDPS  64(SI)(R8*4), Y1, Y1
-	VMOVUPS Y1, 64(CX)(R8*4)
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 64(AX)(R8*4)
-	VMOVUPS 96(DX)(R8*4), Y1
-	VADDPS  96(BX)(R8*4), Y1, Y1
-	VADDPS  96(SI)(R8*4), Y1, Y1
-	VMOVUPS Y1, 96(CX)(R8*4)
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, 96(AX)(R8*4)
+avx2Add3RowX_unrolled:
+	VMOVUPS (DX)(R8*4), Y0
+	VADDPS  (BX)(R8*4), Y0, Y0
+	VADDPS  (SI)(R8*4), Y0, Y0
+	VMOVUPS Y0, (CX)(R8*4)
+	VMOVUPS Y0, (AX)(R8*4)
+	VMOVUPS 32(DX)(R8*4), Y0
+	VADDPS  32(BX)(R8*4), Y0, Y0
+	VADDPS  32(SI)(R8*4), Y0, Y0
+	VMOVUPS Y0, 32(CX)(R8*4)
+	VMOVUPS Y0, 32(AX)(R8*4)
+	VMOVUPS 64(DX)(R8*4), Y0
+	VADDPS  64(BX)(R8*4), Y0, Y0
+	VADDPS  64(SI)(R8*4), Y0, Y0
+	VMOVUPS Y0, 64(CX)(R8*4)
+	VMOVUPS Y0, 64(AX)(R8*4)
+	VMOVUPS 96(DX)(R8*4), Y0
+	VADDPS  96(BX)(R8*4), Y0, Y0
+	VADDPS  96(SI)(R8*4), Y0, Y0
+	VMOVUPS Y0, 96(CX)(R8*4)
+	VMOVUPS Y0, 96(AX)(R8*4)
 	ADDQ    $0x00000020, R8
 	CMPQ    R8, R9
-	JB      avx2Add3ShiftX_unrolled
+	JB      avx2Add3RowX_unrolled
 
-avx2Add3ShiftX_single:
+avx2Add3RowX_single:
 	MOVQ DI, R9
 	ANDQ $-8, R9
 	CMPQ R8, R9
-	JAE  avx2Add3ShiftX_done
+	JAE  avx2Add3RowX_done
 
-avx2Add3ShiftX_loop:
-	VMOVUPS (DX)(R8*4), Y1
-	VADDPS  (BX)(R8*4), Y1, Y1
-	VADDPS  (SI)(R8*4), Y1, Y1
-	VMOVUPS Y1, (CX)(R8*4)
-	VSUBPS  Y0, Y1, Y1
-	VMOVUPS Y1, (AX)(R8*4)
+avx2Add3RowX_loop:
+	VMOVUPS (DX)(R8*4), Y0
+	VADDPS  (BX)(R8*4), Y0, Y0
+	VADDPS  (SI)(R8*4), Y0, Y0
+	VMOVUPS Y0, (CX)(R8*4)
+	VMOVUPS Y0, (AX)(R8*4)
 	ADDQ    $0x00000008, R8
 	CMPQ    R8, R9
-	JB      avx2Add3ShiftX_loop
+	JB      avx2Add3RowX_loop
 
-avx2Add3ShiftX_done:
+avx2Add3RowX_done:
 	VZEROUPPER
 	RET
 
-// func avx2Add3ShiftNT(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx2Add3RowNT(t []float32, x []float32, a []float32, b []float32, d []float32)
 // Requires: AVX
-TEXT ·avx2Add3ShiftNT(SB), NOSPLIT, $0-124
-	MOVQ         t_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
-	MOVQ         a_base+48(FP), DX
-	MOVQ         b_base+72(FP), BX
-	MOVQ         d_base+96(FP), SI
-	VBROADCASTSS x0+120(FP), Y0
-	MOVQ         t_len+8(FP), DI
-	XORQ         R8, R8
-	MOVQ         DI, R9
-	ANDQ         $-32, R9
-	CMPQ         R8, R9
-	JAE          avx2Add3ShiftNT_single
+TEXT ·avx2Add3RowNT(SB), NOSPLIT, $0-120
+	MOVQ t_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ t_len+8(FP), DI
+	XORQ R8, R8
+	MOVQ DI, R9
+	ANDQ $-32, R9
+	CMPQ R8, R9
+	JAE  avx2Add3RowNT_single
 
-avx2Add3ShiftNT_unrolled:
-	VMOVUPS  (DX)(R8*4), Y1
-	VADDPS   (BX)(R8*4), Y1, Y1
-	VADDPS   (SI)(R8*4), Y1, Y1
-	VMOVNTPS Y1, (CX)(R8*4)
-	VSUBPS   Y0, Y1, Y1
-	VMOVUPS  Y1, (AX)(R8*4)
-	VMOVUPS  32(DX)(R8*4), Y1
-	VADDPS   32(BX)(R8*4), Y1, Y1
-	VADDPS   32(SI)(R8*4), Y1, Y1
-	VMOVNTPS Y1, 32(CX)(R8*4)
-	VSUBPS   Y0, Y1, Y1
-	VMOVUPS  Y1, 32(AX)(R8*4)
-	VMOVUPS  64(DX)(R8*4), Y1
-	VADDPS   64(BX)(R8*4), Y1, Y1
-	VADDPS   64(SI)(R8*4), Y1, Y1
-	VMOVNTPS Y1, 64(CX)(R8*4)
-	VSUBPS   Y0, Y1, Y1
-	VMOVUPS  Y1, 64(AX)(R8*4)
-	VMOVUPS  96(DX)(R8*4), Y1
-	VADDPS   96(BX)(R8*4), Y1, Y1
-	VADDPS   96(SI)(R8*4), Y1, Y1
-	VMOVNTPS Y1, 96(CX)(R8*4)
-	VSUBPS   Y0, Y1, Y1
-	VMOVUPS  Y1, 96(AX)(R8*4)
+avx2Add3RowNT_unrolled:
+	VMOVUPS  (DX)(R8*4), Y0
+	VADDPS   (BX)(R8*4), Y0, Y0
+	VADDPS   (SI)(R8*4), Y0, Y0
+	VMOVNTPS Y0, (CX)(R8*4)
+	VMOVUPS  Y0, (AX)(R8*4)
+	VMOVUPS  32(DX)(R8*4), Y0
+	VADDPS   32(BX)(R8*4), Y0, Y0
+	VADDPS   32(SI)(R8*4), Y0, Y0
+	VMOVNTPS Y0, 32(CX)(R8*4)
+	VMOVUPS  Y0, 32(AX)(R8*4)
+	VMOVUPS  64(DX)(R8*4), Y0
+	VADDPS   64(BX)(R8*4), Y0, Y0
+	VADDPS   64(SI)(R8*4), Y0, Y0
+	VMOVNTPS Y0, 64(CX)(R8*4)
+	VMOVUPS  Y0, 64(AX)(R8*4)
+	VMOVUPS  96(DX)(R8*4), Y0
+	VADDPS   96(BX)(R8*4), Y0, Y0
+	VADDPS   96(SI)(R8*4), Y0, Y0
+	VMOVNTPS Y0, 96(CX)(R8*4)
+	VMOVUPS  Y0, 96(AX)(R8*4)
 	ADDQ     $0x00000020, R8
 	CMPQ     R8, R9
-	JB       avx2Add3ShiftNT_unrolled
+	JB       avx2Add3RowNT_unrolled
 
-avx2Add3ShiftNT_single:
+avx2Add3RowNT_single:
 	MOVQ DI, R9
 	ANDQ $-8, R9
 	CMPQ R8, R9
-	JAE  avx2Add3ShiftNT_done
+	JAE  avx2Add3RowNT_done
 
-avx2Add3ShiftNT_loop:
-	VMOVUPS  (DX)(R8*4), Y1
-	VADDPS   (BX)(R8*4), Y1, Y1
-	VADDPS   (SI)(R8*4), Y1, Y1
-	VMOVNTPS Y1, (CX)(R8*4)
-	VSUBPS   Y0, Y1, Y1
-	VMOVUPS  Y1, (AX)(R8*4)
+avx2Add3RowNT_loop:
+	VMOVUPS  (DX)(R8*4), Y0
+	VADDPS   (BX)(R8*4), Y0, Y0
+	VADDPS   (SI)(R8*4), Y0, Y0
+	VMOVNTPS Y0, (CX)(R8*4)
+	VMOVUPS  Y0, (AX)(R8*4)
 	ADDQ     $0x00000008, R8
 	CMPQ     R8, R9
-	JB       avx2Add3ShiftNT_loop
+	JB       avx2Add3RowNT_loop
 
-avx2Add3ShiftNT_done:
+avx2Add3RowNT_done:
 	VZEROUPPER
 	RET
 
@@ -443,23 +407,23 @@ avx2Add2Sum_block:
 avx2Add2Sum_block_chunk:
 	VMOVUPS (DX)(R10*4), Y5
 	VADDPS  (BX)(R10*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, (CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y1, Y1
 	VMOVUPS 32(DX)(R10*4), Y5
 	VADDPS  32(BX)(R10*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 32(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y2, Y2
 	VMOVUPS 64(DX)(R10*4), Y5
 	VADDPS  64(BX)(R10*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 64(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y3, Y3
 	VMOVUPS 96(DX)(R10*4), Y5
 	VADDPS  96(BX)(R10*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 96(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y4, Y4
 	ADDQ    SI, R10
 	CMPQ    R10, DI
@@ -481,8 +445,8 @@ avx2Add2Sum_vec:
 avx2Add2Sum_vec_chunk:
 	VMOVUPS (DX)(R9*4), Y2
 	VADDPS  (BX)(R9*4), Y2, Y2
-	VSUBPS  Y0, Y2, Y2
 	VMOVUPS Y2, (CX)(R9*4)
+	VSUBPS  Y0, Y2, Y2
 	VADDPS  Y2, Y1, Y1
 	ADDQ    SI, R9
 	CMPQ    R9, DI
@@ -523,26 +487,26 @@ avx2Add3Sum_block_chunk:
 	VMOVUPS (DX)(R11*4), Y5
 	VADDPS  (BX)(R11*4), Y5, Y5
 	VADDPS  (SI)(R11*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, (CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y1, Y1
 	VMOVUPS 32(DX)(R11*4), Y5
 	VADDPS  32(BX)(R11*4), Y5, Y5
 	VADDPS  32(SI)(R11*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 32(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y2, Y2
 	VMOVUPS 64(DX)(R11*4), Y5
 	VADDPS  64(BX)(R11*4), Y5, Y5
 	VADDPS  64(SI)(R11*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 64(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y3, Y3
 	VMOVUPS 96(DX)(R11*4), Y5
 	VADDPS  96(BX)(R11*4), Y5, Y5
 	VADDPS  96(SI)(R11*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 96(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y4, Y4
 	ADDQ    DI, R11
 	CMPQ    R11, R8
@@ -565,8 +529,8 @@ avx2Add3Sum_vec_chunk:
 	VMOVUPS (DX)(R10*4), Y2
 	VADDPS  (BX)(R10*4), Y2, Y2
 	VADDPS  (SI)(R10*4), Y2, Y2
-	VSUBPS  Y0, Y2, Y2
 	VMOVUPS Y2, (CX)(R10*4)
+	VSUBPS  Y0, Y2, Y2
 	VADDPS  Y2, Y1, Y1
 	ADDQ    DI, R10
 	CMPQ    R10, R8
@@ -607,26 +571,26 @@ avx2Add2SumX_block_chunk:
 	VMOVUPS (BX)(R11*4), Y5
 	VADDPS  (SI)(R11*4), Y5, Y5
 	VMOVUPS Y5, (DX)(R11*4)
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, (CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y1, Y1
 	VMOVUPS 32(BX)(R11*4), Y5
 	VADDPS  32(SI)(R11*4), Y5, Y5
 	VMOVUPS Y5, 32(DX)(R11*4)
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 32(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y2, Y2
 	VMOVUPS 64(BX)(R11*4), Y5
 	VADDPS  64(SI)(R11*4), Y5, Y5
 	VMOVUPS Y5, 64(DX)(R11*4)
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 64(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y3, Y3
 	VMOVUPS 96(BX)(R11*4), Y5
 	VADDPS  96(SI)(R11*4), Y5, Y5
 	VMOVUPS Y5, 96(DX)(R11*4)
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 96(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y4, Y4
 	ADDQ    DI, R11
 	CMPQ    R11, R8
@@ -649,8 +613,8 @@ avx2Add2SumX_vec_chunk:
 	VMOVUPS (BX)(R10*4), Y2
 	VADDPS  (SI)(R10*4), Y2, Y2
 	VMOVUPS Y2, (DX)(R10*4)
-	VSUBPS  Y0, Y2, Y2
 	VMOVUPS Y2, (CX)(R10*4)
+	VSUBPS  Y0, Y2, Y2
 	VADDPS  Y2, Y1, Y1
 	ADDQ    DI, R10
 	CMPQ    R10, R8
@@ -693,29 +657,29 @@ avx2Add3SumX_block_chunk:
 	VADDPS  (SI)(R12*4), Y5, Y5
 	VADDPS  (DI)(R12*4), Y5, Y5
 	VMOVUPS Y5, (DX)(R12*4)
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, (CX)(R12*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y1, Y1
 	VMOVUPS 32(BX)(R12*4), Y5
 	VADDPS  32(SI)(R12*4), Y5, Y5
 	VADDPS  32(DI)(R12*4), Y5, Y5
 	VMOVUPS Y5, 32(DX)(R12*4)
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 32(CX)(R12*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y2, Y2
 	VMOVUPS 64(BX)(R12*4), Y5
 	VADDPS  64(SI)(R12*4), Y5, Y5
 	VADDPS  64(DI)(R12*4), Y5, Y5
 	VMOVUPS Y5, 64(DX)(R12*4)
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 64(CX)(R12*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y3, Y3
 	VMOVUPS 96(BX)(R12*4), Y5
 	VADDPS  96(SI)(R12*4), Y5, Y5
 	VADDPS  96(DI)(R12*4), Y5, Y5
 	VMOVUPS Y5, 96(DX)(R12*4)
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 96(CX)(R12*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y4, Y4
 	ADDQ    R8, R12
 	CMPQ    R12, R9
@@ -739,8 +703,8 @@ avx2Add3SumX_vec_chunk:
 	VADDPS  (SI)(R11*4), Y2, Y2
 	VADDPS  (DI)(R11*4), Y2, Y2
 	VMOVUPS Y2, (DX)(R11*4)
-	VSUBPS  Y0, Y2, Y2
 	VMOVUPS Y2, (CX)(R11*4)
+	VSUBPS  Y0, Y2, Y2
 	VADDPS  Y2, Y1, Y1
 	ADDQ    R8, R11
 	CMPQ    R11, R9
@@ -781,26 +745,26 @@ avx2Add2SumNT_block_chunk:
 	VMOVUPS  (BX)(R11*4), Y5
 	VADDPS   (SI)(R11*4), Y5, Y5
 	VMOVNTPS Y5, (DX)(R11*4)
-	VSUBPS   Y0, Y5, Y5
 	VMOVUPS  Y5, (CX)(R11*4)
+	VSUBPS   Y0, Y5, Y5
 	VADDPS   Y5, Y1, Y1
 	VMOVUPS  32(BX)(R11*4), Y5
 	VADDPS   32(SI)(R11*4), Y5, Y5
 	VMOVNTPS Y5, 32(DX)(R11*4)
-	VSUBPS   Y0, Y5, Y5
 	VMOVUPS  Y5, 32(CX)(R11*4)
+	VSUBPS   Y0, Y5, Y5
 	VADDPS   Y5, Y2, Y2
 	VMOVUPS  64(BX)(R11*4), Y5
 	VADDPS   64(SI)(R11*4), Y5, Y5
 	VMOVNTPS Y5, 64(DX)(R11*4)
-	VSUBPS   Y0, Y5, Y5
 	VMOVUPS  Y5, 64(CX)(R11*4)
+	VSUBPS   Y0, Y5, Y5
 	VADDPS   Y5, Y3, Y3
 	VMOVUPS  96(BX)(R11*4), Y5
 	VADDPS   96(SI)(R11*4), Y5, Y5
 	VMOVNTPS Y5, 96(DX)(R11*4)
-	VSUBPS   Y0, Y5, Y5
 	VMOVUPS  Y5, 96(CX)(R11*4)
+	VSUBPS   Y0, Y5, Y5
 	VADDPS   Y5, Y4, Y4
 	ADDQ     DI, R11
 	CMPQ     R11, R8
@@ -823,8 +787,8 @@ avx2Add2SumNT_vec_chunk:
 	VMOVUPS  (BX)(R10*4), Y2
 	VADDPS   (SI)(R10*4), Y2, Y2
 	VMOVNTPS Y2, (DX)(R10*4)
-	VSUBPS   Y0, Y2, Y2
 	VMOVUPS  Y2, (CX)(R10*4)
+	VSUBPS   Y0, Y2, Y2
 	VADDPS   Y2, Y1, Y1
 	ADDQ     DI, R10
 	CMPQ     R10, R8
@@ -867,29 +831,29 @@ avx2Add3SumNT_block_chunk:
 	VADDPS   (SI)(R12*4), Y5, Y5
 	VADDPS   (DI)(R12*4), Y5, Y5
 	VMOVNTPS Y5, (DX)(R12*4)
-	VSUBPS   Y0, Y5, Y5
 	VMOVUPS  Y5, (CX)(R12*4)
+	VSUBPS   Y0, Y5, Y5
 	VADDPS   Y5, Y1, Y1
 	VMOVUPS  32(BX)(R12*4), Y5
 	VADDPS   32(SI)(R12*4), Y5, Y5
 	VADDPS   32(DI)(R12*4), Y5, Y5
 	VMOVNTPS Y5, 32(DX)(R12*4)
-	VSUBPS   Y0, Y5, Y5
 	VMOVUPS  Y5, 32(CX)(R12*4)
+	VSUBPS   Y0, Y5, Y5
 	VADDPS   Y5, Y2, Y2
 	VMOVUPS  64(BX)(R12*4), Y5
 	VADDPS   64(SI)(R12*4), Y5, Y5
 	VADDPS   64(DI)(R12*4), Y5, Y5
 	VMOVNTPS Y5, 64(DX)(R12*4)
-	VSUBPS   Y0, Y5, Y5
 	VMOVUPS  Y5, 64(CX)(R12*4)
+	VSUBPS   Y0, Y5, Y5
 	VADDPS   Y5, Y3, Y3
 	VMOVUPS  96(BX)(R12*4), Y5
 	VADDPS   96(SI)(R12*4), Y5, Y5
 	VADDPS   96(DI)(R12*4), Y5, Y5
 	VMOVNTPS Y5, 96(DX)(R12*4)
-	VSUBPS   Y0, Y5, Y5
 	VMOVUPS  Y5, 96(CX)(R12*4)
+	VSUBPS   Y0, Y5, Y5
 	VADDPS   Y5, Y4, Y4
 	ADDQ     R8, R12
 	CMPQ     R12, R9
@@ -913,8 +877,8 @@ avx2Add3SumNT_vec_chunk:
 	VADDPS   (SI)(R11*4), Y2, Y2
 	VADDPS   (DI)(R11*4), Y2, Y2
 	VMOVNTPS Y2, (DX)(R11*4)
-	VSUBPS   Y0, Y2, Y2
 	VMOVUPS  Y2, (CX)(R11*4)
+	VSUBPS   Y0, Y2, Y2
 	VADDPS   Y2, Y1, Y1
 	ADDQ     R8, R11
 	CMPQ     R11, R9
@@ -953,23 +917,23 @@ avx2Add2SumAcc_block:
 avx2Add2SumAcc_block_chunk:
 	VMOVUPS (DX)(R10*4), Y5
 	VADDPS  (BX)(R10*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, (CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y1, Y1
 	VMOVUPS 32(DX)(R10*4), Y5
 	VADDPS  32(BX)(R10*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 32(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y2, Y2
 	VMOVUPS 64(DX)(R10*4), Y5
 	VADDPS  64(BX)(R10*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 64(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y3, Y3
 	VMOVUPS 96(DX)(R10*4), Y5
 	VADDPS  96(BX)(R10*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 96(CX)(R10*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y4, Y4
 	ADDQ    SI, R10
 	CMPQ    R10, DI
@@ -991,8 +955,8 @@ avx2Add2SumAcc_vec:
 avx2Add2SumAcc_vec_chunk:
 	VMOVUPS (DX)(R9*4), Y2
 	VADDPS  (BX)(R9*4), Y2, Y2
-	VSUBPS  Y0, Y2, Y2
 	VMOVUPS Y2, (CX)(R9*4)
+	VSUBPS  Y0, Y2, Y2
 	VADDPS  Y2, Y1, Y1
 	ADDQ    SI, R9
 	CMPQ    R9, DI
@@ -1033,26 +997,26 @@ avx2Add3SumAcc_block_chunk:
 	VMOVUPS (DX)(R11*4), Y5
 	VADDPS  (BX)(R11*4), Y5, Y5
 	VADDPS  (SI)(R11*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, (CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y1, Y1
 	VMOVUPS 32(DX)(R11*4), Y5
 	VADDPS  32(BX)(R11*4), Y5, Y5
 	VADDPS  32(SI)(R11*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 32(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y2, Y2
 	VMOVUPS 64(DX)(R11*4), Y5
 	VADDPS  64(BX)(R11*4), Y5, Y5
 	VADDPS  64(SI)(R11*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 64(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y3, Y3
 	VMOVUPS 96(DX)(R11*4), Y5
 	VADDPS  96(BX)(R11*4), Y5, Y5
 	VADDPS  96(SI)(R11*4), Y5, Y5
-	VSUBPS  Y0, Y5, Y5
 	VMOVUPS Y5, 96(CX)(R11*4)
+	VSUBPS  Y0, Y5, Y5
 	VADDPS  Y5, Y4, Y4
 	ADDQ    DI, R11
 	CMPQ    R11, R8
@@ -1075,8 +1039,8 @@ avx2Add3SumAcc_vec_chunk:
 	VMOVUPS (DX)(R10*4), Y2
 	VADDPS  (BX)(R10*4), Y2, Y2
 	VADDPS  (SI)(R10*4), Y2, Y2
-	VSUBPS  Y0, Y2, Y2
 	VMOVUPS Y2, (CX)(R10*4)
+	VSUBPS  Y0, Y2, Y2
 	VADDPS  Y2, Y1, Y1
 	ADDQ    DI, R10
 	CMPQ    R10, R8
@@ -1116,26 +1080,26 @@ avx2AddSumF16_block_chunk:
 	VCVTPH2PS (DX)(R10*2), Y5
 	VCVTPH2PS (BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, (CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y1, Y1
 	VCVTPH2PS 16(DX)(R10*2), Y5
 	VCVTPH2PS 16(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 32(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y2, Y2
 	VCVTPH2PS 32(DX)(R10*2), Y5
 	VCVTPH2PS 32(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 64(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y3, Y3
 	VCVTPH2PS 48(DX)(R10*2), Y5
 	VCVTPH2PS 48(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 96(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -1158,8 +1122,8 @@ avx2AddSumF16_vec_chunk:
 	VCVTPH2PS (DX)(R9*2), Y2
 	VCVTPH2PS (BX)(R9*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VSUBPS    Y0, Y2, Y2
 	VMOVUPS   Y2, (CX)(R9*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -1200,32 +1164,32 @@ avx2AddSumF16X_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Y5
 	VCVTPH2PS (SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, (CX)(R11*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, (DX)(R11*2)
 	VCVTPH2PS 16(BX)(R11*2), Y5
 	VCVTPH2PS 16(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 32(CX)(R11*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 16(DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Y5
 	VCVTPH2PS 32(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 64(CX)(R11*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 32(DX)(R11*2)
 	VCVTPH2PS 48(BX)(R11*2), Y5
 	VCVTPH2PS 48(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 96(CX)(R11*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 48(DX)(R11*2)
@@ -1250,8 +1214,8 @@ avx2AddSumF16X_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Y2
 	VCVTPH2PS (SI)(R10*2), Y3
 	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
 	VSUBPS    Y0, Y2, Y3
-	VMOVUPS   Y3, (CX)(R10*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVUPS   X2, (DX)(R10*2)
@@ -1294,32 +1258,32 @@ avx2AddSumF16NT_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Y5
 	VCVTPH2PS (SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, (CX)(R11*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, (DX)(R11*2)
 	VCVTPH2PS 16(BX)(R11*2), Y5
 	VCVTPH2PS 16(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 32(CX)(R11*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 16(DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Y5
 	VCVTPH2PS 32(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 64(CX)(R11*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 32(DX)(R11*2)
 	VCVTPH2PS 48(BX)(R11*2), Y5
 	VCVTPH2PS 48(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 96(CX)(R11*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 48(DX)(R11*2)
@@ -1344,8 +1308,8 @@ avx2AddSumF16NT_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Y2
 	VCVTPH2PS (SI)(R10*2), Y3
 	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
 	VSUBPS    Y0, Y2, Y3
-	VMOVUPS   Y3, (CX)(R10*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVNTDQ  X2, (DX)(R10*2)
@@ -1387,26 +1351,26 @@ avx2AddSumF16Acc_block_chunk:
 	VCVTPH2PS (DX)(R10*2), Y5
 	VCVTPH2PS (BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, (CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y1, Y1
 	VCVTPH2PS 16(DX)(R10*2), Y5
 	VCVTPH2PS 16(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 32(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y2, Y2
 	VCVTPH2PS 32(DX)(R10*2), Y5
 	VCVTPH2PS 32(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 64(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y3, Y3
 	VCVTPH2PS 48(DX)(R10*2), Y5
 	VCVTPH2PS 48(BX)(R10*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 96(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -1429,8 +1393,8 @@ avx2AddSumF16Acc_vec_chunk:
 	VCVTPH2PS (DX)(R9*2), Y2
 	VCVTPH2PS (BX)(R9*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VSUBPS    Y0, Y2, Y2
 	VMOVUPS   Y2, (CX)(R9*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -1471,32 +1435,32 @@ avx2AddSumF16AccX_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Y5
 	VCVTPH2PS (SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, (CX)(R11*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, (DX)(R11*2)
 	VCVTPH2PS 16(BX)(R11*2), Y5
 	VCVTPH2PS 16(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 32(CX)(R11*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 16(DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Y5
 	VCVTPH2PS 32(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 64(CX)(R11*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 32(DX)(R11*2)
 	VCVTPH2PS 48(BX)(R11*2), Y5
 	VCVTPH2PS 48(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 96(CX)(R11*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 48(DX)(R11*2)
@@ -1521,8 +1485,8 @@ avx2AddSumF16AccX_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Y2
 	VCVTPH2PS (SI)(R10*2), Y3
 	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
 	VSUBPS    Y0, Y2, Y3
-	VMOVUPS   Y3, (CX)(R10*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVUPS   X2, (DX)(R10*2)
@@ -1565,32 +1529,32 @@ avx2AddSumF16AccNT_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Y5
 	VCVTPH2PS (SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, (CX)(R11*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, (DX)(R11*2)
 	VCVTPH2PS 16(BX)(R11*2), Y5
 	VCVTPH2PS 16(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 32(CX)(R11*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 16(DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Y5
 	VCVTPH2PS 32(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 64(CX)(R11*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 32(DX)(R11*2)
 	VCVTPH2PS 48(BX)(R11*2), Y5
 	VCVTPH2PS 48(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R11*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 96(CX)(R11*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 48(DX)(R11*2)
@@ -1615,8 +1579,8 @@ avx2AddSumF16AccNT_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Y2
 	VCVTPH2PS (SI)(R10*2), Y3
 	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R10*4)
 	VSUBPS    Y0, Y2, Y3
-	VMOVUPS   Y3, (CX)(R10*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVNTDQ  X2, (DX)(R10*2)
@@ -1661,32 +1625,32 @@ avx2AddSumF16Full_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS (SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, (CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y1, Y1
 	VCVTPH2PS 16(DX)(R11*2), Y5
 	VCVTPH2PS 16(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 16(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 32(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y2, Y2
 	VCVTPH2PS 32(DX)(R11*2), Y5
 	VCVTPH2PS 32(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 32(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 64(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y3, Y3
 	VCVTPH2PS 48(DX)(R11*2), Y5
 	VCVTPH2PS 48(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 48(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 96(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -1711,8 +1675,8 @@ avx2AddSumF16Full_vec_chunk:
 	VADDPS    Y3, Y2, Y2
 	VCVTPH2PS (SI)(R10*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VSUBPS    Y0, Y2, Y2
 	VMOVUPS   Y2, (CX)(R10*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -1756,8 +1720,8 @@ avx2AddSumF16FullX_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS (DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, (CX)(R12*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, (DX)(R12*2)
@@ -1766,8 +1730,8 @@ avx2AddSumF16FullX_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 16(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 32(CX)(R12*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 16(DX)(R12*2)
@@ -1776,8 +1740,8 @@ avx2AddSumF16FullX_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 32(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 64(CX)(R12*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 32(DX)(R12*2)
@@ -1786,8 +1750,8 @@ avx2AddSumF16FullX_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 48(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 96(CX)(R12*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 48(DX)(R12*2)
@@ -1814,8 +1778,8 @@ avx2AddSumF16FullX_vec_chunk:
 	VADDPS    Y3, Y2, Y2
 	VCVTPH2PS (DI)(R11*2), Y3
 	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R11*4)
 	VSUBPS    Y0, Y2, Y3
-	VMOVUPS   Y3, (CX)(R11*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVUPS   X2, (DX)(R11*2)
@@ -1861,8 +1825,8 @@ avx2AddSumF16FullNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS (DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, (CX)(R12*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, (DX)(R12*2)
@@ -1871,8 +1835,8 @@ avx2AddSumF16FullNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 16(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 32(CX)(R12*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 16(DX)(R12*2)
@@ -1881,8 +1845,8 @@ avx2AddSumF16FullNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 32(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 64(CX)(R12*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 32(DX)(R12*2)
@@ -1891,8 +1855,8 @@ avx2AddSumF16FullNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 48(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 96(CX)(R12*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 48(DX)(R12*2)
@@ -1919,8 +1883,8 @@ avx2AddSumF16FullNT_vec_chunk:
 	VADDPS    Y3, Y2, Y2
 	VCVTPH2PS (DI)(R11*2), Y3
 	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R11*4)
 	VSUBPS    Y0, Y2, Y3
-	VMOVUPS   Y3, (CX)(R11*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVNTDQ  X2, (DX)(R11*2)
@@ -1965,32 +1929,32 @@ avx2AddSumF16FullAcc_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS (SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, (CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y1, Y1
 	VCVTPH2PS 16(DX)(R11*2), Y5
 	VCVTPH2PS 16(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 16(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 32(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y2, Y2
 	VCVTPH2PS 32(DX)(R11*2), Y5
 	VCVTPH2PS 32(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 32(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 64(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y3, Y3
 	VCVTPH2PS 48(DX)(R11*2), Y5
 	VCVTPH2PS 48(BX)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 48(SI)(R11*2), Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 96(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -2015,8 +1979,8 @@ avx2AddSumF16FullAcc_vec_chunk:
 	VADDPS    Y3, Y2, Y2
 	VCVTPH2PS (SI)(R10*2), Y3
 	VADDPS    Y3, Y2, Y2
-	VSUBPS    Y0, Y2, Y2
 	VMOVUPS   Y2, (CX)(R10*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -2060,8 +2024,8 @@ avx2AddSumF16FullAccX_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS (DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, (CX)(R12*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, (DX)(R12*2)
@@ -2070,8 +2034,8 @@ avx2AddSumF16FullAccX_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 16(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 32(CX)(R12*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 16(DX)(R12*2)
@@ -2080,8 +2044,8 @@ avx2AddSumF16FullAccX_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 32(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 64(CX)(R12*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 32(DX)(R12*2)
@@ -2090,8 +2054,8 @@ avx2AddSumF16FullAccX_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 48(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 96(CX)(R12*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVUPS   X5, 48(DX)(R12*2)
@@ -2118,8 +2082,8 @@ avx2AddSumF16FullAccX_vec_chunk:
 	VADDPS    Y3, Y2, Y2
 	VCVTPH2PS (DI)(R11*2), Y3
 	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R11*4)
 	VSUBPS    Y0, Y2, Y3
-	VMOVUPS   Y3, (CX)(R11*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVUPS   X2, (DX)(R11*2)
@@ -2165,8 +2129,8 @@ avx2AddSumF16FullAccNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS (DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, (CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, (CX)(R12*4)
 	VADDPS    Y6, Y1, Y1
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, (DX)(R12*2)
@@ -2175,8 +2139,8 @@ avx2AddSumF16FullAccNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 16(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 32(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 32(CX)(R12*4)
 	VADDPS    Y6, Y2, Y2
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 16(DX)(R12*2)
@@ -2185,8 +2149,8 @@ avx2AddSumF16FullAccNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 32(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 64(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 64(CX)(R12*4)
 	VADDPS    Y6, Y3, Y3
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 32(DX)(R12*2)
@@ -2195,8 +2159,8 @@ avx2AddSumF16FullAccNT_block_chunk:
 	VADDPS    Y6, Y5, Y5
 	VCVTPH2PS 48(DI)(R12*2), Y6
 	VADDPS    Y6, Y5, Y5
+	VMOVUPS   Y5, 96(CX)(R12*4)
 	VSUBPS    Y0, Y5, Y6
-	VMOVUPS   Y6, 96(CX)(R12*4)
 	VADDPS    Y6, Y4, Y4
 	VCVTPS2PH $0x00, Y5, X5
 	VMOVNTDQ  X5, 48(DX)(R12*2)
@@ -2223,8 +2187,8 @@ avx2AddSumF16FullAccNT_vec_chunk:
 	VADDPS    Y3, Y2, Y2
 	VCVTPH2PS (DI)(R11*2), Y3
 	VADDPS    Y3, Y2, Y2
+	VMOVUPS   Y2, (CX)(R11*4)
 	VSUBPS    Y0, Y2, Y3
-	VMOVUPS   Y3, (CX)(R11*4)
 	VADDPS    Y3, Y1, Y1
 	VCVTPS2PH $0x00, Y2, X2
 	VMOVNTDQ  X2, (DX)(R11*2)
@@ -2268,32 +2232,32 @@ avx2AddSumBF16_block_chunk:
 	VPMOVZXWD (BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, (CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y1, Y1
 	VPMOVZXWD 16(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 16(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 32(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y2, Y2
 	VPMOVZXWD 32(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 32(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 64(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y3, Y3
 	VPMOVZXWD 48(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 48(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 96(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -2318,8 +2282,8 @@ avx2AddSumBF16_vec_chunk:
 	VPMOVZXWD (BX)(R9*2), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VADDPS    Y3, Y2, Y2
-	VSUBPS    Y0, Y2, Y2
 	VMOVUPS   Y2, (CX)(R9*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -2377,8 +2341,8 @@ avx2AddSumBF16X_block_chunk:
 	VPMOVZXWD    (SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, (CX)(R11*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2397,8 +2361,8 @@ avx2AddSumBF16X_block_chunk:
 	VPMOVZXWD    16(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 32(CX)(R11*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2417,8 +2381,8 @@ avx2AddSumBF16X_block_chunk:
 	VPMOVZXWD    32(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 64(CX)(R11*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2437,8 +2401,8 @@ avx2AddSumBF16X_block_chunk:
 	VPMOVZXWD    48(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 96(CX)(R11*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2475,8 +2439,8 @@ avx2AddSumBF16X_vec_chunk:
 	VPMOVZXWD    (SI)(R10*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R10*4)
 	VSUBPS       Y5, Y7, Y8
-	VMOVUPS      Y8, (CX)(R10*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -2546,8 +2510,8 @@ avx2AddSumBF16NT_block_chunk:
 	VPMOVZXWD    (SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, (CX)(R11*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2566,8 +2530,8 @@ avx2AddSumBF16NT_block_chunk:
 	VPMOVZXWD    16(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 32(CX)(R11*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2586,8 +2550,8 @@ avx2AddSumBF16NT_block_chunk:
 	VPMOVZXWD    32(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 64(CX)(R11*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2606,8 +2570,8 @@ avx2AddSumBF16NT_block_chunk:
 	VPMOVZXWD    48(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 96(CX)(R11*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2644,8 +2608,8 @@ avx2AddSumBF16NT_vec_chunk:
 	VPMOVZXWD    (SI)(R10*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R10*4)
 	VSUBPS       Y5, Y7, Y8
-	VMOVUPS      Y8, (CX)(R10*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -2699,32 +2663,32 @@ avx2AddSumBF16Acc_block_chunk:
 	VPMOVZXWD (BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, (CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y1, Y1
 	VPMOVZXWD 16(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 16(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 32(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y2, Y2
 	VPMOVZXWD 32(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 32(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 64(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y3, Y3
 	VPMOVZXWD 48(DX)(R10*2), Y5
 	VPSLLD    $0x10, Y5, Y5
 	VPMOVZXWD 48(BX)(R10*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 96(CX)(R10*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -2749,8 +2713,8 @@ avx2AddSumBF16Acc_vec_chunk:
 	VPMOVZXWD (BX)(R9*2), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VADDPS    Y3, Y2, Y2
-	VSUBPS    Y0, Y2, Y2
 	VMOVUPS   Y2, (CX)(R9*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -2808,8 +2772,8 @@ avx2AddSumBF16AccX_block_chunk:
 	VPMOVZXWD    (SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, (CX)(R11*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2828,8 +2792,8 @@ avx2AddSumBF16AccX_block_chunk:
 	VPMOVZXWD    16(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 32(CX)(R11*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2848,8 +2812,8 @@ avx2AddSumBF16AccX_block_chunk:
 	VPMOVZXWD    32(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 64(CX)(R11*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2868,8 +2832,8 @@ avx2AddSumBF16AccX_block_chunk:
 	VPMOVZXWD    48(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 96(CX)(R11*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2906,8 +2870,8 @@ avx2AddSumBF16AccX_vec_chunk:
 	VPMOVZXWD    (SI)(R10*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R10*4)
 	VSUBPS       Y5, Y7, Y8
-	VMOVUPS      Y8, (CX)(R10*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -2977,8 +2941,8 @@ avx2AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD    (SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, (CX)(R11*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -2997,8 +2961,8 @@ avx2AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD    16(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 32(CX)(R11*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3017,8 +2981,8 @@ avx2AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD    32(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 64(CX)(R11*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3037,8 +3001,8 @@ avx2AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD    48(SI)(R11*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R11*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 96(CX)(R11*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3075,8 +3039,8 @@ avx2AddSumBF16AccNT_vec_chunk:
 	VPMOVZXWD    (SI)(R10*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R10*4)
 	VSUBPS       Y5, Y7, Y8
-	VMOVUPS      Y8, (CX)(R10*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -3134,8 +3098,8 @@ avx2AddSumBF16Full_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, (CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y1, Y1
 	VPMOVZXWD 16(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -3145,8 +3109,8 @@ avx2AddSumBF16Full_block_chunk:
 	VPMOVZXWD 16(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 32(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y2, Y2
 	VPMOVZXWD 32(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -3156,8 +3120,8 @@ avx2AddSumBF16Full_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 64(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y3, Y3
 	VPMOVZXWD 48(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -3167,8 +3131,8 @@ avx2AddSumBF16Full_block_chunk:
 	VPMOVZXWD 48(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 96(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -3196,8 +3160,8 @@ avx2AddSumBF16Full_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VADDPS    Y3, Y2, Y2
-	VSUBPS    Y0, Y2, Y2
 	VMOVUPS   Y2, (CX)(R10*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -3259,8 +3223,8 @@ avx2AddSumBF16FullX_block_chunk:
 	VPMOVZXWD    (DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, (CX)(R12*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3282,8 +3246,8 @@ avx2AddSumBF16FullX_block_chunk:
 	VPMOVZXWD    16(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 32(CX)(R12*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3305,8 +3269,8 @@ avx2AddSumBF16FullX_block_chunk:
 	VPMOVZXWD    32(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 64(CX)(R12*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3328,8 +3292,8 @@ avx2AddSumBF16FullX_block_chunk:
 	VPMOVZXWD    48(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 96(CX)(R12*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3369,8 +3333,8 @@ avx2AddSumBF16FullX_vec_chunk:
 	VPMOVZXWD    (DI)(R11*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R11*4)
 	VSUBPS       Y5, Y7, Y8
-	VMOVUPS      Y8, (CX)(R11*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -3444,8 +3408,8 @@ avx2AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD    (DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, (CX)(R12*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3467,8 +3431,8 @@ avx2AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD    16(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 32(CX)(R12*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3490,8 +3454,8 @@ avx2AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD    32(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 64(CX)(R12*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3513,8 +3477,8 @@ avx2AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD    48(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 96(CX)(R12*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3554,8 +3518,8 @@ avx2AddSumBF16FullNT_vec_chunk:
 	VPMOVZXWD    (DI)(R11*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R11*4)
 	VSUBPS       Y5, Y7, Y8
-	VMOVUPS      Y8, (CX)(R11*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -3613,8 +3577,8 @@ avx2AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, (CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y1, Y1
 	VPMOVZXWD 16(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -3624,8 +3588,8 @@ avx2AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 16(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 32(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y2, Y2
 	VPMOVZXWD 32(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -3635,8 +3599,8 @@ avx2AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 64(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y3, Y3
 	VPMOVZXWD 48(DX)(R11*2), Y5
 	VPSLLD    $0x10, Y5, Y5
@@ -3646,8 +3610,8 @@ avx2AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 48(SI)(R11*2), Y6
 	VPSLLD    $0x10, Y6, Y6
 	VADDPS    Y6, Y5, Y5
-	VSUBPS    Y0, Y5, Y5
 	VMOVUPS   Y5, 96(CX)(R11*4)
+	VSUBPS    Y0, Y5, Y5
 	VADDPS    Y5, Y4, Y4
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -3675,8 +3639,8 @@ avx2AddSumBF16FullAcc_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VADDPS    Y3, Y2, Y2
-	VSUBPS    Y0, Y2, Y2
 	VMOVUPS   Y2, (CX)(R10*4)
+	VSUBPS    Y0, Y2, Y2
 	VADDPS    Y2, Y1, Y1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -3738,8 +3702,8 @@ avx2AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD    (DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, (CX)(R12*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3761,8 +3725,8 @@ avx2AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD    16(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 32(CX)(R12*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3784,8 +3748,8 @@ avx2AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD    32(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 64(CX)(R12*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3807,8 +3771,8 @@ avx2AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD    48(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 96(CX)(R12*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3848,8 +3812,8 @@ avx2AddSumBF16FullAccX_vec_chunk:
 	VPMOVZXWD    (DI)(R11*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R11*4)
 	VSUBPS       Y5, Y7, Y8
-	VMOVUPS      Y8, (CX)(R11*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -3923,8 +3887,8 @@ avx2AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD    (DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, (CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, (CX)(R12*4)
 	VADDPS       Y11, Y6, Y6
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3946,8 +3910,8 @@ avx2AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD    16(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 32(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 32(CX)(R12*4)
 	VADDPS       Y11, Y7, Y7
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3969,8 +3933,8 @@ avx2AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD    32(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 64(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 64(CX)(R12*4)
 	VADDPS       Y11, Y8, Y8
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -3992,8 +3956,8 @@ avx2AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD    48(DI)(R12*2), Y11
 	VPSLLD       $0x10, Y11, Y11
 	VADDPS       Y11, Y10, Y10
+	VMOVUPS      Y10, 96(CX)(R12*4)
 	VSUBPS       Y5, Y10, Y11
-	VMOVUPS      Y11, 96(CX)(R12*4)
 	VADDPS       Y11, Y9, Y9
 	VPSRLD       $0x10, Y10, Y11
 	VPAND        Y0, Y11, Y12
@@ -4033,8 +3997,8 @@ avx2AddSumBF16FullAccNT_vec_chunk:
 	VPMOVZXWD    (DI)(R11*2), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VADDPS       Y8, Y7, Y7
+	VMOVUPS      Y7, (CX)(R11*4)
 	VSUBPS       Y5, Y7, Y8
-	VMOVUPS      Y8, (CX)(R11*4)
 	VADDPS       Y8, Y6, Y6
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        Y0, Y8, Y9
@@ -4059,369 +4023,333 @@ avx2AddSumBF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add2Shift(t []float32, a []float32, b []float32, x0 float32)
+// func avx512Add2Row(t []float32, a []float32, b []float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add2Shift(SB), NOSPLIT, $0-76
-	MOVQ         t_base+0(FP), AX
-	MOVQ         a_base+24(FP), CX
-	MOVQ         b_base+48(FP), DX
-	VBROADCASTSS x0+72(FP), Z0
-	MOVQ         t_len+8(FP), BX
-	XORQ         SI, SI
-	MOVQ         BX, DI
-	ANDQ         $-64, DI
-	CMPQ         SI, DI
-	JAE          avx512Add2Shift_single
+TEXT ·avx512Add2Row(SB), NOSPLIT, $0-72
+	MOVQ t_base+0(FP), AX
+	MOVQ a_base+24(FP), CX
+	MOVQ b_base+48(FP), DX
+	MOVQ t_len+8(FP), BX
+	XORQ SI, SI
+	MOVQ BX, DI
+	ANDQ $-64, DI
+	CMPQ SI, DI
+	JAE  avx512Add2Row_single
 
-avx512Add2Shift_unrolled:
-	VMOVUPS (CX)(SI*4), Z1
-	VADDPS  (DX)(SI*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, (AX)(SI*4)
-	VMOVUPS 64(CX)(SI*4), Z1
-	VADDPS  64(DX)(SI*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 64(AX)(SI*4)
-	VMOVUPS 128(CX)(SI*4), Z1
-	VADDPS  128(DX)(SI*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 128(AX)(SI*4)
-	VMOVUPS 192(CX)(SI*4), Z1
-	VADDPS  192(DX)(SI*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 192(AX)(SI*4)
+avx512Add2Row_unrolled:
+	VMOVUPS (CX)(SI*4), Z0
+	VADDPS  (DX)(SI*4), Z0, Z0
+	VMOVUPS Z0, (AX)(SI*4)
+	VMOVUPS 64(CX)(SI*4), Z0
+	VADDPS  64(DX)(SI*4), Z0, Z0
+	VMOVUPS Z0, 64(AX)(SI*4)
+	VMOVUPS 128(CX)(SI*4), Z0
+	VADDPS  128(DX)(SI*4), Z0, Z0
+	VMOVUPS Z0, 128(AX)(SI*4)
+	VMOVUPS 192(CX)(SI*4), Z0
+	VADDPS  192(DX)(SI*4), Z0, Z0
+	VMOVUPS Z0, 192(AX)(SI*4)
 	ADDQ    $0x00000040, SI
 	CMPQ    SI, DI
-	JB      avx512Add2Shift_unrolled
+	JB      avx512Add2Row_unrolled
 
-avx512Add2Shift_single:
+avx512Add2Row_single:
 	MOVQ BX, DI
 	ANDQ $-16, DI
 	CMPQ SI, DI
-	JAE  avx512Add2Shift_done
+	JAE  avx512Add2Row_done
 
-avx512Add2Shift_loop:
-	VMOVUPS (CX)(SI*4), Z1
-	VADDPS  (DX)(SI*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, (AX)(SI*4)
+avx512Add2Row_loop:
+	VMOVUPS (CX)(SI*4), Z0
+	VADDPS  (DX)(SI*4), Z0, Z0
+	VMOVUPS Z0, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
 	CMPQ    SI, DI
-	JB      avx512Add2Shift_loop
+	JB      avx512Add2Row_loop
 
-avx512Add2Shift_done:
+avx512Add2Row_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add2ShiftX(t []float32, x []float32, a []float32, b []float32, x0 float32)
+// func avx512Add2RowX(t []float32, x []float32, a []float32, b []float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add2ShiftX(SB), NOSPLIT, $0-100
-	MOVQ         t_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
-	MOVQ         a_base+48(FP), DX
-	MOVQ         b_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	MOVQ         t_len+8(FP), SI
-	XORQ         DI, DI
-	MOVQ         SI, R8
-	ANDQ         $-64, R8
-	CMPQ         DI, R8
-	JAE          avx512Add2ShiftX_single
+TEXT ·avx512Add2RowX(SB), NOSPLIT, $0-96
+	MOVQ t_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ t_len+8(FP), SI
+	XORQ DI, DI
+	MOVQ SI, R8
+	ANDQ $-64, R8
+	CMPQ DI, R8
+	JAE  avx512Add2RowX_single
 
-avx512Add2ShiftX_unrolled:
-	VMOVUPS (DX)(DI*4), Z1
-	VADDPS  (BX)(DI*4), Z1, Z1
-	VMOVUPS Z1, (CX)(DI*4)
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, (AX)(DI*4)
-	VMOVUPS 64(DX)(DI*4), Z1
-	VADDPS  64(BX)(DI*4), Z1, Z1
-	VMOVUPS Z1, 64(CX)(DI*4)
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 64(AX)(DI*4)
-	VMOVUPS 128(DX)(DI*4), Z1
-	VADDPS  128(BX)(DI*4), Z1, Z1
-	VMOVUPS Z1, 128(CX)(DI*4)
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 128(AX)(DI*4)
-	VMOVUPS 192(DX)(DI*4), Z1
-	VADDPS  192(BX)(DI*4), Z1, Z1
-	VMOVUPS Z1, 192(CX)(DI*4)
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 192(AX)(DI*4)
+avx512Add2RowX_unrolled:
+	VMOVUPS (DX)(DI*4), Z0
+	VADDPS  (BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, (CX)(DI*4)
+	VMOVUPS Z0, (AX)(DI*4)
+	VMOVUPS 64(DX)(DI*4), Z0
+	VADDPS  64(BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, 64(CX)(DI*4)
+	VMOVUPS Z0, 64(AX)(DI*4)
+	VMOVUPS 128(DX)(DI*4), Z0
+	VADDPS  128(BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, 128(CX)(DI*4)
+	VMOVUPS Z0, 128(AX)(DI*4)
+	VMOVUPS 192(DX)(DI*4), Z0
+	VADDPS  192(BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, 192(CX)(DI*4)
+	VMOVUPS Z0, 192(AX)(DI*4)
 	ADDQ    $0x00000040, DI
 	CMPQ    DI, R8
-	JB      avx512Add2ShiftX_unrolled
+	JB      avx512Add2RowX_unrolled
 
-avx512Add2ShiftX_single:
+avx512Add2RowX_single:
 	MOVQ SI, R8
 	ANDQ $-16, R8
 	CMPQ DI, R8
-	JAE  avx512Add2ShiftX_done
+	JAE  avx512Add2RowX_done
 
-avx512Add2ShiftX_loop:
-	VMOVUPS (DX)(DI*4), Z1
-	VADDPS  (BX)(DI*4), Z1, Z1
-	VMOVUPS Z1, (CX)(DI*4)
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, (AX)(DI*4)
+avx512Add2RowX_loop:
+	VMOVUPS (DX)(DI*4), Z0
+	VADDPS  (BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, (CX)(DI*4)
+	VMOVUPS Z0, (AX)(DI*4)
 	ADDQ    $0x00000010, DI
 	CMPQ    DI, R8
-	JB      avx512Add2ShiftX_loop
+	JB      avx512Add2RowX_loop
 
-avx512Add2ShiftX_done:
+avx512Add2RowX_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add2ShiftNT(t []float32, x []float32, a []float32, b []float32, x0 float32)
+// func avx512Add2RowNT(t []float32, x []float32, a []float32, b []float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add2ShiftNT(SB), NOSPLIT, $0-100
-	MOVQ         t_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
-	MOVQ         a_base+48(FP), DX
-	MOVQ         b_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	MOVQ         t_len+8(FP), SI
-	XORQ         DI, DI
-	MOVQ         SI, R8
-	ANDQ         $-64, R8
-	CMPQ         DI, R8
-	JAE          avx512Add2ShiftNT_single
+TEXT ·avx512Add2RowNT(SB), NOSPLIT, $0-96
+	MOVQ t_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ t_len+8(FP), SI
+	XORQ DI, DI
+	MOVQ SI, R8
+	ANDQ $-64, R8
+	CMPQ DI, R8
+	JAE  avx512Add2RowNT_single
 
-avx512Add2ShiftNT_unrolled:
-	VMOVUPS  (DX)(DI*4), Z1
-	VADDPS   (BX)(DI*4), Z1, Z1
-	VMOVNTPS Z1, (CX)(DI*4)
-	VSUBPS   Z0, Z1, Z1
-	VMOVUPS  Z1, (AX)(DI*4)
-	VMOVUPS  64(DX)(DI*4), Z1
-	VADDPS   64(BX)(DI*4), Z1, Z1
-	VMOVNTPS Z1, 64(CX)(DI*4)
-	VSUBPS   Z0, Z1, Z1
-	VMOVUPS  Z1, 64(AX)(DI*4)
-	VMOVUPS  128(DX)(DI*4), Z1
-	VADDPS   128(BX)(DI*4), Z1, Z1
-	VMOVNTPS Z1, 128(CX)(DI*4)
-	VSUBPS   Z0, Z1, Z1
-	VMOVUPS  Z1, 128(AX)(DI*4)
-	VMOVUPS  192(DX)(DI*4), Z1
-	VADDPS   192(BX)(DI*4), Z1, Z1
-	VMOVNTPS Z1, 192(CX)(DI*4)
-	VSUBPS   Z0, Z1, Z1
-	VMOVUPS  Z1, 192(AX)(DI*4)
+avx512Add2RowNT_unrolled:
+	VMOVUPS  (DX)(DI*4), Z0
+	VADDPS   (BX)(DI*4), Z0, Z0
+	VMOVNTPS Z0, (CX)(DI*4)
+	VMOVUPS  Z0, (AX)(DI*4)
+	VMOVUPS  64(DX)(DI*4), Z0
+	VADDPS   64(BX)(DI*4), Z0, Z0
+	VMOVNTPS Z0, 64(CX)(DI*4)
+	VMOVUPS  Z0, 64(AX)(DI*4)
+	VMOVUPS  128(DX)(DI*4), Z0
+	VADDPS   128(BX)(DI*4), Z0, Z0
+	VMOVNTPS Z0, 128(CX)(DI*4)
+	VMOVUPS  Z0, 128(AX)(DI*4)
+	VMOVUPS  192(DX)(DI*4), Z0
+	VADDPS   192(BX)(DI*4), Z0, Z0
+	VMOVNTPS Z0, 192(CX)(DI*4)
+	VMOVUPS  Z0, 192(AX)(DI*4)
 	ADDQ     $0x00000040, DI
 	CMPQ     DI, R8
-	JB       avx512Add2ShiftNT_unrolled
+	JB       avx512Add2RowNT_unrolled
 
-avx512Add2ShiftNT_single:
+avx512Add2RowNT_single:
 	MOVQ SI, R8
 	ANDQ $-16, R8
 	CMPQ DI, R8
-	JAE  avx512Add2ShiftNT_done
+	JAE  avx512Add2RowNT_done
 
-avx512Add2ShiftNT_loop:
-	VMOVUPS  (DX)(DI*4), Z1
-	VADDPS   (BX)(DI*4), Z1, Z1
-	VMOVNTPS Z1, (CX)(DI*4)
-	VSUBPS   Z0, Z1, Z1
-	VMOVUPS  Z1, (AX)(DI*4)
+avx512Add2RowNT_loop:
+	VMOVUPS  (DX)(DI*4), Z0
+	VADDPS   (BX)(DI*4), Z0, Z0
+	VMOVNTPS Z0, (CX)(DI*4)
+	VMOVUPS  Z0, (AX)(DI*4)
 	ADDQ     $0x00000010, DI
 	CMPQ     DI, R8
-	JB       avx512Add2ShiftNT_loop
+	JB       avx512Add2RowNT_loop
 
-avx512Add2ShiftNT_done:
+avx512Add2RowNT_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3Shift(t []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx512Add3Row(t []float32, a []float32, b []float32, d []float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add3Shift(SB), NOSPLIT, $0-100
-	MOVQ         t_base+0(FP), AX
-	MOVQ         a_base+24(FP), CX
-	MOVQ         b_base+48(FP), DX
-	MOVQ         d_base+72(FP), BX
-	VBROADCASTSS x0+96(FP), Z0
-	MOVQ         t_len+8(FP), SI
-	XORQ         DI, DI
-	MOVQ         SI, R8
-	ANDQ         $-64, R8
-	CMPQ         DI, R8
-	JAE          avx512Add3Shift_single
+TEXT ·avx512Add3Row(SB), NOSPLIT, $0-96
+	MOVQ t_base+0(FP), AX
+	MOVQ a_base+24(FP), CX
+	MOVQ b_base+48(FP), DX
+	MOVQ d_base+72(FP), BX
+	MOVQ t_len+8(FP), SI
+	XORQ DI, DI
+	MOVQ SI, R8
+	ANDQ $-64, R8
+	CMPQ DI, R8
+	JAE  avx512Add3Row_single
 
-avx512Add3Shift_unrolled:
-	VMOVUPS (CX)(DI*4), Z1
-	VADDPS  (DX)(DI*4), Z1, Z1
-	VADDPS  (BX)(DI*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, (AX)(DI*4)
-	VMOVUPS 64(CX)(DI*4), Z1
-	VADDPS  64(DX)(DI*4), Z1, Z1
-	VADDPS  64(BX)(DI*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 64(AX)(DI*4)
-	VMOVUPS 128(CX)(DI*4), Z1
-	VADDPS  128(DX)(DI*4), Z1, Z1
-	VADDPS  128(BX)(DI*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 128(AX)(DI*4)
-	VMOVUPS 192(CX)(DI*4), Z1
-	VADDPS  192(DX)(DI*4), Z1, Z1
-	VADDPS  192(BX)(DI*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 192(AX)(DI*4)
+avx512Add3Row_unrolled:
+	VMOVUPS (CX)(DI*4), Z0
+	VADDPS  (DX)(DI*4), Z0, Z0
+	VADDPS  (BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, (AX)(DI*4)
+	VMOVUPS 64(CX)(DI*4), Z0
+	VADDPS  64(DX)(DI*4), Z0, Z0
+	VADDPS  64(BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, 64(AX)(DI*4)
+	VMOVUPS 128(CX)(DI*4), Z0
+	VADDPS  128(DX)(DI*4), Z0, Z0
+	VADDPS  128(BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, 128(AX)(DI*4)
+	VMOVUPS 192(CX)(DI*4), Z0
+	VADDPS  192(DX)(DI*4), Z0, Z0
+	VADDPS  192(BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, 192(AX)(DI*4)
 	ADDQ    $0x00000040, DI
 	CMPQ    DI, R8
-	JB      avx512Add3Shift_unrolled
+	JB      avx512Add3Row_unrolled
 
-avx512Add3Shift_single:
+avx512Add3Row_single:
 	MOVQ SI, R8
 	ANDQ $-16, R8
 	CMPQ DI, R8
-	JAE  avx512Add3Shift_done
+	JAE  avx512Add3Row_done
 
-avx512Add3Shift_loop:
-	VMOVUPS (CX)(DI*4), Z1
-	VADDPS  (DX)(DI*4), Z1, Z1
-	VADDPS  (BX)(DI*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, (AX)(DI*4)
+avx512Add3Row_loop:
+	VMOVUPS (CX)(DI*4), Z0
+	VADDPS  (DX)(DI*4), Z0, Z0
+	VADDPS  (BX)(DI*4), Z0, Z0
+	VMOVUPS Z0, (AX)(DI*4)
 	ADDQ    $0x00000010, DI
 	CMPQ    DI, R8
-	JB      avx512Add3Shift_loop
+	JB      avx512Add3Row_loop
 
-avx512Add3Shift_done:
+avx512Add3Row_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3ShiftX(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx512Add3RowX(t []float32, x []float32, a []float32, b []float32, d []float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add3ShiftX(SB), NOSPLIT, $0-124
-	MOVQ         t_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
-	MOVQ         a_base+48(FP), DX
-	MOVQ         b_base+72(FP), BX
-	MOVQ         d_base+96(FP), SI
-	VBROADCASTSS x0+120(FP), Z0
-	MOVQ         t_len+8(FP), DI
-	XORQ         R8, R8
-	MOVQ         DI, R9
-	ANDQ         $-64, R9
-	CMPQ         R8, R9
-	JAE          avx512Add3ShiftX_single
+TEXT ·avx512Add3RowX(SB), NOSPLIT, $0-120
+	MOVQ t_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ t_len+8(FP), DI
+	XORQ R8, R8
+	MOVQ DI, R9
+	ANDQ $-64, R9
+	CMPQ R8, R9
+	JAE  avx512Add3RowX_single
 
-avx512Add3ShiftX_unrolled:
-	VMOVUPS (DX)(R8*4), Z1
-	VADDPS  (BX)(R8*4), Z1, Z1
-	VADDPS  (SI)(R8*4), Z1, Z1
-	VMOVUPS Z1, (CX)(R8*4)
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, (AX)(R8*4)
-	VMOVUPS 64(DX)(R8*4), Z1
-	VADDPS  64(BX)(R8*4), Z1, Z1
-	VADDPS  64(SI)(R8*4), Z1, Z1
-	VMOVUPS Z1, 64(CX)(R8*4)
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 64(AX)(R8*4)
-	VMOVUPS 128(DX)(R8*4), Z1
-	VADDPS  128(BX)(R8*4), Z1, Z1
-	VADDPS  128(SI)(R8*4), Z1, Z1
-	VMOVUPS Z1, 128(CX)(R8*4)
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 128(AX)(R8*4)
-	VMOVUPS 192(DX)(R8*4), Z1
-	VADDPS  192(BX)(R8*4), Z1, Z1
-	VADDPS  192(SI)(R8*4), Z1, Z1
-	VMOVUPS Z1, 192(CX)(R8*4)
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, 192(AX)(R8*4)
+avx512Add3RowX_unrolled:
+	VMOVUPS (DX)(R8*4), Z0
+	VADDPS  (BX)(R8*4), Z0, Z0
+	VADDPS  (SI)(R8*4), Z0, Z0
+	VMOVUPS Z0, (CX)(R8*4)
+	VMOVUPS Z0, (AX)(R8*4)
+	VMOVUPS 64(DX)(R8*4), Z0
+	VADDPS  64(BX)(R8*4), Z0, Z0
+	VADDPS  64(SI)(R8*4), Z0, Z0
+	VMOVUPS Z0, 64(CX)(R8*4)
+	VMOVUPS Z0, 64(AX)(R8*4)
+	VMOVUPS 128(DX)(R8*4), Z0
+	VADDPS  128(BX)(R8*4), Z0, Z0
+	VADDPS  128(SI)(R8*4), Z0, Z0
+	VMOVUPS Z0, 128(CX)(R8*4)
+	VMOVUPS Z0, 128(AX)(R8*4)
+	VMOVUPS 192(DX)(R8*4), Z0
+	VADDPS  192(BX)(R8*4), Z0, Z0
+	VADDPS  192(SI)(R8*4), Z0, Z0
+	VMOVUPS Z0, 192(CX)(R8*4)
+	VMOVUPS Z0, 192(AX)(R8*4)
 	ADDQ    $0x00000040, R8
 	CMPQ    R8, R9
-	JB      avx512Add3ShiftX_unrolled
+	JB      avx512Add3RowX_unrolled
 
-avx512Add3ShiftX_single:
+avx512Add3RowX_single:
 	MOVQ DI, R9
 	ANDQ $-16, R9
 	CMPQ R8, R9
-	JAE  avx512Add3ShiftX_done
+	JAE  avx512Add3RowX_done
 
-avx512Add3ShiftX_loop:
-	VMOVUPS (DX)(R8*4), Z1
-	VADDPS  (BX)(R8*4), Z1, Z1
-	VADDPS  (SI)(R8*4), Z1, Z1
-	VMOVUPS Z1, (CX)(R8*4)
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, (AX)(R8*4)
+avx512Add3RowX_loop:
+	VMOVUPS (DX)(R8*4), Z0
+	VADDPS  (BX)(R8*4), Z0, Z0
+	VADDPS  (SI)(R8*4), Z0, Z0
+	VMOVUPS Z0, (CX)(R8*4)
+	VMOVUPS Z0, (AX)(R8*4)
 	ADDQ    $0x00000010, R8
 	CMPQ    R8, R9
-	JB      avx512Add3ShiftX_loop
+	JB      avx512Add3RowX_loop
 
-avx512Add3ShiftX_done:
+avx512Add3RowX_done:
 	VZEROUPPER
 	RET
 
-// func avx512Add3ShiftNT(t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
+// func avx512Add3RowNT(t []float32, x []float32, a []float32, b []float32, d []float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512Add3ShiftNT(SB), NOSPLIT, $0-124
-	MOVQ         t_base+0(FP), AX
-	MOVQ         x_base+24(FP), CX
-	MOVQ         a_base+48(FP), DX
-	MOVQ         b_base+72(FP), BX
-	MOVQ         d_base+96(FP), SI
-	VBROADCASTSS x0+120(FP), Z0
-	MOVQ         t_len+8(FP), DI
-	XORQ         R8, R8
-	MOVQ         DI, R9
-	ANDQ         $-64, R9
-	CMPQ         R8, R9
-	JAE          avx512Add3ShiftNT_single
+TEXT ·avx512Add3RowNT(SB), NOSPLIT, $0-120
+	MOVQ t_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ d_base+96(FP), SI
+	MOVQ t_len+8(FP), DI
+	XORQ R8, R8
+	MOVQ DI, R9
+	ANDQ $-64, R9
+	CMPQ R8, R9
+	JAE  avx512Add3RowNT_single
 
-avx512Add3ShiftNT_unrolled:
-	VMOVUPS  (DX)(R8*4), Z1
-	VADDPS   (BX)(R8*4), Z1, Z1
-	VADDPS   (SI)(R8*4), Z1, Z1
-	VMOVNTPS Z1, (CX)(R8*4)
-	VSUBPS   Z0, Z1, Z1
-	VMOVUPS  Z1, (AX)(R8*4)
-	VMOVUPS  64(DX)(R8*4), Z1
-	VADDPS   64(BX)(R8*4), Z1, Z1
-	VADDPS   64(SI)(R8*4), Z1, Z1
-	VMOVNTPS Z1, 64(CX)(R8*4)
-	VSUBPS   Z0, Z1, Z1
-	VMOVUPS  Z1, 64(AX)(R8*4)
-	VMOVUPS  128(DX)(R8*4), Z1
-	VADDPS   128(BX)(R8*4), Z1, Z1
-	VADDPS   128(SI)(R8*4), Z1, Z1
-	VMOVNTPS Z1, 128(CX)(R8*4)
-	VSUBPS   Z0, Z1, Z1
-	VMOVUPS  Z1, 128(AX)(R8*4)
-	VMOVUPS  192(DX)(R8*4), Z1
-	VADDPS   192(BX)(R8*4), Z1, Z1
-	VADDPS   192(SI)(R8*4), Z1, Z1
-	VMOVNTPS Z1, 192(CX)(R8*4)
-	VSUBPS   Z0, Z1, Z1
-	VMOVUPS  Z1, 192(AX)(R8*4)
+avx512Add3RowNT_unrolled:
+	VMOVUPS  (DX)(R8*4), Z0
+	VADDPS   (BX)(R8*4), Z0, Z0
+	VADDPS   (SI)(R8*4), Z0, Z0
+	VMOVNTPS Z0, (CX)(R8*4)
+	VMOVUPS  Z0, (AX)(R8*4)
+	VMOVUPS  64(DX)(R8*4), Z0
+	VADDPS   64(BX)(R8*4), Z0, Z0
+	VADDPS   64(SI)(R8*4), Z0, Z0
+	VMOVNTPS Z0, 64(CX)(R8*4)
+	VMOVUPS  Z0, 64(AX)(R8*4)
+	VMOVUPS  128(DX)(R8*4), Z0
+	VADDPS   128(BX)(R8*4), Z0, Z0
+	VADDPS   128(SI)(R8*4), Z0, Z0
+	VMOVNTPS Z0, 128(CX)(R8*4)
+	VMOVUPS  Z0, 128(AX)(R8*4)
+	VMOVUPS  192(DX)(R8*4), Z0
+	VADDPS   192(BX)(R8*4), Z0, Z0
+	VADDPS   192(SI)(R8*4), Z0, Z0
+	VMOVNTPS Z0, 192(CX)(R8*4)
+	VMOVUPS  Z0, 192(AX)(R8*4)
 	ADDQ     $0x00000040, R8
 	CMPQ     R8, R9
-	JB       avx512Add3ShiftNT_unrolled
+	JB       avx512Add3RowNT_unrolled
 
-avx512Add3ShiftNT_single:
+avx512Add3RowNT_single:
 	MOVQ DI, R9
 	ANDQ $-16, R9
 	CMPQ R8, R9
-	JAE  avx512Add3ShiftNT_done
+	JAE  avx512Add3RowNT_done
 
-avx512Add3ShiftNT_loop:
-	VMOVUPS  (DX)(R8*4), Z1
-	VADDPS   (BX)(R8*4), Z1, Z1
-	VADDPS   (SI)(R8*4), Z1, Z1
-	VMOVNTPS Z1, (CX)(R8*4)
-	VSUBPS   Z0, Z1, Z1
-	VMOVUPS  Z1, (AX)(R8*4)
+avx512Add3RowNT_loop:
+	VMOVUPS  (DX)(R8*4), Z0
+	VADDPS   (BX)(R8*4), Z0, Z0
+	VADDPS   (SI)(R8*4), Z0, Z0
+	VMOVNTPS Z0, (CX)(R8*4)
+	VMOVUPS  Z0, (AX)(R8*4)
 	ADDQ     $0x00000010, R8
 	CMPQ     R8, R9
-	JB       avx512Add3ShiftNT_loop
+	JB       avx512Add3RowNT_loop
 
-avx512Add3ShiftNT_done:
+avx512Add3RowNT_done:
 	VZEROUPPER
 	RET
 
@@ -4502,43 +4430,43 @@ avx512Add2Sum_block:
 avx512Add2Sum_block_chunk:
 	VMOVUPS (DX)(R10*4), Z9
 	VADDPS  (BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, (CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(DX)(R10*4), Z9
 	VADDPS  64(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 64(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(DX)(R10*4), Z9
 	VADDPS  128(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 128(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(DX)(R10*4), Z9
 	VADDPS  192(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 192(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(DX)(R10*4), Z9
 	VADDPS  256(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 256(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(DX)(R10*4), Z9
 	VADDPS  320(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 320(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(DX)(R10*4), Z9
 	VADDPS  384(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 384(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(DX)(R10*4), Z9
 	VADDPS  448(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 448(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    SI, R10
 	CMPQ    R10, DI
@@ -4564,8 +4492,8 @@ avx512Add2Sum_vec:
 avx512Add2Sum_vec_chunk:
 	VMOVUPS (DX)(R9*4), Z1
 	VADDPS  (BX)(R9*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
 	VMOVUPS Z1, (CX)(R9*4)
+	VSUBPS  Z0, Z1, Z1
 	VADDPS  Z1, Z10, Z10
 	ADDQ    SI, R9
 	CMPQ    R9, DI
@@ -4610,50 +4538,50 @@ avx512Add3Sum_block_chunk:
 	VMOVUPS (DX)(R11*4), Z9
 	VADDPS  (BX)(R11*4), Z9, Z9
 	VADDPS  (SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, (CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(DX)(R11*4), Z9
 	VADDPS  64(BX)(R11*4), Z9, Z9
 	VADDPS  64(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 64(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(DX)(R11*4), Z9
 	VADDPS  128(BX)(R11*4), Z9, Z9
 	VADDPS  128(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 128(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(DX)(R11*4), Z9
 	VADDPS  192(BX)(R11*4), Z9, Z9
 	VADDPS  192(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 192(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(DX)(R11*4), Z9
 	VADDPS  256(BX)(R11*4), Z9, Z9
 	VADDPS  256(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 256(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(DX)(R11*4), Z9
 	VADDPS  320(BX)(R11*4), Z9, Z9
 	VADDPS  320(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 320(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(DX)(R11*4), Z9
 	VADDPS  384(BX)(R11*4), Z9, Z9
 	VADDPS  384(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 384(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(DX)(R11*4), Z9
 	VADDPS  448(BX)(R11*4), Z9, Z9
 	VADDPS  448(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 448(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    DI, R11
 	CMPQ    R11, R8
@@ -4680,8 +4608,8 @@ avx512Add3Sum_vec_chunk:
 	VMOVUPS (DX)(R10*4), Z1
 	VADDPS  (BX)(R10*4), Z1, Z1
 	VADDPS  (SI)(R10*4), Z1, Z1
-	VSUBPS  Z0, Z1, Z1
 	VMOVUPS Z1, (CX)(R10*4)
+	VSUBPS  Z0, Z1, Z1
 	VADDPS  Z1, Z10, Z10
 	ADDQ    DI, R10
 	CMPQ    R10, R8
@@ -4726,50 +4654,50 @@ avx512Add2SumX_block_chunk:
 	VMOVUPS (BX)(R11*4), Z9
 	VADDPS  (SI)(R11*4), Z9, Z9
 	VMOVUPS Z9, (DX)(R11*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, (CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(BX)(R11*4), Z9
 	VADDPS  64(SI)(R11*4), Z9, Z9
 	VMOVUPS Z9, 64(DX)(R11*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 64(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(BX)(R11*4), Z9
 	VADDPS  128(SI)(R11*4), Z9, Z9
 	VMOVUPS Z9, 128(DX)(R11*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 128(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(BX)(R11*4), Z9
 	VADDPS  192(SI)(R11*4), Z9, Z9
 	VMOVUPS Z9, 192(DX)(R11*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 192(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(BX)(R11*4), Z9
 	VADDPS  256(SI)(R11*4), Z9, Z9
 	VMOVUPS Z9, 256(DX)(R11*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 256(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(BX)(R11*4), Z9
 	VADDPS  320(SI)(R11*4), Z9, Z9
 	VMOVUPS Z9, 320(DX)(R11*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 320(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(BX)(R11*4), Z9
 	VADDPS  384(SI)(R11*4), Z9, Z9
 	VMOVUPS Z9, 384(DX)(R11*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 384(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(BX)(R11*4), Z9
 	VADDPS  448(SI)(R11*4), Z9, Z9
 	VMOVUPS Z9, 448(DX)(R11*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 448(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    DI, R11
 	CMPQ    R11, R8
@@ -4796,8 +4724,8 @@ avx512Add2SumX_vec_chunk:
 	VMOVUPS (BX)(R10*4), Z1
 	VADDPS  (SI)(R10*4), Z1, Z1
 	VMOVUPS Z1, (DX)(R10*4)
-	VSUBPS  Z0, Z1, Z1
 	VMOVUPS Z1, (CX)(R10*4)
+	VSUBPS  Z0, Z1, Z1
 	VADDPS  Z1, Z10, Z10
 	ADDQ    DI, R10
 	CMPQ    R10, R8
@@ -4844,57 +4772,57 @@ avx512Add3SumX_block_chunk:
 	VADDPS  (SI)(R12*4), Z9, Z9
 	VADDPS  (DI)(R12*4), Z9, Z9
 	VMOVUPS Z9, (DX)(R12*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, (CX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(BX)(R12*4), Z9
 	VADDPS  64(SI)(R12*4), Z9, Z9
 	VADDPS  64(DI)(R12*4), Z9, Z9
 	VMOVUPS Z9, 64(DX)(R12*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 64(CX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(BX)(R12*4), Z9
 	VADDPS  128(SI)(R12*4), Z9, Z9
 	VADDPS  128(DI)(R12*4), Z9, Z9
 	VMOVUPS Z9, 128(DX)(R12*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 128(CX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(BX)(R12*4), Z9
 	VADDPS  192(SI)(R12*4), Z9, Z9
 	VADDPS  192(DI)(R12*4), Z9, Z9
 	VMOVUPS Z9, 192(DX)(R12*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 192(CX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(BX)(R12*4), Z9
 	VADDPS  256(SI)(R12*4), Z9, Z9
 	VADDPS  256(DI)(R12*4), Z9, Z9
 	VMOVUPS Z9, 256(DX)(R12*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 256(CX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(BX)(R12*4), Z9
 	VADDPS  320(SI)(R12*4), Z9, Z9
 	VADDPS  320(DI)(R12*4), Z9, Z9
 	VMOVUPS Z9, 320(DX)(R12*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 320(CX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(BX)(R12*4), Z9
 	VADDPS  384(SI)(R12*4), Z9, Z9
 	VADDPS  384(DI)(R12*4), Z9, Z9
 	VMOVUPS Z9, 384(DX)(R12*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 384(CX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(BX)(R12*4), Z9
 	VADDPS  448(SI)(R12*4), Z9, Z9
 	VADDPS  448(DI)(R12*4), Z9, Z9
 	VMOVUPS Z9, 448(DX)(R12*4)
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 448(CX)(R12*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    R8, R12
 	CMPQ    R12, R9
@@ -4922,8 +4850,8 @@ avx512Add3SumX_vec_chunk:
 	VADDPS  (SI)(R11*4), Z1, Z1
 	VADDPS  (DI)(R11*4), Z1, Z1
 	VMOVUPS Z1, (DX)(R11*4)
-	VSUBPS  Z0, Z1, Z1
 	VMOVUPS Z1, (CX)(R11*4)
+	VSUBPS  Z0, Z1, Z1
 	VADDPS  Z1, Z10, Z10
 	ADDQ    R8, R11
 	CMPQ    R11, R9
@@ -4968,50 +4896,50 @@ avx512Add2SumNT_block_chunk:
 	VMOVUPS  (BX)(R11*4), Z9
 	VADDPS   (SI)(R11*4), Z9, Z9
 	VMOVNTPS Z9, (DX)(R11*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, (CX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z1, Z1
 	VMOVUPS  64(BX)(R11*4), Z9
 	VADDPS   64(SI)(R11*4), Z9, Z9
 	VMOVNTPS Z9, 64(DX)(R11*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 64(CX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z2, Z2
 	VMOVUPS  128(BX)(R11*4), Z9
 	VADDPS   128(SI)(R11*4), Z9, Z9
 	VMOVNTPS Z9, 128(DX)(R11*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 128(CX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z3, Z3
 	VMOVUPS  192(BX)(R11*4), Z9
 	VADDPS   192(SI)(R11*4), Z9, Z9
 	VMOVNTPS Z9, 192(DX)(R11*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 192(CX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z4, Z4
 	VMOVUPS  256(BX)(R11*4), Z9
 	VADDPS   256(SI)(R11*4), Z9, Z9
 	VMOVNTPS Z9, 256(DX)(R11*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 256(CX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z5, Z5
 	VMOVUPS  320(BX)(R11*4), Z9
 	VADDPS   320(SI)(R11*4), Z9, Z9
 	VMOVNTPS Z9, 320(DX)(R11*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 320(CX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z6, Z6
 	VMOVUPS  384(BX)(R11*4), Z9
 	VADDPS   384(SI)(R11*4), Z9, Z9
 	VMOVNTPS Z9, 384(DX)(R11*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 384(CX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z7, Z7
 	VMOVUPS  448(BX)(R11*4), Z9
 	VADDPS   448(SI)(R11*4), Z9, Z9
 	VMOVNTPS Z9, 448(DX)(R11*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 448(CX)(R11*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z8, Z8
 	ADDQ     DI, R11
 	CMPQ     R11, R8
@@ -5038,8 +4966,8 @@ avx512Add2SumNT_vec_chunk:
 	VMOVUPS  (BX)(R10*4), Z1
 	VADDPS   (SI)(R10*4), Z1, Z1
 	VMOVNTPS Z1, (DX)(R10*4)
-	VSUBPS   Z0, Z1, Z1
 	VMOVUPS  Z1, (CX)(R10*4)
+	VSUBPS   Z0, Z1, Z1
 	VADDPS   Z1, Z10, Z10
 	ADDQ     DI, R10
 	CMPQ     R10, R8
@@ -5086,57 +5014,57 @@ avx512Add3SumNT_block_chunk:
 	VADDPS   (SI)(R12*4), Z9, Z9
 	VADDPS   (DI)(R12*4), Z9, Z9
 	VMOVNTPS Z9, (DX)(R12*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, (CX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z1, Z1
 	VMOVUPS  64(BX)(R12*4), Z9
 	VADDPS   64(SI)(R12*4), Z9, Z9
 	VADDPS   64(DI)(R12*4), Z9, Z9
 	VMOVNTPS Z9, 64(DX)(R12*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 64(CX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z2, Z2
 	VMOVUPS  128(BX)(R12*4), Z9
 	VADDPS   128(SI)(R12*4), Z9, Z9
 	VADDPS   128(DI)(R12*4), Z9, Z9
 	VMOVNTPS Z9, 128(DX)(R12*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 128(CX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z3, Z3
 	VMOVUPS  192(BX)(R12*4), Z9
 	VADDPS   192(SI)(R12*4), Z9, Z9
 	VADDPS   192(DI)(R12*4), Z9, Z9
 	VMOVNTPS Z9, 192(DX)(R12*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 192(CX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z4, Z4
 	VMOVUPS  256(BX)(R12*4), Z9
 	VADDPS   256(SI)(R12*4), Z9, Z9
 	VADDPS   256(DI)(R12*4), Z9, Z9
 	VMOVNTPS Z9, 256(DX)(R12*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 256(CX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z5, Z5
 	VMOVUPS  320(BX)(R12*4), Z9
 	VADDPS   320(SI)(R12*4), Z9, Z9
 	VADDPS   320(DI)(R12*4), Z9, Z9
 	VMOVNTPS Z9, 320(DX)(R12*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 320(CX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z6, Z6
 	VMOVUPS  384(BX)(R12*4), Z9
 	VADDPS   384(SI)(R12*4), Z9, Z9
 	VADDPS   384(DI)(R12*4), Z9, Z9
 	VMOVNTPS Z9, 384(DX)(R12*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 384(CX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z7, Z7
 	VMOVUPS  448(BX)(R12*4), Z9
 	VADDPS   448(SI)(R12*4), Z9, Z9
 	VADDPS   448(DI)(R12*4), Z9, Z9
 	VMOVNTPS Z9, 448(DX)(R12*4)
-	VSUBPS   Z0, Z9, Z9
 	VMOVUPS  Z9, 448(CX)(R12*4)
+	VSUBPS   Z0, Z9, Z9
 	VADDPS   Z9, Z8, Z8
 	ADDQ     R8, R12
 	CMPQ     R12, R9
@@ -5164,8 +5092,8 @@ avx512Add3SumNT_vec_chunk:
 	VADDPS   (SI)(R11*4), Z1, Z1
 	VADDPS   (DI)(R11*4), Z1, Z1
 	VMOVNTPS Z1, (DX)(R11*4)
-	VSUBPS   Z0, Z1, Z1
 	VMOVUPS  Z1, (CX)(R11*4)
+	VSUBPS   Z0, Z1, Z1
 	VADDPS   Z1, Z10, Z10
 	ADDQ     R8, R11
 	CMPQ     R11, R9
@@ -5208,43 +5136,43 @@ avx512Add2SumAcc_block:
 avx512Add2SumAcc_block_chunk:
 	VMOVUPS (DX)(R10*4), Z9
 	VADDPS  (BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, (CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(DX)(R10*4), Z9
 	VADDPS  64(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 64(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(DX)(R10*4), Z9
 	VADDPS  128(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 128(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(DX)(R10*4), Z9
 	VADDPS  192(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 192(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(DX)(R10*4), Z9
 	VADDPS  256(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 256(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(DX)(R10*4), Z9
 	VADDPS  320(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 320(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(DX)(R10*4), Z9
 	VADDPS  384(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 384(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(DX)(R10*4), Z9
 	VADDPS  448(BX)(R10*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 448(CX)(R10*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    SI, R10
 	CMPQ    R10, DI
@@ -5270,8 +5198,8 @@ avx512Add2SumAcc_vec:
 avx512Add2SumAcc_vec_chunk:
 	VMOVUPS (DX)(R9*4), Z2
 	VADDPS  (BX)(R9*4), Z2, Z2
-	VSUBPS  Z0, Z2, Z2
 	VMOVUPS Z2, (CX)(R9*4)
+	VSUBPS  Z0, Z2, Z2
 	VADDPS  Z2, Z1, Z1
 	ADDQ    SI, R9
 	CMPQ    R9, DI
@@ -5316,50 +5244,50 @@ avx512Add3SumAcc_block_chunk:
 	VMOVUPS (DX)(R11*4), Z9
 	VADDPS  (BX)(R11*4), Z9, Z9
 	VADDPS  (SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, (CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(DX)(R11*4), Z9
 	VADDPS  64(BX)(R11*4), Z9, Z9
 	VADDPS  64(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 64(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(DX)(R11*4), Z9
 	VADDPS  128(BX)(R11*4), Z9, Z9
 	VADDPS  128(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 128(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(DX)(R11*4), Z9
 	VADDPS  192(BX)(R11*4), Z9, Z9
 	VADDPS  192(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 192(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(DX)(R11*4), Z9
 	VADDPS  256(BX)(R11*4), Z9, Z9
 	VADDPS  256(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 256(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(DX)(R11*4), Z9
 	VADDPS  320(BX)(R11*4), Z9, Z9
 	VADDPS  320(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 320(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(DX)(R11*4), Z9
 	VADDPS  384(BX)(R11*4), Z9, Z9
 	VADDPS  384(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 384(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(DX)(R11*4), Z9
 	VADDPS  448(BX)(R11*4), Z9, Z9
 	VADDPS  448(SI)(R11*4), Z9, Z9
-	VSUBPS  Z0, Z9, Z9
 	VMOVUPS Z9, 448(CX)(R11*4)
+	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    DI, R11
 	CMPQ    R11, R8
@@ -5386,8 +5314,8 @@ avx512Add3SumAcc_vec_chunk:
 	VMOVUPS (DX)(R10*4), Z2
 	VADDPS  (BX)(R10*4), Z2, Z2
 	VADDPS  (SI)(R10*4), Z2, Z2
-	VSUBPS  Z0, Z2, Z2
 	VMOVUPS Z2, (CX)(R10*4)
+	VSUBPS  Z0, Z2, Z2
 	VADDPS  Z2, Z1, Z1
 	ADDQ    DI, R10
 	CMPQ    R10, R8
@@ -5431,50 +5359,50 @@ avx512AddSumF16_block_chunk:
 	VCVTPH2PS (DX)(R10*2), Z9
 	VCVTPH2PS (BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R10*2), Z9
 	VCVTPH2PS 32(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R10*2), Z9
 	VCVTPH2PS 64(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R10*2), Z9
 	VCVTPH2PS 96(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R10*2), Z9
 	VCVTPH2PS 128(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R10*2), Z9
 	VCVTPH2PS 160(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R10*2), Z9
 	VCVTPH2PS 192(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R10*2), Z9
 	VCVTPH2PS 224(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -5501,8 +5429,8 @@ avx512AddSumF16_vec_chunk:
 	VCVTPH2PS (DX)(R9*2), Z1
 	VCVTPH2PS (BX)(R9*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, (CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z11, Z11
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -5547,64 +5475,64 @@ avx512AddSumF16X_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R11*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, (DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R11*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 32(DX)(R11*2)
 	VCVTPH2PS 64(BX)(R11*2), Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R11*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 64(DX)(R11*2)
 	VCVTPH2PS 96(BX)(R11*2), Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R11*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 96(DX)(R11*2)
 	VCVTPH2PS 128(BX)(R11*2), Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R11*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 128(DX)(R11*2)
 	VCVTPH2PS 160(BX)(R11*2), Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R11*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 160(DX)(R11*2)
 	VCVTPH2PS 192(BX)(R11*2), Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R11*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 192(DX)(R11*2)
 	VCVTPH2PS 224(BX)(R11*2), Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R11*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 224(DX)(R11*2)
@@ -5633,8 +5561,8 @@ avx512AddSumF16X_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z11, Z11
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVUPS   Y1, (DX)(R10*2)
@@ -5681,64 +5609,64 @@ avx512AddSumF16NT_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R11*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R11*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R11*2)
 	VCVTPH2PS 64(BX)(R11*2), Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R11*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R11*2)
 	VCVTPH2PS 96(BX)(R11*2), Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R11*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R11*2)
 	VCVTPH2PS 128(BX)(R11*2), Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R11*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R11*2)
 	VCVTPH2PS 160(BX)(R11*2), Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R11*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R11*2)
 	VCVTPH2PS 192(BX)(R11*2), Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R11*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R11*2)
 	VCVTPH2PS 224(BX)(R11*2), Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R11*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R11*2)
@@ -5767,8 +5695,8 @@ avx512AddSumF16NT_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z11, Z11
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, (DX)(R10*2)
@@ -5814,50 +5742,50 @@ avx512AddSumF16Acc_block_chunk:
 	VCVTPH2PS (DX)(R10*2), Z9
 	VCVTPH2PS (BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R10*2), Z9
 	VCVTPH2PS 32(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R10*2), Z9
 	VCVTPH2PS 64(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R10*2), Z9
 	VCVTPH2PS 96(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R10*2), Z9
 	VCVTPH2PS 128(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R10*2), Z9
 	VCVTPH2PS 160(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R10*2), Z9
 	VCVTPH2PS 192(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R10*2), Z9
 	VCVTPH2PS 224(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -5884,8 +5812,8 @@ avx512AddSumF16Acc_vec_chunk:
 	VCVTPH2PS (DX)(R9*2), Z2
 	VCVTPH2PS (BX)(R9*2), Z3
 	VADDPS    Z3, Z2, Z2
-	VSUBPS    Z0, Z2, Z2
 	VMOVUPS   Z2, (CX)(R9*4)
+	VSUBPS    Z0, Z2, Z2
 	VADDPS    Z2, Z1, Z1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -5930,64 +5858,64 @@ avx512AddSumF16AccX_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R11*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, (DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R11*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 32(DX)(R11*2)
 	VCVTPH2PS 64(BX)(R11*2), Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R11*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 64(DX)(R11*2)
 	VCVTPH2PS 96(BX)(R11*2), Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R11*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 96(DX)(R11*2)
 	VCVTPH2PS 128(BX)(R11*2), Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R11*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 128(DX)(R11*2)
 	VCVTPH2PS 160(BX)(R11*2), Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R11*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 160(DX)(R11*2)
 	VCVTPH2PS 192(BX)(R11*2), Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R11*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 192(DX)(R11*2)
 	VCVTPH2PS 224(BX)(R11*2), Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R11*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 224(DX)(R11*2)
@@ -6016,8 +5944,8 @@ avx512AddSumF16AccX_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Z2
 	VCVTPH2PS (SI)(R10*2), Z3
 	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
 	VSUBPS    Z0, Z2, Z3
-	VMOVUPS   Z3, (CX)(R10*4)
 	VADDPS    Z3, Z1, Z1
 	VCVTPS2PH $0x00, Z2, Y2
 	VMOVUPS   Y2, (DX)(R10*2)
@@ -6064,64 +5992,64 @@ avx512AddSumF16AccNT_block_chunk:
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R11*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R11*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R11*2)
 	VCVTPH2PS 64(BX)(R11*2), Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R11*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R11*2)
 	VCVTPH2PS 96(BX)(R11*2), Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R11*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R11*2)
 	VCVTPH2PS 128(BX)(R11*2), Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R11*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R11*2)
 	VCVTPH2PS 160(BX)(R11*2), Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R11*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R11*2)
 	VCVTPH2PS 192(BX)(R11*2), Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R11*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R11*2)
 	VCVTPH2PS 224(BX)(R11*2), Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R11*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R11*2)
@@ -6150,8 +6078,8 @@ avx512AddSumF16AccNT_vec_chunk:
 	VCVTPH2PS (BX)(R10*2), Z2
 	VCVTPH2PS (SI)(R10*2), Z3
 	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (CX)(R10*4)
 	VSUBPS    Z0, Z2, Z3
-	VMOVUPS   Z3, (CX)(R10*4)
 	VADDPS    Z3, Z1, Z1
 	VCVTPS2PH $0x00, Z2, Y2
 	VMOVNTDQ  Y2, (DX)(R10*2)
@@ -6197,50 +6125,50 @@ avx512AddSumF16Tree_pairs_chunk:
 	VCVTPH2PS (DX)(R10*2), Z9
 	VCVTPH2PS (BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R10*2), Z9
 	VCVTPH2PS 32(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R10*2), Z9
 	VCVTPH2PS 64(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R10*2), Z9
 	VCVTPH2PS 96(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R10*2), Z9
 	VCVTPH2PS 128(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R10*2), Z9
 	VCVTPH2PS 160(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R10*2), Z9
 	VCVTPH2PS 192(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R10*2), Z9
 	VCVTPH2PS 224(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -6282,26 +6210,26 @@ avx512AddSumF16Tree_group_chunk:
 	VCVTPH2PS (DX)(R9*2), Z1
 	VCVTPH2PS (BX)(R9*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, (CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z11, Z11
 	VCVTPH2PS 32(DX)(R9*2), Z1
 	VCVTPH2PS 32(BX)(R9*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 64(CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z12, Z12
 	VCVTPH2PS 64(DX)(R9*2), Z1
 	VCVTPH2PS 64(BX)(R9*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 128(CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z13, Z13
 	VCVTPH2PS 96(DX)(R9*2), Z1
 	VCVTPH2PS 96(BX)(R9*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 192(CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z14, Z14
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -6377,8 +6305,8 @@ avx512AddSumF16Tree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16Tree_1024:
@@ -6415,8 +6343,8 @@ avx512AddSumF16Tree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16Tree_512:
@@ -6441,8 +6369,8 @@ avx512AddSumF16Tree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16Tree_256:
@@ -6461,8 +6389,8 @@ avx512AddSumF16Tree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16Tree_128:
@@ -6478,8 +6406,8 @@ avx512AddSumF16Tree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16Tree_64:
@@ -6492,8 +6420,8 @@ avx512AddSumF16Tree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -6528,64 +6456,64 @@ avx512AddSumF16TreeX_pairs_chunk:
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R11*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, (DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R11*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 32(DX)(R11*2)
 	VCVTPH2PS 64(BX)(R11*2), Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R11*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 64(DX)(R11*2)
 	VCVTPH2PS 96(BX)(R11*2), Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R11*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 96(DX)(R11*2)
 	VCVTPH2PS 128(BX)(R11*2), Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R11*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 128(DX)(R11*2)
 	VCVTPH2PS 160(BX)(R11*2), Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R11*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 160(DX)(R11*2)
 	VCVTPH2PS 192(BX)(R11*2), Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R11*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 192(DX)(R11*2)
 	VCVTPH2PS 224(BX)(R11*2), Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R11*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 224(DX)(R11*2)
@@ -6629,32 +6557,32 @@ avx512AddSumF16TreeX_group_chunk:
 	VCVTPH2PS (BX)(R10*2), Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z11, Z11
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVUPS   Y1, (DX)(R10*2)
 	VCVTPH2PS 32(BX)(R10*2), Z1
 	VCVTPH2PS 32(SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 64(CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 64(CX)(R10*4)
 	VADDPS    Z2, Z12, Z12
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVUPS   Y1, 32(DX)(R10*2)
 	VCVTPH2PS 64(BX)(R10*2), Z1
 	VCVTPH2PS 64(SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 128(CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 128(CX)(R10*4)
 	VADDPS    Z2, Z13, Z13
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVUPS   Y1, 64(DX)(R10*2)
 	VCVTPH2PS 96(BX)(R10*2), Z1
 	VCVTPH2PS 96(SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 192(CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 192(CX)(R10*4)
 	VADDPS    Z2, Z14, Z14
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVUPS   Y1, 96(DX)(R10*2)
@@ -6732,8 +6660,8 @@ avx512AddSumF16TreeX_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16TreeX_1024:
@@ -6770,8 +6698,8 @@ avx512AddSumF16TreeX_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16TreeX_512:
@@ -6796,8 +6724,8 @@ avx512AddSumF16TreeX_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16TreeX_256:
@@ -6816,8 +6744,8 @@ avx512AddSumF16TreeX_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16TreeX_128:
@@ -6833,8 +6761,8 @@ avx512AddSumF16TreeX_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16TreeX_64:
@@ -6847,8 +6775,8 @@ avx512AddSumF16TreeX_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -6883,64 +6811,64 @@ avx512AddSumF16TreeNT_pairs_chunk:
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R11*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R11*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R11*2)
 	VCVTPH2PS 64(BX)(R11*2), Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R11*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R11*2)
 	VCVTPH2PS 96(BX)(R11*2), Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R11*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R11*2)
 	VCVTPH2PS 128(BX)(R11*2), Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R11*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R11*2)
 	VCVTPH2PS 160(BX)(R11*2), Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R11*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R11*2)
 	VCVTPH2PS 192(BX)(R11*2), Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R11*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R11*2)
 	VCVTPH2PS 224(BX)(R11*2), Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R11*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R11*2)
@@ -6984,32 +6912,32 @@ avx512AddSumF16TreeNT_group_chunk:
 	VCVTPH2PS (BX)(R10*2), Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z11, Z11
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, (DX)(R10*2)
 	VCVTPH2PS 32(BX)(R10*2), Z1
 	VCVTPH2PS 32(SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 64(CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 64(CX)(R10*4)
 	VADDPS    Z2, Z12, Z12
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, 32(DX)(R10*2)
 	VCVTPH2PS 64(BX)(R10*2), Z1
 	VCVTPH2PS 64(SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 128(CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 128(CX)(R10*4)
 	VADDPS    Z2, Z13, Z13
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, 64(DX)(R10*2)
 	VCVTPH2PS 96(BX)(R10*2), Z1
 	VCVTPH2PS 96(SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 192(CX)(R10*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 192(CX)(R10*4)
 	VADDPS    Z2, Z14, Z14
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, 96(DX)(R10*2)
@@ -7087,8 +7015,8 @@ avx512AddSumF16TreeNT_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16TreeNT_1024:
@@ -7125,8 +7053,8 @@ avx512AddSumF16TreeNT_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16TreeNT_512:
@@ -7151,8 +7079,8 @@ avx512AddSumF16TreeNT_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16TreeNT_256:
@@ -7171,8 +7099,8 @@ avx512AddSumF16TreeNT_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16TreeNT_128:
@@ -7188,8 +7116,8 @@ avx512AddSumF16TreeNT_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16TreeNT_64:
@@ -7202,8 +7130,8 @@ avx512AddSumF16TreeNT_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -7237,50 +7165,50 @@ avx512AddSumF16AccTree_pairs_chunk:
 	VCVTPH2PS (DX)(R10*2), Z9
 	VCVTPH2PS (BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R10*2), Z9
 	VCVTPH2PS 32(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R10*2), Z9
 	VCVTPH2PS 64(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R10*2), Z9
 	VCVTPH2PS 96(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R10*2), Z9
 	VCVTPH2PS 128(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R10*2), Z9
 	VCVTPH2PS 160(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R10*2), Z9
 	VCVTPH2PS 192(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R10*2), Z9
 	VCVTPH2PS 224(BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -7322,26 +7250,26 @@ avx512AddSumF16AccTree_group_chunk:
 	VCVTPH2PS (DX)(R9*2), Z5
 	VCVTPH2PS (BX)(R9*2), Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, (CX)(R9*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z1, Z1
 	VCVTPH2PS 32(DX)(R9*2), Z5
 	VCVTPH2PS 32(BX)(R9*2), Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 64(CX)(R9*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z2, Z2
 	VCVTPH2PS 64(DX)(R9*2), Z5
 	VCVTPH2PS 64(BX)(R9*2), Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 128(CX)(R9*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z3, Z3
 	VCVTPH2PS 96(DX)(R9*2), Z5
 	VCVTPH2PS 96(BX)(R9*2), Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 192(CX)(R9*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z4, Z4
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -7417,8 +7345,8 @@ avx512AddSumF16AccTree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTree_1024:
@@ -7455,8 +7383,8 @@ avx512AddSumF16AccTree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTree_512:
@@ -7481,8 +7409,8 @@ avx512AddSumF16AccTree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTree_256:
@@ -7501,8 +7429,8 @@ avx512AddSumF16AccTree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTree_128:
@@ -7518,8 +7446,8 @@ avx512AddSumF16AccTree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTree_64:
@@ -7532,8 +7460,8 @@ avx512AddSumF16AccTree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -7568,64 +7496,64 @@ avx512AddSumF16AccTreeX_pairs_chunk:
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R11*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, (DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R11*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 32(DX)(R11*2)
 	VCVTPH2PS 64(BX)(R11*2), Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R11*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 64(DX)(R11*2)
 	VCVTPH2PS 96(BX)(R11*2), Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R11*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 96(DX)(R11*2)
 	VCVTPH2PS 128(BX)(R11*2), Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R11*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 128(DX)(R11*2)
 	VCVTPH2PS 160(BX)(R11*2), Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R11*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 160(DX)(R11*2)
 	VCVTPH2PS 192(BX)(R11*2), Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R11*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 192(DX)(R11*2)
 	VCVTPH2PS 224(BX)(R11*2), Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R11*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 224(DX)(R11*2)
@@ -7669,32 +7597,32 @@ avx512AddSumF16AccTreeX_group_chunk:
 	VCVTPH2PS (BX)(R10*2), Z5
 	VCVTPH2PS (SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, (CX)(R10*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, (CX)(R10*4)
 	VADDPS    Z6, Z1, Z1
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVUPS   Y5, (DX)(R10*2)
 	VCVTPH2PS 32(BX)(R10*2), Z5
 	VCVTPH2PS 32(SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 64(CX)(R10*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 64(CX)(R10*4)
 	VADDPS    Z6, Z2, Z2
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVUPS   Y5, 32(DX)(R10*2)
 	VCVTPH2PS 64(BX)(R10*2), Z5
 	VCVTPH2PS 64(SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 128(CX)(R10*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 128(CX)(R10*4)
 	VADDPS    Z6, Z3, Z3
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVUPS   Y5, 64(DX)(R10*2)
 	VCVTPH2PS 96(BX)(R10*2), Z5
 	VCVTPH2PS 96(SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 192(CX)(R10*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 192(CX)(R10*4)
 	VADDPS    Z6, Z4, Z4
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVUPS   Y5, 96(DX)(R10*2)
@@ -7772,8 +7700,8 @@ avx512AddSumF16AccTreeX_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTreeX_1024:
@@ -7810,8 +7738,8 @@ avx512AddSumF16AccTreeX_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTreeX_512:
@@ -7836,8 +7764,8 @@ avx512AddSumF16AccTreeX_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTreeX_256:
@@ -7856,8 +7784,8 @@ avx512AddSumF16AccTreeX_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTreeX_128:
@@ -7873,8 +7801,8 @@ avx512AddSumF16AccTreeX_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTreeX_64:
@@ -7887,8 +7815,8 @@ avx512AddSumF16AccTreeX_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -7923,64 +7851,64 @@ avx512AddSumF16AccTreeNT_pairs_chunk:
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R11*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R11*2)
 	VCVTPH2PS 32(BX)(R11*2), Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R11*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R11*2)
 	VCVTPH2PS 64(BX)(R11*2), Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R11*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R11*2)
 	VCVTPH2PS 96(BX)(R11*2), Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R11*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R11*2)
 	VCVTPH2PS 128(BX)(R11*2), Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R11*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R11*2)
 	VCVTPH2PS 160(BX)(R11*2), Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R11*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R11*2)
 	VCVTPH2PS 192(BX)(R11*2), Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R11*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R11*2)
 	VCVTPH2PS 224(BX)(R11*2), Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R11*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R11*2)
@@ -8024,32 +7952,32 @@ avx512AddSumF16AccTreeNT_group_chunk:
 	VCVTPH2PS (BX)(R10*2), Z5
 	VCVTPH2PS (SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, (CX)(R10*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, (CX)(R10*4)
 	VADDPS    Z6, Z1, Z1
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVNTDQ  Y5, (DX)(R10*2)
 	VCVTPH2PS 32(BX)(R10*2), Z5
 	VCVTPH2PS 32(SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 64(CX)(R10*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 64(CX)(R10*4)
 	VADDPS    Z6, Z2, Z2
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVNTDQ  Y5, 32(DX)(R10*2)
 	VCVTPH2PS 64(BX)(R10*2), Z5
 	VCVTPH2PS 64(SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 128(CX)(R10*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 128(CX)(R10*4)
 	VADDPS    Z6, Z3, Z3
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVNTDQ  Y5, 64(DX)(R10*2)
 	VCVTPH2PS 96(BX)(R10*2), Z5
 	VCVTPH2PS 96(SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 192(CX)(R10*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 192(CX)(R10*4)
 	VADDPS    Z6, Z4, Z4
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVNTDQ  Y5, 96(DX)(R10*2)
@@ -8127,8 +8055,8 @@ avx512AddSumF16AccTreeNT_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTreeNT_1024:
@@ -8165,8 +8093,8 @@ avx512AddSumF16AccTreeNT_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTreeNT_512:
@@ -8191,8 +8119,8 @@ avx512AddSumF16AccTreeNT_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTreeNT_256:
@@ -8211,8 +8139,8 @@ avx512AddSumF16AccTreeNT_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTreeNT_128:
@@ -8228,8 +8156,8 @@ avx512AddSumF16AccTreeNT_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16AccTreeNT_64:
@@ -8242,8 +8170,8 @@ avx512AddSumF16AccTreeNT_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
@@ -8280,64 +8208,64 @@ avx512AddSumF16Full_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R11*2), Z9
 	VCVTPH2PS 32(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R11*2), Z9
 	VCVTPH2PS 64(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R11*2), Z9
 	VCVTPH2PS 96(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R11*2), Z9
 	VCVTPH2PS 128(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R11*2), Z9
 	VCVTPH2PS 160(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R11*2), Z9
 	VCVTPH2PS 192(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R11*2), Z9
 	VCVTPH2PS 224(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -8366,8 +8294,8 @@ avx512AddSumF16Full_vec_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z11, Z11
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -8415,8 +8343,8 @@ avx512AddSumF16FullX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R12*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, (DX)(R12*2)
@@ -8425,8 +8353,8 @@ avx512AddSumF16FullX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R12*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 32(DX)(R12*2)
@@ -8435,8 +8363,8 @@ avx512AddSumF16FullX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R12*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 64(DX)(R12*2)
@@ -8445,8 +8373,8 @@ avx512AddSumF16FullX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R12*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 96(DX)(R12*2)
@@ -8455,8 +8383,8 @@ avx512AddSumF16FullX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R12*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 128(DX)(R12*2)
@@ -8465,8 +8393,8 @@ avx512AddSumF16FullX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R12*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 160(DX)(R12*2)
@@ -8475,8 +8403,8 @@ avx512AddSumF16FullX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R12*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 192(DX)(R12*2)
@@ -8485,8 +8413,8 @@ avx512AddSumF16FullX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R12*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 224(DX)(R12*2)
@@ -8517,8 +8445,8 @@ avx512AddSumF16FullX_vec_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS (DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, (CX)(R11*4)
 	VADDPS    Z2, Z11, Z11
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVUPS   Y1, (DX)(R11*2)
@@ -8568,8 +8496,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R12*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R12*2)
@@ -8578,8 +8506,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R12*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R12*2)
@@ -8588,8 +8516,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R12*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R12*2)
@@ -8598,8 +8526,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R12*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R12*2)
@@ -8608,8 +8536,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R12*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R12*2)
@@ -8618,8 +8546,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R12*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R12*2)
@@ -8628,8 +8556,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R12*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R12*2)
@@ -8638,8 +8566,8 @@ avx512AddSumF16FullNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R12*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R12*2)
@@ -8670,8 +8598,8 @@ avx512AddSumF16FullNT_vec_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS (DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, (CX)(R11*4)
 	VADDPS    Z2, Z11, Z11
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, (DX)(R11*2)
@@ -8720,64 +8648,64 @@ avx512AddSumF16FullAcc_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R11*2), Z9
 	VCVTPH2PS 32(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R11*2), Z9
 	VCVTPH2PS 64(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R11*2), Z9
 	VCVTPH2PS 96(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R11*2), Z9
 	VCVTPH2PS 128(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R11*2), Z9
 	VCVTPH2PS 160(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R11*2), Z9
 	VCVTPH2PS 192(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R11*2), Z9
 	VCVTPH2PS 224(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -8806,8 +8734,8 @@ avx512AddSumF16FullAcc_vec_chunk:
 	VADDPS    Z3, Z2, Z2
 	VCVTPH2PS (SI)(R10*2), Z3
 	VADDPS    Z3, Z2, Z2
-	VSUBPS    Z0, Z2, Z2
 	VMOVUPS   Z2, (CX)(R10*4)
+	VSUBPS    Z0, Z2, Z2
 	VADDPS    Z2, Z1, Z1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -8855,8 +8783,8 @@ avx512AddSumF16FullAccX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R12*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, (DX)(R12*2)
@@ -8865,8 +8793,8 @@ avx512AddSumF16FullAccX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R12*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 32(DX)(R12*2)
@@ -8875,8 +8803,8 @@ avx512AddSumF16FullAccX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R12*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 64(DX)(R12*2)
@@ -8885,8 +8813,8 @@ avx512AddSumF16FullAccX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R12*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 96(DX)(R12*2)
@@ -8895,8 +8823,8 @@ avx512AddSumF16FullAccX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R12*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 128(DX)(R12*2)
@@ -8905,8 +8833,8 @@ avx512AddSumF16FullAccX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R12*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 160(DX)(R12*2)
@@ -8915,8 +8843,8 @@ avx512AddSumF16FullAccX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R12*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 192(DX)(R12*2)
@@ -8925,8 +8853,8 @@ avx512AddSumF16FullAccX_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R12*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 224(DX)(R12*2)
@@ -8957,8 +8885,8 @@ avx512AddSumF16FullAccX_vec_chunk:
 	VADDPS    Z3, Z2, Z2
 	VCVTPH2PS (DI)(R11*2), Z3
 	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (CX)(R11*4)
 	VSUBPS    Z0, Z2, Z3
-	VMOVUPS   Z3, (CX)(R11*4)
 	VADDPS    Z3, Z1, Z1
 	VCVTPS2PH $0x00, Z2, Y2
 	VMOVUPS   Y2, (DX)(R11*2)
@@ -9008,8 +8936,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R12*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R12*2)
@@ -9018,8 +8946,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R12*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R12*2)
@@ -9028,8 +8956,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R12*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R12*2)
@@ -9038,8 +8966,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R12*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R12*2)
@@ -9048,8 +8976,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R12*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R12*2)
@@ -9058,8 +8986,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R12*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R12*2)
@@ -9068,8 +8996,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R12*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R12*2)
@@ -9078,8 +9006,8 @@ avx512AddSumF16FullAccNT_block_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R12*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R12*2)
@@ -9110,8 +9038,8 @@ avx512AddSumF16FullAccNT_vec_chunk:
 	VADDPS    Z3, Z2, Z2
 	VCVTPH2PS (DI)(R11*2), Z3
 	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (CX)(R11*4)
 	VSUBPS    Z0, Z2, Z3
-	VMOVUPS   Z3, (CX)(R11*4)
 	VADDPS    Z3, Z1, Z1
 	VCVTPS2PH $0x00, Z2, Y2
 	VMOVNTDQ  Y2, (DX)(R11*2)
@@ -9160,64 +9088,64 @@ avx512AddSumF16FullTree_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R11*2), Z9
 	VCVTPH2PS 32(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R11*2), Z9
 	VCVTPH2PS 64(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R11*2), Z9
 	VCVTPH2PS 96(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R11*2), Z9
 	VCVTPH2PS 128(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R11*2), Z9
 	VCVTPH2PS 160(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R11*2), Z9
 	VCVTPH2PS 192(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R11*2), Z9
 	VCVTPH2PS 224(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -9261,32 +9189,32 @@ avx512AddSumF16FullTree_group_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z11, Z11
 	VCVTPH2PS 32(DX)(R10*2), Z1
 	VCVTPH2PS 32(BX)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS 32(SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 64(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z12, Z12
 	VCVTPH2PS 64(DX)(R10*2), Z1
 	VCVTPH2PS 64(BX)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS 64(SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 128(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z13, Z13
 	VCVTPH2PS 96(DX)(R10*2), Z1
 	VCVTPH2PS 96(BX)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS 96(SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 192(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z14, Z14
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -9362,8 +9290,8 @@ avx512AddSumF16FullTree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTree_1024:
@@ -9400,8 +9328,8 @@ avx512AddSumF16FullTree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTree_512:
@@ -9426,8 +9354,8 @@ avx512AddSumF16FullTree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTree_256:
@@ -9446,8 +9374,8 @@ avx512AddSumF16FullTree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTree_128:
@@ -9463,8 +9391,8 @@ avx512AddSumF16FullTree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTree_64:
@@ -9477,8 +9405,8 @@ avx512AddSumF16FullTree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -9516,8 +9444,8 @@ avx512AddSumF16FullTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R12*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, (DX)(R12*2)
@@ -9526,8 +9454,8 @@ avx512AddSumF16FullTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R12*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 32(DX)(R12*2)
@@ -9536,8 +9464,8 @@ avx512AddSumF16FullTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R12*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 64(DX)(R12*2)
@@ -9546,8 +9474,8 @@ avx512AddSumF16FullTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R12*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 96(DX)(R12*2)
@@ -9556,8 +9484,8 @@ avx512AddSumF16FullTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R12*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 128(DX)(R12*2)
@@ -9566,8 +9494,8 @@ avx512AddSumF16FullTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R12*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 160(DX)(R12*2)
@@ -9576,8 +9504,8 @@ avx512AddSumF16FullTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R12*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 192(DX)(R12*2)
@@ -9586,8 +9514,8 @@ avx512AddSumF16FullTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R12*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 224(DX)(R12*2)
@@ -9633,8 +9561,8 @@ avx512AddSumF16FullTreeX_group_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS (DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, (CX)(R11*4)
 	VADDPS    Z2, Z11, Z11
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVUPS   Y1, (DX)(R11*2)
@@ -9643,8 +9571,8 @@ avx512AddSumF16FullTreeX_group_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS 32(DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 64(CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 64(CX)(R11*4)
 	VADDPS    Z2, Z12, Z12
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVUPS   Y1, 32(DX)(R11*2)
@@ -9653,8 +9581,8 @@ avx512AddSumF16FullTreeX_group_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS 64(DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 128(CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 128(CX)(R11*4)
 	VADDPS    Z2, Z13, Z13
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVUPS   Y1, 64(DX)(R11*2)
@@ -9663,8 +9591,8 @@ avx512AddSumF16FullTreeX_group_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS 96(DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 192(CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 192(CX)(R11*4)
 	VADDPS    Z2, Z14, Z14
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVUPS   Y1, 96(DX)(R11*2)
@@ -9742,8 +9670,8 @@ avx512AddSumF16FullTreeX_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTreeX_1024:
@@ -9780,8 +9708,8 @@ avx512AddSumF16FullTreeX_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTreeX_512:
@@ -9806,8 +9734,8 @@ avx512AddSumF16FullTreeX_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTreeX_256:
@@ -9826,8 +9754,8 @@ avx512AddSumF16FullTreeX_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTreeX_128:
@@ -9843,8 +9771,8 @@ avx512AddSumF16FullTreeX_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTreeX_64:
@@ -9857,8 +9785,8 @@ avx512AddSumF16FullTreeX_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -9896,8 +9824,8 @@ avx512AddSumF16FullTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R12*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R12*2)
@@ -9906,8 +9834,8 @@ avx512AddSumF16FullTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R12*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R12*2)
@@ -9916,8 +9844,8 @@ avx512AddSumF16FullTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R12*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R12*2)
@@ -9926,8 +9854,8 @@ avx512AddSumF16FullTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R12*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R12*2)
@@ -9936,8 +9864,8 @@ avx512AddSumF16FullTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R12*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R12*2)
@@ -9946,8 +9874,8 @@ avx512AddSumF16FullTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R12*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R12*2)
@@ -9956,8 +9884,8 @@ avx512AddSumF16FullTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R12*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R12*2)
@@ -9966,8 +9894,8 @@ avx512AddSumF16FullTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R12*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R12*2)
@@ -10013,8 +9941,8 @@ avx512AddSumF16FullTreeNT_group_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS (DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, (CX)(R11*4)
 	VADDPS    Z2, Z11, Z11
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, (DX)(R11*2)
@@ -10023,8 +9951,8 @@ avx512AddSumF16FullTreeNT_group_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS 32(DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 64(CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 64(CX)(R11*4)
 	VADDPS    Z2, Z12, Z12
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, 32(DX)(R11*2)
@@ -10033,8 +9961,8 @@ avx512AddSumF16FullTreeNT_group_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS 64(DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 128(CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 128(CX)(R11*4)
 	VADDPS    Z2, Z13, Z13
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, 64(DX)(R11*2)
@@ -10043,8 +9971,8 @@ avx512AddSumF16FullTreeNT_group_chunk:
 	VADDPS    Z2, Z1, Z1
 	VCVTPH2PS 96(DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 192(CX)(R11*4)
 	VSUBPS    Z0, Z1, Z2
-	VMOVUPS   Z2, 192(CX)(R11*4)
 	VADDPS    Z2, Z14, Z14
 	VCVTPS2PH $0x00, Z1, Y1
 	VMOVNTDQ  Y1, 96(DX)(R11*2)
@@ -10122,8 +10050,8 @@ avx512AddSumF16FullTreeNT_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTreeNT_1024:
@@ -10160,8 +10088,8 @@ avx512AddSumF16FullTreeNT_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTreeNT_512:
@@ -10186,8 +10114,8 @@ avx512AddSumF16FullTreeNT_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTreeNT_256:
@@ -10206,8 +10134,8 @@ avx512AddSumF16FullTreeNT_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTreeNT_128:
@@ -10223,8 +10151,8 @@ avx512AddSumF16FullTreeNT_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullTreeNT_64:
@@ -10237,8 +10165,8 @@ avx512AddSumF16FullTreeNT_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -10275,64 +10203,64 @@ avx512AddSumF16FullAccTree_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VCVTPH2PS 32(DX)(R11*2), Z9
 	VCVTPH2PS 32(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VCVTPH2PS 64(DX)(R11*2), Z9
 	VCVTPH2PS 64(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VCVTPH2PS 96(DX)(R11*2), Z9
 	VCVTPH2PS 96(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VCVTPH2PS 128(DX)(R11*2), Z9
 	VCVTPH2PS 128(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VCVTPH2PS 160(DX)(R11*2), Z9
 	VCVTPH2PS 160(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VCVTPH2PS 192(DX)(R11*2), Z9
 	VCVTPH2PS 192(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VCVTPH2PS 224(DX)(R11*2), Z9
 	VCVTPH2PS 224(BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -10376,32 +10304,32 @@ avx512AddSumF16FullAccTree_group_chunk:
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS (SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, (CX)(R10*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z1, Z1
 	VCVTPH2PS 32(DX)(R10*2), Z5
 	VCVTPH2PS 32(BX)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS 32(SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 64(CX)(R10*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z2, Z2
 	VCVTPH2PS 64(DX)(R10*2), Z5
 	VCVTPH2PS 64(BX)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS 64(SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 128(CX)(R10*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z3, Z3
 	VCVTPH2PS 96(DX)(R10*2), Z5
 	VCVTPH2PS 96(BX)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS 96(SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 192(CX)(R10*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z4, Z4
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -10477,8 +10405,8 @@ avx512AddSumF16FullAccTree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTree_1024:
@@ -10515,8 +10443,8 @@ avx512AddSumF16FullAccTree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTree_512:
@@ -10541,8 +10469,8 @@ avx512AddSumF16FullAccTree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTree_256:
@@ -10561,8 +10489,8 @@ avx512AddSumF16FullAccTree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTree_128:
@@ -10578,8 +10506,8 @@ avx512AddSumF16FullAccTree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTree_64:
@@ -10592,8 +10520,8 @@ avx512AddSumF16FullAccTree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -10631,8 +10559,8 @@ avx512AddSumF16FullAccTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R12*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, (DX)(R12*2)
@@ -10641,8 +10569,8 @@ avx512AddSumF16FullAccTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R12*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 32(DX)(R12*2)
@@ -10651,8 +10579,8 @@ avx512AddSumF16FullAccTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R12*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 64(DX)(R12*2)
@@ -10661,8 +10589,8 @@ avx512AddSumF16FullAccTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R12*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 96(DX)(R12*2)
@@ -10671,8 +10599,8 @@ avx512AddSumF16FullAccTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R12*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 128(DX)(R12*2)
@@ -10681,8 +10609,8 @@ avx512AddSumF16FullAccTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R12*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 160(DX)(R12*2)
@@ -10691,8 +10619,8 @@ avx512AddSumF16FullAccTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R12*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 192(DX)(R12*2)
@@ -10701,8 +10629,8 @@ avx512AddSumF16FullAccTreeX_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R12*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVUPS   Y9, 224(DX)(R12*2)
@@ -10748,8 +10676,8 @@ avx512AddSumF16FullAccTreeX_group_chunk:
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS (DI)(R11*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, (CX)(R11*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, (CX)(R11*4)
 	VADDPS    Z6, Z1, Z1
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVUPS   Y5, (DX)(R11*2)
@@ -10758,8 +10686,8 @@ avx512AddSumF16FullAccTreeX_group_chunk:
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS 32(DI)(R11*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 64(CX)(R11*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 64(CX)(R11*4)
 	VADDPS    Z6, Z2, Z2
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVUPS   Y5, 32(DX)(R11*2)
@@ -10768,8 +10696,8 @@ avx512AddSumF16FullAccTreeX_group_chunk:
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS 64(DI)(R11*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 128(CX)(R11*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 128(CX)(R11*4)
 	VADDPS    Z6, Z3, Z3
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVUPS   Y5, 64(DX)(R11*2)
@@ -10778,8 +10706,8 @@ avx512AddSumF16FullAccTreeX_group_chunk:
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS 96(DI)(R11*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 192(CX)(R11*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 192(CX)(R11*4)
 	VADDPS    Z6, Z4, Z4
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVUPS   Y5, 96(DX)(R11*2)
@@ -10857,8 +10785,8 @@ avx512AddSumF16FullAccTreeX_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTreeX_1024:
@@ -10895,8 +10823,8 @@ avx512AddSumF16FullAccTreeX_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTreeX_512:
@@ -10921,8 +10849,8 @@ avx512AddSumF16FullAccTreeX_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTreeX_256:
@@ -10941,8 +10869,8 @@ avx512AddSumF16FullAccTreeX_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTreeX_128:
@@ -10958,8 +10886,8 @@ avx512AddSumF16FullAccTreeX_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTreeX_64:
@@ -10972,8 +10900,8 @@ avx512AddSumF16FullAccTreeX_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -11011,8 +10939,8 @@ avx512AddSumF16FullAccTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, (CX)(R12*4)
 	VADDPS    Z10, Z1, Z1
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, (DX)(R12*2)
@@ -11021,8 +10949,8 @@ avx512AddSumF16FullAccTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 32(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 64(CX)(R12*4)
 	VADDPS    Z10, Z2, Z2
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 32(DX)(R12*2)
@@ -11031,8 +10959,8 @@ avx512AddSumF16FullAccTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 64(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 128(CX)(R12*4)
 	VADDPS    Z10, Z3, Z3
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 64(DX)(R12*2)
@@ -11041,8 +10969,8 @@ avx512AddSumF16FullAccTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 96(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 192(CX)(R12*4)
 	VADDPS    Z10, Z4, Z4
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 96(DX)(R12*2)
@@ -11051,8 +10979,8 @@ avx512AddSumF16FullAccTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 128(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 256(CX)(R12*4)
 	VADDPS    Z10, Z5, Z5
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 128(DX)(R12*2)
@@ -11061,8 +10989,8 @@ avx512AddSumF16FullAccTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 160(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 320(CX)(R12*4)
 	VADDPS    Z10, Z6, Z6
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 160(DX)(R12*2)
@@ -11071,8 +10999,8 @@ avx512AddSumF16FullAccTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 192(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 384(CX)(R12*4)
 	VADDPS    Z10, Z7, Z7
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 192(DX)(R12*2)
@@ -11081,8 +11009,8 @@ avx512AddSumF16FullAccTreeNT_pairs_chunk:
 	VADDPS    Z10, Z9, Z9
 	VCVTPH2PS 224(DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z10
-	VMOVUPS   Z10, 448(CX)(R12*4)
 	VADDPS    Z10, Z8, Z8
 	VCVTPS2PH $0x00, Z9, Y9
 	VMOVNTDQ  Y9, 224(DX)(R12*2)
@@ -11128,8 +11056,8 @@ avx512AddSumF16FullAccTreeNT_group_chunk:
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS (DI)(R11*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, (CX)(R11*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, (CX)(R11*4)
 	VADDPS    Z6, Z1, Z1
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVNTDQ  Y5, (DX)(R11*2)
@@ -11138,8 +11066,8 @@ avx512AddSumF16FullAccTreeNT_group_chunk:
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS 32(DI)(R11*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 64(CX)(R11*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 64(CX)(R11*4)
 	VADDPS    Z6, Z2, Z2
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVNTDQ  Y5, 32(DX)(R11*2)
@@ -11148,8 +11076,8 @@ avx512AddSumF16FullAccTreeNT_group_chunk:
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS 64(DI)(R11*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 128(CX)(R11*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 128(CX)(R11*4)
 	VADDPS    Z6, Z3, Z3
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVNTDQ  Y5, 64(DX)(R11*2)
@@ -11158,8 +11086,8 @@ avx512AddSumF16FullAccTreeNT_group_chunk:
 	VADDPS    Z6, Z5, Z5
 	VCVTPH2PS 96(DI)(R11*2), Z6
 	VADDPS    Z6, Z5, Z5
+	VMOVUPS   Z5, 192(CX)(R11*4)
 	VSUBPS    Z0, Z5, Z6
-	VMOVUPS   Z6, 192(CX)(R11*4)
 	VADDPS    Z6, Z4, Z4
 	VCVTPS2PH $0x00, Z5, Y5
 	VMOVNTDQ  Y5, 96(DX)(R11*2)
@@ -11237,8 +11165,8 @@ avx512AddSumF16FullAccTreeNT_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTreeNT_1024:
@@ -11275,8 +11203,8 @@ avx512AddSumF16FullAccTreeNT_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTreeNT_512:
@@ -11301,8 +11229,8 @@ avx512AddSumF16FullAccTreeNT_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTreeNT_256:
@@ -11321,8 +11249,8 @@ avx512AddSumF16FullAccTreeNT_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTreeNT_128:
@@ -11338,8 +11266,8 @@ avx512AddSumF16FullAccTreeNT_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumF16FullAccTreeNT_64:
@@ -11352,8 +11280,8 @@ avx512AddSumF16FullAccTreeNT_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
@@ -11389,64 +11317,64 @@ avx512AddSumBF16_block_chunk:
 	VPMOVZXWD (BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 32(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 64(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 96(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 128(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 160(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 192(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 224(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -11475,8 +11403,8 @@ avx512AddSumBF16_vec_chunk:
 	VPMOVZXWD (BX)(R9*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, (CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z11, Z11
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -11538,8 +11466,8 @@ avx512AddSumBF16X_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, (CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, (CX)(R11*4)
 	VADDPS    Z16, Z1, Z1
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11557,8 +11485,8 @@ avx512AddSumBF16X_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 64(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 64(CX)(R11*4)
 	VADDPS    Z16, Z2, Z2
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11576,8 +11504,8 @@ avx512AddSumBF16X_block_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 128(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 128(CX)(R11*4)
 	VADDPS    Z16, Z3, Z3
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11595,8 +11523,8 @@ avx512AddSumBF16X_block_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 192(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 192(CX)(R11*4)
 	VADDPS    Z16, Z4, Z4
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11614,8 +11542,8 @@ avx512AddSumBF16X_block_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 256(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 256(CX)(R11*4)
 	VADDPS    Z16, Z5, Z5
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11633,8 +11561,8 @@ avx512AddSumBF16X_block_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 320(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 320(CX)(R11*4)
 	VADDPS    Z16, Z6, Z6
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11652,8 +11580,8 @@ avx512AddSumBF16X_block_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 384(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 384(CX)(R11*4)
 	VADDPS    Z16, Z7, Z7
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11671,8 +11599,8 @@ avx512AddSumBF16X_block_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 448(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 448(CX)(R11*4)
 	VADDPS    Z16, Z8, Z8
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11712,8 +11640,8 @@ avx512AddSumBF16X_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z14, Z1, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -11786,8 +11714,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, (CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, (CX)(R11*4)
 	VADDPS    Z16, Z1, Z1
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11805,8 +11733,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 64(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 64(CX)(R11*4)
 	VADDPS    Z16, Z2, Z2
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11824,8 +11752,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 128(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 128(CX)(R11*4)
 	VADDPS    Z16, Z3, Z3
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11843,8 +11771,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 192(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 192(CX)(R11*4)
 	VADDPS    Z16, Z4, Z4
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11862,8 +11790,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 256(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 256(CX)(R11*4)
 	VADDPS    Z16, Z5, Z5
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11881,8 +11809,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 320(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 320(CX)(R11*4)
 	VADDPS    Z16, Z6, Z6
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11900,8 +11828,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 384(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 384(CX)(R11*4)
 	VADDPS    Z16, Z7, Z7
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11919,8 +11847,8 @@ avx512AddSumBF16NT_block_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 448(CX)(R11*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 448(CX)(R11*4)
 	VADDPS    Z16, Z8, Z8
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -11960,8 +11888,8 @@ avx512AddSumBF16NT_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z14, Z1, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -12018,64 +11946,64 @@ avx512AddSumBF16Acc_block_chunk:
 	VPMOVZXWD (BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 32(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 64(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 96(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 128(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 160(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 192(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 224(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -12104,8 +12032,8 @@ avx512AddSumBF16Acc_vec_chunk:
 	VPMOVZXWD (BX)(R9*2), Z3
 	VPSLLD    $0x10, Z3, Z3
 	VADDPS    Z3, Z2, Z2
-	VSUBPS    Z0, Z2, Z2
 	VMOVUPS   Z2, (CX)(R9*4)
+	VSUBPS    Z0, Z2, Z2
 	VADDPS    Z2, Z1, Z1
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -12167,8 +12095,8 @@ avx512AddSumBF16AccX_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, (CX)(R11*4)
 	VADDPS    Z15, Z6, Z6
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12186,8 +12114,8 @@ avx512AddSumBF16AccX_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 64(CX)(R11*4)
 	VADDPS    Z15, Z7, Z7
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12205,8 +12133,8 @@ avx512AddSumBF16AccX_block_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 128(CX)(R11*4)
 	VADDPS    Z15, Z8, Z8
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12224,8 +12152,8 @@ avx512AddSumBF16AccX_block_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 192(CX)(R11*4)
 	VADDPS    Z15, Z9, Z9
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12243,8 +12171,8 @@ avx512AddSumBF16AccX_block_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 256(CX)(R11*4)
 	VADDPS    Z15, Z10, Z10
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12262,8 +12190,8 @@ avx512AddSumBF16AccX_block_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 320(CX)(R11*4)
 	VADDPS    Z15, Z11, Z11
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12281,8 +12209,8 @@ avx512AddSumBF16AccX_block_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 384(CX)(R11*4)
 	VADDPS    Z15, Z12, Z12
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12300,8 +12228,8 @@ avx512AddSumBF16AccX_block_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 448(CX)(R11*4)
 	VADDPS    Z15, Z13, Z13
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12341,8 +12269,8 @@ avx512AddSumBF16AccX_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Z8
 	VPSLLD    $0x10, Z8, Z8
 	VADDPS    Z8, Z7, Z7
+	VMOVUPS   Z7, (CX)(R10*4)
 	VSUBPS    Z5, Z7, Z8
-	VMOVUPS   Z8, (CX)(R10*4)
 	VADDPS    Z8, Z6, Z6
 	VPSRLD    $0x10, Z7, Z8
 	VPANDD    Z0, Z8, Z9
@@ -12415,8 +12343,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, (CX)(R11*4)
 	VADDPS    Z15, Z6, Z6
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12434,8 +12362,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 64(CX)(R11*4)
 	VADDPS    Z15, Z7, Z7
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12453,8 +12381,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 128(CX)(R11*4)
 	VADDPS    Z15, Z8, Z8
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12472,8 +12400,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 192(CX)(R11*4)
 	VADDPS    Z15, Z9, Z9
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12491,8 +12419,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 256(CX)(R11*4)
 	VADDPS    Z15, Z10, Z10
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12510,8 +12438,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 320(CX)(R11*4)
 	VADDPS    Z15, Z11, Z11
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12529,8 +12457,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 384(CX)(R11*4)
 	VADDPS    Z15, Z12, Z12
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12548,8 +12476,8 @@ avx512AddSumBF16AccNT_block_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 448(CX)(R11*4)
 	VADDPS    Z15, Z13, Z13
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -12589,8 +12517,8 @@ avx512AddSumBF16AccNT_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Z8
 	VPSLLD    $0x10, Z8, Z8
 	VADDPS    Z8, Z7, Z7
+	VMOVUPS   Z7, (CX)(R10*4)
 	VSUBPS    Z5, Z7, Z8
-	VMOVUPS   Z8, (CX)(R10*4)
 	VADDPS    Z8, Z6, Z6
 	VPSRLD    $0x10, Z7, Z8
 	VPANDD    Z0, Z8, Z9
@@ -12647,64 +12575,64 @@ avx512AddSumBF16Tree_pairs_chunk:
 	VPMOVZXWD (BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 32(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 64(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 96(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 128(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 160(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 192(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 224(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -12748,32 +12676,32 @@ avx512AddSumBF16Tree_group_chunk:
 	VPMOVZXWD (BX)(R9*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, (CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z11, Z11
 	VPMOVZXWD 32(DX)(R9*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD 32(BX)(R9*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 64(CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z12, Z12
 	VPMOVZXWD 64(DX)(R9*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD 64(BX)(R9*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 128(CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z13, Z13
 	VPMOVZXWD 96(DX)(R9*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD 96(BX)(R9*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 192(CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z14, Z14
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -12849,8 +12777,8 @@ avx512AddSumBF16Tree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16Tree_1024:
@@ -12887,8 +12815,8 @@ avx512AddSumBF16Tree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16Tree_512:
@@ -12913,8 +12841,8 @@ avx512AddSumBF16Tree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16Tree_256:
@@ -12933,8 +12861,8 @@ avx512AddSumBF16Tree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16Tree_128:
@@ -12950,8 +12878,8 @@ avx512AddSumBF16Tree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16Tree_64:
@@ -12964,8 +12892,8 @@ avx512AddSumBF16Tree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -13017,8 +12945,8 @@ avx512AddSumBF16TreeX_pairs_chunk:
 	VPMOVZXWD (SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, (CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, (CX)(R11*4)
 	VADDPS    Z19, Z1, Z1
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13036,8 +12964,8 @@ avx512AddSumBF16TreeX_pairs_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 64(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 64(CX)(R11*4)
 	VADDPS    Z19, Z2, Z2
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13055,8 +12983,8 @@ avx512AddSumBF16TreeX_pairs_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 128(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 128(CX)(R11*4)
 	VADDPS    Z19, Z3, Z3
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13074,8 +13002,8 @@ avx512AddSumBF16TreeX_pairs_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 192(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 192(CX)(R11*4)
 	VADDPS    Z19, Z4, Z4
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13093,8 +13021,8 @@ avx512AddSumBF16TreeX_pairs_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 256(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 256(CX)(R11*4)
 	VADDPS    Z19, Z5, Z5
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13112,8 +13040,8 @@ avx512AddSumBF16TreeX_pairs_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 320(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 320(CX)(R11*4)
 	VADDPS    Z19, Z6, Z6
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13131,8 +13059,8 @@ avx512AddSumBF16TreeX_pairs_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 384(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 384(CX)(R11*4)
 	VADDPS    Z19, Z7, Z7
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13150,8 +13078,8 @@ avx512AddSumBF16TreeX_pairs_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 448(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 448(CX)(R11*4)
 	VADDPS    Z19, Z8, Z8
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13206,8 +13134,8 @@ avx512AddSumBF16TreeX_group_chunk:
 	VPMOVZXWD (SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -13225,8 +13153,8 @@ avx512AddSumBF16TreeX_group_chunk:
 	VPMOVZXWD 32(SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 64(CX)(R10*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 64(CX)(R10*4)
 	VADDPS    Z2, Z10, Z10
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -13244,8 +13172,8 @@ avx512AddSumBF16TreeX_group_chunk:
 	VPMOVZXWD 64(SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 128(CX)(R10*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 128(CX)(R10*4)
 	VADDPS    Z2, Z11, Z11
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -13263,8 +13191,8 @@ avx512AddSumBF16TreeX_group_chunk:
 	VPMOVZXWD 96(SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 192(CX)(R10*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 192(CX)(R10*4)
 	VADDPS    Z2, Z12, Z12
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -13351,8 +13279,8 @@ avx512AddSumBF16TreeX_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16TreeX_1024:
@@ -13389,8 +13317,8 @@ avx512AddSumBF16TreeX_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16TreeX_512:
@@ -13415,8 +13343,8 @@ avx512AddSumBF16TreeX_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16TreeX_256:
@@ -13435,8 +13363,8 @@ avx512AddSumBF16TreeX_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16TreeX_128:
@@ -13452,8 +13380,8 @@ avx512AddSumBF16TreeX_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16TreeX_64:
@@ -13466,8 +13394,8 @@ avx512AddSumBF16TreeX_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -13519,8 +13447,8 @@ avx512AddSumBF16TreeNT_pairs_chunk:
 	VPMOVZXWD (SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, (CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, (CX)(R11*4)
 	VADDPS    Z19, Z1, Z1
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13538,8 +13466,8 @@ avx512AddSumBF16TreeNT_pairs_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 64(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 64(CX)(R11*4)
 	VADDPS    Z19, Z2, Z2
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13557,8 +13485,8 @@ avx512AddSumBF16TreeNT_pairs_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 128(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 128(CX)(R11*4)
 	VADDPS    Z19, Z3, Z3
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13576,8 +13504,8 @@ avx512AddSumBF16TreeNT_pairs_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 192(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 192(CX)(R11*4)
 	VADDPS    Z19, Z4, Z4
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13595,8 +13523,8 @@ avx512AddSumBF16TreeNT_pairs_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 256(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 256(CX)(R11*4)
 	VADDPS    Z19, Z5, Z5
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13614,8 +13542,8 @@ avx512AddSumBF16TreeNT_pairs_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 320(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 320(CX)(R11*4)
 	VADDPS    Z19, Z6, Z6
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13633,8 +13561,8 @@ avx512AddSumBF16TreeNT_pairs_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 384(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 384(CX)(R11*4)
 	VADDPS    Z19, Z7, Z7
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13652,8 +13580,8 @@ avx512AddSumBF16TreeNT_pairs_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 448(CX)(R11*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 448(CX)(R11*4)
 	VADDPS    Z19, Z8, Z8
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -13708,8 +13636,8 @@ avx512AddSumBF16TreeNT_group_chunk:
 	VPMOVZXWD (SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, (CX)(R10*4)
 	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -13727,8 +13655,8 @@ avx512AddSumBF16TreeNT_group_chunk:
 	VPMOVZXWD 32(SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 64(CX)(R10*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 64(CX)(R10*4)
 	VADDPS    Z2, Z10, Z10
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -13746,8 +13674,8 @@ avx512AddSumBF16TreeNT_group_chunk:
 	VPMOVZXWD 64(SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 128(CX)(R10*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 128(CX)(R10*4)
 	VADDPS    Z2, Z11, Z11
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -13765,8 +13693,8 @@ avx512AddSumBF16TreeNT_group_chunk:
 	VPMOVZXWD 96(SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 192(CX)(R10*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 192(CX)(R10*4)
 	VADDPS    Z2, Z12, Z12
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -13853,8 +13781,8 @@ avx512AddSumBF16TreeNT_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16TreeNT_1024:
@@ -13891,8 +13819,8 @@ avx512AddSumBF16TreeNT_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16TreeNT_512:
@@ -13917,8 +13845,8 @@ avx512AddSumBF16TreeNT_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16TreeNT_256:
@@ -13937,8 +13865,8 @@ avx512AddSumBF16TreeNT_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16TreeNT_128:
@@ -13954,8 +13882,8 @@ avx512AddSumBF16TreeNT_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16TreeNT_64:
@@ -13968,8 +13896,8 @@ avx512AddSumBF16TreeNT_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -14005,64 +13933,64 @@ avx512AddSumBF16AccTree_pairs_chunk:
 	VPMOVZXWD (BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 32(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 64(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 96(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 128(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 160(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 192(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD 224(BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      SI, R10
 	CMPQ      R10, DI
@@ -14106,32 +14034,32 @@ avx512AddSumBF16AccTree_group_chunk:
 	VPMOVZXWD (BX)(R9*2), Z6
 	VPSLLD    $0x10, Z6, Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, (CX)(R9*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z1, Z1
 	VPMOVZXWD 32(DX)(R9*2), Z5
 	VPSLLD    $0x10, Z5, Z5
 	VPMOVZXWD 32(BX)(R9*2), Z6
 	VPSLLD    $0x10, Z6, Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 64(CX)(R9*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z2, Z2
 	VPMOVZXWD 64(DX)(R9*2), Z5
 	VPSLLD    $0x10, Z5, Z5
 	VPMOVZXWD 64(BX)(R9*2), Z6
 	VPSLLD    $0x10, Z6, Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 128(CX)(R9*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z3, Z3
 	VPMOVZXWD 96(DX)(R9*2), Z5
 	VPSLLD    $0x10, Z5, Z5
 	VPMOVZXWD 96(BX)(R9*2), Z6
 	VPSLLD    $0x10, Z6, Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 192(CX)(R9*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z4, Z4
 	ADDQ      SI, R9
 	CMPQ      R9, DI
@@ -14207,8 +14135,8 @@ avx512AddSumBF16AccTree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTree_1024:
@@ -14245,8 +14173,8 @@ avx512AddSumBF16AccTree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTree_512:
@@ -14271,8 +14199,8 @@ avx512AddSumBF16AccTree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTree_256:
@@ -14291,8 +14219,8 @@ avx512AddSumBF16AccTree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTree_128:
@@ -14308,8 +14236,8 @@ avx512AddSumBF16AccTree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTree_64:
@@ -14322,8 +14250,8 @@ avx512AddSumBF16AccTree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -14375,8 +14303,8 @@ avx512AddSumBF16AccTreeX_pairs_chunk:
 	VPMOVZXWD (SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, (CX)(R11*4)
 	VADDPS    Z15, Z6, Z6
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14394,8 +14322,8 @@ avx512AddSumBF16AccTreeX_pairs_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 64(CX)(R11*4)
 	VADDPS    Z15, Z7, Z7
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14413,8 +14341,8 @@ avx512AddSumBF16AccTreeX_pairs_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 128(CX)(R11*4)
 	VADDPS    Z15, Z8, Z8
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14432,8 +14360,8 @@ avx512AddSumBF16AccTreeX_pairs_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 192(CX)(R11*4)
 	VADDPS    Z15, Z9, Z9
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14451,8 +14379,8 @@ avx512AddSumBF16AccTreeX_pairs_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 256(CX)(R11*4)
 	VADDPS    Z15, Z10, Z10
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14470,8 +14398,8 @@ avx512AddSumBF16AccTreeX_pairs_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 320(CX)(R11*4)
 	VADDPS    Z15, Z11, Z11
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14489,8 +14417,8 @@ avx512AddSumBF16AccTreeX_pairs_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 384(CX)(R11*4)
 	VADDPS    Z15, Z12, Z12
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14508,8 +14436,8 @@ avx512AddSumBF16AccTreeX_pairs_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 448(CX)(R11*4)
 	VADDPS    Z15, Z13, Z13
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14564,8 +14492,8 @@ avx512AddSumBF16AccTreeX_group_chunk:
 	VPMOVZXWD (SI)(R10*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, (CX)(R10*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, (CX)(R10*4)
 	VADDPS    Z11, Z6, Z6
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -14583,8 +14511,8 @@ avx512AddSumBF16AccTreeX_group_chunk:
 	VPMOVZXWD 32(SI)(R10*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 64(CX)(R10*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 64(CX)(R10*4)
 	VADDPS    Z11, Z7, Z7
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -14602,8 +14530,8 @@ avx512AddSumBF16AccTreeX_group_chunk:
 	VPMOVZXWD 64(SI)(R10*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 128(CX)(R10*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 128(CX)(R10*4)
 	VADDPS    Z11, Z8, Z8
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -14621,8 +14549,8 @@ avx512AddSumBF16AccTreeX_group_chunk:
 	VPMOVZXWD 96(SI)(R10*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 192(CX)(R10*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 192(CX)(R10*4)
 	VADDPS    Z11, Z9, Z9
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -14709,8 +14637,8 @@ avx512AddSumBF16AccTreeX_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTreeX_1024:
@@ -14747,8 +14675,8 @@ avx512AddSumBF16AccTreeX_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTreeX_512:
@@ -14773,8 +14701,8 @@ avx512AddSumBF16AccTreeX_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTreeX_256:
@@ -14793,8 +14721,8 @@ avx512AddSumBF16AccTreeX_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTreeX_128:
@@ -14810,8 +14738,8 @@ avx512AddSumBF16AccTreeX_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTreeX_64:
@@ -14824,8 +14752,8 @@ avx512AddSumBF16AccTreeX_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -14877,8 +14805,8 @@ avx512AddSumBF16AccTreeNT_pairs_chunk:
 	VPMOVZXWD (SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, (CX)(R11*4)
 	VADDPS    Z15, Z6, Z6
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14896,8 +14824,8 @@ avx512AddSumBF16AccTreeNT_pairs_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 64(CX)(R11*4)
 	VADDPS    Z15, Z7, Z7
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14915,8 +14843,8 @@ avx512AddSumBF16AccTreeNT_pairs_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 128(CX)(R11*4)
 	VADDPS    Z15, Z8, Z8
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14934,8 +14862,8 @@ avx512AddSumBF16AccTreeNT_pairs_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 192(CX)(R11*4)
 	VADDPS    Z15, Z9, Z9
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14953,8 +14881,8 @@ avx512AddSumBF16AccTreeNT_pairs_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 256(CX)(R11*4)
 	VADDPS    Z15, Z10, Z10
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14972,8 +14900,8 @@ avx512AddSumBF16AccTreeNT_pairs_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 320(CX)(R11*4)
 	VADDPS    Z15, Z11, Z11
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -14991,8 +14919,8 @@ avx512AddSumBF16AccTreeNT_pairs_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 384(CX)(R11*4)
 	VADDPS    Z15, Z12, Z12
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -15010,8 +14938,8 @@ avx512AddSumBF16AccTreeNT_pairs_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R11*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 448(CX)(R11*4)
 	VADDPS    Z15, Z13, Z13
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -15066,8 +14994,8 @@ avx512AddSumBF16AccTreeNT_group_chunk:
 	VPMOVZXWD (SI)(R10*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, (CX)(R10*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, (CX)(R10*4)
 	VADDPS    Z11, Z6, Z6
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -15085,8 +15013,8 @@ avx512AddSumBF16AccTreeNT_group_chunk:
 	VPMOVZXWD 32(SI)(R10*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 64(CX)(R10*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 64(CX)(R10*4)
 	VADDPS    Z11, Z7, Z7
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -15104,8 +15032,8 @@ avx512AddSumBF16AccTreeNT_group_chunk:
 	VPMOVZXWD 64(SI)(R10*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 128(CX)(R10*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 128(CX)(R10*4)
 	VADDPS    Z11, Z8, Z8
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -15123,8 +15051,8 @@ avx512AddSumBF16AccTreeNT_group_chunk:
 	VPMOVZXWD 96(SI)(R10*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 192(CX)(R10*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 192(CX)(R10*4)
 	VADDPS    Z11, Z9, Z9
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -15211,8 +15139,8 @@ avx512AddSumBF16AccTreeNT_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTreeNT_1024:
@@ -15249,8 +15177,8 @@ avx512AddSumBF16AccTreeNT_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTreeNT_512:
@@ -15275,8 +15203,8 @@ avx512AddSumBF16AccTreeNT_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTreeNT_256:
@@ -15295,8 +15223,8 @@ avx512AddSumBF16AccTreeNT_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTreeNT_128:
@@ -15312,8 +15240,8 @@ avx512AddSumBF16AccTreeNT_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16AccTreeNT_64:
@@ -15326,8 +15254,8 @@ avx512AddSumBF16AccTreeNT_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
@@ -15367,8 +15295,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -15378,8 +15306,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -15389,8 +15317,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -15400,8 +15328,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -15411,8 +15339,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -15422,8 +15350,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -15433,8 +15361,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -15444,8 +15372,8 @@ avx512AddSumBF16Full_block_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -15477,8 +15405,8 @@ avx512AddSumBF16Full_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z11, Z11
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -15544,8 +15472,8 @@ avx512AddSumBF16FullX_block_chunk:
 	VPMOVZXWD (DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, (CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, (CX)(R12*4)
 	VADDPS    Z16, Z1, Z1
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15566,8 +15494,8 @@ avx512AddSumBF16FullX_block_chunk:
 	VPMOVZXWD 32(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 64(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 64(CX)(R12*4)
 	VADDPS    Z16, Z2, Z2
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15588,8 +15516,8 @@ avx512AddSumBF16FullX_block_chunk:
 	VPMOVZXWD 64(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 128(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 128(CX)(R12*4)
 	VADDPS    Z16, Z3, Z3
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15610,8 +15538,8 @@ avx512AddSumBF16FullX_block_chunk:
 	VPMOVZXWD 96(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 192(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 192(CX)(R12*4)
 	VADDPS    Z16, Z4, Z4
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15632,8 +15560,8 @@ avx512AddSumBF16FullX_block_chunk:
 	VPMOVZXWD 128(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 256(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 256(CX)(R12*4)
 	VADDPS    Z16, Z5, Z5
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15654,8 +15582,8 @@ avx512AddSumBF16FullX_block_chunk:
 	VPMOVZXWD 160(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 320(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 320(CX)(R12*4)
 	VADDPS    Z16, Z6, Z6
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15676,8 +15604,8 @@ avx512AddSumBF16FullX_block_chunk:
 	VPMOVZXWD 192(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 384(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 384(CX)(R12*4)
 	VADDPS    Z16, Z7, Z7
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15698,8 +15626,8 @@ avx512AddSumBF16FullX_block_chunk:
 	VPMOVZXWD 224(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 448(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 448(CX)(R12*4)
 	VADDPS    Z16, Z8, Z8
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15742,8 +15670,8 @@ avx512AddSumBF16FullX_vec_chunk:
 	VPMOVZXWD (DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z14, Z1, Z2
-	VMOVUPS   Z2, (CX)(R11*4)
 	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -15820,8 +15748,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD (DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, (CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, (CX)(R12*4)
 	VADDPS    Z16, Z1, Z1
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15842,8 +15770,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 32(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 64(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 64(CX)(R12*4)
 	VADDPS    Z16, Z2, Z2
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15864,8 +15792,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 64(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 128(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 128(CX)(R12*4)
 	VADDPS    Z16, Z3, Z3
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15886,8 +15814,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 96(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 192(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 192(CX)(R12*4)
 	VADDPS    Z16, Z4, Z4
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15908,8 +15836,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 128(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 256(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 256(CX)(R12*4)
 	VADDPS    Z16, Z5, Z5
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15930,8 +15858,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 160(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 320(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 320(CX)(R12*4)
 	VADDPS    Z16, Z6, Z6
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15952,8 +15880,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 192(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 384(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 384(CX)(R12*4)
 	VADDPS    Z16, Z7, Z7
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -15974,8 +15902,8 @@ avx512AddSumBF16FullNT_block_chunk:
 	VPMOVZXWD 224(DI)(R12*2), Z16
 	VPSLLD    $0x10, Z16, Z16
 	VADDPS    Z16, Z15, Z15
+	VMOVUPS   Z15, 448(CX)(R12*4)
 	VSUBPS    Z14, Z15, Z16
-	VMOVUPS   Z16, 448(CX)(R12*4)
 	VADDPS    Z16, Z8, Z8
 	VPSRLD    $0x10, Z15, Z16
 	VPANDD    Z0, Z16, Z17
@@ -16018,8 +15946,8 @@ avx512AddSumBF16FullNT_vec_chunk:
 	VPMOVZXWD (DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z14, Z1, Z2
-	VMOVUPS   Z2, (CX)(R11*4)
 	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -16080,8 +16008,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD (SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16091,8 +16019,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16102,8 +16030,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16113,8 +16041,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16124,8 +16052,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16135,8 +16063,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16146,8 +16074,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16157,8 +16085,8 @@ avx512AddSumBF16FullAcc_block_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -16190,8 +16118,8 @@ avx512AddSumBF16FullAcc_vec_chunk:
 	VPMOVZXWD (SI)(R10*2), Z3
 	VPSLLD    $0x10, Z3, Z3
 	VADDPS    Z3, Z2, Z2
-	VSUBPS    Z0, Z2, Z2
 	VMOVUPS   Z2, (CX)(R10*4)
+	VSUBPS    Z0, Z2, Z2
 	VADDPS    Z2, Z1, Z1
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -16257,8 +16185,8 @@ avx512AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD (DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, (CX)(R12*4)
 	VADDPS    Z15, Z6, Z6
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16279,8 +16207,8 @@ avx512AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD 32(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 64(CX)(R12*4)
 	VADDPS    Z15, Z7, Z7
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16301,8 +16229,8 @@ avx512AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD 64(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 128(CX)(R12*4)
 	VADDPS    Z15, Z8, Z8
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16323,8 +16251,8 @@ avx512AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD 96(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 192(CX)(R12*4)
 	VADDPS    Z15, Z9, Z9
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16345,8 +16273,8 @@ avx512AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD 128(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 256(CX)(R12*4)
 	VADDPS    Z15, Z10, Z10
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16367,8 +16295,8 @@ avx512AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD 160(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 320(CX)(R12*4)
 	VADDPS    Z15, Z11, Z11
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16389,8 +16317,8 @@ avx512AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD 192(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 384(CX)(R12*4)
 	VADDPS    Z15, Z12, Z12
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16411,8 +16339,8 @@ avx512AddSumBF16FullAccX_block_chunk:
 	VPMOVZXWD 224(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 448(CX)(R12*4)
 	VADDPS    Z15, Z13, Z13
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16455,8 +16383,8 @@ avx512AddSumBF16FullAccX_vec_chunk:
 	VPMOVZXWD (DI)(R11*2), Z8
 	VPSLLD    $0x10, Z8, Z8
 	VADDPS    Z8, Z7, Z7
+	VMOVUPS   Z7, (CX)(R11*4)
 	VSUBPS    Z5, Z7, Z8
-	VMOVUPS   Z8, (CX)(R11*4)
 	VADDPS    Z8, Z6, Z6
 	VPSRLD    $0x10, Z7, Z8
 	VPANDD    Z0, Z8, Z9
@@ -16533,8 +16461,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD (DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, (CX)(R12*4)
 	VADDPS    Z15, Z6, Z6
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16555,8 +16483,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 32(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 64(CX)(R12*4)
 	VADDPS    Z15, Z7, Z7
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16577,8 +16505,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 64(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 128(CX)(R12*4)
 	VADDPS    Z15, Z8, Z8
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16599,8 +16527,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 96(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 192(CX)(R12*4)
 	VADDPS    Z15, Z9, Z9
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16621,8 +16549,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 128(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 256(CX)(R12*4)
 	VADDPS    Z15, Z10, Z10
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16643,8 +16571,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 160(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 320(CX)(R12*4)
 	VADDPS    Z15, Z11, Z11
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16665,8 +16593,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 192(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 384(CX)(R12*4)
 	VADDPS    Z15, Z12, Z12
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16687,8 +16615,8 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	VPMOVZXWD 224(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 448(CX)(R12*4)
 	VADDPS    Z15, Z13, Z13
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -16731,8 +16659,8 @@ avx512AddSumBF16FullAccNT_vec_chunk:
 	VPMOVZXWD (DI)(R11*2), Z8
 	VPSLLD    $0x10, Z8, Z8
 	VADDPS    Z8, Z7, Z7
+	VMOVUPS   Z7, (CX)(R11*4)
 	VSUBPS    Z5, Z7, Z8
-	VMOVUPS   Z8, (CX)(R11*4)
 	VADDPS    Z8, Z6, Z6
 	VPSRLD    $0x10, Z7, Z8
 	VPANDD    Z0, Z8, Z9
@@ -16793,8 +16721,8 @@ avx512AddSumBF16FullTree_pairs_chunk:
 	VPMOVZXWD (SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16804,8 +16732,8 @@ avx512AddSumBF16FullTree_pairs_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16815,8 +16743,8 @@ avx512AddSumBF16FullTree_pairs_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16826,8 +16754,8 @@ avx512AddSumBF16FullTree_pairs_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16837,8 +16765,8 @@ avx512AddSumBF16FullTree_pairs_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16848,8 +16776,8 @@ avx512AddSumBF16FullTree_pairs_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16859,8 +16787,8 @@ avx512AddSumBF16FullTree_pairs_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -16870,8 +16798,8 @@ avx512AddSumBF16FullTree_pairs_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -16918,8 +16846,8 @@ avx512AddSumBF16FullTree_group_chunk:
 	VPMOVZXWD (SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z11, Z11
 	VPMOVZXWD 32(DX)(R10*2), Z1
 	VPSLLD    $0x10, Z1, Z1
@@ -16929,8 +16857,8 @@ avx512AddSumBF16FullTree_group_chunk:
 	VPMOVZXWD 32(SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 64(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z12, Z12
 	VPMOVZXWD 64(DX)(R10*2), Z1
 	VPSLLD    $0x10, Z1, Z1
@@ -16940,8 +16868,8 @@ avx512AddSumBF16FullTree_group_chunk:
 	VPMOVZXWD 64(SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 128(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z13, Z13
 	VPMOVZXWD 96(DX)(R10*2), Z1
 	VPSLLD    $0x10, Z1, Z1
@@ -16951,8 +16879,8 @@ avx512AddSumBF16FullTree_group_chunk:
 	VPMOVZXWD 96(SI)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
-	VSUBPS    Z0, Z1, Z1
 	VMOVUPS   Z1, 192(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
 	VADDPS    Z1, Z14, Z14
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -17028,8 +16956,8 @@ avx512AddSumBF16FullTree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTree_1024:
@@ -17066,8 +16994,8 @@ avx512AddSumBF16FullTree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTree_512:
@@ -17092,8 +17020,8 @@ avx512AddSumBF16FullTree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTree_256:
@@ -17112,8 +17040,8 @@ avx512AddSumBF16FullTree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTree_128:
@@ -17129,8 +17057,8 @@ avx512AddSumBF16FullTree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTree_64:
@@ -17143,8 +17071,8 @@ avx512AddSumBF16FullTree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -17200,8 +17128,8 @@ avx512AddSumBF16FullTreeX_pairs_chunk:
 	VPMOVZXWD (DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, (CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, (CX)(R12*4)
 	VADDPS    Z19, Z1, Z1
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17222,8 +17150,8 @@ avx512AddSumBF16FullTreeX_pairs_chunk:
 	VPMOVZXWD 32(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 64(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 64(CX)(R12*4)
 	VADDPS    Z19, Z2, Z2
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17244,8 +17172,8 @@ avx512AddSumBF16FullTreeX_pairs_chunk:
 	VPMOVZXWD 64(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 128(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 128(CX)(R12*4)
 	VADDPS    Z19, Z3, Z3
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17266,8 +17194,8 @@ avx512AddSumBF16FullTreeX_pairs_chunk:
 	VPMOVZXWD 96(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 192(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 192(CX)(R12*4)
 	VADDPS    Z19, Z4, Z4
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17288,8 +17216,8 @@ avx512AddSumBF16FullTreeX_pairs_chunk:
 	VPMOVZXWD 128(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 256(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 256(CX)(R12*4)
 	VADDPS    Z19, Z5, Z5
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17310,8 +17238,8 @@ avx512AddSumBF16FullTreeX_pairs_chunk:
 	VPMOVZXWD 160(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 320(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 320(CX)(R12*4)
 	VADDPS    Z19, Z6, Z6
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17332,8 +17260,8 @@ avx512AddSumBF16FullTreeX_pairs_chunk:
 	VPMOVZXWD 192(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 384(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 384(CX)(R12*4)
 	VADDPS    Z19, Z7, Z7
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17354,8 +17282,8 @@ avx512AddSumBF16FullTreeX_pairs_chunk:
 	VPMOVZXWD 224(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 448(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 448(CX)(R12*4)
 	VADDPS    Z19, Z8, Z8
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17413,8 +17341,8 @@ avx512AddSumBF16FullTreeX_group_chunk:
 	VPMOVZXWD (DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, (CX)(R11*4)
 	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -17435,8 +17363,8 @@ avx512AddSumBF16FullTreeX_group_chunk:
 	VPMOVZXWD 32(DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 64(CX)(R11*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 64(CX)(R11*4)
 	VADDPS    Z2, Z10, Z10
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -17457,8 +17385,8 @@ avx512AddSumBF16FullTreeX_group_chunk:
 	VPMOVZXWD 64(DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 128(CX)(R11*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 128(CX)(R11*4)
 	VADDPS    Z2, Z11, Z11
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -17479,8 +17407,8 @@ avx512AddSumBF16FullTreeX_group_chunk:
 	VPMOVZXWD 96(DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 192(CX)(R11*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 192(CX)(R11*4)
 	VADDPS    Z2, Z12, Z12
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -17567,8 +17495,8 @@ avx512AddSumBF16FullTreeX_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTreeX_1024:
@@ -17605,8 +17533,8 @@ avx512AddSumBF16FullTreeX_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTreeX_512:
@@ -17631,8 +17559,8 @@ avx512AddSumBF16FullTreeX_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTreeX_256:
@@ -17651,8 +17579,8 @@ avx512AddSumBF16FullTreeX_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTreeX_128:
@@ -17668,8 +17596,8 @@ avx512AddSumBF16FullTreeX_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTreeX_64:
@@ -17682,8 +17610,8 @@ avx512AddSumBF16FullTreeX_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -17739,8 +17667,8 @@ avx512AddSumBF16FullTreeNT_pairs_chunk:
 	VPMOVZXWD (DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, (CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, (CX)(R12*4)
 	VADDPS    Z19, Z1, Z1
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17761,8 +17689,8 @@ avx512AddSumBF16FullTreeNT_pairs_chunk:
 	VPMOVZXWD 32(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 64(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 64(CX)(R12*4)
 	VADDPS    Z19, Z2, Z2
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17783,8 +17711,8 @@ avx512AddSumBF16FullTreeNT_pairs_chunk:
 	VPMOVZXWD 64(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 128(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 128(CX)(R12*4)
 	VADDPS    Z19, Z3, Z3
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17805,8 +17733,8 @@ avx512AddSumBF16FullTreeNT_pairs_chunk:
 	VPMOVZXWD 96(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 192(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 192(CX)(R12*4)
 	VADDPS    Z19, Z4, Z4
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17827,8 +17755,8 @@ avx512AddSumBF16FullTreeNT_pairs_chunk:
 	VPMOVZXWD 128(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 256(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 256(CX)(R12*4)
 	VADDPS    Z19, Z5, Z5
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17849,8 +17777,8 @@ avx512AddSumBF16FullTreeNT_pairs_chunk:
 	VPMOVZXWD 160(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 320(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 320(CX)(R12*4)
 	VADDPS    Z19, Z6, Z6
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17871,8 +17799,8 @@ avx512AddSumBF16FullTreeNT_pairs_chunk:
 	VPMOVZXWD 192(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 384(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 384(CX)(R12*4)
 	VADDPS    Z19, Z7, Z7
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17893,8 +17821,8 @@ avx512AddSumBF16FullTreeNT_pairs_chunk:
 	VPMOVZXWD 224(DI)(R12*2), Z19
 	VPSLLD    $0x10, Z19, Z19
 	VADDPS    Z19, Z18, Z18
+	VMOVUPS   Z18, 448(CX)(R12*4)
 	VSUBPS    Z17, Z18, Z19
-	VMOVUPS   Z19, 448(CX)(R12*4)
 	VADDPS    Z19, Z8, Z8
 	VPSRLD    $0x10, Z18, Z19
 	VPANDD    Z0, Z19, Z20
@@ -17952,8 +17880,8 @@ avx512AddSumBF16FullTreeNT_group_chunk:
 	VPMOVZXWD (DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, (CX)(R11*4)
 	VADDPS    Z2, Z9, Z9
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -17974,8 +17902,8 @@ avx512AddSumBF16FullTreeNT_group_chunk:
 	VPMOVZXWD 32(DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 64(CX)(R11*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 64(CX)(R11*4)
 	VADDPS    Z2, Z10, Z10
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -17996,8 +17924,8 @@ avx512AddSumBF16FullTreeNT_group_chunk:
 	VPMOVZXWD 64(DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 128(CX)(R11*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 128(CX)(R11*4)
 	VADDPS    Z2, Z11, Z11
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -18018,8 +17946,8 @@ avx512AddSumBF16FullTreeNT_group_chunk:
 	VPMOVZXWD 96(DI)(R11*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, 192(CX)(R11*4)
 	VSUBPS    Z17, Z1, Z2
-	VMOVUPS   Z2, 192(CX)(R11*4)
 	VADDPS    Z2, Z12, Z12
 	VPSRLD    $0x10, Z1, Z2
 	VPANDD    Z0, Z2, Z3
@@ -18106,8 +18034,8 @@ avx512AddSumBF16FullTreeNT_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTreeNT_1024:
@@ -18144,8 +18072,8 @@ avx512AddSumBF16FullTreeNT_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTreeNT_512:
@@ -18170,8 +18098,8 @@ avx512AddSumBF16FullTreeNT_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTreeNT_256:
@@ -18190,8 +18118,8 @@ avx512AddSumBF16FullTreeNT_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTreeNT_128:
@@ -18207,8 +18135,8 @@ avx512AddSumBF16FullTreeNT_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullTreeNT_64:
@@ -18221,8 +18149,8 @@ avx512AddSumBF16FullTreeNT_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -18262,8 +18190,8 @@ avx512AddSumBF16FullAccTree_pairs_chunk:
 	VPMOVZXWD (SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z1, Z1
 	VPMOVZXWD 32(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -18273,8 +18201,8 @@ avx512AddSumBF16FullAccTree_pairs_chunk:
 	VPMOVZXWD 32(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z2, Z2
 	VPMOVZXWD 64(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -18284,8 +18212,8 @@ avx512AddSumBF16FullAccTree_pairs_chunk:
 	VPMOVZXWD 64(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z3, Z3
 	VPMOVZXWD 96(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -18295,8 +18223,8 @@ avx512AddSumBF16FullAccTree_pairs_chunk:
 	VPMOVZXWD 96(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z4, Z4
 	VPMOVZXWD 128(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -18306,8 +18234,8 @@ avx512AddSumBF16FullAccTree_pairs_chunk:
 	VPMOVZXWD 128(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z5, Z5
 	VPMOVZXWD 160(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -18317,8 +18245,8 @@ avx512AddSumBF16FullAccTree_pairs_chunk:
 	VPMOVZXWD 160(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z6, Z6
 	VPMOVZXWD 192(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -18328,8 +18256,8 @@ avx512AddSumBF16FullAccTree_pairs_chunk:
 	VPMOVZXWD 192(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z7, Z7
 	VPMOVZXWD 224(DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
@@ -18339,8 +18267,8 @@ avx512AddSumBF16FullAccTree_pairs_chunk:
 	VPMOVZXWD 224(SI)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VADDPS    Z10, Z9, Z9
-	VSUBPS    Z0, Z9, Z9
 	VMOVUPS   Z9, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
 	VADDPS    Z9, Z8, Z8
 	ADDQ      DI, R11
 	CMPQ      R11, R8
@@ -18387,8 +18315,8 @@ avx512AddSumBF16FullAccTree_group_chunk:
 	VPMOVZXWD (SI)(R10*2), Z6
 	VPSLLD    $0x10, Z6, Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, (CX)(R10*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z1, Z1
 	VPMOVZXWD 32(DX)(R10*2), Z5
 	VPSLLD    $0x10, Z5, Z5
@@ -18398,8 +18326,8 @@ avx512AddSumBF16FullAccTree_group_chunk:
 	VPMOVZXWD 32(SI)(R10*2), Z6
 	VPSLLD    $0x10, Z6, Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 64(CX)(R10*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z2, Z2
 	VPMOVZXWD 64(DX)(R10*2), Z5
 	VPSLLD    $0x10, Z5, Z5
@@ -18409,8 +18337,8 @@ avx512AddSumBF16FullAccTree_group_chunk:
 	VPMOVZXWD 64(SI)(R10*2), Z6
 	VPSLLD    $0x10, Z6, Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 128(CX)(R10*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z3, Z3
 	VPMOVZXWD 96(DX)(R10*2), Z5
 	VPSLLD    $0x10, Z5, Z5
@@ -18420,8 +18348,8 @@ avx512AddSumBF16FullAccTree_group_chunk:
 	VPMOVZXWD 96(SI)(R10*2), Z6
 	VPSLLD    $0x10, Z6, Z6
 	VADDPS    Z6, Z5, Z5
-	VSUBPS    Z0, Z5, Z5
 	VMOVUPS   Z5, 192(CX)(R10*4)
+	VSUBPS    Z0, Z5, Z5
 	VADDPS    Z5, Z4, Z4
 	ADDQ      DI, R10
 	CMPQ      R10, R8
@@ -18497,8 +18425,8 @@ avx512AddSumBF16FullAccTree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTree_1024:
@@ -18535,8 +18463,8 @@ avx512AddSumBF16FullAccTree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTree_512:
@@ -18561,8 +18489,8 @@ avx512AddSumBF16FullAccTree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTree_256:
@@ -18581,8 +18509,8 @@ avx512AddSumBF16FullAccTree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTree_128:
@@ -18598,8 +18526,8 @@ avx512AddSumBF16FullAccTree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTree_64:
@@ -18612,8 +18540,8 @@ avx512AddSumBF16FullAccTree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -18669,8 +18597,8 @@ avx512AddSumBF16FullAccTreeX_pairs_chunk:
 	VPMOVZXWD (DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, (CX)(R12*4)
 	VADDPS    Z15, Z6, Z6
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -18691,8 +18619,8 @@ avx512AddSumBF16FullAccTreeX_pairs_chunk:
 	VPMOVZXWD 32(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 64(CX)(R12*4)
 	VADDPS    Z15, Z7, Z7
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -18713,8 +18641,8 @@ avx512AddSumBF16FullAccTreeX_pairs_chunk:
 	VPMOVZXWD 64(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 128(CX)(R12*4)
 	VADDPS    Z15, Z8, Z8
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -18735,8 +18663,8 @@ avx512AddSumBF16FullAccTreeX_pairs_chunk:
 	VPMOVZXWD 96(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 192(CX)(R12*4)
 	VADDPS    Z15, Z9, Z9
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -18757,8 +18685,8 @@ avx512AddSumBF16FullAccTreeX_pairs_chunk:
 	VPMOVZXWD 128(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 256(CX)(R12*4)
 	VADDPS    Z15, Z10, Z10
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -18779,8 +18707,8 @@ avx512AddSumBF16FullAccTreeX_pairs_chunk:
 	VPMOVZXWD 160(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 320(CX)(R12*4)
 	VADDPS    Z15, Z11, Z11
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -18801,8 +18729,8 @@ avx512AddSumBF16FullAccTreeX_pairs_chunk:
 	VPMOVZXWD 192(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 384(CX)(R12*4)
 	VADDPS    Z15, Z12, Z12
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -18823,8 +18751,8 @@ avx512AddSumBF16FullAccTreeX_pairs_chunk:
 	VPMOVZXWD 224(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 448(CX)(R12*4)
 	VADDPS    Z15, Z13, Z13
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -18882,8 +18810,8 @@ avx512AddSumBF16FullAccTreeX_group_chunk:
 	VPMOVZXWD (DI)(R11*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, (CX)(R11*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, (CX)(R11*4)
 	VADDPS    Z11, Z6, Z6
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -18904,8 +18832,8 @@ avx512AddSumBF16FullAccTreeX_group_chunk:
 	VPMOVZXWD 32(DI)(R11*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 64(CX)(R11*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 64(CX)(R11*4)
 	VADDPS    Z11, Z7, Z7
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -18926,8 +18854,8 @@ avx512AddSumBF16FullAccTreeX_group_chunk:
 	VPMOVZXWD 64(DI)(R11*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 128(CX)(R11*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 128(CX)(R11*4)
 	VADDPS    Z11, Z8, Z8
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -18948,8 +18876,8 @@ avx512AddSumBF16FullAccTreeX_group_chunk:
 	VPMOVZXWD 96(DI)(R11*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 192(CX)(R11*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 192(CX)(R11*4)
 	VADDPS    Z11, Z9, Z9
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -19036,8 +18964,8 @@ avx512AddSumBF16FullAccTreeX_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTreeX_1024:
@@ -19074,8 +19002,8 @@ avx512AddSumBF16FullAccTreeX_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTreeX_512:
@@ -19100,8 +19028,8 @@ avx512AddSumBF16FullAccTreeX_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTreeX_256:
@@ -19120,8 +19048,8 @@ avx512AddSumBF16FullAccTreeX_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTreeX_128:
@@ -19137,8 +19065,8 @@ avx512AddSumBF16FullAccTreeX_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTreeX_64:
@@ -19151,8 +19079,8 @@ avx512AddSumBF16FullAccTreeX_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -19208,8 +19136,8 @@ avx512AddSumBF16FullAccTreeNT_pairs_chunk:
 	VPMOVZXWD (DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, (CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, (CX)(R12*4)
 	VADDPS    Z15, Z6, Z6
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -19230,8 +19158,8 @@ avx512AddSumBF16FullAccTreeNT_pairs_chunk:
 	VPMOVZXWD 32(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 64(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 64(CX)(R12*4)
 	VADDPS    Z15, Z7, Z7
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -19252,8 +19180,8 @@ avx512AddSumBF16FullAccTreeNT_pairs_chunk:
 	VPMOVZXWD 64(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 128(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 128(CX)(R12*4)
 	VADDPS    Z15, Z8, Z8
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -19274,8 +19202,8 @@ avx512AddSumBF16FullAccTreeNT_pairs_chunk:
 	VPMOVZXWD 96(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 192(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 192(CX)(R12*4)
 	VADDPS    Z15, Z9, Z9
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -19296,8 +19224,8 @@ avx512AddSumBF16FullAccTreeNT_pairs_chunk:
 	VPMOVZXWD 128(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 256(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 256(CX)(R12*4)
 	VADDPS    Z15, Z10, Z10
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -19318,8 +19246,8 @@ avx512AddSumBF16FullAccTreeNT_pairs_chunk:
 	VPMOVZXWD 160(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 320(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 320(CX)(R12*4)
 	VADDPS    Z15, Z11, Z11
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -19340,8 +19268,8 @@ avx512AddSumBF16FullAccTreeNT_pairs_chunk:
 	VPMOVZXWD 192(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 384(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 384(CX)(R12*4)
 	VADDPS    Z15, Z12, Z12
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -19362,8 +19290,8 @@ avx512AddSumBF16FullAccTreeNT_pairs_chunk:
 	VPMOVZXWD 224(DI)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VADDPS    Z15, Z14, Z14
+	VMOVUPS   Z14, 448(CX)(R12*4)
 	VSUBPS    Z5, Z14, Z15
-	VMOVUPS   Z15, 448(CX)(R12*4)
 	VADDPS    Z15, Z13, Z13
 	VPSRLD    $0x10, Z14, Z15
 	VPANDD    Z0, Z15, Z16
@@ -19421,8 +19349,8 @@ avx512AddSumBF16FullAccTreeNT_group_chunk:
 	VPMOVZXWD (DI)(R11*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, (CX)(R11*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, (CX)(R11*4)
 	VADDPS    Z11, Z6, Z6
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -19443,8 +19371,8 @@ avx512AddSumBF16FullAccTreeNT_group_chunk:
 	VPMOVZXWD 32(DI)(R11*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 64(CX)(R11*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 64(CX)(R11*4)
 	VADDPS    Z11, Z7, Z7
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -19465,8 +19393,8 @@ avx512AddSumBF16FullAccTreeNT_group_chunk:
 	VPMOVZXWD 64(DI)(R11*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 128(CX)(R11*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 128(CX)(R11*4)
 	VADDPS    Z11, Z8, Z8
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -19487,8 +19415,8 @@ avx512AddSumBF16FullAccTreeNT_group_chunk:
 	VPMOVZXWD 96(DI)(R11*2), Z11
 	VPSLLD    $0x10, Z11, Z11
 	VADDPS    Z11, Z10, Z10
+	VMOVUPS   Z10, 192(CX)(R11*4)
 	VSUBPS    Z5, Z10, Z11
-	VMOVUPS   Z11, 192(CX)(R11*4)
 	VADDPS    Z11, Z9, Z9
 	VPSRLD    $0x10, Z10, Z11
 	VPANDD    Z0, Z11, Z12
@@ -19575,8 +19503,8 @@ avx512AddSumBF16FullAccTreeNT_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTreeNT_1024:
@@ -19613,8 +19541,8 @@ avx512AddSumBF16FullAccTreeNT_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTreeNT_512:
@@ -19639,8 +19567,8 @@ avx512AddSumBF16FullAccTreeNT_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTreeNT_256:
@@ -19659,8 +19587,8 @@ avx512AddSumBF16FullAccTreeNT_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTreeNT_128:
@@ -19676,8 +19604,8 @@ avx512AddSumBF16FullAccTreeNT_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET
 
 avx512AddSumBF16FullAccTreeNT_64:
@@ -19690,6 +19618,6 @@ avx512AddSumBF16FullAccTreeNT_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+152(FP)
+	VZEROUPPER
 	RET

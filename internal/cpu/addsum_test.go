@@ -10,7 +10,7 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// TestAddKernels checks the elementwise first pass (shiftRow: t, and x plain or
+// TestAddKernels checks the elementwise first pass (addRow: t, and x plain or
 // non-temporal at every start alignment) and addTo against their twins.
 func TestAddKernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
@@ -20,17 +20,16 @@ func TestAddKernels(t *testing.T) {
 		for _, n := range kernelSizes {
 			tag := func(op string) string { return fmt.Sprintf("%s/%s/n=%d", name, op, n) }
 			a, b, c := values(r, n, true), values(r, n, false), values(r, n, false)
-			x0 := float32(r.NormFloat64())
 			for _, bias := range []bool{false, true} {
 				for _, xs := range []struct{ x, nt bool }{{false, false}, {true, false}, {true, true}} {
 					for off := range 3 { // x's start: off elements past a 64-byte boundary
 						f := addForm{dt: ops.F32, bias: bias, x: xs.x, nt: xs.nt}
 						gotT, wantT := out32(n, nil), out32(n, nil)
 						gotX, wantX := out32(n+off, nil)[off:], out32(n, nil)
-						k.shiftRow(f, gotT, gotX, a, b, c, x0)
+						k.addRow(f, gotT, gotX, a, b, c)
 						k.fence()
-						g.shiftRow(f, wantT, wantX, a, b, c, x0)
-						form := tag(fmt.Sprintf("shiftRow/bias=%v/x=%v/nt=%v/off=%d", bias, xs.x, xs.nt, off))
+						g.addRow(f, wantT, wantX, a, b, c)
+						form := tag(fmt.Sprintf("addRow/bias=%v/x=%v/nt=%v/off=%d", bias, xs.x, xs.nt, off))
 						same32(t, form+"/t", gotT, wantT)
 						if xs.x {
 							same32(t, form+"/x", gotX, wantX)
@@ -47,7 +46,7 @@ func TestAddKernels(t *testing.T) {
 	}
 }
 
-// TestAddSumKernel checks the fused first pass (the shifted row t, the optional x = s with
+// TestAddSumKernel checks the fused first pass (the staged row t, the optional x = s with
 // plain or non-temporal stores, and the partial sums) against its twin for every plan
 // width, with and without the third addend and x, x at every start alignment.
 func TestAddSumKernel(t *testing.T) {

@@ -6,9 +6,9 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// The affine step on the plan's deviations, from the shifted row t = x − x0 (the first
-// pass's): n = f32((t − meanD)·rstd), then y = f32(n·gamma) + beta, or fma(n, gamma, beta),
-// stored as float32 or rounded to 16 bits.
+// The affine step on the plan's deviations, from t = e = f32(x − shift) (the second pass
+// leaves it in the row's scratch): n = f32((t − meanD)·rstd), meanD the plan's m2, then
+// y = f32(n·gamma) + beta, or fma(n, gamma, beta), stored as float32 or rounded to 16 bits.
 
 // affineForm is the form of an affine step.
 type affineForm struct {
@@ -190,13 +190,13 @@ func widened(k *kernels, buf []float32, gamma, beta ops.Buf) weights16 {
 	return weights16{gamma: g, beta: b}
 }
 
-// normalize writes the affine step of the shifted row t under the plan's profile; nt
+// normalize writes the affine step of the row's deviations t (e, the second pass's) under the plan's profile; nt
 // stores y non-temporally (the caller fences).
 func normalize(k *kernels, p *plan.Plan, y, t, gamma, beta []float32, st plan.Stats, nt bool) {
 	k.affine(affineForm{dt: ops.F32, fma: p.Profile.FuseAffine, nt: nt}, y, t, gamma, beta, st.MeanD, st.Rstd)
 }
 
-// normalize16 writes the affine step of the shifted row t into elements [off, off+len(t))
+// normalize16 writes the affine step of the row's deviations t into elements [off, off+len(t))
 // of a 16-bit y, rounding in the kernel's store.
 func normalize16(k *kernels, p *plan.Plan, y ops.Buf, off int, t []float32, w weights16, st plan.Stats, nt bool) {
 	f := affineForm{dt: y.DType, fma: p.Profile.FuseAffine, nt: nt}

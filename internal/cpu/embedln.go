@@ -196,7 +196,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 			gi = int(in.SegIDs[t])
 		}
 	}
-	tr := sc.x[:H] // the shifted row, which the later passes read
+	tr := sc.x[:H] // the staged row, which the second pass turns into e = x − shift
 	row := t * H
 	switch w.DType {
 	case ops.F32:
@@ -204,7 +204,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		if gi >= 0 {
 			g = w.Seg.F32[gi*H : gi*H+H]
 		}
-		// The sum, shifted, and its partial sums in one pass, the sum also into
+		// The sum into tr and the partial sums of f32(sum − x0) in one pass, the sum also into
 		// embedding_sum when wanted (streamed out when nt).
 		var xs []float32
 		if out.Sum.Present() {
@@ -212,7 +212,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		}
 		part := sc.part[:op.plan.W]
 		word, pos := w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H]
-		x0 := word[0] + pos[0] // the plan's shift: x[0], as the sum computes it
+		x0 := word[0] + pos[0] // the plan's first shift: x[0], as the sum computes it
 		if g != nil {
 			x0 += g[0]
 		}
@@ -228,7 +228,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		}
 		bits := sumBits(out, row, H, sc)
 		word, pos := w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H]
-		// The staged sum, shifted, and its partial sums in one pass, a piece at a time
+		// The staged sum into tr and the partial sums of f32(sum − x0) in one pass, a piece at a time
 		// (16-bit inputs: the piece of t stays in L1 while the next is computed).
 		part := sc.part[:op.plan.W]
 		n := op.piece
@@ -236,7 +236,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		if g != nil {
 			g0 = g[0]
 		}
-		x0 := embedFirst(g != nil, word[0], pos[0], g0) // the plan's shift: x[0]
+		x0 := embedFirst(g != nil, word[0], pos[0], g0) // the plan's first shift: x[0]
 		for lo := 0; lo < H; lo += n {
 			hi := min(lo+n, H)
 			var gp []uint16

@@ -6,8 +6,8 @@ import (
 
 // EmbedLayerNorm's binary16 sum, staged as the plan stages it: h = rnd16(rnd16(w + g) + p)
 // with a segment row g, else rnd16(w + p), written as its bits and as float32, or fused
-// with the row's first pass: the shifted row t = f32(h) − x0 and its partial sums. (The
-// float32 sum is a first pass, addsum.go.)
+// with the row's first pass: t = f32(h), the row's staged values, and the partial sums
+// of f32(t − x0). (The float32 sum is a first pass, addsum.go.)
 
 // embedForm is the form of a staged sum.
 type embedForm struct {
@@ -73,7 +73,7 @@ func (k *kernels) embedSum(f embedForm, x []float32, bits []uint16, w, p, g []ui
 	}
 }
 
-// embedFirst is the staged sum of a row's first element as float32: the plan's shift x0,
+// embedFirst is the staged sum of a row's first element as float32: the plan's first shift x0,
 // known before the fused first pass (widened by the fields, not the table: one value).
 func embedFirst(seg bool, w, p, g uint16) float32 {
 	a := half.F16ToF32(w)
@@ -83,15 +83,15 @@ func embedFirst(seg bool, w, p, g uint16) float32 {
 	return half.F16ToF32(half.F32ToF16(a + half.F16ToF32(p)))
 }
 
-// embedShiftGo is the twin of embedShift: the staged sum into t, then shifted in place and
-// summed.
+// embedShiftGo is the twin of embedShift: the staged sum into t, then the partial sums of
+// f32(t − x0).
 func embedShiftGo(f embedForm, part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) {
 	embedSumGo(f, t, bits, w, p, g)
-	accumulateGo(sumForm{zero: !f.acc}, part, t, t, x0, 0)
+	accumulateGo(sumForm{zero: !f.acc}, part, nil, t, x0)
 }
 
-// embedShift runs a row's first pass fused with the staged sum: h as bits, t = f32(h) −
-// x0, and the partial sums of t; the kernel over the whole chunks of W, then the shorter
+// embedShift runs a row's first pass fused with the staged sum: h as bits, t = f32(h), and
+// the partial sums of f32(t − x0); the kernel over the whole chunks of W, then the shorter
 // last chunk (embedShiftChunk); a W the width does not divide goes to the narrower width.
 // A row shorter than W from +0 clears the partials first and adds onto them (as addSum16).
 func (k *kernels) embedShift(f embedForm, part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) {

@@ -10,15 +10,15 @@ package cpu
 //go:noescape
 func avx2EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
 
-// avx2EmbedShiftF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] from +0 (chunks in order), for i < len(t); len(part) = W must be a
+// avx2EmbedShiftF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) from +0 (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx2EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
 
-// avx2EmbedShiftF16SegAcc writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] added onto part (chunks in order), for i < len(t); len(part) = W must be a
+// avx2EmbedShiftF16SegAcc writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) added onto part (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
@@ -30,15 +30,15 @@ func avx2EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []uin
 //go:noescape
 func avx2EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 
-// avx2EmbedShiftF16 writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] from +0 (chunks in order), for i < len(t); len(part) = W must be a
+// avx2EmbedShiftF16 writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) from +0 (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx2EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
 
-// avx2EmbedShiftF16Acc writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] added onto part (chunks in order), for i < len(t); len(part) = W must be a
+// avx2EmbedShiftF16Acc writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) added onto part (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
@@ -50,15 +50,15 @@ func avx2EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16
 //go:noescape
 func avx512EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
 
-// avx512EmbedShiftF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] from +0 (chunks in order), for i < len(t); len(part) = W must be a
+// avx512EmbedShiftF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) from +0 (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx512EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
 
-// avx512EmbedShiftF16SegAcc writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] added onto part (chunks in order), for i < len(t); len(part) = W must be a
+// avx512EmbedShiftF16SegAcc writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) added onto part (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
@@ -70,15 +70,15 @@ func avx512EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []u
 //go:noescape
 func avx512EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 
-// avx512EmbedShiftF16 writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] from +0 (chunks in order), for i < len(t); len(part) = W must be a
+// avx512EmbedShiftF16 writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) from +0 (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx512EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
 
-// avx512EmbedShiftF16Acc writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] added onto part (chunks in order), for i < len(t); len(part) = W must be a
+// avx512EmbedShiftF16Acc writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) added onto part (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
@@ -90,15 +90,15 @@ func avx512EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint
 //go:noescape
 func avx512fp16EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
 
-// avx512fp16EmbedShiftF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] from +0 (chunks in order), for i < len(t); len(part) = W must be a
+// avx512fp16EmbedShiftF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) from +0 (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
 func avx512fp16EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
 
-// avx512fp16EmbedShiftF16SegAcc writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] added onto part (chunks in order), for i < len(t); len(part) = W must be a
+// avx512fp16EmbedShiftF16SegAcc writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) added onto part (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
@@ -110,15 +110,15 @@ func avx512fp16EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w
 //go:noescape
 func avx512fp16EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 
-// avx512fp16EmbedShiftF16 writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] from +0 (chunks in order), for i < len(t); len(part) = W must be a
+// avx512fp16EmbedShiftF16 writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) from +0 (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
 func avx512fp16EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
 
-// avx512fp16EmbedShiftF16Acc writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h) − x0, and part[k] =
-// Σ_c t[c·W+k] added onto part (chunks in order), for i < len(t); len(part) = W must be a
+// avx512fp16EmbedShiftF16Acc writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h), and part[k] =
+// Σ_c f32(t[c·W+k] − x0) added onto part (chunks in order), for i < len(t); len(part) = W must be a
 // multiple of the lanes and len(t) a positive multiple of W (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape

@@ -33,8 +33,8 @@ func (c *countWork) run() {
 }
 
 func (c *countWork) rows(lo, hi int, sc *scratch) {
-	if len(sc.x) != c.h || len(sc.y) != c.h || len(sc.t) != c.h || len(sc.part) != c.w {
-		c.t.Errorf("scratch sized %d/%d/%d/%d, want %d and %d", len(sc.x), len(sc.y), len(sc.t), len(sc.part), c.h, c.w)
+	if len(sc.x) != c.h || len(sc.y) != c.h || len(sc.t) != c.h || len(sc.part) != 2*c.w {
+		c.t.Errorf("scratch sized %d/%d/%d/%d, want %d and 2·%d", len(sc.x), len(sc.y), len(sc.t), len(sc.part), c.h, c.w)
 	}
 	for r := lo; r < hi; r++ {
 		c.hits[r].Add(1)

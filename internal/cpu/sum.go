@@ -4,125 +4,135 @@ import (
 	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
-// The plan's accumulations (internal/plan, plan v2), W = len(part) partials, each taking the
-// chunks [c·W+k] in order: the shift, which writes a row's shifted values t = x − x0 (the
-// row's scratch, or x itself) and their partial sums, and the partial sums of the squared
-// deviations d = t − meanD, read from t: the later passes take the shift's values instead of
-// subtracting x0 again; then the plan's tree over the partials (plan.Plan.Tree: for a vector
-// row, each quad folded first, then the halving).
+// The plan's accumulations (internal/plan, plan v3), W = len(part) partials, each taking the
+// chunks [c·W+k] in order, over a row's staged values t (the first pass writes t = x, the
+// row's own values, into the row's scratch): the first pass's partial sums of f32(t − x0),
+// and the second pass, which computes e = f32(t − shift) from t (from x itself, not from
+// x − x0: plan v3's accuracy rests on it), writes t = e back in place for the affine step,
+// and takes the partial sums of e and of e² as two partial sets; then the plan's tree over
+// each set (plan.Plan.Tree: for a vector row, each quad folded first, then the halving).
 
 // sumForm is the form of an accumulation.
 type sumForm struct {
-	sq      bool // the squared deviations f32(d·d) of t, else the shift: t = x − x0 and its sums
-	shifted bool // not sq: t already holds the shifted row (shiftRow's), only its sums (x unused)
-	fma     bool // sq as fma(d, d, part[k]) (the profile's FuseVariance)
-	zero    bool // the partials start at +0 (part is not read), else the sums are added onto them
+	dev  bool // the second pass: e = t − shift, t = e, part += e and part2 += e²; else part += t − shift
+	fma  bool // dev with part2 = fma(e, e, part2) (the profile's FuseVariance), else part2 += f32(e·e)
+	zero bool // the partials start at +0 (part and part2 are not read), else the sums are added onto them
 }
 
-// sumKernels are a width's accumulation kernels: whole chunks of W = len(part), W a multiple
-// of the lanes, with blocks of partials kept in registers across the chunks.
+// sumKernels are a width's accumulation kernels: whole chunks of W = len(part) (and of
+// part2, its length), W a multiple of the lanes, with blocks of partials kept in registers
+// across the chunks.
 type sumKernels struct {
-	sum, sumZero                       func(part, t []float32)
-	shift, shiftZero                   func(part, t, x []float32, x0 float32)
-	sqDev, sqDevZero, sqFMA, sqFMAZero func(part, t []float32, meanD float32)
-	tree                               func(part []float32) float32                   // W a power of two ≥ 8
-	fold                               func(part []float32)                           // plan.FoldQuads, len(part) a multiple of 32
-	foldTree                           func(part []float32) float32                   // a vector row's tree, part only read: W = 64·2^k ≤ 2048 (AVX-512; else nil)
-	sumTree                            func(part, t []float32) float32                // sumZero then foldTree in one kernel, len(t) a multiple of W; part scratch (AVX-512; else nil)
-	sqTree, sqFMATree                  func(part, t []float32, meanD float32) float32 // sqDevZero (sqFMAZero) then foldTree, the same
+	sum, sumZero                     func(part, t []float32, shift float32)
+	dev, devZero, devFMA, devFMAZero func(part, part2, t []float32, shift float32)
+	tree                             func(part []float32) float32                   // W a power of two ≥ 8
+	fold                             func(part []float32)                           // plan.FoldQuads, len(part) a multiple of 32
+	foldTree                         func(part []float32) float32                   // a vector row's tree, part only read: W = 64·2^k ≤ 2048 (AVX-512; else nil)
+	sumTree                          func(part, t []float32, shift float32) float32 // sumZero then foldTree in one kernel, len(t) a multiple of W; part scratch (AVX-512; else nil)
+	// devZero (devFMAZero) then foldTree of each set in one kernel, as sumTree.
+	devTree, devFMATree func(part, part2, t []float32, shift float32) (sum, sumSq float32)
 }
 
 // run runs the form's kernel.
-func (k *sumKernels) run(f sumForm, part, t, x []float32, x0, meanD float32) {
+func (k *sumKernels) run(f sumForm, part, part2, t []float32, shift float32) {
 	switch {
-	case f.shifted && f.zero:
-		k.sumZero(part, t)
-	case f.shifted:
-		k.sum(part, t)
-	case !f.sq && f.zero:
-		k.shiftZero(part, t, x, x0)
-	case !f.sq:
-		k.shift(part, t, x, x0)
+	case !f.dev && f.zero:
+		k.sumZero(part, t, shift)
+	case !f.dev:
+		k.sum(part, t, shift)
 	case f.fma && f.zero:
-		k.sqFMAZero(part, t, meanD)
+		k.devFMAZero(part, part2, t, shift)
 	case f.fma:
-		k.sqFMA(part, t, meanD)
+		k.devFMA(part, part2, t, shift)
 	case f.zero:
-		k.sqDevZero(part, t, meanD)
+		k.devZero(part, part2, t, shift)
 	default:
-		k.sqDev(part, t, meanD)
+		k.dev(part, part2, t, shift)
 	}
 }
 
-// accumulateGo is the twin of every accumulation; x is read by the shift only (else nil).
-func accumulateGo(f sumForm, part, t, x []float32, x0, meanD float32) {
+// accumulateGo is the twin of every accumulation; part2 is used by the dev form only (else
+// nil).
+func accumulateGo(f sumForm, part, part2, t []float32, shift float32) {
 	if f.zero {
 		clear(part)
+		clear(part2)
 	}
 	w := len(part)
 	for base := 0; base < len(t); base += w {
 		c := t[base:min(base+w, len(t))]
 		p := part[:len(c)]
 		switch {
-		case f.shifted:
-			addToGo(p, c)
-		case !f.sq:
-			for k, v := range x[base : base+len(c)] {
-				c[k] = v - x0
-				p[k] += c[k]
+		case !f.dev:
+			for k, v := range c {
+				p[k] += v - shift
 			}
 		case f.fma:
+			p2 := part2[:len(c)]
 			for k, v := range c {
-				d := v - meanD
-				p[k] = plan.FMA32(d, d, p[k])
+				e := v - shift
+				c[k] = e
+				p[k] += e
+				p2[k] = plan.FMA32(e, e, p2[k])
 			}
 		default:
+			p2 := part2[:len(c)]
 			for k, v := range c {
-				d := v - meanD
-				p[k] += float32(d * d)
+				e := v - shift
+				c[k] = e
+				p[k] += e
+				p2[k] += float32(e * e)
 			}
 		}
 	}
 }
 
-// accumulate runs an accumulation over t (the shift: from x, into t): whole chunks of W go
-// to the width's kernel; the shorter last chunk is one more call with W narrowed to its
-// whole vectors, and what is left of it goes to the narrower width. A W that is not a
-// multiple of the lanes (short rows) goes to the narrower width whole; so does a zero-start
-// row shorter than W, except at the narrowest width, which clears the partials and adds
-// onto them.
-func (k *kernels) accumulate(f sumForm, part, t, x []float32, x0, meanD float32) {
-	if !f.sq && !f.shifted {
-		x = x[:len(t)]
+// span is v[lo:hi], or nil for a nil v (part2 of the forms without it).
+func span(v []float32, lo, hi int) []float32 {
+	if v == nil {
+		return nil
+	}
+	return v[lo:hi]
+}
+
+// accumulate runs an accumulation over t: whole chunks of W go to the width's kernel; the
+// shorter last chunk is one more call with W narrowed to its whole vectors, and what is
+// left of it goes to the narrower width. A W that is not a multiple of the lanes (short
+// rows) goes to the narrower width whole; so does a zero-start row shorter than W, except
+// at the narrowest width, which clears the partials and adds onto them.
+func (k *kernels) accumulate(f sumForm, part, part2, t []float32, shift float32) {
+	if f.dev {
+		part2 = part2[:len(part)]
 	}
 	if !k.simd() {
-		accumulateGo(f, part, t, x, x0, meanD)
+		accumulateGo(f, part, part2, t, shift)
 		return
 	}
 	w := len(part)
 	if w%k.lanes != 0 || f.zero && len(t) < w {
 		if f.zero && w%k.lanes == 0 && !k.narrower.simd() {
 			clear(part)
+			clear(part2)
 			f.zero = false
-			k.accumulate(f, part, t, x, x0, meanD)
+			k.accumulate(f, part, part2, t, shift)
 			return
 		}
-		k.narrower.accumulate(f, part, t, x, x0, meanD)
+		k.narrower.accumulate(f, part, part2, t, shift)
 		return
 	}
 	full := len(t) - len(t)%w
 	if full > 0 {
-		k.sums.run(f, part, t[:full], x, x0, meanD)
+		k.sums.run(f, part, part2, t[:full], shift)
 	}
 	// The zero-start kernel has written every partial: the last chunk adds onto them.
 	f.zero = false
 	tail := t[full:]
 	m := k.whole(len(tail))
 	if m > 0 {
-		k.sums.run(f, part[:m], tail[:m], from(x, full), x0, meanD)
+		k.sums.run(f, part[:m], span(part2, 0, m), tail[:m], shift)
 	}
 	if m < len(tail) {
-		k.narrower.accumulate(f, part[m:len(tail)], tail[m:], from(x, full+m), x0, meanD)
+		k.narrower.accumulate(f, part[m:len(tail)], span(part2, m, len(tail)), tail[m:], shift)
 	}
 }
 
@@ -181,43 +191,50 @@ func (k *kernels) planTree(p *plan.Plan, part []float32) float32 {
 	return k.tree(part)
 }
 
-// rowStats returns the statistics of x under plan p; t (len(x)) and part (p.W) are scratch.
-// pf (nil for none) takes a step after each pass over the row.
+// rowStats returns the statistics of x under plan p; t (len(x)) and part (2·p.W) are
+// scratch, and t ends holding e = f32(x − Shift) (what the affine step reads). pf (nil for
+// none) takes a step after each pass over the row.
 func rowStats(k *kernels, p *plan.Plan, x, t, part []float32, eps float32, pf *rowPrefetch) plan.Stats {
+	t = t[:len(x)]
+	copy(t, x)
 	x0 := x[0]
-	k.accumulate(sumForm{zero: true}, part[:p.W], t[:len(x)], x, x0, 0)
+	k.accumulate(sumForm{zero: true}, part[:p.W], nil, t, x0)
 	pf.step()
-	return rowStatsSummed(k, p, t[:len(x)], part, x0, eps, pf)
+	return rowStatsSummed(k, p, t, part, x0, eps, pf)
 }
 
-// rowStatsSummed is rowStats after the first pass: t holds the row shifted by x0, and
-// part[:p.W] the partial sums of t (from the shift, or a fused first pass).
+// rowStatsSummed is rowStats after the first pass: t holds the row's values, and
+// part[:p.W] the partial sums of f32(t − x0) (a first pass's).
 func rowStatsSummed(k *kernels, p *plan.Plan, t, part []float32, x0, eps float32, pf *rowPrefetch) plan.Stats {
 	return rowStatsOfSum(k, p, t, part, x0, k.planTree(p, part[:p.W]), eps, pf)
 }
 
 // rowStatsOfSum is rowStatsSummed after the tree of the first pass: sum is the plan's sum
-// of t, and part[:p.W] is scratch.
+// of f32(t − x0), and part[:2·p.W] is scratch. It runs the second pass (devSums), which
+// leaves e = f32(t − shift) in t, and finishes the statistics as plan.Stats does.
 func rowStatsOfSum(k *kernels, p *plan.Plan, t, part []float32, x0, sum, eps float32, pf *rowPrefetch) plan.Stats {
-	meanD := float32(sum * p.InvH) // no fused multiply-add on arm64: plan.Stats
-	variance := float32(k.sqDevSum(p, part, t, meanD) * p.InvH)
+	m1 := float32(sum * p.InvH) // no fused multiply-add on arm64: plan.Stats
+	shift := x0 + m1
+	sumE, sumSq := k.devSums(p, part, t, shift)
 	pf.step()
-	return plan.Stats{X0: x0, MeanD: meanD, Rstd: plan.Rstd(variance + eps)}
+	return p.StatsOf(shift, sumE, sumSq, eps)
 }
 
-// sqDevSum is the plan's sum of the squared deviations of t from meanD (the variance pass
-// and its tree): in one kernel where the width has it (foldTree's rows, whole chunks of
-// W), else the accumulation and then planTree. part[:p.W] is scratch.
-func (k *kernels) sqDevSum(p *plan.Plan, part, t []float32, meanD float32) float32 {
-	part = part[:p.W]
-	if k.sums.sqTree != nil && treeRow(p, len(t)) {
+// devSums is the plan's second pass and its trees (plan.Plan.SumDev): e = f32(t − shift)
+// written back into t, and the plan's sums of e and of e², the partial sets in
+// part[:p.W] and part[p.W:2·p.W] (scratch): in one kernel where the width has it
+// (foldTree's rows, whole chunks of W), else the accumulation, then planTree of each set.
+func (k *kernels) devSums(p *plan.Plan, part, t []float32, shift float32) (sum, sumSq float32) {
+	w := p.W
+	part, part2 := part[:w], part[w:2*w]
+	if k.sums.devTree != nil && treeRow(p, len(t)) {
 		if p.Profile.FuseVariance {
-			return k.sums.sqFMATree(part, t, meanD)
+			return k.sums.devFMATree(part, part2, t, shift)
 		}
-		return k.sums.sqTree(part, t, meanD)
+		return k.sums.devTree(part, part2, t, shift)
 	}
-	k.accumulate(sumForm{sq: true, fma: p.Profile.FuseVariance, zero: true}, part, t, nil, 0, meanD)
-	return k.planTree(p, part)
+	k.accumulate(sumForm{dev: true, fma: p.Profile.FuseVariance, zero: true}, part, part2, t, shift)
+	return k.planTree(p, part), k.planTree(p, part2)
 }
 
 // treeRow reports whether a row of n elements under plan p fits the kernels that end in

@@ -4,101 +4,77 @@
 
 package cpu
 
-// avx2AccumulateShift does t[i] = x[i] − x0 (t may be x) and part[k] += t[c·W+k] for every chunk c;
+// avx2AccumulateShift does part[k] += f32(t[c·W+k] − shift) for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AccumulateShift(part []float32, t []float32, x []float32, x0 float32)
+func avx2AccumulateShift(part []float32, t []float32, shift float32)
 
-// avx2Accumulate does part[k] += t[c·W+k] for every chunk c;
+// avx2AccumulateDev does t[i] = e = f32(t[i] − shift), part[k] += e and part2[k] += f32(e·e), i = c·W+k, for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2Accumulate(part []float32, t []float32)
+func avx2AccumulateDev(part []float32, part2 []float32, t []float32, shift float32)
 
-// avx2AccumulateSqDev does part[k] += f32(d·d), d = t[c·W+k] − meanD for every chunk c;
+// avx2AccumulateDevFMA does t[i] = e = f32(t[i] − shift), part[k] += e and part2[k] = fma(e, e, part2[k]), i = c·W+k, for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AccumulateSqDev(part []float32, t []float32, meanD float32)
+func avx2AccumulateDevFMA(part []float32, part2 []float32, t []float32, shift float32)
 
-// avx2AccumulateSqDevFMA does part[k] = fma(d, d, part[k]), d = t[c·W+k] − meanD for every chunk c;
+// avx2AccumulateShiftZero is avx2AccumulateShift on partials that start at +0 (the partials
+// are not read): the same as clearing them first, in one pass.
+//
+//go:noescape
+func avx2AccumulateShiftZero(part []float32, t []float32, shift float32)
+
+// avx2AccumulateDevZero is avx2AccumulateDev on partials that start at +0 (the partials
+// are not read): the same as clearing them first, in one pass.
+//
+//go:noescape
+func avx2AccumulateDevZero(part []float32, part2 []float32, t []float32, shift float32)
+
+// avx2AccumulateDevFMAZero is avx2AccumulateDevFMA on partials that start at +0 (the partials
+// are not read): the same as clearing them first, in one pass.
+//
+//go:noescape
+func avx2AccumulateDevFMAZero(part []float32, part2 []float32, t []float32, shift float32)
+
+// avx512AccumulateShift does part[k] += f32(t[c·W+k] − shift) for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx2AccumulateSqDevFMA(part []float32, t []float32, meanD float32)
+func avx512AccumulateShift(part []float32, t []float32, shift float32)
 
-// avx2AccumulateShiftZero is avx2AccumulateShift on partials that start at +0 (part is
-// not read): the same as clearing part first, in one pass.
-//
-//go:noescape
-func avx2AccumulateShiftZero(part []float32, t []float32, x []float32, x0 float32)
-
-// avx2AccumulateZero is avx2Accumulate on partials that start at +0 (part is
-// not read): the same as clearing part first, in one pass.
-//
-//go:noescape
-func avx2AccumulateZero(part []float32, t []float32)
-
-// avx2AccumulateSqDevZero is avx2AccumulateSqDev on partials that start at +0 (part is
-// not read): the same as clearing part first, in one pass.
-//
-//go:noescape
-func avx2AccumulateSqDevZero(part []float32, t []float32, meanD float32)
-
-// avx2AccumulateSqDevFMAZero is avx2AccumulateSqDevFMA on partials that start at +0 (part is
-// not read): the same as clearing part first, in one pass.
-//
-//go:noescape
-func avx2AccumulateSqDevFMAZero(part []float32, t []float32, meanD float32)
-
-// avx512AccumulateShift does t[i] = x[i] − x0 (t may be x) and part[k] += t[c·W+k] for every chunk c;
+// avx512AccumulateDev does t[i] = e = f32(t[i] − shift), part[k] += e and part2[k] += f32(e·e), i = c·W+k, for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512AccumulateShift(part []float32, t []float32, x []float32, x0 float32)
+func avx512AccumulateDev(part []float32, part2 []float32, t []float32, shift float32)
 
-// avx512Accumulate does part[k] += t[c·W+k] for every chunk c;
+// avx512AccumulateDevFMA does t[i] = e = f32(t[i] − shift), part[k] += e and part2[k] = fma(e, e, part2[k]), i = c·W+k, for every chunk c;
 // len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
 //
 //go:noescape
-func avx512Accumulate(part []float32, t []float32)
+func avx512AccumulateDevFMA(part []float32, part2 []float32, t []float32, shift float32)
 
-// avx512AccumulateSqDev does part[k] += f32(d·d), d = t[c·W+k] − meanD for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// avx512AccumulateShiftZero is avx512AccumulateShift on partials that start at +0 (the partials
+// are not read): the same as clearing them first, in one pass.
 //
 //go:noescape
-func avx512AccumulateSqDev(part []float32, t []float32, meanD float32)
+func avx512AccumulateShiftZero(part []float32, t []float32, shift float32)
 
-// avx512AccumulateSqDevFMA does part[k] = fma(d, d, part[k]), d = t[c·W+k] − meanD for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// avx512AccumulateDevZero is avx512AccumulateDev on partials that start at +0 (the partials
+// are not read): the same as clearing them first, in one pass.
 //
 //go:noescape
-func avx512AccumulateSqDevFMA(part []float32, t []float32, meanD float32)
+func avx512AccumulateDevZero(part []float32, part2 []float32, t []float32, shift float32)
 
-// avx512AccumulateShiftZero is avx512AccumulateShift on partials that start at +0 (part is
-// not read): the same as clearing part first, in one pass.
+// avx512AccumulateDevFMAZero is avx512AccumulateDevFMA on partials that start at +0 (the partials
+// are not read): the same as clearing them first, in one pass.
 //
 //go:noescape
-func avx512AccumulateShiftZero(part []float32, t []float32, x []float32, x0 float32)
-
-// avx512AccumulateZero is avx512Accumulate on partials that start at +0 (part is
-// not read): the same as clearing part first, in one pass.
-//
-//go:noescape
-func avx512AccumulateZero(part []float32, t []float32)
-
-// avx512AccumulateSqDevZero is avx512AccumulateSqDev on partials that start at +0 (part is
-// not read): the same as clearing part first, in one pass.
-//
-//go:noescape
-func avx512AccumulateSqDevZero(part []float32, t []float32, meanD float32)
-
-// avx512AccumulateSqDevFMAZero is avx512AccumulateSqDevFMA on partials that start at +0 (part is
-// not read): the same as clearing part first, in one pass.
-//
-//go:noescape
-func avx512AccumulateSqDevFMAZero(part []float32, t []float32, meanD float32)
+func avx512AccumulateDevFMAZero(part []float32, part2 []float32, t []float32, shift float32)
 
 // avx2Tree runs part[k] += part[k+off] for k < off, off = len(part)/2 … 1, and returns part[0];
 // len(part) must be a power of two ≥ 8.
@@ -118,23 +94,27 @@ func avx2FoldQuads(part []float32)
 //go:noescape
 func avx512FoldTree(part []float32) float32
 
-// avx512SumTree returns the plan's sum of t over a vector row: the partials from +0 as
-// avx512AccumulateZero, then avx512FoldTree; len(part) = W must be 64·2^k, k ≤ 5, and len(t)
-// a positive multiple of W. part is scratch (its first W/4 written).
+// avx512SumTree returns the plan's sum of f32(t[i] − shift) over a vector row: the partials from +0
+// as avx512AccumulateShiftZero, then avx512FoldTree; len(part) = W must be 64·2^k, k ≤ 5, and
+// len(t) a positive multiple of W. part is scratch (its first W/4 written).
 //
 //go:noescape
-func avx512SumTree(part []float32, t []float32) float32
+func avx512SumTree(part []float32, t []float32, shift float32) float32
 
-// avx512SqDevTree returns the plan's sum of f32(d·d), d = t[i] − meanD, over a vector row: the
-// partials from +0 as avx512AccumulateSqDevZero, then avx512FoldTree; len(part) = W must be
-// 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part is scratch (its first W/4 written).
+// avx512DevTree is the second pass of a vector row with its two trees: e = f32(t[i] − shift) written
+// back into t, and the plan's sums of e and of f32(e·e), the partials from +0 as
+// avx512AccumulateDevZero, then avx512FoldTree of each set; len(part) = len(part2) = W must
+// be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part and part2 are scratch (their
+// first W/4 written).
 //
 //go:noescape
-func avx512SqDevTree(part []float32, t []float32, meanD float32) float32
+func avx512DevTree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)
 
-// avx512SqDevFMATree returns the plan's sum of fma(d, d, ·), d = t[i] − meanD, over a vector row: the
-// partials from +0 as avx512AccumulateSqDevFMAZero, then avx512FoldTree; len(part) = W must be
-// 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part is scratch (its first W/4 written).
+// avx512DevFMATree is the second pass of a vector row with its two trees: e = f32(t[i] − shift) written
+// back into t, and the plan's sums of e and of fma(e, e, ·), the partials from +0 as
+// avx512AccumulateDevFMAZero, then avx512FoldTree of each set; len(part) = len(part2) = W must
+// be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part and part2 are scratch (their
+// first W/4 written).
 //
 //go:noescape
-func avx512SqDevFMATree(part []float32, t []float32, meanD float32) float32
+func avx512DevFMATree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)

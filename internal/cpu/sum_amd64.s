@@ -4,712 +4,511 @@
 
 #include "textflag.h"
 
-// func avx2AccumulateShift(part []float32, t []float32, x []float32, x0 float32)
+// func avx2AccumulateShift(part []float32, t []float32, shift float32)
 // Requires: AVX
-TEXT ·avx2AccumulateShift(SB), NOSPLIT, $0-76
+TEXT ·avx2AccumulateShift(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
+	VBROADCASTSS shift+48(FP), Y0
 	MOVQ         part_len+8(FP), DX
-	MOVQ         x_base+48(FP), BX
-	VBROADCASTSS x0+72(FP), Y0
-	MOVQ         t_len+32(FP), SI
-	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-32, R8
+	MOVQ         t_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-32, DI
 
 avx2AccumulateShift_block:
-	CMPQ    DI, R8
+	CMPQ    SI, DI
 	JAE     avx2AccumulateShift_block_done
-	VMOVUPS (AX)(DI*4), Y1
-	VMOVUPS 32(AX)(DI*4), Y2
-	VMOVUPS 64(AX)(DI*4), Y3
-	VMOVUPS 96(AX)(DI*4), Y4
-	MOVQ    DI, R9
+	VMOVUPS (AX)(SI*4), Y1
+	VMOVUPS 32(AX)(SI*4), Y2
+	VMOVUPS 64(AX)(SI*4), Y3
+	VMOVUPS 96(AX)(SI*4), Y4
+	MOVQ    SI, R8
 
 avx2AccumulateShift_block_chunk:
-	VMOVUPS (BX)(R9*4), Y5
+	VMOVUPS (CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
-	VMOVUPS Y5, (CX)(R9*4)
 	VADDPS  Y5, Y1, Y1
-	VMOVUPS 32(BX)(R9*4), Y5
+	VMOVUPS 32(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
-	VMOVUPS Y5, 32(CX)(R9*4)
 	VADDPS  Y5, Y2, Y2
-	VMOVUPS 64(BX)(R9*4), Y5
+	VMOVUPS 64(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
-	VMOVUPS Y5, 64(CX)(R9*4)
 	VADDPS  Y5, Y3, Y3
-	VMOVUPS 96(BX)(R9*4), Y5
+	VMOVUPS 96(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
-	VMOVUPS Y5, 96(CX)(R9*4)
 	VADDPS  Y5, Y4, Y4
-	ADDQ    DX, R9
-	CMPQ    R9, SI
+	ADDQ    DX, R8
+	CMPQ    R8, BX
 	JB      avx2AccumulateShift_block_chunk
-	VMOVUPS Y1, (AX)(DI*4)
-	VMOVUPS Y2, 32(AX)(DI*4)
-	VMOVUPS Y3, 64(AX)(DI*4)
-	VMOVUPS Y4, 96(AX)(DI*4)
-	ADDQ    $0x00000020, DI
+	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS Y2, 32(AX)(SI*4)
+	VMOVUPS Y3, 64(AX)(SI*4)
+	VMOVUPS Y4, 96(AX)(SI*4)
+	ADDQ    $0x00000020, SI
 	JMP     avx2AccumulateShift_block
 
 avx2AccumulateShift_block_done:
 avx2AccumulateShift_vec:
-	CMPQ    DI, DX
+	CMPQ    SI, DX
 	JAE     avx2AccumulateShift_vec_done
-	VMOVUPS (AX)(DI*4), Y1
-	MOVQ    DI, R8
+	VMOVUPS (AX)(SI*4), Y1
+	MOVQ    SI, DI
 
 avx2AccumulateShift_vec_chunk:
-	VMOVUPS (BX)(R8*4), Y2
+	VMOVUPS (CX)(DI*4), Y2
 	VSUBPS  Y0, Y2, Y2
-	VMOVUPS Y2, (CX)(R8*4)
 	VADDPS  Y2, Y1, Y1
-	ADDQ    DX, R8
-	CMPQ    R8, SI
+	ADDQ    DX, DI
+	CMPQ    DI, BX
 	JB      avx2AccumulateShift_vec_chunk
-	VMOVUPS Y1, (AX)(DI*4)
-	ADDQ    $0x00000008, DI
+	VMOVUPS Y1, (AX)(SI*4)
+	ADDQ    $0x00000008, SI
 	JMP     avx2AccumulateShift_vec
 
 avx2AccumulateShift_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2Accumulate(part []float32, t []float32)
+// func avx2AccumulateDev(part []float32, part2 []float32, t []float32, shift float32)
 // Requires: AVX
-TEXT ·avx2Accumulate(SB), NOSPLIT, $0-48
-	MOVQ part_base+0(FP), AX
-	MOVQ t_base+24(FP), CX
-	MOVQ part_len+8(FP), DX
-	MOVQ t_len+32(FP), BX
-	XORQ SI, SI
-	MOVQ DX, DI
-	ANDQ $-32, DI
-
-avx2Accumulate_block:
-	CMPQ    SI, DI
-	JAE     avx2Accumulate_block_done
-	VMOVUPS (AX)(SI*4), Y0
-	VMOVUPS 32(AX)(SI*4), Y1
-	VMOVUPS 64(AX)(SI*4), Y2
-	VMOVUPS 96(AX)(SI*4), Y3
-	MOVQ    SI, R8
-
-avx2Accumulate_block_chunk:
-	VADDPS  (CX)(R8*4), Y0, Y0
-	VADDPS  32(CX)(R8*4), Y1, Y1
-	VADDPS  64(CX)(R8*4), Y2, Y2
-	VADDPS  96(CX)(R8*4), Y3, Y3
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx2Accumulate_block_chunk
-	VMOVUPS Y0, (AX)(SI*4)
-	VMOVUPS Y1, 32(AX)(SI*4)
-	VMOVUPS Y2, 64(AX)(SI*4)
-	VMOVUPS Y3, 96(AX)(SI*4)
-	ADDQ    $0x00000020, SI
-	JMP     avx2Accumulate_block
-
-avx2Accumulate_block_done:
-avx2Accumulate_vec:
-	CMPQ    SI, DX
-	JAE     avx2Accumulate_vec_done
-	VMOVUPS (AX)(SI*4), Y0
-	MOVQ    SI, DI
-
-avx2Accumulate_vec_chunk:
-	VADDPS  (CX)(DI*4), Y0, Y0
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx2Accumulate_vec_chunk
-	VMOVUPS Y0, (AX)(SI*4)
-	ADDQ    $0x00000008, SI
-	JMP     avx2Accumulate_vec
-
-avx2Accumulate_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx2AccumulateSqDev(part []float32, t []float32, meanD float32)
-// Requires: AVX
-TEXT ·avx2AccumulateSqDev(SB), NOSPLIT, $0-52
+TEXT ·avx2AccumulateDev(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS meanD+48(FP), Y0
-	MOVQ         t_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-32, DI
-
-avx2AccumulateSqDev_block:
-	CMPQ    SI, DI
-	JAE     avx2AccumulateSqDev_block_done
-	VMOVUPS (AX)(SI*4), Y1
-	VMOVUPS 32(AX)(SI*4), Y2
-	VMOVUPS 64(AX)(SI*4), Y3
-	VMOVUPS 96(AX)(SI*4), Y4
-	MOVQ    SI, R8
-
-avx2AccumulateSqDev_block_chunk:
-	VMOVUPS (CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y1, Y1
-	VMOVUPS 32(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y2, Y2
-	VMOVUPS 64(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y3, Y3
-	VMOVUPS 96(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y4, Y4
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx2AccumulateSqDev_block_chunk
-	VMOVUPS Y1, (AX)(SI*4)
-	VMOVUPS Y2, 32(AX)(SI*4)
-	VMOVUPS Y3, 64(AX)(SI*4)
-	VMOVUPS Y4, 96(AX)(SI*4)
-	ADDQ    $0x00000020, SI
-	JMP     avx2AccumulateSqDev_block
-
-avx2AccumulateSqDev_block_done:
-avx2AccumulateSqDev_vec:
-	CMPQ    SI, DX
-	JAE     avx2AccumulateSqDev_vec_done
-	VMOVUPS (AX)(SI*4), Y1
-	MOVQ    SI, DI
-
-avx2AccumulateSqDev_vec_chunk:
-	VMOVUPS (CX)(DI*4), Y2
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y2, Y2, Y2
-	VADDPS  Y2, Y1, Y1
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx2AccumulateSqDev_vec_chunk
-	VMOVUPS Y1, (AX)(SI*4)
-	ADDQ    $0x00000008, SI
-	JMP     avx2AccumulateSqDev_vec
-
-avx2AccumulateSqDev_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx2AccumulateSqDevFMA(part []float32, t []float32, meanD float32)
-// Requires: AVX, FMA3
-TEXT ·avx2AccumulateSqDevFMA(SB), NOSPLIT, $0-52
-	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS meanD+48(FP), Y0
-	MOVQ         t_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-32, DI
-
-avx2AccumulateSqDevFMA_block:
-	CMPQ    SI, DI
-	JAE     avx2AccumulateSqDevFMA_block_done
-	VMOVUPS (AX)(SI*4), Y1
-	VMOVUPS 32(AX)(SI*4), Y2
-	VMOVUPS 64(AX)(SI*4), Y3
-	VMOVUPS 96(AX)(SI*4), Y4
-	MOVQ    SI, R8
-
-avx2AccumulateSqDevFMA_block_chunk:
-	VMOVUPS     (CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y1
-	VMOVUPS     32(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y2
-	VMOVUPS     64(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y3
-	VMOVUPS     96(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y4
-	ADDQ        DX, R8
-	CMPQ        R8, BX
-	JB          avx2AccumulateSqDevFMA_block_chunk
-	VMOVUPS     Y1, (AX)(SI*4)
-	VMOVUPS     Y2, 32(AX)(SI*4)
-	VMOVUPS     Y3, 64(AX)(SI*4)
-	VMOVUPS     Y4, 96(AX)(SI*4)
-	ADDQ        $0x00000020, SI
-	JMP         avx2AccumulateSqDevFMA_block
-
-avx2AccumulateSqDevFMA_block_done:
-avx2AccumulateSqDevFMA_vec:
-	CMPQ    SI, DX
-	JAE     avx2AccumulateSqDevFMA_vec_done
-	VMOVUPS (AX)(SI*4), Y1
-	MOVQ    SI, DI
-
-avx2AccumulateSqDevFMA_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VFMADD231PS Y2, Y2, Y1
-	ADDQ        DX, DI
-	CMPQ        DI, BX
-	JB          avx2AccumulateSqDevFMA_vec_chunk
-	VMOVUPS     Y1, (AX)(SI*4)
-	ADDQ        $0x00000008, SI
-	JMP         avx2AccumulateSqDevFMA_vec
-
-avx2AccumulateSqDevFMA_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx2AccumulateShiftZero(part []float32, t []float32, x []float32, x0 float32)
-// Requires: AVX
-TEXT ·avx2AccumulateShiftZero(SB), NOSPLIT, $0-76
-	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	MOVQ         x_base+48(FP), BX
-	VBROADCASTSS x0+72(FP), Y0
-	MOVQ         t_len+32(FP), SI
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Y0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
 	XORQ         DI, DI
-	MOVQ         DX, R8
+	MOVQ         BX, R8
 	ANDQ         $-32, R8
 
+avx2AccumulateDev_block:
+	CMPQ    DI, R8
+	JAE     avx2AccumulateDev_block_done
+	VMOVUPS (AX)(DI*4), Y1
+	VMOVUPS (CX)(DI*4), Y2
+	VMOVUPS 32(AX)(DI*4), Y3
+	VMOVUPS 32(CX)(DI*4), Y4
+	VMOVUPS 64(AX)(DI*4), Y5
+	VMOVUPS 64(CX)(DI*4), Y6
+	VMOVUPS 96(AX)(DI*4), Y7
+	VMOVUPS 96(CX)(DI*4), Y8
+	MOVQ    DI, R9
+
+avx2AccumulateDev_block_chunk:
+	VMOVUPS (DX)(R9*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, (DX)(R9*4)
+	VADDPS  Y9, Y1, Y1
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y2, Y2
+	VMOVUPS 32(DX)(R9*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, 32(DX)(R9*4)
+	VADDPS  Y9, Y3, Y3
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y4, Y4
+	VMOVUPS 64(DX)(R9*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, 64(DX)(R9*4)
+	VADDPS  Y9, Y5, Y5
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y6, Y6
+	VMOVUPS 96(DX)(R9*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, 96(DX)(R9*4)
+	VADDPS  Y9, Y7, Y7
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y8, Y8
+	ADDQ    BX, R9
+	CMPQ    R9, SI
+	JB      avx2AccumulateDev_block_chunk
+	VMOVUPS Y1, (AX)(DI*4)
+	VMOVUPS Y2, (CX)(DI*4)
+	VMOVUPS Y3, 32(AX)(DI*4)
+	VMOVUPS Y4, 32(CX)(DI*4)
+	VMOVUPS Y5, 64(AX)(DI*4)
+	VMOVUPS Y6, 64(CX)(DI*4)
+	VMOVUPS Y7, 96(AX)(DI*4)
+	VMOVUPS Y8, 96(CX)(DI*4)
+	ADDQ    $0x00000020, DI
+	JMP     avx2AccumulateDev_block
+
+avx2AccumulateDev_block_done:
+avx2AccumulateDev_vec:
+	CMPQ    DI, BX
+	JAE     avx2AccumulateDev_vec_done
+	VMOVUPS (AX)(DI*4), Y1
+	VMOVUPS (CX)(DI*4), Y2
+	MOVQ    DI, R8
+
+avx2AccumulateDev_vec_chunk:
+	VMOVUPS (DX)(R8*4), Y3
+	VSUBPS  Y0, Y3, Y3
+	VMOVUPS Y3, (DX)(R8*4)
+	VADDPS  Y3, Y1, Y1
+	VMULPS  Y3, Y3, Y3
+	VADDPS  Y3, Y2, Y2
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx2AccumulateDev_vec_chunk
+	VMOVUPS Y1, (AX)(DI*4)
+	VMOVUPS Y2, (CX)(DI*4)
+	ADDQ    $0x00000008, DI
+	JMP     avx2AccumulateDev_vec
+
+avx2AccumulateDev_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AccumulateDevFMA(part []float32, part2 []float32, t []float32, shift float32)
+// Requires: AVX, FMA3
+TEXT ·avx2AccumulateDevFMA(SB), NOSPLIT, $0-76
+	MOVQ         part_base+0(FP), AX
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Y0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
+	XORQ         DI, DI
+	MOVQ         BX, R8
+	ANDQ         $-32, R8
+
+avx2AccumulateDevFMA_block:
+	CMPQ    DI, R8
+	JAE     avx2AccumulateDevFMA_block_done
+	VMOVUPS (AX)(DI*4), Y1
+	VMOVUPS (CX)(DI*4), Y2
+	VMOVUPS 32(AX)(DI*4), Y3
+	VMOVUPS 32(CX)(DI*4), Y4
+	VMOVUPS 64(AX)(DI*4), Y5
+	VMOVUPS 64(CX)(DI*4), Y6
+	VMOVUPS 96(AX)(DI*4), Y7
+	VMOVUPS 96(CX)(DI*4), Y8
+	MOVQ    DI, R9
+
+avx2AccumulateDevFMA_block_chunk:
+	VMOVUPS     (DX)(R9*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, (DX)(R9*4)
+	VADDPS      Y9, Y1, Y1
+	VFMADD231PS Y9, Y9, Y2
+	VMOVUPS     32(DX)(R9*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, 32(DX)(R9*4)
+	VADDPS      Y9, Y3, Y3
+	VFMADD231PS Y9, Y9, Y4
+	VMOVUPS     64(DX)(R9*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, 64(DX)(R9*4)
+	VADDPS      Y9, Y5, Y5
+	VFMADD231PS Y9, Y9, Y6
+	VMOVUPS     96(DX)(R9*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, 96(DX)(R9*4)
+	VADDPS      Y9, Y7, Y7
+	VFMADD231PS Y9, Y9, Y8
+	ADDQ        BX, R9
+	CMPQ        R9, SI
+	JB          avx2AccumulateDevFMA_block_chunk
+	VMOVUPS     Y1, (AX)(DI*4)
+	VMOVUPS     Y2, (CX)(DI*4)
+	VMOVUPS     Y3, 32(AX)(DI*4)
+	VMOVUPS     Y4, 32(CX)(DI*4)
+	VMOVUPS     Y5, 64(AX)(DI*4)
+	VMOVUPS     Y6, 64(CX)(DI*4)
+	VMOVUPS     Y7, 96(AX)(DI*4)
+	VMOVUPS     Y8, 96(CX)(DI*4)
+	ADDQ        $0x00000020, DI
+	JMP         avx2AccumulateDevFMA_block
+
+avx2AccumulateDevFMA_block_done:
+avx2AccumulateDevFMA_vec:
+	CMPQ    DI, BX
+	JAE     avx2AccumulateDevFMA_vec_done
+	VMOVUPS (AX)(DI*4), Y1
+	VMOVUPS (CX)(DI*4), Y2
+	MOVQ    DI, R8
+
+avx2AccumulateDevFMA_vec_chunk:
+	VMOVUPS     (DX)(R8*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VMOVUPS     Y3, (DX)(R8*4)
+	VADDPS      Y3, Y1, Y1
+	VFMADD231PS Y3, Y3, Y2
+	ADDQ        BX, R8
+	CMPQ        R8, SI
+	JB          avx2AccumulateDevFMA_vec_chunk
+	VMOVUPS     Y1, (AX)(DI*4)
+	VMOVUPS     Y2, (CX)(DI*4)
+	ADDQ        $0x00000008, DI
+	JMP         avx2AccumulateDevFMA_vec
+
+avx2AccumulateDevFMA_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx2AccumulateShiftZero(part []float32, t []float32, shift float32)
+// Requires: AVX
+TEXT ·avx2AccumulateShiftZero(SB), NOSPLIT, $0-52
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	VBROADCASTSS shift+48(FP), Y0
+	MOVQ         part_len+8(FP), DX
+	MOVQ         t_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-32, DI
+
 avx2AccumulateShiftZero_block:
-	CMPQ   DI, R8
+	CMPQ   SI, DI
 	JAE    avx2AccumulateShiftZero_block_done
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	MOVQ   DI, R9
+	MOVQ   SI, R8
 
 avx2AccumulateShiftZero_block_chunk:
-	VMOVUPS (BX)(R9*4), Y5
+	VMOVUPS (CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
-	VMOVUPS Y5, (CX)(R9*4)
 	VADDPS  Y5, Y1, Y1
-	VMOVUPS 32(BX)(R9*4), Y5
+	VMOVUPS 32(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
-	VMOVUPS Y5, 32(CX)(R9*4)
 	VADDPS  Y5, Y2, Y2
-	VMOVUPS 64(BX)(R9*4), Y5
+	VMOVUPS 64(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
-	VMOVUPS Y5, 64(CX)(R9*4)
 	VADDPS  Y5, Y3, Y3
-	VMOVUPS 96(BX)(R9*4), Y5
+	VMOVUPS 96(CX)(R8*4), Y5
 	VSUBPS  Y0, Y5, Y5
-	VMOVUPS Y5, 96(CX)(R9*4)
 	VADDPS  Y5, Y4, Y4
-	ADDQ    DX, R9
-	CMPQ    R9, SI
+	ADDQ    DX, R8
+	CMPQ    R8, BX
 	JB      avx2AccumulateShiftZero_block_chunk
-	VMOVUPS Y1, (AX)(DI*4)
-	VMOVUPS Y2, 32(AX)(DI*4)
-	VMOVUPS Y3, 64(AX)(DI*4)
-	VMOVUPS Y4, 96(AX)(DI*4)
-	ADDQ    $0x00000020, DI
+	VMOVUPS Y1, (AX)(SI*4)
+	VMOVUPS Y2, 32(AX)(SI*4)
+	VMOVUPS Y3, 64(AX)(SI*4)
+	VMOVUPS Y4, 96(AX)(SI*4)
+	ADDQ    $0x00000020, SI
 	JMP     avx2AccumulateShiftZero_block
 
 avx2AccumulateShiftZero_block_done:
 avx2AccumulateShiftZero_vec:
-	CMPQ   DI, DX
+	CMPQ   SI, DX
 	JAE    avx2AccumulateShiftZero_vec_done
 	VXORPS Y1, Y1, Y1
-	MOVQ   DI, R8
+	MOVQ   SI, DI
 
 avx2AccumulateShiftZero_vec_chunk:
-	VMOVUPS (BX)(R8*4), Y2
+	VMOVUPS (CX)(DI*4), Y2
 	VSUBPS  Y0, Y2, Y2
-	VMOVUPS Y2, (CX)(R8*4)
 	VADDPS  Y2, Y1, Y1
-	ADDQ    DX, R8
-	CMPQ    R8, SI
+	ADDQ    DX, DI
+	CMPQ    DI, BX
 	JB      avx2AccumulateShiftZero_vec_chunk
-	VMOVUPS Y1, (AX)(DI*4)
-	ADDQ    $0x00000008, DI
+	VMOVUPS Y1, (AX)(SI*4)
+	ADDQ    $0x00000008, SI
 	JMP     avx2AccumulateShiftZero_vec
 
 avx2AccumulateShiftZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx2AccumulateZero(part []float32, t []float32)
+// func avx2AccumulateDevZero(part []float32, part2 []float32, t []float32, shift float32)
 // Requires: AVX
-TEXT ·avx2AccumulateZero(SB), NOSPLIT, $0-48
-	MOVQ part_base+0(FP), AX
-	MOVQ t_base+24(FP), CX
-	MOVQ part_len+8(FP), DX
-	MOVQ t_len+32(FP), BX
-	XORQ SI, SI
-	MOVQ DX, DI
-	ANDQ $-32, DI
-
-avx2AccumulateZero_block:
-	CMPQ   SI, DI
-	JAE    avx2AccumulateZero_block_done
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   SI, R8
-
-avx2AccumulateZero_block_chunk:
-	VADDPS  (CX)(R8*4), Y0, Y0
-	VADDPS  32(CX)(R8*4), Y1, Y1
-	VADDPS  64(CX)(R8*4), Y2, Y2
-	VADDPS  96(CX)(R8*4), Y3, Y3
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx2AccumulateZero_block_chunk
-	VMOVUPS Y0, (AX)(SI*4)
-	VMOVUPS Y1, 32(AX)(SI*4)
-	VMOVUPS Y2, 64(AX)(SI*4)
-	VMOVUPS Y3, 96(AX)(SI*4)
-	ADDQ    $0x00000020, SI
-	JMP     avx2AccumulateZero_block
-
-avx2AccumulateZero_block_done:
-avx2AccumulateZero_vec:
-	CMPQ   SI, DX
-	JAE    avx2AccumulateZero_vec_done
-	VXORPS Y0, Y0, Y0
-	MOVQ   SI, DI
-
-avx2AccumulateZero_vec_chunk:
-	VADDPS  (CX)(DI*4), Y0, Y0
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx2AccumulateZero_vec_chunk
-	VMOVUPS Y0, (AX)(SI*4)
-	ADDQ    $0x00000008, SI
-	JMP     avx2AccumulateZero_vec
-
-avx2AccumulateZero_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx2AccumulateSqDevZero(part []float32, t []float32, meanD float32)
-// Requires: AVX
-TEXT ·avx2AccumulateSqDevZero(SB), NOSPLIT, $0-52
+TEXT ·avx2AccumulateDevZero(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS meanD+48(FP), Y0
-	MOVQ         t_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-32, DI
-
-avx2AccumulateSqDevZero_block:
-	CMPQ   SI, DI
-	JAE    avx2AccumulateSqDevZero_block_done
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	MOVQ   SI, R8
-
-avx2AccumulateSqDevZero_block_chunk:
-	VMOVUPS (CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y1, Y1
-	VMOVUPS 32(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y2, Y2
-	VMOVUPS 64(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y3, Y3
-	VMOVUPS 96(CX)(R8*4), Y5
-	VSUBPS  Y0, Y5, Y5
-	VMULPS  Y5, Y5, Y5
-	VADDPS  Y5, Y4, Y4
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx2AccumulateSqDevZero_block_chunk
-	VMOVUPS Y1, (AX)(SI*4)
-	VMOVUPS Y2, 32(AX)(SI*4)
-	VMOVUPS Y3, 64(AX)(SI*4)
-	VMOVUPS Y4, 96(AX)(SI*4)
-	ADDQ    $0x00000020, SI
-	JMP     avx2AccumulateSqDevZero_block
-
-avx2AccumulateSqDevZero_block_done:
-avx2AccumulateSqDevZero_vec:
-	CMPQ   SI, DX
-	JAE    avx2AccumulateSqDevZero_vec_done
-	VXORPS Y1, Y1, Y1
-	MOVQ   SI, DI
-
-avx2AccumulateSqDevZero_vec_chunk:
-	VMOVUPS (CX)(DI*4), Y2
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y2, Y2, Y2
-	VADDPS  Y2, Y1, Y1
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx2AccumulateSqDevZero_vec_chunk
-	VMOVUPS Y1, (AX)(SI*4)
-	ADDQ    $0x00000008, SI
-	JMP     avx2AccumulateSqDevZero_vec
-
-avx2AccumulateSqDevZero_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx2AccumulateSqDevFMAZero(part []float32, t []float32, meanD float32)
-// Requires: AVX, FMA3
-TEXT ·avx2AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
-	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS meanD+48(FP), Y0
-	MOVQ         t_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-32, DI
-
-avx2AccumulateSqDevFMAZero_block:
-	CMPQ   SI, DI
-	JAE    avx2AccumulateSqDevFMAZero_block_done
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	MOVQ   SI, R8
-
-avx2AccumulateSqDevFMAZero_block_chunk:
-	VMOVUPS     (CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y1
-	VMOVUPS     32(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y2
-	VMOVUPS     64(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y3
-	VMOVUPS     96(CX)(R8*4), Y5
-	VSUBPS      Y0, Y5, Y5
-	VFMADD231PS Y5, Y5, Y4
-	ADDQ        DX, R8
-	CMPQ        R8, BX
-	JB          avx2AccumulateSqDevFMAZero_block_chunk
-	VMOVUPS     Y1, (AX)(SI*4)
-	VMOVUPS     Y2, 32(AX)(SI*4)
-	VMOVUPS     Y3, 64(AX)(SI*4)
-	VMOVUPS     Y4, 96(AX)(SI*4)
-	ADDQ        $0x00000020, SI
-	JMP         avx2AccumulateSqDevFMAZero_block
-
-avx2AccumulateSqDevFMAZero_block_done:
-avx2AccumulateSqDevFMAZero_vec:
-	CMPQ   SI, DX
-	JAE    avx2AccumulateSqDevFMAZero_vec_done
-	VXORPS Y1, Y1, Y1
-	MOVQ   SI, DI
-
-avx2AccumulateSqDevFMAZero_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Y2
-	VSUBPS      Y0, Y2, Y2
-	VFMADD231PS Y2, Y2, Y1
-	ADDQ        DX, DI
-	CMPQ        DI, BX
-	JB          avx2AccumulateSqDevFMAZero_vec_chunk
-	VMOVUPS     Y1, (AX)(SI*4)
-	ADDQ        $0x00000008, SI
-	JMP         avx2AccumulateSqDevFMAZero_vec
-
-avx2AccumulateSqDevFMAZero_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx512AccumulateShift(part []float32, t []float32, x []float32, x0 float32)
-// Requires: AVX, AVX512F
-TEXT ·avx512AccumulateShift(SB), NOSPLIT, $0-76
-	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	MOVQ         x_base+48(FP), BX
-	VBROADCASTSS x0+72(FP), Z0
-	MOVQ         t_len+32(FP), SI
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Y0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
 	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-128, R8
+	MOVQ         BX, R8
+	ANDQ         $-32, R8
 
-avx512AccumulateShift_block:
-	CMPQ    DI, R8
-	JAE     avx512AccumulateShift_block_done
-	VMOVUPS (AX)(DI*4), Z1
-	VMOVUPS 64(AX)(DI*4), Z2
-	VMOVUPS 128(AX)(DI*4), Z3
-	VMOVUPS 192(AX)(DI*4), Z4
-	VMOVUPS 256(AX)(DI*4), Z5
-	VMOVUPS 320(AX)(DI*4), Z6
-	VMOVUPS 384(AX)(DI*4), Z7
-	VMOVUPS 448(AX)(DI*4), Z8
-	MOVQ    DI, R9
+avx2AccumulateDevZero_block:
+	CMPQ   DI, R8
+	JAE    avx2AccumulateDevZero_block_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   DI, R9
 
-avx512AccumulateShift_block_chunk:
-	VMOVUPS (BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, (CX)(R9*4)
-	VADDPS  Z9, Z1, Z1
-	VMOVUPS 64(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 64(CX)(R9*4)
-	VADDPS  Z9, Z2, Z2
-	VMOVUPS 128(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 128(CX)(R9*4)
-	VADDPS  Z9, Z3, Z3
-	VMOVUPS 192(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 192(CX)(R9*4)
-	VADDPS  Z9, Z4, Z4
-	VMOVUPS 256(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 256(CX)(R9*4)
-	VADDPS  Z9, Z5, Z5
-	VMOVUPS 320(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 320(CX)(R9*4)
-	VADDPS  Z9, Z6, Z6
-	VMOVUPS 384(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 384(CX)(R9*4)
-	VADDPS  Z9, Z7, Z7
-	VMOVUPS 448(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 448(CX)(R9*4)
-	VADDPS  Z9, Z8, Z8
-	ADDQ    DX, R9
+avx2AccumulateDevZero_block_chunk:
+	VMOVUPS (DX)(R9*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, (DX)(R9*4)
+	VADDPS  Y9, Y1, Y1
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y2, Y2
+	VMOVUPS 32(DX)(R9*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, 32(DX)(R9*4)
+	VADDPS  Y9, Y3, Y3
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y4, Y4
+	VMOVUPS 64(DX)(R9*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, 64(DX)(R9*4)
+	VADDPS  Y9, Y5, Y5
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y6, Y6
+	VMOVUPS 96(DX)(R9*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, 96(DX)(R9*4)
+	VADDPS  Y9, Y7, Y7
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y8, Y8
+	ADDQ    BX, R9
 	CMPQ    R9, SI
-	JB      avx512AccumulateShift_block_chunk
-	VMOVUPS Z1, (AX)(DI*4)
-	VMOVUPS Z2, 64(AX)(DI*4)
-	VMOVUPS Z3, 128(AX)(DI*4)
-	VMOVUPS Z4, 192(AX)(DI*4)
-	VMOVUPS Z5, 256(AX)(DI*4)
-	VMOVUPS Z6, 320(AX)(DI*4)
-	VMOVUPS Z7, 384(AX)(DI*4)
-	VMOVUPS Z8, 448(AX)(DI*4)
-	ADDQ    $0x00000080, DI
-	JMP     avx512AccumulateShift_block
+	JB      avx2AccumulateDevZero_block_chunk
+	VMOVUPS Y1, (AX)(DI*4)
+	VMOVUPS Y2, (CX)(DI*4)
+	VMOVUPS Y3, 32(AX)(DI*4)
+	VMOVUPS Y4, 32(CX)(DI*4)
+	VMOVUPS Y5, 64(AX)(DI*4)
+	VMOVUPS Y6, 64(CX)(DI*4)
+	VMOVUPS Y7, 96(AX)(DI*4)
+	VMOVUPS Y8, 96(CX)(DI*4)
+	ADDQ    $0x00000020, DI
+	JMP     avx2AccumulateDevZero_block
 
-avx512AccumulateShift_block_done:
-avx512AccumulateShift_vec:
-	CMPQ    DI, DX
-	JAE     avx512AccumulateShift_vec_done
-	VMOVUPS (AX)(DI*4), Z1
-	MOVQ    DI, R8
+avx2AccumulateDevZero_block_done:
+avx2AccumulateDevZero_vec:
+	CMPQ   DI, BX
+	JAE    avx2AccumulateDevZero_vec_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   DI, R8
 
-avx512AccumulateShift_vec_chunk:
-	VMOVUPS (BX)(R8*4), Z2
-	VSUBPS  Z0, Z2, Z2
-	VMOVUPS Z2, (CX)(R8*4)
-	VADDPS  Z2, Z1, Z1
-	ADDQ    DX, R8
+avx2AccumulateDevZero_vec_chunk:
+	VMOVUPS (DX)(R8*4), Y3
+	VSUBPS  Y0, Y3, Y3
+	VMOVUPS Y3, (DX)(R8*4)
+	VADDPS  Y3, Y1, Y1
+	VMULPS  Y3, Y3, Y3
+	VADDPS  Y3, Y2, Y2
+	ADDQ    BX, R8
 	CMPQ    R8, SI
-	JB      avx512AccumulateShift_vec_chunk
-	VMOVUPS Z1, (AX)(DI*4)
-	ADDQ    $0x00000010, DI
-	JMP     avx512AccumulateShift_vec
+	JB      avx2AccumulateDevZero_vec_chunk
+	VMOVUPS Y1, (AX)(DI*4)
+	VMOVUPS Y2, (CX)(DI*4)
+	ADDQ    $0x00000008, DI
+	JMP     avx2AccumulateDevZero_vec
 
-avx512AccumulateShift_vec_done:
+avx2AccumulateDevZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512Accumulate(part []float32, t []float32)
-// Requires: AVX, AVX512F
-TEXT ·avx512Accumulate(SB), NOSPLIT, $0-48
-	MOVQ part_base+0(FP), AX
-	MOVQ t_base+24(FP), CX
-	MOVQ part_len+8(FP), DX
-	MOVQ t_len+32(FP), BX
-	XORQ SI, SI
-	MOVQ DX, DI
-	ANDQ $-128, DI
+// func avx2AccumulateDevFMAZero(part []float32, part2 []float32, t []float32, shift float32)
+// Requires: AVX, FMA3
+TEXT ·avx2AccumulateDevFMAZero(SB), NOSPLIT, $0-76
+	MOVQ         part_base+0(FP), AX
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Y0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
+	XORQ         DI, DI
+	MOVQ         BX, R8
+	ANDQ         $-32, R8
 
-avx512Accumulate_block:
-	CMPQ    SI, DI
-	JAE     avx512Accumulate_block_done
-	VMOVUPS (AX)(SI*4), Z0
-	VMOVUPS 64(AX)(SI*4), Z1
-	VMOVUPS 128(AX)(SI*4), Z2
-	VMOVUPS 192(AX)(SI*4), Z3
-	VMOVUPS 256(AX)(SI*4), Z4
-	VMOVUPS 320(AX)(SI*4), Z5
-	VMOVUPS 384(AX)(SI*4), Z6
-	VMOVUPS 448(AX)(SI*4), Z7
-	MOVQ    SI, R8
+avx2AccumulateDevFMAZero_block:
+	CMPQ   DI, R8
+	JAE    avx2AccumulateDevFMAZero_block_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   DI, R9
 
-avx512Accumulate_block_chunk:
-	VADDPS  (CX)(R8*4), Z0, Z0
-	VADDPS  64(CX)(R8*4), Z1, Z1
-	VADDPS  128(CX)(R8*4), Z2, Z2
-	VADDPS  192(CX)(R8*4), Z3, Z3
-	VADDPS  256(CX)(R8*4), Z4, Z4
-	VADDPS  320(CX)(R8*4), Z5, Z5
-	VADDPS  384(CX)(R8*4), Z6, Z6
-	VADDPS  448(CX)(R8*4), Z7, Z7
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx512Accumulate_block_chunk
-	VMOVUPS Z0, (AX)(SI*4)
-	VMOVUPS Z1, 64(AX)(SI*4)
-	VMOVUPS Z2, 128(AX)(SI*4)
-	VMOVUPS Z3, 192(AX)(SI*4)
-	VMOVUPS Z4, 256(AX)(SI*4)
-	VMOVUPS Z5, 320(AX)(SI*4)
-	VMOVUPS Z6, 384(AX)(SI*4)
-	VMOVUPS Z7, 448(AX)(SI*4)
-	ADDQ    $0x00000080, SI
-	JMP     avx512Accumulate_block
+avx2AccumulateDevFMAZero_block_chunk:
+	VMOVUPS     (DX)(R9*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, (DX)(R9*4)
+	VADDPS      Y9, Y1, Y1
+	VFMADD231PS Y9, Y9, Y2
+	VMOVUPS     32(DX)(R9*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, 32(DX)(R9*4)
+	VADDPS      Y9, Y3, Y3
+	VFMADD231PS Y9, Y9, Y4
+	VMOVUPS     64(DX)(R9*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, 64(DX)(R9*4)
+	VADDPS      Y9, Y5, Y5
+	VFMADD231PS Y9, Y9, Y6
+	VMOVUPS     96(DX)(R9*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, 96(DX)(R9*4)
+	VADDPS      Y9, Y7, Y7
+	VFMADD231PS Y9, Y9, Y8
+	ADDQ        BX, R9
+	CMPQ        R9, SI
+	JB          avx2AccumulateDevFMAZero_block_chunk
+	VMOVUPS     Y1, (AX)(DI*4)
+	VMOVUPS     Y2, (CX)(DI*4)
+	VMOVUPS     Y3, 32(AX)(DI*4)
+	VMOVUPS     Y4, 32(CX)(DI*4)
+	VMOVUPS     Y5, 64(AX)(DI*4)
+	VMOVUPS     Y6, 64(CX)(DI*4)
+	VMOVUPS     Y7, 96(AX)(DI*4)
+	VMOVUPS     Y8, 96(CX)(DI*4)
+	ADDQ        $0x00000020, DI
+	JMP         avx2AccumulateDevFMAZero_block
 
-avx512Accumulate_block_done:
-avx512Accumulate_vec:
-	CMPQ    SI, DX
-	JAE     avx512Accumulate_vec_done
-	VMOVUPS (AX)(SI*4), Z0
-	MOVQ    SI, DI
+avx2AccumulateDevFMAZero_block_done:
+avx2AccumulateDevFMAZero_vec:
+	CMPQ   DI, BX
+	JAE    avx2AccumulateDevFMAZero_vec_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   DI, R8
 
-avx512Accumulate_vec_chunk:
-	VADDPS  (CX)(DI*4), Z0, Z0
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx512Accumulate_vec_chunk
-	VMOVUPS Z0, (AX)(SI*4)
-	ADDQ    $0x00000010, SI
-	JMP     avx512Accumulate_vec
+avx2AccumulateDevFMAZero_vec_chunk:
+	VMOVUPS     (DX)(R8*4), Y3
+	VSUBPS      Y0, Y3, Y3
+	VMOVUPS     Y3, (DX)(R8*4)
+	VADDPS      Y3, Y1, Y1
+	VFMADD231PS Y3, Y3, Y2
+	ADDQ        BX, R8
+	CMPQ        R8, SI
+	JB          avx2AccumulateDevFMAZero_vec_chunk
+	VMOVUPS     Y1, (AX)(DI*4)
+	VMOVUPS     Y2, (CX)(DI*4)
+	ADDQ        $0x00000008, DI
+	JMP         avx2AccumulateDevFMAZero_vec
 
-avx512Accumulate_vec_done:
+avx2AccumulateDevFMAZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AccumulateSqDev(part []float32, t []float32, meanD float32)
+// func avx512AccumulateShift(part []float32, t []float32, shift float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDev(SB), NOSPLIT, $0-52
+TEXT ·avx512AccumulateShift(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
+	VBROADCASTSS shift+48(FP), Z0
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS meanD+48(FP), Z0
 	MOVQ         t_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-128, DI
 
-avx512AccumulateSqDev_block:
+avx512AccumulateShift_block:
 	CMPQ    SI, DI
-	JAE     avx512AccumulateSqDev_block_done
+	JAE     avx512AccumulateShift_block_done
 	VMOVUPS (AX)(SI*4), Z1
 	VMOVUPS 64(AX)(SI*4), Z2
 	VMOVUPS 128(AX)(SI*4), Z3
@@ -720,42 +519,34 @@ avx512AccumulateSqDev_block:
 	VMOVUPS 448(AX)(SI*4), Z8
 	MOVQ    SI, R8
 
-avx512AccumulateSqDev_block_chunk:
+avx512AccumulateShift_block_chunk:
 	VMOVUPS (CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    DX, R8
 	CMPQ    R8, BX
-	JB      avx512AccumulateSqDev_block_chunk
+	JB      avx512AccumulateShift_block_chunk
 	VMOVUPS Z1, (AX)(SI*4)
 	VMOVUPS Z2, 64(AX)(SI*4)
 	VMOVUPS Z3, 128(AX)(SI*4)
@@ -765,132 +556,299 @@ avx512AccumulateSqDev_block_chunk:
 	VMOVUPS Z7, 384(AX)(SI*4)
 	VMOVUPS Z8, 448(AX)(SI*4)
 	ADDQ    $0x00000080, SI
-	JMP     avx512AccumulateSqDev_block
+	JMP     avx512AccumulateShift_block
 
-avx512AccumulateSqDev_block_done:
-avx512AccumulateSqDev_vec:
+avx512AccumulateShift_block_done:
+avx512AccumulateShift_vec:
 	CMPQ    SI, DX
-	JAE     avx512AccumulateSqDev_vec_done
+	JAE     avx512AccumulateShift_vec_done
 	VMOVUPS (AX)(SI*4), Z1
 	MOVQ    SI, DI
 
-avx512AccumulateSqDev_vec_chunk:
+avx512AccumulateShift_vec_chunk:
 	VMOVUPS (CX)(DI*4), Z2
 	VSUBPS  Z0, Z2, Z2
-	VMULPS  Z2, Z2, Z2
 	VADDPS  Z2, Z1, Z1
 	ADDQ    DX, DI
 	CMPQ    DI, BX
-	JB      avx512AccumulateSqDev_vec_chunk
+	JB      avx512AccumulateShift_vec_chunk
 	VMOVUPS Z1, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
-	JMP     avx512AccumulateSqDev_vec
+	JMP     avx512AccumulateShift_vec
 
-avx512AccumulateSqDev_vec_done:
+avx512AccumulateShift_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AccumulateSqDevFMA(part []float32, t []float32, meanD float32)
+// func avx512AccumulateDev(part []float32, part2 []float32, t []float32, shift float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDevFMA(SB), NOSPLIT, $0-52
+TEXT ·avx512AccumulateDev(SB), NOSPLIT, $0-76
+	MOVQ         part_base+0(FP), AX
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Z0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
+	XORQ         DI, DI
+	MOVQ         BX, R8
+	ANDQ         $-128, R8
+
+avx512AccumulateDev_block:
+	CMPQ    DI, R8
+	JAE     avx512AccumulateDev_block_done
+	VMOVUPS (AX)(DI*4), Z1
+	VMOVUPS (CX)(DI*4), Z2
+	VMOVUPS 64(AX)(DI*4), Z3
+	VMOVUPS 64(CX)(DI*4), Z4
+	VMOVUPS 128(AX)(DI*4), Z5
+	VMOVUPS 128(CX)(DI*4), Z6
+	VMOVUPS 192(AX)(DI*4), Z7
+	VMOVUPS 192(CX)(DI*4), Z8
+	VMOVUPS 256(AX)(DI*4), Z9
+	VMOVUPS 256(CX)(DI*4), Z10
+	VMOVUPS 320(AX)(DI*4), Z11
+	VMOVUPS 320(CX)(DI*4), Z12
+	VMOVUPS 384(AX)(DI*4), Z13
+	VMOVUPS 384(CX)(DI*4), Z14
+	VMOVUPS 448(AX)(DI*4), Z15
+	VMOVUPS 448(CX)(DI*4), Z16
+	MOVQ    DI, R9
+
+avx512AccumulateDev_block_chunk:
+	VMOVUPS (DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, (DX)(R9*4)
+	VADDPS  Z17, Z1, Z1
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z2, Z2
+	VMOVUPS 64(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 64(DX)(R9*4)
+	VADDPS  Z17, Z3, Z3
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z4, Z4
+	VMOVUPS 128(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 128(DX)(R9*4)
+	VADDPS  Z17, Z5, Z5
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z6, Z6
+	VMOVUPS 192(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 192(DX)(R9*4)
+	VADDPS  Z17, Z7, Z7
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z8, Z8
+	VMOVUPS 256(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 256(DX)(R9*4)
+	VADDPS  Z17, Z9, Z9
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z10, Z10
+	VMOVUPS 320(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 320(DX)(R9*4)
+	VADDPS  Z17, Z11, Z11
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z12, Z12
+	VMOVUPS 384(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 384(DX)(R9*4)
+	VADDPS  Z17, Z13, Z13
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z14, Z14
+	VMOVUPS 448(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 448(DX)(R9*4)
+	VADDPS  Z17, Z15, Z15
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z16, Z16
+	ADDQ    BX, R9
+	CMPQ    R9, SI
+	JB      avx512AccumulateDev_block_chunk
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS Z2, (CX)(DI*4)
+	VMOVUPS Z3, 64(AX)(DI*4)
+	VMOVUPS Z4, 64(CX)(DI*4)
+	VMOVUPS Z5, 128(AX)(DI*4)
+	VMOVUPS Z6, 128(CX)(DI*4)
+	VMOVUPS Z7, 192(AX)(DI*4)
+	VMOVUPS Z8, 192(CX)(DI*4)
+	VMOVUPS Z9, 256(AX)(DI*4)
+	VMOVUPS Z10, 256(CX)(DI*4)
+	VMOVUPS Z11, 320(AX)(DI*4)
+	VMOVUPS Z12, 320(CX)(DI*4)
+	VMOVUPS Z13, 384(AX)(DI*4)
+	VMOVUPS Z14, 384(CX)(DI*4)
+	VMOVUPS Z15, 448(AX)(DI*4)
+	VMOVUPS Z16, 448(CX)(DI*4)
+	ADDQ    $0x00000080, DI
+	JMP     avx512AccumulateDev_block
+
+avx512AccumulateDev_block_done:
+avx512AccumulateDev_vec:
+	CMPQ    DI, BX
+	JAE     avx512AccumulateDev_vec_done
+	VMOVUPS (AX)(DI*4), Z1
+	VMOVUPS (CX)(DI*4), Z2
+	MOVQ    DI, R8
+
+avx512AccumulateDev_vec_chunk:
+	VMOVUPS (DX)(R8*4), Z3
+	VSUBPS  Z0, Z3, Z3
+	VMOVUPS Z3, (DX)(R8*4)
+	VADDPS  Z3, Z1, Z1
+	VMULPS  Z3, Z3, Z3
+	VADDPS  Z3, Z2, Z2
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx512AccumulateDev_vec_chunk
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS Z2, (CX)(DI*4)
+	ADDQ    $0x00000010, DI
+	JMP     avx512AccumulateDev_vec
+
+avx512AccumulateDev_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateDevFMA(part []float32, part2 []float32, t []float32, shift float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateDevFMA(SB), NOSPLIT, $0-76
+	MOVQ         part_base+0(FP), AX
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Z0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
+	XORQ         DI, DI
+	MOVQ         BX, R8
+	ANDQ         $-128, R8
+
+avx512AccumulateDevFMA_block:
+	CMPQ    DI, R8
+	JAE     avx512AccumulateDevFMA_block_done
+	VMOVUPS (AX)(DI*4), Z1
+	VMOVUPS (CX)(DI*4), Z2
+	VMOVUPS 64(AX)(DI*4), Z3
+	VMOVUPS 64(CX)(DI*4), Z4
+	VMOVUPS 128(AX)(DI*4), Z5
+	VMOVUPS 128(CX)(DI*4), Z6
+	VMOVUPS 192(AX)(DI*4), Z7
+	VMOVUPS 192(CX)(DI*4), Z8
+	VMOVUPS 256(AX)(DI*4), Z9
+	VMOVUPS 256(CX)(DI*4), Z10
+	VMOVUPS 320(AX)(DI*4), Z11
+	VMOVUPS 320(CX)(DI*4), Z12
+	VMOVUPS 384(AX)(DI*4), Z13
+	VMOVUPS 384(CX)(DI*4), Z14
+	VMOVUPS 448(AX)(DI*4), Z15
+	VMOVUPS 448(CX)(DI*4), Z16
+	MOVQ    DI, R9
+
+avx512AccumulateDevFMA_block_chunk:
+	VMOVUPS     (DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, (DX)(R9*4)
+	VADDPS      Z17, Z1, Z1
+	VFMADD231PS Z17, Z17, Z2
+	VMOVUPS     64(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 64(DX)(R9*4)
+	VADDPS      Z17, Z3, Z3
+	VFMADD231PS Z17, Z17, Z4
+	VMOVUPS     128(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 128(DX)(R9*4)
+	VADDPS      Z17, Z5, Z5
+	VFMADD231PS Z17, Z17, Z6
+	VMOVUPS     192(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 192(DX)(R9*4)
+	VADDPS      Z17, Z7, Z7
+	VFMADD231PS Z17, Z17, Z8
+	VMOVUPS     256(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 256(DX)(R9*4)
+	VADDPS      Z17, Z9, Z9
+	VFMADD231PS Z17, Z17, Z10
+	VMOVUPS     320(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 320(DX)(R9*4)
+	VADDPS      Z17, Z11, Z11
+	VFMADD231PS Z17, Z17, Z12
+	VMOVUPS     384(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 384(DX)(R9*4)
+	VADDPS      Z17, Z13, Z13
+	VFMADD231PS Z17, Z17, Z14
+	VMOVUPS     448(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 448(DX)(R9*4)
+	VADDPS      Z17, Z15, Z15
+	VFMADD231PS Z17, Z17, Z16
+	ADDQ        BX, R9
+	CMPQ        R9, SI
+	JB          avx512AccumulateDevFMA_block_chunk
+	VMOVUPS     Z1, (AX)(DI*4)
+	VMOVUPS     Z2, (CX)(DI*4)
+	VMOVUPS     Z3, 64(AX)(DI*4)
+	VMOVUPS     Z4, 64(CX)(DI*4)
+	VMOVUPS     Z5, 128(AX)(DI*4)
+	VMOVUPS     Z6, 128(CX)(DI*4)
+	VMOVUPS     Z7, 192(AX)(DI*4)
+	VMOVUPS     Z8, 192(CX)(DI*4)
+	VMOVUPS     Z9, 256(AX)(DI*4)
+	VMOVUPS     Z10, 256(CX)(DI*4)
+	VMOVUPS     Z11, 320(AX)(DI*4)
+	VMOVUPS     Z12, 320(CX)(DI*4)
+	VMOVUPS     Z13, 384(AX)(DI*4)
+	VMOVUPS     Z14, 384(CX)(DI*4)
+	VMOVUPS     Z15, 448(AX)(DI*4)
+	VMOVUPS     Z16, 448(CX)(DI*4)
+	ADDQ        $0x00000080, DI
+	JMP         avx512AccumulateDevFMA_block
+
+avx512AccumulateDevFMA_block_done:
+avx512AccumulateDevFMA_vec:
+	CMPQ    DI, BX
+	JAE     avx512AccumulateDevFMA_vec_done
+	VMOVUPS (AX)(DI*4), Z1
+	VMOVUPS (CX)(DI*4), Z2
+	MOVQ    DI, R8
+
+avx512AccumulateDevFMA_vec_chunk:
+	VMOVUPS     (DX)(R8*4), Z3
+	VSUBPS      Z0, Z3, Z3
+	VMOVUPS     Z3, (DX)(R8*4)
+	VADDPS      Z3, Z1, Z1
+	VFMADD231PS Z3, Z3, Z2
+	ADDQ        BX, R8
+	CMPQ        R8, SI
+	JB          avx512AccumulateDevFMA_vec_chunk
+	VMOVUPS     Z1, (AX)(DI*4)
+	VMOVUPS     Z2, (CX)(DI*4)
+	ADDQ        $0x00000010, DI
+	JMP         avx512AccumulateDevFMA_vec
+
+avx512AccumulateDevFMA_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateShiftZero(part []float32, t []float32, shift float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateShiftZero(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
+	VBROADCASTSS shift+48(FP), Z0
 	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS meanD+48(FP), Z0
 	MOVQ         t_len+32(FP), BX
 	XORQ         SI, SI
 	MOVQ         DX, DI
 	ANDQ         $-128, DI
 
-avx512AccumulateSqDevFMA_block:
-	CMPQ    SI, DI
-	JAE     avx512AccumulateSqDevFMA_block_done
-	VMOVUPS (AX)(SI*4), Z1
-	VMOVUPS 64(AX)(SI*4), Z2
-	VMOVUPS 128(AX)(SI*4), Z3
-	VMOVUPS 192(AX)(SI*4), Z4
-	VMOVUPS 256(AX)(SI*4), Z5
-	VMOVUPS 320(AX)(SI*4), Z6
-	VMOVUPS 384(AX)(SI*4), Z7
-	VMOVUPS 448(AX)(SI*4), Z8
-	MOVQ    SI, R8
-
-avx512AccumulateSqDevFMA_block_chunk:
-	VMOVUPS     (CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z1
-	VMOVUPS     64(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z2
-	VMOVUPS     128(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z3
-	VMOVUPS     192(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z4
-	VMOVUPS     256(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z5
-	VMOVUPS     320(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z6
-	VMOVUPS     384(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z7
-	VMOVUPS     448(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z8
-	ADDQ        DX, R8
-	CMPQ        R8, BX
-	JB          avx512AccumulateSqDevFMA_block_chunk
-	VMOVUPS     Z1, (AX)(SI*4)
-	VMOVUPS     Z2, 64(AX)(SI*4)
-	VMOVUPS     Z3, 128(AX)(SI*4)
-	VMOVUPS     Z4, 192(AX)(SI*4)
-	VMOVUPS     Z5, 256(AX)(SI*4)
-	VMOVUPS     Z6, 320(AX)(SI*4)
-	VMOVUPS     Z7, 384(AX)(SI*4)
-	VMOVUPS     Z8, 448(AX)(SI*4)
-	ADDQ        $0x00000080, SI
-	JMP         avx512AccumulateSqDevFMA_block
-
-avx512AccumulateSqDevFMA_block_done:
-avx512AccumulateSqDevFMA_vec:
-	CMPQ    SI, DX
-	JAE     avx512AccumulateSqDevFMA_vec_done
-	VMOVUPS (AX)(SI*4), Z1
-	MOVQ    SI, DI
-
-avx512AccumulateSqDevFMA_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Z2
-	VSUBPS      Z0, Z2, Z2
-	VFMADD231PS Z2, Z2, Z1
-	ADDQ        DX, DI
-	CMPQ        DI, BX
-	JB          avx512AccumulateSqDevFMA_vec_chunk
-	VMOVUPS     Z1, (AX)(SI*4)
-	ADDQ        $0x00000010, SI
-	JMP         avx512AccumulateSqDevFMA_vec
-
-avx512AccumulateSqDevFMA_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx512AccumulateShiftZero(part []float32, t []float32, x []float32, x0 float32)
-// Requires: AVX, AVX512F
-TEXT ·avx512AccumulateShiftZero(SB), NOSPLIT, $0-76
-	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	MOVQ         x_base+48(FP), BX
-	VBROADCASTSS x0+72(FP), Z0
-	MOVQ         t_len+32(FP), SI
-	XORQ         DI, DI
-	MOVQ         DX, R8
-	ANDQ         $-128, R8
-
 avx512AccumulateShiftZero_block:
-	CMPQ   DI, R8
+	CMPQ   SI, DI
 	JAE    avx512AccumulateShiftZero_block_done
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -900,206 +858,36 @@ avx512AccumulateShiftZero_block:
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
-	MOVQ   DI, R9
+	MOVQ   SI, R8
 
 avx512AccumulateShiftZero_block_chunk:
-	VMOVUPS (BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, (CX)(R9*4)
-	VADDPS  Z9, Z1, Z1
-	VMOVUPS 64(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 64(CX)(R9*4)
-	VADDPS  Z9, Z2, Z2
-	VMOVUPS 128(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 128(CX)(R9*4)
-	VADDPS  Z9, Z3, Z3
-	VMOVUPS 192(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 192(CX)(R9*4)
-	VADDPS  Z9, Z4, Z4
-	VMOVUPS 256(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 256(CX)(R9*4)
-	VADDPS  Z9, Z5, Z5
-	VMOVUPS 320(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 320(CX)(R9*4)
-	VADDPS  Z9, Z6, Z6
-	VMOVUPS 384(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 384(CX)(R9*4)
-	VADDPS  Z9, Z7, Z7
-	VMOVUPS 448(BX)(R9*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMOVUPS Z9, 448(CX)(R9*4)
-	VADDPS  Z9, Z8, Z8
-	ADDQ    DX, R9
-	CMPQ    R9, SI
-	JB      avx512AccumulateShiftZero_block_chunk
-	VMOVUPS Z1, (AX)(DI*4)
-	VMOVUPS Z2, 64(AX)(DI*4)
-	VMOVUPS Z3, 128(AX)(DI*4)
-	VMOVUPS Z4, 192(AX)(DI*4)
-	VMOVUPS Z5, 256(AX)(DI*4)
-	VMOVUPS Z6, 320(AX)(DI*4)
-	VMOVUPS Z7, 384(AX)(DI*4)
-	VMOVUPS Z8, 448(AX)(DI*4)
-	ADDQ    $0x00000080, DI
-	JMP     avx512AccumulateShiftZero_block
-
-avx512AccumulateShiftZero_block_done:
-avx512AccumulateShiftZero_vec:
-	CMPQ   DI, DX
-	JAE    avx512AccumulateShiftZero_vec_done
-	VPXORD Z10, Z10, Z10
-	MOVQ   DI, R8
-
-avx512AccumulateShiftZero_vec_chunk:
-	VMOVUPS (BX)(R8*4), Z1
-	VSUBPS  Z0, Z1, Z1
-	VMOVUPS Z1, (CX)(R8*4)
-	VADDPS  Z1, Z10, Z10
-	ADDQ    DX, R8
-	CMPQ    R8, SI
-	JB      avx512AccumulateShiftZero_vec_chunk
-	VMOVUPS Z10, (AX)(DI*4)
-	ADDQ    $0x00000010, DI
-	JMP     avx512AccumulateShiftZero_vec
-
-avx512AccumulateShiftZero_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx512AccumulateZero(part []float32, t []float32)
-// Requires: AVX, AVX512F
-TEXT ·avx512AccumulateZero(SB), NOSPLIT, $0-48
-	MOVQ part_base+0(FP), AX
-	MOVQ t_base+24(FP), CX
-	MOVQ part_len+8(FP), DX
-	MOVQ t_len+32(FP), BX
-	XORQ SI, SI
-	MOVQ DX, DI
-	ANDQ $-128, DI
-
-avx512AccumulateZero_block:
-	CMPQ   SI, DI
-	JAE    avx512AccumulateZero_block_done
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	MOVQ   SI, R8
-
-avx512AccumulateZero_block_chunk:
-	VADDPS  (CX)(R8*4), Z0, Z0
-	VADDPS  64(CX)(R8*4), Z1, Z1
-	VADDPS  128(CX)(R8*4), Z2, Z2
-	VADDPS  192(CX)(R8*4), Z3, Z3
-	VADDPS  256(CX)(R8*4), Z4, Z4
-	VADDPS  320(CX)(R8*4), Z5, Z5
-	VADDPS  384(CX)(R8*4), Z6, Z6
-	VADDPS  448(CX)(R8*4), Z7, Z7
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx512AccumulateZero_block_chunk
-	VMOVUPS Z0, (AX)(SI*4)
-	VMOVUPS Z1, 64(AX)(SI*4)
-	VMOVUPS Z2, 128(AX)(SI*4)
-	VMOVUPS Z3, 192(AX)(SI*4)
-	VMOVUPS Z4, 256(AX)(SI*4)
-	VMOVUPS Z5, 320(AX)(SI*4)
-	VMOVUPS Z6, 384(AX)(SI*4)
-	VMOVUPS Z7, 448(AX)(SI*4)
-	ADDQ    $0x00000080, SI
-	JMP     avx512AccumulateZero_block
-
-avx512AccumulateZero_block_done:
-avx512AccumulateZero_vec:
-	CMPQ   SI, DX
-	JAE    avx512AccumulateZero_vec_done
-	VPXORD Z8, Z8, Z8
-	MOVQ   SI, DI
-
-avx512AccumulateZero_vec_chunk:
-	VADDPS  (CX)(DI*4), Z8, Z8
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx512AccumulateZero_vec_chunk
-	VMOVUPS Z8, (AX)(SI*4)
-	ADDQ    $0x00000010, SI
-	JMP     avx512AccumulateZero_vec
-
-avx512AccumulateZero_vec_done:
-	VZEROUPPER
-	RET
-
-// func avx512AccumulateSqDevZero(part []float32, t []float32, meanD float32)
-// Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDevZero(SB), NOSPLIT, $0-52
-	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS meanD+48(FP), Z0
-	MOVQ         t_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-128, DI
-
-avx512AccumulateSqDevZero_block:
-	CMPQ   SI, DI
-	JAE    avx512AccumulateSqDevZero_block_done
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	MOVQ   SI, R8
-
-avx512AccumulateSqDevZero_block_chunk:
 	VMOVUPS (CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z1, Z1
 	VMOVUPS 64(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z2, Z2
 	VMOVUPS 128(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z3, Z3
 	VMOVUPS 192(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z4, Z4
 	VMOVUPS 256(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z5, Z5
 	VMOVUPS 320(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS 384(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z7, Z7
 	VMOVUPS 448(CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
 	VADDPS  Z9, Z8, Z8
 	ADDQ    DX, R8
 	CMPQ    R8, BX
-	JB      avx512AccumulateSqDevZero_block_chunk
+	JB      avx512AccumulateShiftZero_block_chunk
 	VMOVUPS Z1, (AX)(SI*4)
 	VMOVUPS Z2, 64(AX)(SI*4)
 	VMOVUPS Z3, 128(AX)(SI*4)
@@ -1109,46 +897,46 @@ avx512AccumulateSqDevZero_block_chunk:
 	VMOVUPS Z7, 384(AX)(SI*4)
 	VMOVUPS Z8, 448(AX)(SI*4)
 	ADDQ    $0x00000080, SI
-	JMP     avx512AccumulateSqDevZero_block
+	JMP     avx512AccumulateShiftZero_block
 
-avx512AccumulateSqDevZero_block_done:
-avx512AccumulateSqDevZero_vec:
+avx512AccumulateShiftZero_block_done:
+avx512AccumulateShiftZero_vec:
 	CMPQ   SI, DX
-	JAE    avx512AccumulateSqDevZero_vec_done
+	JAE    avx512AccumulateShiftZero_vec_done
 	VPXORD Z10, Z10, Z10
 	MOVQ   SI, DI
 
-avx512AccumulateSqDevZero_vec_chunk:
+avx512AccumulateShiftZero_vec_chunk:
 	VMOVUPS (CX)(DI*4), Z1
 	VSUBPS  Z0, Z1, Z1
-	VMULPS  Z1, Z1, Z1
 	VADDPS  Z1, Z10, Z10
 	ADDQ    DX, DI
 	CMPQ    DI, BX
-	JB      avx512AccumulateSqDevZero_vec_chunk
+	JB      avx512AccumulateShiftZero_vec_chunk
 	VMOVUPS Z10, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
-	JMP     avx512AccumulateSqDevZero_vec
+	JMP     avx512AccumulateShiftZero_vec
 
-avx512AccumulateSqDevZero_vec_done:
+avx512AccumulateShiftZero_vec_done:
 	VZEROUPPER
 	RET
 
-// func avx512AccumulateSqDevFMAZero(part []float32, t []float32, meanD float32)
+// func avx512AccumulateDevZero(part []float32, part2 []float32, t []float32, shift float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512AccumulateSqDevFMAZero(SB), NOSPLIT, $0-52
+TEXT ·avx512AccumulateDevZero(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	MOVQ         part_len+8(FP), DX
-	VBROADCASTSS meanD+48(FP), Z0
-	MOVQ         t_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-128, DI
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Z0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
+	XORQ         DI, DI
+	MOVQ         BX, R8
+	ANDQ         $-128, R8
 
-avx512AccumulateSqDevFMAZero_block:
-	CMPQ   SI, DI
-	JAE    avx512AccumulateSqDevFMAZero_block_done
+avx512AccumulateDevZero_block:
+	CMPQ   DI, R8
+	JAE    avx512AccumulateDevZero_block_done
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -1157,66 +945,234 @@ avx512AccumulateSqDevFMAZero_block:
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
-	MOVQ   SI, R8
-
-avx512AccumulateSqDevFMAZero_block_chunk:
-	VMOVUPS     (CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z1
-	VMOVUPS     64(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z2
-	VMOVUPS     128(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z3
-	VMOVUPS     192(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z4
-	VMOVUPS     256(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z5
-	VMOVUPS     320(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z6
-	VMOVUPS     384(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z7
-	VMOVUPS     448(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z8
-	ADDQ        DX, R8
-	CMPQ        R8, BX
-	JB          avx512AccumulateSqDevFMAZero_block_chunk
-	VMOVUPS     Z1, (AX)(SI*4)
-	VMOVUPS     Z2, 64(AX)(SI*4)
-	VMOVUPS     Z3, 128(AX)(SI*4)
-	VMOVUPS     Z4, 192(AX)(SI*4)
-	VMOVUPS     Z5, 256(AX)(SI*4)
-	VMOVUPS     Z6, 320(AX)(SI*4)
-	VMOVUPS     Z7, 384(AX)(SI*4)
-	VMOVUPS     Z8, 448(AX)(SI*4)
-	ADDQ        $0x00000080, SI
-	JMP         avx512AccumulateSqDevFMAZero_block
-
-avx512AccumulateSqDevFMAZero_block_done:
-avx512AccumulateSqDevFMAZero_vec:
-	CMPQ   SI, DX
-	JAE    avx512AccumulateSqDevFMAZero_vec_done
+	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
-	MOVQ   SI, DI
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	MOVQ   DI, R9
 
-avx512AccumulateSqDevFMAZero_vec_chunk:
-	VMOVUPS     (CX)(DI*4), Z1
+avx512AccumulateDevZero_block_chunk:
+	VMOVUPS (DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, (DX)(R9*4)
+	VADDPS  Z17, Z1, Z1
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z2, Z2
+	VMOVUPS 64(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 64(DX)(R9*4)
+	VADDPS  Z17, Z3, Z3
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z4, Z4
+	VMOVUPS 128(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 128(DX)(R9*4)
+	VADDPS  Z17, Z5, Z5
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z6, Z6
+	VMOVUPS 192(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 192(DX)(R9*4)
+	VADDPS  Z17, Z7, Z7
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z8, Z8
+	VMOVUPS 256(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 256(DX)(R9*4)
+	VADDPS  Z17, Z9, Z9
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z10, Z10
+	VMOVUPS 320(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 320(DX)(R9*4)
+	VADDPS  Z17, Z11, Z11
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z12, Z12
+	VMOVUPS 384(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 384(DX)(R9*4)
+	VADDPS  Z17, Z13, Z13
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z14, Z14
+	VMOVUPS 448(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 448(DX)(R9*4)
+	VADDPS  Z17, Z15, Z15
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z16, Z16
+	ADDQ    BX, R9
+	CMPQ    R9, SI
+	JB      avx512AccumulateDevZero_block_chunk
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS Z2, (CX)(DI*4)
+	VMOVUPS Z3, 64(AX)(DI*4)
+	VMOVUPS Z4, 64(CX)(DI*4)
+	VMOVUPS Z5, 128(AX)(DI*4)
+	VMOVUPS Z6, 128(CX)(DI*4)
+	VMOVUPS Z7, 192(AX)(DI*4)
+	VMOVUPS Z8, 192(CX)(DI*4)
+	VMOVUPS Z9, 256(AX)(DI*4)
+	VMOVUPS Z10, 256(CX)(DI*4)
+	VMOVUPS Z11, 320(AX)(DI*4)
+	VMOVUPS Z12, 320(CX)(DI*4)
+	VMOVUPS Z13, 384(AX)(DI*4)
+	VMOVUPS Z14, 384(CX)(DI*4)
+	VMOVUPS Z15, 448(AX)(DI*4)
+	VMOVUPS Z16, 448(CX)(DI*4)
+	ADDQ    $0x00000080, DI
+	JMP     avx512AccumulateDevZero_block
+
+avx512AccumulateDevZero_block_done:
+avx512AccumulateDevZero_vec:
+	CMPQ   DI, BX
+	JAE    avx512AccumulateDevZero_vec_done
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	MOVQ   DI, R8
+
+avx512AccumulateDevZero_vec_chunk:
+	VMOVUPS (DX)(R8*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (DX)(R8*4)
+	VADDPS  Z1, Z18, Z18
+	VMULPS  Z1, Z1, Z1
+	VADDPS  Z1, Z19, Z19
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx512AccumulateDevZero_vec_chunk
+	VMOVUPS Z18, (AX)(DI*4)
+	VMOVUPS Z19, (CX)(DI*4)
+	ADDQ    $0x00000010, DI
+	JMP     avx512AccumulateDevZero_vec
+
+avx512AccumulateDevZero_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512AccumulateDevFMAZero(part []float32, part2 []float32, t []float32, shift float32)
+// Requires: AVX, AVX512F
+TEXT ·avx512AccumulateDevFMAZero(SB), NOSPLIT, $0-76
+	MOVQ         part_base+0(FP), AX
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Z0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
+	XORQ         DI, DI
+	MOVQ         BX, R8
+	ANDQ         $-128, R8
+
+avx512AccumulateDevFMAZero_block:
+	CMPQ   DI, R8
+	JAE    avx512AccumulateDevFMAZero_block_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	MOVQ   DI, R9
+
+avx512AccumulateDevFMAZero_block_chunk:
+	VMOVUPS     (DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, (DX)(R9*4)
+	VADDPS      Z17, Z1, Z1
+	VFMADD231PS Z17, Z17, Z2
+	VMOVUPS     64(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 64(DX)(R9*4)
+	VADDPS      Z17, Z3, Z3
+	VFMADD231PS Z17, Z17, Z4
+	VMOVUPS     128(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 128(DX)(R9*4)
+	VADDPS      Z17, Z5, Z5
+	VFMADD231PS Z17, Z17, Z6
+	VMOVUPS     192(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 192(DX)(R9*4)
+	VADDPS      Z17, Z7, Z7
+	VFMADD231PS Z17, Z17, Z8
+	VMOVUPS     256(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 256(DX)(R9*4)
+	VADDPS      Z17, Z9, Z9
+	VFMADD231PS Z17, Z17, Z10
+	VMOVUPS     320(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 320(DX)(R9*4)
+	VADDPS      Z17, Z11, Z11
+	VFMADD231PS Z17, Z17, Z12
+	VMOVUPS     384(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 384(DX)(R9*4)
+	VADDPS      Z17, Z13, Z13
+	VFMADD231PS Z17, Z17, Z14
+	VMOVUPS     448(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 448(DX)(R9*4)
+	VADDPS      Z17, Z15, Z15
+	VFMADD231PS Z17, Z17, Z16
+	ADDQ        BX, R9
+	CMPQ        R9, SI
+	JB          avx512AccumulateDevFMAZero_block_chunk
+	VMOVUPS     Z1, (AX)(DI*4)
+	VMOVUPS     Z2, (CX)(DI*4)
+	VMOVUPS     Z3, 64(AX)(DI*4)
+	VMOVUPS     Z4, 64(CX)(DI*4)
+	VMOVUPS     Z5, 128(AX)(DI*4)
+	VMOVUPS     Z6, 128(CX)(DI*4)
+	VMOVUPS     Z7, 192(AX)(DI*4)
+	VMOVUPS     Z8, 192(CX)(DI*4)
+	VMOVUPS     Z9, 256(AX)(DI*4)
+	VMOVUPS     Z10, 256(CX)(DI*4)
+	VMOVUPS     Z11, 320(AX)(DI*4)
+	VMOVUPS     Z12, 320(CX)(DI*4)
+	VMOVUPS     Z13, 384(AX)(DI*4)
+	VMOVUPS     Z14, 384(CX)(DI*4)
+	VMOVUPS     Z15, 448(AX)(DI*4)
+	VMOVUPS     Z16, 448(CX)(DI*4)
+	ADDQ        $0x00000080, DI
+	JMP         avx512AccumulateDevFMAZero_block
+
+avx512AccumulateDevFMAZero_block_done:
+avx512AccumulateDevFMAZero_vec:
+	CMPQ   DI, BX
+	JAE    avx512AccumulateDevFMAZero_vec_done
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	MOVQ   DI, R8
+
+avx512AccumulateDevFMAZero_vec_chunk:
+	VMOVUPS     (DX)(R8*4), Z1
 	VSUBPS      Z0, Z1, Z1
-	VFMADD231PS Z1, Z1, Z10
-	ADDQ        DX, DI
-	CMPQ        DI, BX
-	JB          avx512AccumulateSqDevFMAZero_vec_chunk
-	VMOVUPS     Z10, (AX)(SI*4)
-	ADDQ        $0x00000010, SI
-	JMP         avx512AccumulateSqDevFMAZero_vec
+	VMOVUPS     Z1, (DX)(R8*4)
+	VADDPS      Z1, Z18, Z18
+	VFMADD231PS Z1, Z1, Z19
+	ADDQ        BX, R8
+	CMPQ        R8, SI
+	JB          avx512AccumulateDevFMAZero_vec_chunk
+	VMOVUPS     Z18, (AX)(DI*4)
+	VMOVUPS     Z19, (CX)(DI*4)
+	ADDQ        $0x00000010, DI
+	JMP         avx512AccumulateDevFMAZero_vec
 
-avx512AccumulateSqDevFMAZero_vec_done:
+avx512AccumulateDevFMAZero_vec_done:
 	VZEROUPPER
 	RET
 
@@ -1985,8 +1941,8 @@ TEXT ·avx512FoldTree(SB), NOSPLIT, $0-28
 	VADDPS        Y0, Y1, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+24(FP)
+	VZEROUPPER
 	RET
 
 foldtree_1024:
@@ -2223,8 +2179,8 @@ foldtree_1024:
 	VADDPS        Y0, Y1, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+24(FP)
+	VZEROUPPER
 	RET
 
 foldtree_512:
@@ -2349,8 +2305,8 @@ foldtree_512:
 	VADDPS        Y0, Y1, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+24(FP)
+	VZEROUPPER
 	RET
 
 foldtree_256:
@@ -2419,8 +2375,8 @@ foldtree_256:
 	VADDPS        Y0, Y1, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+24(FP)
+	VZEROUPPER
 	RET
 
 foldtree_128:
@@ -2461,8 +2417,8 @@ foldtree_128:
 	VADDPS        Y0, Y1, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+24(FP)
+	VZEROUPPER
 	RET
 
 foldtree_64:
@@ -2487,25 +2443,25 @@ foldtree_64:
 	VADDPS        Y0, Y1, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
-	VZEROUPPER
 	VMOVSS        X0, ret+24(FP)
+	VZEROUPPER
 	RET
 
-// func avx512SumTree(part []float32, t []float32) float32
+// func avx512SumTree(part []float32, t []float32, shift float32) float32
 // Requires: AVX, AVX512F
-TEXT ·avx512SumTree(SB), NOSPLIT, $0-52
-	MOVQ part_base+0(FP), AX
-	MOVQ t_base+24(FP), CX
-	MOVQ part_len+8(FP), DX
-	MOVQ t_len+32(FP), BX
-	XORQ SI, SI
-	MOVQ DX, DI
-	ANDQ $-128, DI
+TEXT ·avx512SumTree(SB), NOSPLIT, $0-60
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	VBROADCASTSS shift+48(FP), Z0
+	MOVQ         part_len+8(FP), DX
+	MOVQ         t_len+32(FP), BX
+	XORQ         SI, SI
+	MOVQ         DX, DI
+	ANDQ         $-128, DI
 
 avx512SumTree_pairs:
 	CMPQ   SI, DI
 	JAE    avx512SumTree_pairs_done
-	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -2513,40 +2469,57 @@ avx512SumTree_pairs:
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
 	MOVQ   SI, R8
 
 avx512SumTree_pairs_chunk:
-	VADDPS  (CX)(R8*4), Z0, Z0
-	VADDPS  64(CX)(R8*4), Z1, Z1
-	VADDPS  128(CX)(R8*4), Z2, Z2
-	VADDPS  192(CX)(R8*4), Z3, Z3
-	VADDPS  256(CX)(R8*4), Z4, Z4
-	VADDPS  320(CX)(R8*4), Z5, Z5
-	VADDPS  384(CX)(R8*4), Z6, Z6
-	VADDPS  448(CX)(R8*4), Z7, Z7
+	VMOVUPS (CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z1, Z1
+	VMOVUPS 64(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z2, Z2
+	VMOVUPS 128(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z3, Z3
+	VMOVUPS 192(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z4, Z4
+	VMOVUPS 256(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z5, Z5
+	VMOVUPS 320(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z6, Z6
+	VMOVUPS 384(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z7, Z7
+	VMOVUPS 448(CX)(R8*4), Z9
+	VSUBPS  Z0, Z9, Z9
+	VADDPS  Z9, Z8, Z8
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx512SumTree_pairs_chunk
-	VSHUFPS $0x88, Z1, Z0, Z8
-	VSHUFPS $0xdd, Z1, Z0, Z9
-	VADDPS  Z9, Z8, Z8
-	VSHUFPS $0x88, Z3, Z2, Z9
-	VSHUFPS $0xdd, Z3, Z2, Z14
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z14
 	VADDPS  Z14, Z9, Z9
-	VSHUFPS $0x88, Z9, Z8, Z14
-	VSHUFPS $0xdd, Z9, Z8, Z8
-	VADDPS  Z8, Z14, Z14
-	VMOVUPS Z14, (AX)(SI*1)
-	VSHUFPS $0x88, Z5, Z4, Z8
-	VSHUFPS $0xdd, Z5, Z4, Z9
-	VADDPS  Z9, Z8, Z8
-	VSHUFPS $0x88, Z7, Z6, Z9
-	VSHUFPS $0xdd, Z7, Z6, Z14
+	VSHUFPS $0x88, Z4, Z3, Z14
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z9, Z15
+	VSHUFPS $0xdd, Z14, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, (AX)(SI*1)
+	VSHUFPS $0x88, Z6, Z5, Z9
+	VSHUFPS $0xdd, Z6, Z5, Z14
 	VADDPS  Z14, Z9, Z9
-	VSHUFPS $0x88, Z9, Z8, Z14
-	VSHUFPS $0xdd, Z9, Z8, Z8
-	VADDPS  Z8, Z14, Z14
-	VMOVUPS Z14, 64(AX)(SI*1)
+	VSHUFPS $0x88, Z8, Z7, Z14
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z9, Z15
+	VSHUFPS $0xdd, Z14, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, 64(AX)(SI*1)
 	ADDQ    $0x00000080, SI
 	JMP     avx512SumTree_pairs
 
@@ -2561,23 +2534,31 @@ avx512SumTree_group:
 	MOVQ   SI, DI
 
 avx512SumTree_group_chunk:
-	VADDPS  (CX)(DI*4), Z10, Z10
-	VADDPS  64(CX)(DI*4), Z11, Z11
-	VADDPS  128(CX)(DI*4), Z12, Z12
-	VADDPS  192(CX)(DI*4), Z13, Z13
+	VMOVUPS (CX)(DI*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z10, Z10
+	VMOVUPS 64(CX)(DI*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z11, Z11
+	VMOVUPS 128(CX)(DI*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z12, Z12
+	VMOVUPS 192(CX)(DI*4), Z1
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z13, Z13
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx512SumTree_group_chunk
-	VSHUFPS $0x88, Z11, Z10, Z0
-	VSHUFPS $0xdd, Z11, Z10, Z1
-	VADDPS  Z1, Z0, Z0
-	VSHUFPS $0x88, Z13, Z12, Z1
-	VSHUFPS $0xdd, Z13, Z12, Z2
+	VSHUFPS $0x88, Z11, Z10, Z1
+	VSHUFPS $0xdd, Z11, Z10, Z2
 	VADDPS  Z2, Z1, Z1
-	VSHUFPS $0x88, Z1, Z0, Z2
-	VSHUFPS $0xdd, Z1, Z0, Z0
-	VADDPS  Z0, Z2, Z2
-	VMOVUPS Z2, (AX)(SI*1)
+	VSHUFPS $0x88, Z13, Z12, Z2
+	VSHUFPS $0xdd, Z13, Z12, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(SI*1)
 	ADDQ    $0x00000040, SI
 	JMP     avx512SumTree_group
 
@@ -2639,8 +2620,8 @@ avx512SumTree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, ret+56(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+48(FP)
 	RET
 
 avx512SumTree_1024:
@@ -2677,8 +2658,8 @@ avx512SumTree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, ret+56(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+48(FP)
 	RET
 
 avx512SumTree_512:
@@ -2703,8 +2684,8 @@ avx512SumTree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, ret+56(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+48(FP)
 	RET
 
 avx512SumTree_256:
@@ -2723,8 +2704,8 @@ avx512SumTree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, ret+56(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+48(FP)
 	RET
 
 avx512SumTree_128:
@@ -2740,8 +2721,8 @@ avx512SumTree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, ret+56(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+48(FP)
 	RET
 
 avx512SumTree_64:
@@ -2754,25 +2735,26 @@ avx512SumTree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, ret+56(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+48(FP)
 	RET
 
-// func avx512SqDevTree(part []float32, t []float32, meanD float32) float32
+// func avx512DevTree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512SqDevTree(SB), NOSPLIT, $0-60
+TEXT ·avx512DevTree(SB), NOSPLIT, $0-88
 	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	VBROADCASTSS meanD+48(FP), Z0
-	MOVQ         part_len+8(FP), DX
-	MOVQ         t_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-128, DI
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Z0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
+	XORQ         DI, DI
+	MOVQ         BX, R8
+	ANDQ         $-128, R8
 
-avx512SqDevTree_pairs:
-	CMPQ   SI, DI
-	JAE    avx512SqDevTree_pairs_done
+avx512DevTree_pairs:
+	CMPQ   DI, R8
+	JAE    avx512DevTree_pairs_done
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -2781,113 +2763,179 @@ avx512SqDevTree_pairs:
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
-	MOVQ   SI, R8
-
-avx512SqDevTree_pairs_chunk:
-	VMOVUPS (CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z1, Z1
-	VMOVUPS 64(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z2, Z2
-	VMOVUPS 128(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z3, Z3
-	VMOVUPS 192(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z4, Z4
-	VMOVUPS 256(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z5, Z5
-	VMOVUPS 320(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z6, Z6
-	VMOVUPS 384(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z7, Z7
-	VMOVUPS 448(CX)(R8*4), Z9
-	VSUBPS  Z0, Z9, Z9
-	VMULPS  Z9, Z9, Z9
-	VADDPS  Z9, Z8, Z8
-	ADDQ    DX, R8
-	CMPQ    R8, BX
-	JB      avx512SqDevTree_pairs_chunk
-	VSHUFPS $0x88, Z2, Z1, Z9
-	VSHUFPS $0xdd, Z2, Z1, Z14
-	VADDPS  Z14, Z9, Z9
-	VSHUFPS $0x88, Z4, Z3, Z14
-	VSHUFPS $0xdd, Z4, Z3, Z15
-	VADDPS  Z15, Z14, Z14
-	VSHUFPS $0x88, Z14, Z9, Z15
-	VSHUFPS $0xdd, Z14, Z9, Z9
-	VADDPS  Z9, Z15, Z15
-	VMOVUPS Z15, (AX)(SI*1)
-	VSHUFPS $0x88, Z6, Z5, Z9
-	VSHUFPS $0xdd, Z6, Z5, Z14
-	VADDPS  Z14, Z9, Z9
-	VSHUFPS $0x88, Z8, Z7, Z14
-	VSHUFPS $0xdd, Z8, Z7, Z15
-	VADDPS  Z15, Z14, Z14
-	VSHUFPS $0x88, Z14, Z9, Z15
-	VSHUFPS $0xdd, Z14, Z9, Z9
-	VADDPS  Z9, Z15, Z15
-	VMOVUPS Z15, 64(AX)(SI*1)
-	ADDQ    $0x00000080, SI
-	JMP     avx512SqDevTree_pairs
-
-avx512SqDevTree_pairs_done:
-avx512SqDevTree_group:
-	CMPQ   SI, DX
-	JAE    avx512SqDevTree_group_done
+	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
 	VPXORD Z12, Z12, Z12
 	VPXORD Z13, Z13, Z13
-	MOVQ   SI, DI
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	MOVQ   DI, R9
 
-avx512SqDevTree_group_chunk:
-	VMOVUPS (CX)(DI*4), Z1
+avx512DevTree_pairs_chunk:
+	VMOVUPS (DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, (DX)(R9*4)
+	VADDPS  Z17, Z1, Z1
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z2, Z2
+	VMOVUPS 64(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 64(DX)(R9*4)
+	VADDPS  Z17, Z3, Z3
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z4, Z4
+	VMOVUPS 128(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 128(DX)(R9*4)
+	VADDPS  Z17, Z5, Z5
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z6, Z6
+	VMOVUPS 192(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 192(DX)(R9*4)
+	VADDPS  Z17, Z7, Z7
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z8, Z8
+	VMOVUPS 256(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 256(DX)(R9*4)
+	VADDPS  Z17, Z9, Z9
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z10, Z10
+	VMOVUPS 320(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 320(DX)(R9*4)
+	VADDPS  Z17, Z11, Z11
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z12, Z12
+	VMOVUPS 384(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 384(DX)(R9*4)
+	VADDPS  Z17, Z13, Z13
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z14, Z14
+	VMOVUPS 448(DX)(R9*4), Z17
+	VSUBPS  Z0, Z17, Z17
+	VMOVUPS Z17, 448(DX)(R9*4)
+	VADDPS  Z17, Z15, Z15
+	VMULPS  Z17, Z17, Z17
+	VADDPS  Z17, Z16, Z16
+	ADDQ    BX, R9
+	CMPQ    R9, SI
+	JB      avx512DevTree_pairs_chunk
+	VSHUFPS $0x88, Z3, Z1, Z17
+	VSHUFPS $0xdd, Z3, Z1, Z26
+	VADDPS  Z26, Z17, Z17
+	VSHUFPS $0x88, Z7, Z5, Z26
+	VSHUFPS $0xdd, Z7, Z5, Z27
+	VADDPS  Z27, Z26, Z26
+	VSHUFPS $0x88, Z26, Z17, Z27
+	VSHUFPS $0xdd, Z26, Z17, Z17
+	VADDPS  Z17, Z27, Z27
+	VMOVUPS Z27, (AX)(DI*1)
+	VSHUFPS $0x88, Z11, Z9, Z17
+	VSHUFPS $0xdd, Z11, Z9, Z26
+	VADDPS  Z26, Z17, Z17
+	VSHUFPS $0x88, Z15, Z13, Z26
+	VSHUFPS $0xdd, Z15, Z13, Z27
+	VADDPS  Z27, Z26, Z26
+	VSHUFPS $0x88, Z26, Z17, Z27
+	VSHUFPS $0xdd, Z26, Z17, Z17
+	VADDPS  Z17, Z27, Z27
+	VMOVUPS Z27, 64(AX)(DI*1)
+	VSHUFPS $0x88, Z4, Z2, Z17
+	VSHUFPS $0xdd, Z4, Z2, Z26
+	VADDPS  Z26, Z17, Z17
+	VSHUFPS $0x88, Z8, Z6, Z26
+	VSHUFPS $0xdd, Z8, Z6, Z27
+	VADDPS  Z27, Z26, Z26
+	VSHUFPS $0x88, Z26, Z17, Z27
+	VSHUFPS $0xdd, Z26, Z17, Z17
+	VADDPS  Z17, Z27, Z27
+	VMOVUPS Z27, (CX)(DI*1)
+	VSHUFPS $0x88, Z12, Z10, Z17
+	VSHUFPS $0xdd, Z12, Z10, Z26
+	VADDPS  Z26, Z17, Z17
+	VSHUFPS $0x88, Z16, Z14, Z26
+	VSHUFPS $0xdd, Z16, Z14, Z27
+	VADDPS  Z27, Z26, Z26
+	VSHUFPS $0x88, Z26, Z17, Z27
+	VSHUFPS $0xdd, Z26, Z17, Z17
+	VADDPS  Z17, Z27, Z27
+	VMOVUPS Z27, 64(CX)(DI*1)
+	ADDQ    $0x00000080, DI
+	JMP     avx512DevTree_pairs
+
+avx512DevTree_pairs_done:
+avx512DevTree_group:
+	CMPQ   DI, BX
+	JAE    avx512DevTree_group_done
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	MOVQ   DI, R8
+
+avx512DevTree_group_chunk:
+	VMOVUPS (DX)(R8*4), Z1
 	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, (DX)(R8*4)
+	VADDPS  Z1, Z18, Z18
 	VMULPS  Z1, Z1, Z1
-	VADDPS  Z1, Z10, Z10
-	VMOVUPS 64(CX)(DI*4), Z1
+	VADDPS  Z1, Z19, Z19
+	VMOVUPS 64(DX)(R8*4), Z1
 	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 64(DX)(R8*4)
+	VADDPS  Z1, Z20, Z20
 	VMULPS  Z1, Z1, Z1
-	VADDPS  Z1, Z11, Z11
-	VMOVUPS 128(CX)(DI*4), Z1
+	VADDPS  Z1, Z21, Z21
+	VMOVUPS 128(DX)(R8*4), Z1
 	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 128(DX)(R8*4)
+	VADDPS  Z1, Z22, Z22
 	VMULPS  Z1, Z1, Z1
-	VADDPS  Z1, Z12, Z12
-	VMOVUPS 192(CX)(DI*4), Z1
+	VADDPS  Z1, Z23, Z23
+	VMOVUPS 192(DX)(R8*4), Z1
 	VSUBPS  Z0, Z1, Z1
+	VMOVUPS Z1, 192(DX)(R8*4)
+	VADDPS  Z1, Z24, Z24
 	VMULPS  Z1, Z1, Z1
-	VADDPS  Z1, Z13, Z13
-	ADDQ    DX, DI
-	CMPQ    DI, BX
-	JB      avx512SqDevTree_group_chunk
-	VSHUFPS $0x88, Z11, Z10, Z1
-	VSHUFPS $0xdd, Z11, Z10, Z2
+	VADDPS  Z1, Z25, Z25
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx512DevTree_group_chunk
+	VSHUFPS $0x88, Z20, Z18, Z1
+	VSHUFPS $0xdd, Z20, Z18, Z2
 	VADDPS  Z2, Z1, Z1
-	VSHUFPS $0x88, Z13, Z12, Z2
-	VSHUFPS $0xdd, Z13, Z12, Z3
+	VSHUFPS $0x88, Z24, Z22, Z2
+	VSHUFPS $0xdd, Z24, Z22, Z3
 	VADDPS  Z3, Z2, Z2
 	VSHUFPS $0x88, Z2, Z1, Z3
 	VSHUFPS $0xdd, Z2, Z1, Z1
 	VADDPS  Z1, Z3, Z3
-	VMOVUPS Z3, (AX)(SI*1)
-	ADDQ    $0x00000040, SI
-	JMP     avx512SqDevTree_group
+	VMOVUPS Z3, (AX)(DI*1)
+	VSHUFPS $0x88, Z21, Z19, Z1
+	VSHUFPS $0xdd, Z21, Z19, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z25, Z23, Z2
+	VSHUFPS $0xdd, Z25, Z23, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (CX)(DI*1)
+	ADDQ    $0x00000040, DI
+	JMP     avx512DevTree_group
 
-avx512SqDevTree_group_done:
-	CMPQ          DX, $0x00000800
-	JB            avx512SqDevTree_1024
+avx512DevTree_group_done:
+	CMPQ          BX, $0x00000800
+	JB            avx512DevTree_1024
 	VMOVUPS       (AX), Z0
 	VADDPS        1024(AX), Z0, Z0
 	VMOVUPS       64(AX), Z1
@@ -2943,13 +2991,69 @@ avx512SqDevTree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VADDPS        1024(CX), Z0, Z0
+	VMOVUPS       64(CX), Z1
+	VADDPS        1088(CX), Z1, Z1
+	VMOVUPS       128(CX), Z2
+	VADDPS        1152(CX), Z2, Z2
+	VMOVUPS       192(CX), Z3
+	VADDPS        1216(CX), Z3, Z3
+	VMOVUPS       256(CX), Z4
+	VADDPS        1280(CX), Z4, Z4
+	VMOVUPS       320(CX), Z5
+	VADDPS        1344(CX), Z5, Z5
+	VMOVUPS       384(CX), Z6
+	VADDPS        1408(CX), Z6, Z6
+	VMOVUPS       448(CX), Z7
+	VADDPS        1472(CX), Z7, Z7
+	VMOVUPS       512(CX), Z8
+	VADDPS        1536(CX), Z8, Z8
+	VMOVUPS       576(CX), Z9
+	VADDPS        1600(CX), Z9, Z9
+	VMOVUPS       640(CX), Z10
+	VADDPS        1664(CX), Z10, Z10
+	VMOVUPS       704(CX), Z11
+	VADDPS        1728(CX), Z11, Z11
+	VMOVUPS       768(CX), Z12
+	VADDPS        1792(CX), Z12, Z12
+	VMOVUPS       832(CX), Z13
+	VADDPS        1856(CX), Z13, Z13
+	VMOVUPS       896(CX), Z14
+	VADDPS        1920(CX), Z14, Z14
+	VMOVUPS       960(CX), Z15
+	VADDPS        1984(CX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-avx512SqDevTree_1024:
-	CMPQ          DX, $0x00000400
-	JB            avx512SqDevTree_512
+avx512DevTree_1024:
+	CMPQ          BX, $0x00000400
+	JB            avx512DevTree_512
 	VMOVUPS       (AX), Z0
 	VADDPS        512(AX), Z0, Z0
 	VMOVUPS       64(AX), Z1
@@ -2981,13 +3085,45 @@ avx512SqDevTree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VADDPS        512(CX), Z0, Z0
+	VMOVUPS       64(CX), Z1
+	VADDPS        576(CX), Z1, Z1
+	VMOVUPS       128(CX), Z2
+	VADDPS        640(CX), Z2, Z2
+	VMOVUPS       192(CX), Z3
+	VADDPS        704(CX), Z3, Z3
+	VMOVUPS       256(CX), Z4
+	VADDPS        768(CX), Z4, Z4
+	VMOVUPS       320(CX), Z5
+	VADDPS        832(CX), Z5, Z5
+	VMOVUPS       384(CX), Z6
+	VADDPS        896(CX), Z6, Z6
+	VMOVUPS       448(CX), Z7
+	VADDPS        960(CX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-avx512SqDevTree_512:
-	CMPQ          DX, $0x00000200
-	JB            avx512SqDevTree_256
+avx512DevTree_512:
+	CMPQ          BX, $0x00000200
+	JB            avx512DevTree_256
 	VMOVUPS       (AX), Z0
 	VADDPS        256(AX), Z0, Z0
 	VMOVUPS       64(AX), Z1
@@ -3007,13 +3143,33 @@ avx512SqDevTree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VADDPS        256(CX), Z0, Z0
+	VMOVUPS       64(CX), Z1
+	VADDPS        320(CX), Z1, Z1
+	VMOVUPS       128(CX), Z2
+	VADDPS        384(CX), Z2, Z2
+	VMOVUPS       192(CX), Z3
+	VADDPS        448(CX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-avx512SqDevTree_256:
-	CMPQ          DX, $0x00000100
-	JB            avx512SqDevTree_128
+avx512DevTree_256:
+	CMPQ          BX, $0x00000100
+	JB            avx512DevTree_128
 	VMOVUPS       (AX), Z0
 	VADDPS        128(AX), Z0, Z0
 	VMOVUPS       64(AX), Z1
@@ -3027,13 +3183,27 @@ avx512SqDevTree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VADDPS        128(CX), Z0, Z0
+	VMOVUPS       64(CX), Z1
+	VADDPS        192(CX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-avx512SqDevTree_128:
-	CMPQ          DX, $0x00000080
-	JB            avx512SqDevTree_64
+avx512DevTree_128:
+	CMPQ          BX, $0x00000080
+	JB            avx512DevTree_64
 	VMOVUPS       (AX), Z0
 	VADDPS        64(AX), Z0, Z0
 	VPERMILPS     $0xee, Z0, Z1
@@ -3044,11 +3214,22 @@ avx512SqDevTree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VADDPS        64(CX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-avx512SqDevTree_64:
+avx512DevTree_64:
 	VMOVUPS       (AX), Z0
 	VPERMILPS     $0xee, Z0, Z1
 	VADDPS        Z1, Z0, Z0
@@ -3058,25 +3239,36 @@ avx512SqDevTree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-// func avx512SqDevFMATree(part []float32, t []float32, meanD float32) float32
+// func avx512DevFMATree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)
 // Requires: AVX, AVX512F
-TEXT ·avx512SqDevFMATree(SB), NOSPLIT, $0-60
+TEXT ·avx512DevFMATree(SB), NOSPLIT, $0-88
 	MOVQ         part_base+0(FP), AX
-	MOVQ         t_base+24(FP), CX
-	VBROADCASTSS meanD+48(FP), Z0
-	MOVQ         part_len+8(FP), DX
-	MOVQ         t_len+32(FP), BX
-	XORQ         SI, SI
-	MOVQ         DX, DI
-	ANDQ         $-128, DI
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Z0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
+	XORQ         DI, DI
+	MOVQ         BX, R8
+	ANDQ         $-128, R8
 
-avx512SqDevFMATree_pairs:
-	CMPQ   SI, DI
-	JAE    avx512SqDevFMATree_pairs_done
+avx512DevFMATree_pairs:
+	CMPQ   DI, R8
+	JAE    avx512DevFMATree_pairs_done
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
@@ -3085,101 +3277,167 @@ avx512SqDevFMATree_pairs:
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
-	MOVQ   SI, R8
-
-avx512SqDevFMATree_pairs_chunk:
-	VMOVUPS     (CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z1
-	VMOVUPS     64(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z2
-	VMOVUPS     128(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z3
-	VMOVUPS     192(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z4
-	VMOVUPS     256(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z5
-	VMOVUPS     320(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z6
-	VMOVUPS     384(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z7
-	VMOVUPS     448(CX)(R8*4), Z9
-	VSUBPS      Z0, Z9, Z9
-	VFMADD231PS Z9, Z9, Z8
-	ADDQ        DX, R8
-	CMPQ        R8, BX
-	JB          avx512SqDevFMATree_pairs_chunk
-	VSHUFPS     $0x88, Z2, Z1, Z9
-	VSHUFPS     $0xdd, Z2, Z1, Z14
-	VADDPS      Z14, Z9, Z9
-	VSHUFPS     $0x88, Z4, Z3, Z14
-	VSHUFPS     $0xdd, Z4, Z3, Z15
-	VADDPS      Z15, Z14, Z14
-	VSHUFPS     $0x88, Z14, Z9, Z15
-	VSHUFPS     $0xdd, Z14, Z9, Z9
-	VADDPS      Z9, Z15, Z15
-	VMOVUPS     Z15, (AX)(SI*1)
-	VSHUFPS     $0x88, Z6, Z5, Z9
-	VSHUFPS     $0xdd, Z6, Z5, Z14
-	VADDPS      Z14, Z9, Z9
-	VSHUFPS     $0x88, Z8, Z7, Z14
-	VSHUFPS     $0xdd, Z8, Z7, Z15
-	VADDPS      Z15, Z14, Z14
-	VSHUFPS     $0x88, Z14, Z9, Z15
-	VSHUFPS     $0xdd, Z14, Z9, Z9
-	VADDPS      Z9, Z15, Z15
-	VMOVUPS     Z15, 64(AX)(SI*1)
-	ADDQ        $0x00000080, SI
-	JMP         avx512SqDevFMATree_pairs
-
-avx512SqDevFMATree_pairs_done:
-avx512SqDevFMATree_group:
-	CMPQ   SI, DX
-	JAE    avx512SqDevFMATree_group_done
+	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
 	VPXORD Z12, Z12, Z12
 	VPXORD Z13, Z13, Z13
-	MOVQ   SI, DI
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	MOVQ   DI, R9
 
-avx512SqDevFMATree_group_chunk:
-	VMOVUPS     (CX)(DI*4), Z1
+avx512DevFMATree_pairs_chunk:
+	VMOVUPS     (DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, (DX)(R9*4)
+	VADDPS      Z17, Z1, Z1
+	VFMADD231PS Z17, Z17, Z2
+	VMOVUPS     64(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 64(DX)(R9*4)
+	VADDPS      Z17, Z3, Z3
+	VFMADD231PS Z17, Z17, Z4
+	VMOVUPS     128(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 128(DX)(R9*4)
+	VADDPS      Z17, Z5, Z5
+	VFMADD231PS Z17, Z17, Z6
+	VMOVUPS     192(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 192(DX)(R9*4)
+	VADDPS      Z17, Z7, Z7
+	VFMADD231PS Z17, Z17, Z8
+	VMOVUPS     256(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 256(DX)(R9*4)
+	VADDPS      Z17, Z9, Z9
+	VFMADD231PS Z17, Z17, Z10
+	VMOVUPS     320(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 320(DX)(R9*4)
+	VADDPS      Z17, Z11, Z11
+	VFMADD231PS Z17, Z17, Z12
+	VMOVUPS     384(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 384(DX)(R9*4)
+	VADDPS      Z17, Z13, Z13
+	VFMADD231PS Z17, Z17, Z14
+	VMOVUPS     448(DX)(R9*4), Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, 448(DX)(R9*4)
+	VADDPS      Z17, Z15, Z15
+	VFMADD231PS Z17, Z17, Z16
+	ADDQ        BX, R9
+	CMPQ        R9, SI
+	JB          avx512DevFMATree_pairs_chunk
+	VSHUFPS     $0x88, Z3, Z1, Z17
+	VSHUFPS     $0xdd, Z3, Z1, Z26
+	VADDPS      Z26, Z17, Z17
+	VSHUFPS     $0x88, Z7, Z5, Z26
+	VSHUFPS     $0xdd, Z7, Z5, Z27
+	VADDPS      Z27, Z26, Z26
+	VSHUFPS     $0x88, Z26, Z17, Z27
+	VSHUFPS     $0xdd, Z26, Z17, Z17
+	VADDPS      Z17, Z27, Z27
+	VMOVUPS     Z27, (AX)(DI*1)
+	VSHUFPS     $0x88, Z11, Z9, Z17
+	VSHUFPS     $0xdd, Z11, Z9, Z26
+	VADDPS      Z26, Z17, Z17
+	VSHUFPS     $0x88, Z15, Z13, Z26
+	VSHUFPS     $0xdd, Z15, Z13, Z27
+	VADDPS      Z27, Z26, Z26
+	VSHUFPS     $0x88, Z26, Z17, Z27
+	VSHUFPS     $0xdd, Z26, Z17, Z17
+	VADDPS      Z17, Z27, Z27
+	VMOVUPS     Z27, 64(AX)(DI*1)
+	VSHUFPS     $0x88, Z4, Z2, Z17
+	VSHUFPS     $0xdd, Z4, Z2, Z26
+	VADDPS      Z26, Z17, Z17
+	VSHUFPS     $0x88, Z8, Z6, Z26
+	VSHUFPS     $0xdd, Z8, Z6, Z27
+	VADDPS      Z27, Z26, Z26
+	VSHUFPS     $0x88, Z26, Z17, Z27
+	VSHUFPS     $0xdd, Z26, Z17, Z17
+	VADDPS      Z17, Z27, Z27
+	VMOVUPS     Z27, (CX)(DI*1)
+	VSHUFPS     $0x88, Z12, Z10, Z17
+	VSHUFPS     $0xdd, Z12, Z10, Z26
+	VADDPS      Z26, Z17, Z17
+	VSHUFPS     $0x88, Z16, Z14, Z26
+	VSHUFPS     $0xdd, Z16, Z14, Z27
+	VADDPS      Z27, Z26, Z26
+	VSHUFPS     $0x88, Z26, Z17, Z27
+	VSHUFPS     $0xdd, Z26, Z17, Z17
+	VADDPS      Z17, Z27, Z27
+	VMOVUPS     Z27, 64(CX)(DI*1)
+	ADDQ        $0x00000080, DI
+	JMP         avx512DevFMATree_pairs
+
+avx512DevFMATree_pairs_done:
+avx512DevFMATree_group:
+	CMPQ   DI, BX
+	JAE    avx512DevFMATree_group_done
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	MOVQ   DI, R8
+
+avx512DevFMATree_group_chunk:
+	VMOVUPS     (DX)(R8*4), Z1
 	VSUBPS      Z0, Z1, Z1
-	VFMADD231PS Z1, Z1, Z10
-	VMOVUPS     64(CX)(DI*4), Z1
+	VMOVUPS     Z1, (DX)(R8*4)
+	VADDPS      Z1, Z18, Z18
+	VFMADD231PS Z1, Z1, Z19
+	VMOVUPS     64(DX)(R8*4), Z1
 	VSUBPS      Z0, Z1, Z1
-	VFMADD231PS Z1, Z1, Z11
-	VMOVUPS     128(CX)(DI*4), Z1
+	VMOVUPS     Z1, 64(DX)(R8*4)
+	VADDPS      Z1, Z20, Z20
+	VFMADD231PS Z1, Z1, Z21
+	VMOVUPS     128(DX)(R8*4), Z1
 	VSUBPS      Z0, Z1, Z1
-	VFMADD231PS Z1, Z1, Z12
-	VMOVUPS     192(CX)(DI*4), Z1
+	VMOVUPS     Z1, 128(DX)(R8*4)
+	VADDPS      Z1, Z22, Z22
+	VFMADD231PS Z1, Z1, Z23
+	VMOVUPS     192(DX)(R8*4), Z1
 	VSUBPS      Z0, Z1, Z1
-	VFMADD231PS Z1, Z1, Z13
-	ADDQ        DX, DI
-	CMPQ        DI, BX
-	JB          avx512SqDevFMATree_group_chunk
-	VSHUFPS     $0x88, Z11, Z10, Z1
-	VSHUFPS     $0xdd, Z11, Z10, Z2
+	VMOVUPS     Z1, 192(DX)(R8*4)
+	VADDPS      Z1, Z24, Z24
+	VFMADD231PS Z1, Z1, Z25
+	ADDQ        BX, R8
+	CMPQ        R8, SI
+	JB          avx512DevFMATree_group_chunk
+	VSHUFPS     $0x88, Z20, Z18, Z1
+	VSHUFPS     $0xdd, Z20, Z18, Z2
 	VADDPS      Z2, Z1, Z1
-	VSHUFPS     $0x88, Z13, Z12, Z2
-	VSHUFPS     $0xdd, Z13, Z12, Z3
+	VSHUFPS     $0x88, Z24, Z22, Z2
+	VSHUFPS     $0xdd, Z24, Z22, Z3
 	VADDPS      Z3, Z2, Z2
 	VSHUFPS     $0x88, Z2, Z1, Z3
 	VSHUFPS     $0xdd, Z2, Z1, Z1
 	VADDPS      Z1, Z3, Z3
-	VMOVUPS     Z3, (AX)(SI*1)
-	ADDQ        $0x00000040, SI
-	JMP         avx512SqDevFMATree_group
+	VMOVUPS     Z3, (AX)(DI*1)
+	VSHUFPS     $0x88, Z21, Z19, Z1
+	VSHUFPS     $0xdd, Z21, Z19, Z2
+	VADDPS      Z2, Z1, Z1
+	VSHUFPS     $0x88, Z25, Z23, Z2
+	VSHUFPS     $0xdd, Z25, Z23, Z3
+	VADDPS      Z3, Z2, Z2
+	VSHUFPS     $0x88, Z2, Z1, Z3
+	VSHUFPS     $0xdd, Z2, Z1, Z1
+	VADDPS      Z1, Z3, Z3
+	VMOVUPS     Z3, (CX)(DI*1)
+	ADDQ        $0x00000040, DI
+	JMP         avx512DevFMATree_group
 
-avx512SqDevFMATree_group_done:
-	CMPQ          DX, $0x00000800
-	JB            avx512SqDevFMATree_1024
+avx512DevFMATree_group_done:
+	CMPQ          BX, $0x00000800
+	JB            avx512DevFMATree_1024
 	VMOVUPS       (AX), Z0
 	VADDPS        1024(AX), Z0, Z0
 	VMOVUPS       64(AX), Z1
@@ -3235,13 +3493,69 @@ avx512SqDevFMATree_group_done:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VADDPS        1024(CX), Z0, Z0
+	VMOVUPS       64(CX), Z1
+	VADDPS        1088(CX), Z1, Z1
+	VMOVUPS       128(CX), Z2
+	VADDPS        1152(CX), Z2, Z2
+	VMOVUPS       192(CX), Z3
+	VADDPS        1216(CX), Z3, Z3
+	VMOVUPS       256(CX), Z4
+	VADDPS        1280(CX), Z4, Z4
+	VMOVUPS       320(CX), Z5
+	VADDPS        1344(CX), Z5, Z5
+	VMOVUPS       384(CX), Z6
+	VADDPS        1408(CX), Z6, Z6
+	VMOVUPS       448(CX), Z7
+	VADDPS        1472(CX), Z7, Z7
+	VMOVUPS       512(CX), Z8
+	VADDPS        1536(CX), Z8, Z8
+	VMOVUPS       576(CX), Z9
+	VADDPS        1600(CX), Z9, Z9
+	VMOVUPS       640(CX), Z10
+	VADDPS        1664(CX), Z10, Z10
+	VMOVUPS       704(CX), Z11
+	VADDPS        1728(CX), Z11, Z11
+	VMOVUPS       768(CX), Z12
+	VADDPS        1792(CX), Z12, Z12
+	VMOVUPS       832(CX), Z13
+	VADDPS        1856(CX), Z13, Z13
+	VMOVUPS       896(CX), Z14
+	VADDPS        1920(CX), Z14, Z14
+	VMOVUPS       960(CX), Z15
+	VADDPS        1984(CX), Z15, Z15
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-avx512SqDevFMATree_1024:
-	CMPQ          DX, $0x00000400
-	JB            avx512SqDevFMATree_512
+avx512DevFMATree_1024:
+	CMPQ          BX, $0x00000400
+	JB            avx512DevFMATree_512
 	VMOVUPS       (AX), Z0
 	VADDPS        512(AX), Z0, Z0
 	VMOVUPS       64(AX), Z1
@@ -3273,13 +3587,45 @@ avx512SqDevFMATree_1024:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VADDPS        512(CX), Z0, Z0
+	VMOVUPS       64(CX), Z1
+	VADDPS        576(CX), Z1, Z1
+	VMOVUPS       128(CX), Z2
+	VADDPS        640(CX), Z2, Z2
+	VMOVUPS       192(CX), Z3
+	VADDPS        704(CX), Z3, Z3
+	VMOVUPS       256(CX), Z4
+	VADDPS        768(CX), Z4, Z4
+	VMOVUPS       320(CX), Z5
+	VADDPS        832(CX), Z5, Z5
+	VMOVUPS       384(CX), Z6
+	VADDPS        896(CX), Z6, Z6
+	VMOVUPS       448(CX), Z7
+	VADDPS        960(CX), Z7, Z7
+	VADDPS        Z4, Z0, Z0
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-avx512SqDevFMATree_512:
-	CMPQ          DX, $0x00000200
-	JB            avx512SqDevFMATree_256
+avx512DevFMATree_512:
+	CMPQ          BX, $0x00000200
+	JB            avx512DevFMATree_256
 	VMOVUPS       (AX), Z0
 	VADDPS        256(AX), Z0, Z0
 	VMOVUPS       64(AX), Z1
@@ -3299,13 +3645,33 @@ avx512SqDevFMATree_512:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VADDPS        256(CX), Z0, Z0
+	VMOVUPS       64(CX), Z1
+	VADDPS        320(CX), Z1, Z1
+	VMOVUPS       128(CX), Z2
+	VADDPS        384(CX), Z2, Z2
+	VMOVUPS       192(CX), Z3
+	VADDPS        448(CX), Z3, Z3
+	VADDPS        Z2, Z0, Z0
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-avx512SqDevFMATree_256:
-	CMPQ          DX, $0x00000100
-	JB            avx512SqDevFMATree_128
+avx512DevFMATree_256:
+	CMPQ          BX, $0x00000100
+	JB            avx512DevFMATree_128
 	VMOVUPS       (AX), Z0
 	VADDPS        128(AX), Z0, Z0
 	VMOVUPS       64(AX), Z1
@@ -3319,13 +3685,27 @@ avx512SqDevFMATree_256:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VADDPS        128(CX), Z0, Z0
+	VMOVUPS       64(CX), Z1
+	VADDPS        192(CX), Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-avx512SqDevFMATree_128:
-	CMPQ          DX, $0x00000080
-	JB            avx512SqDevFMATree_64
+avx512DevFMATree_128:
+	CMPQ          BX, $0x00000080
+	JB            avx512DevFMATree_64
 	VMOVUPS       (AX), Z0
 	VADDPS        64(AX), Z0, Z0
 	VPERMILPS     $0xee, Z0, Z1
@@ -3336,11 +3716,22 @@ avx512SqDevFMATree_128:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VADDPS        64(CX), Z0, Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET
 
-avx512SqDevFMATree_64:
+avx512DevFMATree_64:
 	VMOVUPS       (AX), Z0
 	VPERMILPS     $0xee, Z0, Z1
 	VADDPS        Z1, Z0, Z0
@@ -3350,6 +3741,16 @@ avx512SqDevFMATree_64:
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $0x01, Y0, X1
 	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+80(FP)
+	VMOVUPS       (CX), Z0
+	VPERMILPS     $0xee, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VPERMILPS     $0x55, Z0, Z1
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
-	VMOVSS        X0, ret+56(FP)
 	RET

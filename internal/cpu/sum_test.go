@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -21,45 +22,32 @@ func TestAccumulateKernels(t *testing.T) {
 						return fmt.Sprintf("%s/%s/W=%d/n=%d/special=%v", name, op, w, n, special)
 					}
 					x := values(r, n, special)
-					init := values(r, w, false)
+					init, init2 := values(r, w, false), values(r, w, false)
 					start := func(i int) float32 { return init[i] }
-					mean := float32(r.NormFloat64())
-					x0 := float32(r.NormFloat64()) // the plan's shift
+					start2 := func(i int) float32 { return init2[i] }
+					shift := float32(r.NormFloat64()) // x0 of the first pass, the second shift of dev
 
-					for _, f := range []sumForm{{}, {shifted: true}, {sq: true}, {sq: true, fma: true},
-						{zero: true}, {shifted: true, zero: true}, {sq: true, zero: true}, {sq: true, fma: true, zero: true}} {
+					for _, f := range []sumForm{{}, {dev: true}, {dev: true, fma: true},
+						{zero: true}, {dev: true, zero: true}, {dev: true, fma: true, zero: true}} {
+						// dev writes e back into t; the first pass only reads it.
+						gotT, wantT := out32(n, func(i int) float32 { return x[i] }), out32(n, func(i int) float32 { return x[i] })
 						got, want := out32(w, start), out32(w, start)
-						// The shift writes t (into a slice of its own, and in place over
-						// x); the sums of a shifted row and the squared deviations read it.
-						for _, inPlace := range []bool{false, true} {
-							gotT, wantT := out32(n, nil), out32(n, nil)
-							var src []float32
-							if inPlace {
-								copy(gotT, x)
-								src = gotT
-							} else {
-								src = x
-							}
-							if f.sq || f.shifted {
-								copy(gotT, x)
-								copy(wantT, x)
-								src = nil
-							}
-							got, want = out32(w, start), out32(w, start)
-							k.accumulate(f, got, gotT, src, x0, mean)
-							g.accumulate(f, want, wantT, x, x0, mean)
-							form := fmt.Sprintf("%+v/inPlace=%v", f, inPlace)
-							same32(t, tag(form), got, want)
-							same32(t, tag(form+"/t"), gotT, wantT)
+						var got2, want2 []float32
+						if f.dev {
+							got2, want2 = out32(w, start2), out32(w, start2)
 						}
-						if f.zero { // the zero-start forms ignore what part held
+						k.accumulate(f, got, got2, gotT, shift)
+						g.accumulate(f, want, want2, wantT, shift)
+						form := fmt.Sprintf("%+v", f)
+						same32(t, tag(form), got, want)
+						same32(t, tag(form+"/part2"), got2, want2)
+						same32(t, tag(form+"/t"), gotT, wantT)
+						if f.zero { // the zero-start forms ignore what the partials held
 							clear(want)
-							wantT := out32(n, nil)
-							if f.sq || f.shifted {
-								copy(wantT, x)
-							}
-							g.accumulate(sumForm{sq: f.sq, shifted: f.shifted, fma: f.fma}, want, wantT, x, x0, mean)
+							clear(want2)
+							g.accumulate(sumForm{dev: f.dev, fma: f.fma}, want, want2, slices.Clone(x), shift)
 							same32(t, tag(fmt.Sprintf("%+v/cleared", f)), got, want)
+							same32(t, tag(fmt.Sprintf("%+v/cleared/part2", f)), got2, want2)
 						}
 					}
 				}
@@ -68,19 +56,32 @@ func TestAccumulateKernels(t *testing.T) {
 	}
 }
 
-// The accumulation kernels must also follow the plan itself, not only their twins.
+// The accumulation kernels must also follow the plan itself, not only their twins: the
+// statistics are plan.Stats's, and the row's scratch ends holding e = f32(x − Shift).
 func TestAccumulateFollowsPlan(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, name := range testLevels() {
-		for _, h := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000, 4099} {
+		for _, h := range []int{1, 7, 8, 9, 255, 256, 257, 768, 1000, 4096, 4099} {
 			for _, prof := range []plan.Contraction{{}, {FuseVariance: true, FuseAffine: true}} {
-				p := plan.For(h, h%2 == 0, prof)
-				x := values(r, h, false)
-				part := make([]float32, p.W)
-				got := rowStats(kernelsOf(name), &p, x, make([]float32, h), part, 1e-5, nil)
-				want := p.Stats(x, 1e-5, make([]float32, p.W))
-				if got != want {
-					t.Fatalf("%s: H=%d %v: rowStats = %+v, plan.Stats = %+v", name, h, prof, got, want)
+				for _, far := range []float32{0, 1000} { // far: the first element lies far from the mean
+					p := plan.For(h, h%2 == 0, prof)
+					x := values(r, h, false)
+					if far != 0 {
+						x = plainNormal(r, h)
+						x[0] += far
+					}
+					part := make([]float32, 2*p.W)
+					row := make([]float32, h)
+					got := rowStats(kernelsOf(name), &p, x, row, part, 1e-5, nil)
+					want := p.Stats(x, 1e-5, make([]float32, 2*p.W))
+					if !sameStats(got, want) {
+						t.Fatalf("%s: H=%d %v far=%v: rowStats = %+v, plan.Stats = %+v", name, h, prof, far, got, want)
+					}
+					e := make([]float32, h)
+					for i, v := range x {
+						e[i] = v - want.Shift
+					}
+					same32(t, fmt.Sprintf("%s/H=%d/%v/far=%v/e", name, h, prof, far), row, e)
 				}
 			}
 		}
@@ -126,11 +127,17 @@ func TestPlanTree(t *testing.T) {
 	}
 }
 
-// TestSqDevSum checks the variance pass with its tree (the fused kernel of AVX-512 rows of
-// whole chunks, the two steps elsewhere) against the twin accumulation and the plan's tree,
-// for every vector W from 64 to 2048 at one to three chunks and a row with a shorter last
-// chunk, both profiles; and the plain sum's fused kernel (sumTree) the same way.
-func TestSqDevSum(t *testing.T) {
+// sameStats reports whether a and b have the same bits (NaNs alike).
+func sameStats(a, b plan.Stats) bool {
+	same := func(x, y float32) bool { return x != x && y != y || math.Float32bits(x) == math.Float32bits(y) }
+	return same(a.Shift, b.Shift) && same(a.MeanD, b.MeanD) && same(a.Rstd, b.Rstd)
+}
+
+// TestDevSums checks the second pass with its two trees against the twin accumulation and
+// the plan's tree, for every vector W from 64 to 2048 at one to three chunks and a row with
+// a shorter last chunk, both profiles (e written back into the row too); and the first
+// pass's sum in one kernel (sumTree) the same way.
+func TestDevSums(t *testing.T) {
 	r := rand.New(rand.NewPCG(23, 24))
 	for _, name := range testLevels() {
 		k := mustKernels(t, name)
@@ -140,26 +147,29 @@ func TestSqDevSum(t *testing.T) {
 				for _, fma := range []bool{false, true} {
 					p.Profile.FuseVariance = fma
 					for i, row := range [][]float32{values(r, n, false), values(r, n, true), plainNormal(r, n)} {
-						meanD := float32(r.NormFloat64())
-						part := out32(w, nil)
-						got := k.sqDevSum(&p, part, row, meanD)
-						want := make([]float32, w)
-						accumulateGo(sumForm{sq: true, fma: fma, zero: true}, want, slices.Clone(row), nil, 0, meanD)
-						wantSum := p.Tree(want)
-						same32(t, fmt.Sprintf("%s/sqDevSum/W=%d/n=%d/fma=%v/values=%d", name, w, n, fma, i),
-							[]float32{got}, []float32{wantSum})
-						checkGuards32(t, fmt.Sprintf("%s/sqDevSum/W=%d/n=%d part", name, w, n), part)
+						shift := float32(r.NormFloat64())
+						part := out32(2*w, nil)
+						gotRow := out32(n, func(i int) float32 { return row[i] })
+						got, gotSq := k.devSums(&p, part, gotRow, shift)
+						want, want2 := make([]float32, w), make([]float32, w)
+						accumulateGo(sumForm{dev: true, fma: fma, zero: true}, want, want2, row, shift)
+						wantSum, wantSq := p.Tree(want), p.Tree(want2)
+						tag := fmt.Sprintf("%s/devSums/W=%d/n=%d/fma=%v/values=%d", name, w, n, fma, i)
+						same32(t, tag, []float32{got, gotSq}, []float32{wantSum, wantSq})
+						same32(t, tag+"/t", gotRow, row)
+						checkGuards32(t, fmt.Sprintf("%s/devSums/W=%d/n=%d part", name, w, n), part)
 					}
 				}
-				// The plain sum of a shifted row, where the level has it in one kernel.
+				// The first pass's sum of a staged row, where the level has it in one kernel.
 				if k.sums.sumTree == nil || n%w != 0 {
 					continue
 				}
 				for i, row := range [][]float32{values(r, n, false), values(r, n, true), plainNormal(r, n)} {
+					x0 := row[0]
 					part := out32(w, nil)
-					got := k.sums.sumTree(part, row)
+					got := k.sums.sumTree(part, row, x0)
 					want := make([]float32, w)
-					accumulateGo(sumForm{shifted: true, zero: true}, want, row, nil, 0, 0)
+					accumulateGo(sumForm{zero: true}, want, nil, row, x0)
 					same32(t, fmt.Sprintf("%s/sumTree/W=%d/n=%d/values=%d", name, w, n, i), []float32{got}, []float32{p.Tree(want)})
 					checkGuards32(t, fmt.Sprintf("%s/sumTree/W=%d/n=%d part", name, w, n), part)
 				}

@@ -26,7 +26,7 @@ type tuning struct {
 	hwGatherRow int
 	// rowLead is how many bytes of the next row's inputs AddLayerNorm's streamed rows and
 	// EmbedLayerNorm's gathered rows of at least hwGatherRow prefetch a row ahead (0: none):
-	// the plan's shift x0 is the row's first element, read before its first pass, which
+	// the plan's first shift x0 is the row's first element, read before its first pass, which
 	// would otherwise wait on a DRAM miss with nothing else in flight.
 	rowLead int
 	// wideBytes is the most that 16-bit gamma and beta may take widened to float32 for the
@@ -37,7 +37,7 @@ type tuning struct {
 	// sumPiece is how many elements of a row the 16-bit first passes work on at a time,
 	// rounded up to a multiple of the plan width (sumPieceOf) so that pieces add whole
 	// chunks onto the partials, in the plan's order. 4096 takes rows up to 4096 whole: the
-	// shifted row (16 KiB of f32) and its two 8 KiB inputs stay in a 48 KiB L1, and the
+	// staged row (16 KiB of f32) and its two 8 KiB inputs stay in a 48 KiB L1, and the
 	// pass ends in the plan's tree in one kernel. On the H200 machine's Xeon, against 1024
 	// (one chunk a piece at W 1024), 16-bit AddLayerNorm (16384,4096) took 0.92x the time at
 	// one thread and 0.90x at 16, EmbedLayerNorm (256,512,4096) 0.96x and 0.90x.

@@ -68,7 +68,7 @@ type prediction struct{ y, stats []uint32 }
 // expect computes what a device with profile prof gives for the data (s = x1 + x2).
 func (d calibrationData) expect(prof plan.Contraction) prediction {
 	p := plan.For(calibrationH, false, prof)
-	part := make([]float32, p.W)
+	part := make([]float32, 2*p.W)
 	s := make([]float32, calibrationH)
 	var out prediction
 	for row := 0; row < calibrationRows; row++ {

@@ -1,4 +1,4 @@
-// Package plan is the reduction plan of spec §C.4 and §C.4a (plan v2): the one order of
+// Package plan is the reduction plan of spec §C.4, §C.4a and §C.4b (plan v3): the one order of
 // every floating-point reduction, shared by the WGSL kernels (shaders renders it) and the CPU
 // kernels (cpu mirrors it), so both give the same bits.
 //
@@ -25,26 +25,33 @@
 // EmbedLayerNorm f16 (64,512,1024) 88.3 -> 75.9 us, (256,512,4096) 1220 -> 1083 us;
 // AddLayerNorm f16 (4096,768) 9.4 -> 8.75 us, (65536,8192) 1261 -> 1234 us.
 //
-// Plan v2 reduces shifted data: the shift x0 is the row's first element (the value the
-// statistics use: s[0] of AddLayerNorm, the T-rounded embedding sum of EmbedLayerNorm),
-// which every invocation and the CPU know before the first pass. With d = f32(x − x0):
+// Plan v3 (spec §C.4b) reduces twice-shifted data. The first shift x0 is the row's first
+// element (the value the statistics use: s[0] of AddLayerNorm, the T-rounded embedding sum of
+// EmbedLayerNorm), which every invocation and the CPU know before the first pass; the second
+// is the first pass's mean estimate. Every step is one correctly rounded float32 operation:
 //
-//	meanD    = Σ d · InvH                         (the sum by the plan, InvH = f32(1/H))
-//	mean     = x0 + meanD                         (the reported mean)
-//	variance = Σ e² · InvH, e = f32(d − meanD)    (the same plan; e·e fused when FuseVariance)
-//	rstd     = 1/sqrt(variance + eps)             (each step correctly rounded)
-//	y        = f32(e·rstd)·gamma + beta           (fused when FuseAffine)
+//	m1       = Σ f32(x − x0) · InvH             (the sum by the plan, InvH = f32(1/H))
+//	shift    = x0 + m1                          (exact for a constant row: m1 = 0)
+//	e        = f32(x − shift)                   (from x itself, not from x − x0)
+//	m2       = Σ e · InvH, E2 = Σ e² · InvH     (one pass, two partial sets, the same tree;
+//	                                             e·e fused into its add when FuseVariance)
+//	variance = E2 − f32(m2·m2), 0 if negative   (m2 is tiny next to the spread)
+//	rstd     = 1/sqrt(variance + eps)           (each step correctly rounded)
+//	mean     = shift + m2                       (the reported mean)
+//	y        = f32(f32(e − m2)·rstd)·gamma + beta (fused when FuseAffine)
 //
-// Why: an exactly constant row gives d = 0 everywhere, so meanD = 0, mean = c, variance 0
-// and y = beta exactly, for every c, H and eps; plan v1 (mean = Σx·InvH, deviations x − mean)
-// missed c by an ulp or so and normalized that residual. Rows far from zero are differenced
-// exactly (Sterbenz) before anything is rounded, so their deviations do not carry the
-// rounding of the mean (an ulp of 1e5 is 0.008). Measured against float64 by TestHardRows
-// (H from 1 to 8192; constant rows of 0, ±0.1…65504; rows of ±1000, 1e4, 1e5 ± 1; eps 1e-5
-// and 1e-12; both profiles), largest |y − y64|/|gamma|: plan v2 3.5e-7, plan v1 1.0 on the
-// constant rows and 0.025 on the offset ones. The mean is scaled by InvH, a product, as in
-// v1 (a WGSL division is 2.5 ulp): on the shifted sum that costs an ulp of meanD, far below
-// the deviations' own rounding, so a correctly rounded division was not worth its cost.
+// Why: plan v2 (one shift by x0, deviations f32(x − x0) − meanD) made constant rows exact but
+// tied every output's error to |x0 − mean|: the shifted sums grow to H·|x0 − mean|, and their
+// rounding lands on every output near the mean. Returning to x for the second pass, around a
+// shift already within a rounding of the mean, removes that: measured with a float32 emulation
+// of the plan against float64 (2000 rows per cell, H 32…8192, both profiles), the worst
+// |y − y64| / (2⁻²⁴·(1 + |z|)) for rows whose first element lies 0 / 3 / 30 / 300 / 3000
+// standard deviations out is 3.3 / 3.1 / 3.6 / 4.6 / 5.2 (f32; plan v2 9.7 / 14.5 / 65.5 / 253 /
+// 222), so the plan states K = 8 (spec §C.4b). Each part is needed: correcting from x − x0
+// without returning to x still reaches 75, dropping m2 is as bad as plan v2, and dropping m2²
+// fails rows of 1e5 ± 1. An exactly constant row still gives e = 0, m2 = 0 and y = beta for
+// every c, H and eps; rows far from zero are still differenced exactly before anything is
+// rounded. The mean is scaled by InvH, a product (a WGSL division is 2.5 ulp).
 package plan
 
 import (
@@ -196,50 +203,71 @@ func (p Plan) Sum(x []float32, x0 float32, part []float32) float32 {
 	return p.Tree(part)
 }
 
-// SumSqDev reduces e² by the plan, e = f32(f32(x − x0) − meanD), fusing the multiply-add
-// when the profile does.
-func (p Plan) SumSqDev(x []float32, x0, meanD float32, part []float32) float32 {
-	part = part[:p.W]
+// K is the constant of spec §C.4b's bound that plan v3 meets on every backend: every output
+// lies within 2⁻²⁴·K·(|gamma|·(1 + |z|) + |beta|) of the float64 result, plus the output
+// dtype's rounding.
+const K = 8
+
+// SumDev reduces e = f32(x − shift) and e² by the plan in one sweep, two partial sets through
+// the same tree, fusing e·e into its add when the profile does. part and part2 are scratch
+// of at least W elements each.
+func (p Plan) SumDev(x []float32, shift float32, part, part2 []float32) (sum, sumSq float32) {
+	part, part2 = part[:p.W], part2[:p.W]
 	clear(part)
+	clear(part2)
 	fuse := p.Profile.FuseVariance
 	for base := 0; base < len(x); base += p.W {
 		n := min(p.W, len(x)-base)
 		for k := 0; k < n; k++ {
-			e := (x[base+k] - x0) - meanD
+			e := x[base+k] - shift
+			part[k] += e
 			if fuse {
-				part[k] = FMA32(e, e, part[k])
+				part2[k] = FMA32(e, e, part2[k])
 			} else {
-				part[k] += float32(e * e)
+				part2[k] += float32(e * e)
 			}
 		}
 	}
-	return p.Tree(part)
+	return p.Tree(part), p.Tree(part2)
 }
 
 // Stats are a row's statistics under the plan.
 type Stats struct {
-	X0    float32 // the shift: the row's first element
-	MeanD float32 // the mean of f32(x − X0)
+	Shift float32 // the second shift: x0 + the first pass's mean of f32(x − x0)
+	MeanD float32 // m2, the mean of e = f32(x − Shift)
 	Rstd  float32
 }
 
-// Mean is the row's reported mean, X0 + MeanD.
-func (s Stats) Mean() float32 { return s.X0 + s.MeanD }
+// Mean is the row's reported mean, Shift + MeanD.
+func (s Stats) Mean() float32 { return s.Shift + s.MeanD }
 
-// Stats returns the row's statistics by the plan (x non-empty).
+// Stats returns the row's statistics by the plan (x non-empty). part is scratch of at least
+// 2·W elements.
 func (p Plan) Stats(x []float32, eps float32, part []float32) Stats {
-	x0 := x[0]
 	// The conversions keep a compiler from fusing a product into the add after it (Go may on
 	// arm64; the GPU's opaque() forbids it there).
-	meanD := float32(p.Sum(x, x0, part) * p.InvH)
-	variance := float32(p.SumSqDev(x, x0, meanD, part) * p.InvH)
-	return Stats{X0: x0, MeanD: meanD, Rstd: Rstd(variance + eps)}
+	m1 := float32(p.Sum(x, x[0], part) * p.InvH)
+	shift := x[0] + m1
+	sum, sumSq := p.SumDev(x, shift, part[:p.W], part[p.W:2*p.W])
+	return p.StatsOf(shift, sum, sumSq, eps)
 }
 
-// Affine is one normalized element: f32(e·rstd)·gamma + beta, e = f32(f32(x − X0) − MeanD),
-// with the profile's fusion.
+// StatsOf finishes the statistics from the second pass's two sums (SumDev's): m2, the
+// variance E2 − m2² (0 where rounding makes it negative) and rstd.
+func (p Plan) StatsOf(shift, sum, sumSq, eps float32) Stats {
+	m2 := float32(sum * p.InvH)
+	e2 := float32(sumSq * p.InvH)
+	variance := e2 - float32(m2*m2)
+	if variance < 0 {
+		variance = 0
+	}
+	return Stats{Shift: shift, MeanD: m2, Rstd: Rstd(variance + eps)}
+}
+
+// Affine is one normalized element: f32(f32(e − MeanD)·rstd)·gamma + beta, e = f32(x −
+// Shift), with the profile's fusion.
 func (p Plan) Affine(x float32, st Stats, gamma, beta float32) float32 {
-	n := float32(((x - st.X0) - st.MeanD) * st.Rstd)
+	n := float32(((x - st.Shift) - st.MeanD) * st.Rstd)
 	if p.Profile.FuseAffine {
 		return FMA32(n, gamma, beta)
 	}

@@ -360,26 +360,26 @@ func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem, nt bool) {
 }
 
 // adds emits the elementwise adds of a row's first pass when it is not fused with the
-// partial sums (inputs streamed from DRAM, tails): Add2Shift and Add3Shift, with x stored
-// or not, and AddTo (the tree's steps on partials that are not a power of two).
+// partial sums (inputs streamed from DRAM, tails): Add2Row and Add3Row, with x stored or
+// not, and AddTo (the tree's steps on partials that are not a power of two).
 func adds(v isa) {
 	n := v.name
-	// The streamed first pass: s shifted into t = s − x0, x = s optionally.
+	// The streamed first pass: s staged into t, x = s optionally.
 	for _, three := range []bool{false, true} {
 		for _, xs := range []xStore{xNone, xPlain, xNT} {
-			name, sig, what := n+"Add2Shift", "func(t, a, b []float32, x0 float32)", "a[i] + b[i]"
+			name, sig, what := n+"Add2Row", "func(t, a, b []float32)", "a[i] + b[i]"
 			if three {
-				name, sig, what = n+"Add3Shift", "func(t, a, b, d []float32, x0 float32)", "(a[i] + b[i]) + d[i]"
+				name, sig, what = n+"Add3Row", "func(t, a, b, d []float32)", "(a[i] + b[i]) + d[i]"
 			}
-			doc := []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + ","}
+			doc := []string{name + " writes t[i] = " + what + ","}
 			switch xs {
 			case xNT:
 				name += "NT"
-				doc = []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + ", and x[i] = s[i] with",
+				doc = []string{name + " writes t[i] = " + what + ", and x[i] = t[i] with",
 					"non-temporal stores (x aligned to the vector; the caller fences),"}
 			case xPlain:
 				name += "X"
-				doc = []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + ", and x[i] = s[i],"}
+				doc = []string{name + " writes t[i] = " + what + ", and x[i] = t[i],"}
 			}
 			doc = append(doc, "for i < len(t)&^"+fmt.Sprint(v.lanes-1)+".")
 			if xs != xNone {
@@ -395,7 +395,6 @@ func adds(v isa) {
 			if three {
 				d = base("d")
 			}
-			x0 := v.broadcastParam("x0")
 			v.loop(name, length("t"), 4, func(i reg.Register, off int) {
 				s := v.vec()
 				c.VMOVUPS(f32(a, i, off), s)
@@ -409,7 +408,6 @@ func adds(v isa) {
 				case xPlain:
 					c.VMOVUPS(s, f32(x, i, off))
 				}
-				c.VSUBPS(x0, s, s)
 				c.VMOVUPS(s, f32(tp, i, off))
 			})
 		}
@@ -429,7 +427,8 @@ func adds(v isa) {
 
 }
 
-// affines emits the affine step on the shifted row t, with y in float32 (plain or non-temporal stores), binary16
+// affines emits the affine step on the row's deviations t (plan v3's e, which the second
+// pass leaves in the row), with y in float32 (plain or non-temporal stores), binary16
 // or bfloat16: the 16-bit forms round what the float32 form would store. The H forms read
 // gamma and beta in y's 16-bit format, widened as they load (exactly).
 func affines(v isa) {
@@ -563,27 +562,30 @@ func conversions(v isa) {
 }
 
 // blocks emits the plan's register-blocked walk over a row of n elements with W = w
-// partials: for each block of v.block (then v.lanes) partials from element k, the
-// accumulators start at +0 (zero) or from part[k…], the loop walks the chunks with element
-// index e = k + c·W, c = 0, 1, … while e < n, calling step(e, j, acc) for vector j of the
-// block, and the accumulators go back to part. Each partial thus sees its elements in the
-// plan's order. Then VZEROUPPER and RET.
-func (v isa) blocks(name string, part reg.GPVirtual, w, n reg.Register, zero bool, step func(e reg.Register, j int, acc reg.VecVirtual)) {
+// partials in each of the partial sets parts (one, or the second pass's two): for each
+// block of v.block (then v.lanes) partials from element k, the accumulators start at +0
+// (zero) or from parts[s][k…], the loop walks the chunks with element index e = k + c·W,
+// c = 0, 1, … while e < n, calling step(e, j, acc) for vector j of the block (acc[s] the
+// accumulator of set s), and the accumulators go back to the sets. Each partial thus sees
+// its elements in the plan's order. Then VZEROUPPER and RET.
+func (v isa) blocks(name string, parts []reg.GPVirtual, w, n reg.Register, zero bool, step func(e reg.Register, j int, acc []reg.VecVirtual)) {
 	k := c.GP64() // element index of the block
 	c.XORQ(k, k)
 	wBlock := c.GP64()
 	c.MOVQ(w, wBlock)
 	c.ANDQ(I32(-v.block), wBlock)
 	block := func(label string, lanes int, limit reg.Register) {
-		v.chunkBlock(name+"_"+label, k, w, n, limit, lanes, func(j int, acc reg.VecVirtual) {
+		v.chunkBlock(name+"_"+label, k, w, n, limit, lanes, len(parts), func(s, j int, acc reg.VecVirtual) {
 			if zero {
 				v.zero(acc) // +0, as clear leaves it
 			} else {
-				c.VMOVUPS(f32(part, k, v.lanes*j), acc)
+				c.VMOVUPS(f32(parts[s], k, v.lanes*j), acc)
 			}
-		}, step, func(accs []reg.VecVirtual) {
-			for j, acc := range accs {
-				c.VMOVUPS(acc, f32(part, k, v.lanes*j))
+		}, step, func(accs [][]reg.VecVirtual) {
+			for j, set := range accs {
+				for s, acc := range set {
+					c.VMOVUPS(acc, f32(parts[s], k, v.lanes*j))
+				}
 			}
 		})
 	}
@@ -594,18 +596,22 @@ func (v isa) blocks(name string, part reg.GPVirtual, w, n reg.Register, zero boo
 }
 
 // chunkBlock emits the loop over blocks of lanes partials from element k (while k < limit,
-// k advancing by lanes), under labels prefix, prefix_chunk and prefix_done: start sets
-// each accumulator, the chunk loop calls step(e, j, acc) for e = k + c·W while e < n, and
-// end takes the accumulators.
-func (v isa) chunkBlock(prefix string, k reg.GPVirtual, w, n, limit reg.Register, lanes int,
-	start func(j int, acc reg.VecVirtual), step func(e reg.Register, j int, acc reg.VecVirtual), end func(accs []reg.VecVirtual)) {
+// k advancing by lanes) in each of sets partial sets, under labels prefix, prefix_chunk
+// and prefix_done: start sets each accumulator (vector j of set s), the chunk loop calls
+// step(e, j, acc) for e = k + c·W while e < n (acc[s]: vector j's accumulator of set s),
+// and end takes the accumulators, accs[j][s].
+func (v isa) chunkBlock(prefix string, k reg.GPVirtual, w, n, limit reg.Register, lanes, sets int,
+	start func(s, j int, acc reg.VecVirtual), step func(e reg.Register, j int, acc []reg.VecVirtual), end func(accs [][]reg.VecVirtual)) {
 	c.Label(prefix)
 	c.CMPQ(k, limit)
 	c.JAE(LabelRef(prefix + "_done"))
-	accs := make([]reg.VecVirtual, lanes/v.lanes)
+	accs := make([][]reg.VecVirtual, lanes/v.lanes)
 	for j := range accs {
-		accs[j] = v.vec()
-		start(j, accs[j])
+		accs[j] = make([]reg.VecVirtual, sets)
+		for s := range sets {
+			accs[j][s] = v.vec()
+			start(s, j, accs[j][s])
+		}
 	}
 	e := c.GP64()
 	c.MOVQ(k, e)
@@ -622,44 +628,43 @@ func (v isa) chunkBlock(prefix string, k reg.GPVirtual, w, n, limit reg.Register
 	c.Label(prefix + "_done")
 }
 
-// reductions emits the plan's partial accumulations: len(part) = W, a multiple of the lanes,
-// and len(t) a positive multiple of W. Blocks of v.block (or v.lanes) partials stay in
-// registers while the loop walks the chunks c·W + k, so each partial sees its elements in
-// the plan's order. The shift (a row's first pass over data summed elsewhere) writes the
-// shifted row t = x − x0 and sums it; the squared deviations read t, so the later passes
-// subtract only meanD.
+// reductions emits the plan's partial accumulations: len(part) = W, a multiple of the lanes
+// (len(part2) too), and len(t) a positive multiple of W. Blocks of v.block (or v.lanes)
+// partials stay in registers while the loop walks the chunks c·W + k, so each partial sees
+// its elements in the plan's order. AccumulateShift is a first pass over a row staged
+// elsewhere: the partial sums of f32(t − x0), t only read. AccumulateDev is the second
+// pass (plan v3): e = f32(t − shift) from the staged row, written back into t for the
+// affine step, and the partial sums of e and of e², two partial sets in one sweep.
 func reductions(v isa) {
 	type variant struct {
 		name, sig, doc string
-		step           func(acc reg.VecVirtual, t, x Mem, x0, mean reg.VecVirtual)
+		step           func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual)
 	}
 	variants := []variant{
-		{v.name + "AccumulateShift", "func(part, t, x []float32, x0 float32)", "t[i] = x[i] − x0 (t may be x) and part[k] += t[c·W+k]",
-			func(acc reg.VecVirtual, t, x Mem, x0, _ reg.VecVirtual) {
+		{v.name + "AccumulateShift", "func(part, t []float32, shift float32)", "part[k] += f32(t[c·W+k] − shift)",
+			func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual) {
 				d := v.vec()
-				c.VMOVUPS(x, d)
-				c.VSUBPS(x0, d, d)
+				c.VMOVUPS(t, d)
+				c.VSUBPS(shift, d, d)
+				c.VADDPS(d, acc[0], acc[0])
+			}},
+		{v.name + "AccumulateDev", "func(part, part2, t []float32, shift float32)",
+			"t[i] = e = f32(t[i] − shift), part[k] += e and part2[k] += f32(e·e), i = c·W+k,",
+			func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual) {
+				d := v.vec()
+				c.VMOVUPS(t, d)
+				c.VSUBPS(shift, d, d)
 				c.VMOVUPS(d, t)
-				c.VADDPS(d, acc, acc)
+				devStep(d, acc, false)
 			}},
-		{v.name + "Accumulate", "func(part, t []float32)", "part[k] += t[c·W+k]",
-			func(acc reg.VecVirtual, t, _ Mem, _, _ reg.VecVirtual) {
-				c.VADDPS(t, acc, acc)
-			}},
-		{v.name + "AccumulateSqDev", "func(part, t []float32, meanD float32)", "part[k] += f32(d·d), d = t[c·W+k] − meanD",
-			func(acc reg.VecVirtual, t, _ Mem, _, mean reg.VecVirtual) {
+		{v.name + "AccumulateDevFMA", "func(part, part2, t []float32, shift float32)",
+			"t[i] = e = f32(t[i] − shift), part[k] += e and part2[k] = fma(e, e, part2[k]), i = c·W+k,",
+			func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual) {
 				d := v.vec()
 				c.VMOVUPS(t, d)
-				c.VSUBPS(mean, d, d)
-				c.VMULPS(d, d, d)
-				c.VADDPS(d, acc, acc)
-			}},
-		{v.name + "AccumulateSqDevFMA", "func(part, t []float32, meanD float32)", "part[k] = fma(d, d, part[k]), d = t[c·W+k] − meanD",
-			func(acc reg.VecVirtual, t, _ Mem, _, mean reg.VecVirtual) {
-				d := v.vec()
-				c.VMOVUPS(t, d)
-				c.VSUBPS(mean, d, d)
-				c.VFMADD231PS(d, d, acc)
+				c.VSUBPS(shift, d, d)
+				c.VMOVUPS(d, t)
+				devStep(d, acc, true)
 			}},
 	}
 	for _, zero := range []bool{false, true} {
@@ -667,33 +672,39 @@ func reductions(v isa) {
 			name := vr.name
 			if zero {
 				name += "Zero"
-				text(name, vr.sig, name+" is "+vr.name+" on partials that start at +0 (part is",
-					"not read): the same as clearing part first, in one pass.")
+				text(name, vr.sig, name+" is "+vr.name+" on partials that start at +0 (the partials",
+					"are not read): the same as clearing them first, in one pass.")
 			} else {
 				text(name, vr.sig, name+" does "+vr.doc+" for every chunk c;",
 					"len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.")
 			}
-			part, t := base("part"), base("t")
-			w := length("part")
-			shift := strings.Contains(vr.sig, "x0")
-			var x reg.GPVirtual
-			var x0, mean reg.VecVirtual
-			if shift {
-				x = base("x")
-				x0 = v.broadcastParam("x0")
+			parts := []reg.GPVirtual{base("part")}
+			if strings.Contains(vr.sig, "part2") {
+				parts = append(parts, base("part2"))
 			}
-			if strings.Contains(vr.sig, "meanD") {
-				mean = v.broadcastParam("meanD")
-			}
-			v.blocks(name, part, w, length("t"), zero, func(e reg.Register, j int, acc reg.VecVirtual) {
-				var xm Mem
-				if shift {
-					xm = f32(x, e, v.lanes*j)
-				}
-				vr.step(acc, f32(t, e, v.lanes*j), xm, x0, mean)
+			t := base("t")
+			shift := v.broadcastParam("shift")
+			v.blocks(name, parts, length("part"), length("t"), zero, func(e reg.Register, j int, acc []reg.VecVirtual) {
+				vr.step(acc, f32(t, e, v.lanes*j), shift)
 			})
 		}
 	}
+}
+
+// devStep adds the second pass's e (in d) to its partials: acc[0] += e, and acc[1] += e²,
+// fma(e, e, acc[1]) with fma, else f32(e·e) then the add.
+func devStep(d reg.VecVirtual, acc []reg.VecVirtual, fma bool) {
+	c.VADDPS(d, acc[0], acc[0])
+	if fma {
+		c.VFMADD231PS(d, d, acc[1])
+		return
+	}
+	sq := c.YMM()
+	if d.Size() == 64 {
+		sq = c.ZMM()
+	}
+	c.VMULPS(d, d, sq)
+	c.VADDPS(sq, acc[1], acc[1])
 }
 
 // xStore is how a first pass writes the x output (s, or s rounded to the inputs' 16-bit
@@ -707,12 +718,12 @@ const (
 )
 
 // sums emits the first pass of a row fused with the plan's first accumulation: s = a + b
-// or (a + b) + d, the shifted row t = s − x0 (what the later passes read), optionally x = s
-// (plain or non-temporal stores), and part = the partial sums of t from +0 (what a
+// or (a + b) + d, staged into t = s (what the second pass reads), optionally x = s (plain
+// or non-temporal stores), and part = the partial sums of f32(s − x0) from +0 (what a
 // zero-start accumulation gives), or added onto part as it is (Acc: a later piece of a row
 // that is summed a piece at a time). Like reductions, blocks of partials stay in registers
-// while the loop walks the chunks c·W + k of the inputs, so every t[i] is computed once and
-// added to its partial in the plan's order.
+// while the loop walks the chunks c·W + k of the inputs, so every s[i] is computed once and
+// its shifted value added to its partial in the plan's order.
 func sums(v isa) {
 	for _, vr := range []struct {
 		three, acc bool
@@ -741,7 +752,7 @@ func sums(v isa) {
 			from = "added onto part"
 		}
 		sig = strings.Replace(sig, "[]float32)", "[]float32, x0 float32)", 1)
-		doc := []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + ", and part[k] = Σ_c t[c·W+k] " + from + " (chunks in order),"}
+		doc := []string{name + " writes t[i] = s[i] = " + what + ", and part[k] = Σ_c f32(s[c·W+k] − x0) " + from + " (chunks in order),"}
 		switch vr.x {
 		case xNT:
 			doc = append(doc, "and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),")
@@ -760,7 +771,7 @@ func sums(v isa) {
 			d = base("d")
 		}
 		x0 := v.broadcastParam("x0")
-		v.blocks(name, part, length("part"), length("t"), !vr.acc, func(e reg.Register, j int, acc reg.VecVirtual) {
+		v.blocks(name, []reg.GPVirtual{part}, length("part"), length("t"), !vr.acc, func(e reg.Register, j int, acc []reg.VecVirtual) {
 			o := v.lanes * j
 			s := v.vec()
 			c.VMOVUPS(f32(a, e, o), s)
@@ -774,17 +785,18 @@ func sums(v isa) {
 			case xPlain:
 				c.VMOVUPS(s, f32(x, e, o))
 			}
-			c.VSUBPS(x0, s, s)
 			c.VMOVUPS(s, f32(tp, e, o))
-			c.VADDPS(s, acc, acc) // part[k] + (s − x0)
+			sh := v.vec()
+			c.VSUBPS(x0, s, sh)
+			c.VADDPS(sh, acc[0], acc[0]) // part[k] + (s − x0)
 		})
 	}
 }
 
 // sums16 emits the first pass for 16-bit x1 and x2 of one format (binary16 F16, bfloat16
 // BF16), widened in the load: s = a + b, or (a + b) + d with d of the same format (Full:
-// a full bias, or the bias row the caller passes a piece of), t = s − x0, and part = the
-// partial sums of t, from +0 or added onto part (Acc), in the plan's order as in sums. The
+// a full bias, or the bias row the caller passes a piece of), t = s, and part = the
+// partial sums of f32(s − x0), from +0 or added onto part (Acc), in the plan's order as in sums. The
 // X and NT variants also write the x output, s rounded back to the inputs' format, with
 // plain or non-temporal stores in the same pass (a separate narrowing pass would need s,
 // which only the x output keeps).
@@ -851,8 +863,8 @@ func sum16Kernel(v isa, bf, full, acc, tree bool, xs xStore) {
 		sig = "func(part, t []float32, x, a, b, d []uint16, x0 float32) float32"
 		from += ", then returns the plan's tree of them (part is left as scratch)"
 	}
-	doc := []string{name + " writes t[i] = s[i] − x0, s[i] = " + what + " with the " + strings.ToLower(t) + " inputs widened",
-		"exactly, and part[k] = Σ_c t[c·W+k] " + from + " (chunks in order),"}
+	doc := []string{name + " writes t[i] = s[i] = " + what + " with the " + strings.ToLower(t) + " inputs widened",
+		"exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) " + from + " (chunks in order),"}
 	switch xs {
 	case xNT:
 		doc = append(doc, "and x[i] = s[i] rounded to "+strings.ToLower(t)+" with non-temporal stores (x aligned to a",
@@ -887,9 +899,9 @@ func sum16Kernel(v isa, bf, full, acc, tree bool, xs xStore) {
 		if full {
 			c.VADDPS(v.widen16(bf, u16(d, e, o)), r, r)
 		}
+		c.VMOVUPS(r, f32(tp, e, o))
 		sh := v.vec()
 		c.VSUBPS(x0, r, sh)
-		c.VMOVUPS(sh, f32(tp, e, o))
 		c.VADDPS(sh, sum, sum) // part[k] + (s − x0)
 		switch {
 		case xs != xNone && bf:
@@ -899,10 +911,14 @@ func sum16Kernel(v isa, bf, full, acc, tree bool, xs xStore) {
 		}
 	}
 	if tree {
-		treeBlocks(name, part, length("part"), length("t"), maxTree16W, !acc, step)
+		treeBlocks(name, []reg.GPVirtual{part}, length("part"), length("t"), maxTree16W, !acc, func(e reg.Register, j int, acc []reg.VecVirtual) {
+			step(e, j, acc[0])
+		})
 		return
 	}
-	v.blocks(name, part, length("part"), length("t"), !acc, step)
+	v.blocks(name, []reg.GPVirtual{part}, length("part"), length("t"), !acc, func(e reg.Register, j int, acc []reg.VecVirtual) {
+		step(e, j, acc[0])
+	})
 }
 
 // tree emits the plan's halving tree for W = len(part), a power of two ≥ 8: for off = W/2
@@ -1076,72 +1092,88 @@ func foldTree512() {
 		return foldGroup(v)
 	}
 	upper := func(g int) Op { return fold(g) }
-	byWidth("foldtree", n, 2048, func(w int) { groupTree(w/64, fold, upper, ret) })
+	byWidth("foldtree", n, 2048, func(w int) {
+		groupTree(w/64, fold, upper, ret)
+		c.VZEROUPPER()
+		c.RET()
+	})
 }
 
-// sumTrees512 emits the plan's accumulations of a vector row that end in its tree, for
-// AVX-512 (treeBlocks): the sum of a shifted row t (a first pass that wrote t without
-// summing it) and the variance pass, the bits of avx512AccumulateZero (or
-// avx512AccumulateSqDevZero, or its FMA twin) then avx512FoldTree, in one kernel.
+// sumTrees512 emits the first pass's sum of a staged row t (a first pass that wrote t
+// without summing it) that ends in the tree of a vector row, for AVX-512 (treeBlocks): the
+// bits of avx512AccumulateShiftZero then avx512FoldTree, in one kernel.
 func sumTrees512() {
-	text("avx512SumTree", "func(part, t []float32) float32",
-		"avx512SumTree returns the plan's sum of t over a vector row: the partials from +0 as",
-		"avx512AccumulateZero, then avx512FoldTree; len(part) = W must be 64·2^k, k ≤ 5, and len(t)",
-		"a positive multiple of W. part is scratch (its first W/4 written).")
+	text("avx512SumTree", "func(part, t []float32, shift float32) float32",
+		"avx512SumTree returns the plan's sum of f32(t[i] − shift) over a vector row: the partials from +0",
+		"as avx512AccumulateShiftZero, then avx512FoldTree; len(part) = W must be 64·2^k, k ≤ 5, and",
+		"len(t) a positive multiple of W. part is scratch (its first W/4 written).")
 	p, t := base("part"), base("t")
-	treeBlocks("avx512SumTree", p, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc reg.VecVirtual) {
-		c.VADDPS(f32(t, e, 16*j), acc, acc)
+	shift := avx512.broadcastParam("shift")
+	treeBlocks("avx512SumTree", []reg.GPVirtual{p}, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc []reg.VecVirtual) {
+		d := c.ZMM()
+		c.VMOVUPS(f32(t, e, 16*j), d)
+		c.VSUBPS(shift, d, d)
+		c.VADDPS(d, acc[0], acc[0])
 	})
 	for _, fma := range []bool{false, true} {
-		form, how := "SqDev", "f32(d·d)"
+		form, how := "Dev", "f32(e·e)"
 		if fma {
-			form, how = "SqDevFMA", "fma(d, d, ·)"
+			form, how = "DevFMA", "fma(e, e, ·)"
 		}
 		name := "avx512" + form + "Tree"
-		text(name, "func(part, t []float32, meanD float32) float32",
-			name+" returns the plan's sum of "+how+", d = t[i] − meanD, over a vector row: the",
-			"partials from +0 as avx512Accumulate"+form+"Zero, then avx512FoldTree; len(part) = W must be",
-			"64·2^k, k ≤ 5, and len(t) a positive multiple of W. part is scratch (its first W/4 written).")
-		p, t := base("part"), base("t")
-		mean := avx512.broadcastParam("meanD")
-		treeBlocks(name, p, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc reg.VecVirtual) {
+		text(name, "func(part, part2, t []float32, shift float32) (sum, sumSq float32)",
+			name+" is the second pass of a vector row with its two trees: e = f32(t[i] − shift) written",
+			"back into t, and the plan's sums of e and of "+how+", the partials from +0 as",
+			"avx512Accumulate"+form+"Zero, then avx512FoldTree of each set; len(part) = len(part2) = W must",
+			"be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part and part2 are scratch (their",
+			"first W/4 written).")
+		parts := []reg.GPVirtual{base("part"), base("part2")}
+		t := base("t")
+		shift := avx512.broadcastParam("shift")
+		treeBlocks(name, parts, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc []reg.VecVirtual) {
 			d := c.ZMM()
 			c.VMOVUPS(f32(t, e, 16*j), d)
-			c.VSUBPS(mean, d, d)
-			if fma {
-				c.VFMADD231PS(d, d, acc)
-			} else {
-				c.VMULPS(d, d, d)
-				c.VADDPS(d, acc, acc)
-			}
+			c.VSUBPS(shift, d, d)
+			c.VMOVUPS(d, f32(t, e, 16*j))
+			devStep(d, acc, fma)
 		})
 	}
 }
 
 // treeBlocks is blocks (AVX-512) ending in the plan's tree of a vector row with W = w =
-// 64·2^k ≤ maxW (≤ 2048): the accumulators start at +0 (zero) or from part (a row's last
-// piece, onto the partials of the earlier ones); each group of 64 partials is folded into
-// its quads (foldGroup) before it leaves the registers, and only the W/4 quads go to part
-// (in the fold's order, group g's vector at part[16g:], over partials already loaded);
-// the halving then runs over them as foldTree512's does and the function returns the
-// sum. Every addition is the plan's, in its order: the bits of the blocks kernel then
-// avx512FoldTree, without the partials' round trip through memory and a call. part is
-// scratch after; the walk needs n a multiple of W.
-func treeBlocks(name string, p reg.GPVirtual, w, n reg.Register, maxW int, zero bool, step func(e reg.Register, j int, acc reg.VecVirtual)) {
-	ret := returnSlot()
-	k := c.GP64() // element index of the block: its quads go to part from byte k (element k/4)
+// 64·2^k ≤ maxW (≤ 2048), for each of the partial sets parts (one, or the second pass's
+// two): the accumulators start at +0 (zero) or from the set (a row's last piece, onto the
+// partials of the earlier ones); each group of 64 partials is folded into its quads
+// (foldGroup) before it leaves the registers, and only the W/4 quads go to the set (in the
+// fold's order, group g's vector at part[16g:], over partials already loaded); the halving
+// then runs over them as foldTree512's does and the function returns the sums, set s's as
+// result s. Every addition is the plan's, in its order: the bits of the blocks kernel then
+// avx512FoldTree, without the partials' round trip through memory and a call. The sets
+// are scratch after; the walk needs n a multiple of W.
+func treeBlocks(name string, parts []reg.GPVirtual, w, n reg.Register, maxW int, zero bool, step func(e reg.Register, j int, acc []reg.VecVirtual)) {
+	rets := make([]*gotypes.Basic, len(parts))
+	for s := range rets {
+		r, err := c.ReturnIndex(s).Resolve()
+		if err != nil {
+			fail(err)
+		}
+		rets[s] = r
+	}
+	k := c.GP64() // element index of the block: its quads go to each set from byte k (element k/4)
 	c.XORQ(k, k)
 	block := func(label string, groups int, limit reg.Register) {
-		avx512.chunkBlock(name+"_"+label, k, w, n, limit, 64*groups, func(j int, acc reg.VecVirtual) {
+		avx512.chunkBlock(name+"_"+label, k, w, n, limit, 64*groups, len(parts), func(s, j int, acc reg.VecVirtual) {
 			if zero {
 				avx512.zero(acc) // +0, as clear leaves it
 			} else {
-				c.VMOVUPS(f32(p, k, 16*j), acc)
+				c.VMOVUPS(f32(parts[s], k, 16*j), acc)
 			}
-		}, step, func(accs []reg.VecVirtual) {
-			for g := range groups {
-				q := foldGroup([4]reg.VecVirtual(accs[4*g : 4*g+4]))
-				c.VMOVUPS(q, Mem{Base: p, Index: k, Scale: 1, Disp: 64 * g})
+		}, step, func(accs [][]reg.VecVirtual) {
+			for s, p := range parts {
+				for g := range groups {
+					q := foldGroup([4]reg.VecVirtual{accs[4*g][s], accs[4*g+1][s], accs[4*g+2][s], accs[4*g+3][s]})
+					c.VMOVUPS(q, Mem{Base: p, Index: k, Scale: 1, Disp: 64 * g})
+				}
 			}
 		})
 	}
@@ -1149,14 +1181,20 @@ func treeBlocks(name string, p reg.GPVirtual, w, n reg.Register, maxW int, zero 
 	c.MOVQ(w, pairs)
 	c.ANDQ(I32(-avx512.block), pairs)
 	block("pairs", avx512.block/64, pairs)
-	block("group", 1, w)                 // W = 64: one group
-	load := func(g int) reg.VecVirtual { // group g's quads, as the walk stored them
-		q := c.ZMM()
-		c.VMOVUPS(Mem{Base: p, Disp: 64 * g}, q)
-		return q
-	}
-	upper := func(g int) Op { return Mem{Base: p, Disp: 64 * g} } // added from memory
-	byWidth(name, w, maxW, func(w int) { groupTree(w/64, load, upper, ret) })
+	block("group", 1, w) // W = 64: one group
+	byWidth(name, w, maxW, func(w int) {
+		for s, p := range parts {
+			load := func(g int) reg.VecVirtual { // group g's quads, as the walk stored them
+				q := c.ZMM()
+				c.VMOVUPS(Mem{Base: p, Disp: 64 * g}, q)
+				return q
+			}
+			upper := func(g int) Op { return Mem{Base: p, Disp: 64 * g} } // added from memory
+			groupTree(w/64, load, upper, rets[s])
+		}
+		c.VZEROUPPER()
+		c.RET()
+	})
 }
 
 // returnSlot is the current function's float32 result.
@@ -1199,8 +1237,8 @@ func byWidth(prefix string, n reg.Register, maxW int, body func(w int)) {
 
 // groupTree emits a vector row's tree after the fold: the halving over the folded quads of
 // its groups (a power of two of them, each one vector, group(g) emitting g's into a
-// register; the same position in each), then within the last vector, returning the sum in
-// ret. The first step adds group g + groups/2 (upper: as a register or a memory operand) to
+// register; the same position in each), then within the last vector, storing the sum to
+// ret (the caller returns). The first step adds group g + groups/2 (upper: as a register or a memory operand) to
 // g as the groups come. Within a vector the steps pair
 // positions 4l+m with 4l+m+2 (quad distance 8), 4l with 4l+1 (4), lanes 0-1 with 2-3 (2),
 // lane 0 with lane 1 (1): every addition is one of the plan's, its lower partial first, so
@@ -1233,9 +1271,7 @@ func groupTree(groups int, group func(g int) reg.VecVirtual, upper func(g int) O
 	x, top := c.XMM(), c.XMM()
 	c.VEXTRACTF128(U8(1), y, top)
 	c.VADDPS(top, y.AsX(), x) // 1
-	c.VZEROUPPER()
 	c.VMOVSS(x, ret.Addr)
-	c.RET()
 }
 
 // embedF16 emits EmbedLayerNorm's staged binary16 sums with F16C: each stage a float32
@@ -1267,8 +1303,8 @@ type embedStep func(bits, w, p, g reg.GPVirtual, i reg.Register, off int) reg.Ve
 // embedSums emits the staged-sum kernels prefix+"EmbedSumF16Seg" (with a segment row g)
 // and prefix+"EmbedSumF16" (without: g is nil), h = rnd16(rnd16(w + g) + p) or
 // rnd16(w + p) as bits and float32 x over whole vectors of x; and the row's first pass
-// fused with them, prefix+"EmbedShiftF16[Seg][Acc]": h as bits, t = f32(h) − x0, and the
-// partial sums of t in the plan's order (the blocks of reductions), from +0 or added onto
+// fused with them, prefix+"EmbedShiftF16[Seg][Acc]": h as bits, t = f32(h), and the
+// partial sums of f32(t − x0) in the plan's order (the blocks of reductions), from +0 or added onto
 // part (Acc). step computes the vector at element i+off, how says how (the doc's second line).
 func (v isa) embedSums(prefix, how string, step embedStep) {
 	for _, seg := range []bool{true, false} {
@@ -1294,8 +1330,8 @@ func (v isa) embedSums(prefix, how string, step embedStep) {
 				from = "added onto part"
 			}
 			sig := strings.Replace(strings.Replace(sig, "x []float32", "part, t []float32", 1), "[]uint16)", "[]uint16, x0 float32)", 1)
-			text(name, sig, name+" writes h = "+what+" as bits[i], t[i] = f32(h) − x0, and part[k] =",
-				"Σ_c t[c·W+k] "+from+" (chunks in order), for i < len(t); len(part) = W must be a",
+			text(name, sig, name+" writes h = "+what+" as bits[i], t[i] = f32(h), and part[k] =",
+				"Σ_c f32(t[c·W+k] − x0) "+from+" (chunks in order), for i < len(t); len(part) = W must be a",
 				"multiple of the lanes and len(t) a positive multiple of W "+how)
 			part, t, bits, w, p := base("part"), base("t"), base("bits"), base("w"), base("p")
 			var g reg.GPVirtual
@@ -1303,12 +1339,12 @@ func (v isa) embedSums(prefix, how string, step embedStep) {
 				g = base("g")
 			}
 			x0 := v.broadcastParam("x0")
-			v.blocks(name, part, length("part"), length("t"), !acc, func(e reg.Register, j int, sum reg.VecVirtual) {
+			v.blocks(name, []reg.GPVirtual{part}, length("part"), length("t"), !acc, func(e reg.Register, j int, sum []reg.VecVirtual) {
 				o := v.lanes * j
 				f := step(bits, w, p, g, e, o)
-				c.VSUBPS(x0, f, f)
 				c.VMOVUPS(f, f32(t, e, o))
-				c.VADDPS(f, sum, sum) // part[k] + t
+				c.VSUBPS(x0, f, f)
+				c.VADDPS(f, sum[0], sum[0]) // part[k] + (t − x0)
 			})
 		}
 	}
