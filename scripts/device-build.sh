@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds what a GPU machine without Go or network needs, into carry/ (git-ignored): the
 # conformance suite, the root package's and the cpu package's tests as test binaries, the
-# benchmark, the runtime's transfer benchmark, the C tiny-dispatch benchmark and torch's anchor script. Then
+# benchmark, the call-path counter (scripts/call-files.sh), the runtime's transfer benchmark,
+# the C tiny-dispatch benchmark and torch's anchor script. Then
 # carry carry/, third_party/dawn, third_party/env.sh and .gl (Vulkan loader and glvnd debs,
 # see the device tool's README) and run scripts/device-run.sh there.
 # With OLD=<rev> it also builds that revision's benchmark and root tests into carry/old/,
@@ -24,6 +25,8 @@ go test -c -ldflags='-s -w' -o carry/root.test .
 go test -c -ldflags='-s -w' -o carry/cpu.test ./internal/cpu
 go test -c -ldflags='-s -w' -o carry/dawnrt.test ./internal/dawnrt
 go build -ldflags='-s -w' -o carry/fusednorm-bench ./cmd/fusednorm-bench
+# The files one host-tensor AddLayerNorm visits on the GPU machine's auto engine.
+bash scripts/call-files.sh build && cp build/callfiles carry/
 # The tiny-dispatch benchmark's C twin and the WGSL it loads, and torch's anchor script.
 (set -a; source third_party/env.sh; set +a
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build --target tiny_bench >/dev/null)

@@ -6,9 +6,10 @@
 #                  (Dawn required, every output against the CPU plan), device tensors and
 #                  device loss through the root package's tests, the tiny-dispatch benchmark
 #                  of the C layer beside the Go API's (issue 17's two patterns), the staging
-#                  ring's upload and read-back GB/s beside the plain path's, and torch's
-#                  anchors (tools/anchors/gpu_anchor.py: device copy, transfers, eager,
-#                  torch.compile).
+#                  ring's upload and read-back GB/s beside the plain path's (with a CPU
+#                  profile), the coverage counters of one auto-engine call
+#                  (scripts/call-files.sh), and torch's anchors (tools/anchors/gpu_anchor.py:
+#                  device copy, transfers, eager, torch.compile).
 #   tiny           the tiny twins alone: C and Go in one process, 21 rounds (ROUNDS=n for
 #                  another count), then the C twin as a program of its own.
 #   speed          the benchmark on Dawn (host-tensor wall, device-resident wall, kernel
@@ -146,8 +147,12 @@ echo "root tests rc=$?"; grep -E "^(--- FAIL|ok|FAIL)" "$OUT/root.log"; grep -c 
   FUSEDNORM_BACKEND=dawn timeout 60 carry/root.test -test.run XXX -test.bench Tiny -test.benchmem -test.benchtime 3000x
 } >"$OUT/tiny.txt" 2>&1
 grep -E "^(C |Go |C twin|Benchmark)" "$OUT/tiny.txt"
-timeout 60 carry/dawnrt.test -test.run '^$' -test.bench 'Transfer/.*/.*/1024MiB' -test.benchtime 4x >"$OUT/transfer.txt" 2>&1
+timeout 60 carry/dawnrt.test -test.run '^$' -test.bench 'Transfer/.*/.*/1024MiB' -test.benchtime 4x \
+	-test.cpuprofile "$OUT/transfer.prof" >"$OUT/transfer.txt" 2>&1
 echo "transfer rc=$?"; grep -E "^Benchmark" "$OUT/transfer.txt"
+# The files one host-tensor AddLayerNorm visits on the auto engine: count them with
+# scripts/call-files.sh count <the folder>.
+(unset FUSEDNORM_BACKEND; mkdir -p "$OUT/callfiles" && GOCOVERDIR="$OUT/callfiles" timeout 60 carry/callfiles -out "$OUT/callfiles")
 [ "${ANCHORS:-1}" = 0 ] && exit 0 # ANCHORS=0: torch's anchors were taken in an earlier call
 (cd carry && PYTHONUNBUFFERED=1 timeout 200 python3 gpu_anchor.py >"$OUT/anchor.jsonl" 2>"$OUT/anchor.err"; echo "anchor rc=$?")
 cut -c1-200 "$OUT/anchor.jsonl"
