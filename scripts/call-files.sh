@@ -3,7 +3,8 @@
 # builds the program with coverage, runs it (the engine as FUSEDNORM_BACKEND and the Dawn
 # environment say), and prints each file with statements the call ran, then their count.
 #   scripts/call-files.sh [build|count DIR]   build: only build build/callfiles (to carry to
-#   a GPU machine and run there with GOCOVERDIR=DIR); count DIR: count a run's counters.
+#   a GPU machine and run there with -out DIR, GOCOVERDIR elsewhere); count DIR: count a run's
+#   counters.
 set -eu
 cd "$(dirname "$0")/.."
 mod=github.com/fusednorm/fusednorm
@@ -19,9 +20,11 @@ build) build ;;
 count) count "$2" ;;
 *)
 	build
-	dir=$(mktemp -d)
-	GOCOVERDIR=$dir build/callfiles -out "$dir"
-	count "$dir"
+	# GOCOVERDIR takes the counters the program writes at exit (Close and all); -out the
+	# one call's.
+	dir=$(mktemp -d) && mkdir "$dir/exit" "$dir/call"
+	GOCOVERDIR=$dir/exit build/callfiles -out "$dir/call"
+	count "$dir/call"
 	rm -rf "$dir"
 	;;
 esac

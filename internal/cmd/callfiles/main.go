@@ -5,7 +5,7 @@
 // prints the files):
 //
 //	go build -cover -covermode=atomic -coverpkg=github.com/fusednorm/fusednorm/... -o callfiles ./internal/cmd/callfiles
-//	GOCOVERDIR=dir ./callfiles -out dir && go tool covdata textfmt -i dir -o cover.txt
+//	GOCOVERDIR=exitdir ./callfiles -out dir && go tool covdata textfmt -i dir -o cover.txt
 //
 // The engine is the default one (auto) unless FUSEDNORM_BACKEND says otherwise; on a GPU
 // machine the default shape goes to Dawn. The C runtime the call reaches (cgo/dawnrt.c) is
@@ -59,6 +59,9 @@ func main() {
 	}
 	call()
 	if err := coverage.WriteCountersDir(*out); err != nil {
+		log.Fatal(err)
+	}
+	if err := coverage.WriteMetaDir(*out); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("engine: %s\n", eng.Info())
