@@ -29,7 +29,8 @@ type sumKernels struct {
 	fold                             func(part []float32)                           // plan.FoldQuads, len(part) a multiple of 32
 	foldTree                         func(part []float32) float32                   // a vector row's tree, part only read: W = 64·2^k ≤ 2048 (AVX-512; else nil)
 	sumTree                          func(part, t []float32, shift float32) float32 // sumZero then foldTree in one kernel, len(t) a multiple of W; part scratch (AVX-512; else nil)
-	// devZero (devFMAZero) then foldTree of each set in one kernel, as sumTree.
+	// devZero (devFMAZero) then the plan's tree of each set in one kernel, as sumTree, for
+	// treeRow's rows (every SIMD width).
 	devTree, devFMATree func(part, part2, t []float32, shift float32) (sum, sumSq float32)
 }
 

@@ -118,3 +118,21 @@ func avx512DevTree(part []float32, part2 []float32, t []float32, shift float32) 
 //
 //go:noescape
 func avx512DevFMATree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)
+
+// avx2DevTree is the second pass of a vector row with its two trees: e = f32(t[i] − shift) written
+// back into t, and the plan's sums of e and of f32(e·e), the partials from +0 as
+// avx2AccumulateDevZero, then plan.Plan.Tree of each set; len(part) = len(part2) = W must
+// be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part and part2 are scratch (their
+// first W/4 written).
+//
+//go:noescape
+func avx2DevTree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)
+
+// avx2DevFMATree is the second pass of a vector row with its two trees: e = f32(t[i] − shift) written
+// back into t, and the plan's sums of e and of fma(e, e, ·), the partials from +0 as
+// avx2AccumulateDevFMAZero, then plan.Plan.Tree of each set; len(part) = len(part2) = W must
+// be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part and part2 are scratch (their
+// first W/4 written).
+//
+//go:noescape
+func avx2DevFMATree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)

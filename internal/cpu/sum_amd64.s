@@ -3754,3 +3754,1477 @@ avx512DevFMATree_64:
 	VMOVSS        X0, sumSq+84(FP)
 	VZEROUPPER
 	RET
+
+// func avx2DevTree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)
+// Requires: AVX
+TEXT ·avx2DevTree(SB), NOSPLIT, $0-88
+	MOVQ         part_base+0(FP), AX
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Y0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
+	XORQ         DI, DI
+
+avx2DevTree_group:
+	CMPQ   DI, BX
+	JAE    avx2DevTree_group_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   DI, R8
+
+avx2DevTree_group_chunk:
+	VMOVUPS (DX)(R8*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, (DX)(R8*4)
+	VADDPS  Y9, Y1, Y1
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y2, Y2
+	VMOVUPS 32(DX)(R8*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, 32(DX)(R8*4)
+	VADDPS  Y9, Y3, Y3
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y4, Y4
+	VMOVUPS 64(DX)(R8*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, 64(DX)(R8*4)
+	VADDPS  Y9, Y5, Y5
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y6, Y6
+	VMOVUPS 96(DX)(R8*4), Y9
+	VSUBPS  Y0, Y9, Y9
+	VMOVUPS Y9, 96(DX)(R8*4)
+	VADDPS  Y9, Y7, Y7
+	VMULPS  Y9, Y9, Y9
+	VADDPS  Y9, Y8, Y8
+	ADDQ    BX, R8
+	CMPQ    R8, SI
+	JB      avx2DevTree_group_chunk
+	VHADDPS Y3, Y1, Y1
+	VHADDPS Y7, Y5, Y5
+	VHADDPS Y5, Y1, Y1
+	VMOVUPS Y1, (AX)(DI*1)
+	VHADDPS Y4, Y2, Y2
+	VHADDPS Y8, Y6, Y6
+	VHADDPS Y6, Y2, Y2
+	VMOVUPS Y2, (CX)(DI*1)
+	ADDQ    $0x00000020, DI
+	JMP     avx2DevTree_group
+
+avx2DevTree_group_done:
+	CMPQ         BX, $0x00000800
+	JB           avx2DevTree_1024
+	VMOVUPS      (AX), Y0
+	VADDPS       1024(AX), Y0, Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      32(AX), Y0
+	VADDPS       1056(AX), Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(AX), Y0
+	VADDPS       1088(AX), Y0, Y0
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(AX), Y0
+	VADDPS       1120(AX), Y0, Y0
+	VMOVUPS      Y0, 96(AX)
+	VMOVUPS      128(AX), Y0
+	VADDPS       1152(AX), Y0, Y0
+	VMOVUPS      Y0, 128(AX)
+	VMOVUPS      160(AX), Y0
+	VADDPS       1184(AX), Y0, Y0
+	VMOVUPS      Y0, 160(AX)
+	VMOVUPS      192(AX), Y0
+	VADDPS       1216(AX), Y0, Y0
+	VMOVUPS      Y0, 192(AX)
+	VMOVUPS      224(AX), Y0
+	VADDPS       1248(AX), Y0, Y0
+	VMOVUPS      Y0, 224(AX)
+	VMOVUPS      256(AX), Y0
+	VADDPS       1280(AX), Y0, Y0
+	VMOVUPS      Y0, 256(AX)
+	VMOVUPS      288(AX), Y0
+	VADDPS       1312(AX), Y0, Y0
+	VMOVUPS      Y0, 288(AX)
+	VMOVUPS      320(AX), Y0
+	VADDPS       1344(AX), Y0, Y0
+	VMOVUPS      Y0, 320(AX)
+	VMOVUPS      352(AX), Y0
+	VADDPS       1376(AX), Y0, Y0
+	VMOVUPS      Y0, 352(AX)
+	VMOVUPS      384(AX), Y0
+	VADDPS       1408(AX), Y0, Y0
+	VMOVUPS      Y0, 384(AX)
+	VMOVUPS      416(AX), Y0
+	VADDPS       1440(AX), Y0, Y0
+	VMOVUPS      Y0, 416(AX)
+	VMOVUPS      448(AX), Y0
+	VADDPS       1472(AX), Y0, Y0
+	VMOVUPS      Y0, 448(AX)
+	VMOVUPS      480(AX), Y0
+	VADDPS       1504(AX), Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VMOVUPS      512(AX), Y0
+	VADDPS       1536(AX), Y0, Y0
+	VMOVUPS      Y0, 512(AX)
+	VMOVUPS      544(AX), Y0
+	VADDPS       1568(AX), Y0, Y0
+	VMOVUPS      Y0, 544(AX)
+	VMOVUPS      576(AX), Y0
+	VADDPS       1600(AX), Y0, Y0
+	VMOVUPS      Y0, 576(AX)
+	VMOVUPS      608(AX), Y0
+	VADDPS       1632(AX), Y0, Y0
+	VMOVUPS      Y0, 608(AX)
+	VMOVUPS      640(AX), Y0
+	VADDPS       1664(AX), Y0, Y0
+	VMOVUPS      Y0, 640(AX)
+	VMOVUPS      672(AX), Y0
+	VADDPS       1696(AX), Y0, Y0
+	VMOVUPS      Y0, 672(AX)
+	VMOVUPS      704(AX), Y0
+	VADDPS       1728(AX), Y0, Y0
+	VMOVUPS      Y0, 704(AX)
+	VMOVUPS      736(AX), Y0
+	VADDPS       1760(AX), Y0, Y0
+	VMOVUPS      Y0, 736(AX)
+	VMOVUPS      768(AX), Y0
+	VADDPS       1792(AX), Y0, Y0
+	VMOVUPS      Y0, 768(AX)
+	VMOVUPS      800(AX), Y0
+	VADDPS       1824(AX), Y0, Y0
+	VMOVUPS      Y0, 800(AX)
+	VMOVUPS      832(AX), Y0
+	VADDPS       1856(AX), Y0, Y0
+	VMOVUPS      Y0, 832(AX)
+	VMOVUPS      864(AX), Y0
+	VADDPS       1888(AX), Y0, Y0
+	VMOVUPS      Y0, 864(AX)
+	VMOVUPS      896(AX), Y0
+	VADDPS       1920(AX), Y0, Y0
+	VMOVUPS      Y0, 896(AX)
+	VMOVUPS      928(AX), Y0
+	VADDPS       1952(AX), Y0, Y0
+	VMOVUPS      Y0, 928(AX)
+	VMOVUPS      960(AX), Y0
+	VADDPS       1984(AX), Y0, Y0
+	VMOVUPS      Y0, 960(AX)
+	VMOVUPS      992(AX), Y0
+	VADDPS       2016(AX), Y0, Y0
+	VMOVUPS      Y0, 992(AX)
+	VMOVUPS      (AX), Y0
+	VADDPS       512(AX), Y0, Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      32(AX), Y0
+	VADDPS       544(AX), Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(AX), Y0
+	VADDPS       576(AX), Y0, Y0
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(AX), Y0
+	VADDPS       608(AX), Y0, Y0
+	VMOVUPS      Y0, 96(AX)
+	VMOVUPS      128(AX), Y0
+	VADDPS       640(AX), Y0, Y0
+	VMOVUPS      Y0, 128(AX)
+	VMOVUPS      160(AX), Y0
+	VADDPS       672(AX), Y0, Y0
+	VMOVUPS      Y0, 160(AX)
+	VMOVUPS      192(AX), Y0
+	VADDPS       704(AX), Y0, Y0
+	VMOVUPS      Y0, 192(AX)
+	VMOVUPS      224(AX), Y0
+	VADDPS       736(AX), Y0, Y0
+	VMOVUPS      Y0, 224(AX)
+	VMOVUPS      256(AX), Y0
+	VADDPS       768(AX), Y0, Y0
+	VMOVUPS      Y0, 256(AX)
+	VMOVUPS      288(AX), Y0
+	VADDPS       800(AX), Y0, Y0
+	VMOVUPS      Y0, 288(AX)
+	VMOVUPS      320(AX), Y0
+	VADDPS       832(AX), Y0, Y0
+	VMOVUPS      Y0, 320(AX)
+	VMOVUPS      352(AX), Y0
+	VADDPS       864(AX), Y0, Y0
+	VMOVUPS      Y0, 352(AX)
+	VMOVUPS      384(AX), Y0
+	VADDPS       896(AX), Y0, Y0
+	VMOVUPS      Y0, 384(AX)
+	VMOVUPS      416(AX), Y0
+	VADDPS       928(AX), Y0, Y0
+	VMOVUPS      Y0, 416(AX)
+	VMOVUPS      448(AX), Y0
+	VADDPS       960(AX), Y0, Y0
+	VMOVUPS      Y0, 448(AX)
+	VMOVUPS      480(AX), Y0
+	VADDPS       992(AX), Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VMOVUPS      (AX), Y0
+	VADDPS       256(AX), Y0, Y0
+	VMOVUPS      32(AX), Y1
+	VADDPS       288(AX), Y1, Y1
+	VMOVUPS      64(AX), Y2
+	VADDPS       320(AX), Y2, Y2
+	VMOVUPS      96(AX), Y3
+	VADDPS       352(AX), Y3, Y3
+	VMOVUPS      128(AX), Y4
+	VADDPS       384(AX), Y4, Y4
+	VMOVUPS      160(AX), Y5
+	VADDPS       416(AX), Y5, Y5
+	VMOVUPS      192(AX), Y6
+	VADDPS       448(AX), Y6, Y6
+	VMOVUPS      224(AX), Y7
+	VADDPS       480(AX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       1024(CX), Y0, Y0
+	VMOVUPS      Y0, (CX)
+	VMOVUPS      32(CX), Y0
+	VADDPS       1056(CX), Y0, Y0
+	VMOVUPS      Y0, 32(CX)
+	VMOVUPS      64(CX), Y0
+	VADDPS       1088(CX), Y0, Y0
+	VMOVUPS      Y0, 64(CX)
+	VMOVUPS      96(CX), Y0
+	VADDPS       1120(CX), Y0, Y0
+	VMOVUPS      Y0, 96(CX)
+	VMOVUPS      128(CX), Y0
+	VADDPS       1152(CX), Y0, Y0
+	VMOVUPS      Y0, 128(CX)
+	VMOVUPS      160(CX), Y0
+	VADDPS       1184(CX), Y0, Y0
+	VMOVUPS      Y0, 160(CX)
+	VMOVUPS      192(CX), Y0
+	VADDPS       1216(CX), Y0, Y0
+	VMOVUPS      Y0, 192(CX)
+	VMOVUPS      224(CX), Y0
+	VADDPS       1248(CX), Y0, Y0
+	VMOVUPS      Y0, 224(CX)
+	VMOVUPS      256(CX), Y0
+	VADDPS       1280(CX), Y0, Y0
+	VMOVUPS      Y0, 256(CX)
+	VMOVUPS      288(CX), Y0
+	VADDPS       1312(CX), Y0, Y0
+	VMOVUPS      Y0, 288(CX)
+	VMOVUPS      320(CX), Y0
+	VADDPS       1344(CX), Y0, Y0
+	VMOVUPS      Y0, 320(CX)
+	VMOVUPS      352(CX), Y0
+	VADDPS       1376(CX), Y0, Y0
+	VMOVUPS      Y0, 352(CX)
+	VMOVUPS      384(CX), Y0
+	VADDPS       1408(CX), Y0, Y0
+	VMOVUPS      Y0, 384(CX)
+	VMOVUPS      416(CX), Y0
+	VADDPS       1440(CX), Y0, Y0
+	VMOVUPS      Y0, 416(CX)
+	VMOVUPS      448(CX), Y0
+	VADDPS       1472(CX), Y0, Y0
+	VMOVUPS      Y0, 448(CX)
+	VMOVUPS      480(CX), Y0
+	VADDPS       1504(CX), Y0, Y0
+	VMOVUPS      Y0, 480(CX)
+	VMOVUPS      512(CX), Y0
+	VADDPS       1536(CX), Y0, Y0
+	VMOVUPS      Y0, 512(CX)
+	VMOVUPS      544(CX), Y0
+	VADDPS       1568(CX), Y0, Y0
+	VMOVUPS      Y0, 544(CX)
+	VMOVUPS      576(CX), Y0
+	VADDPS       1600(CX), Y0, Y0
+	VMOVUPS      Y0, 576(CX)
+	VMOVUPS      608(CX), Y0
+	VADDPS       1632(CX), Y0, Y0
+	VMOVUPS      Y0, 608(CX)
+	VMOVUPS      640(CX), Y0
+	VADDPS       1664(CX), Y0, Y0
+	VMOVUPS      Y0, 640(CX)
+	VMOVUPS      672(CX), Y0
+	VADDPS       1696(CX), Y0, Y0
+	VMOVUPS      Y0, 672(CX)
+	VMOVUPS      704(CX), Y0
+	VADDPS       1728(CX), Y0, Y0
+	VMOVUPS      Y0, 704(CX)
+	VMOVUPS      736(CX), Y0
+	VADDPS       1760(CX), Y0, Y0
+	VMOVUPS      Y0, 736(CX)
+	VMOVUPS      768(CX), Y0
+	VADDPS       1792(CX), Y0, Y0
+	VMOVUPS      Y0, 768(CX)
+	VMOVUPS      800(CX), Y0
+	VADDPS       1824(CX), Y0, Y0
+	VMOVUPS      Y0, 800(CX)
+	VMOVUPS      832(CX), Y0
+	VADDPS       1856(CX), Y0, Y0
+	VMOVUPS      Y0, 832(CX)
+	VMOVUPS      864(CX), Y0
+	VADDPS       1888(CX), Y0, Y0
+	VMOVUPS      Y0, 864(CX)
+	VMOVUPS      896(CX), Y0
+	VADDPS       1920(CX), Y0, Y0
+	VMOVUPS      Y0, 896(CX)
+	VMOVUPS      928(CX), Y0
+	VADDPS       1952(CX), Y0, Y0
+	VMOVUPS      Y0, 928(CX)
+	VMOVUPS      960(CX), Y0
+	VADDPS       1984(CX), Y0, Y0
+	VMOVUPS      Y0, 960(CX)
+	VMOVUPS      992(CX), Y0
+	VADDPS       2016(CX), Y0, Y0
+	VMOVUPS      Y0, 992(CX)
+	VMOVUPS      (CX), Y0
+	VADDPS       512(CX), Y0, Y0
+	VMOVUPS      Y0, (CX)
+	VMOVUPS      32(CX), Y0
+	VADDPS       544(CX), Y0, Y0
+	VMOVUPS      Y0, 32(CX)
+	VMOVUPS      64(CX), Y0
+	VADDPS       576(CX), Y0, Y0
+	VMOVUPS      Y0, 64(CX)
+	VMOVUPS      96(CX), Y0
+	VADDPS       608(CX), Y0, Y0
+	VMOVUPS      Y0, 96(CX)
+	VMOVUPS      128(CX), Y0
+	VADDPS       640(CX), Y0, Y0
+	VMOVUPS      Y0, 128(CX)
+	VMOVUPS      160(CX), Y0
+	VADDPS       672(CX), Y0, Y0
+	VMOVUPS      Y0, 160(CX)
+	VMOVUPS      192(CX), Y0
+	VADDPS       704(CX), Y0, Y0
+	VMOVUPS      Y0, 192(CX)
+	VMOVUPS      224(CX), Y0
+	VADDPS       736(CX), Y0, Y0
+	VMOVUPS      Y0, 224(CX)
+	VMOVUPS      256(CX), Y0
+	VADDPS       768(CX), Y0, Y0
+	VMOVUPS      Y0, 256(CX)
+	VMOVUPS      288(CX), Y0
+	VADDPS       800(CX), Y0, Y0
+	VMOVUPS      Y0, 288(CX)
+	VMOVUPS      320(CX), Y0
+	VADDPS       832(CX), Y0, Y0
+	VMOVUPS      Y0, 320(CX)
+	VMOVUPS      352(CX), Y0
+	VADDPS       864(CX), Y0, Y0
+	VMOVUPS      Y0, 352(CX)
+	VMOVUPS      384(CX), Y0
+	VADDPS       896(CX), Y0, Y0
+	VMOVUPS      Y0, 384(CX)
+	VMOVUPS      416(CX), Y0
+	VADDPS       928(CX), Y0, Y0
+	VMOVUPS      Y0, 416(CX)
+	VMOVUPS      448(CX), Y0
+	VADDPS       960(CX), Y0, Y0
+	VMOVUPS      Y0, 448(CX)
+	VMOVUPS      480(CX), Y0
+	VADDPS       992(CX), Y0, Y0
+	VMOVUPS      Y0, 480(CX)
+	VMOVUPS      (CX), Y0
+	VADDPS       256(CX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       288(CX), Y1, Y1
+	VMOVUPS      64(CX), Y2
+	VADDPS       320(CX), Y2, Y2
+	VMOVUPS      96(CX), Y3
+	VADDPS       352(CX), Y3, Y3
+	VMOVUPS      128(CX), Y4
+	VADDPS       384(CX), Y4, Y4
+	VMOVUPS      160(CX), Y5
+	VADDPS       416(CX), Y5, Y5
+	VMOVUPS      192(CX), Y6
+	VADDPS       448(CX), Y6, Y6
+	VMOVUPS      224(CX), Y7
+	VADDPS       480(CX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+avx2DevTree_1024:
+	CMPQ         BX, $0x00000400
+	JB           avx2DevTree_512
+	VMOVUPS      (AX), Y0
+	VADDPS       512(AX), Y0, Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      32(AX), Y0
+	VADDPS       544(AX), Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(AX), Y0
+	VADDPS       576(AX), Y0, Y0
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(AX), Y0
+	VADDPS       608(AX), Y0, Y0
+	VMOVUPS      Y0, 96(AX)
+	VMOVUPS      128(AX), Y0
+	VADDPS       640(AX), Y0, Y0
+	VMOVUPS      Y0, 128(AX)
+	VMOVUPS      160(AX), Y0
+	VADDPS       672(AX), Y0, Y0
+	VMOVUPS      Y0, 160(AX)
+	VMOVUPS      192(AX), Y0
+	VADDPS       704(AX), Y0, Y0
+	VMOVUPS      Y0, 192(AX)
+	VMOVUPS      224(AX), Y0
+	VADDPS       736(AX), Y0, Y0
+	VMOVUPS      Y0, 224(AX)
+	VMOVUPS      256(AX), Y0
+	VADDPS       768(AX), Y0, Y0
+	VMOVUPS      Y0, 256(AX)
+	VMOVUPS      288(AX), Y0
+	VADDPS       800(AX), Y0, Y0
+	VMOVUPS      Y0, 288(AX)
+	VMOVUPS      320(AX), Y0
+	VADDPS       832(AX), Y0, Y0
+	VMOVUPS      Y0, 320(AX)
+	VMOVUPS      352(AX), Y0
+	VADDPS       864(AX), Y0, Y0
+	VMOVUPS      Y0, 352(AX)
+	VMOVUPS      384(AX), Y0
+	VADDPS       896(AX), Y0, Y0
+	VMOVUPS      Y0, 384(AX)
+	VMOVUPS      416(AX), Y0
+	VADDPS       928(AX), Y0, Y0
+	VMOVUPS      Y0, 416(AX)
+	VMOVUPS      448(AX), Y0
+	VADDPS       960(AX), Y0, Y0
+	VMOVUPS      Y0, 448(AX)
+	VMOVUPS      480(AX), Y0
+	VADDPS       992(AX), Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VMOVUPS      (AX), Y0
+	VADDPS       256(AX), Y0, Y0
+	VMOVUPS      32(AX), Y1
+	VADDPS       288(AX), Y1, Y1
+	VMOVUPS      64(AX), Y2
+	VADDPS       320(AX), Y2, Y2
+	VMOVUPS      96(AX), Y3
+	VADDPS       352(AX), Y3, Y3
+	VMOVUPS      128(AX), Y4
+	VADDPS       384(AX), Y4, Y4
+	VMOVUPS      160(AX), Y5
+	VADDPS       416(AX), Y5, Y5
+	VMOVUPS      192(AX), Y6
+	VADDPS       448(AX), Y6, Y6
+	VMOVUPS      224(AX), Y7
+	VADDPS       480(AX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       512(CX), Y0, Y0
+	VMOVUPS      Y0, (CX)
+	VMOVUPS      32(CX), Y0
+	VADDPS       544(CX), Y0, Y0
+	VMOVUPS      Y0, 32(CX)
+	VMOVUPS      64(CX), Y0
+	VADDPS       576(CX), Y0, Y0
+	VMOVUPS      Y0, 64(CX)
+	VMOVUPS      96(CX), Y0
+	VADDPS       608(CX), Y0, Y0
+	VMOVUPS      Y0, 96(CX)
+	VMOVUPS      128(CX), Y0
+	VADDPS       640(CX), Y0, Y0
+	VMOVUPS      Y0, 128(CX)
+	VMOVUPS      160(CX), Y0
+	VADDPS       672(CX), Y0, Y0
+	VMOVUPS      Y0, 160(CX)
+	VMOVUPS      192(CX), Y0
+	VADDPS       704(CX), Y0, Y0
+	VMOVUPS      Y0, 192(CX)
+	VMOVUPS      224(CX), Y0
+	VADDPS       736(CX), Y0, Y0
+	VMOVUPS      Y0, 224(CX)
+	VMOVUPS      256(CX), Y0
+	VADDPS       768(CX), Y0, Y0
+	VMOVUPS      Y0, 256(CX)
+	VMOVUPS      288(CX), Y0
+	VADDPS       800(CX), Y0, Y0
+	VMOVUPS      Y0, 288(CX)
+	VMOVUPS      320(CX), Y0
+	VADDPS       832(CX), Y0, Y0
+	VMOVUPS      Y0, 320(CX)
+	VMOVUPS      352(CX), Y0
+	VADDPS       864(CX), Y0, Y0
+	VMOVUPS      Y0, 352(CX)
+	VMOVUPS      384(CX), Y0
+	VADDPS       896(CX), Y0, Y0
+	VMOVUPS      Y0, 384(CX)
+	VMOVUPS      416(CX), Y0
+	VADDPS       928(CX), Y0, Y0
+	VMOVUPS      Y0, 416(CX)
+	VMOVUPS      448(CX), Y0
+	VADDPS       960(CX), Y0, Y0
+	VMOVUPS      Y0, 448(CX)
+	VMOVUPS      480(CX), Y0
+	VADDPS       992(CX), Y0, Y0
+	VMOVUPS      Y0, 480(CX)
+	VMOVUPS      (CX), Y0
+	VADDPS       256(CX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       288(CX), Y1, Y1
+	VMOVUPS      64(CX), Y2
+	VADDPS       320(CX), Y2, Y2
+	VMOVUPS      96(CX), Y3
+	VADDPS       352(CX), Y3, Y3
+	VMOVUPS      128(CX), Y4
+	VADDPS       384(CX), Y4, Y4
+	VMOVUPS      160(CX), Y5
+	VADDPS       416(CX), Y5, Y5
+	VMOVUPS      192(CX), Y6
+	VADDPS       448(CX), Y6, Y6
+	VMOVUPS      224(CX), Y7
+	VADDPS       480(CX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+avx2DevTree_512:
+	CMPQ         BX, $0x00000200
+	JB           avx2DevTree_256
+	VMOVUPS      (AX), Y0
+	VADDPS       256(AX), Y0, Y0
+	VMOVUPS      32(AX), Y1
+	VADDPS       288(AX), Y1, Y1
+	VMOVUPS      64(AX), Y2
+	VADDPS       320(AX), Y2, Y2
+	VMOVUPS      96(AX), Y3
+	VADDPS       352(AX), Y3, Y3
+	VMOVUPS      128(AX), Y4
+	VADDPS       384(AX), Y4, Y4
+	VMOVUPS      160(AX), Y5
+	VADDPS       416(AX), Y5, Y5
+	VMOVUPS      192(AX), Y6
+	VADDPS       448(AX), Y6, Y6
+	VMOVUPS      224(AX), Y7
+	VADDPS       480(AX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       256(CX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       288(CX), Y1, Y1
+	VMOVUPS      64(CX), Y2
+	VADDPS       320(CX), Y2, Y2
+	VMOVUPS      96(CX), Y3
+	VADDPS       352(CX), Y3, Y3
+	VMOVUPS      128(CX), Y4
+	VADDPS       384(CX), Y4, Y4
+	VMOVUPS      160(CX), Y5
+	VADDPS       416(CX), Y5, Y5
+	VMOVUPS      192(CX), Y6
+	VADDPS       448(CX), Y6, Y6
+	VMOVUPS      224(CX), Y7
+	VADDPS       480(CX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+avx2DevTree_256:
+	CMPQ         BX, $0x00000100
+	JB           avx2DevTree_128
+	VMOVUPS      (AX), Y0
+	VADDPS       128(AX), Y0, Y0
+	VMOVUPS      32(AX), Y1
+	VADDPS       160(AX), Y1, Y1
+	VMOVUPS      64(AX), Y2
+	VADDPS       192(AX), Y2, Y2
+	VMOVUPS      96(AX), Y3
+	VADDPS       224(AX), Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       128(CX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       160(CX), Y1, Y1
+	VMOVUPS      64(CX), Y2
+	VADDPS       192(CX), Y2, Y2
+	VMOVUPS      96(CX), Y3
+	VADDPS       224(CX), Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+avx2DevTree_128:
+	CMPQ         BX, $0x00000080
+	JB           avx2DevTree_64
+	VMOVUPS      (AX), Y0
+	VADDPS       64(AX), Y0, Y0
+	VMOVUPS      32(AX), Y1
+	VADDPS       96(AX), Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       64(CX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       96(CX), Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+avx2DevTree_64:
+	VMOVUPS      (AX), Y0
+	VADDPS       32(AX), Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       32(CX), Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+// func avx2DevFMATree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)
+// Requires: AVX, FMA3
+TEXT ·avx2DevFMATree(SB), NOSPLIT, $0-88
+	MOVQ         part_base+0(FP), AX
+	MOVQ         part2_base+24(FP), CX
+	MOVQ         t_base+48(FP), DX
+	VBROADCASTSS shift+72(FP), Y0
+	MOVQ         part_len+8(FP), BX
+	MOVQ         t_len+56(FP), SI
+	XORQ         DI, DI
+
+avx2DevFMATree_group:
+	CMPQ   DI, BX
+	JAE    avx2DevFMATree_group_done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   DI, R8
+
+avx2DevFMATree_group_chunk:
+	VMOVUPS     (DX)(R8*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, (DX)(R8*4)
+	VADDPS      Y9, Y1, Y1
+	VFMADD231PS Y9, Y9, Y2
+	VMOVUPS     32(DX)(R8*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, 32(DX)(R8*4)
+	VADDPS      Y9, Y3, Y3
+	VFMADD231PS Y9, Y9, Y4
+	VMOVUPS     64(DX)(R8*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, 64(DX)(R8*4)
+	VADDPS      Y9, Y5, Y5
+	VFMADD231PS Y9, Y9, Y6
+	VMOVUPS     96(DX)(R8*4), Y9
+	VSUBPS      Y0, Y9, Y9
+	VMOVUPS     Y9, 96(DX)(R8*4)
+	VADDPS      Y9, Y7, Y7
+	VFMADD231PS Y9, Y9, Y8
+	ADDQ        BX, R8
+	CMPQ        R8, SI
+	JB          avx2DevFMATree_group_chunk
+	VHADDPS     Y3, Y1, Y1
+	VHADDPS     Y7, Y5, Y5
+	VHADDPS     Y5, Y1, Y1
+	VMOVUPS     Y1, (AX)(DI*1)
+	VHADDPS     Y4, Y2, Y2
+	VHADDPS     Y8, Y6, Y6
+	VHADDPS     Y6, Y2, Y2
+	VMOVUPS     Y2, (CX)(DI*1)
+	ADDQ        $0x00000020, DI
+	JMP         avx2DevFMATree_group
+
+avx2DevFMATree_group_done:
+	CMPQ         BX, $0x00000800
+	JB           avx2DevFMATree_1024
+	VMOVUPS      (AX), Y0
+	VADDPS       1024(AX), Y0, Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      32(AX), Y0
+	VADDPS       1056(AX), Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(AX), Y0
+	VADDPS       1088(AX), Y0, Y0
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(AX), Y0
+	VADDPS       1120(AX), Y0, Y0
+	VMOVUPS      Y0, 96(AX)
+	VMOVUPS      128(AX), Y0
+	VADDPS       1152(AX), Y0, Y0
+	VMOVUPS      Y0, 128(AX)
+	VMOVUPS      160(AX), Y0
+	VADDPS       1184(AX), Y0, Y0
+	VMOVUPS      Y0, 160(AX)
+	VMOVUPS      192(AX), Y0
+	VADDPS       1216(AX), Y0, Y0
+	VMOVUPS      Y0, 192(AX)
+	VMOVUPS      224(AX), Y0
+	VADDPS       1248(AX), Y0, Y0
+	VMOVUPS      Y0, 224(AX)
+	VMOVUPS      256(AX), Y0
+	VADDPS       1280(AX), Y0, Y0
+	VMOVUPS      Y0, 256(AX)
+	VMOVUPS      288(AX), Y0
+	VADDPS       1312(AX), Y0, Y0
+	VMOVUPS      Y0, 288(AX)
+	VMOVUPS      320(AX), Y0
+	VADDPS       1344(AX), Y0, Y0
+	VMOVUPS      Y0, 320(AX)
+	VMOVUPS      352(AX), Y0
+	VADDPS       1376(AX), Y0, Y0
+	VMOVUPS      Y0, 352(AX)
+	VMOVUPS      384(AX), Y0
+	VADDPS       1408(AX), Y0, Y0
+	VMOVUPS      Y0, 384(AX)
+	VMOVUPS      416(AX), Y0
+	VADDPS       1440(AX), Y0, Y0
+	VMOVUPS      Y0, 416(AX)
+	VMOVUPS      448(AX), Y0
+	VADDPS       1472(AX), Y0, Y0
+	VMOVUPS      Y0, 448(AX)
+	VMOVUPS      480(AX), Y0
+	VADDPS       1504(AX), Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VMOVUPS      512(AX), Y0
+	VADDPS       1536(AX), Y0, Y0
+	VMOVUPS      Y0, 512(AX)
+	VMOVUPS      544(AX), Y0
+	VADDPS       1568(AX), Y0, Y0
+	VMOVUPS      Y0, 544(AX)
+	VMOVUPS      576(AX), Y0
+	VADDPS       1600(AX), Y0, Y0
+	VMOVUPS      Y0, 576(AX)
+	VMOVUPS      608(AX), Y0
+	VADDPS       1632(AX), Y0, Y0
+	VMOVUPS      Y0, 608(AX)
+	VMOVUPS      640(AX), Y0
+	VADDPS       1664(AX), Y0, Y0
+	VMOVUPS      Y0, 640(AX)
+	VMOVUPS      672(AX), Y0
+	VADDPS       1696(AX), Y0, Y0
+	VMOVUPS      Y0, 672(AX)
+	VMOVUPS      704(AX), Y0
+	VADDPS       1728(AX), Y0, Y0
+	VMOVUPS      Y0, 704(AX)
+	VMOVUPS      736(AX), Y0
+	VADDPS       1760(AX), Y0, Y0
+	VMOVUPS      Y0, 736(AX)
+	VMOVUPS      768(AX), Y0
+	VADDPS       1792(AX), Y0, Y0
+	VMOVUPS      Y0, 768(AX)
+	VMOVUPS      800(AX), Y0
+	VADDPS       1824(AX), Y0, Y0
+	VMOVUPS      Y0, 800(AX)
+	VMOVUPS      832(AX), Y0
+	VADDPS       1856(AX), Y0, Y0
+	VMOVUPS      Y0, 832(AX)
+	VMOVUPS      864(AX), Y0
+	VADDPS       1888(AX), Y0, Y0
+	VMOVUPS      Y0, 864(AX)
+	VMOVUPS      896(AX), Y0
+	VADDPS       1920(AX), Y0, Y0
+	VMOVUPS      Y0, 896(AX)
+	VMOVUPS      928(AX), Y0
+	VADDPS       1952(AX), Y0, Y0
+	VMOVUPS      Y0, 928(AX)
+	VMOVUPS      960(AX), Y0
+	VADDPS       1984(AX), Y0, Y0
+	VMOVUPS      Y0, 960(AX)
+	VMOVUPS      992(AX), Y0
+	VADDPS       2016(AX), Y0, Y0
+	VMOVUPS      Y0, 992(AX)
+	VMOVUPS      (AX), Y0
+	VADDPS       512(AX), Y0, Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      32(AX), Y0
+	VADDPS       544(AX), Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(AX), Y0
+	VADDPS       576(AX), Y0, Y0
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(AX), Y0
+	VADDPS       608(AX), Y0, Y0
+	VMOVUPS      Y0, 96(AX)
+	VMOVUPS      128(AX), Y0
+	VADDPS       640(AX), Y0, Y0
+	VMOVUPS      Y0, 128(AX)
+	VMOVUPS      160(AX), Y0
+	VADDPS       672(AX), Y0, Y0
+	VMOVUPS      Y0, 160(AX)
+	VMOVUPS      192(AX), Y0
+	VADDPS       704(AX), Y0, Y0
+	VMOVUPS      Y0, 192(AX)
+	VMOVUPS      224(AX), Y0
+	VADDPS       736(AX), Y0, Y0
+	VMOVUPS      Y0, 224(AX)
+	VMOVUPS      256(AX), Y0
+	VADDPS       768(AX), Y0, Y0
+	VMOVUPS      Y0, 256(AX)
+	VMOVUPS      288(AX), Y0
+	VADDPS       800(AX), Y0, Y0
+	VMOVUPS      Y0, 288(AX)
+	VMOVUPS      320(AX), Y0
+	VADDPS       832(AX), Y0, Y0
+	VMOVUPS      Y0, 320(AX)
+	VMOVUPS      352(AX), Y0
+	VADDPS       864(AX), Y0, Y0
+	VMOVUPS      Y0, 352(AX)
+	VMOVUPS      384(AX), Y0
+	VADDPS       896(AX), Y0, Y0
+	VMOVUPS      Y0, 384(AX)
+	VMOVUPS      416(AX), Y0
+	VADDPS       928(AX), Y0, Y0
+	VMOVUPS      Y0, 416(AX)
+	VMOVUPS      448(AX), Y0
+	VADDPS       960(AX), Y0, Y0
+	VMOVUPS      Y0, 448(AX)
+	VMOVUPS      480(AX), Y0
+	VADDPS       992(AX), Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VMOVUPS      (AX), Y0
+	VADDPS       256(AX), Y0, Y0
+	VMOVUPS      32(AX), Y1
+	VADDPS       288(AX), Y1, Y1
+	VMOVUPS      64(AX), Y2
+	VADDPS       320(AX), Y2, Y2
+	VMOVUPS      96(AX), Y3
+	VADDPS       352(AX), Y3, Y3
+	VMOVUPS      128(AX), Y4
+	VADDPS       384(AX), Y4, Y4
+	VMOVUPS      160(AX), Y5
+	VADDPS       416(AX), Y5, Y5
+	VMOVUPS      192(AX), Y6
+	VADDPS       448(AX), Y6, Y6
+	VMOVUPS      224(AX), Y7
+	VADDPS       480(AX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       1024(CX), Y0, Y0
+	VMOVUPS      Y0, (CX)
+	VMOVUPS      32(CX), Y0
+	VADDPS       1056(CX), Y0, Y0
+	VMOVUPS      Y0, 32(CX)
+	VMOVUPS      64(CX), Y0
+	VADDPS       1088(CX), Y0, Y0
+	VMOVUPS      Y0, 64(CX)
+	VMOVUPS      96(CX), Y0
+	VADDPS       1120(CX), Y0, Y0
+	VMOVUPS      Y0, 96(CX)
+	VMOVUPS      128(CX), Y0
+	VADDPS       1152(CX), Y0, Y0
+	VMOVUPS      Y0, 128(CX)
+	VMOVUPS      160(CX), Y0
+	VADDPS       1184(CX), Y0, Y0
+	VMOVUPS      Y0, 160(CX)
+	VMOVUPS      192(CX), Y0
+	VADDPS       1216(CX), Y0, Y0
+	VMOVUPS      Y0, 192(CX)
+	VMOVUPS      224(CX), Y0
+	VADDPS       1248(CX), Y0, Y0
+	VMOVUPS      Y0, 224(CX)
+	VMOVUPS      256(CX), Y0
+	VADDPS       1280(CX), Y0, Y0
+	VMOVUPS      Y0, 256(CX)
+	VMOVUPS      288(CX), Y0
+	VADDPS       1312(CX), Y0, Y0
+	VMOVUPS      Y0, 288(CX)
+	VMOVUPS      320(CX), Y0
+	VADDPS       1344(CX), Y0, Y0
+	VMOVUPS      Y0, 320(CX)
+	VMOVUPS      352(CX), Y0
+	VADDPS       1376(CX), Y0, Y0
+	VMOVUPS      Y0, 352(CX)
+	VMOVUPS      384(CX), Y0
+	VADDPS       1408(CX), Y0, Y0
+	VMOVUPS      Y0, 384(CX)
+	VMOVUPS      416(CX), Y0
+	VADDPS       1440(CX), Y0, Y0
+	VMOVUPS      Y0, 416(CX)
+	VMOVUPS      448(CX), Y0
+	VADDPS       1472(CX), Y0, Y0
+	VMOVUPS      Y0, 448(CX)
+	VMOVUPS      480(CX), Y0
+	VADDPS       1504(CX), Y0, Y0
+	VMOVUPS      Y0, 480(CX)
+	VMOVUPS      512(CX), Y0
+	VADDPS       1536(CX), Y0, Y0
+	VMOVUPS      Y0, 512(CX)
+	VMOVUPS      544(CX), Y0
+	VADDPS       1568(CX), Y0, Y0
+	VMOVUPS      Y0, 544(CX)
+	VMOVUPS      576(CX), Y0
+	VADDPS       1600(CX), Y0, Y0
+	VMOVUPS      Y0, 576(CX)
+	VMOVUPS      608(CX), Y0
+	VADDPS       1632(CX), Y0, Y0
+	VMOVUPS      Y0, 608(CX)
+	VMOVUPS      640(CX), Y0
+	VADDPS       1664(CX), Y0, Y0
+	VMOVUPS      Y0, 640(CX)
+	VMOVUPS      672(CX), Y0
+	VADDPS       1696(CX), Y0, Y0
+	VMOVUPS      Y0, 672(CX)
+	VMOVUPS      704(CX), Y0
+	VADDPS       1728(CX), Y0, Y0
+	VMOVUPS      Y0, 704(CX)
+	VMOVUPS      736(CX), Y0
+	VADDPS       1760(CX), Y0, Y0
+	VMOVUPS      Y0, 736(CX)
+	VMOVUPS      768(CX), Y0
+	VADDPS       1792(CX), Y0, Y0
+	VMOVUPS      Y0, 768(CX)
+	VMOVUPS      800(CX), Y0
+	VADDPS       1824(CX), Y0, Y0
+	VMOVUPS      Y0, 800(CX)
+	VMOVUPS      832(CX), Y0
+	VADDPS       1856(CX), Y0, Y0
+	VMOVUPS      Y0, 832(CX)
+	VMOVUPS      864(CX), Y0
+	VADDPS       1888(CX), Y0, Y0
+	VMOVUPS      Y0, 864(CX)
+	VMOVUPS      896(CX), Y0
+	VADDPS       1920(CX), Y0, Y0
+	VMOVUPS      Y0, 896(CX)
+	VMOVUPS      928(CX), Y0
+	VADDPS       1952(CX), Y0, Y0
+	VMOVUPS      Y0, 928(CX)
+	VMOVUPS      960(CX), Y0
+	VADDPS       1984(CX), Y0, Y0
+	VMOVUPS      Y0, 960(CX)
+	VMOVUPS      992(CX), Y0
+	VADDPS       2016(CX), Y0, Y0
+	VMOVUPS      Y0, 992(CX)
+	VMOVUPS      (CX), Y0
+	VADDPS       512(CX), Y0, Y0
+	VMOVUPS      Y0, (CX)
+	VMOVUPS      32(CX), Y0
+	VADDPS       544(CX), Y0, Y0
+	VMOVUPS      Y0, 32(CX)
+	VMOVUPS      64(CX), Y0
+	VADDPS       576(CX), Y0, Y0
+	VMOVUPS      Y0, 64(CX)
+	VMOVUPS      96(CX), Y0
+	VADDPS       608(CX), Y0, Y0
+	VMOVUPS      Y0, 96(CX)
+	VMOVUPS      128(CX), Y0
+	VADDPS       640(CX), Y0, Y0
+	VMOVUPS      Y0, 128(CX)
+	VMOVUPS      160(CX), Y0
+	VADDPS       672(CX), Y0, Y0
+	VMOVUPS      Y0, 160(CX)
+	VMOVUPS      192(CX), Y0
+	VADDPS       704(CX), Y0, Y0
+	VMOVUPS      Y0, 192(CX)
+	VMOVUPS      224(CX), Y0
+	VADDPS       736(CX), Y0, Y0
+	VMOVUPS      Y0, 224(CX)
+	VMOVUPS      256(CX), Y0
+	VADDPS       768(CX), Y0, Y0
+	VMOVUPS      Y0, 256(CX)
+	VMOVUPS      288(CX), Y0
+	VADDPS       800(CX), Y0, Y0
+	VMOVUPS      Y0, 288(CX)
+	VMOVUPS      320(CX), Y0
+	VADDPS       832(CX), Y0, Y0
+	VMOVUPS      Y0, 320(CX)
+	VMOVUPS      352(CX), Y0
+	VADDPS       864(CX), Y0, Y0
+	VMOVUPS      Y0, 352(CX)
+	VMOVUPS      384(CX), Y0
+	VADDPS       896(CX), Y0, Y0
+	VMOVUPS      Y0, 384(CX)
+	VMOVUPS      416(CX), Y0
+	VADDPS       928(CX), Y0, Y0
+	VMOVUPS      Y0, 416(CX)
+	VMOVUPS      448(CX), Y0
+	VADDPS       960(CX), Y0, Y0
+	VMOVUPS      Y0, 448(CX)
+	VMOVUPS      480(CX), Y0
+	VADDPS       992(CX), Y0, Y0
+	VMOVUPS      Y0, 480(CX)
+	VMOVUPS      (CX), Y0
+	VADDPS       256(CX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       288(CX), Y1, Y1
+	VMOVUPS      64(CX), Y2
+	VADDPS       320(CX), Y2, Y2
+	VMOVUPS      96(CX), Y3
+	VADDPS       352(CX), Y3, Y3
+	VMOVUPS      128(CX), Y4
+	VADDPS       384(CX), Y4, Y4
+	VMOVUPS      160(CX), Y5
+	VADDPS       416(CX), Y5, Y5
+	VMOVUPS      192(CX), Y6
+	VADDPS       448(CX), Y6, Y6
+	VMOVUPS      224(CX), Y7
+	VADDPS       480(CX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+avx2DevFMATree_1024:
+	CMPQ         BX, $0x00000400
+	JB           avx2DevFMATree_512
+	VMOVUPS      (AX), Y0
+	VADDPS       512(AX), Y0, Y0
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      32(AX), Y0
+	VADDPS       544(AX), Y0, Y0
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(AX), Y0
+	VADDPS       576(AX), Y0, Y0
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(AX), Y0
+	VADDPS       608(AX), Y0, Y0
+	VMOVUPS      Y0, 96(AX)
+	VMOVUPS      128(AX), Y0
+	VADDPS       640(AX), Y0, Y0
+	VMOVUPS      Y0, 128(AX)
+	VMOVUPS      160(AX), Y0
+	VADDPS       672(AX), Y0, Y0
+	VMOVUPS      Y0, 160(AX)
+	VMOVUPS      192(AX), Y0
+	VADDPS       704(AX), Y0, Y0
+	VMOVUPS      Y0, 192(AX)
+	VMOVUPS      224(AX), Y0
+	VADDPS       736(AX), Y0, Y0
+	VMOVUPS      Y0, 224(AX)
+	VMOVUPS      256(AX), Y0
+	VADDPS       768(AX), Y0, Y0
+	VMOVUPS      Y0, 256(AX)
+	VMOVUPS      288(AX), Y0
+	VADDPS       800(AX), Y0, Y0
+	VMOVUPS      Y0, 288(AX)
+	VMOVUPS      320(AX), Y0
+	VADDPS       832(AX), Y0, Y0
+	VMOVUPS      Y0, 320(AX)
+	VMOVUPS      352(AX), Y0
+	VADDPS       864(AX), Y0, Y0
+	VMOVUPS      Y0, 352(AX)
+	VMOVUPS      384(AX), Y0
+	VADDPS       896(AX), Y0, Y0
+	VMOVUPS      Y0, 384(AX)
+	VMOVUPS      416(AX), Y0
+	VADDPS       928(AX), Y0, Y0
+	VMOVUPS      Y0, 416(AX)
+	VMOVUPS      448(AX), Y0
+	VADDPS       960(AX), Y0, Y0
+	VMOVUPS      Y0, 448(AX)
+	VMOVUPS      480(AX), Y0
+	VADDPS       992(AX), Y0, Y0
+	VMOVUPS      Y0, 480(AX)
+	VMOVUPS      (AX), Y0
+	VADDPS       256(AX), Y0, Y0
+	VMOVUPS      32(AX), Y1
+	VADDPS       288(AX), Y1, Y1
+	VMOVUPS      64(AX), Y2
+	VADDPS       320(AX), Y2, Y2
+	VMOVUPS      96(AX), Y3
+	VADDPS       352(AX), Y3, Y3
+	VMOVUPS      128(AX), Y4
+	VADDPS       384(AX), Y4, Y4
+	VMOVUPS      160(AX), Y5
+	VADDPS       416(AX), Y5, Y5
+	VMOVUPS      192(AX), Y6
+	VADDPS       448(AX), Y6, Y6
+	VMOVUPS      224(AX), Y7
+	VADDPS       480(AX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       512(CX), Y0, Y0
+	VMOVUPS      Y0, (CX)
+	VMOVUPS      32(CX), Y0
+	VADDPS       544(CX), Y0, Y0
+	VMOVUPS      Y0, 32(CX)
+	VMOVUPS      64(CX), Y0
+	VADDPS       576(CX), Y0, Y0
+	VMOVUPS      Y0, 64(CX)
+	VMOVUPS      96(CX), Y0
+	VADDPS       608(CX), Y0, Y0
+	VMOVUPS      Y0, 96(CX)
+	VMOVUPS      128(CX), Y0
+	VADDPS       640(CX), Y0, Y0
+	VMOVUPS      Y0, 128(CX)
+	VMOVUPS      160(CX), Y0
+	VADDPS       672(CX), Y0, Y0
+	VMOVUPS      Y0, 160(CX)
+	VMOVUPS      192(CX), Y0
+	VADDPS       704(CX), Y0, Y0
+	VMOVUPS      Y0, 192(CX)
+	VMOVUPS      224(CX), Y0
+	VADDPS       736(CX), Y0, Y0
+	VMOVUPS      Y0, 224(CX)
+	VMOVUPS      256(CX), Y0
+	VADDPS       768(CX), Y0, Y0
+	VMOVUPS      Y0, 256(CX)
+	VMOVUPS      288(CX), Y0
+	VADDPS       800(CX), Y0, Y0
+	VMOVUPS      Y0, 288(CX)
+	VMOVUPS      320(CX), Y0
+	VADDPS       832(CX), Y0, Y0
+	VMOVUPS      Y0, 320(CX)
+	VMOVUPS      352(CX), Y0
+	VADDPS       864(CX), Y0, Y0
+	VMOVUPS      Y0, 352(CX)
+	VMOVUPS      384(CX), Y0
+	VADDPS       896(CX), Y0, Y0
+	VMOVUPS      Y0, 384(CX)
+	VMOVUPS      416(CX), Y0
+	VADDPS       928(CX), Y0, Y0
+	VMOVUPS      Y0, 416(CX)
+	VMOVUPS      448(CX), Y0
+	VADDPS       960(CX), Y0, Y0
+	VMOVUPS      Y0, 448(CX)
+	VMOVUPS      480(CX), Y0
+	VADDPS       992(CX), Y0, Y0
+	VMOVUPS      Y0, 480(CX)
+	VMOVUPS      (CX), Y0
+	VADDPS       256(CX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       288(CX), Y1, Y1
+	VMOVUPS      64(CX), Y2
+	VADDPS       320(CX), Y2, Y2
+	VMOVUPS      96(CX), Y3
+	VADDPS       352(CX), Y3, Y3
+	VMOVUPS      128(CX), Y4
+	VADDPS       384(CX), Y4, Y4
+	VMOVUPS      160(CX), Y5
+	VADDPS       416(CX), Y5, Y5
+	VMOVUPS      192(CX), Y6
+	VADDPS       448(CX), Y6, Y6
+	VMOVUPS      224(CX), Y7
+	VADDPS       480(CX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+avx2DevFMATree_512:
+	CMPQ         BX, $0x00000200
+	JB           avx2DevFMATree_256
+	VMOVUPS      (AX), Y0
+	VADDPS       256(AX), Y0, Y0
+	VMOVUPS      32(AX), Y1
+	VADDPS       288(AX), Y1, Y1
+	VMOVUPS      64(AX), Y2
+	VADDPS       320(AX), Y2, Y2
+	VMOVUPS      96(AX), Y3
+	VADDPS       352(AX), Y3, Y3
+	VMOVUPS      128(AX), Y4
+	VADDPS       384(AX), Y4, Y4
+	VMOVUPS      160(AX), Y5
+	VADDPS       416(AX), Y5, Y5
+	VMOVUPS      192(AX), Y6
+	VADDPS       448(AX), Y6, Y6
+	VMOVUPS      224(AX), Y7
+	VADDPS       480(AX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       256(CX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       288(CX), Y1, Y1
+	VMOVUPS      64(CX), Y2
+	VADDPS       320(CX), Y2, Y2
+	VMOVUPS      96(CX), Y3
+	VADDPS       352(CX), Y3, Y3
+	VMOVUPS      128(CX), Y4
+	VADDPS       384(CX), Y4, Y4
+	VMOVUPS      160(CX), Y5
+	VADDPS       416(CX), Y5, Y5
+	VMOVUPS      192(CX), Y6
+	VADDPS       448(CX), Y6, Y6
+	VMOVUPS      224(CX), Y7
+	VADDPS       480(CX), Y7, Y7
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+avx2DevFMATree_256:
+	CMPQ         BX, $0x00000100
+	JB           avx2DevFMATree_128
+	VMOVUPS      (AX), Y0
+	VADDPS       128(AX), Y0, Y0
+	VMOVUPS      32(AX), Y1
+	VADDPS       160(AX), Y1, Y1
+	VMOVUPS      64(AX), Y2
+	VADDPS       192(AX), Y2, Y2
+	VMOVUPS      96(AX), Y3
+	VADDPS       224(AX), Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       128(CX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       160(CX), Y1, Y1
+	VMOVUPS      64(CX), Y2
+	VADDPS       192(CX), Y2, Y2
+	VMOVUPS      96(CX), Y3
+	VADDPS       224(CX), Y3, Y3
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+avx2DevFMATree_128:
+	CMPQ         BX, $0x00000080
+	JB           avx2DevFMATree_64
+	VMOVUPS      (AX), Y0
+	VADDPS       64(AX), Y0, Y0
+	VMOVUPS      32(AX), Y1
+	VADDPS       96(AX), Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       64(CX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       96(CX), Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET
+
+avx2DevFMATree_64:
+	VMOVUPS      (AX), Y0
+	VADDPS       32(AX), Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sum+80(FP)
+	VMOVUPS      (CX), Y0
+	VADDPS       32(CX), Y0, Y0
+	VPERMILPS    $0xee, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x55, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, sumSq+84(FP)
+	VZEROUPPER
+	RET

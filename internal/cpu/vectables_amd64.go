@@ -17,6 +17,8 @@ var avx2Kernels = &kernels{
 		devFMAZero: avx2AccumulateDevFMAZero,
 		tree:       avx2Tree,
 		fold:       avx2FoldQuads,
+		devTree:    avx2DevTree,
+		devFMATree: avx2DevFMATree,
 	},
 	adds: addKernels{
 		addTo:   avx2AddTo,

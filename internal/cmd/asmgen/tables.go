@@ -29,9 +29,9 @@ var {{.Name}}Kernels = &kernels{
 		tree: avx2Tree,
 		fold: avx2FoldQuads,{{if eq .Lanes 16}}
 		foldTree: avx512FoldTree,
-		sumTree: avx512SumTree,
-		devTree: avx512DevTree,
-		devFMATree: avx512DevFMATree,{{end}}
+		sumTree: avx512SumTree,{{end}}
+		devTree: {{.Name}}DevTree,
+		devFMATree: {{.Name}}DevFMATree,
 	},
 	adds: addKernels{
 		addTo: {{.Name}}AddTo,
