@@ -183,6 +183,36 @@ func (e *Engine) Info() Info {
 		Profile: bi.Profile, Library: bi.Library, Health: bi.Health}
 }
 
+// Route names, written by ReportBackend.
+type routeKey struct{}
+
+// ReportBackend returns a context under which each call of the engine's ops writes the name
+// of the backend that ran it ("cpu" or "dawn") to *where once it succeeds. An auto engine
+// with a GPU open chooses per call (see the README, "What auto picks and why"); other
+// engines always write their one backend's name. Unlike a method on the engine that would
+// report its last call, this names the call made with ctx, whatever else runs; calls made
+// concurrently need a ctx (and a string) each. A failed call leaves *where as it was.
+func ReportBackend(ctx context.Context, where *string) context.Context {
+	return context.WithValue(ctx, routeKey{}, where)
+}
+
+// reportRoute writes name where ReportBackend asked for it.
+func reportRoute(ctx context.Context, name string) {
+	if p, ok := ctx.Value(routeKey{}).(*string); ok && p != nil {
+		*p = name
+	}
+}
+
+// report is reportRoute for an engine's plain (unrouted) backend. It looks the backend's
+// name up only when asked: Info allocates.
+func (e *Engine) report(ctx context.Context) {
+	if p, ok := ctx.Value(routeKey{}).(*string); ok && p != nil {
+		if _, routed := e.be.(*router); !routed {
+			*p = e.be.Info().Name
+		}
+	}
+}
+
 // Close releases the backend; prepared ops of the engine stop working. From its start,
 // new calls fail with an error wrapping ErrClosed. Calls in flight on the CPU stop at
 // their next step of rows (about a millisecond of work) and fail the same way, their
@@ -200,6 +230,17 @@ func (e *Engine) Close() error {
 		e.mu.Unlock()
 	})
 	return e.closeErr
+}
+
+// checkCall is the first check of every entry point: ctx and the outputs must be given.
+func checkCall(op string, ctx context.Context, noOutputs bool) error {
+	if ctx == nil {
+		return argErr(op, "ctx", "ctx must not be nil; pass context.Background()")
+	}
+	if noOutputs {
+		return argErr(op, "outputs", "outputs must not be nil")
+	}
+	return nil
 }
 
 // use holds the engine open for the duration of a call: on success the caller calls

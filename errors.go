@@ -3,6 +3,7 @@ package fusednorm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -32,6 +33,11 @@ var (
 // It unwraps to ErrInvalidArgument, and to Err as well when that is set. An id found out of
 // range by a GPU's own check (ids in device tensors, reported at the next wait) is one too.
 type ArgError = ops.ArgError
+
+// argErr is an *ArgError of op on tensor (or attribute), the rule formatted from format and a.
+func argErr(op, tensor, format string, a ...any) error {
+	return &ArgError{Op: op, Tensor: tensor, Rule: fmt.Sprintf(format, a...)}
+}
 
 // callErr wraps the error of op's call; an error of the call's ctx also wraps ErrCanceled.
 // The message names op once: "fusednorm: AddLayerNorm: dawn: <what failed>: …" (see

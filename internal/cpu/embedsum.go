@@ -7,7 +7,7 @@ import (
 // EmbedLayerNorm's binary16 sum, staged as the plan stages it: h = rnd16(rnd16(w + g) + p)
 // with a segment row g, else rnd16(w + p), written as its bits and as float32, or fused
 // with the row's first pass: t = f32(h), the row's staged values, and the partial sums
-// of f32(t − x0). (The float32 sum is a first pass, addsum.go.)
+// of f32(t − x0). (The float32 sum is a first pass, sum.go.)
 
 // embedForm is the form of a staged sum.
 type embedForm struct {

@@ -2,27 +2,30 @@ package cpu
 
 import (
 	"slices"
+	"unsafe"
+
+	"github.com/fusednorm/fusednorm/internal/ops"
 )
 
 // kernels is one level: for each family of hot loops, the assembly kernels of one vector
 // width, each of which handles the whole vectors of its slices. The families' methods on it
-// are the dispatch, one per family file: they check lengths the way the Go twins do (so a
+// are the dispatch, in each family's Go file: they check lengths the way the Go twins do (so a
 // short slice panics instead of being overrun), run the whole vectors here, hand what is
 // left to narrower, and the go level (no lanes, no kernels) runs the twins. Every level
 // gives the twins' bits. Each Backend holds the level it runs.
 //
-// One file family per kernel group: F.go holds the form struct, the Go twins and the
-// dispatch, and beside it internal/cmd/asmgen generates the group's kernels, F_amd64.s,
-// and their declarations, F_amd64.go (go generate ./cpu); vectables_amd64.go, generated
-// too, holds each width's table of them.
+// One kernel group per family F: internal/cmd/asmgen generates the group's kernels,
+// F_amd64.s, and their declarations, F_amd64.go (go generate ./cpu); vectables_amd64.go,
+// generated too, holds each width's table of them. The family's form struct, Go twins and
+// dispatch are in the Go file named here:
 //
-//	sum.go       the plan's accumulations and halving tree (sumForm)
-//	addsum.go    the elementwise adds and a row's first pass fused with its sum (addForm)
-//	affine.go    the affine step, float32 or rounded to 16 bits (affineForm)
-//	convert.go   widening and narrowing of 16-bit data (convForm)
-//	embedsum.go  EmbedLayerNorm's staged binary16 sums (embedForm), the avx512fp16 ones too
-//	mask.go      mask_index's rules (ops.MaskRule)
-//	memory.go    non-temporal copy, prefetch and fence
+//	sum       sum.go       the plan's accumulations and halving tree (sumForm)
+//	addsum    sum.go       the elementwise adds and a row's first pass fused with its sum (addForm)
+//	affine    affine.go    the affine step, float32 or rounded to 16 bits (affineForm)
+//	convert   convert.go   widening and narrowing of 16-bit data (convForm)
+//	embedsum  embedsum.go  EmbedLayerNorm's staged binary16 sums (embedForm), the avx512fp16 ones too
+//	mask      mask.go      mask_index's rules (ops.MaskRule)
+//	memory    kernels.go   non-temporal copy, prefetch and fence (this file, after the levels)
 type kernels struct {
 	lanes    int      // float32 lanes of the width; 0 at the go level
 	narrower *kernels // takes what this width leaves: the next narrower width, else the go level
@@ -99,4 +102,152 @@ func CopyNT(dst, src []float32) {
 	k := levels[0].k
 	k.copyNT(dst, src)
 	k.fence()
+}
+
+// The memory family: memory-level work of the big ops. A row of the ops is a few KiB and
+// every kernel on it is cheap, so at the bench shapes the time goes to DRAM: the latency of
+// the gathered word rows (EmbedLayerNorm) and the write-allocate reads of the outputs.
+// Nothing here changes a value: prefetches fetch, and non-temporal stores write the bits
+// ordinary stores would. The NT stores are weakly ordered: a worker that used them calls
+// fence before its rows are shared.
+
+// memKernels are a width's memory kernels.
+type memKernels struct {
+	copyNT   func(dst, src []float32) // whole vectors, dst aligned to the vector
+	prefetch func(b []byte)           // every 64-byte line of b
+	fence    func()                   // SFENCE
+}
+
+// copyGo is the twin of copyNT.
+func copyGo(dst, src []float32) { copy(dst, src[:len(dst)]) }
+
+// copyNT is copy with non-temporal stores for the whole vectors from dst's first aligned
+// address on (the caller fences).
+func (k *kernels) copyNT(dst, src []float32) {
+	src = src[:len(dst)]
+	if !k.simd() {
+		copyGo(dst, src)
+		return
+	}
+	h := k.ntHead(dst)
+	copy(dst[:h], src[:h])
+	dst, src = dst[h:], src[h:]
+	n := k.whole(len(dst))
+	if n > 0 {
+		k.mem.copyNT(dst[:n], src)
+	}
+	copy(dst[n:], src[n:])
+}
+
+// prefetch asks for the lines of b (nothing at the go level).
+func (k *kernels) prefetch(b []byte) {
+	if k.simd() {
+		k.mem.prefetch(b)
+	}
+}
+
+// fence orders the non-temporal stores before it before any store after it.
+func (k *kernels) fence() {
+	if k.simd() {
+		k.mem.fence()
+	}
+}
+
+// ntHead is how many elements of y come before its first vector-aligned address (the part
+// the non-temporal kernels leave to others), or len(y) when y is not even 4-byte aligned.
+func (k *kernels) ntHead(y []float32) int {
+	if len(y) == 0 {
+		return 0
+	}
+	a := uintptr(unsafe.Pointer(&y[0]))
+	if a&3 != 0 {
+		return len(y)
+	}
+	return min(len(y), int(-a&uintptr(4*k.lanes-1))/4) // the vector's size, a power of two
+}
+
+// nt16Head is ntHead for 16-bit values: the elements of y before its first address aligned
+// to one vector of them.
+func (k *kernels) nt16Head(y []uint16) int {
+	if len(y) == 0 {
+		return 0
+	}
+	a := uintptr(unsafe.Pointer(&y[0]))
+	if a&1 != 0 {
+		return len(y)
+	}
+	return min(len(y), int(-a&uintptr(2*k.lanes-1))/2)
+}
+
+// rowPrefetch is up to three rows being prefetched a piece at a time. The zero value and
+// nil prefetch nothing.
+type rowPrefetch struct {
+	k     *kernels
+	rows  [3][]byte
+	piece int // bytes per step and row, a whole number of 64-byte lines
+}
+
+// newRowPrefetch starts a prefetch, piece bytes of each row a step (tuning.prefetchPiece).
+func newRowPrefetch(k *kernels, piece int) rowPrefetch {
+	return rowPrefetch{k: k, piece: piece}
+}
+
+// add queues elements [off, off+n) of b (the first three rows added count).
+func (p *rowPrefetch) add(b ops.Buf, off, n int) {
+	r := bufBytes(&b, off, n)
+	for i := range p.rows {
+		if len(p.rows[i]) == 0 {
+			p.rows[i] = r
+			return
+		}
+	}
+}
+
+// bufBytes views elements [off, off+n) of a float32 or 16-bit host buffer as bytes.
+func bufBytes(b *ops.Buf, off, n int) []byte {
+	if b.DType == ops.F32 {
+		return bytesOf(b.F32[off : off+n])
+	}
+	return bytesOf(b.U16[off : off+n])
+}
+
+// bytesOf views a slice's elements as bytes.
+func bytesOf[E float32 | uint16](s []E) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+// prefetchLead prefetches the first n bytes of elements [off, …) of b (at most to b's end):
+// the lead of a row (tuning.rowLead).
+func (k *kernels) prefetchLead(b *ops.Buf, off, n int) {
+	k.prefetch(bufBytes(b, off, min(n/b.DType.Size(), b.Len()-off)))
+}
+
+// step prefetches the next piece of every row.
+func (p *rowPrefetch) step() {
+	if p == nil {
+		return
+	}
+	for i, r := range p.rows {
+		if len(r) > 0 {
+			n := min(p.piece, len(r))
+			p.k.prefetch(r[:n])
+			p.rows[i] = r[n:]
+		}
+	}
+}
+
+// rest prefetches what is left.
+func (p *rowPrefetch) rest() {
+	if p == nil {
+		return
+	}
+	for i, r := range p.rows {
+		if len(r) > 0 {
+			p.k.prefetch(r)
+			p.rows[i] = nil
+		}
+	}
 }

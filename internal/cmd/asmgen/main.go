@@ -2,7 +2,9 @@
 // lanes, YMM) and once for AVX-512 F/BW/VL (16 lanes, ZMM), family by family: each kernel
 // group of the cpu package (families: sum, addsum, affine, convert, embedsum, mask, memory)
 // gets its assembly, internal/cpu/<family>_amd64.s, and the kernels' Go declarations,
-// internal/cpu/<family>_amd64.go, beside the family's Go file, which holds its twins and dispatch.
+// internal/cpu/<family>_amd64.go; the family's twins and dispatch are in the Go file the map
+// at the top of internal/cpu/kernels.go names (<family>.go, or sum.go for addsum and
+// kernels.go for memory).
 // It also writes each width's level, its table of the kernels family by family,
 // internal/cpu/vectables_amd64.go (tables.go). Run it through go generate in the cpu package (see
 // internal/cpu/levels_amd64.go), or from the repository root:
@@ -12,7 +14,7 @@
 // It lives in its own module so that the library does not depend on avo.
 //
 // Every kernel handles the multiple-of-lanes prefix of its slices; each family's dispatch
-// in cpu (sum.go, addsum.go, affine.go, convert.go, embedsum.go, mask.go, memory.go) checks
+// in cpu (sum.go, affine.go, convert.go, embedsum.go, mask.go, kernels.go) checks
 // lengths and finishes the tails with narrower kernels or the pure-Go twins beside it, which
 // define what each kernel must compute. Operand order follows the
 // twins (x − mean, p + v, …), so even NaN payloads agree; no operation is fused unless its
@@ -81,8 +83,8 @@ func (v isa) zero(r reg.VecVirtual) {
 func (v isa) bytes() int { return 4 * v.lanes }
 
 // family is one kernel group of the cpu package: its kernels go to <file>_amd64.s and their
-// declarations to <file>_amd64.go, beside <file>.go, which holds the family's form struct,
-// its Go twins and its dispatch (the file map at the top of internal/cpu/kernels.go). A kernel
+// declarations to <file>_amd64.go; the Go file that holds the family's form struct, its Go
+// twins and its dispatch is the one the file map at the top of internal/cpu/kernels.go names. A kernel
 // belongs to the family whose table field in internal/cpu/vectables_amd64.go names it.
 type family struct {
 	file string
