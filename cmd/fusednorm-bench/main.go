@@ -96,7 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.backend, "backend", defBackend, "backend: auto, cpu or dawn (default from "+fusednorm.EnvBackend+", else auto)")
 	fs.StringVar(&o.casesDir, "cases", "", "a folder holding <op>/bench.json (and <op>/sweep.json for -set sweep), e.g. the repository's internal/cases/ (default: the cases compiled in)")
 	fs.StringVar(&o.set, "set", setBench, "the cases: bench (each op's bench.json) or sweep (sweep.json: hidden sizes 64 to 16384 at about 1 GiB a call, and one 128-token sequence; the cases tools/anchors times on torch and ONNX Runtime WebGPU)")
-	fs.StringVar(&o.only, "only", "", "run only the cases whose name contains this")
+	fs.StringVar(&o.only, "only", "", "run only the cases whose name contains this (or one of these, comma-separated)")
 	fs.StringVar(&o.dtype, "dtype", "all", "f32, f16, bf16 (AddLayerNorm) or all")
 	fs.IntVar(&o.threads, "threads", runtime.GOMAXPROCS(0), "goroutines per CPU call, and for the bandwidth probe")
 	fs.BoolVar(&o.hugePages, "huge-pages", true, "CPU: move EmbedLayerNorm's word tables onto huge pages (Linux; see fusednorm.WithHugePages)")
@@ -226,7 +226,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cases = slices.DeleteFunc(cases, func(c benchCase) bool {
-		return !strings.Contains(c.Name, o.only) || (o.dtype != "all" && c.shortDType() != o.dtype)
+		return !slices.ContainsFunc(strings.Split(o.only, ","), func(part string) bool { return strings.Contains(c.Name, part) }) ||
+			(o.dtype != "all" && c.shortDType() != o.dtype)
 	})
 	if len(cases) == 0 {
 		return fmt.Errorf("no case matches -only %q -dtype %s", o.only, o.dtype)
