@@ -9,7 +9,8 @@
 # for `device-run.sh paired` (the new main against OLD in one device call).
 # With ORT=1 it also packs carry/ort.tar.xz: Node.js, the oracle with onnxruntime-node's
 # Linux x64 library only, and its stream probe built static, for `device-run.sh ort` (that
-# machine has neither Node.js nor a network). Carry carry/fusednorm-bench and that file.
+# machine has neither Node.js nor a network). Carry carry/fusednorm-bench and that file; for
+# `device-run.sh webgpu` (ORT's WebGPU EP beside Dawn) also third_party/dawn and .gl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/provision.sh
@@ -47,11 +48,19 @@ if [ "${ORT:-}" = 1 ]; then
 	make "$PWD/build/oracle/node_modules" >/dev/null
 	pack=$(mktemp -d)
 	mkdir -p "$pack/bin" "$pack/oracle"
-	cp "$(command -v node)" "$pack/bin/"
+	# Node stripped of its debug info (99 MB to 86), the packages from build/oracle without
+	# the other systems' libraries and protobufjs's command-line tools, the scripts from
+	# tools/oracle as they are now (build/oracle is made again only when the lock file
+	# changes): 34 MiB packed, so that with carry/fusednorm-bench, third_party/dawn and .gl
+	# it stays under the device's 64 MiB of carried files (device-run.sh webgpu).
+	strip -o "$pack/bin/node" "$(command -v node)" 2>/dev/null || cp "$(command -v node)" "$pack/bin/node"
 	(cd build/oracle && tar cf - --exclude='bin/napi-v6/darwin' --exclude='bin/napi-v6/win32' \
-		--exclude='bin/napi-v6/linux/arm64' --exclude=bench/stream .) | tar xf - -C "$pack/oracle"
+		--exclude='bin/napi-v6/linux/arm64' --exclude='protobufjs/cli' node_modules) | tar xf - -C "$pack/oracle"
+	(cd tools/oracle && tar cf - --exclude=node_modules --exclude=models --exclude=bench/stream .) | tar xf - -C "$pack/oracle"
 	gcc -O3 -march=x86-64-v3 -fopenmp -static -o "$pack/oracle/bench/stream" "$pack/oracle/bench/stream.c" 2>/dev/null
 	tar cf - -C "$pack" bin oracle | xz -T0 -6 >carry/ort.tar.xz
 	rm -rf "$pack"
 	ls -la carry/ort.tar.xz
+	du -cb carry/fusednorm-bench carry/ort.tar.xz third_party/dawn third_party/env.sh .gl |
+		awk 'END { printf "carry for device-run.sh webgpu (carry/fusednorm-bench carry/ort.tar.xz third_party/dawn third_party/env.sh .gl): %.1f MiB of 64\n", $1 / 1048576 }'
 fi

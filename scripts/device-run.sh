@@ -29,6 +29,18 @@
 #   paired         the new main against carry/old (OLD=<rev> scripts/device-build.sh): the
 #                  bench cases' kernel and device-resident times and the tiny calls, each
 #                  binary ROUNDS times (default 3) in a new random order per round.
+#   webgpu         ONNX Runtime's WebGPU EP beside Dawn on the AddLayerNorm cases (after
+#                  ORT=1 scripts/device-build.sh; carry carry/fusednorm-bench, carry/ort.tar.xz,
+#                  third_party/dawn and .gl): the benchmark on Dawn, then
+#                  tools/oracle/bench/bench_webgpu.js (ORT 1.30's SkipLayerNormalization with
+#                  beta, bias and the sum output, its own Dawn on the same Vulkan driver) on the
+#                  same cases from internal/cases, then one table, webgpu.md (and webgpu.json):
+#                  our kernel time per dispatch against the GPU time of ORT's dispatches per run
+#                  (its profiler), our host-tensor wall against ORT's run() wall, ours over
+#                  ORT's. SET=bench (default; about 2-3 minutes) or SET=sweep (one DTYPE=f32 or
+#                  f16 a call, about 4 minutes; ORT skips bf16: WGSL has none); ONLY=<name part>
+#                  (default addln: keep it within AddLayerNorm's names, e.g. lat-addln);
+#                  QUICK=1: the small variants on both sides, a smoke run.
 # With the argument "cpu" it runs the CPU part instead: that machine's processor has
 # AVX-512, so it is where the avx512 kernels are tested (the kernel tests and the whole
 # conformance suite at every level, bit for bit against the pure-Go plan) and timed
@@ -69,6 +81,25 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 export FUSEDNORM_DAWN_LIB=$PWD/third_party/dawn/libwebgpu_wrapper.so FUSEDNORM_REQUIRE_DAWN=1
+if [ "${1:-}" = webgpu ]; then
+	caseset=${SET:-bench} only=${ONLY:-addln}
+	flags="-warmup 3 -reps 5 -min-time 0.2s"
+	[ "$caseset" = sweep ] && flags="-reps 3 -min-time 0.1s"
+	ort=/tmp/fusednorm-ort
+	rm -rf "$ort" && mkdir -p "$ort" && tar xJf carry/ort.tar.xz -C "$ort" || exit 1
+	{ nvidia-smi -L; echo "node $("$ort/bin/node" --version), set $caseset, only $only${DTYPE:+, dtype $DTYPE}"; } | tee "$OUT/webgpu-machine.txt"
+	timeout 220 carry/fusednorm-bench -backend dawn -cases "$PWD/internal/cases" -set "$caseset" -only "$only" ${DTYPE:+-dtype $DTYPE} ${QUICK:+-quick} \
+		-probe=false $flags -json "$OUT/webgpu-dawn.json" >"$OUT/webgpu-dawn.txt" 2>"$OUT/webgpu-dawn.err"
+	echo "bench dawn rc=$?"; cat "$OUT/webgpu-dawn.txt"
+	# Wall: median of at least 5 runs (as -reps 5) and 1 s, after 3 warm-ups; GPU: a second,
+	# profiled session of 3 + 5 to 15 runs (bench_webgpu.js's header).
+	timeout 320 "$ort/bin/node" "$ort/oracle/bench/bench_webgpu.js" --ep webgpu --cases "$PWD/internal/cases" --set "$caseset" \
+		--only "$only" ${DTYPE:+--dtype $DTYPE} ${QUICK:+--quick} --min-runs 5 --min-secs 1 >"$OUT/webgpu-ort.jsonl" 2>"$OUT/webgpu-ort.err"
+	echo "ORT webgpu rc=$? (3: no adapter or no WebGPU EP; 1: a case failed, see its line)"; grep -v '^Warning: max' "$OUT/webgpu-ort.err" | tail -5
+	"$ort/bin/node" tools/oracle/bench/webgpu_table.js "$OUT/webgpu-dawn.json" "$OUT/webgpu-ort.jsonl" \
+		--json "$OUT/webgpu.json" | tee "$OUT/webgpu.md"
+	exit 0
+fi
 if [ "${1:-}" = tiny ]; then
 	# The tiny twins in one process (fusednorm-bench -tiny runs the C twin beside the Go
 	# calls, in a new random order each round): separate processes each landed in one of two

@@ -309,7 +309,7 @@ async function main() {
   process.stdout.write(JSON.stringify({
     ort: ort.env.versions.node, ep: o.ep, set: o.set, quick: o.quick,
     host: { cpus: os.cpus().length, model: os.cpus()[0].model, mem_gb: +(os.totalmem() / 1e9).toFixed(1) },
-    vk_icd_filenames: process.env.VK_ICD_FILENAMES || null,
+    vk_icd_filenames: process.env.VK_ICD_FILENAMES || null, vk_driver_files: process.env.VK_DRIVER_FILES || null,
     timing: { min_runs: o.minRuns, min_secs: o.minSecs, max_runs: o.maxRuns, warmup: 3 },
   }) + '\n');
   let failed = 0;
