@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +83,7 @@ type options struct {
 	compare     bool   // -compare: cpu, dawn and auto on the same cases, interleaved (compare.go)
 	chain       string // -chain BxSxH,...: model-shaped chains of norms instead of the cases (chain.go)
 	chainLayers int    // -chain-layers L: AddLayerNorms after the EmbedLayerNorm
+	cpuProfile  string // -cpuprofile: where the run's CPU profile goes
 	every       bool   // -every-adapter: a Dawn engine per adapter, alone and all at once (everyadapter.go)
 }
 
@@ -118,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.chain, "chain", "", "instead of the cases: chains of norms as a transformer encoder runs them, one per BxSxH in this comma-separated list (e.g. 1x128x768,8x128x768,64x512x1024): EmbedLayerNorm then -chain-layers AddLayerNorms on device tensors, per call with and without the final read, beside the kernels' time and the CPU backend's host chain")
 	fs.BoolVar(&o.every, "every-adapter", false, "a Dawn engine on every GPU adapter fusednorm.Adapters lists (the software ones only where there is no GPU): each case on each engine alone, then on all at once, per engine the kernel's device time and the host-tensor GB/s alone and together, and the engines' GB/s together summed beside one engine's alone (-backend is ignored)")
 	fs.IntVar(&o.chainLayers, "chain-layers", 24, "-chain: AddLayerNorms after the EmbedLayerNorm (two per transformer layer)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the run's CPU profile to this file (go tool pprof reads it)")
 	fs.StringVar(&o.ortDir, "ort", "", "a prepared copy of tools/oracle (with node_modules; make bench-ort makes one): also time ONNX Runtime's CPU kernel on the cases it has")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -204,6 +207,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if o.tiny > 0 {
 		return runTiny(ctx, o, stdout)
