@@ -92,10 +92,13 @@ test-race:
 # The allocation and worker-pool tests, which do not depend on the level, run natively
 # only: under the emulator they took two thirds of the time. -short there keeps
 # TestCommonWidthsLevels to the widths nothing divides (the rest of it is whole chunks).
-HAS_AVX512 := $(shell grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && echo yes)
+# The flags are those internal/cpu's levels require (levels_amd64.go).
+cpu_has = $(shell grep -qw $(1) /proc/cpuinfo && echo yes)
+HAS_AVX512 := $(and $(call cpu_has,avx512f),$(call cpu_has,avx512bw),$(call cpu_has,avx512vl))
+HAS_AVX512FP16 := $(and $(HAS_AVX512),$(call cpu_has,avx512_fp16))
 EMU_LEVELS := $(if $(HAS_AVX512),avx512fp16,avx512,avx512fp16)
 test-avx512emu:
-	@if grep -qw avx512_fp16 /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then \
+	@if [ -n "$(HAS_AVX512FP16)" ]; then \
 		echo "test-avx512emu: this processor has AVX512-FP16; test-cpu tested every level natively"; \
 	else \
 		mkdir -p build && CGO_ENABLED=0 $(GO) test -c -o build/cpu-avx512emu.test ./internal/cpu && \

@@ -215,7 +215,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+			return fmt.Errorf("-cpuprofile %s: %w", o.cpuProfile, err)
 		}
 		defer pprof.StopCPUProfile()
 	}
