@@ -33,9 +33,17 @@ var files embed.FS
 // Entry is the entry point of every kernel.
 const Entry = "main"
 
-// MaxPrivate is the most elements per invocation a kernel keeps in registers across the
-// passes; longer rows are re-read from memory in each pass (same order either way).
-const MaxPrivate = 16
+// MaxPrivate is the most elements per plan invocation a kernel keeps in registers across
+// the passes; longer rows are re-read from memory in each pass (same order either way). The
+// scalar kernels (rows whose length VecOK refuses) with float32 outputs keep up to
+// maxPrivateScalar, one register each: on an H100, paired, AddLayerNorm f32 D 4097 0.739 ->
+// 0.524 ms and EmbedLayerNorm f32 H 4097 0.799 -> 0.692 against re-reading it. With 16-bit
+// outputs, which a kept row stages in workgroup memory (private·W/2 words), they stay at
+// MaxPrivate: AddLayerNorm f16 and bf16 D 4097 staged ran 1.74x slower than re-read.
+const (
+	MaxPrivate       = 16
+	maxPrivateScalar = 24
+)
 
 // Embed selects an EmbedLayerNormalization kernel.
 type Embed struct {
@@ -51,6 +59,7 @@ type Embed struct {
 	OddH      bool      // H odd: 16-bit rows may share a word with their neighbours
 	Vec       bool      // the vector kernel (H a multiple of 4, see VecOK)
 	Wide      bool      // the vector kernel's eight-lane invocations (16-bit, H a multiple of 8)
+	Rows      int       // token rows a workgroup (set by Vectorize; 0 is 1)
 	Fast16    bool      // f16 by the builtin conversions, which the device was found to round exactly
 	SplitInts bool      // each int32 input at its own binding (device tensors bound in place), see IntBindings
 }
@@ -69,6 +78,7 @@ type AddLN struct {
 	OddD     bool      // D odd: 16-bit rows may share a word with their neighbours
 	Vec      bool      // the vector kernel (D a multiple of 4, see VecOK)
 	Wide     bool      // the vector kernel's eight-lane invocations (16-bit, D a multiple of 8)
+	Rows     int       // rows a workgroup (set by Vectorize; 0 is 1)
 	Fast16   bool      // f16 by the builtin conversions, which the device was found to round exactly
 }
 
@@ -89,23 +99,61 @@ func VecOK(h int) bool { return h%VecLanes == 0 }
 // chosen for host and device tensors are the same. (Eight lanes at the same W, half the
 // invocations a row each holding twice the data, lost to four lanes on four of five f16
 // cases on the H200, up to 2x: the plan doubles W for them.)
+// It also sets Rows (rowsFor).
 func (k *Embed) Vectorize(p plan.Plan) {
 	k.Vec, k.Wide = p.Lanes >= VecLanes, p.Lanes == plan.WideLanes
+	k.Rows = rowsFor(p, warp)
 }
 
 // Vectorize is Embed.Vectorize for AddLayerNorm.
 func (k *AddLN) Vectorize(p plan.Plan) {
 	k.Vec, k.Wide = p.Lanes >= VecLanes, p.Lanes == plan.WideLanes
+	k.Rows = rowsFor(p, group)
 }
+
+// warp is the fewest invocations the plan gives a vector row (plan.For: one warp of 32);
+// group is the workgroup rowsFor fills with short rows.
+const (
+	warp  = 32
+	group = 64
+)
+
+// rowsFor is how many rows a workgroup of the plan's kernel normalizes: as many as make
+// group invocations for the vector kernels whose rows take fewer than below invocations,
+// one elsewhere. A row's invocations, order and tree are the plan's whatever the count
+// (each row reduces in its own stretch of the workgroup's partials), so the bits do not
+// change. A workgroup narrower than a warp leaves most of each warp idle, and a GPU holds
+// only so many workgroups at once. Measured on an H100 (scripts/device-run.sh sweep and
+// paired), 64 invocations a workgroup for every short row against one row, f16:
+// AddLayerNorm D 64 1.43 -> 0.40 ms, D 128 0.74 -> 0.39, EmbedLayerNorm H 64 0.43 -> 0.13;
+// at a warp a row (two rows a workgroup) AddLayerNorm (4096,768) gained 3-6% but
+// EmbedLayerNorm lost 4% at H 768 and 1024 f16, so EmbedLayerNorm groups only rows narrower
+// than a warp (below = warp), AddLayerNorm those narrower than group. (Two rows a workgroup
+// for the scalar kernels of odd 16-bit rows, so that their outputs start on a word and need
+// no atomics, lost: AddLayerNorm D 1023 1.73 -> 2.19 ms, EmbedLayerNorm H 1023 0.41 -> 0.50.)
+func rowsFor(p plan.Plan, below int) int {
+	if n := p.W / p.Lanes; p.Lanes >= VecLanes && n < below {
+		return max(1, group/n)
+	}
+	return 1
+}
+
+// RowsPer returns the kernel's rows a workgroup (Rows, at least 1): the dispatch needs
+// ceil(rows/Rows) workgroups.
+func (k Embed) RowsPer() int { return max(k.Rows, 1) }
+
+// RowsPer is Embed.RowsPer for AddLayerNorm.
+func (k AddLN) RowsPer() int { return max(k.Rows, 1) }
 
 // HasF16 reports whether any of the kernel's tensors is float16: the kernels Fast16 changes.
 func (k AddLN) HasF16() bool {
 	return k.X1 == ops.F16 || k.X2 == ops.F16 || k.Gamma == ops.F16 || k.Bias == ops.F16 || k.Out == ops.F16
 }
 
-// PrivateFor is the Private parameter for rows of h elements over w invocations.
-func PrivateFor(h, w int) int {
-	if n := (h + w - 1) / w; n <= MaxPrivate {
+// PrivateFor is the Private parameter for rows of h elements over w invocations; out16 says
+// the kernel's outputs are 16-bit.
+func PrivateFor(h, w int, out16 bool) int {
+	if n := (h + w - 1) / w; n <= privateMax(VecOK(h) || out16) {
 		return n
 	}
 	return 0
@@ -151,7 +199,7 @@ func (p Embed) Key() string { return fmt.Sprintf("embed%+v", p) }
 func (p AddLN) Key() string { return fmt.Sprintf("addln%+v", p) }
 
 func (p Embed) check() error {
-	if err := checkW(p.W, p.Private, p.Vec, p.Wide); err != nil {
+	if err := checkW(p.W, p.Private, p.Vec, p.Wide, p.RowsPer()); err != nil {
 		return err
 	}
 	if p.DType != ops.F32 && p.DType != ops.F16 {
@@ -164,7 +212,7 @@ func (p Embed) check() error {
 }
 
 func (p AddLN) check() error {
-	if err := checkW(p.W, p.Private, p.Vec, p.Wide); err != nil {
+	if err := checkW(p.W, p.Private, p.Vec, p.Wide, p.RowsPer()); err != nil {
 		return err
 	}
 	for _, d := range []ops.DType{p.X1, p.X2, p.Gamma, p.Out} {
@@ -178,7 +226,7 @@ func (p AddLN) check() error {
 	return nil
 }
 
-func checkW(w, private int, vec, wide bool) error {
+func checkW(w, private int, vec, wide bool, rows int) error {
 	if w < 1 || w > 2048 || w&(w-1) != 0 {
 		return fmt.Errorf("shaders: W %d is not a power of two in [1, 2048]", w)
 	}
@@ -191,10 +239,22 @@ func checkW(w, private int, vec, wide bool) error {
 	if w/VecLanes/quads(wide) > 256 || !vec && w > 256 {
 		return fmt.Errorf("shaders: W %d needs more than 256 invocations", w)
 	}
-	if private < 0 || private > MaxPrivate {
-		return fmt.Errorf("shaders: private %d outside [0, %d]", private, MaxPrivate)
+	if vec && (rows&(rows-1) != 0 || groupSize(w, vec, quads(wide))*rows > 256) || !vec && rows != 1 {
+		return fmt.Errorf("shaders: %d rows a workgroup of W %d", rows, w)
+	}
+	if lim := privateMax(vec); private < 0 || private > lim {
+		return fmt.Errorf("shaders: private %d outside [0, %d]", private, lim)
 	}
 	return nil
+}
+
+// privateMax is the most Private of a kernel: MaxPrivate, or maxPrivateScalar for the
+// scalar kernels with float32 outputs (a bound checkW applies to every scalar kernel).
+func privateMax(max16 bool) int {
+	if max16 {
+		return MaxPrivate
+	}
+	return maxPrivateScalar
 }
 
 // wgslName is the template's short name of a float dtype.
@@ -289,7 +349,8 @@ func quads(wide bool) int {
 	return 1
 }
 
-// groupSize is the workgroup size of a kernel: W, or W/(VecLanes·g) for the vector kernels.
+// groupSize is the invocations of a row in a kernel: W, or W/(VecLanes·g) for the vector
+// kernels (whose workgroup has Rows times that).
 func groupSize(w int, vec bool, g int) int {
 	if vec {
 		return w / (VecLanes * g)
@@ -297,13 +358,22 @@ func groupSize(w int, vec bool, g int) int {
 	return w
 }
 
-// parts is how many partials the tree combines: W, or W/VecLanes quad sums (its workgroup
-// arrays are partsLen of that long).
+// parts is how many partials a row's tree combines: W, or W/VecLanes quad sums (its
+// workgroup arrays are partsLen of Rows times that long).
 func parts(w int, vec bool) int {
 	if vec {
 		return w / VecLanes
 	}
 	return w
+}
+
+// invocations is a kernel's workgroup size: wg, times rows in the vector kernels, which run
+// each of their rows in wg invocations of its own.
+func invocations(wg, rows int, vec bool) int {
+	if vec {
+		return wg * rows
+	}
+	return wg
 }
 
 // parse builds the template set of one op: the shared include plus the op's file.
@@ -330,6 +400,15 @@ func render(key string, t *template.Template, name string, data any) (string, er
 	return src.(string), nil
 }
 
+// packFrom is the fewest vectors an invocation keeps (Private) for which the f16 vector
+// EmbedLayerNorm keeps its row's sums packed, two binary16 values a word, instead of one f32
+// each: they are binary16 values (spec §A.3's rounding), so the round trip is exact where the
+// device's builtin conversions are (Fast16). Measured on an H100, paired in random order,
+// kernel time packed over unpacked: H 1024 0.96, 2048 0.97, 4096 0.95 (the (256,512,4096)
+// bench case 1.059 -> 1.008 ms), 8192 0.87, where Private is 4 to 8; H 256 1.02 and 768
+// 1.01, Private 1 and 3.
+const packFrom = 4
+
 // RenderEmbed returns the WGSL of an EmbedLayerNormalization kernel.
 func RenderEmbed(p Embed) (string, error) {
 	if err := p.check(); err != nil {
@@ -342,16 +421,18 @@ func RenderEmbed(p Embed) (string, error) {
 		ints = [4]string{"ids", "segids", "maskv", "posids"}
 	}
 	g := quads(p.Wide)
-	wg := groupSize(p.W, p.Vec, g)
+	wg, r := groupSize(p.W, p.Vec, g), p.RowsPer()
 	data := struct {
 		Embed
-		B                               any
-		T, Elem, OutElem                string
-		Half, Stage                     bool
-		StageWords, WG, G, VL, Parts    int
-		IDsVar, SegVar, MaskVar, PosVar string // the arrays each int32 input is read from
+		B                                   any
+		T, Elem, OutElem                    string
+		Half, Stage                         bool
+		StageWords, WG, G, VL, Parts, R, NI int
+		IDsVar, SegVar, MaskVar, PosVar     string // the arrays each int32 input is read from
+		Pack                                bool   // sums kept packed (packFrom)
 	}{p, EmbedBindings, t, elemFor(p.Vec, g)(t), outElem(t, p.OddH, p.Vec, g), p.DType == ops.F16, sw > 0, sw, wg, g, VecLanes * g,
-		parts(p.W, p.Vec), ints[0], ints[1], ints[2], ints[3]}
+		parts(p.W, p.Vec) * r, r, invocations(wg, r, p.Vec), ints[0], ints[1], ints[2], ints[3],
+		p.DType == ops.F16 && p.Fast16 && p.Vec && p.Private >= packFrom}
 	return render(p.Key(), embedTmpl(), "embedlayernorm.wgsl.tmpl", data)
 }
 
@@ -363,16 +444,17 @@ func RenderAddLN(p AddLN) (string, error) {
 	out := wgslName(p.Out)
 	sw := stageWords(p.Out, p.W, p.Private, p.Vec)
 	g := quads(p.Wide)
+	wg, r := groupSize(p.W, p.Vec, g), p.RowsPer()
 	data := struct {
 		B                                          any
-		W, Private, WG, G, VL, Parts               int
+		W, Private, WG, G, VL, Parts, R, NI        int
 		X1, X2, Gamma, Bias, Out                   string
 		BiasFull, WriteX, Stats, OddD, Vec, Fast16 bool
 		OutElem                                    string
 		Stage                                      bool
 		StageWords                                 int
 		E                                          func(string) string
-	}{AddLNBindings, p.W, p.Private, groupSize(p.W, p.Vec, g), g, VecLanes * g, parts(p.W, p.Vec), wgslName(p.X1), wgslName(p.X2),
+	}{AddLNBindings, p.W, p.Private, wg, g, VecLanes * g, parts(p.W, p.Vec) * r, r, invocations(wg, r, p.Vec), wgslName(p.X1), wgslName(p.X2),
 		wgslName(p.Gamma), wgslName(p.Bias), out, p.BiasFull, p.WriteX, p.Stats, p.OddD, p.Vec, p.Fast16, outElem(out, p.OddD, p.Vec, g),
 		sw > 0, sw, elemFor(p.Vec, g)}
 	return render(p.Key(), addlnTmpl(), "addlayernorm.wgsl.tmpl", data)
@@ -402,8 +484,8 @@ const (
 // the helpers with the CPU through it.
 func RenderProbe(fast16 bool) (string, error) {
 	return render(fmt.Sprintf("probe(fast16=%v)", fast16), probeTmpl(), "probe.wgsl.tmpl", struct {
-		B                  any
-		W, WG, Parts       int
-		Stage, Vec, Fast16 bool
-	}{B: ProbeBindings, W: ProbeWorkgroup, WG: ProbeWorkgroup, Parts: ProbeWorkgroup, Fast16: fast16})
+		B                   any
+		W, WG, Parts, R, NI int
+		Stage, Vec, Fast16  bool
+	}{B: ProbeBindings, W: ProbeWorkgroup, WG: ProbeWorkgroup, Parts: ProbeWorkgroup, R: 1, NI: ProbeWorkgroup, Fast16: fast16})
 }

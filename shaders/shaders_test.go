@@ -27,7 +27,8 @@ func TestRenderCached(t *testing.T) {
 func TestRenderRejects(t *testing.T) {
 	bad := []Embed{
 		{W: 3, DType: ops.F32},
-		{W: 64, Private: MaxPrivate + 1, DType: ops.F32},
+		{W: 64, Private: maxPrivateScalar + 1, DType: ops.F32},
+		{W: 64, Private: MaxPrivate + 1, DType: ops.F32, Vec: true},
 		{W: 64, DType: ops.BF16},
 		{W: 64, DType: ops.F32, SegIDs: true},
 	}
@@ -42,9 +43,14 @@ func TestRenderRejects(t *testing.T) {
 }
 
 func TestPrivateFor(t *testing.T) {
-	for _, c := range []struct{ h, w, want int }{{1, 1, 1}, {3, 4, 1}, {768, 256, 3}, {4096, 256, 16}, {4097, 256, 0}} {
-		if got := PrivateFor(c.h, c.w); got != c.want {
-			t.Errorf("PrivateFor(%d, %d) = %d, want %d", c.h, c.w, got, c.want)
+	for _, c := range []struct {
+		h, w  int
+		out16 bool
+		want  int
+	}{{1, 1, false, 1}, {3, 4, false, 1}, {768, 256, false, 3}, {4096, 256, false, 16}, {4100, 256, false, 0},
+		{4097, 256, false, 17}, {6144 + 1, 256, false, 0}, {4097, 256, true, 0}, {4095, 256, true, 16}} {
+		if got := PrivateFor(c.h, c.w, c.out16); got != c.want {
+			t.Errorf("PrivateFor(%d, %d, %v) = %d, want %d", c.h, c.w, c.out16, got, c.want)
 		}
 	}
 }

@@ -116,7 +116,7 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, prep *addPrep,
 	if err != nil {
 		return err
 	}
-	groups, nx, err := b.grid(opAdd, N)
+	groups, nx, err := b.grid(opAdd, N, k.RowsPer())
 	if err != nil {
 		return err
 	}
@@ -241,7 +241,7 @@ func addParams(p *params, N, D int, nx uint32, invD, eps float32) {
 func addKernel(p plan.Plan, a *ops.AddLN, gamma, bias ops.DType, biasFull, stats, fast16 bool) shaders.AddLN {
 	k := shaders.AddLN{
 		W:        p.W,
-		Private:  privateFor(p),
+		Private:  privateFor(p, a.Y.DType),
 		X1:       a.X1.DType,
 		X2:       a.X2.DType,
 		Gamma:    gamma,

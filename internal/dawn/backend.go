@@ -162,18 +162,20 @@ func (b *Backend) enter(op string) (func(), error) {
 	return b.enter(op)
 }
 
-// grid spreads rows workgroups over x and y (row = wg.x + wg.y·nx) within the device limit.
-func (b *Backend) grid(op string, rows int) (groups [3]uint32, nx uint32, err error) {
+// grid spreads the workgroups of rows rows, per a workgroup, over x and y (workgroup wg.x +
+// wg.y·nx) within the device limit.
+func (b *Backend) grid(op string, rows, per int) (groups [3]uint32, nx uint32, err error) {
 	max := int(b.limits.MaxComputeWorkgroupsPerDimension)
 	if max <= 0 {
 		max = 65535
 	}
-	x := min(rows, max)
-	y := (rows + x - 1) / x
-	x = (rows + y - 1) / y // no empty workgroups: 65536 rows are 2×32768, not 2×65535
+	n := (rows + per - 1) / per
+	x := min(n, max)
+	y := (n + x - 1) / x
+	x = (n + y - 1) / y // no empty workgroups: 65536 rows are 2×32768, not 2×65535
 	if y > max {
-		return groups, 0, fmt.Errorf("dawn: %s: %d rows exceed the dispatch grid %d×%d: %w",
-			op, rows, max, max, ops.ErrNotSupported)
+		return groups, 0, fmt.Errorf("dawn: %s: %d rows exceed the dispatch grid %d×%d of %d rows a workgroup: %w",
+			op, rows, max, max, per, ops.ErrNotSupported)
 	}
 	return [3]uint32{uint32(x), uint32(y), 1}, uint32(x), nil
 }
@@ -254,8 +256,9 @@ func (p *params) bytes() []byte { return p.b[:(p.n+15)&^15] }
 // align4 rounds a byte count up to a whole number of u32 words.
 func align4(n uint64) uint64 { return (n + 3) &^ 3 }
 
-// privateFor is how many elements per invocation the kernel keeps in registers.
-func privateFor(p plan.Plan) int { return shaders.PrivateFor(p.H, p.W) }
+// privateFor is how many elements per invocation the kernel keeps in registers; out is the
+// dtype of its outputs.
+func privateFor(p plan.Plan, out ops.DType) int { return shaders.PrivateFor(p.H, p.W, out.Is16()) }
 
 // calls are the pooled Calls of the ops: a Call is large, and a call must not allocate.
 var calls = sync.Pool{New: func() any { return new(dawnrt.Call) }}

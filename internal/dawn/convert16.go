@@ -94,7 +94,7 @@ func (b *Backend) runProbe(ctx context.Context, fast16 bool, mode uint32, src []
 	if err != nil {
 		return nil, err
 	}
-	groups, _, err := b.grid("calibration", (len(src)+shaders.ProbeWorkgroup-1)/shaders.ProbeWorkgroup)
+	groups, _, err := b.grid("calibration", len(src), shaders.ProbeWorkgroup)
 	if err != nil {
 		return nil, err
 	}

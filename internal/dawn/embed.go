@@ -111,7 +111,7 @@ func (op *embedOp) kernel(in *ops.EmbedInputs, out *ops.EmbedOutputs) shaders.Em
 	mi := (out.MaskIndex != nil || out.MaskIndexDev != nil) && (in.Mask != nil || in.MaskDev != nil)
 	k := shaders.Embed{
 		W:         op.plan.W,
-		Private:   privateFor(op.plan),
+		Private:   privateFor(op.plan, w.DType),
 		DType:     w.DType,
 		Segment:   w.G > 0,
 		SegIDs:    w.G > 0 && (in.SegIDs != nil || in.SegIDsDev != nil),
@@ -170,11 +170,11 @@ func (op *embedOp) run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	if err := b.checkBinding(opEmbed, "output", outBytes); err != nil {
 		return err
 	}
-	groups, nx, err := b.grid(opEmbed, rows)
+	k := op.kernel(in, out)
+	groups, nx, err := b.grid(opEmbed, rows, k.RowsPer())
 	if err != nil {
 		return err
 	}
-	k := op.kernel(in, out)
 	pipe, err := pipeline(b, b.embedPipe, k, k.Key, func() (string, error) { return shaders.RenderEmbed(k) })
 	if err != nil {
 		return err

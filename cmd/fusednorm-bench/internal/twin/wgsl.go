@@ -19,7 +19,7 @@ const H = 768
 func Kernels() (embed, add string, invH float32, err error) {
 	// The kernels do not depend on the contraction profile; the plan's width does not either.
 	p := plan.For(H, false, plan.Contraction{})
-	private := shaders.PrivateFor(p.H, p.W)
+	private := shaders.PrivateFor(p.H, p.W, false)
 	// Its ids are a device tensor, bound where it is (SplitInts), as the Go path does.
 	ek := shaders.Embed{W: p.W, Private: private, DType: ops.F32, SplitInts: true}
 	ek.Vectorize(p) // as the Go path picks its kernel
