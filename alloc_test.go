@@ -90,7 +90,7 @@ func TestNoAllocsPerCall(t *testing.T) {
 
 // TestNoAllocsPerDeviceCall: a prepared op on device tensors allocates nothing in steady
 // state on Dawn, a call waited for (Sync after it) and calls sharing a submit alike (the
-// tiny benchmarks' two patterns).
+// tiny benchmarks' two patterns), and one given only y (no hidden host statistics).
 func TestNoAllocsPerDeviceCall(t *testing.T) {
 	testalloc.SkipUnderRace(t)
 	e := dawnEngine(t)
@@ -120,6 +120,17 @@ func TestNoAllocsPerDeviceCall(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// Only y given, mean and rstd left zero: skipped as with NoStats, so the call neither
+	// allocates host outputs for them nor waits to read them back.
+	onlyY := AddLayerNormOutputs{Y: out.Y}
+	testalloc.None(t, "AddLayerNorm on device tensors, only y given", func() {
+		if err := op.Run(ctx, x1, x2, &onlyY); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !onlyY.Mean.IsZero() || !onlyY.Rstd.IsZero() {
+		t.Fatal("a call with only a device y filled in host mean or rstd")
+	}
 	if err := e.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
