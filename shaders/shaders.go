@@ -248,10 +248,11 @@ func checkW(w, private int, vec, wide bool, rows int) error {
 	return nil
 }
 
-// privateMax is the most Private of a kernel: MaxPrivate, or maxPrivateScalar for the
-// scalar kernels with float32 outputs (a bound checkW applies to every scalar kernel).
-func privateMax(max16 bool) int {
-	if max16 {
+// privateMax is the most Private of a kernel: MaxPrivate for the vector kernels and those
+// with 16-bit outputs (vecOr16), else maxPrivateScalar (checkW's bound for every scalar
+// kernel).
+func privateMax(vecOr16 bool) int {
+	if vecOr16 {
 		return MaxPrivate
 	}
 	return maxPrivateScalar
