@@ -102,6 +102,9 @@ typedef struct drt_device {
 
     /* The open command encoder that drt_record records into and drt_flush submits. */
     WGPUCommandEncoder enc;
+    /* The compute pass left open in enc: consecutive recorded dispatches share it, until a
+     * copy, a read-back, a timed dispatch or the submit ends it (NULL: none open). */
+    WGPUComputePassEncoder pass;
 } drt_device;
 
 /* Features requested when the adapter has them; none is required. */

@@ -699,7 +699,8 @@ func (x *executor) record(s *Call) (*waiter, []readOp, error) {
 }
 
 // label is the compute pass's label, "fusednorm <name> #<seq>", in C memory: Dawn names it
-// in a validation error of the pass.
+// in a validation error of the pass. A pass is labelled after the call that opens it; the
+// calls recorded after it share it (drt_record), and the submit's verdict names them all.
 func (x *executor) label(name string, seq uint64) *C.char {
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&x.cargs.label[0])), len(x.cargs.label))
 	out := append(append(append(b[:0], "fusednorm "...), name...), " #"...)
