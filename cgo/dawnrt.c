@@ -828,14 +828,19 @@ static void encode_pass(drt_device *d, const drt_call *c) {
     }
     p->ComputePassEncoderSetPipeline(d->pass, c->pl);
     if (c->bg) p->ComputePassEncoderSetBindGroup(d->pass, 0, c->bg, 0, NULL);
-    for (k = 0; k < repeat; k++) p->ComputePassEncoderDispatchWorkgroups(d->pass, c->groups[0], c->groups[1], c->groups[2]);
+    for (k = 0; k < repeat; k++)
+        p->ComputePassEncoderDispatchWorkgroups(d->pass, c->groups[0], c->groups[1], c->groups[2]);
     if (timing != NULL) end_pass(d);
 }
 
-static void encode_copies(const drt_procs *p, WGPUCommandEncoder enc, const drt_copy *c, int n) {
+/* encode_copies records n copies into d->enc, ending the open pass first (a copy is not a pass
+   command). */
+static void encode_copies(drt_device *d, const drt_copy *c, int n) {
     int i;
+    if (n > 0) end_pass(d);
     for (i = 0; i < n; i++)
-        p->CommandEncoderCopyBufferToBuffer(enc, c[i].src, c[i].src_offset, c[i].dst, c[i].dst_offset, c[i].size);
+        d->p->CommandEncoderCopyBufferToBuffer(d->enc, c[i].src, c[i].src_offset, c[i].dst, c[i].dst_offset,
+                                               c[i].size);
 }
 
 int drt_record(drt_device *d, const drt_call *c, char *err, size_t cap) {
@@ -843,15 +848,14 @@ int drt_record(drt_device *d, const drt_call *c, char *err, size_t cap) {
     int i;
     if (c->timing != NULL && c->pl == NULL) return fail(DRT_EDEVICE, err, cap, "record: timing without a dispatch");
     if (d->enc == NULL) d->enc = p->DeviceCreateCommandEncoder(d->device, NULL);
-    if (c->npre > 0) end_pass(d);
-    encode_copies(p, d->enc, c->copies, c->npre);
+    encode_copies(d, c->copies, c->npre);
     if (c->pl != NULL) encode_pass(d, c);
-    if (c->npost > 0 || c->nreads > 0) end_pass(d);
-    encode_copies(p, d->enc, c->copies + c->npre, c->npost);
-    if (c->timing != NULL) {
+    encode_copies(d, c->copies + c->npre, c->npost);
+    if (c->timing != NULL) { /* its pass has ended */
         p->CommandEncoderResolveQuerySet(d->enc, c->timing->query_set, 0, 2, c->timing->resolve, 0);
         p->CommandEncoderCopyBufferToBuffer(d->enc, c->timing->resolve, 0, c->timing->staging, 0, 16);
     }
+    if (c->nreads > 0) end_pass(d);
     for (i = 0; i < c->nreads; i++)
         p->CommandEncoderCopyBufferToBuffer(d->enc, c->reads[i].src, c->reads[i].src_offset, c->reads[i].staging, 0,
                                             c->reads[i].size);
