@@ -4,8 +4,9 @@
 # vectables_amd64.go) are not what it generates now: someone edited the assembly by hand,
 # changed the generator without running `go generate ./internal/cpu`, or left a generated file behind
 # that the generator no longer writes (or never committed one it writes); likewise
-# cgo/webgpu_gen.h and internal/dawnrt/zdawn_gen.go against internal/cmd/dawnhdr, and the sweep's
-# cases against internal/cases/sweep_gen.go. It runs the
+# cgo/webgpu_gen.h and internal/dawnrt/zdawn_gen.go against internal/cmd/dawnhdr, the cgo
+# packages' hashes of the C they include against internal/cmd/cgohash, and the sweep's cases
+# against internal/cases/sweep_gen.go. It runs the
 # generator's own tests first. Run from anywhere inside the repository.
 set -euo pipefail
 
@@ -53,6 +54,11 @@ for f in cgo/webgpu_gen.h internal/dawnrt/zdawn_gen.go; do
 	fi
 done
 echo "cgo/webgpu_gen.h and internal/dawnrt/zdawn_gen.go are up to date"
+
+# The hashes of the C files the cgo packages include from cgo/ (internal/cinclude).
+go run -C "$root" ./internal/cmd/cgohash -check -pkg dawnrt internal/dawnrt
+go run -C "$root" ./internal/cmd/cgohash -check -pkg twin cmd/fusednorm-bench/internal/twin
+echo "internal/dawnrt's and the twin's hashes of the C files they include are up to date"
 
 # The width sweep's cases, from internal/cases/sweep_gen.go.
 mkdir -p "$tmp/cases/addlayernorm" "$tmp/cases/embedlayernorm"

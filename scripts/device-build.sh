@@ -21,6 +21,9 @@ if [ ! -d .gl ] || [ -z "$(ls .gl/*.deb 2>/dev/null)" ]; then
 	(cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 fi
 mkdir -p carry
+# A stale hash of the C files would let a cached object of the old C into the binaries.
+go run ./internal/cmd/cgohash -check -pkg dawnrt internal/dawnrt
+go run ./internal/cmd/cgohash -check -pkg twin cmd/fusednorm-bench/internal/twin
 go test -c -ldflags='-s -w' -o carry/conformance.test ./tests
 go test -c -ldflags='-s -w' -o carry/root.test .
 go test -c -ldflags='-s -w' -o carry/cpu.test ./internal/cpu

@@ -5,6 +5,7 @@
 package dawnrt
 
 //go:generate go run ../cmd/dawnhdr -h ../../cgo/webgpu_gen.h -go zdawn_gen.go
+//go:generate go run ../cmd/cgohash -pkg dawnrt
 
 /*
 #cgo LDFLAGS: -ldl

@@ -11,6 +11,8 @@
 // no package of the library imports it.
 package twin
 
+//go:generate go run ../../../../internal/cmd/cgohash -pkg twin
+
 import "time"
 
 // Op is one of the two tiny calls.
