@@ -30,6 +30,7 @@ type chainResult struct {
 	Runs         int     `json:"runs"`
 	SyncUs       float64 `json:"per_call_us_without_read"`
 	ReadUs       float64 `json:"per_call_us_with_read"`
+	HostUs       float64 `json:"host_us_per_call"` // until the chain's last call returns, before the Sync
 	KernelUs     float64 `json:"kernel_us_per_call,omitempty"` // the sum of the calls' kernel times over the calls
 	EmbedUs      float64 `json:"kernel_us_embed,omitempty"`
 	AddUs        float64 `json:"kernel_us_add_median,omitempty"`
@@ -78,9 +79,9 @@ func runChains(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 	}
 	defer cpuEng.Close()
 	fmt.Fprintf(stdout, "engine: %s\n", eng.Info())
-	fmt.Fprintf(stdout, "chain: EmbedLayerNorm (B,S,H), vocabulary %d, then L AddLayerNorm (H) with their own weights, device tensors, only y; per call = wall of the chain / its calls, median of ≥%d chains and ≥%v; kernels = the sum of each call's device time (%d dispatches per timed pass); CPU = the CPU backend on host tensors, %d threads\n",
+	fmt.Fprintf(stdout, "chain: EmbedLayerNorm (B,S,H), vocabulary %d, then L AddLayerNorm (H) with their own weights, device tensors, only y; per call = wall of the chain / its calls, median of ≥%d chains and ≥%v; kernels = the sum of each call's device time (%d dispatches per timed pass); host = the time until the chain's last call returns, before the Sync; CPU = the CPU backend on host tensors, %d threads\n",
 		modelchain.Vocab, o.reps, o.minTime, chainRepeat, o.threads)
-	fmt.Fprintf(stdout, "%-26s %12s %12s %12s %12s %8s %12s %s\n", "chain", "no read us", "+read us", "kernels us", "over us", "ratio", "CPU us", "bits vs CPU")
+	fmt.Fprintf(stdout, "%-26s %12s %12s %12s %12s %8s %10s %12s %s\n", "chain", "no read us", "+read us", "kernels us", "over us", "ratio", "host us", "CPU us", "bits vs CPU")
 	var rows []chainResult
 	for _, s := range shapes {
 		r, err := runChain(ctx, eng, cpuEng, s, o, stderr)
@@ -96,8 +97,8 @@ func runChains(ctx context.Context, o *options, stdout, stderr io.Writer) error 
 		if r.KernelUs > 0 {
 			kernel, over, ratio = fmt.Sprintf("%.2f", r.KernelUs), fmt.Sprintf("%+.2f", r.OverUs), fmt.Sprintf("%.3f", r.OverKernels)
 		}
-		fmt.Fprintf(stdout, "%-26s %12.2f %12.2f %12s %12s %8s %12.2f %d of %d differ\n",
-			r.Chain, r.SyncUs, r.ReadUs, kernel, over, ratio, r.CPUUs, r.BitsDiffer, r.Elements)
+		fmt.Fprintf(stdout, "%-26s %12.2f %12.2f %12s %12s %8s %10.2f %12.2f %d of %d differ\n",
+			r.Chain, r.SyncUs, r.ReadUs, kernel, over, ratio, r.HostUs, r.CPUUs, r.BitsDiffer, r.Elements)
 		if r.KernelUs > 0 {
 			fmt.Fprintf(stdout, "%-26s kernels: EmbedLayerNorm %.2f us, AddLayerNorm median %.2f us, slowest %.2f us\n", "", r.EmbedUs, r.AddUs, r.AddMaxUs)
 		}
@@ -158,10 +159,10 @@ func runChain(ctx context.Context, eng, cpuEng *fusednorm.Engine, s modelchain.S
 	// Rounds: each times the chain ended by Sync and ended by the final read, in a new
 	// random order.
 	prog.step("chain " + s.String() + ": timing")
-	var syncs, reads []time.Duration
+	var syncs, reads, hosts []time.Duration
 	ends := []func() error{
-		func() error { return timeChain(ctx, dev, &syncs, func() error { return eng.Sync(ctx) }) },
-		func() error { return timeChain(ctx, dev, &reads, func() error { return dev.ReadFinal(ctx, out) }) },
+		func() error { return timeChain(ctx, dev, &syncs, &hosts, func() error { return eng.Sync(ctx) }) },
+		func() error { return timeChain(ctx, dev, &reads, nil, func() error { return dev.ReadFinal(ctx, out) }) },
 	}
 	for start := time.Now(); len(syncs) < o.reps || time.Since(start) < o.minTime; {
 		rand.Shuffle(len(ends), func(a, b int) { ends[a], ends[b] = ends[b], ends[a] })
@@ -198,7 +199,7 @@ func runChain(ctx context.Context, eng, cpuEng *fusednorm.Engine, s modelchain.S
 	prog.step("chain " + s.String() + ": the CPU on host tensors")
 	var cpus []time.Duration
 	for start := time.Now(); len(cpus) < o.reps || time.Since(start) < o.minTime; {
-		if err := timeChain(ctx, host, &cpus, func() error { return nil }); err != nil {
+		if err := timeChain(ctx, host, &cpus, nil, func() error { return nil }); err != nil {
 			return r, err
 		}
 	}
@@ -214,7 +215,7 @@ func runChain(ctx context.Context, eng, cpuEng *fusednorm.Engine, s modelchain.S
 	calls := float64(s.Calls())
 	per := func(d time.Duration) float64 { return us(d) / calls }
 	r.Runs = len(syncs)
-	r.SyncUs, r.ReadUs, r.CPUUs = per(median(syncs)), per(median(reads)), per(median(cpus))
+	r.SyncUs, r.ReadUs, r.HostUs, r.CPUUs = per(median(syncs)), per(median(reads)), per(median(hosts)), per(median(cpus))
 	if ksum > 0 {
 		r.KernelUs = per(ksum)
 		r.EmbedUs, r.AddUs, r.AddMaxUs = us(kts[0]), us(median(kts[1:])), us(slices.Max(kts[1:]))
@@ -224,11 +225,15 @@ func runChain(ctx context.Context, eng, cpuEng *fusednorm.Engine, s modelchain.S
 	return r, nil
 }
 
-// timeChain appends the wall time of one run of c ended by end.
-func timeChain(ctx context.Context, c *modelchain.Chain, into *[]time.Duration, end func() error) error {
+// timeChain appends the wall time of one run of c ended by end, and when host is set the time
+// until its last call returned (what the host spent recording and submitting).
+func timeChain(ctx context.Context, c *modelchain.Chain, into, host *[]time.Duration, end func() error) error {
 	t0 := time.Now()
 	if err := c.Run(ctx); err != nil {
 		return err
+	}
+	if host != nil {
+		*host = append(*host, time.Since(t0))
 	}
 	if err := end(); err != nil {
 		return err
