@@ -167,21 +167,42 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 		var bias32 []float32
 		b0, b1, hasBias := c.biasSpan(off, lo, hi)
 		if c.sum16 {
-			f := addForm{dt: a.X1.DType, bias: hasBias, x: c.x16, nt: c.nt16, acc: acc, prefetch: c.touch}
-			if hasBias {
-				bias16 = a.Bias.U16[b0:b1]
-			}
 			var x []uint16
 			if c.x16 {
 				x = a.X.U16[off+lo : off+hi]
 			}
+			// An x that does not start on a vector's boundary cannot be stored non-temporally
+			// by the first pass, whose vectors start at the row's. Where the elements before
+			// the boundary are whole vectors of the next narrower width (rows of D 1000
+			// alternate), x is rounded from the piece of t afterwards, non-temporally from the
+			// boundary on: storing x through the cache cost a row of D 1024 a fifth of its
+			// speed. Heads that would go to the twin stay in the first pass (D 1023 lost 3-5%).
+			later := false
+			if x != nil && c.nt16 {
+				h := k.nt16Head(x)
+				later = h != 0 && h < len(x) && k.narrower != nil && k.narrower.simd() && h%k.narrower.lanes == 0
+			}
+			f := addForm{dt: a.X1.DType, bias: hasBias, x: x != nil && !later, nt: c.nt16, acc: acc, prefetch: c.touch}
+			if hasBias {
+				bias16 = a.Bias.U16[b0:b1]
+			}
 			x1, x2 := a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi]
+			xk := x // what the first pass writes
+			if later {
+				xk = nil
+			}
 			if hi == D {
-				if sum, ok := k.addSum16Tree(f, &c.p, part, t[lo:hi], x, x1, x2, bias16, x0); ok {
+				if sum, ok := k.addSum16Tree(f, &c.p, part, t[lo:hi], xk, x1, x2, bias16, x0); ok {
+					if later {
+						k.narrow(convForm{dt: a.X.DType, nt: true}, x, t[lo:hi])
+					}
 					return sum
 				}
 			}
-			k.addSum16(f, part, t[lo:hi], x, x1, x2, bias16, x0)
+			k.addSum16(f, part, t[lo:hi], xk, x1, x2, bias16, x0)
+			if later {
+				k.narrow(convForm{dt: a.X.DType, nt: true}, x, t[lo:hi])
+			}
 			continue
 		}
 		x1 := rowF32(k, a.X1, off+lo, m, sc.y)
