@@ -30,7 +30,7 @@ type chainResult struct {
 	Runs         int     `json:"runs"`
 	SyncUs       float64 `json:"per_call_us_without_read"`
 	ReadUs       float64 `json:"per_call_us_with_read"`
-	HostUs       float64 `json:"host_us_per_call"` // until the chain's last call returns, before the Sync
+	HostUs       float64 `json:"host_us_per_call"`             // until the chain's last call returns, before the Sync
 	KernelUs     float64 `json:"kernel_us_per_call,omitempty"` // the sum of the calls' kernel times over the calls
 	EmbedUs      float64 `json:"kernel_us_embed,omitempty"`
 	AddUs        float64 `json:"kernel_us_add_median,omitempty"`
