@@ -174,34 +174,32 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 			// An x that does not start on a vector's boundary cannot be stored non-temporally
 			// by the first pass, whose vectors start at the row's. Where the elements before
 			// the boundary are whole vectors of the next narrower width (rows of D 1000
-			// alternate), x is rounded from the piece of t afterwards, non-temporally from the
-			// boundary on: storing x through the cache cost a row of D 1024 a fifth of its
-			// speed. Heads that would go to the twin stay in the first pass (D 1023 lost 3-5%).
-			later := false
-			if x != nil && c.nt16 {
-				h := k.nt16Head(x)
-				later = h != 0 && h < len(x) && k.narrower != nil && k.narrower.simd() && h%k.narrower.lanes == 0
+			// alternate), the first pass leaves x out and x is rounded from the piece of t
+			// after it, non-temporally from the boundary on: storing x through the cache cost a
+			// row of D 1024 a fifth of its speed. Other heads stay in the first pass (D 1023
+			// lost 3-5% when they went to the twin).
+			var later []uint16
+			if c.nt16 && k.narrowHead16(x) {
+				later, x = x, nil
 			}
-			f := addForm{dt: a.X1.DType, bias: hasBias, x: x != nil && !later, nt: c.nt16, acc: acc, prefetch: c.touch}
+			f := addForm{dt: a.X1.DType, bias: hasBias, x: x != nil, nt: c.nt16, acc: acc, prefetch: c.touch}
 			if hasBias {
 				bias16 = a.Bias.U16[b0:b1]
 			}
 			x1, x2 := a.X1.U16[off+lo:off+hi], a.X2.U16[off+lo:off+hi]
-			xk := x // what the first pass writes
-			if later {
-				xk = nil
-			}
+			var sum float32
+			tree := false
 			if hi == D {
-				if sum, ok := k.addSum16Tree(f, &c.p, part, t[lo:hi], xk, x1, x2, bias16, x0); ok {
-					if later {
-						k.narrow(convForm{dt: a.X.DType, nt: true}, x, t[lo:hi])
-					}
-					return sum
-				}
+				sum, tree = k.addSum16Tree(f, &c.p, part, t[lo:hi], x, x1, x2, bias16, x0)
 			}
-			k.addSum16(f, part, t[lo:hi], xk, x1, x2, bias16, x0)
-			if later {
-				k.narrow(convForm{dt: a.X.DType, nt: true}, x, t[lo:hi])
+			if !tree {
+				k.addSum16(f, part, t[lo:hi], x, x1, x2, bias16, x0)
+			}
+			if later != nil {
+				k.narrow(convForm{dt: a.X.DType, nt: true}, later, t[lo:hi])
+			}
+			if tree {
+				return sum
 			}
 			continue
 		}

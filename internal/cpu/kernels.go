@@ -179,6 +179,15 @@ func (k *kernels) nt16Head(y []uint16) int {
 	return min(len(y), int(-a&uintptr(2*k.lanes-1))/2)
 }
 
+// narrowHead16 reports whether y starts off a vector's boundary by whole vectors of the
+// next narrower width, with a vector of this width after them: narrowing y non-temporally
+// (kernels.narrow) then needs neither the go level's twin nor plain stores past the head.
+func (k *kernels) narrowHead16(y []uint16) bool {
+	h := k.nt16Head(y)
+	n := k.narrower
+	return h != 0 && h < len(y) && n != nil && n.simd() && h%n.lanes == 0
+}
+
 // rowPrefetch is up to three rows being prefetched a piece at a time. The zero value and
 // nil prefetch nothing.
 type rowPrefetch struct {
