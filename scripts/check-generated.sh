@@ -56,8 +56,8 @@ done
 echo "cgo/webgpu_gen.h and internal/dawnrt/zdawn_gen.go are up to date"
 
 # The hashes of the C files the cgo packages include from cgo/ (internal/cinclude).
-go run -C "$root" ./internal/cmd/cgohash -check -pkg dawnrt internal/dawnrt
-go run -C "$root" ./internal/cmd/cgohash -check -pkg twin cmd/fusednorm-bench/internal/twin
+go run -C "$root" ./internal/cmd/cgohash -check internal/dawnrt
+go run -C "$root" ./internal/cmd/cgohash -check cmd/fusednorm-bench/internal/twin
 echo "internal/dawnrt's and the twin's hashes of the C files they include are up to date"
 
 # The width sweep's cases, from internal/cases/sweep_gen.go.

@@ -22,8 +22,8 @@ if [ ! -d .gl ] || [ -z "$(ls .gl/*.deb 2>/dev/null)" ]; then
 fi
 mkdir -p carry
 # A stale hash of the C files would let a cached object of the old C into the binaries.
-go run ./internal/cmd/cgohash -check -pkg dawnrt internal/dawnrt
-go run ./internal/cmd/cgohash -check -pkg twin cmd/fusednorm-bench/internal/twin
+go run ./internal/cmd/cgohash -check internal/dawnrt
+go run ./internal/cmd/cgohash -check cmd/fusednorm-bench/internal/twin
 go test -c -ldflags='-s -w' -o carry/conformance.test ./tests
 go test -c -ldflags='-s -w' -o carry/root.test .
 go test -c -ldflags='-s -w' -o carry/cpu.test ./internal/cpu

@@ -38,19 +38,19 @@ func TestOutsideAndCheck(t *testing.T) {
 	if want := []string{"../c/gen.h", "../c/rt.c", "../c/rt.h"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Outside = %q, want %q", got, want)
 	}
-	if err := Check(pkg, "p"); err == nil {
+	if err := Check(pkg); err == nil {
 		t.Fatal("Check passed with no generated file")
 	}
-	b, err := Generate(pkg, "p")
+	b, err := Generate(pkg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(pkg, FileName), string(b))
-	if err := Check(pkg, "p"); err != nil {
+	if err := Check(pkg); err != nil {
 		t.Fatalf("Check of a fresh file: %v", err)
 	}
 	write(t, filepath.Join(root, "c", "gen.h"), "#define A 2\n")
-	err = Check(pkg, "p")
+	err = Check(pkg)
 	if err == nil || !strings.Contains(err.Error(), "go generate") {
 		t.Fatalf("Check after an edit two includes away = %v, want a stale error", err)
 	}

@@ -5,7 +5,7 @@
 package dawnrt
 
 //go:generate go run ../cmd/dawnhdr -h ../../cgo/webgpu_gen.h -go zdawn_gen.go
-//go:generate go run ../cmd/cgohash -pkg dawnrt
+//go:generate go run ../cmd/cgohash
 
 /*
 #cgo LDFLAGS: -ldl

@@ -3,6 +3,9 @@
 package dawnrt
 
 // cIncludeSHA256 hashes the C files this package compiles from outside its directory
-// (internal/cinclude): ../../cgo/dawnrt.c, ../../cgo/dawnrt.h, ../../cgo/webgpu_gen.h.
-// A change to them changes this file, so the go command rebuilds the package.
+// (internal/cinclude); a change to them changes this file, so the go command rebuilds the
+// package:
+//   - ../../cgo/dawnrt.c
+//   - ../../cgo/dawnrt.h
+//   - ../../cgo/webgpu_gen.h
 const cIncludeSHA256 = "d324dc304460e4a7f99b4fdeef8b83fa8fa20aaadcb95797ba95123d98dce4ac"

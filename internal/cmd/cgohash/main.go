@@ -4,7 +4,7 @@
 //
 // Usage:
 //
-//	cgohash [-check] -pkg name [dir]
+//	cgohash [-check] [dir]
 package main
 
 import (
@@ -19,23 +19,19 @@ import (
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("cgohash: ")
-	pkg := flag.String("pkg", "", "the package's name")
 	check := flag.Bool("check", false, "fail when the file is stale instead of writing it")
 	flag.Parse()
 	dir := "."
 	if flag.NArg() > 0 {
 		dir = flag.Arg(0)
 	}
-	if *pkg == "" {
-		log.Fatal("-pkg is required")
-	}
 	if *check {
-		if err := cinclude.Check(dir, *pkg); err != nil {
+		if err := cinclude.Check(dir); err != nil {
 			log.Fatal(err)
 		}
 		return
 	}
-	b, err := cinclude.Generate(dir, *pkg)
+	b, err := cinclude.Generate(dir)
 	if err != nil {
 		log.Fatal(err)
 	}

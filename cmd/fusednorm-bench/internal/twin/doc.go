@@ -11,7 +11,7 @@
 // no package of the library imports it.
 package twin
 
-//go:generate go run ../../../../internal/cmd/cgohash -pkg twin
+//go:generate go run ../../../../internal/cmd/cgohash
 
 import "time"
 

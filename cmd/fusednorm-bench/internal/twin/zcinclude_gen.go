@@ -3,6 +3,10 @@
 package twin
 
 // cIncludeSHA256 hashes the C files this package compiles from outside its directory
-// (internal/cinclude): ../../../../cgo/bench/tiny_twin.c, ../../../../cgo/bench/tiny_twin.h, ../../../../cgo/dawnrt.h, ../../../../cgo/webgpu_gen.h.
-// A change to them changes this file, so the go command rebuilds the package.
+// (internal/cinclude); a change to them changes this file, so the go command rebuilds the
+// package:
+//   - ../../../../cgo/bench/tiny_twin.c
+//   - ../../../../cgo/bench/tiny_twin.h
+//   - ../../../../cgo/dawnrt.h
+//   - ../../../../cgo/webgpu_gen.h
 const cIncludeSHA256 = "4225d6b78f6c603bd72d4c7d0bb8e1d7e9e9df07e43b2e26b7ce196a8afddfcb"
