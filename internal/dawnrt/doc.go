@@ -9,14 +9,14 @@
 //
 // A Call is one compute dispatch with the copies and read-backs around it. Device.Run records
 // it into the device's one open command encoder; calls accumulate there and are submitted
-// together (one command buffer), so a chain of calls on device tensors pays one submit, not
-// one each; consecutive dispatches share one compute pass, which a copy, a read-back, a timed
-// dispatch or the submit ends. A call recorded while the GPU has nothing in flight is
-// submitted at once; after it, the encoder is submitted when a call must wait (it reads
-// something back, or asks for its kernel time), on Sync and on reads of a device buffer,
-// when the recorded calls reach a bound (Limits of the batch: see batchCalls), when a host
-// write that is ordered after them cannot be recorded, and, so that a GPU is never left idle
-// with work held back, once the first call recorded has waited idleFlush. The verdict of each submit's validation
+// together (one command buffer), so a chain of calls on device tensors pays one submit, not one
+// each; consecutive dispatches share one compute pass, which a copy, a read-back, a timed
+// dispatch or the submit ends. A call recorded while the GPU has nothing in flight is submitted
+// at once; after it, the encoder is submitted when a call must wait (it reads something back,
+// or asks for its kernel time), on Sync and on reads of a device buffer, when the recorded
+// calls reach a bound (Limits of the batch: see batchCalls), when a host write that is ordered
+// after them cannot be recorded, and, so that a GPU is never left idle with work held back,
+// once the first call recorded has waited idleFlush. The verdict of each submit's validation
 // error scope and the device-side id checks are collected at the next wait, which returns the
 // first error of an earlier call, naming it.
 //
