@@ -19,15 +19,15 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	t := &b.tune
 	c := addCalls.Get().(*addCall)
 	c.k, c.a, c.p = b.k, *a, b.Plan(D, a.Half())
-	// Past the caches, outputs are stored non-temporally. Rows too short for the hardware
-	// prefetchers (hwStreamRow) are prefetched a row ahead, and are in the caches when
-	// the fused first pass reads them. Longer rows are left to the hardware prefetchers,
-	// and the first pass reads them in address order: float32 rows in one sequential pass
-	// (addForm.stream), the pieces of 16-bit rows prefetched in order just before addSum16
-	// walks them (touch: addForm.prefetch), or, for rows of a few chunks a page or more
-	// apart, the whole row walked down its chunks as streams the hardware follows
-	// (tuning.pageChunks).
-	big := a.N*D*4 >= t.bigBytes
+	// Past the caches (but for rows of at most shortRow bytes), outputs are stored
+	// non-temporally. Rows too short for the hardware prefetchers (hwStreamRow) are
+	// prefetched a row ahead, and are in the caches when the fused first pass reads them.
+	// Longer rows are left to the hardware prefetchers, and the first pass reads them in
+	// address order: float32 rows in one sequential pass (addForm.stream), the pieces of
+	// 16-bit rows prefetched in order just before addSum16 walks them (touch:
+	// addForm.prefetch), or, for rows of a few chunks a page or more apart, the whole row
+	// walked down its chunks as streams the hardware follows (tuning.pageChunks).
+	big := a.N*D*4 >= t.bigBytes && D*a.Y.DType.Size() > t.shortRow
 	c.prefetch = big && t.prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < t.hwStreamRow
 	c.stream = big && !c.prefetch
 	c.ahead = t.prefetchAhead
@@ -54,6 +54,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 		}
 		c.w16 = widened(c.k, c.wide, a.Gamma, a.Beta)
 	}
+	c.short, c.fast = c.shortKernels()
 	whole := b.pool.forRows(ctx, a.N, D, c.p.W, b.opts.Threads, c, &c.join)
 	c.reset()
 	addCalls.Put(c)
@@ -88,12 +89,97 @@ type addCall struct {
 	sumPiece           int       // tuning.sumPieceOf(W): the piece of sumPieces
 	w16                weights16 // gamma and beta for a 16-bit y: as given, or widened into wide
 	wide               []float32 // scratch kept with the pooled call: gamma and beta widened (tuning.wideBytes)
+	short              shortRow  // the kernels of every row, where fast
+	fast               bool      // the rows take shortRows
 	join               rowJoin
+}
+
+// shortRow is the kernels of a call whose rows each take one kernel a step, chosen once for
+// the call (shortKernels) instead of per row: the first pass ending in the plan's tree, the
+// second pass with its trees, the affine step. A row of D 64 f16 spent about 100 of its 150
+// ns (in the caches, one thread, AVX-512) choosing them; the kernels are the same either way.
+type shortRow struct {
+	sum  sum16TreeFn
+	dev  func(part, part2, t []float32, shift float32) (sum, sumSq float32)
+	aff  affine16Fn // float32 gamma and beta
+	affH affineHFn  // gamma and beta in y's format
+	x    bool       // the first pass writes x
+}
+
+// shortKernels returns the call's shortRow and true where every row takes the same kernels
+// in one piece each: 16-bit x1, x2 (and bias) of one format and a 16-bit y, a row in one
+// piece that the tree kernels take (treeRow) and whole vectors of y, stored through the
+// caches and not prefetched (in the caches, or rows of at most tuning.shortRow bytes).
+// Rows stored non-temporally keep the general path: on the EPYC they ran 1.0-1.4x slower
+// this way (D 64 to 1024 f16, one thread), though the same kernels run.
+func (c *addCall) shortKernels() (shortRow, bool) {
+	k, a, p := c.k, &c.a, &c.p
+	D := a.D
+	if !k.simd() || !c.sum16 || c.nt16 || c.prefetch || c.touch || a.Y.DType == ops.F32 || D > c.sumPiece ||
+		!treeRow(p, D) || p.W > maxTree16W || k.whole(D) != D {
+		return shortRow{}, false
+	}
+	f := addForm{dt: a.X1.DType, bias: a.Bias.Present(), x: c.x16}
+	fm := &k.adds.f16
+	if f.dt == ops.BF16 {
+		fm = &k.adds.bf16
+	}
+	s := shortRow{sum: fm.trees.pick(f), dev: k.sums.devTree, x: c.x16}
+	if p.Profile.FuseVariance {
+		s.dev = k.sums.devFMATree
+	}
+	af := affineForm{dt: a.Y.DType, fma: p.Profile.FuseAffine}
+	if c.w16.gammaH != nil {
+		s.affH = affineHOf(&k.affines, af).of(af)
+	} else {
+		s.aff = affine16Of(&k.affines, af).of(af)
+	}
+	if s.sum == nil || s.dev == nil || (s.aff == nil && s.affH == nil) {
+		return shortRow{}, false
+	}
+	return s, true
+}
+
+// shortRows computes rows [lo, hi) of a fast call, each step one kernel of c.short.
+func (c *addCall) shortRows(lo, hi int, sc *scratch) {
+	a, p, s := &c.a, &c.p, &c.short
+	D, W := a.D, p.W
+	t := sc.x[:D]
+	part, part2 := sc.part[:W], sc.part[W:2*W]
+	var bias []uint16
+	if a.Bias.Present() && !a.BiasFull {
+		bias = a.Bias.U16[:D]
+	}
+	w16 := c.w16
+	for r := lo; r < hi; r++ {
+		off := r * D
+		if a.BiasFull {
+			bias = a.Bias.U16[off : off+D]
+		}
+		var x []uint16
+		if s.x {
+			x = a.X.U16[off : off+D]
+		}
+		x0 := c.first(off)
+		sum := s.sum(part, t, x, a.X1.U16[off:off+D], a.X2.U16[off:off+D], bias, x0)
+		shift := x0 + float32(sum*p.InvH) // as rowStatsOfSum
+		sumE, sumSq := s.dev(part, part2, t, shift)
+		st := p.StatsOf(shift, sumE, sumSq, a.Epsilon)
+		if a.Mean != nil {
+			a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
+		}
+		y := a.Y.U16[off : off+D]
+		if s.affH != nil {
+			s.affH(y, t, w16.gammaH, w16.betaH, st.MeanD, st.Rstd)
+		} else {
+			s.aff(y, t, w16.gamma, w16.beta, st.MeanD, st.Rstd)
+		}
+	}
 }
 
 var addCalls = sync.Pool{New: func() any { return new(addCall) }}
 
-func (c *addCall) reset() { c.k, c.a, c.w16 = nil, ops.AddLN{}, weights16{} }
+func (c *addCall) reset() { c.k, c.a, c.w16, c.short = nil, ops.AddLN{}, weights16{}, shortRow{} }
 
 // biasSpan is where the bias of elements [lo, hi) of the row at element off lies in the
 // bias tensor: the row's own elements of a full bias, or [lo, hi) of a bias row; ok is
@@ -216,6 +302,10 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 
 // rows computes rows [lo, hi).
 func (c *addCall) rows(lo, hi int, sc *scratch) {
+	if c.fast {
+		c.shortRows(lo, hi, sc)
+		return
+	}
 	k, a, p := c.k, &c.a, &c.p
 	D := a.D
 	prefetch, ntX, ntY := c.prefetch, c.ntX, c.ntY

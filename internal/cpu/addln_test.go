@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/fusednorm/fusednorm/internal/ops"
 )
@@ -41,7 +42,7 @@ func TestCommonWidthsLevels(t *testing.T) {
 		widths = []int{1000, 1023, 2560, 5120}
 	}
 	big := defaultTuning()
-	big.bigBytes, big.hwStreamRow, big.hwGatherRow = 0, 1, 1
+	big.bigBytes, big.hwStreamRow, big.hwGatherRow, big.shortRow = 0, 1, 1, 0
 	for _, tc := range []struct {
 		name string
 		tune tuning
@@ -93,6 +94,58 @@ func addLayerNormLevels(t *testing.T, tune tuning, widths []int, gen func(r *ran
 						}
 						got, want := run(name, tune), run("go", ref)
 						tag := fmt.Sprintf("%s/%v/%v/D=%d/bias=%d", name, prof, cb, d, bias)
+						sameBuf(t, tag+"/y", got.Y, want.Y)
+						sameBuf(t, tag+"/x", got.X, want.X)
+						same32(t, tag+"/mean", got.Mean, want.Mean)
+						same32(t, tag+"/rstd", got.Rstd, want.Rstd)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestShortRowsOffsets compares whole calls of rows that take shortRows (16-bit, whole
+// chunks of W, at most tuning.shortRow bytes of y, so stored through the caches although
+// past bigBytes) with the pure-Go level, bit for bit, with every tensor starting 0, 1, 8 or
+// 24 elements past a 64-byte boundary.
+func TestShortRowsOffsets(t *testing.T) {
+	tune := defaultTuning()
+	tune.bigBytes = 0 // past the caches at every size: only shortRow keeps these rows cached
+	r := rand.New(rand.NewPCG(21, 22))
+	// at is b's data copied to start off elements past a 64-byte boundary, guarded after
+	// its end (checkGuards16).
+	at := func(b ops.Buf, off int) ops.Buf {
+		raw := make([]uint16, len(b.U16)+off+64)
+		skip := int(-uintptr(unsafe.Pointer(&raw[0]))&63) / 2
+		u := raw[skip+off : skip+off+len(b.U16)]
+		copy(u, b.U16)
+		for i := range raw[skip+off+len(u):] {
+			raw[skip+off+len(u)+i] = guard16
+		}
+		return ops.Buf{DType: b.DType, U16: u}
+	}
+	for _, name := range simdLevels() {
+		for _, dt := range []ops.DType{ops.F16, ops.BF16} {
+			for _, gb := range []ops.DType{ops.F32, dt} {
+				for _, d := range []int{64, 256} {
+					for _, off := range []int{0, 1, 8, 24} {
+						n := 6
+						mk := func(len int) ops.Buf { return buf(dt, plainNormal(r, len)) }
+						a := ops.AddLN{N: n, D: d, X1: at(mk(n*d), off), X2: at(mk(n*d), off), Bias: at(mk(n*d), off), BiasFull: true,
+							Gamma: buf(gb, plainNormal(r, d)), Beta: buf(gb, plainNormal(r, d)), Epsilon: 1e-5}
+						run := func(level string) ops.AddLN {
+							c := a
+							c.Y, c.X = at(emptyBuf(dt, n*d), off), at(emptyBuf(dt, n*d), off)
+							c.Mean, c.Rstd = make([]float32, n), make([]float32, n)
+							be := newTunedBackend(t, Options{Threads: 1, Level: level}, tune)
+							if err := be.AddLayerNorm(context.Background(), &c); err != nil {
+								t.Fatal(err)
+							}
+							return c
+						}
+						got, want := run(name), run("go")
+						tag := fmt.Sprintf("%s/%v/gamma %v/D=%d/offset %d", name, dt, gb, d, off)
 						sameBuf(t, tag+"/y", got.Y, want.Y)
 						sameBuf(t, tag+"/x", got.X, want.X)
 						same32(t, tag+"/mean", got.Mean, want.Mean)

@@ -121,7 +121,7 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 //
 //	probe     two non-temporal copies over the bytes the op must move, a row at a time (the bench's stream probe)
 //	now       defaultTuning()
-//	ahead     every row's inputs prefetched a row ahead (hwStreamRow and hwGatherRow past any row)
+//	ahead     every row's inputs prefetched a row ahead (hwStreamRow and hwGatherRow past any row, shortRow 0)
 //	hardware  no row prefetched ahead (hwStreamRow and hwGatherRow 0)
 //	smallpages EmbedLayerNorm with a word table left on small pages (Options.NoHugePages)
 //	narrowweights 16-bit gamma and beta widened on every row, not once (wideBytes 0)
@@ -129,6 +129,8 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 //	stepsN    each row's prefetch cut into N pieces (prefetchSteps = N)
 //	pieceN    16-bit first passes a piece of N elements at a time (sumPiece = N)
 //	chunksN   streamed 16-bit rows whole from chunks N bytes apart (pageChunks = N)
+//	bigN      data counts as past the caches from N bytes (bigBytes = N): big1099511627776 keeps every store cached and prefetches nothing
+//	shortN    AddLayerNorm rows of at most N bytes of y count as in the caches (shortRow = N)
 //	a+b       the settings of a and b at once (hardware+steps1)
 //
 // It reports, per configuration, the median over pairs of its time divided by the first
@@ -218,7 +220,7 @@ func BenchmarkStreamAB(b *testing.B) {
 			switch {
 			case m == "now":
 			case m == "ahead":
-				tune.hwStreamRow, tune.hwGatherRow = 1<<62, 1<<62
+				tune.hwStreamRow, tune.hwGatherRow, tune.shortRow = 1<<62, 1<<62, 0
 			case m == "hardware":
 				tune.hwStreamRow, tune.hwGatherRow = 0, 0
 			case m == "narrowweights":
@@ -233,6 +235,10 @@ func BenchmarkStreamAB(b *testing.B) {
 				tune.sumPiece = n
 			case scan(m, "chunks%d", &n):
 				tune.pageChunks = n
+			case scan(m, "big%d", &n):
+				tune.bigBytes = n
+			case scan(m, "short%d", &n):
+				tune.shortRow = n
 			default:
 				b.Fatalf("CFGS: unknown configuration %q in %q", m, cfg)
 			}
