@@ -95,44 +95,64 @@ type addCall struct {
 }
 
 // shortRow is the kernels of a call whose rows each take one kernel a step, chosen once for
-// the call (shortKernels) instead of per row: the first pass ending in the plan's tree, the
-// second pass with its trees, the affine step. A row of D 64 f16 spent about 100 of its 150
-// ns (in the caches, one thread, AVX-512) choosing them; the kernels are the same either way.
+// the call (shortKernels) instead of per row: the first pass (ending in the plan's tree for
+// 16-bit inputs, then the tree's kernel for float32 ones), the second pass with its trees,
+// the affine step. A row of D 64 f16 spent about 100 of its 150 ns (in the caches, one
+// thread, AVX-512) choosing them; the kernels are the same either way.
 type shortRow struct {
-	sum  sum16TreeFn
+	sum  sum16TreeFn                  // 16-bit inputs
+	add  addForm                      // float32 inputs: the first pass's form (addKernels.run)
+	fold func(part []float32) float32 // float32 inputs: the plan's tree
 	dev  func(part, part2, t []float32, shift float32) (sum, sumSq float32)
-	aff  affine16Fn // float32 gamma and beta
-	affH affineHFn  // gamma and beta in y's format
+	aff  affine16Fn // 16-bit y, float32 gamma and beta
+	affH affineHFn  // 16-bit y, gamma and beta in its format
+	af32 affineFn   // float32 y
 	x    bool       // the first pass writes x
 }
 
 // shortKernels returns the call's shortRow and true where every row takes the same kernels
-// in one piece each: 16-bit x1, x2 (and bias) of one format and a 16-bit y, a row in one
-// piece that the tree kernels take (treeRow) and whole vectors of y, stored through the
-// caches and not prefetched (in the caches, or rows of at most tuning.shortRow bytes).
-// Rows stored non-temporally keep the general path: on the EPYC they ran 1.0-1.4x slower
-// this way (D 64 to 1024 f16, one thread), though the same kernels run.
+// in one piece each: x1, x2 (and bias) of one format, 16-bit or float32, and y of that
+// format, a row that the tree kernels take (treeRow; 16-bit: in one piece) and whole vectors
+// of y, stored through the caches and not prefetched (in the caches, or rows of at most
+// tuning.shortRow bytes). Rows stored non-temporally keep the general path: on the EPYC
+// they ran 1.0-1.4x slower this way (D 64 to 1024 f16, one thread), though the same kernels
+// run.
 func (c *addCall) shortKernels() (shortRow, bool) {
 	k, a, p := c.k, &c.a, &c.p
 	D := a.D
-	if !k.simd() || !c.sum16 || c.nt16 || c.prefetch || c.touch || a.Y.DType == ops.F32 || D > c.sumPiece ||
-		!treeRow(p, D) || p.W > maxTree16W || k.whole(D) != D {
+	if !k.simd() || c.nt16 || c.ntX || c.ntY || c.prefetch || c.stream || c.touch || !treeRow(p, D) ||
+		k.whole(D) != D {
 		return shortRow{}, false
 	}
-	f := addForm{dt: a.X1.DType, bias: a.Bias.Present(), x: c.x16}
-	fm := &k.adds.f16
-	if f.dt == ops.BF16 {
-		fm = &k.adds.bf16
-	}
-	s := shortRow{sum: fm.trees.pick(f), dev: k.sums.devTree, x: c.x16}
+	s := shortRow{dev: k.sums.devTree}
 	if p.Profile.FuseVariance {
 		s.dev = k.sums.devFMATree
 	}
 	af := affineForm{dt: a.Y.DType, fma: p.Profile.FuseAffine}
-	if c.w16.gammaH != nil {
-		s.affH = affineHOf(&k.affines, af).of(af)
-	} else {
-		s.aff = affine16Of(&k.affines, af).of(af)
+	switch {
+	case c.sum16 && a.Y.DType != ops.F32 && D <= c.sumPiece && p.W <= maxTree16W:
+		f := addForm{dt: a.X1.DType, bias: a.Bias.Present(), x: c.x16}
+		fm := &k.adds.f16
+		if f.dt == ops.BF16 {
+			fm = &k.adds.bf16
+		}
+		s.sum, s.x = fm.trees.pick(f), c.x16
+		if c.w16.gammaH != nil {
+			s.affH = affineHOf(&k.affines, af).of(af)
+		} else {
+			s.aff = affine16Of(&k.affines, af).of(af)
+		}
+	case !c.pieces && a.Y.DType == ops.F32 && a.Gamma.DType == ops.F32 && p.W%k.lanes == 0:
+		s.x = a.X.Present()
+		s.add = addForm{dt: ops.F32, bias: a.Bias.Present(), x: s.x}
+		s.fold = k.sums.foldTree
+		s.af32 = affine32Of(&k.affines, af).of(af)
+		if s.fold == nil || s.af32 == nil {
+			return shortRow{}, false
+		}
+		return s, s.dev != nil
+	default:
+		return shortRow{}, false
 	}
 	if s.sum == nil || s.dev == nil || (s.aff == nil && s.affH == nil) {
 		return shortRow{}, false
@@ -142,6 +162,10 @@ func (c *addCall) shortKernels() (shortRow, bool) {
 
 // shortRows computes rows [lo, hi) of a fast call, each step one kernel of c.short.
 func (c *addCall) shortRows(lo, hi int, sc *scratch) {
+	if c.short.fold != nil {
+		c.shortRows32(lo, hi, sc)
+		return
+	}
 	a, p, s := &c.a, &c.p, &c.short
 	D, W := a.D, p.W
 	t := sc.x[:D]
@@ -162,12 +186,7 @@ func (c *addCall) shortRows(lo, hi int, sc *scratch) {
 		}
 		x0 := c.first(off)
 		sum := s.sum(part, t, x, a.X1.U16[off:off+D], a.X2.U16[off:off+D], bias, x0)
-		shift := x0 + float32(sum*p.InvH) // as rowStatsOfSum
-		sumE, sumSq := s.dev(part, part2, t, shift)
-		st := p.StatsOf(shift, sumE, sumSq, a.Epsilon)
-		if a.Mean != nil {
-			a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
-		}
+		st := c.shortStats(r, t, part, part2, x0, sum)
 		y := a.Y.U16[off : off+D]
 		if s.affH != nil {
 			s.affH(y, t, w16.gammaH, w16.betaH, st.MeanD, st.Rstd)
@@ -175,6 +194,46 @@ func (c *addCall) shortRows(lo, hi int, sc *scratch) {
 			s.aff(y, t, w16.gamma, w16.beta, st.MeanD, st.Rstd)
 		}
 	}
+}
+
+// shortRows32 is shortRows for float32 rows.
+func (c *addCall) shortRows32(lo, hi int, sc *scratch) {
+	a, p, s := &c.a, &c.p, &c.short
+	D, W := a.D, p.W
+	t := sc.x[:D]
+	part, part2 := sc.part[:W], sc.part[W:2*W]
+	var bias []float32
+	if a.Bias.Present() && !a.BiasFull {
+		bias = a.Bias.F32[:D]
+	}
+	adds := &c.k.adds
+	for r := lo; r < hi; r++ {
+		off := r * D
+		if a.BiasFull {
+			bias = a.Bias.F32[off : off+D]
+		}
+		var x []float32
+		if s.x {
+			x = a.X.F32[off : off+D]
+		}
+		x0 := c.first(off)
+		adds.run(s.add, part, t, x, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
+		st := c.shortStats(r, t, part, part2, x0, s.fold(part))
+		s.af32(a.Y.F32[off:off+D], t, a.Gamma.F32, a.Beta.F32, st.MeanD, st.Rstd)
+	}
+}
+
+// shortStats finishes row r's statistics from its first pass's sum, as rowStatsOfSum, and
+// stores its mean and rstd where wanted.
+func (c *addCall) shortStats(r int, t, part, part2 []float32, x0, sum float32) plan.Stats {
+	a, p := &c.a, &c.p
+	shift := x0 + float32(sum*p.InvH)
+	sumE, sumSq := c.short.dev(part, part2, t, shift)
+	st := p.StatsOf(shift, sumE, sumSq, a.Epsilon)
+	if a.Mean != nil {
+		a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
+	}
+	return st
 }
 
 var addCalls = sync.Pool{New: func() any { return new(addCall) }}
