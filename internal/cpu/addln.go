@@ -103,7 +103,7 @@ type shortRow struct {
 	sum  sum16TreeFn                  // 16-bit inputs
 	add  addForm                      // float32 inputs: the first pass's form (addKernels.run)
 	fold func(part []float32) float32 // float32 inputs: the plan's tree
-	dev  func(part, part2, t []float32, shift float32) (sum, sumSq float32)
+	dev  devTreeFn
 	aff  affine16Fn // 16-bit y, float32 gamma and beta
 	affH affineHFn  // 16-bit y, gamma and beta in its format
 	af32 affineFn   // float32 y
@@ -124,10 +124,7 @@ func (c *addCall) shortKernels() (shortRow, bool) {
 		k.whole(D) != D {
 		return shortRow{}, false
 	}
-	s := shortRow{dev: k.sums.devTree}
-	if p.Profile.FuseVariance {
-		s.dev = k.sums.devFMATree
-	}
+	s := shortRow{dev: k.devTreeOf(p)}
 	af := affineForm{dt: a.Y.DType, fma: p.Profile.FuseAffine}
 	switch {
 	case c.sum16 && a.Y.DType != ops.F32 && D <= c.sumPiece && p.W <= maxTree16W:
@@ -147,17 +144,11 @@ func (c *addCall) shortKernels() (shortRow, bool) {
 		s.add = addForm{dt: ops.F32, bias: a.Bias.Present(), x: s.x}
 		s.fold = k.sums.foldTree
 		s.af32 = affine32Of(&k.affines, af).of(af)
-		if s.fold == nil || s.af32 == nil {
-			return shortRow{}, false
-		}
-		return s, s.dev != nil
 	default:
 		return shortRow{}, false
 	}
-	if s.sum == nil || s.dev == nil || (s.aff == nil && s.affH == nil) {
-		return shortRow{}, false
-	}
-	return s, true
+	ok := s.dev != nil && (s.sum != nil || s.fold != nil) && (s.aff != nil || s.affH != nil || s.af32 != nil)
+	return s, ok
 }
 
 // shortRows computes rows [lo, hi) of a fast call, each step one kernel of c.short.
@@ -223,13 +214,11 @@ func (c *addCall) shortRows32(lo, hi int, sc *scratch) {
 	}
 }
 
-// shortStats finishes row r's statistics from its first pass's sum, as rowStatsOfSum, and
-// stores its mean and rstd where wanted.
+// shortStats finishes row r's statistics from its first pass's sum (statsOfTree) and stores
+// its mean and rstd where wanted.
 func (c *addCall) shortStats(r int, t, part, part2 []float32, x0, sum float32) plan.Stats {
-	a, p := &c.a, &c.p
-	shift := x0 + float32(sum*p.InvH)
-	sumE, sumSq := c.short.dev(part, part2, t, shift)
-	st := p.StatsOf(shift, sumE, sumSq, a.Epsilon)
+	a := &c.a
+	st := statsOfTree(&c.p, c.short.dev, t, part, part2, x0, sum, a.Epsilon)
 	if a.Mean != nil {
 		a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
 	}

@@ -81,8 +81,9 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	t := &op.be.tune
 	c := embedCalls.Get().(*embedCall)
 	c.op, c.in, c.out = op, *in, *out
-	// Outputs past the caches are stored non-temporally.
-	c.nt = tokens*H*4 >= t.bigBytes
+	// Outputs past the caches are stored non-temporally, but for rows of at most
+	// tuning.shortRow bytes.
+	c.nt = tokens*H*4 >= t.bigBytes && H*op.w.DType.Size() > t.shortRow
 	// The word rows are random reads from a table past the caches (big): short rows are
 	// prefetched a token ahead; rows of at least hwGatherRow bytes are read in address
 	// order (inOrder), where the hardware prefetchers follow them: the float32 sum in one
@@ -96,6 +97,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 		c.lead = t.rowLead
 	}
 	c.piece = t.prefetchPiece(H * op.w.DType.Size())
+	c.short, c.fast = c.shortKernels()
 	whole := op.be.pool.forRows(ctx, tokens, H, op.plan.W, op.be.opts.Threads, c, &c.join)
 	c.reset()
 	embedCalls.Put(c)
@@ -120,13 +122,118 @@ type embedCall struct {
 	ahead        int  // tuning.prefetchAhead
 	lead         int  // tuning.rowLead for inOrder rows, else 0
 	piece        int  // tuning.prefetchPiece
+	short        embedShort
+	fast         bool // the tokens take shortToken
 	join         rowJoin
+}
+
+// embedShort is the kernels of a call whose tokens each take one kernel a step, chosen once
+// for the call (as AddLayerNorm's shortRow): the first pass, the plan's tree, the second
+// pass with its trees, the affine step.
+type embedShort struct {
+	shift    func(part, t []float32, bits []uint16, w, p []uint16, x0 float32)    // f16, no segment
+	shiftSeg func(part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) // f16 with a segment
+	fold     func(part []float32) float32
+	dev      devTreeFn
+	aff      affine16Fn // f16, float32 gamma and beta
+	affH     affineHFn  // f16, gamma and beta in f16
+	af32     affineFn   // f32
+}
+
+// shortKernels returns the call's embedShort and true where every token takes the same
+// kernels in one piece: a row that the tree kernels take (treeRow) in whole vectors, its
+// outputs stored through the caches (in the caches, or rows of at most tuning.shortRow
+// bytes), and its word row not read in address order (inOrder).
+func (c *embedCall) shortKernels() (embedShort, bool) {
+	op := c.op
+	k, p, H := op.k, &op.plan, op.w.H
+	if !k.simd() || c.nt || c.inOrder || !treeRow(p, H) || p.W%k.lanes != 0 || k.whole(H) != H {
+		return embedShort{}, false
+	}
+	s := embedShort{fold: k.sums.foldTree, dev: k.devTreeOf(p)}
+	af := affineForm{dt: op.w.DType, fma: p.Profile.FuseAffine}
+	switch op.w.DType {
+	case ops.F16:
+		if H > op.piece {
+			return embedShort{}, false
+		}
+		s.shift, s.shiftSeg = k.embeds.shift, k.embeds.shiftSeg
+		if op.w16.gammaH != nil {
+			s.affH = affineHOf(&k.affines, af).of(af)
+		} else {
+			s.aff = affine16Of(&k.affines, af).of(af)
+		}
+		ok := s.shift != nil && s.shiftSeg != nil && (s.aff != nil || s.affH != nil)
+		return s, ok && s.fold != nil && s.dev != nil
+	case ops.F32:
+		s.af32 = affine32Of(&k.affines, af).of(af)
+		return s, s.af32 != nil && s.fold != nil && s.dev != nil
+	}
+	return embedShort{}, false
+}
+
+// shortToken computes one output row of a fast call (token's steps, each one kernel of
+// c.short); pf takes a step after each pass over the row.
+func (c *embedCall) shortToken(t int, sc *scratch, pf *rowPrefetch) {
+	op, in, out, s := c.op, &c.in, &c.out, &c.short
+	w, p := &op.w, &op.plan
+	H := w.H
+	wi, pi := int(in.IDs[t]), op.posRow(in, t)
+	gi := -1
+	if w.G > 0 {
+		gi = 0
+		if in.SegIDs != nil {
+			gi = int(in.SegIDs[t])
+		}
+	}
+	tr := sc.x[:H]
+	part, part2 := sc.part[:p.W], sc.part[p.W:2*p.W]
+	row := t * H
+	var sum float32
+	var x0 float32
+	if w.DType == ops.F16 {
+		word, pos := w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H]
+		bits := sumBits(out, row, H, sc)
+		if gi >= 0 {
+			g := w.Seg.U16[gi*H : gi*H+H]
+			x0 = embedFirst(true, word[0], pos[0], g[0])
+			s.shiftSeg(part, tr, bits, word, pos, g, x0)
+		} else {
+			x0 = embedFirst(false, word[0], pos[0], 0)
+			s.shift(part, tr, bits, word, pos, x0)
+		}
+	} else {
+		word, pos := w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H]
+		var g, xs []float32
+		x0 = word[0] + pos[0] // as token
+		if gi >= 0 {
+			g = w.Seg.F32[gi*H : gi*H+H]
+			x0 += g[0]
+		}
+		if out.Sum.Present() {
+			xs = out.Sum.F32[row : row+H]
+		}
+		op.k.adds.run(addForm{dt: ops.F32, bias: gi >= 0, x: xs != nil}, part, tr, xs, word, pos, g, x0)
+	}
+	sum = s.fold(part)
+	pf.step()
+	st := statsOfTree(p, s.dev, tr, part, part2, x0, sum, w.Epsilon)
+	pf.step()
+	switch {
+	case s.af32 != nil:
+		s.af32(out.Out.F32[row:row+H], tr, w.Gamma.F32, w.Beta.F32, st.MeanD, st.Rstd)
+	case s.affH != nil:
+		s.affH(out.Out.U16[row:row+H], tr, op.w16.gammaH, op.w16.betaH, st.MeanD, st.Rstd)
+	default:
+		s.aff(out.Out.U16[row:row+H], tr, op.w16.gamma, op.w16.beta, st.MeanD, st.Rstd)
+	}
+	pf.step()
 }
 
 var embedCalls = sync.Pool{New: func() any { return new(embedCall) }}
 
 func (c *embedCall) reset() {
-	c.op, c.in, c.out = nil, ops.EmbedInputs{}, ops.EmbedOutputs{}
+	c.op, c.in, c.out, c.short = nil, ops.EmbedInputs{}, ops.EmbedOutputs{}, embedShort{}
 }
 
 // rows computes tokens [lo, hi).
@@ -149,7 +256,11 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 		if c.lead > 0 && t+1 < hi {
 			c.leadRow(t + 1)
 		}
-		op.token(t, in, out, sc, c.nt, c.inOrder, next)
+		if c.fast {
+			c.shortToken(t, sc, next)
+		} else {
+			op.token(t, in, out, sc, c.nt, c.inOrder, next)
+		}
 		next.rest()
 	}
 	if c.nt {

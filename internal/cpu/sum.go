@@ -227,6 +227,26 @@ func rowStatsOfSum(k *kernels, p *plan.Plan, t, part []float32, x0, sum, eps flo
 	return p.StatsOf(shift, sumE, sumSq, eps)
 }
 
+// devTreeFn is a kernel of the plan's second pass ending in its trees (sumKernels.devTree).
+type devTreeFn = func(part, part2, t []float32, shift float32) (sum, sumSq float32)
+
+// devTreeOf is the second pass's tree kernel under p's profile (nil where the level has
+// none): for rows whose every step is one kernel chosen once per call (shortRows).
+func (k *kernels) devTreeOf(p *plan.Plan) devTreeFn {
+	if p.Profile.FuseVariance {
+		return k.sums.devFMATree
+	}
+	return k.sums.devTree
+}
+
+// statsOfTree is rowStatsOfSum by the second pass's tree kernel dev, without a prefetch:
+// part and part2 are W partials each (scratch).
+func statsOfTree(p *plan.Plan, dev devTreeFn, t, part, part2 []float32, x0, sum, eps float32) plan.Stats {
+	shift := x0 + float32(sum*p.InvH) // as rowStatsOfSum
+	sumE, sumSq := dev(part, part2, t, shift)
+	return p.StatsOf(shift, sumE, sumSq, eps)
+}
+
 // devSums is the plan's second pass and its trees (plan.Plan.SumDev): e = f32(t − shift)
 // written back into t, and the plan's sums of e and of e², the partial sets in
 // part[:p.W] and part[p.W:2·p.W] (scratch): in one kernel where the width has it
