@@ -42,7 +42,7 @@ func TestCommonWidthsLevels(t *testing.T) {
 		widths = []int{1000, 1023, 2560, 5120}
 	}
 	big := defaultTuning()
-	big.bigBytes, big.hwStreamRow, big.hwGatherRow, big.shortRow = 0, 1, 1, 0
+	big.bigBytes, big.gatherBytes, big.hwStreamRow, big.hwGatherRow, big.shortRow = 0, 0, 1, 1, 0
 	for _, tc := range []struct {
 		name string
 		tune tuning

@@ -174,15 +174,21 @@ type tuning struct {
 	// which follow each other in memory, to the hardware prefetchers, and reads them in
 	// address order; shorter rows are prefetched a row ahead, and take the fused first pass.
 	hwStreamRow int
-	// shortRow: AddLayerNorm's rows of at most this many bytes of y count as in the caches
-	// at any size: stored through the caches and not prefetched, as the hardware prefetchers
-	// alone follow rows that short best (on the EPYC, one thread, against non-temporal
-	// stores and a row's prefetch: D 64 f16 0.81x the time, D 128 0.82x, f32 D 64 0.80x, D 128
-	// 0.92x; from D 256 f16 and f32 0.98-1.18x).
+	// shortRow: output rows of at most this many bytes are stored through the caches at any
+	// size, and AddLayerNorm's are not prefetched either, as the hardware prefetchers alone
+	// follow rows that short best (on the EPYC, one thread, AddLayerNorm against
+	// non-temporal stores and a row's prefetch: D 64 f16 0.81x the time, D 128 0.82x, f32 D
+	// 64 0.80x, D 128 0.92x; from D 256 f16 and f32 0.98-1.18x). EmbedLayerNorm's gathered
+	// rows are still prefetched (gatherBytes).
 	shortRow int
 	// hwGatherRow is hwStreamRow for EmbedLayerNorm's gathered word rows, which start at
 	// random addresses, so the hardware prefetchers pay only on longer rows.
 	hwGatherRow int
+	// gatherBytes is the word table size from which EmbedLayerNorm's gathered rows count as
+	// past the caches (prefetched a token ahead, or read in address order): a table past a
+	// core's L2, well before bigBytes. On the EPYC, one thread, f16 H 64 (a 3.9 MB table)
+	// took 0.74x the time prefetched.
+	gatherBytes int
 	// rowLead is how many bytes of the next row's inputs AddLayerNorm's streamed rows and
 	// EmbedLayerNorm's gathered rows of at least hwGatherRow prefetch a row ahead (0: none):
 	// the plan's first shift x0 is the row's first element, read before its first pass, which
@@ -223,6 +229,7 @@ func defaultTuning() tuning {
 		hwStreamRow:   4096,
 		shortRow:      512,
 		hwGatherRow:   8192,
+		gatherBytes:   1 << 20,
 		rowLead:       256,
 		wideBytes:     8 << 10,
 		sumPiece:      4096,

@@ -12,7 +12,7 @@ import (
 // non-temporal stores, the streamed first passes and deeper prefetching at every size.
 func TestNonTemporalLevels(t *testing.T) {
 	tune := defaultTuning()
-	tune.bigBytes, tune.prefetchAhead, tune.hwStreamRow, tune.hwGatherRow, tune.shortRow = 0, 3, 1<<62, 1<<62, 0
+	tune.bigBytes, tune.gatherBytes, tune.prefetchAhead, tune.hwStreamRow, tune.hwGatherRow, tune.shortRow = 0, 0, 3, 1<<62, 1<<62, 0
 	levels := func(name string, tune tuning) {
 		t.Run("AddLayerNorm"+name, func(t *testing.T) { addLayerNormLevels(t, tune, shortWidths, values) })
 		t.Run("EmbedLayerNorm"+name, func(t *testing.T) { embedLayerNormLevels(t, tune, shortWidths, values) })

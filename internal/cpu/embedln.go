@@ -84,11 +84,11 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	// Outputs past the caches are stored non-temporally, but for rows of at most
 	// tuning.shortRow bytes.
 	c.nt = tokens*H*4 >= t.bigBytes && H*op.w.DType.Size() > t.shortRow
-	// The word rows are random reads from a table past the caches (big): short rows are
-	// prefetched a token ahead; rows of at least hwGatherRow bytes are read in address
-	// order (inOrder), where the hardware prefetchers follow them: the float32 sum in one
-	// sequential pass, each 16-bit piece prefetched just before it is summed.
-	big := op.w.V*H*op.w.DType.Size() >= t.bigBytes
+	// The word rows are random reads from a table past the caches (big: gatherBytes):
+	// short rows are prefetched a token ahead; rows of at least hwGatherRow bytes are read
+	// in address order (inOrder), where the hardware prefetchers follow them: the float32
+	// sum in one sequential pass, each 16-bit piece prefetched just before it is summed.
+	big := op.w.V*H*op.w.DType.Size() >= t.gatherBytes
 	c.prefetch = big && t.prefetchAhead > 0 && H*op.w.DType.Size() < t.hwGatherRow
 	c.inOrder = big && !c.prefetch
 	c.ahead = t.prefetchAhead

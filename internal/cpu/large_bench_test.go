@@ -130,7 +130,8 @@ func BenchmarkEmbedLayerNormShape(b *testing.B) {
 //	pieceN    16-bit first passes a piece of N elements at a time (sumPiece = N)
 //	chunksN   streamed 16-bit rows whole from chunks N bytes apart (pageChunks = N)
 //	bigN      data counts as past the caches from N bytes (bigBytes = N): big1099511627776 keeps every store cached and prefetches nothing
-//	shortN    AddLayerNorm rows of at most N bytes of y count as in the caches (shortRow = N)
+//	shortN    rows of at most N bytes of output count as in the caches (shortRow = N)
+//	gatherN   EmbedLayerNorm's word tables of N bytes or more count as past the caches (gatherBytes = N)
 //	a+b       the settings of a and b at once (hardware+steps1)
 //
 // It reports, per configuration, the median over pairs of its time divided by the first
@@ -239,6 +240,8 @@ func BenchmarkStreamAB(b *testing.B) {
 				tune.bigBytes = n
 			case scan(m, "short%d", &n):
 				tune.shortRow = n
+			case scan(m, "gather%d", &n):
+				tune.gatherBytes = n
 			default:
 				b.Fatalf("CFGS: unknown configuration %q in %q", m, cfg)
 			}
