@@ -161,22 +161,12 @@ func (c *addCall) shortRows(lo, hi int, sc *scratch) {
 	D, W := a.D, p.W
 	t := sc.x[:D]
 	part, part2 := sc.part[:W], sc.part[W:2*W]
-	var bias []uint16
-	if a.Bias.Present() && !a.BiasFull {
-		bias = a.Bias.U16[:D]
-	}
+	bias, step, x := c.shortOperands()
 	w16 := c.w16
 	for r := lo; r < hi; r++ {
 		off := r * D
-		if a.BiasFull {
-			bias = a.Bias.U16[off : off+D]
-		}
-		var x []uint16
-		if s.x {
-			x = a.X.U16[off : off+D]
-		}
 		x0 := c.first(off)
-		sum := s.sum(part, t, x, a.X1.U16[off:off+D], a.X2.U16[off:off+D], bias, x0)
+		sum := s.sum(part, t, rowOf(x.U16, off, D), a.X1.U16[off:off+D], a.X2.U16[off:off+D], rowOf(bias.U16, r*step, D), x0)
 		st := c.shortStats(r, t, part, part2, x0, sum)
 		y := a.Y.U16[off : off+D]
 		if s.affH != nil {
@@ -193,25 +183,37 @@ func (c *addCall) shortRows32(lo, hi int, sc *scratch) {
 	D, W := a.D, p.W
 	t := sc.x[:D]
 	part, part2 := sc.part[:W], sc.part[W:2*W]
-	var bias []float32
-	if a.Bias.Present() && !a.BiasFull {
-		bias = a.Bias.F32[:D]
-	}
+	bias, step, x := c.shortOperands()
 	adds := &c.k.adds
 	for r := lo; r < hi; r++ {
 		off := r * D
-		if a.BiasFull {
-			bias = a.Bias.F32[off : off+D]
-		}
-		var x []float32
-		if s.x {
-			x = a.X.F32[off : off+D]
-		}
 		x0 := c.first(off)
-		adds.run(s.add, part, t, x, a.X1.F32[off:off+D], a.X2.F32[off:off+D], bias, x0)
+		adds.run(s.add, part, t, rowOf(x.F32, off, D), a.X1.F32[off:off+D], a.X2.F32[off:off+D], rowOf(bias.F32, r*step, D), x0)
 		st := c.shortStats(r, t, part, part2, x0, s.fold(part))
 		s.af32(a.Y.F32[off:off+D], t, a.Gamma.F32, a.Beta.F32, st.MeanD, st.Rstd)
 	}
+}
+
+// shortOperands is where the short rows' bias and x lie: row r's bias is D elements of bias
+// from r·step (a full bias steps a row, a bias row does not; no bias: empty), and x is
+// empty unless the first pass writes it.
+func (c *addCall) shortOperands() (bias ops.Buf, step int, x ops.Buf) {
+	a := &c.a
+	if a.BiasFull {
+		step = a.D
+	}
+	if c.short.x {
+		x = a.X
+	}
+	return a.Bias, step, x
+}
+
+// rowOf is v[i:i+n], or nil for an empty v (an operand the row leaves out).
+func rowOf[E float32 | uint16](v []E, i, n int) []E {
+	if len(v) == 0 {
+		return nil
+	}
+	return v[i : i+n]
 }
 
 // shortStats finishes row r's statistics from its first pass's sum (statsOfTree) and stores

@@ -216,9 +216,14 @@ func BenchmarkStreamAB(b *testing.B) {
 			continue
 		}
 		tune, opts := defaultTuning(), Options{Threads: 1}
+		// The configurations that set one field to their number (aheadN, …).
+		numbered := map[string]*int{"ahead": &tune.prefetchAhead, "steps": &tune.prefetchSteps,
+			"piece": &tune.sumPiece, "chunks": &tune.pageChunks, "big": &tune.bigBytes,
+			"short": &tune.shortRow, "gather": &tune.gatherBytes}
 		for _, m := range strings.Split(cfg, "+") {
-			var n int
-			switch {
+			name := strings.TrimRight(m, "0123456789")
+			n, err := strconv.Atoi(m[len(name):])
+			switch field := numbered[name]; {
 			case m == "now":
 			case m == "ahead":
 				tune.hwStreamRow, tune.hwGatherRow, tune.shortRow = 1<<62, 1<<62, 0
@@ -228,20 +233,8 @@ func BenchmarkStreamAB(b *testing.B) {
 				tune.wideBytes = 0
 			case m == "smallpages":
 				opts.NoHugePages = true
-			case scan(m, "ahead%d", &n):
-				tune.prefetchAhead = n
-			case scan(m, "steps%d", &n):
-				tune.prefetchSteps = n
-			case scan(m, "piece%d", &n):
-				tune.sumPiece = n
-			case scan(m, "chunks%d", &n):
-				tune.pageChunks = n
-			case scan(m, "big%d", &n):
-				tune.bigBytes = n
-			case scan(m, "short%d", &n):
-				tune.shortRow = n
-			case scan(m, "gather%d", &n):
-				tune.gatherBytes = n
+			case field != nil && err == nil:
+				*field = n
 			default:
 				b.Fatalf("CFGS: unknown configuration %q in %q", m, cfg)
 			}
@@ -277,12 +270,6 @@ func BenchmarkStreamAB(b *testing.B) {
 		b.ReportMetric(median(ratio), cfg+"/"+cfgs[0])
 		b.ReportMetric(median(times[i])/1e6, cfg+"-ms")
 	}
-}
-
-// scan reports whether s is format with one integer, stored in *n.
-func scan(s, format string, n *int) bool {
-	_, err := fmt.Sscanf(s, format, n)
-	return err == nil
 }
 
 // envShape is SHAPE=B,S,H from the environment, else the defaults.
