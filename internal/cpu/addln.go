@@ -96,13 +96,13 @@ type addCall struct {
 
 // shortRow is the kernels of a call whose rows each take one kernel a step, chosen once for
 // the call (shortKernels) instead of per row: the first pass (ending in the plan's tree for
-// 16-bit inputs, then the tree's kernel for float32 ones), the second pass with its trees,
-// the affine step. A row of D 64 f16 spent about 100 of its 150 ns (in the caches, one
+// 16-bit inputs at AVX-512, else followed by the tree), the second pass with its trees, the
+// affine step. A row of D 64 f16 spent about 100 of its 150 ns (in the caches, one
 // thread, AVX-512) choosing them; the kernels are the same either way.
 type shortRow struct {
-	sum  sum16TreeFn                  // 16-bit inputs
-	add  addForm                      // float32 inputs: the first pass's form (addKernels.run)
-	fold func(part []float32) float32 // float32 inputs: the plan's tree
+	sum  sum16TreeFn // 16-bit inputs, where the level has the kernel ending in the tree
+	add  addForm     // else the first pass's form (addKernels.run16 or run), then planTree
+	f32  bool        // float32 inputs
 	dev  devTreeFn
 	aff  affine16Fn // 16-bit y, float32 gamma and beta
 	affH affineHFn  // 16-bit y, gamma and beta in its format
@@ -133,31 +133,30 @@ func (c *addCall) shortKernels() (shortRow, bool) {
 		if f.dt == ops.BF16 {
 			fm = &k.adds.bf16
 		}
-		s.sum, s.x = fm.trees.pick(f), c.x16
+		s.sum, s.add, s.x = fm.trees.pick(f), f, c.x16
 		if c.w16.gammaH != nil {
 			s.affH = affineHOf(&k.affines, af).of(af)
 		} else {
 			s.aff = affine16Of(&k.affines, af).of(af)
 		}
 	case !c.pieces && a.Y.DType == ops.F32 && a.Gamma.DType == ops.F32 && p.W%k.lanes == 0:
-		s.x = a.X.Present()
+		s.x, s.f32 = a.X.Present(), true
 		s.add = addForm{dt: ops.F32, bias: a.Bias.Present(), x: s.x}
-		s.fold = k.sums.foldTree
 		s.af32 = affine32Of(&k.affines, af).of(af)
 	default:
 		return shortRow{}, false
 	}
-	ok := s.dev != nil && (s.sum != nil || s.fold != nil) && (s.aff != nil || s.affH != nil || s.af32 != nil)
+	ok := s.dev != nil && (s.sum != nil || p.W%k.lanes == 0) && (s.aff != nil || s.affH != nil || s.af32 != nil)
 	return s, ok
 }
 
 // shortRows computes rows [lo, hi) of a fast call, each step one kernel of c.short.
 func (c *addCall) shortRows(lo, hi int, sc *scratch) {
-	if c.short.fold != nil {
+	if c.short.f32 {
 		c.shortRows32(lo, hi, sc)
 		return
 	}
-	a, p, s := &c.a, &c.p, &c.short
+	k, a, p, s := c.k, &c.a, &c.p, &c.short
 	D, W := a.D, p.W
 	t := sc.x[:D]
 	part, part2 := sc.part[:W], sc.part[W:2*W]
@@ -166,7 +165,14 @@ func (c *addCall) shortRows(lo, hi int, sc *scratch) {
 	for r := lo; r < hi; r++ {
 		off := r * D
 		x0 := c.first(off)
-		sum := s.sum(part, t, rowOf(x.U16, off, D), a.X1.U16[off:off+D], a.X2.U16[off:off+D], rowOf(bias.U16, r*step, D), x0)
+		xr, x1, x2, br := rowOf(x.U16, off, D), a.X1.U16[off:off+D], a.X2.U16[off:off+D], rowOf(bias.U16, r*step, D)
+		var sum float32
+		if s.sum != nil {
+			sum = s.sum(part, t, xr, x1, x2, br, x0)
+		} else {
+			k.adds.run16(s.add, part, t, xr, x1, x2, br, x0)
+			sum = k.planTree(p, part)
+		}
 		st := c.shortStats(r, t, part, part2, x0, sum)
 		y := a.Y.U16[off : off+D]
 		if s.affH != nil {
@@ -189,7 +195,7 @@ func (c *addCall) shortRows32(lo, hi int, sc *scratch) {
 		off := r * D
 		x0 := c.first(off)
 		adds.run(s.add, part, t, rowOf(x.F32, off, D), a.X1.F32[off:off+D], a.X2.F32[off:off+D], rowOf(bias.F32, r*step, D), x0)
-		st := c.shortStats(r, t, part, part2, x0, s.fold(part))
+		st := c.shortStats(r, t, part, part2, x0, c.k.planTree(p, part))
 		s.af32(a.Y.F32[off:off+D], t, a.Gamma.F32, a.Beta.F32, st.MeanD, st.Rstd)
 	}
 }

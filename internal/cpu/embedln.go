@@ -133,7 +133,6 @@ type embedCall struct {
 type embedShort struct {
 	shift    func(part, t []float32, bits []uint16, w, p []uint16, x0 float32)    // f16, no segment
 	shiftSeg func(part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) // f16 with a segment
-	fold     func(part []float32) float32
 	dev      devTreeFn
 	aff      affine16Fn // f16, float32 gamma and beta
 	affH     affineHFn  // f16, gamma and beta in f16
@@ -150,7 +149,7 @@ func (c *embedCall) shortKernels() (embedShort, bool) {
 	if !k.simd() || c.nt || c.inOrder || !treeRow(p, H) || p.W%k.lanes != 0 || k.whole(H) != H {
 		return embedShort{}, false
 	}
-	s := embedShort{fold: k.sums.foldTree, dev: k.devTreeOf(p)}
+	s := embedShort{dev: k.devTreeOf(p)}
 	af := affineForm{dt: op.w.DType, fma: p.Profile.FuseAffine}
 	switch op.w.DType {
 	case ops.F16:
@@ -164,10 +163,10 @@ func (c *embedCall) shortKernels() (embedShort, bool) {
 			s.aff = affine16Of(&k.affines, af).of(af)
 		}
 		ok := s.shift != nil && s.shiftSeg != nil && (s.aff != nil || s.affH != nil)
-		return s, ok && s.fold != nil && s.dev != nil
+		return s, ok && s.dev != nil
 	case ops.F32:
 		s.af32 = affine32Of(&k.affines, af).of(af)
-		return s, s.af32 != nil && s.fold != nil && s.dev != nil
+		return s, s.af32 != nil && s.dev != nil
 	}
 	return embedShort{}, false
 }
@@ -215,7 +214,7 @@ func (c *embedCall) shortToken(t int, sc *scratch, pf *rowPrefetch) {
 		}
 		op.k.adds.run(addForm{dt: ops.F32, bias: gi >= 0, x: xs != nil}, part, tr, xs, word, pos, g, x0)
 	}
-	sum = s.fold(part)
+	sum = op.k.planTree(p, part)
 	pf.step()
 	st := statsOfTree(p, s.dev, tr, part, part2, x0, sum, w.Epsilon)
 	pf.step()
