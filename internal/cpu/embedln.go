@@ -98,6 +98,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	}
 	c.piece = t.prefetchPiece(H * op.w.DType.Size())
 	c.short, c.fast = c.shortKernels()
+	c.wholeRow = c.fast && H*op.w.DType.Size() <= wholePrefetch
 	whole := op.be.pool.forRows(ctx, tokens, H, op.plan.W, op.be.opts.Threads, c, &c.join)
 	c.reset()
 	embedCalls.Put(c)
@@ -124,8 +125,14 @@ type embedCall struct {
 	piece        int  // tuning.prefetchPiece
 	short        embedShort
 	fast         bool // the tokens take shortToken
+	wholeRow     bool // a fast call's word rows are prefetched whole, at once (wholePrefetch)
 	join         rowJoin
 }
+
+// wholePrefetch is the most bytes of a fast call's word row prefetched at once a token
+// ahead, instead of a piece after each pass (rowPrefetch): a few lines do not fill a core's
+// miss buffers, and a short token's passes take less time than building the pieces.
+const wholePrefetch = 256
 
 // embedShort is the kernels of a call whose tokens each take one kernel a step, chosen once
 // for the call (as AddLayerNorm's shortRow): the first pass, the plan's tree, the second
@@ -248,7 +255,10 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 	for t := lo; t < hi; t++ {
 		var next *rowPrefetch
 		var pf rowPrefetch
-		if c.prefetch && t+c.ahead < hi {
+		switch {
+		case c.prefetch && t+c.ahead < hi && c.wholeRow:
+			op.prefetchWord(in, t+c.ahead)
+		case c.prefetch && t+c.ahead < hi:
 			pf = op.wordRow(in, t+c.ahead, c.piece)
 			next = &pf
 		}
@@ -276,6 +286,14 @@ func (c *embedCall) leadRow(t int) {
 		op.k.prefetchLead(&op.w.Word, wi*H, c.lead)
 	}
 	op.k.prefetchLead(&op.w.Pos, op.posRow(in, t)*H, c.lead)
+}
+
+// prefetchWord prefetches the whole word row of token t (none for an id out of range).
+func (op *embedOp) prefetchWord(in *ops.EmbedInputs, t int) {
+	w := &op.w
+	if wi := int(in.IDs[t]); wi >= 0 && wi < w.V {
+		op.k.prefetch(bufBytes(&w.Word, wi*w.H, w.H))
+	}
 }
 
 // wordRow returns the prefetch of the word row of token t (empty for an id out of range:

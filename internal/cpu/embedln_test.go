@@ -17,6 +17,15 @@ func TestEmbedLayerNormLevels(t *testing.T) {
 
 // embedLayerNormLevels is TestEmbedLayerNormLevels on backends of the tuning, at the widths,
 // on data from gen (values or plainValues).
+// TestEmbedShortRowsPrefetched runs the whole-op comparisons on rows that take shortToken
+// with their word rows prefetched (a table past gatherBytes): whole at once up to
+// wholePrefetch bytes (H 64 and 128 f16, 64 f32), in pieces past it.
+func TestEmbedShortRowsPrefetched(t *testing.T) {
+	tune := defaultTuning()
+	tune.gatherBytes = 0
+	embedLayerNormLevels(t, tune, []int{64, 128, 256}, values)
+}
+
 func embedLayerNormLevels(t *testing.T, tune tuning, widths []int, gen func(r *rand.Rand, n int, special bool) []float32) {
 	ref := tune
 	ref.sumPiece = 1 << 30 // the reference sums whole rows
