@@ -54,7 +54,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 		}
 		c.w16 = widened(c.k, c.wide, a.Gamma, a.Beta)
 	}
-	c.short, c.fast = c.shortKernels()
+	c.short, c.fast = c.shortKernels(!big)
 	whole := b.pool.forRows(ctx, a.N, D, c.p.W, b.opts.Threads, c, &c.join)
 	c.reset()
 	addCalls.Put(c)
@@ -96,35 +96,32 @@ type addCall struct {
 
 // shortRow is the kernels of a call whose rows each take one kernel a step, chosen once for
 // the call (shortKernels) instead of per row: the first pass (ending in the plan's tree for
-// 16-bit inputs at AVX-512, else followed by the tree), the second pass with its trees, the
-// affine step. A row of D 64 f16 spent about 100 of its 150 ns (in the caches, one
+// 16-bit inputs at AVX-512, else followed by the tree) and the affine step; the second pass
+// is rowStatsOfSum's. A row of D 64 f16 spent about 100 of its 150 ns (in the caches, one
 // thread, AVX-512) choosing them; the kernels are the same either way.
 type shortRow struct {
 	sum  sum16TreeFn // 16-bit inputs, where the level has the kernel ending in the tree
 	add  addForm     // else the first pass's form (addKernels.run16 or run), then planTree
-	f32  bool        // float32 inputs
-	dev  devTreeFn
-	aff  affine16Fn // 16-bit y, float32 gamma and beta
-	affH affineHFn  // 16-bit y, gamma and beta in its format
-	af32 affineFn   // float32 y
-	x    bool       // the first pass writes x
+	aff  affine16Fn  // 16-bit y, float32 gamma and beta
+	affH affineHFn   // 16-bit y, gamma and beta in its format
+	af32 affineFn    // float32 y (and inputs)
+	x    bool        // the first pass writes x
 }
 
 // shortKernels returns the call's shortRow and true where every row takes the same kernels
 // in one piece each: x1, x2 (and bias) of one format, 16-bit or float32, and y of that
 // format, a row that the tree kernels take (treeRow; 16-bit: in one piece) and whole vectors
-// of y, stored through the caches and not prefetched (in the caches, or rows of at most
-// tuning.shortRow bytes). Rows stored non-temporally keep the general path: on the EPYC
-// they ran 1.0-1.4x slower this way (D 64 to 1024 f16, one thread), though the same kernels
-// run.
-func (c *addCall) shortKernels() (shortRow, bool) {
+// of y, cached: stored through the caches and not prefetched (in the caches, or rows of at
+// most tuning.shortRow bytes). Rows stored non-temporally keep the general path: on the
+// EPYC they ran 1.0-1.4x slower this way (D 64 to 1024 f16, one thread), though the same
+// kernels run.
+func (c *addCall) shortKernels(cached bool) (shortRow, bool) {
 	k, a, p := c.k, &c.a, &c.p
 	D := a.D
-	if !k.simd() || c.nt16 || c.ntX || c.ntY || c.prefetch || c.stream || c.touch || !treeRow(p, D) ||
-		k.whole(D) != D {
+	if !cached || !k.simd() || !treeRow(p, D) || k.whole(D) != D {
 		return shortRow{}, false
 	}
-	s := shortRow{dev: k.devTreeOf(p)}
+	var s shortRow
 	af := affineForm{dt: a.Y.DType, fma: p.Profile.FuseAffine}
 	switch {
 	case c.sum16 && a.Y.DType != ops.F32 && D <= c.sumPiece && p.W <= maxTree16W:
@@ -140,32 +137,31 @@ func (c *addCall) shortKernels() (shortRow, bool) {
 			s.aff = affine16Of(&k.affines, af).of(af)
 		}
 	case !c.pieces && a.Y.DType == ops.F32 && a.Gamma.DType == ops.F32 && p.W%k.lanes == 0:
-		s.x, s.f32 = a.X.Present(), true
+		s.x = a.X.Present()
 		s.add = addForm{dt: ops.F32, bias: a.Bias.Present(), x: s.x}
 		s.af32 = affine32Of(&k.affines, af).of(af)
 	default:
 		return shortRow{}, false
 	}
-	ok := s.dev != nil && (s.sum != nil || p.W%k.lanes == 0) && (s.aff != nil || s.affH != nil || s.af32 != nil)
+	ok := (s.sum != nil || p.W%k.lanes == 0) && (s.aff != nil || s.affH != nil || s.af32 != nil)
 	return s, ok
 }
 
 // shortRows computes rows [lo, hi) of a fast call, each step one kernel of c.short.
 func (c *addCall) shortRows(lo, hi int, sc *scratch) {
-	if c.short.f32 {
+	if c.short.af32 != nil {
 		c.shortRows32(lo, hi, sc)
 		return
 	}
 	k, a, p, s := c.k, &c.a, &c.p, &c.short
 	D, W := a.D, p.W
-	t := sc.x[:D]
-	part, part2 := sc.part[:W], sc.part[W:2*W]
+	t, part := sc.x[:D], sc.part[:W]
 	bias, step, x := c.shortOperands()
 	w16 := c.w16
 	for r := lo; r < hi; r++ {
 		off := r * D
 		x0 := c.first(off)
-		xr, x1, x2, br := rowOf(x.U16, off, D), a.X1.U16[off:off+D], a.X2.U16[off:off+D], rowOf(bias.U16, r*step, D)
+		xr, x1, x2, br := span(x.U16, off, off+D), a.X1.U16[off:off+D], a.X2.U16[off:off+D], span(bias.U16, r*step, r*step+D)
 		var sum float32
 		if s.sum != nil {
 			sum = s.sum(part, t, xr, x1, x2, br, x0)
@@ -173,7 +169,7 @@ func (c *addCall) shortRows(lo, hi int, sc *scratch) {
 			k.adds.run16(s.add, part, t, xr, x1, x2, br, x0)
 			sum = k.planTree(p, part)
 		}
-		st := c.shortStats(r, t, part, part2, x0, sum)
+		st := c.shortStats(r, t, part, x0, sum)
 		y := a.Y.U16[off : off+D]
 		if s.affH != nil {
 			s.affH(y, t, w16.gammaH, w16.betaH, st.MeanD, st.Rstd)
@@ -187,15 +183,14 @@ func (c *addCall) shortRows(lo, hi int, sc *scratch) {
 func (c *addCall) shortRows32(lo, hi int, sc *scratch) {
 	a, p, s := &c.a, &c.p, &c.short
 	D, W := a.D, p.W
-	t := sc.x[:D]
-	part, part2 := sc.part[:W], sc.part[W:2*W]
+	t, part := sc.x[:D], sc.part[:W]
 	bias, step, x := c.shortOperands()
 	adds := &c.k.adds
 	for r := lo; r < hi; r++ {
 		off := r * D
 		x0 := c.first(off)
-		adds.run(s.add, part, t, rowOf(x.F32, off, D), a.X1.F32[off:off+D], a.X2.F32[off:off+D], rowOf(bias.F32, r*step, D), x0)
-		st := c.shortStats(r, t, part, part2, x0, c.k.planTree(p, part))
+		adds.run(s.add, part, t, span(x.F32, off, off+D), a.X1.F32[off:off+D], a.X2.F32[off:off+D], span(bias.F32, r*step, r*step+D), x0)
+		st := c.shortStats(r, t, part, x0, c.k.planTree(p, part))
 		s.af32(a.Y.F32[off:off+D], t, a.Gamma.F32, a.Beta.F32, st.MeanD, st.Rstd)
 	}
 }
@@ -214,19 +209,11 @@ func (c *addCall) shortOperands() (bias ops.Buf, step int, x ops.Buf) {
 	return a.Bias, step, x
 }
 
-// rowOf is v[i:i+n], or nil for an empty v (an operand the row leaves out).
-func rowOf[E float32 | uint16](v []E, i, n int) []E {
-	if len(v) == 0 {
-		return nil
-	}
-	return v[i : i+n]
-}
-
-// shortStats finishes row r's statistics from its first pass's sum (statsOfTree) and stores
-// its mean and rstd where wanted.
-func (c *addCall) shortStats(r int, t, part, part2 []float32, x0, sum float32) plan.Stats {
+// shortStats finishes row r's statistics from its first pass's sum (rowStatsOfSum; part is
+// W partials with 2·W of room) and stores its mean and rstd where wanted.
+func (c *addCall) shortStats(r int, t, part []float32, x0, sum float32) plan.Stats {
 	a := &c.a
-	st := statsOfTree(&c.p, c.short.dev, t, part, part2, x0, sum, a.Epsilon)
+	st := rowStatsOfSum(c.k, &c.p, t, part, x0, sum, a.Epsilon, nil)
 	if a.Mean != nil {
 		a.Mean[r], a.Rstd[r] = st.Mean(), st.Rstd
 	}

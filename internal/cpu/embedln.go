@@ -98,7 +98,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	}
 	c.piece = t.prefetchPiece(H * op.w.DType.Size())
 	c.short, c.fast = c.shortKernels()
-	c.wholeRow = c.fast && H*op.w.DType.Size() <= wholePrefetch
+	c.wholeRow = H*op.w.DType.Size() <= wholePrefetch
 	whole := op.be.pool.forRows(ctx, tokens, H, op.plan.W, op.be.opts.Threads, c, &c.join)
 	c.reset()
 	embedCalls.Put(c)
@@ -125,25 +125,24 @@ type embedCall struct {
 	piece        int  // tuning.prefetchPiece
 	short        embedShort
 	fast         bool // the tokens take shortToken
-	wholeRow     bool // a fast call's word rows are prefetched whole, at once (wholePrefetch)
+	wholeRow     bool // the word rows are prefetched whole, at once (wholePrefetch)
 	join         rowJoin
 }
 
-// wholePrefetch is the most bytes of a fast call's word row prefetched at once a token
-// ahead, instead of a piece after each pass (rowPrefetch): a few lines do not fill a core's
-// miss buffers, and a short token's passes take less time than building the pieces.
+// wholePrefetch is the most bytes of a word row prefetched at once a token ahead, instead
+// of a piece after each pass (rowPrefetch): a few lines do not fill a core's miss buffers,
+// and a short token's passes take less time than building the pieces.
 const wholePrefetch = 256
 
 // embedShort is the kernels of a call whose tokens each take one kernel a step, chosen once
-// for the call (as AddLayerNorm's shortRow): the first pass, the plan's tree, the second
-// pass with its trees, the affine step.
+// for the call (as AddLayerNorm's shortRow): the first pass and the affine step; the tree
+// and the second pass are planTree's and rowStatsOfSum's.
 type embedShort struct {
 	shift    func(part, t []float32, bits []uint16, w, p []uint16, x0 float32)    // f16, no segment
 	shiftSeg func(part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) // f16 with a segment
-	dev      devTreeFn
-	aff      affine16Fn // f16, float32 gamma and beta
-	affH     affineHFn  // f16, gamma and beta in f16
-	af32     affineFn   // f32
+	aff      affine16Fn                                                           // f16, float32 gamma and beta
+	affH     affineHFn                                                            // f16, gamma and beta in f16
+	af32     affineFn                                                             // f32
 }
 
 // shortKernels returns the call's embedShort and true where every token takes the same
@@ -156,7 +155,7 @@ func (c *embedCall) shortKernels() (embedShort, bool) {
 	if !k.simd() || c.nt || c.inOrder || !treeRow(p, H) || p.W%k.lanes != 0 || k.whole(H) != H {
 		return embedShort{}, false
 	}
-	s := embedShort{dev: k.devTreeOf(p)}
+	var s embedShort
 	af := affineForm{dt: op.w.DType, fma: p.Profile.FuseAffine}
 	switch op.w.DType {
 	case ops.F16:
@@ -169,11 +168,10 @@ func (c *embedCall) shortKernels() (embedShort, bool) {
 		} else {
 			s.aff = affine16Of(&k.affines, af).of(af)
 		}
-		ok := s.shift != nil && s.shiftSeg != nil && (s.aff != nil || s.affH != nil)
-		return s, ok && s.dev != nil
+		return s, s.shift != nil && s.shiftSeg != nil && (s.aff != nil || s.affH != nil)
 	case ops.F32:
 		s.af32 = affine32Of(&k.affines, af).of(af)
-		return s, s.af32 != nil && s.dev != nil
+		return s, s.af32 != nil
 	}
 	return embedShort{}, false
 }
@@ -185,17 +183,9 @@ func (c *embedCall) shortToken(t int, sc *scratch, pf *rowPrefetch) {
 	w, p := &op.w, &op.plan
 	H := w.H
 	wi, pi := int(in.IDs[t]), op.posRow(in, t)
-	gi := -1
-	if w.G > 0 {
-		gi = 0
-		if in.SegIDs != nil {
-			gi = int(in.SegIDs[t])
-		}
-	}
-	tr := sc.x[:H]
-	part, part2 := sc.part[:p.W], sc.part[p.W:2*p.W]
+	gi := op.segRow(in, t)
+	tr, part := sc.x[:H], sc.part[:p.W]
 	row := t * H
-	var sum float32
 	var x0 float32
 	if w.DType == ops.F16 {
 		word, pos := w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H]
@@ -221,10 +211,9 @@ func (c *embedCall) shortToken(t int, sc *scratch, pf *rowPrefetch) {
 		}
 		op.k.adds.run(addForm{dt: ops.F32, bias: gi >= 0, x: xs != nil}, part, tr, xs, word, pos, g, x0)
 	}
-	sum = op.k.planTree(p, part)
+	sum := op.k.planTree(p, part)
 	pf.step()
-	st := statsOfTree(p, s.dev, tr, part, part2, x0, sum, w.Epsilon)
-	pf.step()
+	st := rowStatsOfSum(op.k, p, tr, part, x0, sum, w.Epsilon, pf)
 	switch {
 	case s.af32 != nil:
 		s.af32(out.Out.F32[row:row+H], tr, w.Gamma.F32, w.Beta.F32, st.MeanD, st.Rstd)
@@ -246,8 +235,7 @@ func (c *embedCall) reset() {
 func (c *embedCall) rows(lo, hi int, sc *scratch) {
 	op, in, out := c.op, &c.in, &c.out
 	for t := lo; c.prefetch && t < min(lo+c.ahead, hi); t++ {
-		first := op.wordRow(in, t, c.piece)
-		first.rest()
+		op.prefetchWord(in, t)
 	}
 	if c.lead > 0 && lo < hi {
 		c.leadRow(lo)
@@ -255,12 +243,13 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 	for t := lo; t < hi; t++ {
 		var next *rowPrefetch
 		var pf rowPrefetch
-		switch {
-		case c.prefetch && t+c.ahead < hi && c.wholeRow:
-			op.prefetchWord(in, t+c.ahead)
-		case c.prefetch && t+c.ahead < hi:
-			pf = op.wordRow(in, t+c.ahead, c.piece)
-			next = &pf
+		if c.prefetch && t+c.ahead < hi {
+			if c.wholeRow {
+				op.prefetchWord(in, t+c.ahead)
+			} else {
+				pf = op.wordRow(in, t+c.ahead, c.piece)
+				next = &pf
+			}
 		}
 		if c.lead > 0 && t+1 < hi {
 			c.leadRow(t + 1)
@@ -317,13 +306,7 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 	H := w.H
 	wi := int(in.IDs[t])
 	pi := op.posRow(in, t)
-	gi := -1
-	if w.G > 0 {
-		gi = 0
-		if in.SegIDs != nil {
-			gi = int(in.SegIDs[t])
-		}
-	}
+	gi := op.segRow(in, t)
 	tr := sc.x[:H] // the staged row, which the second pass turns into e = x − shift
 	row := t * H
 	switch w.DType {
@@ -378,6 +361,17 @@ func (op *embedOp) token(t int, in *ops.EmbedInputs, out *ops.EmbedOutputs, sc *
 		normalize16(op.k, &op.plan, out.Out, row, tr, op.w16, st, nt)
 		pf.step()
 	}
+}
+
+// segRow is the segment row of token t (validated: in range), -1 without segments.
+func (op *embedOp) segRow(in *ops.EmbedInputs, t int) int {
+	switch {
+	case op.w.G == 0:
+		return -1
+	case in.SegIDs == nil:
+		return 0
+	}
+	return int(in.SegIDs[t])
 }
 
 // posRow is the position row of token t (validated: in range).

@@ -94,8 +94,8 @@ func accumulateGo(f sumForm, part, part2, t []float32, shift float32) {
 	}
 }
 
-// span is v[lo:hi], or nil for a nil v (part2 of the forms without it).
-func span(v []float32, lo, hi int) []float32 {
+// span is v[lo:hi], or nil for a nil v (an operand a form leaves out: part2, a bias, x).
+func span[E float32 | uint16](v []E, lo, hi int) []E {
 	if v == nil {
 		return nil
 	}
@@ -224,26 +224,6 @@ func rowStatsOfSum(k *kernels, p *plan.Plan, t, part []float32, x0, sum, eps flo
 	shift := x0 + m1
 	sumE, sumSq := k.devSums(p, part, t, shift)
 	pf.step()
-	return p.StatsOf(shift, sumE, sumSq, eps)
-}
-
-// devTreeFn is a kernel of the plan's second pass ending in its trees (sumKernels.devTree).
-type devTreeFn = func(part, part2, t []float32, shift float32) (sum, sumSq float32)
-
-// devTreeOf is the second pass's tree kernel under p's profile (nil where the level has
-// none): for rows whose every step is one kernel chosen once per call (shortRows).
-func (k *kernels) devTreeOf(p *plan.Plan) devTreeFn {
-	if p.Profile.FuseVariance {
-		return k.sums.devFMATree
-	}
-	return k.sums.devTree
-}
-
-// statsOfTree is rowStatsOfSum by the second pass's tree kernel dev, without a prefetch:
-// part and part2 are W partials each (scratch).
-func statsOfTree(p *plan.Plan, dev devTreeFn, t, part, part2 []float32, x0, sum, eps float32) plan.Stats {
-	shift := x0 + float32(sum*p.InvH) // as rowStatsOfSum
-	sumE, sumSq := dev(part, part2, t, shift)
 	return p.StatsOf(shift, sumE, sumSq, eps)
 }
 
