@@ -55,11 +55,18 @@ const (
 // the open encoder until it holds batchCalls calls, or until its first call has waited
 // idleFlush (the GPU would otherwise idle with work held back); host inputs of recorded
 // calls are staged in an arena of arenaBytes. Chosen on an H100 (docs/performance.md,
-// "The batch's bounds"): of 64 or 256 calls and 20 to 200 us, with or without the first call
-// submitted at once, 16 calls and 50 us with it ran the BERT-sized chains fastest.
+// "The batch's bounds"): of 64 or 256 calls, with or without the first call submitted at
+// once, 16 calls with it ran the BERT-sized chains fastest.
+//
+// idleFlush is a backstop for a caller that stops recording without waiting, not a part of
+// a chain's schedule: Go's timers fire no sooner than about a millisecond on Linux (the
+// runtime's poller sleeps in whole milliseconds; BenchmarkIdleFlushTimer: a 50 us timer
+// fired after 1.1 ms on the EPYC, Go 1.26), so the 20, 50 and 200 us tried in that
+// comparison all fired after about 1 ms, and a chain's calls meet the count bound or a
+// wait first.
 const (
 	batchCalls = 16
-	idleFlush  = 50 * time.Microsecond
+	idleFlush  = time.Millisecond
 	arenaBytes = 4 << 20
 )
 

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -498,5 +499,24 @@ func TestLiveBuffers(t *testing.T) {
 	y.Release()
 	if n, b := d.LiveBuffers(); n != n0 || b != b0 {
 		t.Errorf("after releasing both: %d buffers, %d bytes; before %d, %d", n, b, n0, b0)
+	}
+}
+
+// BenchmarkIdleFlushTimer reports how long after it is armed a timer of 50 us and one of
+// idleFlush fire in this process (the median; no device needed): the resolution the idle
+// flush really has. go test ./internal/dawnrt -run XXX -bench IdleFlushTimer
+func BenchmarkIdleFlushTimer(b *testing.B) {
+	for _, d := range []time.Duration{50 * time.Microsecond, idleFlush} {
+		b.Run(d.String(), func(b *testing.B) {
+			fired := make(chan time.Duration, 1)
+			lat := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				t0 := time.Now()
+				time.AfterFunc(d, func() { fired <- time.Since(t0) })
+				lat = append(lat, <-fired)
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "us-fired")
+		})
 	}
 }
