@@ -3,6 +3,7 @@ package cpu
 import (
 	"context"
 	"sync"
+	"unsafe"
 
 	"github.com/fusednorm/fusednorm/internal/half"
 	"github.com/fusednorm/fusednorm/internal/ops"
@@ -27,7 +28,8 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 	// 16-bit rows prefetched in order just before addSum16 walks them (touch:
 	// addForm.prefetch), or, for rows of a few chunks a page or more apart, the whole row
 	// walked down its chunks as streams the hardware follows (tuning.pageChunks).
-	big := a.N*D*4 >= t.bigBytes && D*a.Y.DType.Size() > t.shortRow
+	past := a.N*D*4 >= t.bigBytes
+	big := past && D*a.Y.DType.Size() > t.shortRow
 	c.prefetch = big && t.prefetchAhead > 0 && D*max(a.X1.DType.Size(), a.X2.DType.Size()) < t.hwStreamRow
 	c.stream = big && !c.prefetch
 	c.ahead = t.prefetchAhead
@@ -54,7 +56,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 		}
 		c.w16 = widened(c.k, c.wide, a.Gamma, a.Beta)
 	}
-	c.short, c.fast = c.shortKernels(!big)
+	c.short, c.fast = c.shortKernels(!big, past)
 	whole := b.pool.forRows(ctx, a.N, D, c.p.W, b.opts.Threads, c, &c.join)
 	c.reset()
 	addCalls.Put(c)
@@ -91,6 +93,7 @@ type addCall struct {
 	wide               []float32 // scratch kept with the pooled call: gamma and beta widened (tuning.wideBytes)
 	short              shortRow  // the kernels of every row, where fast
 	fast               bool      // the rows take shortRows
+	shortNT            bool      // shortRows store y and x non-temporally (and fence)
 	join               rowJoin
 }
 
@@ -111,21 +114,26 @@ type shortRow struct {
 // shortKernels returns the call's shortRow and true where every row takes the same kernels
 // in one piece each: x1, x2 (and bias) of one format, 16-bit or float32, and y of that
 // format, a row that the tree kernels take (treeRow; 16-bit: in one piece) and whole vectors
-// of y, cached: stored through the caches and not prefetched (in the caches, or rows of at
-// most tuning.shortRow bytes). Rows stored non-temporally keep the general path: on the
-// EPYC they ran 1.0-1.4x slower this way (D 64 to 1024 f16, one thread), though the same
-// kernels run.
-func (c *addCall) shortKernels(cached bool) (shortRow, bool) {
+// of y, cached: not prefetched (in the caches, or rows of at most tuning.shortRow bytes).
+// Rows of calls past the caches (past) store y and x non-temporally where every row of both
+// starts on a cache line, fenced after their rows (shortNT): one thread, at the sweep's size
+// (BenchmarkStreamAB, N 1048576, D 64 f32), 0.70-0.75x the time of stores through the caches,
+// whose every line is read before it is written. Longer rows stored non-temporally keep the
+// general path: on the EPYC they ran 1.0-1.4x slower this way (D 64 to 1024 f16, in the
+// caches), though the same kernels run.
+func (c *addCall) shortKernels(cached, past bool) (shortRow, bool) {
 	k, a, p := c.k, &c.a, &c.p
 	D := a.D
+	c.shortNT = false
 	if !cached || !k.simd() || !treeRow(p, D) || k.whole(D) != D {
 		return shortRow{}, false
 	}
+	nt := past && lineRows(a.Y, D) && (!a.X.Present() || lineRows(a.X, D))
 	var s shortRow
-	af := affineForm{dt: a.Y.DType, fma: p.Profile.FuseAffine}
+	af := affineForm{dt: a.Y.DType, fma: p.Profile.FuseAffine, nt: nt}
 	switch {
 	case c.sum16 && a.Y.DType != ops.F32 && D <= c.sumPiece && p.W <= maxTree16W:
-		f := addForm{dt: a.X1.DType, bias: a.Bias.Present(), x: c.x16}
+		f := addForm{dt: a.X1.DType, bias: a.Bias.Present(), x: c.x16, nt: nt && c.x16}
 		fm := &k.adds.f16
 		if f.dt == ops.BF16 {
 			fm = &k.adds.bf16
@@ -138,13 +146,25 @@ func (c *addCall) shortKernels(cached bool) (shortRow, bool) {
 		}
 	case !c.pieces && a.Y.DType == ops.F32 && a.Gamma.DType == ops.F32 && p.W%k.lanes == 0:
 		s.x = a.X.Present()
-		s.add = addForm{dt: ops.F32, bias: a.Bias.Present(), x: s.x}
+		s.add = addForm{dt: ops.F32, bias: a.Bias.Present(), x: s.x, nt: nt && s.x}
 		s.af32 = affine32Of(&k.affines, af).of(af)
 	default:
 		return shortRow{}, false
 	}
 	ok := (s.sum != nil || p.W%k.lanes == 0) && (s.aff != nil || s.affH != nil || s.af32 != nil)
+	c.shortNT = ok && nt
 	return s, ok
+}
+
+// lineRows reports whether every row of D elements of t starts on a 64-byte cache line.
+func lineRows(t ops.Buf, D int) bool {
+	if t.Len() == 0 || D*t.DType.Size()%64 != 0 {
+		return false
+	}
+	if t.DType == ops.F32 {
+		return uintptr(unsafe.Pointer(&t.F32[0]))%64 == 0
+	}
+	return uintptr(unsafe.Pointer(&t.U16[0]))%64 == 0
 }
 
 // shortRows computes rows [lo, hi) of a fast call, each step one kernel of c.short.
@@ -177,6 +197,9 @@ func (c *addCall) shortRows(lo, hi int, sc *scratch) {
 			s.aff(y, t, w16.gamma, w16.beta, st.MeanD, st.Rstd)
 		}
 	}
+	if c.shortNT {
+		k.fence()
+	}
 }
 
 // shortRows32 is shortRows for float32 rows.
@@ -192,6 +215,9 @@ func (c *addCall) shortRows32(lo, hi int, sc *scratch) {
 		adds.run(s.add, part, t, span(x.F32, off, off+D), a.X1.F32[off:off+D], a.X2.F32[off:off+D], span(bias.F32, r*step, r*step+D), x0)
 		st := c.shortStats(r, t, part, x0, c.k.planTree(p, part))
 		s.af32(a.Y.F32[off:off+D], t, a.Gamma.F32, a.Beta.F32, st.MeanD, st.Rstd)
+	}
+	if c.shortNT {
+		c.k.fence()
 	}
 }
 

@@ -174,11 +174,14 @@ type tuning struct {
 	// which follow each other in memory, to the hardware prefetchers, and reads them in
 	// address order; shorter rows are prefetched a row ahead, and take the fused first pass.
 	hwStreamRow int
-	// shortRow: output rows of at most this many bytes are stored through the caches at any
-	// size, and AddLayerNorm's are not prefetched either, as the hardware prefetchers alone
-	// follow rows that short best (on the EPYC, one thread, AddLayerNorm against
-	// non-temporal stores and a row's prefetch: D 64 f16 0.81x the time, D 128 0.82x, f32 D
-	// 64 0.80x, D 128 0.92x; from D 256 f16 and f32 0.98-1.18x). EmbedLayerNorm's gathered
+	// shortRow: output rows of at most this many bytes are not prefetched ahead, as the
+	// hardware prefetchers alone follow rows that short best, and AddLayerNorm's take the
+	// kernels chosen once a call (shortKernels), which store through the caches, or past
+	// the caches non-temporally where every row starts on a cache line (on the EPYC, one
+	// thread, AddLayerNorm against the general path's non-temporal stores and a row's
+	// prefetch: D 64 f16 0.81x the time, D 128 0.82x, f32 D 64 0.80x, D 128 0.92x; from D 256
+	// f16 and f32 0.98-1.18x). EmbedLayerNorm's short rows are stored through the caches at
+	// any size (non-temporal stores took 1.10-1.31x the time at H 64-256), and its gathered
 	// rows are still prefetched (gatherBytes).
 	shortRow int
 	// hwGatherRow is hwStreamRow for EmbedLayerNorm's gathered word rows, which start at
