@@ -93,7 +93,6 @@ type addCall struct {
 	wide               []float32 // scratch kept with the pooled call: gamma and beta widened (tuning.wideBytes)
 	short              shortRow  // the kernels of every row, where fast
 	fast               bool      // the rows take shortRows
-	shortNT            bool      // shortRows store y and x non-temporally (and fence)
 	join               rowJoin
 }
 
@@ -109,6 +108,7 @@ type shortRow struct {
 	affH affineHFn   // 16-bit y, gamma and beta in its format
 	af32 affineFn    // float32 y (and inputs)
 	x    bool        // the first pass writes x
+	nt   bool        // y and x are stored non-temporally: shortRows fences after its rows
 }
 
 // shortKernels returns the call's shortRow and true where every row takes the same kernels
@@ -116,20 +116,19 @@ type shortRow struct {
 // format, a row that the tree kernels take (treeRow; 16-bit: in one piece) and whole vectors
 // of y, cached: not prefetched (in the caches, or rows of at most tuning.shortRow bytes).
 // Rows of calls past the caches (past) store y and x non-temporally where every row of both
-// starts on a cache line, fenced after their rows (shortNT): one thread, at the sweep's size
-// (BenchmarkStreamAB, N 1048576, D 64 f32), 0.70-0.75x the time of stores through the caches,
-// whose every line is read before it is written. Longer rows stored non-temporally keep the
-// general path: on the EPYC they ran 1.0-1.4x slower this way (D 64 to 1024 f16, in the
-// caches), though the same kernels run.
+// starts on a cache line (nt): one thread, at the sweep's size (BenchmarkStreamAB, N 1048576,
+// D 64 f32), 0.70-0.75x the time of stores through the caches, whose every line is read
+// before it is written. Longer rows stored non-temporally keep the general path: on the
+// EPYC they ran 1.0-1.4x slower this way (D 64 to 1024 f16, in the caches), though the same
+// kernels run.
 func (c *addCall) shortKernels(cached, past bool) (shortRow, bool) {
 	k, a, p := c.k, &c.a, &c.p
 	D := a.D
-	c.shortNT = false
 	if !cached || !k.simd() || !treeRow(p, D) || k.whole(D) != D {
 		return shortRow{}, false
 	}
 	nt := past && lineRows(a.Y, D) && (!a.X.Present() || lineRows(a.X, D))
-	var s shortRow
+	s := shortRow{nt: nt}
 	af := affineForm{dt: a.Y.DType, fma: p.Profile.FuseAffine, nt: nt}
 	switch {
 	case c.sum16 && a.Y.DType != ops.F32 && D <= c.sumPiece && p.W <= maxTree16W:
@@ -152,27 +151,29 @@ func (c *addCall) shortKernels(cached, past bool) (shortRow, bool) {
 		return shortRow{}, false
 	}
 	ok := (s.sum != nil || p.W%k.lanes == 0) && (s.aff != nil || s.affH != nil || s.af32 != nil)
-	c.shortNT = ok && nt
 	return s, ok
 }
 
 // lineRows reports whether every row of D elements of t starts on a 64-byte cache line.
 func lineRows(t ops.Buf, D int) bool {
-	if t.Len() == 0 || D*t.DType.Size()%64 != 0 {
-		return false
-	}
-	if t.DType == ops.F32 {
-		return uintptr(unsafe.Pointer(&t.F32[0]))%64 == 0
-	}
-	return uintptr(unsafe.Pointer(&t.U16[0]))%64 == 0
+	b := t.Bytes()
+	return len(b) > 0 && D*t.DType.Size()%64 == 0 && uintptr(unsafe.Pointer(&b[0]))%64 == 0
 }
 
 // shortRows computes rows [lo, hi) of a fast call, each step one kernel of c.short.
 func (c *addCall) shortRows(lo, hi int, sc *scratch) {
 	if c.short.af32 != nil {
 		c.shortRows32(lo, hi, sc)
-		return
+	} else {
+		c.shortRows16(lo, hi, sc)
 	}
+	if c.short.nt {
+		c.k.fence()
+	}
+}
+
+// shortRows16 is shortRows for 16-bit rows.
+func (c *addCall) shortRows16(lo, hi int, sc *scratch) {
 	k, a, p, s := c.k, &c.a, &c.p, &c.short
 	D, W := a.D, p.W
 	t, part := sc.x[:D], sc.part[:W]
@@ -197,9 +198,6 @@ func (c *addCall) shortRows(lo, hi int, sc *scratch) {
 			s.aff(y, t, w16.gamma, w16.beta, st.MeanD, st.Rstd)
 		}
 	}
-	if c.shortNT {
-		k.fence()
-	}
 }
 
 // shortRows32 is shortRows for float32 rows.
@@ -215,9 +213,6 @@ func (c *addCall) shortRows32(lo, hi int, sc *scratch) {
 		adds.run(s.add, part, t, span(x.F32, off, off+D), a.X1.F32[off:off+D], a.X2.F32[off:off+D], span(bias.F32, r*step, r*step+D), x0)
 		st := c.shortStats(r, t, part, x0, c.k.planTree(p, part))
 		s.af32(a.Y.F32[off:off+D], t, a.Gamma.F32, a.Beta.F32, st.MeanD, st.Rstd)
-	}
-	if c.shortNT {
-		c.k.fence()
 	}
 }
 
