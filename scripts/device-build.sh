@@ -42,7 +42,9 @@ if [ -n "${OLD:-}" ]; then
 	mkdir -p carry/old
 	(cd "$old" && go build -ldflags='-s -w' -o "$OLDPWD/carry/old/fusednorm-bench" ./cmd/fusednorm-bench &&
 		go test -c -ldflags='-s -w' -o "$OLDPWD/carry/old/root.test" . &&
-		go test -c -ldflags='-s -w' -o "$OLDPWD/carry/old/transfer.test" ./dawn)
+		# The transfer benchmark's package: internal/dawnrt since the one executor, dawn before.
+		xfer=./internal/dawnrt && [ -d internal/dawnrt ] || xfer=./dawn
+		go test -c -ldflags='-s -w' -o "$OLDPWD/carry/old/transfer.test" "$xfer")
 	git worktree remove --force "$old"
 	echo "$OLD" >carry/old/REV
 fi
