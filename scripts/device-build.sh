@@ -40,10 +40,11 @@ if [ -n "${OLD:-}" ]; then
 	old=$(mktemp -d)
 	git worktree add --detach "$old" "$OLD" >/dev/null
 	mkdir -p carry/old
+	# The transfer benchmark's package: internal/dawnrt since the one executor, dawn before.
+	xfer=./internal/dawnrt
+	[ -d "$old/internal/dawnrt" ] || xfer=./dawn
 	(cd "$old" && go build -ldflags='-s -w' -o "$OLDPWD/carry/old/fusednorm-bench" ./cmd/fusednorm-bench &&
 		go test -c -ldflags='-s -w' -o "$OLDPWD/carry/old/root.test" . &&
-		# The transfer benchmark's package: internal/dawnrt since the one executor, dawn before.
-		xfer=./internal/dawnrt && [ -d internal/dawnrt ] || xfer=./dawn
 		go test -c -ldflags='-s -w' -o "$OLDPWD/carry/old/transfer.test" "$xfer")
 	git worktree remove --force "$old"
 	echo "$OLD" >carry/old/REV
