@@ -57,6 +57,7 @@ func (b *Backend) AddLayerNorm(ctx context.Context, a *ops.AddLN) error {
 		c.w16 = widened(c.k, c.wide, a.Gamma, a.Beta)
 	}
 	c.short, c.fast = c.shortKernels(!big, past)
+	c.lines = c.k.tails && (c.nt16 || c.ntY || c.ntX) && D*a.Y.DType.Size()%64 != 0
 	whole := b.pool.forRows(ctx, a.N, D, c.p.W, b.opts.Threads, c, &c.join)
 	c.reset()
 	addCalls.Put(c)
@@ -93,6 +94,7 @@ type addCall struct {
 	wide               []float32 // scratch kept with the pooled call: gamma and beta widened (tuning.wideBytes)
 	short              shortRow  // the kernels of every row, where fast
 	fast               bool      // the rows take shortRows
+	lines              bool      // outputs stored non-temporally by whole lines (lineSplit), rows off the lines: tailLines
 	join               rowJoin
 }
 
@@ -287,6 +289,21 @@ func (c *addCall) leadRow(off int) {
 	}
 }
 
+// tailLines prefetches the last cache line of the y and x rows at element off before the
+// row is computed. With rows off the cache lines, a row's last partial line (and the next
+// row's first, the same line) takes plain stores (lineSplit): its read from DRAM, the
+// first store's miss, would hold up every store behind it (AddLayerNorm f16 D 1023, one
+// thread: the plain stores of the few elements at the rows' ends took a third of the
+// affine step's and x's time).
+func (c *addCall) tailLines(off int) {
+	a, k := &c.a, c.k
+	end := off + a.D - 1
+	k.prefetch(bufBytes(&a.Y, end, 1))
+	if a.X.Present() {
+		k.prefetch(bufBytes(&a.X, end, 1))
+	}
+}
+
 // elemF32 is element i of b as float32 (16-bit values widened exactly, without a table).
 func elemF32(b *ops.Buf, i int) float32 {
 	switch b.DType {
@@ -328,8 +345,10 @@ func (c *addCall) sumPieces(t, x32, part []float32, off int, x0 float32, sc *scr
 			// after it, non-temporally from the boundary on: storing x through the cache cost a
 			// row of D 1024 a fifth of its speed. Other heads stay in the first pass (D 1023
 			// lost 3-5% when they went to the twin).
+			// With rows off the cache lines (c.lines), x is always rounded after the first
+			// pass, whole lines non-temporally (lineSplit).
 			var later []uint16
-			if c.nt16 && k.narrowHead16(x) {
+			if c.nt16 && (c.lines || k.narrowHead16(x)) {
 				later, x = x, nil
 			}
 			f := addForm{dt: a.X1.DType, bias: hasBias, x: x != nil, nt: c.nt16, acc: acc, prefetch: c.touch}
@@ -393,6 +412,9 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 				next.add(a.Bias, ahead, D)
 			}
 			pf = &next
+		}
+		if c.lines {
+			c.tailLines(off)
 		}
 		t := sc.x[:D]     // the staged row s, which the second pass turns into e = s − shift
 		var x32 []float32 // a float32 x output, written by the first pass

@@ -292,39 +292,39 @@ func avx2AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16,
 func avx2AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512Add2Row writes t[i] = a[i] + b[i],
-// for i < len(t)&^15.
+// for i < len(t) (the last few under a lane mask).
 //
 //go:noescape
 func avx512Add2Row(t []float32, a []float32, b []float32)
 
 // avx512Add2RowX writes t[i] = a[i] + b[i], and x[i] = t[i],
-// for i < len(t)&^15.
+// for i < len(t) (the last few under a lane mask).
 //
 //go:noescape
 func avx512Add2RowX(t []float32, x []float32, a []float32, b []float32)
 
 // avx512Add2RowNT writes t[i] = a[i] + b[i], and x[i] = t[i] with
 // non-temporal stores (x aligned to the vector; the caller fences),
-// for i < len(t)&^15.
+// for i < len(t) (the last few under a lane mask).
 //
 //go:noescape
 func avx512Add2RowNT(t []float32, x []float32, a []float32, b []float32)
 
 // avx512Add3Row writes t[i] = (a[i] + b[i]) + d[i],
-// for i < len(t)&^15.
+// for i < len(t) (the last few under a lane mask).
 //
 //go:noescape
 func avx512Add3Row(t []float32, a []float32, b []float32, d []float32)
 
 // avx512Add3RowX writes t[i] = (a[i] + b[i]) + d[i], and x[i] = t[i],
-// for i < len(t)&^15.
+// for i < len(t) (the last few under a lane mask).
 //
 //go:noescape
 func avx512Add3RowX(t []float32, x []float32, a []float32, b []float32, d []float32)
 
 // avx512Add3RowNT writes t[i] = (a[i] + b[i]) + d[i], and x[i] = t[i] with
 // non-temporal stores (x aligned to the vector; the caller fences),
-// for i < len(t)&^15.
+// for i < len(t) (the last few under a lane mask).
 //
 //go:noescape
 func avx512Add3RowNT(t []float32, x []float32, a []float32, b []float32, d []float32)
@@ -335,60 +335,60 @@ func avx512Add3RowNT(t []float32, x []float32, a []float32, b []float32, d []flo
 func avx512AddTo(s []float32, b []float32)
 
 // avx512Add2Sum writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512Add2Sum(part []float32, t []float32, a []float32, b []float32, x0 float32)
 
 // avx512Add3Sum writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512Add3Sum(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 
 // avx512Add2SumX writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i],
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512Add2SumX(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
 
 // avx512Add3SumX writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i],
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512Add3SumX(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
 // avx512Add2SumNT writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512Add2SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
 
 // avx512Add3SumNT writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] with non-temporal stores (x aligned to the vector; the caller fences),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512Add3SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
 
 // avx512Add2SumAcc writes t[i] = s[i] = a[i] + b[i], and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512Add2SumAcc(part []float32, t []float32, a []float32, b []float32, x0 float32)
 
 // avx512Add3SumAcc writes t[i] = s[i] = (a[i] + b[i]) + d[i], and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512Add3SumAcc(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
 
 // avx512AddSumF16 writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
@@ -396,7 +396,7 @@ func avx512AddSumF16(part []float32, t []float32, a []uint16, b []uint16, x0 flo
 // avx512AddSumF16X writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16,
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
@@ -405,14 +405,14 @@ func avx512AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []u
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumF16Acc writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
@@ -420,7 +420,7 @@ func avx512AddSumF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 
 // avx512AddSumF16AccX writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16,
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
@@ -429,14 +429,14 @@ func avx512AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b 
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumF16Tree writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16Tree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -444,7 +444,7 @@ func avx512AddSumF16Tree(part []float32, t []float32, x []uint16, a []uint16, b 
 // avx512AddSumF16TreeX writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -453,14 +453,14 @@ func avx512AddSumF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumF16AccTree writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -468,7 +468,7 @@ func avx512AddSumF16AccTree(part []float32, t []float32, x []uint16, a []uint16,
 // avx512AddSumF16AccTreeX writes t[i] = s[i] = a[i] + b[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -477,14 +477,14 @@ func avx512AddSumF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumF16Full writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
@@ -492,7 +492,7 @@ func avx512AddSumF16Full(part []float32, t []float32, a []uint16, b []uint16, d 
 // avx512AddSumF16FullX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16,
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
@@ -501,14 +501,14 @@ func avx512AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumF16FullAcc writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
@@ -516,7 +516,7 @@ func avx512AddSumF16FullAcc(part []float32, t []float32, a []uint16, b []uint16,
 // avx512AddSumF16FullAccX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16,
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
@@ -525,14 +525,14 @@ func avx512AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumF16FullTree writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -540,7 +540,7 @@ func avx512AddSumF16FullTree(part []float32, t []float32, x []uint16, a []uint16
 // avx512AddSumF16FullTreeX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -549,14 +549,14 @@ func avx512AddSumF16FullTreeX(part []float32, t []float32, x []uint16, a []uint1
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumF16FullAccTree writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -564,7 +564,7 @@ func avx512AddSumF16FullAccTree(part []float32, t []float32, x []uint16, a []uin
 // avx512AddSumF16FullAccTreeX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the f16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -573,14 +573,14 @@ func avx512AddSumF16FullAccTreeX(part []float32, t []float32, x []uint16, a []ui
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to f16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumBF16 writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
@@ -588,7 +588,7 @@ func avx512AddSumBF16(part []float32, t []float32, a []uint16, b []uint16, x0 fl
 // avx512AddSumBF16X writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16,
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
@@ -597,14 +597,14 @@ func avx512AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumBF16Acc writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
@@ -612,7 +612,7 @@ func avx512AddSumBF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0
 // avx512AddSumBF16AccX writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16,
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
@@ -621,14 +621,14 @@ func avx512AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
 
 // avx512AddSumBF16Tree writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16Tree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -636,7 +636,7 @@ func avx512AddSumBF16Tree(part []float32, t []float32, x []uint16, a []uint16, b
 // avx512AddSumBF16TreeX writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -645,14 +645,14 @@ func avx512AddSumBF16TreeX(part []float32, t []float32, x []uint16, a []uint16, 
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumBF16AccTree writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -660,7 +660,7 @@ func avx512AddSumBF16AccTree(part []float32, t []float32, x []uint16, a []uint16
 // avx512AddSumBF16AccTreeX writes t[i] = s[i] = a[i] + b[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -669,14 +669,14 @@ func avx512AddSumBF16AccTreeX(part []float32, t []float32, x []uint16, a []uint1
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumBF16Full writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
@@ -684,7 +684,7 @@ func avx512AddSumBF16Full(part []float32, t []float32, a []uint16, b []uint16, d
 // avx512AddSumBF16FullX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16,
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
@@ -693,14 +693,14 @@ func avx512AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, 
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0 (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumBF16FullAcc writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
@@ -708,7 +708,7 @@ func avx512AddSumBF16FullAcc(part []float32, t []float32, a []uint16, b []uint16
 // avx512AddSumBF16FullAccX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16,
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
@@ -717,14 +717,14 @@ func avx512AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint1
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
 
 // avx512AddSumBF16FullTree writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -732,7 +732,7 @@ func avx512AddSumBF16FullTree(part []float32, t []float32, x []uint16, a []uint1
 // avx512AddSumBF16FullTreeX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -741,14 +741,14 @@ func avx512AddSumBF16FullTreeX(part []float32, t []float32, x []uint16, a []uint
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) from +0, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
 
 // avx512AddSumBF16FullAccTree writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -756,7 +756,7 @@ func avx512AddSumBF16FullAccTree(part []float32, t []float32, x []uint16, a []ui
 // avx512AddSumBF16FullAccTreeX writes t[i] = s[i] = (a[i] + b[i]) + d[i] with the bf16 inputs widened
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16,
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
@@ -765,7 +765,7 @@ func avx512AddSumBF16FullAccTreeX(part []float32, t []float32, x []uint16, a []u
 // exactly, and part[k] = Σ_c f32(s[c·W+k] − x0) added onto part, then returns the plan's tree of them (part is left as scratch) (chunks in order),
 // and x[i] = s[i] rounded to bf16 with non-temporal stores (x aligned to a
 // vector of 16-bit values; the caller fences),
-// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and len(t) a positive multiple of W.
+// for i < len(t); len(part) = W must be 64·2^k ≤ 2048, and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AddSumBF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32

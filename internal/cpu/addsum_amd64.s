@@ -4024,7 +4024,7 @@ avx2AddSumBF16FullAccNT_vec_done:
 	RET
 
 // func avx512Add2Row(t []float32, a []float32, b []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add2Row(SB), NOSPLIT, $0-72
 	MOVQ t_base+0(FP), AX
 	MOVQ a_base+24(FP), CX
@@ -4068,11 +4068,25 @@ avx512Add2Row_loop:
 	JB      avx512Add2Row_loop
 
 avx512Add2Row_done:
+	SUBQ      DI, BX
+	JZ        avx512Add2Row_ret
+	XORQ      SI, SI
+	SUBQ      $0x00000000, BX
+	CMOVQLT   SI, BX
+	MOVL      $0x0000ffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K1
+	VMOVUPS.Z (CX)(DI*4), K1, Z0
+	VMOVUPS.Z (DX)(DI*4), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (AX)(DI*4)
+
+avx512Add2Row_ret:
 	VZEROUPPER
 	RET
 
 // func avx512Add2RowX(t []float32, x []float32, a []float32, b []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add2RowX(SB), NOSPLIT, $0-96
 	MOVQ t_base+0(FP), AX
 	MOVQ x_base+24(FP), CX
@@ -4122,11 +4136,26 @@ avx512Add2RowX_loop:
 	JB      avx512Add2RowX_loop
 
 avx512Add2RowX_done:
+	SUBQ      R8, SI
+	JZ        avx512Add2RowX_ret
+	XORQ      DI, DI
+	SUBQ      $0x00000000, SI
+	CMOVQLT   DI, SI
+	MOVL      $0x0000ffff, DI
+	BZHIL     SI, DI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (DX)(R8*4), K1, Z0
+	VMOVUPS.Z (BX)(R8*4), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (CX)(R8*4)
+	VMOVUPS   Z0, K1, (AX)(R8*4)
+
+avx512Add2RowX_ret:
 	VZEROUPPER
 	RET
 
 // func avx512Add2RowNT(t []float32, x []float32, a []float32, b []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add2RowNT(SB), NOSPLIT, $0-96
 	MOVQ t_base+0(FP), AX
 	MOVQ x_base+24(FP), CX
@@ -4176,11 +4205,26 @@ avx512Add2RowNT_loop:
 	JB       avx512Add2RowNT_loop
 
 avx512Add2RowNT_done:
+	SUBQ      R8, SI
+	JZ        avx512Add2RowNT_ret
+	XORQ      DI, DI
+	SUBQ      $0x00000000, SI
+	CMOVQLT   DI, SI
+	MOVL      $0x0000ffff, DI
+	BZHIL     SI, DI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (DX)(R8*4), K1, Z0
+	VMOVUPS.Z (BX)(R8*4), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (CX)(R8*4)
+	VMOVUPS   Z0, K1, (AX)(R8*4)
+
+avx512Add2RowNT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512Add3Row(t []float32, a []float32, b []float32, d []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add3Row(SB), NOSPLIT, $0-96
 	MOVQ t_base+0(FP), AX
 	MOVQ a_base+24(FP), CX
@@ -4230,11 +4274,27 @@ avx512Add3Row_loop:
 	JB      avx512Add3Row_loop
 
 avx512Add3Row_done:
+	SUBQ      R8, SI
+	JZ        avx512Add3Row_ret
+	XORQ      DI, DI
+	SUBQ      $0x00000000, SI
+	CMOVQLT   DI, SI
+	MOVL      $0x0000ffff, DI
+	BZHIL     SI, DI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (CX)(R8*4), K1, Z0
+	VMOVUPS.Z (DX)(R8*4), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS.Z (BX)(R8*4), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (AX)(R8*4)
+
+avx512Add3Row_ret:
 	VZEROUPPER
 	RET
 
 // func avx512Add3RowX(t []float32, x []float32, a []float32, b []float32, d []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add3RowX(SB), NOSPLIT, $0-120
 	MOVQ t_base+0(FP), AX
 	MOVQ x_base+24(FP), CX
@@ -4290,11 +4350,28 @@ avx512Add3RowX_loop:
 	JB      avx512Add3RowX_loop
 
 avx512Add3RowX_done:
+	SUBQ      R9, DI
+	JZ        avx512Add3RowX_ret
+	XORQ      R8, R8
+	SUBQ      $0x00000000, DI
+	CMOVQLT   R8, DI
+	MOVL      $0x0000ffff, R8
+	BZHIL     DI, R8, DI
+	KMOVW     DI, K1
+	VMOVUPS.Z (DX)(R9*4), K1, Z0
+	VMOVUPS.Z (BX)(R9*4), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS.Z (SI)(R9*4), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (CX)(R9*4)
+	VMOVUPS   Z0, K1, (AX)(R9*4)
+
+avx512Add3RowX_ret:
 	VZEROUPPER
 	RET
 
 // func avx512Add3RowNT(t []float32, x []float32, a []float32, b []float32, d []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add3RowNT(SB), NOSPLIT, $0-120
 	MOVQ t_base+0(FP), AX
 	MOVQ x_base+24(FP), CX
@@ -4350,6 +4427,23 @@ avx512Add3RowNT_loop:
 	JB       avx512Add3RowNT_loop
 
 avx512Add3RowNT_done:
+	SUBQ      R9, DI
+	JZ        avx512Add3RowNT_ret
+	XORQ      R8, R8
+	SUBQ      $0x00000000, DI
+	CMOVQLT   R8, DI
+	MOVL      $0x0000ffff, R8
+	BZHIL     DI, R8, DI
+	KMOVW     DI, K1
+	VMOVUPS.Z (DX)(R9*4), K1, Z0
+	VMOVUPS.Z (BX)(R9*4), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS.Z (SI)(R9*4), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (CX)(R9*4)
+	VMOVUPS   Z0, K1, (AX)(R9*4)
+
+avx512Add3RowNT_ret:
 	VZEROUPPER
 	RET
 
@@ -4401,7 +4495,7 @@ avx512AddTo_done:
 	RET
 
 // func avx512Add2Sum(part []float32, t []float32, a []float32, b []float32, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add2Sum(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -4428,6 +4522,10 @@ avx512Add2Sum_block:
 	MOVQ   R8, R10
 
 avx512Add2Sum_block_chunk:
+	MOVQ    DI, R11
+	SUBQ    R10, R11
+	CMPQ    R11, $0x00000080
+	JL      avx512Add2Sum_block_last
 	VMOVUPS (DX)(R10*4), Z9
 	VADDPS  (BX)(R10*4), Z9, Z9
 	VMOVUPS Z9, (CX)(R10*4)
@@ -4471,6 +4569,114 @@ avx512Add2Sum_block_chunk:
 	ADDQ    SI, R10
 	CMPQ    R10, DI
 	JB      avx512Add2Sum_block_chunk
+	JMP     avx512Add2Sum_block_end
+
+avx512Add2Sum_block_last:
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000000, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z (DX)(R10*4), K1, Z9
+	VMOVUPS.Z (BX)(R10*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000010, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 64(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 64(BX)(R10*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000020, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 128(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 128(BX)(R10*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000030, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 192(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 192(BX)(R10*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000040, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 256(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 256(BX)(R10*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000050, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 320(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 320(BX)(R10*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000060, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 384(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 384(BX)(R10*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R12, R12
+	SUBQ      $0x00000070, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 448(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 448(BX)(R10*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512Add2Sum_block_end:
 	VMOVUPS Z1, (AX)(R8*4)
 	VMOVUPS Z2, 64(AX)(R8*4)
 	VMOVUPS Z3, 128(AX)(R8*4)
@@ -4490,6 +4696,10 @@ avx512Add2Sum_vec:
 	MOVQ   R8, R9
 
 avx512Add2Sum_vec_chunk:
+	MOVQ    DI, R10
+	SUBQ    R9, R10
+	CMPQ    R10, $0x00000010
+	JL      avx512Add2Sum_vec_last
 	VMOVUPS (DX)(R9*4), Z1
 	VADDPS  (BX)(R9*4), Z1, Z1
 	VMOVUPS Z1, (CX)(R9*4)
@@ -4498,6 +4708,23 @@ avx512Add2Sum_vec_chunk:
 	ADDQ    SI, R9
 	CMPQ    R9, DI
 	JB      avx512Add2Sum_vec_chunk
+	JMP     avx512Add2Sum_vec_end
+
+avx512Add2Sum_vec_last:
+	XORQ      R11, R11
+	SUBQ      $0x00000000, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z (DX)(R9*4), K1, Z1
+	VMOVUPS.Z (BX)(R9*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, (CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, K1, Z10
+
+avx512Add2Sum_vec_end:
 	VMOVUPS Z10, (AX)(R8*4)
 	ADDQ    $0x00000010, R8
 	JMP     avx512Add2Sum_vec
@@ -4507,7 +4734,7 @@ avx512Add2Sum_vec_done:
 	RET
 
 // func avx512Add3Sum(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add3Sum(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -4535,6 +4762,10 @@ avx512Add3Sum_block:
 	MOVQ   R9, R11
 
 avx512Add3Sum_block_chunk:
+	MOVQ    R8, R12
+	SUBQ    R11, R12
+	CMPQ    R12, $0x00000080
+	JL      avx512Add3Sum_block_last
 	VMOVUPS (DX)(R11*4), Z9
 	VADDPS  (BX)(R11*4), Z9, Z9
 	VADDPS  (SI)(R11*4), Z9, Z9
@@ -4586,6 +4817,130 @@ avx512Add3Sum_block_chunk:
 	ADDQ    DI, R11
 	CMPQ    R11, R8
 	JB      avx512Add3Sum_block_chunk
+	JMP     avx512Add3Sum_block_end
+
+avx512Add3Sum_block_last:
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000000, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z (DX)(R11*4), K1, Z9
+	VMOVUPS.Z (BX)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z (SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000010, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 64(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 64(BX)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 64(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000020, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 128(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 128(BX)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 128(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000030, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 192(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 192(BX)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 192(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000040, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 256(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 256(BX)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 256(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000050, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 320(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 320(BX)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 320(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000060, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 384(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 384(BX)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 384(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R13, R13
+	SUBQ      $0x00000070, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 448(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 448(BX)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 448(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512Add3Sum_block_end:
 	VMOVUPS Z1, (AX)(R9*4)
 	VMOVUPS Z2, 64(AX)(R9*4)
 	VMOVUPS Z3, 128(AX)(R9*4)
@@ -4605,6 +4960,10 @@ avx512Add3Sum_vec:
 	MOVQ   R9, R10
 
 avx512Add3Sum_vec_chunk:
+	MOVQ    R8, R11
+	SUBQ    R10, R11
+	CMPQ    R11, $0x00000010
+	JL      avx512Add3Sum_vec_last
 	VMOVUPS (DX)(R10*4), Z1
 	VADDPS  (BX)(R10*4), Z1, Z1
 	VADDPS  (SI)(R10*4), Z1, Z1
@@ -4614,6 +4973,25 @@ avx512Add3Sum_vec_chunk:
 	ADDQ    DI, R10
 	CMPQ    R10, R8
 	JB      avx512Add3Sum_vec_chunk
+	JMP     avx512Add3Sum_vec_end
+
+avx512Add3Sum_vec_last:
+	XORQ      R12, R12
+	SUBQ      $0x00000000, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z (DX)(R10*4), K1, Z1
+	VMOVUPS.Z (BX)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS.Z (SI)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, K1, Z10
+
+avx512Add3Sum_vec_end:
 	VMOVUPS Z10, (AX)(R9*4)
 	ADDQ    $0x00000010, R9
 	JMP     avx512Add3Sum_vec
@@ -4623,7 +5001,7 @@ avx512Add3Sum_vec_done:
 	RET
 
 // func avx512Add2SumX(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add2SumX(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -4651,6 +5029,10 @@ avx512Add2SumX_block:
 	MOVQ   R9, R11
 
 avx512Add2SumX_block_chunk:
+	MOVQ    R8, R12
+	SUBQ    R11, R12
+	CMPQ    R12, $0x00000080
+	JL      avx512Add2SumX_block_last
 	VMOVUPS (BX)(R11*4), Z9
 	VADDPS  (SI)(R11*4), Z9, Z9
 	VMOVUPS Z9, (DX)(R11*4)
@@ -4702,6 +5084,122 @@ avx512Add2SumX_block_chunk:
 	ADDQ    DI, R11
 	CMPQ    R11, R8
 	JB      avx512Add2SumX_block_chunk
+	JMP     avx512Add2SumX_block_end
+
+avx512Add2SumX_block_last:
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000000, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z (BX)(R11*4), K1, Z9
+	VMOVUPS.Z (SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, (DX)(R11*4)
+	VMOVUPS   Z9, K1, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000010, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 64(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 64(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 64(DX)(R11*4)
+	VMOVUPS   Z9, K1, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000020, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 128(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 128(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 128(DX)(R11*4)
+	VMOVUPS   Z9, K1, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000030, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 192(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 192(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 192(DX)(R11*4)
+	VMOVUPS   Z9, K1, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000040, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 256(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 256(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 256(DX)(R11*4)
+	VMOVUPS   Z9, K1, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000050, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 320(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 320(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 320(DX)(R11*4)
+	VMOVUPS   Z9, K1, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000060, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 384(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 384(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 384(DX)(R11*4)
+	VMOVUPS   Z9, K1, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R13, R13
+	SUBQ      $0x00000070, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 448(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 448(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 448(DX)(R11*4)
+	VMOVUPS   Z9, K1, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512Add2SumX_block_end:
 	VMOVUPS Z1, (AX)(R9*4)
 	VMOVUPS Z2, 64(AX)(R9*4)
 	VMOVUPS Z3, 128(AX)(R9*4)
@@ -4721,6 +5219,10 @@ avx512Add2SumX_vec:
 	MOVQ   R9, R10
 
 avx512Add2SumX_vec_chunk:
+	MOVQ    R8, R11
+	SUBQ    R10, R11
+	CMPQ    R11, $0x00000010
+	JL      avx512Add2SumX_vec_last
 	VMOVUPS (BX)(R10*4), Z1
 	VADDPS  (SI)(R10*4), Z1, Z1
 	VMOVUPS Z1, (DX)(R10*4)
@@ -4730,6 +5232,24 @@ avx512Add2SumX_vec_chunk:
 	ADDQ    DI, R10
 	CMPQ    R10, R8
 	JB      avx512Add2SumX_vec_chunk
+	JMP     avx512Add2SumX_vec_end
+
+avx512Add2SumX_vec_last:
+	XORQ      R12, R12
+	SUBQ      $0x00000000, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z (BX)(R10*4), K1, Z1
+	VMOVUPS.Z (SI)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, (DX)(R10*4)
+	VMOVUPS   Z1, K1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, K1, Z10
+
+avx512Add2SumX_vec_end:
 	VMOVUPS Z10, (AX)(R9*4)
 	ADDQ    $0x00000010, R9
 	JMP     avx512Add2SumX_vec
@@ -4739,7 +5259,7 @@ avx512Add2SumX_vec_done:
 	RET
 
 // func avx512Add3SumX(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add3SumX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -4768,6 +5288,10 @@ avx512Add3SumX_block:
 	MOVQ   R10, R12
 
 avx512Add3SumX_block_chunk:
+	MOVQ    R9, R13
+	SUBQ    R12, R13
+	CMPQ    R13, $0x00000080
+	JL      avx512Add3SumX_block_last
 	VMOVUPS (BX)(R12*4), Z9
 	VADDPS  (SI)(R12*4), Z9, Z9
 	VADDPS  (DI)(R12*4), Z9, Z9
@@ -4827,6 +5351,138 @@ avx512Add3SumX_block_chunk:
 	ADDQ    R8, R12
 	CMPQ    R12, R9
 	JB      avx512Add3SumX_block_chunk
+	JMP     avx512Add3SumX_block_end
+
+avx512Add3SumX_block_last:
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000000, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z (BX)(R12*4), K1, Z9
+	VMOVUPS.Z (SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z (DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, (DX)(R12*4)
+	VMOVUPS   Z9, K1, (CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000010, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 64(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 64(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 64(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 64(DX)(R12*4)
+	VMOVUPS   Z9, K1, 64(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000020, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 128(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 128(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 128(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 128(DX)(R12*4)
+	VMOVUPS   Z9, K1, 128(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000030, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 192(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 192(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 192(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 192(DX)(R12*4)
+	VMOVUPS   Z9, K1, 192(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000040, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 256(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 256(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 256(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 256(DX)(R12*4)
+	VMOVUPS   Z9, K1, 256(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000050, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 320(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 320(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 320(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 320(DX)(R12*4)
+	VMOVUPS   Z9, K1, 320(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000060, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 384(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 384(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 384(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 384(DX)(R12*4)
+	VMOVUPS   Z9, K1, 384(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R14, R14
+	SUBQ      $0x00000070, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 448(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 448(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 448(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 448(DX)(R12*4)
+	VMOVUPS   Z9, K1, 448(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512Add3SumX_block_end:
 	VMOVUPS Z1, (AX)(R10*4)
 	VMOVUPS Z2, 64(AX)(R10*4)
 	VMOVUPS Z3, 128(AX)(R10*4)
@@ -4846,6 +5502,10 @@ avx512Add3SumX_vec:
 	MOVQ   R10, R11
 
 avx512Add3SumX_vec_chunk:
+	MOVQ    R9, R12
+	SUBQ    R11, R12
+	CMPQ    R12, $0x00000010
+	JL      avx512Add3SumX_vec_last
 	VMOVUPS (BX)(R11*4), Z1
 	VADDPS  (SI)(R11*4), Z1, Z1
 	VADDPS  (DI)(R11*4), Z1, Z1
@@ -4856,6 +5516,26 @@ avx512Add3SumX_vec_chunk:
 	ADDQ    R8, R11
 	CMPQ    R11, R9
 	JB      avx512Add3SumX_vec_chunk
+	JMP     avx512Add3SumX_vec_end
+
+avx512Add3SumX_vec_last:
+	XORQ      R13, R13
+	SUBQ      $0x00000000, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z (BX)(R11*4), K1, Z1
+	VMOVUPS.Z (SI)(R11*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS.Z (DI)(R11*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, (DX)(R11*4)
+	VMOVUPS   Z1, K1, (CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, K1, Z10
+
+avx512Add3SumX_vec_end:
 	VMOVUPS Z10, (AX)(R10*4)
 	ADDQ    $0x00000010, R10
 	JMP     avx512Add3SumX_vec
@@ -4865,7 +5545,7 @@ avx512Add3SumX_vec_done:
 	RET
 
 // func avx512Add2SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add2SumNT(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -4893,6 +5573,10 @@ avx512Add2SumNT_block:
 	MOVQ   R9, R11
 
 avx512Add2SumNT_block_chunk:
+	MOVQ     R8, R12
+	SUBQ     R11, R12
+	CMPQ     R12, $0x00000080
+	JL       avx512Add2SumNT_block_last
 	VMOVUPS  (BX)(R11*4), Z9
 	VADDPS   (SI)(R11*4), Z9, Z9
 	VMOVNTPS Z9, (DX)(R11*4)
@@ -4944,16 +5628,132 @@ avx512Add2SumNT_block_chunk:
 	ADDQ     DI, R11
 	CMPQ     R11, R8
 	JB       avx512Add2SumNT_block_chunk
-	VMOVUPS  Z1, (AX)(R9*4)
-	VMOVUPS  Z2, 64(AX)(R9*4)
-	VMOVUPS  Z3, 128(AX)(R9*4)
-	VMOVUPS  Z4, 192(AX)(R9*4)
-	VMOVUPS  Z5, 256(AX)(R9*4)
-	VMOVUPS  Z6, 320(AX)(R9*4)
-	VMOVUPS  Z7, 384(AX)(R9*4)
-	VMOVUPS  Z8, 448(AX)(R9*4)
-	ADDQ     $0x00000080, R9
-	JMP      avx512Add2SumNT_block
+	JMP      avx512Add2SumNT_block_end
+
+avx512Add2SumNT_block_last:
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000000, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z (BX)(R11*4), K1, Z9
+	VMOVUPS.Z (SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, (DX)(R11*4)
+	VMOVUPS   Z9, K1, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000010, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 64(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 64(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 64(DX)(R11*4)
+	VMOVUPS   Z9, K1, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000020, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 128(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 128(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 128(DX)(R11*4)
+	VMOVUPS   Z9, K1, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000030, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 192(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 192(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 192(DX)(R11*4)
+	VMOVUPS   Z9, K1, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000040, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 256(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 256(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 256(DX)(R11*4)
+	VMOVUPS   Z9, K1, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000050, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 320(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 320(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 320(DX)(R11*4)
+	VMOVUPS   Z9, K1, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000060, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 384(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 384(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 384(DX)(R11*4)
+	VMOVUPS   Z9, K1, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R13, R13
+	SUBQ      $0x00000070, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 448(BX)(R11*4), K1, Z9
+	VMOVUPS.Z 448(SI)(R11*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 448(DX)(R11*4)
+	VMOVUPS   Z9, K1, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512Add2SumNT_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512Add2SumNT_block
 
 avx512Add2SumNT_block_done:
 avx512Add2SumNT_vec:
@@ -4963,6 +5763,10 @@ avx512Add2SumNT_vec:
 	MOVQ   R9, R10
 
 avx512Add2SumNT_vec_chunk:
+	MOVQ     R8, R11
+	SUBQ     R10, R11
+	CMPQ     R11, $0x00000010
+	JL       avx512Add2SumNT_vec_last
 	VMOVUPS  (BX)(R10*4), Z1
 	VADDPS   (SI)(R10*4), Z1, Z1
 	VMOVNTPS Z1, (DX)(R10*4)
@@ -4972,16 +5776,34 @@ avx512Add2SumNT_vec_chunk:
 	ADDQ     DI, R10
 	CMPQ     R10, R8
 	JB       avx512Add2SumNT_vec_chunk
-	VMOVUPS  Z10, (AX)(R9*4)
-	ADDQ     $0x00000010, R9
-	JMP      avx512Add2SumNT_vec
+	JMP      avx512Add2SumNT_vec_end
+
+avx512Add2SumNT_vec_last:
+	XORQ      R12, R12
+	SUBQ      $0x00000000, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z (BX)(R10*4), K1, Z1
+	VMOVUPS.Z (SI)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, (DX)(R10*4)
+	VMOVUPS   Z1, K1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, K1, Z10
+
+avx512Add2SumNT_vec_end:
+	VMOVUPS Z10, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512Add2SumNT_vec
 
 avx512Add2SumNT_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512Add3SumNT(part []float32, t []float32, x []float32, a []float32, b []float32, d []float32, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add3SumNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -5010,6 +5832,10 @@ avx512Add3SumNT_block:
 	MOVQ   R10, R12
 
 avx512Add3SumNT_block_chunk:
+	MOVQ     R9, R13
+	SUBQ     R12, R13
+	CMPQ     R13, $0x00000080
+	JL       avx512Add3SumNT_block_last
 	VMOVUPS  (BX)(R12*4), Z9
 	VADDPS   (SI)(R12*4), Z9, Z9
 	VADDPS   (DI)(R12*4), Z9, Z9
@@ -5069,16 +5895,148 @@ avx512Add3SumNT_block_chunk:
 	ADDQ     R8, R12
 	CMPQ     R12, R9
 	JB       avx512Add3SumNT_block_chunk
-	VMOVUPS  Z1, (AX)(R10*4)
-	VMOVUPS  Z2, 64(AX)(R10*4)
-	VMOVUPS  Z3, 128(AX)(R10*4)
-	VMOVUPS  Z4, 192(AX)(R10*4)
-	VMOVUPS  Z5, 256(AX)(R10*4)
-	VMOVUPS  Z6, 320(AX)(R10*4)
-	VMOVUPS  Z7, 384(AX)(R10*4)
-	VMOVUPS  Z8, 448(AX)(R10*4)
-	ADDQ     $0x00000080, R10
-	JMP      avx512Add3SumNT_block
+	JMP      avx512Add3SumNT_block_end
+
+avx512Add3SumNT_block_last:
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000000, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z (BX)(R12*4), K1, Z9
+	VMOVUPS.Z (SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z (DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, (DX)(R12*4)
+	VMOVUPS   Z9, K1, (CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000010, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 64(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 64(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 64(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 64(DX)(R12*4)
+	VMOVUPS   Z9, K1, 64(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000020, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 128(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 128(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 128(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 128(DX)(R12*4)
+	VMOVUPS   Z9, K1, 128(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000030, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 192(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 192(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 192(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 192(DX)(R12*4)
+	VMOVUPS   Z9, K1, 192(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000040, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 256(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 256(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 256(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 256(DX)(R12*4)
+	VMOVUPS   Z9, K1, 256(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000050, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 320(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 320(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 320(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 320(DX)(R12*4)
+	VMOVUPS   Z9, K1, 320(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R15, R15
+	MOVQ      R13, R14
+	SUBQ      $0x00000060, R14
+	CMOVQLT   R15, R14
+	MOVL      $0x0000ffff, R15
+	BZHIL     R14, R15, R14
+	KMOVW     R14, K1
+	VMOVUPS.Z 384(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 384(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 384(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 384(DX)(R12*4)
+	VMOVUPS   Z9, K1, 384(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R14, R14
+	SUBQ      $0x00000070, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 448(BX)(R12*4), K1, Z9
+	VMOVUPS.Z 448(SI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS.Z 448(DI)(R12*4), K1, Z11
+	VADDPS    Z11, Z9, Z9
+	VMOVUPS   Z9, K1, 448(DX)(R12*4)
+	VMOVUPS   Z9, K1, 448(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512Add3SumNT_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512Add3SumNT_block
 
 avx512Add3SumNT_block_done:
 avx512Add3SumNT_vec:
@@ -5088,6 +6046,10 @@ avx512Add3SumNT_vec:
 	MOVQ   R10, R11
 
 avx512Add3SumNT_vec_chunk:
+	MOVQ     R9, R12
+	SUBQ     R11, R12
+	CMPQ     R12, $0x00000010
+	JL       avx512Add3SumNT_vec_last
 	VMOVUPS  (BX)(R11*4), Z1
 	VADDPS   (SI)(R11*4), Z1, Z1
 	VADDPS   (DI)(R11*4), Z1, Z1
@@ -5098,16 +6060,36 @@ avx512Add3SumNT_vec_chunk:
 	ADDQ     R8, R11
 	CMPQ     R11, R9
 	JB       avx512Add3SumNT_vec_chunk
-	VMOVUPS  Z10, (AX)(R10*4)
-	ADDQ     $0x00000010, R10
-	JMP      avx512Add3SumNT_vec
+	JMP      avx512Add3SumNT_vec_end
+
+avx512Add3SumNT_vec_last:
+	XORQ      R13, R13
+	SUBQ      $0x00000000, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z (BX)(R11*4), K1, Z1
+	VMOVUPS.Z (SI)(R11*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS.Z (DI)(R11*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, (DX)(R11*4)
+	VMOVUPS   Z1, K1, (CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, K1, Z10
+
+avx512Add3SumNT_vec_end:
+	VMOVUPS Z10, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512Add3SumNT_vec
 
 avx512Add3SumNT_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512Add2SumAcc(part []float32, t []float32, a []float32, b []float32, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add2SumAcc(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -5134,6 +6116,10 @@ avx512Add2SumAcc_block:
 	MOVQ    R8, R10
 
 avx512Add2SumAcc_block_chunk:
+	MOVQ    DI, R11
+	SUBQ    R10, R11
+	CMPQ    R11, $0x00000080
+	JL      avx512Add2SumAcc_block_last
 	VMOVUPS (DX)(R10*4), Z9
 	VADDPS  (BX)(R10*4), Z9, Z9
 	VMOVUPS Z9, (CX)(R10*4)
@@ -5177,6 +6163,114 @@ avx512Add2SumAcc_block_chunk:
 	ADDQ    SI, R10
 	CMPQ    R10, DI
 	JB      avx512Add2SumAcc_block_chunk
+	JMP     avx512Add2SumAcc_block_end
+
+avx512Add2SumAcc_block_last:
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000000, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z (DX)(R10*4), K1, Z9
+	VMOVUPS.Z (BX)(R10*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, (CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000010, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 64(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 64(BX)(R10*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 64(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000020, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 128(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 128(BX)(R10*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 128(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000030, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 192(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 192(BX)(R10*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 192(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000040, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 256(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 256(BX)(R10*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 256(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000050, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 320(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 320(BX)(R10*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 320(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000060, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 384(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 384(BX)(R10*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 384(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R12, R12
+	SUBQ      $0x00000070, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 448(DX)(R10*4), K1, Z9
+	VMOVUPS.Z 448(BX)(R10*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 448(CX)(R10*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512Add2SumAcc_block_end:
 	VMOVUPS Z1, (AX)(R8*4)
 	VMOVUPS Z2, 64(AX)(R8*4)
 	VMOVUPS Z3, 128(AX)(R8*4)
@@ -5196,6 +6290,10 @@ avx512Add2SumAcc_vec:
 	MOVQ    R8, R9
 
 avx512Add2SumAcc_vec_chunk:
+	MOVQ    DI, R10
+	SUBQ    R9, R10
+	CMPQ    R10, $0x00000010
+	JL      avx512Add2SumAcc_vec_last
 	VMOVUPS (DX)(R9*4), Z2
 	VADDPS  (BX)(R9*4), Z2, Z2
 	VMOVUPS Z2, (CX)(R9*4)
@@ -5204,6 +6302,23 @@ avx512Add2SumAcc_vec_chunk:
 	ADDQ    SI, R9
 	CMPQ    R9, DI
 	JB      avx512Add2SumAcc_vec_chunk
+	JMP     avx512Add2SumAcc_vec_end
+
+avx512Add2SumAcc_vec_last:
+	XORQ      R11, R11
+	SUBQ      $0x00000000, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z (DX)(R9*4), K1, Z2
+	VMOVUPS.Z (BX)(R9*4), K1, Z3
+	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, K1, (CX)(R9*4)
+	VSUBPS    Z0, Z2, Z2
+	VADDPS    Z2, Z1, K1, Z1
+
+avx512Add2SumAcc_vec_end:
 	VMOVUPS Z1, (AX)(R8*4)
 	ADDQ    $0x00000010, R8
 	JMP     avx512Add2SumAcc_vec
@@ -5213,7 +6328,7 @@ avx512Add2SumAcc_vec_done:
 	RET
 
 // func avx512Add3SumAcc(part []float32, t []float32, a []float32, b []float32, d []float32, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Add3SumAcc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -5241,6 +6356,10 @@ avx512Add3SumAcc_block:
 	MOVQ    R9, R11
 
 avx512Add3SumAcc_block_chunk:
+	MOVQ    R8, R12
+	SUBQ    R11, R12
+	CMPQ    R12, $0x00000080
+	JL      avx512Add3SumAcc_block_last
 	VMOVUPS (DX)(R11*4), Z9
 	VADDPS  (BX)(R11*4), Z9, Z9
 	VADDPS  (SI)(R11*4), Z9, Z9
@@ -5292,6 +6411,130 @@ avx512Add3SumAcc_block_chunk:
 	ADDQ    DI, R11
 	CMPQ    R11, R8
 	JB      avx512Add3SumAcc_block_chunk
+	JMP     avx512Add3SumAcc_block_end
+
+avx512Add3SumAcc_block_last:
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000000, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z (DX)(R11*4), K1, Z9
+	VMOVUPS.Z (BX)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS.Z (SI)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, (CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000010, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 64(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 64(BX)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS.Z 64(SI)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 64(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000020, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 128(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 128(BX)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS.Z 128(SI)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 128(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000030, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 192(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 192(BX)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS.Z 192(SI)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 192(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000040, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 256(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 256(BX)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS.Z 256(SI)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 256(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000050, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 320(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 320(BX)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS.Z 320(SI)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 320(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000060, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 384(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 384(BX)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS.Z 384(SI)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 384(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R13, R13
+	SUBQ      $0x00000070, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 448(DX)(R11*4), K1, Z9
+	VMOVUPS.Z 448(BX)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS.Z 448(SI)(R11*4), K1, Z10
+	VADDPS    Z10, Z9, Z9
+	VMOVUPS   Z9, K1, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512Add3SumAcc_block_end:
 	VMOVUPS Z1, (AX)(R9*4)
 	VMOVUPS Z2, 64(AX)(R9*4)
 	VMOVUPS Z3, 128(AX)(R9*4)
@@ -5311,6 +6554,10 @@ avx512Add3SumAcc_vec:
 	MOVQ    R9, R10
 
 avx512Add3SumAcc_vec_chunk:
+	MOVQ    R8, R11
+	SUBQ    R10, R11
+	CMPQ    R11, $0x00000010
+	JL      avx512Add3SumAcc_vec_last
 	VMOVUPS (DX)(R10*4), Z2
 	VADDPS  (BX)(R10*4), Z2, Z2
 	VADDPS  (SI)(R10*4), Z2, Z2
@@ -5320,6 +6567,25 @@ avx512Add3SumAcc_vec_chunk:
 	ADDQ    DI, R10
 	CMPQ    R10, R8
 	JB      avx512Add3SumAcc_vec_chunk
+	JMP     avx512Add3SumAcc_vec_end
+
+avx512Add3SumAcc_vec_last:
+	XORQ      R12, R12
+	SUBQ      $0x00000000, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z (DX)(R10*4), K1, Z2
+	VMOVUPS.Z (BX)(R10*4), K1, Z3
+	VADDPS    Z3, Z2, Z2
+	VMOVUPS.Z (SI)(R10*4), K1, Z3
+	VADDPS    Z3, Z2, Z2
+	VMOVUPS   Z2, K1, (CX)(R10*4)
+	VSUBPS    Z0, Z2, Z2
+	VADDPS    Z2, Z1, K1, Z1
+
+avx512Add3SumAcc_vec_end:
 	VMOVUPS Z1, (AX)(R9*4)
 	ADDQ    $0x00000010, R9
 	JMP     avx512Add3SumAcc_vec
@@ -5329,7 +6595,7 @@ avx512Add3SumAcc_vec_done:
 	RET
 
 // func avx512AddSumF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumF16(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -5356,6 +6622,10 @@ avx512AddSumF16_block:
 	MOVQ   R8, R10
 
 avx512AddSumF16_block_chunk:
+	MOVQ      DI, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000080
+	JL        avx512AddSumF16_block_last
 	VCVTPH2PS (DX)(R10*2), Z9
 	VCVTPH2PS (BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -5407,16 +6677,124 @@ avx512AddSumF16_block_chunk:
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumF16_block_chunk
-	VMOVUPS   Z1, (AX)(R8*4)
-	VMOVUPS   Z2, 64(AX)(R8*4)
-	VMOVUPS   Z3, 128(AX)(R8*4)
-	VMOVUPS   Z4, 192(AX)(R8*4)
-	VMOVUPS   Z5, 256(AX)(R8*4)
-	VMOVUPS   Z6, 320(AX)(R8*4)
-	VMOVUPS   Z7, 384(AX)(R8*4)
-	VMOVUPS   Z8, 448(AX)(R8*4)
-	ADDQ      $0x00000080, R8
-	JMP       avx512AddSumF16_block
+	JMP       avx512AddSumF16_block_end
+
+avx512AddSumF16_block_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 96(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000040, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 128(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 128(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000050, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 160(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 160(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000060, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 192(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 192(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R12, R12
+	SUBQ        $0x00000070, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 224(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 224(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumF16_block_end:
+	VMOVUPS Z1, (AX)(R8*4)
+	VMOVUPS Z2, 64(AX)(R8*4)
+	VMOVUPS Z3, 128(AX)(R8*4)
+	VMOVUPS Z4, 192(AX)(R8*4)
+	VMOVUPS Z5, 256(AX)(R8*4)
+	VMOVUPS Z6, 320(AX)(R8*4)
+	VMOVUPS Z7, 384(AX)(R8*4)
+	VMOVUPS Z8, 448(AX)(R8*4)
+	ADDQ    $0x00000080, R8
+	JMP     avx512AddSumF16_block
 
 avx512AddSumF16_block_done:
 avx512AddSumF16_vec:
@@ -5426,6 +6804,10 @@ avx512AddSumF16_vec:
 	MOVQ   R8, R9
 
 avx512AddSumF16_vec_chunk:
+	MOVQ      DI, R10
+	SUBQ      R9, R10
+	CMPQ      R10, $0x00000010
+	JL        avx512AddSumF16_vec_last
 	VCVTPH2PS (DX)(R9*2), Z1
 	VCVTPH2PS (BX)(R9*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -5435,16 +6817,33 @@ avx512AddSumF16_vec_chunk:
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumF16_vec_chunk
-	VMOVUPS   Z11, (AX)(R8*4)
-	ADDQ      $0x00000010, R8
-	JMP       avx512AddSumF16_vec
+	JMP       avx512AddSumF16_vec_end
+
+avx512AddSumF16_vec_last:
+	XORQ        R11, R11
+	SUBQ        $0x00000000, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VCVTPH2PS.Z (DX)(R9*2), K1, Z1
+	VCVTPH2PS.Z (BX)(R9*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R9*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+
+avx512AddSumF16_vec_end:
+	VMOVUPS Z11, (AX)(R8*4)
+	ADDQ    $0x00000010, R8
+	JMP     avx512AddSumF16_vec
 
 avx512AddSumF16_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16X(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -5472,6 +6871,10 @@ avx512AddSumF16X_block:
 	MOVQ   R9, R11
 
 avx512AddSumF16X_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16X_block_last
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -5539,16 +6942,140 @@ avx512AddSumF16X_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16X_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16X_block
+	JMP       avx512AddSumF16X_block_end
+
+avx512AddSumF16X_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R11*2)
+
+avx512AddSumF16X_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16X_block
 
 avx512AddSumF16X_block_done:
 avx512AddSumF16X_vec:
@@ -5558,6 +7085,10 @@ avx512AddSumF16X_vec:
 	MOVQ   R9, R10
 
 avx512AddSumF16X_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumF16X_vec_last
 	VCVTPH2PS (BX)(R10*2), Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -5569,16 +7100,35 @@ avx512AddSumF16X_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16X_vec_chunk
-	VMOVUPS   Z11, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumF16X_vec
+	JMP       avx512AddSumF16X_vec_end
+
+avx512AddSumF16X_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+
+avx512AddSumF16X_vec_end:
+	VMOVUPS Z11, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumF16X_vec
 
 avx512AddSumF16X_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16NT(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -5606,6 +7156,10 @@ avx512AddSumF16NT_block:
 	MOVQ   R9, R11
 
 avx512AddSumF16NT_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16NT_block_last
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -5673,16 +7227,140 @@ avx512AddSumF16NT_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16NT_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16NT_block
+	JMP       avx512AddSumF16NT_block_end
+
+avx512AddSumF16NT_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R11*2)
+
+avx512AddSumF16NT_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16NT_block
 
 avx512AddSumF16NT_block_done:
 avx512AddSumF16NT_vec:
@@ -5692,6 +7370,10 @@ avx512AddSumF16NT_vec:
 	MOVQ   R9, R10
 
 avx512AddSumF16NT_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumF16NT_vec_last
 	VCVTPH2PS (BX)(R10*2), Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -5703,16 +7385,35 @@ avx512AddSumF16NT_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16NT_vec_chunk
-	VMOVUPS   Z11, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumF16NT_vec
+	JMP       avx512AddSumF16NT_vec_end
+
+avx512AddSumF16NT_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+
+avx512AddSumF16NT_vec_end:
+	VMOVUPS Z11, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumF16NT_vec
 
 avx512AddSumF16NT_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumF16Acc(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -5739,6 +7440,10 @@ avx512AddSumF16Acc_block:
 	MOVQ    R8, R10
 
 avx512AddSumF16Acc_block_chunk:
+	MOVQ      DI, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000080
+	JL        avx512AddSumF16Acc_block_last
 	VCVTPH2PS (DX)(R10*2), Z9
 	VCVTPH2PS (BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -5790,16 +7495,124 @@ avx512AddSumF16Acc_block_chunk:
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumF16Acc_block_chunk
-	VMOVUPS   Z1, (AX)(R8*4)
-	VMOVUPS   Z2, 64(AX)(R8*4)
-	VMOVUPS   Z3, 128(AX)(R8*4)
-	VMOVUPS   Z4, 192(AX)(R8*4)
-	VMOVUPS   Z5, 256(AX)(R8*4)
-	VMOVUPS   Z6, 320(AX)(R8*4)
-	VMOVUPS   Z7, 384(AX)(R8*4)
-	VMOVUPS   Z8, 448(AX)(R8*4)
-	ADDQ      $0x00000080, R8
-	JMP       avx512AddSumF16Acc_block
+	JMP       avx512AddSumF16Acc_block_end
+
+avx512AddSumF16Acc_block_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 96(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000040, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 128(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 128(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000050, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 160(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 160(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000060, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 192(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 192(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R12, R12
+	SUBQ        $0x00000070, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 224(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 224(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumF16Acc_block_end:
+	VMOVUPS Z1, (AX)(R8*4)
+	VMOVUPS Z2, 64(AX)(R8*4)
+	VMOVUPS Z3, 128(AX)(R8*4)
+	VMOVUPS Z4, 192(AX)(R8*4)
+	VMOVUPS Z5, 256(AX)(R8*4)
+	VMOVUPS Z6, 320(AX)(R8*4)
+	VMOVUPS Z7, 384(AX)(R8*4)
+	VMOVUPS Z8, 448(AX)(R8*4)
+	ADDQ    $0x00000080, R8
+	JMP     avx512AddSumF16Acc_block
 
 avx512AddSumF16Acc_block_done:
 avx512AddSumF16Acc_vec:
@@ -5809,6 +7622,10 @@ avx512AddSumF16Acc_vec:
 	MOVQ    R8, R9
 
 avx512AddSumF16Acc_vec_chunk:
+	MOVQ      DI, R10
+	SUBQ      R9, R10
+	CMPQ      R10, $0x00000010
+	JL        avx512AddSumF16Acc_vec_last
 	VCVTPH2PS (DX)(R9*2), Z2
 	VCVTPH2PS (BX)(R9*2), Z3
 	VADDPS    Z3, Z2, Z2
@@ -5818,16 +7635,33 @@ avx512AddSumF16Acc_vec_chunk:
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumF16Acc_vec_chunk
-	VMOVUPS   Z1, (AX)(R8*4)
-	ADDQ      $0x00000010, R8
-	JMP       avx512AddSumF16Acc_vec
+	JMP       avx512AddSumF16Acc_vec_end
+
+avx512AddSumF16Acc_vec_last:
+	XORQ        R11, R11
+	SUBQ        $0x00000000, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VCVTPH2PS.Z (DX)(R9*2), K1, Z2
+	VCVTPH2PS.Z (BX)(R9*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     Z2, K1, (CX)(R9*4)
+	VSUBPS      Z0, Z2, Z2
+	VADDPS      Z2, Z1, K1, Z1
+
+avx512AddSumF16Acc_vec_end:
+	VMOVUPS Z1, (AX)(R8*4)
+	ADDQ    $0x00000010, R8
+	JMP     avx512AddSumF16Acc_vec
 
 avx512AddSumF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16AccX(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -5855,6 +7689,10 @@ avx512AddSumF16AccX_block:
 	MOVQ    R9, R11
 
 avx512AddSumF16AccX_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16AccX_block_last
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -5922,16 +7760,140 @@ avx512AddSumF16AccX_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16AccX_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16AccX_block
+	JMP       avx512AddSumF16AccX_block_end
+
+avx512AddSumF16AccX_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R11*2)
+
+avx512AddSumF16AccX_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16AccX_block
 
 avx512AddSumF16AccX_block_done:
 avx512AddSumF16AccX_vec:
@@ -5941,6 +7903,10 @@ avx512AddSumF16AccX_vec:
 	MOVQ    R9, R10
 
 avx512AddSumF16AccX_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumF16AccX_vec_last
 	VCVTPH2PS (BX)(R10*2), Z2
 	VCVTPH2PS (SI)(R10*2), Z3
 	VADDPS    Z3, Z2, Z2
@@ -5952,16 +7918,35 @@ avx512AddSumF16AccX_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16AccX_vec_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumF16AccX_vec
+	JMP       avx512AddSumF16AccX_vec_end
+
+avx512AddSumF16AccX_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z2
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     Z2, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z2, Z3
+	VADDPS      Z3, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVDQU16   Y2, K1, (DX)(R10*2)
+
+avx512AddSumF16AccX_vec_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumF16AccX_vec
 
 avx512AddSumF16AccX_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16AccNT(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -5989,6 +7974,10 @@ avx512AddSumF16AccNT_block:
 	MOVQ    R9, R11
 
 avx512AddSumF16AccNT_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16AccNT_block_last
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -6056,16 +8045,140 @@ avx512AddSumF16AccNT_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16AccNT_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16AccNT_block
+	JMP       avx512AddSumF16AccNT_block_end
+
+avx512AddSumF16AccNT_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R11*2)
+
+avx512AddSumF16AccNT_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16AccNT_block
 
 avx512AddSumF16AccNT_block_done:
 avx512AddSumF16AccNT_vec:
@@ -6075,6 +8188,10 @@ avx512AddSumF16AccNT_vec:
 	MOVQ    R9, R10
 
 avx512AddSumF16AccNT_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumF16AccNT_vec_last
 	VCVTPH2PS (BX)(R10*2), Z2
 	VCVTPH2PS (SI)(R10*2), Z3
 	VADDPS    Z3, Z2, Z2
@@ -6086,16 +8203,35 @@ avx512AddSumF16AccNT_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16AccNT_vec_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumF16AccNT_vec
+	JMP       avx512AddSumF16AccNT_vec_end
+
+avx512AddSumF16AccNT_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z2
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     Z2, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z2, Z3
+	VADDPS      Z3, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVDQU16   Y2, K1, (DX)(R10*2)
+
+avx512AddSumF16AccNT_vec_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumF16AccNT_vec
 
 avx512AddSumF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16Tree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumF16Tree(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -6122,6 +8258,10 @@ avx512AddSumF16Tree_pairs:
 	MOVQ   R8, R10
 
 avx512AddSumF16Tree_pairs_chunk:
+	MOVQ      DI, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000080
+	JL        avx512AddSumF16Tree_pairs_last
 	VCVTPH2PS (DX)(R10*2), Z9
 	VCVTPH2PS (BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -6173,28 +8313,136 @@ avx512AddSumF16Tree_pairs_chunk:
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumF16Tree_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z10
-	VSHUFPS   $0xdd, Z4, Z3, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, (AX)(R8*1)
-	VSHUFPS   $0x88, Z6, Z5, Z9
-	VSHUFPS   $0xdd, Z6, Z5, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z8, Z7, Z10
-	VSHUFPS   $0xdd, Z8, Z7, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, 64(AX)(R8*1)
-	ADDQ      $0x00000080, R8
-	JMP       avx512AddSumF16Tree_pairs
+	JMP       avx512AddSumF16Tree_pairs_end
+
+avx512AddSumF16Tree_pairs_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 96(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000040, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 128(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 128(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000050, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 160(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 160(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000060, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 192(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 192(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R12, R12
+	SUBQ        $0x00000070, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 224(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 224(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumF16Tree_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z10
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, (AX)(R8*1)
+	VSHUFPS $0x88, Z6, Z5, Z9
+	VSHUFPS $0xdd, Z6, Z5, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z8, Z7, Z10
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R8*1)
+	ADDQ    $0x00000080, R8
+	JMP     avx512AddSumF16Tree_pairs
 
 avx512AddSumF16Tree_pairs_done:
 avx512AddSumF16Tree_group:
@@ -6207,6 +8455,10 @@ avx512AddSumF16Tree_group:
 	MOVQ   R8, R9
 
 avx512AddSumF16Tree_group_chunk:
+	MOVQ      DI, R10
+	SUBQ      R9, R10
+	CMPQ      R10, $0x00000040
+	JL        avx512AddSumF16Tree_group_last
 	VCVTPH2PS (DX)(R9*2), Z1
 	VCVTPH2PS (BX)(R9*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -6234,18 +8486,74 @@ avx512AddSumF16Tree_group_chunk:
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumF16Tree_group_chunk
-	VSHUFPS   $0x88, Z12, Z11, Z1
-	VSHUFPS   $0xdd, Z12, Z11, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z14, Z13, Z2
-	VSHUFPS   $0xdd, Z14, Z13, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R8*1)
-	ADDQ      $0x00000040, R8
-	JMP       avx512AddSumF16Tree_group
+	JMP       avx512AddSumF16Tree_group_end
+
+avx512AddSumF16Tree_group_last:
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z (DX)(R9*2), K1, Z1
+	VCVTPH2PS.Z (BX)(R9*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R9*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000010, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 32(DX)(R9*2), K1, Z1
+	VCVTPH2PS.Z 32(BX)(R9*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R9*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z12, K1, Z12
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000020, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 64(DX)(R9*2), K1, Z1
+	VCVTPH2PS.Z 64(BX)(R9*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R9*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z13, K1, Z13
+	XORQ        R11, R11
+	SUBQ        $0x00000030, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VCVTPH2PS.Z 96(DX)(R9*2), K1, Z1
+	VCVTPH2PS.Z 96(BX)(R9*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R9*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z14, K1, Z14
+
+avx512AddSumF16Tree_group_end:
+	VSHUFPS $0x88, Z12, Z11, Z1
+	VSHUFPS $0xdd, Z12, Z11, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z14, Z13, Z2
+	VSHUFPS $0xdd, Z14, Z13, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R8*1)
+	ADDQ    $0x00000040, R8
+	JMP     avx512AddSumF16Tree_group
 
 avx512AddSumF16Tree_group_done:
 	CMPQ          SI, $0x00000800
@@ -6425,7 +8733,7 @@ avx512AddSumF16Tree_64:
 	RET
 
 // func avx512AddSumF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16TreeX(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -6453,6 +8761,10 @@ avx512AddSumF16TreeX_pairs:
 	MOVQ   R9, R11
 
 avx512AddSumF16TreeX_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16TreeX_pairs_last
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -6520,28 +8832,152 @@ avx512AddSumF16TreeX_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16TreeX_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z10
-	VSHUFPS   $0xdd, Z4, Z3, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, (AX)(R9*1)
-	VSHUFPS   $0x88, Z6, Z5, Z9
-	VSHUFPS   $0xdd, Z6, Z5, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z8, Z7, Z10
-	VSHUFPS   $0xdd, Z8, Z7, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16TreeX_pairs
+	JMP       avx512AddSumF16TreeX_pairs_end
+
+avx512AddSumF16TreeX_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R11*2)
+
+avx512AddSumF16TreeX_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z10
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z9
+	VSHUFPS $0xdd, Z6, Z5, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z8, Z7, Z10
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16TreeX_pairs
 
 avx512AddSumF16TreeX_pairs_done:
 avx512AddSumF16TreeX_group:
@@ -6554,6 +8990,10 @@ avx512AddSumF16TreeX_group:
 	MOVQ   R9, R10
 
 avx512AddSumF16TreeX_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumF16TreeX_group_last
 	VCVTPH2PS (BX)(R10*2), Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -6589,18 +9029,82 @@ avx512AddSumF16TreeX_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16TreeX_group_chunk
-	VSHUFPS   $0x88, Z12, Z11, Z1
-	VSHUFPS   $0xdd, Z12, Z11, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z14, Z13, Z2
-	VSHUFPS   $0xdd, Z14, Z13, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumF16TreeX_group
+	JMP       avx512AddSumF16TreeX_group_end
+
+avx512AddSumF16TreeX_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 32(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z12, K1, Z12
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 64(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z13, K1, Z13
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R10*2)
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 96(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z14, K1, Z14
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R10*2)
+
+avx512AddSumF16TreeX_group_end:
+	VSHUFPS $0x88, Z12, Z11, Z1
+	VSHUFPS $0xdd, Z12, Z11, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z14, Z13, Z2
+	VSHUFPS $0xdd, Z14, Z13, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumF16TreeX_group
 
 avx512AddSumF16TreeX_group_done:
 	CMPQ          DI, $0x00000800
@@ -6780,7 +9284,7 @@ avx512AddSumF16TreeX_64:
 	RET
 
 // func avx512AddSumF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16TreeNT(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -6808,6 +9312,10 @@ avx512AddSumF16TreeNT_pairs:
 	MOVQ   R9, R11
 
 avx512AddSumF16TreeNT_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16TreeNT_pairs_last
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -6875,28 +9383,152 @@ avx512AddSumF16TreeNT_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16TreeNT_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z10
-	VSHUFPS   $0xdd, Z4, Z3, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, (AX)(R9*1)
-	VSHUFPS   $0x88, Z6, Z5, Z9
-	VSHUFPS   $0xdd, Z6, Z5, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z8, Z7, Z10
-	VSHUFPS   $0xdd, Z8, Z7, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16TreeNT_pairs
+	JMP       avx512AddSumF16TreeNT_pairs_end
+
+avx512AddSumF16TreeNT_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R11*2)
+
+avx512AddSumF16TreeNT_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z10
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z9
+	VSHUFPS $0xdd, Z6, Z5, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z8, Z7, Z10
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16TreeNT_pairs
 
 avx512AddSumF16TreeNT_pairs_done:
 avx512AddSumF16TreeNT_group:
@@ -6909,6 +9541,10 @@ avx512AddSumF16TreeNT_group:
 	MOVQ   R9, R10
 
 avx512AddSumF16TreeNT_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumF16TreeNT_group_last
 	VCVTPH2PS (BX)(R10*2), Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -6944,18 +9580,82 @@ avx512AddSumF16TreeNT_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16TreeNT_group_chunk
-	VSHUFPS   $0x88, Z12, Z11, Z1
-	VSHUFPS   $0xdd, Z12, Z11, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z14, Z13, Z2
-	VSHUFPS   $0xdd, Z14, Z13, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumF16TreeNT_group
+	JMP       avx512AddSumF16TreeNT_group_end
+
+avx512AddSumF16TreeNT_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 32(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z12, K1, Z12
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 64(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z13, K1, Z13
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R10*2)
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 96(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z14, K1, Z14
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R10*2)
+
+avx512AddSumF16TreeNT_group_end:
+	VSHUFPS $0x88, Z12, Z11, Z1
+	VSHUFPS $0xdd, Z12, Z11, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z14, Z13, Z2
+	VSHUFPS $0xdd, Z14, Z13, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumF16TreeNT_group
 
 avx512AddSumF16TreeNT_group_done:
 	CMPQ          DI, $0x00000800
@@ -7135,7 +9835,7 @@ avx512AddSumF16TreeNT_64:
 	RET
 
 // func avx512AddSumF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumF16AccTree(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -7162,6 +9862,10 @@ avx512AddSumF16AccTree_pairs:
 	MOVQ    R8, R10
 
 avx512AddSumF16AccTree_pairs_chunk:
+	MOVQ      DI, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000080
+	JL        avx512AddSumF16AccTree_pairs_last
 	VCVTPH2PS (DX)(R10*2), Z9
 	VCVTPH2PS (BX)(R10*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -7213,28 +9917,136 @@ avx512AddSumF16AccTree_pairs_chunk:
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumF16AccTree_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z9, Z2
-	VSHUFPS   $0xdd, Z1, Z9, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R8*1)
-	VSHUFPS   $0x88, Z6, Z5, Z1
-	VSHUFPS   $0xdd, Z6, Z5, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z8, Z7, Z2
-	VSHUFPS   $0xdd, Z8, Z7, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, 64(AX)(R8*1)
-	ADDQ      $0x00000080, R8
-	JMP       avx512AddSumF16AccTree_pairs
+	JMP       avx512AddSumF16AccTree_pairs_end
+
+avx512AddSumF16AccTree_pairs_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 96(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000040, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 128(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 128(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000050, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 160(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 160(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000060, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 192(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 192(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R12, R12
+	SUBQ        $0x00000070, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 224(DX)(R10*2), K1, Z9
+	VCVTPH2PS.Z 224(BX)(R10*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumF16AccTree_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z9, Z2
+	VSHUFPS $0xdd, Z1, Z9, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R8*1)
+	VSHUFPS $0x88, Z6, Z5, Z1
+	VSHUFPS $0xdd, Z6, Z5, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z8, Z7, Z2
+	VSHUFPS $0xdd, Z8, Z7, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, 64(AX)(R8*1)
+	ADDQ    $0x00000080, R8
+	JMP     avx512AddSumF16AccTree_pairs
 
 avx512AddSumF16AccTree_pairs_done:
 avx512AddSumF16AccTree_group:
@@ -7247,6 +10059,10 @@ avx512AddSumF16AccTree_group:
 	MOVQ    R8, R9
 
 avx512AddSumF16AccTree_group_chunk:
+	MOVQ      DI, R10
+	SUBQ      R9, R10
+	CMPQ      R10, $0x00000040
+	JL        avx512AddSumF16AccTree_group_last
 	VCVTPH2PS (DX)(R9*2), Z5
 	VCVTPH2PS (BX)(R9*2), Z6
 	VADDPS    Z6, Z5, Z5
@@ -7274,18 +10090,74 @@ avx512AddSumF16AccTree_group_chunk:
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumF16AccTree_group_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z5
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z5, Z5
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z5, Z2
-	VSHUFPS   $0xdd, Z1, Z5, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R8*1)
-	ADDQ      $0x00000040, R8
-	JMP       avx512AddSumF16AccTree_group
+	JMP       avx512AddSumF16AccTree_group_end
+
+avx512AddSumF16AccTree_group_last:
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z (DX)(R9*2), K1, Z5
+	VCVTPH2PS.Z (BX)(R9*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, (CX)(R9*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z1, K1, Z1
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000010, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 32(DX)(R9*2), K1, Z5
+	VCVTPH2PS.Z 32(BX)(R9*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 64(CX)(R9*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z2, K1, Z2
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000020, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 64(DX)(R9*2), K1, Z5
+	VCVTPH2PS.Z 64(BX)(R9*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 128(CX)(R9*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z3, K1, Z3
+	XORQ        R11, R11
+	SUBQ        $0x00000030, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VCVTPH2PS.Z 96(DX)(R9*2), K1, Z5
+	VCVTPH2PS.Z 96(BX)(R9*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 192(CX)(R9*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z4, K1, Z4
+
+avx512AddSumF16AccTree_group_end:
+	VSHUFPS $0x88, Z2, Z1, Z5
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z5, Z5
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z5, Z2
+	VSHUFPS $0xdd, Z1, Z5, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R8*1)
+	ADDQ    $0x00000040, R8
+	JMP     avx512AddSumF16AccTree_group
 
 avx512AddSumF16AccTree_group_done:
 	CMPQ          SI, $0x00000800
@@ -7465,7 +10337,7 @@ avx512AddSumF16AccTree_64:
 	RET
 
 // func avx512AddSumF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16AccTreeX(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -7493,6 +10365,10 @@ avx512AddSumF16AccTreeX_pairs:
 	MOVQ    R9, R11
 
 avx512AddSumF16AccTreeX_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16AccTreeX_pairs_last
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -7560,28 +10436,152 @@ avx512AddSumF16AccTreeX_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16AccTreeX_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z9, Z2
-	VSHUFPS   $0xdd, Z1, Z9, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R9*1)
-	VSHUFPS   $0x88, Z6, Z5, Z1
-	VSHUFPS   $0xdd, Z6, Z5, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z8, Z7, Z2
-	VSHUFPS   $0xdd, Z8, Z7, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16AccTreeX_pairs
+	JMP       avx512AddSumF16AccTreeX_pairs_end
+
+avx512AddSumF16AccTreeX_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R11*2)
+
+avx512AddSumF16AccTreeX_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z9, Z2
+	VSHUFPS $0xdd, Z1, Z9, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z1
+	VSHUFPS $0xdd, Z6, Z5, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z8, Z7, Z2
+	VSHUFPS $0xdd, Z8, Z7, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16AccTreeX_pairs
 
 avx512AddSumF16AccTreeX_pairs_done:
 avx512AddSumF16AccTreeX_group:
@@ -7594,6 +10594,10 @@ avx512AddSumF16AccTreeX_group:
 	MOVQ    R9, R10
 
 avx512AddSumF16AccTreeX_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumF16AccTreeX_group_last
 	VCVTPH2PS (BX)(R10*2), Z5
 	VCVTPH2PS (SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
@@ -7629,18 +10633,82 @@ avx512AddSumF16AccTreeX_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16AccTreeX_group_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z5
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z5, Z5
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z5, Z2
-	VSHUFPS   $0xdd, Z1, Z5, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumF16AccTreeX_group
+	JMP       avx512AddSumF16AccTreeX_group_end
+
+avx512AddSumF16AccTreeX_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z5
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, (DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z5
+	VCVTPH2PS.Z 32(SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 32(DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z5
+	VCVTPH2PS.Z 64(SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 64(DX)(R10*2)
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z5
+	VCVTPH2PS.Z 96(SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 96(DX)(R10*2)
+
+avx512AddSumF16AccTreeX_group_end:
+	VSHUFPS $0x88, Z2, Z1, Z5
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z5, Z5
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z5, Z2
+	VSHUFPS $0xdd, Z1, Z5, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumF16AccTreeX_group
 
 avx512AddSumF16AccTreeX_group_done:
 	CMPQ          DI, $0x00000800
@@ -7820,7 +10888,7 @@ avx512AddSumF16AccTreeX_64:
 	RET
 
 // func avx512AddSumF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16AccTreeNT(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -7848,6 +10916,10 @@ avx512AddSumF16AccTreeNT_pairs:
 	MOVQ    R9, R11
 
 avx512AddSumF16AccTreeNT_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16AccTreeNT_pairs_last
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -7915,28 +10987,152 @@ avx512AddSumF16AccTreeNT_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16AccTreeNT_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z9, Z2
-	VSHUFPS   $0xdd, Z1, Z9, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R9*1)
-	VSHUFPS   $0x88, Z6, Z5, Z1
-	VSHUFPS   $0xdd, Z6, Z5, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z8, Z7, Z2
-	VSHUFPS   $0xdd, Z8, Z7, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16AccTreeNT_pairs
+	JMP       avx512AddSumF16AccTreeNT_pairs_end
+
+avx512AddSumF16AccTreeNT_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R11*2)
+
+avx512AddSumF16AccTreeNT_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z9, Z2
+	VSHUFPS $0xdd, Z1, Z9, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z1
+	VSHUFPS $0xdd, Z6, Z5, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z8, Z7, Z2
+	VSHUFPS $0xdd, Z8, Z7, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16AccTreeNT_pairs
 
 avx512AddSumF16AccTreeNT_pairs_done:
 avx512AddSumF16AccTreeNT_group:
@@ -7949,6 +11145,10 @@ avx512AddSumF16AccTreeNT_group:
 	MOVQ    R9, R10
 
 avx512AddSumF16AccTreeNT_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumF16AccTreeNT_group_last
 	VCVTPH2PS (BX)(R10*2), Z5
 	VCVTPH2PS (SI)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
@@ -7984,18 +11184,82 @@ avx512AddSumF16AccTreeNT_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16AccTreeNT_group_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z5
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z5, Z5
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z5, Z2
-	VSHUFPS   $0xdd, Z1, Z5, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumF16AccTreeNT_group
+	JMP       avx512AddSumF16AccTreeNT_group_end
+
+avx512AddSumF16AccTreeNT_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z5
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, (DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z5
+	VCVTPH2PS.Z 32(SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 32(DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z5
+	VCVTPH2PS.Z 64(SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 64(DX)(R10*2)
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z5
+	VCVTPH2PS.Z 96(SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 96(DX)(R10*2)
+
+avx512AddSumF16AccTreeNT_group_end:
+	VSHUFPS $0x88, Z2, Z1, Z5
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z5, Z5
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z5, Z2
+	VSHUFPS $0xdd, Z1, Z5, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumF16AccTreeNT_group
 
 avx512AddSumF16AccTreeNT_group_done:
 	CMPQ          DI, $0x00000800
@@ -8175,7 +11439,7 @@ avx512AddSumF16AccTreeNT_64:
 	RET
 
 // func avx512AddSumF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumF16Full(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -8203,6 +11467,10 @@ avx512AddSumF16Full_block:
 	MOVQ   R9, R11
 
 avx512AddSumF16Full_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16Full_block_last
 	VCVTPH2PS (DX)(R11*2), Z9
 	VCVTPH2PS (BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -8270,16 +11538,140 @@ avx512AddSumF16Full_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16Full_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16Full_block
+	JMP       avx512AddSumF16Full_block_end
+
+avx512AddSumF16Full_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumF16Full_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16Full_block
 
 avx512AddSumF16Full_block_done:
 avx512AddSumF16Full_vec:
@@ -8289,6 +11681,10 @@ avx512AddSumF16Full_vec:
 	MOVQ   R9, R10
 
 avx512AddSumF16Full_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumF16Full_vec_last
 	VCVTPH2PS (DX)(R10*2), Z1
 	VCVTPH2PS (BX)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -8300,16 +11696,35 @@ avx512AddSumF16Full_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16Full_vec_chunk
-	VMOVUPS   Z11, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumF16Full_vec
+	JMP       avx512AddSumF16Full_vec_end
+
+avx512AddSumF16Full_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z (DX)(R10*2), K1, Z1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+
+avx512AddSumF16Full_vec_end:
+	VMOVUPS Z11, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumF16Full_vec
 
 avx512AddSumF16Full_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16FullX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -8338,6 +11753,10 @@ avx512AddSumF16FullX_block:
 	MOVQ   R10, R12
 
 avx512AddSumF16FullX_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumF16FullX_block_last
 	VCVTPH2PS (BX)(R12*2), Z9
 	VCVTPH2PS (SI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -8421,16 +11840,156 @@ avx512AddSumF16FullX_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumF16FullX_block_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	VMOVUPS   Z2, 64(AX)(R10*4)
-	VMOVUPS   Z3, 128(AX)(R10*4)
-	VMOVUPS   Z4, 192(AX)(R10*4)
-	VMOVUPS   Z5, 256(AX)(R10*4)
-	VMOVUPS   Z6, 320(AX)(R10*4)
-	VMOVUPS   Z7, 384(AX)(R10*4)
-	VMOVUPS   Z8, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumF16FullX_block
+	JMP       avx512AddSumF16FullX_block_end
+
+avx512AddSumF16FullX_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R12*2)
+
+avx512AddSumF16FullX_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumF16FullX_block
 
 avx512AddSumF16FullX_block_done:
 avx512AddSumF16FullX_vec:
@@ -8440,6 +11999,10 @@ avx512AddSumF16FullX_vec:
 	MOVQ   R10, R11
 
 avx512AddSumF16FullX_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512AddSumF16FullX_vec_last
 	VCVTPH2PS (BX)(R11*2), Z1
 	VCVTPH2PS (SI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -8453,16 +12016,37 @@ avx512AddSumF16FullX_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumF16FullX_vec_chunk
-	VMOVUPS   Z11, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512AddSumF16FullX_vec
+	JMP       avx512AddSumF16FullX_vec_end
+
+avx512AddSumF16FullX_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+
+avx512AddSumF16FullX_vec_end:
+	VMOVUPS Z11, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512AddSumF16FullX_vec
 
 avx512AddSumF16FullX_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16FullNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -8491,6 +12075,10 @@ avx512AddSumF16FullNT_block:
 	MOVQ   R10, R12
 
 avx512AddSumF16FullNT_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumF16FullNT_block_last
 	VCVTPH2PS (BX)(R12*2), Z9
 	VCVTPH2PS (SI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -8574,16 +12162,156 @@ avx512AddSumF16FullNT_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumF16FullNT_block_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	VMOVUPS   Z2, 64(AX)(R10*4)
-	VMOVUPS   Z3, 128(AX)(R10*4)
-	VMOVUPS   Z4, 192(AX)(R10*4)
-	VMOVUPS   Z5, 256(AX)(R10*4)
-	VMOVUPS   Z6, 320(AX)(R10*4)
-	VMOVUPS   Z7, 384(AX)(R10*4)
-	VMOVUPS   Z8, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumF16FullNT_block
+	JMP       avx512AddSumF16FullNT_block_end
+
+avx512AddSumF16FullNT_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R12*2)
+
+avx512AddSumF16FullNT_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumF16FullNT_block
 
 avx512AddSumF16FullNT_block_done:
 avx512AddSumF16FullNT_vec:
@@ -8593,6 +12321,10 @@ avx512AddSumF16FullNT_vec:
 	MOVQ   R10, R11
 
 avx512AddSumF16FullNT_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512AddSumF16FullNT_vec_last
 	VCVTPH2PS (BX)(R11*2), Z1
 	VCVTPH2PS (SI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -8606,16 +12338,37 @@ avx512AddSumF16FullNT_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumF16FullNT_vec_chunk
-	VMOVUPS   Z11, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512AddSumF16FullNT_vec
+	JMP       avx512AddSumF16FullNT_vec_end
+
+avx512AddSumF16FullNT_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+
+avx512AddSumF16FullNT_vec_end:
+	VMOVUPS Z11, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512AddSumF16FullNT_vec
 
 avx512AddSumF16FullNT_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumF16FullAcc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -8643,6 +12396,10 @@ avx512AddSumF16FullAcc_block:
 	MOVQ    R9, R11
 
 avx512AddSumF16FullAcc_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16FullAcc_block_last
 	VCVTPH2PS (DX)(R11*2), Z9
 	VCVTPH2PS (BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -8710,16 +12467,140 @@ avx512AddSumF16FullAcc_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16FullAcc_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16FullAcc_block
+	JMP       avx512AddSumF16FullAcc_block_end
+
+avx512AddSumF16FullAcc_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumF16FullAcc_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16FullAcc_block
 
 avx512AddSumF16FullAcc_block_done:
 avx512AddSumF16FullAcc_vec:
@@ -8729,6 +12610,10 @@ avx512AddSumF16FullAcc_vec:
 	MOVQ    R9, R10
 
 avx512AddSumF16FullAcc_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumF16FullAcc_vec_last
 	VCVTPH2PS (DX)(R10*2), Z2
 	VCVTPH2PS (BX)(R10*2), Z3
 	VADDPS    Z3, Z2, Z2
@@ -8740,16 +12625,35 @@ avx512AddSumF16FullAcc_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16FullAcc_vec_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumF16FullAcc_vec
+	JMP       avx512AddSumF16FullAcc_vec_end
+
+avx512AddSumF16FullAcc_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z (DX)(R10*2), K1, Z2
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     Z2, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z2, Z2
+	VADDPS      Z2, Z1, K1, Z1
+
+avx512AddSumF16FullAcc_vec_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumF16FullAcc_vec
 
 avx512AddSumF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16FullAccX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -8778,6 +12682,10 @@ avx512AddSumF16FullAccX_block:
 	MOVQ    R10, R12
 
 avx512AddSumF16FullAccX_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumF16FullAccX_block_last
 	VCVTPH2PS (BX)(R12*2), Z9
 	VCVTPH2PS (SI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -8861,16 +12769,156 @@ avx512AddSumF16FullAccX_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumF16FullAccX_block_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	VMOVUPS   Z2, 64(AX)(R10*4)
-	VMOVUPS   Z3, 128(AX)(R10*4)
-	VMOVUPS   Z4, 192(AX)(R10*4)
-	VMOVUPS   Z5, 256(AX)(R10*4)
-	VMOVUPS   Z6, 320(AX)(R10*4)
-	VMOVUPS   Z7, 384(AX)(R10*4)
-	VMOVUPS   Z8, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumF16FullAccX_block
+	JMP       avx512AddSumF16FullAccX_block_end
+
+avx512AddSumF16FullAccX_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R12*2)
+
+avx512AddSumF16FullAccX_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumF16FullAccX_block
 
 avx512AddSumF16FullAccX_block_done:
 avx512AddSumF16FullAccX_vec:
@@ -8880,6 +12928,10 @@ avx512AddSumF16FullAccX_vec:
 	MOVQ    R10, R11
 
 avx512AddSumF16FullAccX_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512AddSumF16FullAccX_vec_last
 	VCVTPH2PS (BX)(R11*2), Z2
 	VCVTPH2PS (SI)(R11*2), Z3
 	VADDPS    Z3, Z2, Z2
@@ -8893,16 +12945,37 @@ avx512AddSumF16FullAccX_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumF16FullAccX_vec_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512AddSumF16FullAccX_vec
+	JMP       avx512AddSumF16FullAccX_vec_end
+
+avx512AddSumF16FullAccX_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z2
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     Z2, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z2, Z3
+	VADDPS      Z3, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVDQU16   Y2, K1, (DX)(R11*2)
+
+avx512AddSumF16FullAccX_vec_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512AddSumF16FullAccX_vec
 
 avx512AddSumF16FullAccX_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16FullAccNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -8931,6 +13004,10 @@ avx512AddSumF16FullAccNT_block:
 	MOVQ    R10, R12
 
 avx512AddSumF16FullAccNT_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumF16FullAccNT_block_last
 	VCVTPH2PS (BX)(R12*2), Z9
 	VCVTPH2PS (SI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -9014,16 +13091,156 @@ avx512AddSumF16FullAccNT_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumF16FullAccNT_block_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	VMOVUPS   Z2, 64(AX)(R10*4)
-	VMOVUPS   Z3, 128(AX)(R10*4)
-	VMOVUPS   Z4, 192(AX)(R10*4)
-	VMOVUPS   Z5, 256(AX)(R10*4)
-	VMOVUPS   Z6, 320(AX)(R10*4)
-	VMOVUPS   Z7, 384(AX)(R10*4)
-	VMOVUPS   Z8, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumF16FullAccNT_block
+	JMP       avx512AddSumF16FullAccNT_block_end
+
+avx512AddSumF16FullAccNT_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R12*2)
+
+avx512AddSumF16FullAccNT_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumF16FullAccNT_block
 
 avx512AddSumF16FullAccNT_block_done:
 avx512AddSumF16FullAccNT_vec:
@@ -9033,6 +13250,10 @@ avx512AddSumF16FullAccNT_vec:
 	MOVQ    R10, R11
 
 avx512AddSumF16FullAccNT_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512AddSumF16FullAccNT_vec_last
 	VCVTPH2PS (BX)(R11*2), Z2
 	VCVTPH2PS (SI)(R11*2), Z3
 	VADDPS    Z3, Z2, Z2
@@ -9046,16 +13267,37 @@ avx512AddSumF16FullAccNT_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumF16FullAccNT_vec_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512AddSumF16FullAccNT_vec
+	JMP       avx512AddSumF16FullAccNT_vec_end
+
+avx512AddSumF16FullAccNT_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z2
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     Z2, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z2, Z3
+	VADDPS      Z3, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVDQU16   Y2, K1, (DX)(R11*2)
+
+avx512AddSumF16FullAccNT_vec_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512AddSumF16FullAccNT_vec
 
 avx512AddSumF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumF16FullTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumF16FullTree(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -9083,6 +13325,10 @@ avx512AddSumF16FullTree_pairs:
 	MOVQ   R9, R11
 
 avx512AddSumF16FullTree_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16FullTree_pairs_last
 	VCVTPH2PS (DX)(R11*2), Z9
 	VCVTPH2PS (BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -9150,28 +13396,152 @@ avx512AddSumF16FullTree_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16FullTree_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z10
-	VSHUFPS   $0xdd, Z4, Z3, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, (AX)(R9*1)
-	VSHUFPS   $0x88, Z6, Z5, Z9
-	VSHUFPS   $0xdd, Z6, Z5, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z8, Z7, Z10
-	VSHUFPS   $0xdd, Z8, Z7, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16FullTree_pairs
+	JMP       avx512AddSumF16FullTree_pairs_end
+
+avx512AddSumF16FullTree_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumF16FullTree_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z10
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z9
+	VSHUFPS $0xdd, Z6, Z5, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z8, Z7, Z10
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16FullTree_pairs
 
 avx512AddSumF16FullTree_pairs_done:
 avx512AddSumF16FullTree_group:
@@ -9184,6 +13554,10 @@ avx512AddSumF16FullTree_group:
 	MOVQ   R9, R10
 
 avx512AddSumF16FullTree_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumF16FullTree_group_last
 	VCVTPH2PS (DX)(R10*2), Z1
 	VCVTPH2PS (BX)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -9219,18 +13593,82 @@ avx512AddSumF16FullTree_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16FullTree_group_chunk
-	VSHUFPS   $0x88, Z12, Z11, Z1
-	VSHUFPS   $0xdd, Z12, Z11, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z14, Z13, Z2
-	VSHUFPS   $0xdd, Z14, Z13, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumF16FullTree_group
+	JMP       avx512AddSumF16FullTree_group_end
+
+avx512AddSumF16FullTree_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (DX)(R10*2), K1, Z1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(DX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z 32(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z12, K1, Z12
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(DX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z 64(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z13, K1, Z13
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 96(DX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z 96(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z14, K1, Z14
+
+avx512AddSumF16FullTree_group_end:
+	VSHUFPS $0x88, Z12, Z11, Z1
+	VSHUFPS $0xdd, Z12, Z11, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z14, Z13, Z2
+	VSHUFPS $0xdd, Z14, Z13, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumF16FullTree_group
 
 avx512AddSumF16FullTree_group_done:
 	CMPQ          DI, $0x00000800
@@ -9410,7 +13848,7 @@ avx512AddSumF16FullTree_64:
 	RET
 
 // func avx512AddSumF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16FullTreeX(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -9439,6 +13877,10 @@ avx512AddSumF16FullTreeX_pairs:
 	MOVQ   R10, R12
 
 avx512AddSumF16FullTreeX_pairs_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumF16FullTreeX_pairs_last
 	VCVTPH2PS (BX)(R12*2), Z9
 	VCVTPH2PS (SI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -9522,28 +13964,168 @@ avx512AddSumF16FullTreeX_pairs_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumF16FullTreeX_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z10
-	VSHUFPS   $0xdd, Z4, Z3, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, (AX)(R10*1)
-	VSHUFPS   $0x88, Z6, Z5, Z9
-	VSHUFPS   $0xdd, Z6, Z5, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z8, Z7, Z10
-	VSHUFPS   $0xdd, Z8, Z7, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, 64(AX)(R10*1)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumF16FullTreeX_pairs
+	JMP       avx512AddSumF16FullTreeX_pairs_end
+
+avx512AddSumF16FullTreeX_pairs_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R12*2)
+
+avx512AddSumF16FullTreeX_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z10
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, (AX)(R10*1)
+	VSHUFPS $0x88, Z6, Z5, Z9
+	VSHUFPS $0xdd, Z6, Z5, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z8, Z7, Z10
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R10*1)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumF16FullTreeX_pairs
 
 avx512AddSumF16FullTreeX_pairs_done:
 avx512AddSumF16FullTreeX_group:
@@ -9556,6 +14138,10 @@ avx512AddSumF16FullTreeX_group:
 	MOVQ   R10, R11
 
 avx512AddSumF16FullTreeX_group_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000040
+	JL        avx512AddSumF16FullTreeX_group_last
 	VCVTPH2PS (BX)(R11*2), Z1
 	VCVTPH2PS (SI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -9599,18 +14185,90 @@ avx512AddSumF16FullTreeX_group_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumF16FullTreeX_group_chunk
-	VSHUFPS   $0x88, Z12, Z11, Z1
-	VSHUFPS   $0xdd, Z12, Z11, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z14, Z13, Z2
-	VSHUFPS   $0xdd, Z14, Z13, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R10*1)
-	ADDQ      $0x00000040, R10
-	JMP       avx512AddSumF16FullTreeX_group
+	JMP       avx512AddSumF16FullTreeX_group_end
+
+avx512AddSumF16FullTreeX_group_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z 32(DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z12, K1, Z12
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z 64(DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z13, K1, Z13
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z 96(DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z14, K1, Z14
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R11*2)
+
+avx512AddSumF16FullTreeX_group_end:
+	VSHUFPS $0x88, Z12, Z11, Z1
+	VSHUFPS $0xdd, Z12, Z11, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z14, Z13, Z2
+	VSHUFPS $0xdd, Z14, Z13, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R10*1)
+	ADDQ    $0x00000040, R10
+	JMP     avx512AddSumF16FullTreeX_group
 
 avx512AddSumF16FullTreeX_group_done:
 	CMPQ          R8, $0x00000800
@@ -9790,7 +14448,7 @@ avx512AddSumF16FullTreeX_64:
 	RET
 
 // func avx512AddSumF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16FullTreeNT(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -9819,6 +14477,10 @@ avx512AddSumF16FullTreeNT_pairs:
 	MOVQ   R10, R12
 
 avx512AddSumF16FullTreeNT_pairs_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumF16FullTreeNT_pairs_last
 	VCVTPH2PS (BX)(R12*2), Z9
 	VCVTPH2PS (SI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -9902,28 +14564,168 @@ avx512AddSumF16FullTreeNT_pairs_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumF16FullTreeNT_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z10
-	VSHUFPS   $0xdd, Z4, Z3, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, (AX)(R10*1)
-	VSHUFPS   $0x88, Z6, Z5, Z9
-	VSHUFPS   $0xdd, Z6, Z5, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z8, Z7, Z10
-	VSHUFPS   $0xdd, Z8, Z7, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, 64(AX)(R10*1)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumF16FullTreeNT_pairs
+	JMP       avx512AddSumF16FullTreeNT_pairs_end
+
+avx512AddSumF16FullTreeNT_pairs_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R12*2)
+
+avx512AddSumF16FullTreeNT_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z10
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, (AX)(R10*1)
+	VSHUFPS $0x88, Z6, Z5, Z9
+	VSHUFPS $0xdd, Z6, Z5, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z8, Z7, Z10
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R10*1)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumF16FullTreeNT_pairs
 
 avx512AddSumF16FullTreeNT_pairs_done:
 avx512AddSumF16FullTreeNT_group:
@@ -9936,6 +14738,10 @@ avx512AddSumF16FullTreeNT_group:
 	MOVQ   R10, R11
 
 avx512AddSumF16FullTreeNT_group_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000040
+	JL        avx512AddSumF16FullTreeNT_group_last
 	VCVTPH2PS (BX)(R11*2), Z1
 	VCVTPH2PS (SI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -9979,18 +14785,90 @@ avx512AddSumF16FullTreeNT_group_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumF16FullTreeNT_group_chunk
-	VSHUFPS   $0x88, Z12, Z11, Z1
-	VSHUFPS   $0xdd, Z12, Z11, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z14, Z13, Z2
-	VSHUFPS   $0xdd, Z14, Z13, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R10*1)
-	ADDQ      $0x00000040, R10
-	JMP       avx512AddSumF16FullTreeNT_group
+	JMP       avx512AddSumF16FullTreeNT_group_end
+
+avx512AddSumF16FullTreeNT_group_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z 32(DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z12, K1, Z12
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z 64(DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z13, K1, Z13
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPH2PS.Z 96(DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z2
+	VADDPS      Z2, Z14, K1, Z14
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R11*2)
+
+avx512AddSumF16FullTreeNT_group_end:
+	VSHUFPS $0x88, Z12, Z11, Z1
+	VSHUFPS $0xdd, Z12, Z11, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z14, Z13, Z2
+	VSHUFPS $0xdd, Z14, Z13, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R10*1)
+	ADDQ    $0x00000040, R10
+	JMP     avx512AddSumF16FullTreeNT_group
 
 avx512AddSumF16FullTreeNT_group_done:
 	CMPQ          R8, $0x00000800
@@ -10170,7 +15048,7 @@ avx512AddSumF16FullTreeNT_64:
 	RET
 
 // func avx512AddSumF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumF16FullAccTree(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -10198,6 +15076,10 @@ avx512AddSumF16FullAccTree_pairs:
 	MOVQ    R9, R11
 
 avx512AddSumF16FullAccTree_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumF16FullAccTree_pairs_last
 	VCVTPH2PS (DX)(R11*2), Z9
 	VCVTPH2PS (BX)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -10265,28 +15147,152 @@ avx512AddSumF16FullAccTree_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumF16FullAccTree_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z9, Z2
-	VSHUFPS   $0xdd, Z1, Z9, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R9*1)
-	VSHUFPS   $0x88, Z6, Z5, Z1
-	VSHUFPS   $0xdd, Z6, Z5, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z8, Z7, Z2
-	VSHUFPS   $0xdd, Z8, Z7, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumF16FullAccTree_pairs
+	JMP       avx512AddSumF16FullAccTree_pairs_end
+
+avx512AddSumF16FullAccTree_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(DX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumF16FullAccTree_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z9, Z2
+	VSHUFPS $0xdd, Z1, Z9, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z1
+	VSHUFPS $0xdd, Z6, Z5, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z8, Z7, Z2
+	VSHUFPS $0xdd, Z8, Z7, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumF16FullAccTree_pairs
 
 avx512AddSumF16FullAccTree_pairs_done:
 avx512AddSumF16FullAccTree_group:
@@ -10299,6 +15305,10 @@ avx512AddSumF16FullAccTree_group:
 	MOVQ    R9, R10
 
 avx512AddSumF16FullAccTree_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumF16FullAccTree_group_last
 	VCVTPH2PS (DX)(R10*2), Z5
 	VCVTPH2PS (BX)(R10*2), Z6
 	VADDPS    Z6, Z5, Z5
@@ -10334,18 +15344,82 @@ avx512AddSumF16FullAccTree_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumF16FullAccTree_group_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z5
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z5, Z5
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z5, Z2
-	VSHUFPS   $0xdd, Z1, Z5, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumF16FullAccTree_group
+	JMP       avx512AddSumF16FullAccTree_group_end
+
+avx512AddSumF16FullAccTree_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (DX)(R10*2), K1, Z5
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z1, K1, Z1
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(DX)(R10*2), K1, Z5
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z 32(SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z2, K1, Z2
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(DX)(R10*2), K1, Z5
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z 64(SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z3, K1, Z3
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 96(DX)(R10*2), K1, Z5
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z 96(SI)(R10*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z4, K1, Z4
+
+avx512AddSumF16FullAccTree_group_end:
+	VSHUFPS $0x88, Z2, Z1, Z5
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z5, Z5
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z5, Z2
+	VSHUFPS $0xdd, Z1, Z5, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumF16FullAccTree_group
 
 avx512AddSumF16FullAccTree_group_done:
 	CMPQ          DI, $0x00000800
@@ -10525,7 +15599,7 @@ avx512AddSumF16FullAccTree_64:
 	RET
 
 // func avx512AddSumF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16FullAccTreeX(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -10554,6 +15628,10 @@ avx512AddSumF16FullAccTreeX_pairs:
 	MOVQ    R10, R12
 
 avx512AddSumF16FullAccTreeX_pairs_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumF16FullAccTreeX_pairs_last
 	VCVTPH2PS (BX)(R12*2), Z9
 	VCVTPH2PS (SI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -10637,28 +15715,168 @@ avx512AddSumF16FullAccTreeX_pairs_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumF16FullAccTreeX_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z9, Z2
-	VSHUFPS   $0xdd, Z1, Z9, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R10*1)
-	VSHUFPS   $0x88, Z6, Z5, Z1
-	VSHUFPS   $0xdd, Z6, Z5, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z8, Z7, Z2
-	VSHUFPS   $0xdd, Z8, Z7, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, 64(AX)(R10*1)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumF16FullAccTreeX_pairs
+	JMP       avx512AddSumF16FullAccTreeX_pairs_end
+
+avx512AddSumF16FullAccTreeX_pairs_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R12*2)
+
+avx512AddSumF16FullAccTreeX_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z9, Z2
+	VSHUFPS $0xdd, Z1, Z9, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R10*1)
+	VSHUFPS $0x88, Z6, Z5, Z1
+	VSHUFPS $0xdd, Z6, Z5, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z8, Z7, Z2
+	VSHUFPS $0xdd, Z8, Z7, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, 64(AX)(R10*1)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumF16FullAccTreeX_pairs
 
 avx512AddSumF16FullAccTreeX_pairs_done:
 avx512AddSumF16FullAccTreeX_group:
@@ -10671,6 +15889,10 @@ avx512AddSumF16FullAccTreeX_group:
 	MOVQ    R10, R11
 
 avx512AddSumF16FullAccTreeX_group_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000040
+	JL        avx512AddSumF16FullAccTreeX_group_last
 	VCVTPH2PS (BX)(R11*2), Z5
 	VCVTPH2PS (SI)(R11*2), Z6
 	VADDPS    Z6, Z5, Z5
@@ -10714,18 +15936,90 @@ avx512AddSumF16FullAccTreeX_group_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumF16FullAccTreeX_group_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z5
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z5, Z5
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z5, Z2
-	VSHUFPS   $0xdd, Z1, Z5, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R10*1)
-	ADDQ      $0x00000040, R10
-	JMP       avx512AddSumF16FullAccTreeX_group
+	JMP       avx512AddSumF16FullAccTreeX_group_end
+
+avx512AddSumF16FullAccTreeX_group_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z5
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z5
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z 32(DI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z5
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z 64(DI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 64(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z5
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z 96(DI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 96(DX)(R11*2)
+
+avx512AddSumF16FullAccTreeX_group_end:
+	VSHUFPS $0x88, Z2, Z1, Z5
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z5, Z5
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z5, Z2
+	VSHUFPS $0xdd, Z1, Z5, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R10*1)
+	ADDQ    $0x00000040, R10
+	JMP     avx512AddSumF16FullAccTreeX_group
 
 avx512AddSumF16FullAccTreeX_group_done:
 	CMPQ          R8, $0x00000800
@@ -10905,7 +16199,7 @@ avx512AddSumF16FullAccTreeX_64:
 	RET
 
 // func avx512AddSumF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumF16FullAccTreeNT(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -10934,6 +16228,10 @@ avx512AddSumF16FullAccTreeNT_pairs:
 	MOVQ    R10, R12
 
 avx512AddSumF16FullAccTreeNT_pairs_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumF16FullAccTreeNT_pairs_last
 	VCVTPH2PS (BX)(R12*2), Z9
 	VCVTPH2PS (SI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -11017,28 +16315,168 @@ avx512AddSumF16FullAccTreeNT_pairs_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumF16FullAccTreeNT_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z9, Z2
-	VSHUFPS   $0xdd, Z1, Z9, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R10*1)
-	VSHUFPS   $0x88, Z6, Z5, Z1
-	VSHUFPS   $0xdd, Z6, Z5, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z8, Z7, Z2
-	VSHUFPS   $0xdd, Z8, Z7, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, 64(AX)(R10*1)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumF16FullAccTreeNT_pairs
+	JMP       avx512AddSumF16FullAccTreeNT_pairs_end
+
+avx512AddSumF16FullAccTreeNT_pairs_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z5, K1, Z5
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z6, K1, Z6
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z7, K1, Z7
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z10
+	VADDPS      Z10, Z8, K1, Z8
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R12*2)
+
+avx512AddSumF16FullAccTreeNT_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z9, Z2
+	VSHUFPS $0xdd, Z1, Z9, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R10*1)
+	VSHUFPS $0x88, Z6, Z5, Z1
+	VSHUFPS $0xdd, Z6, Z5, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z8, Z7, Z2
+	VSHUFPS $0xdd, Z8, Z7, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, 64(AX)(R10*1)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumF16FullAccTreeNT_pairs
 
 avx512AddSumF16FullAccTreeNT_pairs_done:
 avx512AddSumF16FullAccTreeNT_group:
@@ -11051,6 +16489,10 @@ avx512AddSumF16FullAccTreeNT_group:
 	MOVQ    R10, R11
 
 avx512AddSumF16FullAccTreeNT_group_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000040
+	JL        avx512AddSumF16FullAccTreeNT_group_last
 	VCVTPH2PS (BX)(R11*2), Z5
 	VCVTPH2PS (SI)(R11*2), Z6
 	VADDPS    Z6, Z5, Z5
@@ -11094,18 +16536,90 @@ avx512AddSumF16FullAccTreeNT_group_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumF16FullAccTreeNT_group_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z5
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z5, Z5
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z5, Z2
-	VSHUFPS   $0xdd, Z1, Z5, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R10*1)
-	ADDQ      $0x00000040, R10
-	JMP       avx512AddSumF16FullAccTreeNT_group
+	JMP       avx512AddSumF16FullAccTreeNT_group_end
+
+avx512AddSumF16FullAccTreeNT_group_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z5
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z1, K1, Z1
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z5
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z 32(DI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z2, K1, Z2
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z5
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z 64(DI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z3, K1, Z3
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 64(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z5
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VCVTPH2PS.Z 96(DI)(R11*2), K1, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z5, Z6
+	VADDPS      Z6, Z4, K1, Z4
+	VCVTPS2PH   $0x00, Z5, Y5
+	VMOVDQU16   Y5, K1, 96(DX)(R11*2)
+
+avx512AddSumF16FullAccTreeNT_group_end:
+	VSHUFPS $0x88, Z2, Z1, Z5
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z5, Z5
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z5, Z2
+	VSHUFPS $0xdd, Z1, Z5, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R10*1)
+	ADDQ    $0x00000040, R10
+	JMP     avx512AddSumF16FullAccTreeNT_group
 
 avx512AddSumF16FullAccTreeNT_group_done:
 	CMPQ          R8, $0x00000800
@@ -11285,7 +16799,7 @@ avx512AddSumF16FullAccTreeNT_64:
 	RET
 
 // func avx512AddSumBF16(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumBF16(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -11312,6 +16826,10 @@ avx512AddSumBF16_block:
 	MOVQ   R8, R10
 
 avx512AddSumBF16_block_chunk:
+	MOVQ      DI, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000080
+	JL        avx512AddSumBF16_block_last
 	VPMOVZXWD (DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD (BX)(R10*2), Z10
@@ -11379,16 +16897,140 @@ avx512AddSumBF16_block_chunk:
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumBF16_block_chunk
-	VMOVUPS   Z1, (AX)(R8*4)
-	VMOVUPS   Z2, 64(AX)(R8*4)
-	VMOVUPS   Z3, 128(AX)(R8*4)
-	VMOVUPS   Z4, 192(AX)(R8*4)
-	VMOVUPS   Z5, 256(AX)(R8*4)
-	VMOVUPS   Z6, 320(AX)(R8*4)
-	VMOVUPS   Z7, 384(AX)(R8*4)
-	VMOVUPS   Z8, 448(AX)(R8*4)
-	ADDQ      $0x00000080, R8
-	JMP       avx512AddSumBF16_block
+	JMP       avx512AddSumBF16_block_end
+
+avx512AddSumBF16_block_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 32(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 32(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 64(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 64(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 96(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 96(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000040, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 128(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 128(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000050, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 160(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 160(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000060, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 192(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 192(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R12, R12
+	SUBQ        $0x00000070, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 224(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 224(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumBF16_block_end:
+	VMOVUPS Z1, (AX)(R8*4)
+	VMOVUPS Z2, 64(AX)(R8*4)
+	VMOVUPS Z3, 128(AX)(R8*4)
+	VMOVUPS Z4, 192(AX)(R8*4)
+	VMOVUPS Z5, 256(AX)(R8*4)
+	VMOVUPS Z6, 320(AX)(R8*4)
+	VMOVUPS Z7, 384(AX)(R8*4)
+	VMOVUPS Z8, 448(AX)(R8*4)
+	ADDQ    $0x00000080, R8
+	JMP     avx512AddSumBF16_block
 
 avx512AddSumBF16_block_done:
 avx512AddSumBF16_vec:
@@ -11398,6 +17040,10 @@ avx512AddSumBF16_vec:
 	MOVQ   R8, R9
 
 avx512AddSumBF16_vec_chunk:
+	MOVQ      DI, R10
+	SUBQ      R9, R10
+	CMPQ      R10, $0x00000010
+	JL        avx512AddSumBF16_vec_last
 	VPMOVZXWD (DX)(R9*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (BX)(R9*2), Z2
@@ -11409,16 +17055,35 @@ avx512AddSumBF16_vec_chunk:
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumBF16_vec_chunk
-	VMOVUPS   Z11, (AX)(R8*4)
-	ADDQ      $0x00000010, R8
-	JMP       avx512AddSumBF16_vec
+	JMP       avx512AddSumBF16_vec_end
+
+avx512AddSumBF16_vec_last:
+	XORQ        R11, R11
+	SUBQ        $0x00000000, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VPMOVZXWD.Z (DX)(R9*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (BX)(R9*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R9*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+
+avx512AddSumBF16_vec_end:
+	VMOVUPS Z11, (AX)(R8*4)
+	ADDQ    $0x00000010, R8
+	JMP     avx512AddSumBF16_vec
 
 avx512AddSumBF16_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16X(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16X(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -11461,6 +17126,10 @@ avx512AddSumBF16X_block:
 	MOVQ   R9, R11
 
 avx512AddSumBF16X_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16X_block_last
 	VPMOVZXWD (BX)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VPMOVZXWD (SI)(R11*2), Z16
@@ -11616,16 +17285,228 @@ avx512AddSumBF16X_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16X_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16X_block
+	JMP       avx512AddSumBF16X_block_end
+
+avx512AddSumBF16X_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, (CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z1, K1, Z1
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 64(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z2, K1, Z2
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 128(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z3, K1, Z3
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 192(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z4, K1, Z4
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 256(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z5, K1, Z5
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 320(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z6, K1, Z6
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 384(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z7, K1, Z7
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 448(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z8, K1, Z8
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 224(DX)(R11*2)
+
+avx512AddSumBF16X_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16X_block
 
 avx512AddSumBF16X_block_done:
 avx512AddSumBF16X_vec:
@@ -11635,6 +17516,10 @@ avx512AddSumBF16X_vec:
 	MOVQ   R9, R10
 
 avx512AddSumBF16X_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumBF16X_vec_last
 	VPMOVZXWD (BX)(R10*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (SI)(R10*2), Z2
@@ -11657,16 +17542,46 @@ avx512AddSumBF16X_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16X_vec_chunk
-	VMOVUPS   Z9, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumBF16X_vec
+	JMP       avx512AddSumBF16X_vec_end
+
+avx512AddSumBF16X_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z14, Z1, Z2
+	VADDPS      Z2, Z9, K1, Z9
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z10, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z11, Z1, Z1
+	VPCMPGTD    Z12, Z1, K2
+	VPORD       Z13, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+
+avx512AddSumBF16X_vec_end:
+	VMOVUPS Z9, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumBF16X_vec
 
 avx512AddSumBF16X_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16NT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16NT(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -11709,6 +17624,10 @@ avx512AddSumBF16NT_block:
 	MOVQ   R9, R11
 
 avx512AddSumBF16NT_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16NT_block_last
 	VPMOVZXWD (BX)(R11*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VPMOVZXWD (SI)(R11*2), Z16
@@ -11864,16 +17783,228 @@ avx512AddSumBF16NT_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16NT_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16NT_block
+	JMP       avx512AddSumBF16NT_block_end
+
+avx512AddSumBF16NT_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, (CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z1, K1, Z1
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 64(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z2, K1, Z2
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 128(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z3, K1, Z3
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 192(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z4, K1, Z4
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 256(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z5, K1, Z5
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 320(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z6, K1, Z6
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 384(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z7, K1, Z7
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 448(CX)(R11*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z8, K1, Z8
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 224(DX)(R11*2)
+
+avx512AddSumBF16NT_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16NT_block
 
 avx512AddSumBF16NT_block_done:
 avx512AddSumBF16NT_vec:
@@ -11883,6 +18014,10 @@ avx512AddSumBF16NT_vec:
 	MOVQ   R9, R10
 
 avx512AddSumBF16NT_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumBF16NT_vec_last
 	VPMOVZXWD (BX)(R10*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (SI)(R10*2), Z2
@@ -11905,16 +18040,46 @@ avx512AddSumBF16NT_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16NT_vec_chunk
-	VMOVUPS   Z9, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumBF16NT_vec
+	JMP       avx512AddSumBF16NT_vec_end
+
+avx512AddSumBF16NT_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z14, Z1, Z2
+	VADDPS      Z2, Z9, K1, Z9
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z10, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z11, Z1, Z1
+	VPCMPGTD    Z12, Z1, K2
+	VPORD       Z13, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+
+avx512AddSumBF16NT_vec_end:
+	VMOVUPS Z9, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumBF16NT_vec
 
 avx512AddSumBF16NT_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16Acc(part []float32, t []float32, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumBF16Acc(SB), NOSPLIT, $0-100
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -11941,6 +18106,10 @@ avx512AddSumBF16Acc_block:
 	MOVQ    R8, R10
 
 avx512AddSumBF16Acc_block_chunk:
+	MOVQ      DI, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000080
+	JL        avx512AddSumBF16Acc_block_last
 	VPMOVZXWD (DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD (BX)(R10*2), Z10
@@ -12008,16 +18177,140 @@ avx512AddSumBF16Acc_block_chunk:
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumBF16Acc_block_chunk
-	VMOVUPS   Z1, (AX)(R8*4)
-	VMOVUPS   Z2, 64(AX)(R8*4)
-	VMOVUPS   Z3, 128(AX)(R8*4)
-	VMOVUPS   Z4, 192(AX)(R8*4)
-	VMOVUPS   Z5, 256(AX)(R8*4)
-	VMOVUPS   Z6, 320(AX)(R8*4)
-	VMOVUPS   Z7, 384(AX)(R8*4)
-	VMOVUPS   Z8, 448(AX)(R8*4)
-	ADDQ      $0x00000080, R8
-	JMP       avx512AddSumBF16Acc_block
+	JMP       avx512AddSumBF16Acc_block_end
+
+avx512AddSumBF16Acc_block_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 32(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 32(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 64(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 64(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 96(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 96(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000040, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 128(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 128(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000050, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 160(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 160(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000060, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 192(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 192(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R12, R12
+	SUBQ        $0x00000070, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 224(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 224(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumBF16Acc_block_end:
+	VMOVUPS Z1, (AX)(R8*4)
+	VMOVUPS Z2, 64(AX)(R8*4)
+	VMOVUPS Z3, 128(AX)(R8*4)
+	VMOVUPS Z4, 192(AX)(R8*4)
+	VMOVUPS Z5, 256(AX)(R8*4)
+	VMOVUPS Z6, 320(AX)(R8*4)
+	VMOVUPS Z7, 384(AX)(R8*4)
+	VMOVUPS Z8, 448(AX)(R8*4)
+	ADDQ    $0x00000080, R8
+	JMP     avx512AddSumBF16Acc_block
 
 avx512AddSumBF16Acc_block_done:
 avx512AddSumBF16Acc_vec:
@@ -12027,6 +18320,10 @@ avx512AddSumBF16Acc_vec:
 	MOVQ    R8, R9
 
 avx512AddSumBF16Acc_vec_chunk:
+	MOVQ      DI, R10
+	SUBQ      R9, R10
+	CMPQ      R10, $0x00000010
+	JL        avx512AddSumBF16Acc_vec_last
 	VPMOVZXWD (DX)(R9*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VPMOVZXWD (BX)(R9*2), Z3
@@ -12038,16 +18335,35 @@ avx512AddSumBF16Acc_vec_chunk:
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumBF16Acc_vec_chunk
-	VMOVUPS   Z1, (AX)(R8*4)
-	ADDQ      $0x00000010, R8
-	JMP       avx512AddSumBF16Acc_vec
+	JMP       avx512AddSumBF16Acc_vec_end
+
+avx512AddSumBF16Acc_vec_last:
+	XORQ        R11, R11
+	SUBQ        $0x00000000, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VPMOVZXWD.Z (DX)(R9*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VPMOVZXWD.Z (BX)(R9*2), K1, Z3
+	VPSLLD      $0x10, Z3, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     Z2, K1, (CX)(R9*4)
+	VSUBPS      Z0, Z2, Z2
+	VADDPS      Z2, Z1, K1, Z1
+
+avx512AddSumBF16Acc_vec_end:
+	VMOVUPS Z1, (AX)(R8*4)
+	ADDQ    $0x00000010, R8
+	JMP     avx512AddSumBF16Acc_vec
 
 avx512AddSumBF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16AccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16AccX(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -12090,6 +18406,10 @@ avx512AddSumBF16AccX_block:
 	MOVQ    R9, R11
 
 avx512AddSumBF16AccX_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16AccX_block_last
 	VPMOVZXWD (BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
 	VPMOVZXWD (SI)(R11*2), Z15
@@ -12245,16 +18565,228 @@ avx512AddSumBF16AccX_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16AccX_block_chunk
-	VMOVUPS   Z6, (AX)(R9*4)
-	VMOVUPS   Z7, 64(AX)(R9*4)
-	VMOVUPS   Z8, 128(AX)(R9*4)
-	VMOVUPS   Z9, 192(AX)(R9*4)
-	VMOVUPS   Z10, 256(AX)(R9*4)
-	VMOVUPS   Z11, 320(AX)(R9*4)
-	VMOVUPS   Z12, 384(AX)(R9*4)
-	VMOVUPS   Z13, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16AccX_block
+	JMP       avx512AddSumBF16AccX_block_end
+
+avx512AddSumBF16AccX_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, (CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z6, K1, Z6
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 64(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z7, K1, Z7
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 128(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z8, K1, Z8
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 192(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z9, K1, Z9
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 256(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z10, K1, Z10
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 320(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z11, K1, Z11
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 384(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z12, K1, Z12
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 448(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z13, K1, Z13
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 224(DX)(R11*2)
+
+avx512AddSumBF16AccX_block_end:
+	VMOVUPS Z6, (AX)(R9*4)
+	VMOVUPS Z7, 64(AX)(R9*4)
+	VMOVUPS Z8, 128(AX)(R9*4)
+	VMOVUPS Z9, 192(AX)(R9*4)
+	VMOVUPS Z10, 256(AX)(R9*4)
+	VMOVUPS Z11, 320(AX)(R9*4)
+	VMOVUPS Z12, 384(AX)(R9*4)
+	VMOVUPS Z13, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16AccX_block
 
 avx512AddSumBF16AccX_block_done:
 avx512AddSumBF16AccX_vec:
@@ -12264,6 +18796,10 @@ avx512AddSumBF16AccX_vec:
 	MOVQ    R9, R10
 
 avx512AddSumBF16AccX_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumBF16AccX_vec_last
 	VPMOVZXWD (BX)(R10*2), Z7
 	VPSLLD    $0x10, Z7, Z7
 	VPMOVZXWD (SI)(R10*2), Z8
@@ -12286,16 +18822,46 @@ avx512AddSumBF16AccX_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16AccX_vec_chunk
-	VMOVUPS   Z6, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumBF16AccX_vec
+	JMP       avx512AddSumBF16AccX_vec_end
+
+avx512AddSumBF16AccX_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z7
+	VPSLLD      $0x10, Z7, Z7
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z8
+	VPSLLD      $0x10, Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	VMOVUPS     Z7, K1, (CX)(R10*4)
+	VSUBPS      Z5, Z7, Z8
+	VADDPS      Z8, Z6, K1, Z6
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z0, Z8, Z9
+	VPADDD      Z1, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z2, Z7, Z7
+	VPCMPGTD    Z3, Z7, K2
+	VPORD       Z4, Z8, Z8
+	VPBLENDMD   Z8, Z9, K2, Z9
+	VPMOVDW     Z9, Y7
+	VMOVDQU16   Y7, K1, (DX)(R10*2)
+
+avx512AddSumBF16AccX_vec_end:
+	VMOVUPS Z6, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumBF16AccX_vec
 
 avx512AddSumBF16AccX_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16AccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16AccNT(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -12338,6 +18904,10 @@ avx512AddSumBF16AccNT_block:
 	MOVQ    R9, R11
 
 avx512AddSumBF16AccNT_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16AccNT_block_last
 	VPMOVZXWD (BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
 	VPMOVZXWD (SI)(R11*2), Z15
@@ -12493,16 +19063,228 @@ avx512AddSumBF16AccNT_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16AccNT_block_chunk
-	VMOVUPS   Z6, (AX)(R9*4)
-	VMOVUPS   Z7, 64(AX)(R9*4)
-	VMOVUPS   Z8, 128(AX)(R9*4)
-	VMOVUPS   Z9, 192(AX)(R9*4)
-	VMOVUPS   Z10, 256(AX)(R9*4)
-	VMOVUPS   Z11, 320(AX)(R9*4)
-	VMOVUPS   Z12, 384(AX)(R9*4)
-	VMOVUPS   Z13, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16AccNT_block
+	JMP       avx512AddSumBF16AccNT_block_end
+
+avx512AddSumBF16AccNT_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, (CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z6, K1, Z6
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 64(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z7, K1, Z7
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 128(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z8, K1, Z8
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 192(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z9, K1, Z9
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 256(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z10, K1, Z10
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 320(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z11, K1, Z11
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 384(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z12, K1, Z12
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 448(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z13, K1, Z13
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 224(DX)(R11*2)
+
+avx512AddSumBF16AccNT_block_end:
+	VMOVUPS Z6, (AX)(R9*4)
+	VMOVUPS Z7, 64(AX)(R9*4)
+	VMOVUPS Z8, 128(AX)(R9*4)
+	VMOVUPS Z9, 192(AX)(R9*4)
+	VMOVUPS Z10, 256(AX)(R9*4)
+	VMOVUPS Z11, 320(AX)(R9*4)
+	VMOVUPS Z12, 384(AX)(R9*4)
+	VMOVUPS Z13, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16AccNT_block
 
 avx512AddSumBF16AccNT_block_done:
 avx512AddSumBF16AccNT_vec:
@@ -12512,6 +19294,10 @@ avx512AddSumBF16AccNT_vec:
 	MOVQ    R9, R10
 
 avx512AddSumBF16AccNT_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumBF16AccNT_vec_last
 	VPMOVZXWD (BX)(R10*2), Z7
 	VPSLLD    $0x10, Z7, Z7
 	VPMOVZXWD (SI)(R10*2), Z8
@@ -12534,16 +19320,46 @@ avx512AddSumBF16AccNT_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16AccNT_vec_chunk
-	VMOVUPS   Z6, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumBF16AccNT_vec
+	JMP       avx512AddSumBF16AccNT_vec_end
+
+avx512AddSumBF16AccNT_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z7
+	VPSLLD      $0x10, Z7, Z7
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z8
+	VPSLLD      $0x10, Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	VMOVUPS     Z7, K1, (CX)(R10*4)
+	VSUBPS      Z5, Z7, Z8
+	VADDPS      Z8, Z6, K1, Z6
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z0, Z8, Z9
+	VPADDD      Z1, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z2, Z7, Z7
+	VPCMPGTD    Z3, Z7, K2
+	VPORD       Z4, Z8, Z8
+	VPBLENDMD   Z8, Z9, K2, Z9
+	VPMOVDW     Z9, Y7
+	VMOVDQU16   Y7, K1, (DX)(R10*2)
+
+avx512AddSumBF16AccNT_vec_end:
+	VMOVUPS Z6, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumBF16AccNT_vec
 
 avx512AddSumBF16AccNT_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16Tree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumBF16Tree(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -12570,6 +19386,10 @@ avx512AddSumBF16Tree_pairs:
 	MOVQ   R8, R10
 
 avx512AddSumBF16Tree_pairs_chunk:
+	MOVQ      DI, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000080
+	JL        avx512AddSumBF16Tree_pairs_last
 	VPMOVZXWD (DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD (BX)(R10*2), Z10
@@ -12637,28 +19457,152 @@ avx512AddSumBF16Tree_pairs_chunk:
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumBF16Tree_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z10
-	VSHUFPS   $0xdd, Z4, Z3, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, (AX)(R8*1)
-	VSHUFPS   $0x88, Z6, Z5, Z9
-	VSHUFPS   $0xdd, Z6, Z5, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z8, Z7, Z10
-	VSHUFPS   $0xdd, Z8, Z7, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, 64(AX)(R8*1)
-	ADDQ      $0x00000080, R8
-	JMP       avx512AddSumBF16Tree_pairs
+	JMP       avx512AddSumBF16Tree_pairs_end
+
+avx512AddSumBF16Tree_pairs_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 32(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 32(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 64(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 64(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 96(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 96(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000040, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 128(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 128(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000050, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 160(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 160(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000060, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 192(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 192(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R12, R12
+	SUBQ        $0x00000070, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 224(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 224(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumBF16Tree_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z10
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, (AX)(R8*1)
+	VSHUFPS $0x88, Z6, Z5, Z9
+	VSHUFPS $0xdd, Z6, Z5, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z8, Z7, Z10
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R8*1)
+	ADDQ    $0x00000080, R8
+	JMP     avx512AddSumBF16Tree_pairs
 
 avx512AddSumBF16Tree_pairs_done:
 avx512AddSumBF16Tree_group:
@@ -12671,6 +19615,10 @@ avx512AddSumBF16Tree_group:
 	MOVQ   R8, R9
 
 avx512AddSumBF16Tree_group_chunk:
+	MOVQ      DI, R10
+	SUBQ      R9, R10
+	CMPQ      R10, $0x00000040
+	JL        avx512AddSumBF16Tree_group_last
 	VPMOVZXWD (DX)(R9*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (BX)(R9*2), Z2
@@ -12706,18 +19654,82 @@ avx512AddSumBF16Tree_group_chunk:
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumBF16Tree_group_chunk
-	VSHUFPS   $0x88, Z12, Z11, Z1
-	VSHUFPS   $0xdd, Z12, Z11, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z14, Z13, Z2
-	VSHUFPS   $0xdd, Z14, Z13, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R8*1)
-	ADDQ      $0x00000040, R8
-	JMP       avx512AddSumBF16Tree_group
+	JMP       avx512AddSumBF16Tree_group_end
+
+avx512AddSumBF16Tree_group_last:
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z (DX)(R9*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (BX)(R9*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R9*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000010, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 32(DX)(R9*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 32(BX)(R9*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R9*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z12, K1, Z12
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000020, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 64(DX)(R9*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 64(BX)(R9*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R9*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z13, K1, Z13
+	XORQ        R11, R11
+	SUBQ        $0x00000030, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VPMOVZXWD.Z 96(DX)(R9*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 96(BX)(R9*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R9*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z14, K1, Z14
+
+avx512AddSumBF16Tree_group_end:
+	VSHUFPS $0x88, Z12, Z11, Z1
+	VSHUFPS $0xdd, Z12, Z11, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z14, Z13, Z2
+	VSHUFPS $0xdd, Z14, Z13, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R8*1)
+	ADDQ    $0x00000040, R8
+	JMP     avx512AddSumBF16Tree_group
 
 avx512AddSumBF16Tree_group_done:
 	CMPQ          SI, $0x00000800
@@ -12897,7 +19909,7 @@ avx512AddSumBF16Tree_64:
 	RET
 
 // func avx512AddSumBF16TreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16TreeX(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -12940,6 +19952,10 @@ avx512AddSumBF16TreeX_pairs:
 	MOVQ   R9, R11
 
 avx512AddSumBF16TreeX_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16TreeX_pairs_last
 	VPMOVZXWD (BX)(R11*2), Z18
 	VPSLLD    $0x10, Z18, Z18
 	VPMOVZXWD (SI)(R11*2), Z19
@@ -13095,28 +20111,240 @@ avx512AddSumBF16TreeX_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16TreeX_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z18
-	VSHUFPS   $0xdd, Z2, Z1, Z19
-	VADDPS    Z19, Z18, Z18
-	VSHUFPS   $0x88, Z4, Z3, Z19
-	VSHUFPS   $0xdd, Z4, Z3, Z20
-	VADDPS    Z20, Z19, Z19
-	VSHUFPS   $0x88, Z19, Z18, Z20
-	VSHUFPS   $0xdd, Z19, Z18, Z18
-	VADDPS    Z18, Z20, Z20
-	VMOVUPS   Z20, (AX)(R9*1)
-	VSHUFPS   $0x88, Z6, Z5, Z18
-	VSHUFPS   $0xdd, Z6, Z5, Z19
-	VADDPS    Z19, Z18, Z18
-	VSHUFPS   $0x88, Z8, Z7, Z19
-	VSHUFPS   $0xdd, Z8, Z7, Z20
-	VADDPS    Z20, Z19, Z19
-	VSHUFPS   $0x88, Z19, Z18, Z20
-	VSHUFPS   $0xdd, Z19, Z18, Z18
-	VADDPS    Z18, Z20, Z20
-	VMOVUPS   Z20, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16TreeX_pairs
+	JMP       avx512AddSumBF16TreeX_pairs_end
+
+avx512AddSumBF16TreeX_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, (CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z1, K1, Z1
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 64(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z2, K1, Z2
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 128(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z3, K1, Z3
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 192(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z4, K1, Z4
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 256(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z5, K1, Z5
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 320(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z6, K1, Z6
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 384(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z7, K1, Z7
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 448(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z8, K1, Z8
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 224(DX)(R11*2)
+
+avx512AddSumBF16TreeX_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z18
+	VSHUFPS $0xdd, Z2, Z1, Z19
+	VADDPS  Z19, Z18, Z18
+	VSHUFPS $0x88, Z4, Z3, Z19
+	VSHUFPS $0xdd, Z4, Z3, Z20
+	VADDPS  Z20, Z19, Z19
+	VSHUFPS $0x88, Z19, Z18, Z20
+	VSHUFPS $0xdd, Z19, Z18, Z18
+	VADDPS  Z18, Z20, Z20
+	VMOVUPS Z20, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z18
+	VSHUFPS $0xdd, Z6, Z5, Z19
+	VADDPS  Z19, Z18, Z18
+	VSHUFPS $0x88, Z8, Z7, Z19
+	VSHUFPS $0xdd, Z8, Z7, Z20
+	VADDPS  Z20, Z19, Z19
+	VSHUFPS $0x88, Z19, Z18, Z20
+	VSHUFPS $0xdd, Z19, Z18, Z18
+	VADDPS  Z18, Z20, Z20
+	VMOVUPS Z20, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16TreeX_pairs
 
 avx512AddSumBF16TreeX_pairs_done:
 avx512AddSumBF16TreeX_group:
@@ -13129,6 +20357,10 @@ avx512AddSumBF16TreeX_group:
 	MOVQ   R9, R10
 
 avx512AddSumBF16TreeX_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumBF16TreeX_group_last
 	VPMOVZXWD (BX)(R10*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (SI)(R10*2), Z2
@@ -13208,18 +20440,126 @@ avx512AddSumBF16TreeX_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16TreeX_group_chunk
-	VSHUFPS   $0x88, Z10, Z9, Z1
-	VSHUFPS   $0xdd, Z10, Z9, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z12, Z11, Z2
-	VSHUFPS   $0xdd, Z12, Z11, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumBF16TreeX_group
+	JMP       avx512AddSumBF16TreeX_group_end
+
+avx512AddSumBF16TreeX_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z9, K1, Z9
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 32(BX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 32(SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R10*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z10, K1, Z10
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 64(BX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 64(SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R10*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R10*2)
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 96(BX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 96(SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R10*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z12, K1, Z12
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R10*2)
+
+avx512AddSumBF16TreeX_group_end:
+	VSHUFPS $0x88, Z10, Z9, Z1
+	VSHUFPS $0xdd, Z10, Z9, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z12, Z11, Z2
+	VSHUFPS $0xdd, Z12, Z11, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumBF16TreeX_group
 
 avx512AddSumBF16TreeX_group_done:
 	CMPQ          DI, $0x00000800
@@ -13399,7 +20739,7 @@ avx512AddSumBF16TreeX_64:
 	RET
 
 // func avx512AddSumBF16TreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16TreeNT(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -13442,6 +20782,10 @@ avx512AddSumBF16TreeNT_pairs:
 	MOVQ   R9, R11
 
 avx512AddSumBF16TreeNT_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16TreeNT_pairs_last
 	VPMOVZXWD (BX)(R11*2), Z18
 	VPSLLD    $0x10, Z18, Z18
 	VPMOVZXWD (SI)(R11*2), Z19
@@ -13597,28 +20941,240 @@ avx512AddSumBF16TreeNT_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16TreeNT_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z18
-	VSHUFPS   $0xdd, Z2, Z1, Z19
-	VADDPS    Z19, Z18, Z18
-	VSHUFPS   $0x88, Z4, Z3, Z19
-	VSHUFPS   $0xdd, Z4, Z3, Z20
-	VADDPS    Z20, Z19, Z19
-	VSHUFPS   $0x88, Z19, Z18, Z20
-	VSHUFPS   $0xdd, Z19, Z18, Z18
-	VADDPS    Z18, Z20, Z20
-	VMOVUPS   Z20, (AX)(R9*1)
-	VSHUFPS   $0x88, Z6, Z5, Z18
-	VSHUFPS   $0xdd, Z6, Z5, Z19
-	VADDPS    Z19, Z18, Z18
-	VSHUFPS   $0x88, Z8, Z7, Z19
-	VSHUFPS   $0xdd, Z8, Z7, Z20
-	VADDPS    Z20, Z19, Z19
-	VSHUFPS   $0x88, Z19, Z18, Z20
-	VSHUFPS   $0xdd, Z19, Z18, Z18
-	VADDPS    Z18, Z20, Z20
-	VMOVUPS   Z20, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16TreeNT_pairs
+	JMP       avx512AddSumBF16TreeNT_pairs_end
+
+avx512AddSumBF16TreeNT_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, (CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z1, K1, Z1
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 64(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z2, K1, Z2
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 128(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z3, K1, Z3
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 192(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z4, K1, Z4
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 256(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z5, K1, Z5
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 320(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z6, K1, Z6
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 384(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z7, K1, Z7
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 448(CX)(R11*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z8, K1, Z8
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 224(DX)(R11*2)
+
+avx512AddSumBF16TreeNT_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z18
+	VSHUFPS $0xdd, Z2, Z1, Z19
+	VADDPS  Z19, Z18, Z18
+	VSHUFPS $0x88, Z4, Z3, Z19
+	VSHUFPS $0xdd, Z4, Z3, Z20
+	VADDPS  Z20, Z19, Z19
+	VSHUFPS $0x88, Z19, Z18, Z20
+	VSHUFPS $0xdd, Z19, Z18, Z18
+	VADDPS  Z18, Z20, Z20
+	VMOVUPS Z20, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z18
+	VSHUFPS $0xdd, Z6, Z5, Z19
+	VADDPS  Z19, Z18, Z18
+	VSHUFPS $0x88, Z8, Z7, Z19
+	VSHUFPS $0xdd, Z8, Z7, Z20
+	VADDPS  Z20, Z19, Z19
+	VSHUFPS $0x88, Z19, Z18, Z20
+	VSHUFPS $0xdd, Z19, Z18, Z18
+	VADDPS  Z18, Z20, Z20
+	VMOVUPS Z20, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16TreeNT_pairs
 
 avx512AddSumBF16TreeNT_pairs_done:
 avx512AddSumBF16TreeNT_group:
@@ -13631,6 +21187,10 @@ avx512AddSumBF16TreeNT_group:
 	MOVQ   R9, R10
 
 avx512AddSumBF16TreeNT_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumBF16TreeNT_group_last
 	VPMOVZXWD (BX)(R10*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (SI)(R10*2), Z2
@@ -13710,18 +21270,126 @@ avx512AddSumBF16TreeNT_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16TreeNT_group_chunk
-	VSHUFPS   $0x88, Z10, Z9, Z1
-	VSHUFPS   $0xdd, Z10, Z9, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z12, Z11, Z2
-	VSHUFPS   $0xdd, Z12, Z11, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumBF16TreeNT_group
+	JMP       avx512AddSumBF16TreeNT_group_end
+
+avx512AddSumBF16TreeNT_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z9, K1, Z9
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 32(BX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 32(SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R10*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z10, K1, Z10
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 64(BX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 64(SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R10*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R10*2)
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 96(BX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 96(SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R10*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z12, K1, Z12
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R10*2)
+
+avx512AddSumBF16TreeNT_group_end:
+	VSHUFPS $0x88, Z10, Z9, Z1
+	VSHUFPS $0xdd, Z10, Z9, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z12, Z11, Z2
+	VSHUFPS $0xdd, Z12, Z11, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumBF16TreeNT_group
 
 avx512AddSumBF16TreeNT_group_done:
 	CMPQ          DI, $0x00000800
@@ -13901,7 +21569,7 @@ avx512AddSumBF16TreeNT_64:
 	RET
 
 // func avx512AddSumBF16AccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumBF16AccTree(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -13928,6 +21596,10 @@ avx512AddSumBF16AccTree_pairs:
 	MOVQ    R8, R10
 
 avx512AddSumBF16AccTree_pairs_chunk:
+	MOVQ      DI, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000080
+	JL        avx512AddSumBF16AccTree_pairs_last
 	VPMOVZXWD (DX)(R10*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD (BX)(R10*2), Z10
@@ -13995,28 +21667,152 @@ avx512AddSumBF16AccTree_pairs_chunk:
 	ADDQ      SI, R10
 	CMPQ      R10, DI
 	JB        avx512AddSumBF16AccTree_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z9, Z2
-	VSHUFPS   $0xdd, Z1, Z9, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R8*1)
-	VSHUFPS   $0x88, Z6, Z5, Z1
-	VSHUFPS   $0xdd, Z6, Z5, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z8, Z7, Z2
-	VSHUFPS   $0xdd, Z8, Z7, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, 64(AX)(R8*1)
-	ADDQ      $0x00000080, R8
-	JMP       avx512AddSumBF16AccTree_pairs
+	JMP       avx512AddSumBF16AccTree_pairs_end
+
+avx512AddSumBF16AccTree_pairs_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 32(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 32(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 64(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 64(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 96(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 96(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000040, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 128(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 128(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000050, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 160(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 160(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000060, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 192(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 192(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R12, R12
+	SUBQ        $0x00000070, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 224(DX)(R10*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 224(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R10*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumBF16AccTree_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z9, Z2
+	VSHUFPS $0xdd, Z1, Z9, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R8*1)
+	VSHUFPS $0x88, Z6, Z5, Z1
+	VSHUFPS $0xdd, Z6, Z5, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z8, Z7, Z2
+	VSHUFPS $0xdd, Z8, Z7, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, 64(AX)(R8*1)
+	ADDQ    $0x00000080, R8
+	JMP     avx512AddSumBF16AccTree_pairs
 
 avx512AddSumBF16AccTree_pairs_done:
 avx512AddSumBF16AccTree_group:
@@ -14029,6 +21825,10 @@ avx512AddSumBF16AccTree_group:
 	MOVQ    R8, R9
 
 avx512AddSumBF16AccTree_group_chunk:
+	MOVQ      DI, R10
+	SUBQ      R9, R10
+	CMPQ      R10, $0x00000040
+	JL        avx512AddSumBF16AccTree_group_last
 	VPMOVZXWD (DX)(R9*2), Z5
 	VPSLLD    $0x10, Z5, Z5
 	VPMOVZXWD (BX)(R9*2), Z6
@@ -14064,18 +21864,82 @@ avx512AddSumBF16AccTree_group_chunk:
 	ADDQ      SI, R9
 	CMPQ      R9, DI
 	JB        avx512AddSumBF16AccTree_group_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z5
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z5, Z5
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z5, Z2
-	VSHUFPS   $0xdd, Z1, Z5, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R8*1)
-	ADDQ      $0x00000040, R8
-	JMP       avx512AddSumBF16AccTree_group
+	JMP       avx512AddSumBF16AccTree_group_end
+
+avx512AddSumBF16AccTree_group_last:
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z (DX)(R9*2), K1, Z5
+	VPSLLD      $0x10, Z5, Z5
+	VPMOVZXWD.Z (BX)(R9*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, (CX)(R9*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z1, K1, Z1
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000010, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 32(DX)(R9*2), K1, Z5
+	VPSLLD      $0x10, Z5, Z5
+	VPMOVZXWD.Z 32(BX)(R9*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 64(CX)(R9*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z2, K1, Z2
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000020, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 64(DX)(R9*2), K1, Z5
+	VPSLLD      $0x10, Z5, Z5
+	VPMOVZXWD.Z 64(BX)(R9*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 128(CX)(R9*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z3, K1, Z3
+	XORQ        R11, R11
+	SUBQ        $0x00000030, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VPMOVZXWD.Z 96(DX)(R9*2), K1, Z5
+	VPSLLD      $0x10, Z5, Z5
+	VPMOVZXWD.Z 96(BX)(R9*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 192(CX)(R9*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z4, K1, Z4
+
+avx512AddSumBF16AccTree_group_end:
+	VSHUFPS $0x88, Z2, Z1, Z5
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z5, Z5
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z5, Z2
+	VSHUFPS $0xdd, Z1, Z5, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R8*1)
+	ADDQ    $0x00000040, R8
+	JMP     avx512AddSumBF16AccTree_group
 
 avx512AddSumBF16AccTree_group_done:
 	CMPQ          SI, $0x00000800
@@ -14255,7 +22119,7 @@ avx512AddSumBF16AccTree_64:
 	RET
 
 // func avx512AddSumBF16AccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16AccTreeX(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -14298,6 +22162,10 @@ avx512AddSumBF16AccTreeX_pairs:
 	MOVQ    R9, R11
 
 avx512AddSumBF16AccTreeX_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16AccTreeX_pairs_last
 	VPMOVZXWD (BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
 	VPMOVZXWD (SI)(R11*2), Z15
@@ -14453,28 +22321,240 @@ avx512AddSumBF16AccTreeX_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16AccTreeX_pairs_chunk
-	VSHUFPS   $0x88, Z7, Z6, Z14
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z14, Z14
-	VSHUFPS   $0x88, Z9, Z8, Z6
-	VSHUFPS   $0xdd, Z9, Z8, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z6, Z14, Z7
-	VSHUFPS   $0xdd, Z6, Z14, Z6
-	VADDPS    Z6, Z7, Z7
-	VMOVUPS   Z7, (AX)(R9*1)
-	VSHUFPS   $0x88, Z11, Z10, Z6
-	VSHUFPS   $0xdd, Z11, Z10, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z13, Z12, Z7
-	VSHUFPS   $0xdd, Z13, Z12, Z8
-	VADDPS    Z8, Z7, Z7
-	VSHUFPS   $0x88, Z7, Z6, Z8
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z8, Z8
-	VMOVUPS   Z8, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16AccTreeX_pairs
+	JMP       avx512AddSumBF16AccTreeX_pairs_end
+
+avx512AddSumBF16AccTreeX_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, (CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z6, K1, Z6
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 64(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z7, K1, Z7
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 128(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z8, K1, Z8
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 192(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z9, K1, Z9
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 256(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z10, K1, Z10
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 320(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z11, K1, Z11
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 384(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z12, K1, Z12
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 448(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z13, K1, Z13
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 224(DX)(R11*2)
+
+avx512AddSumBF16AccTreeX_pairs_end:
+	VSHUFPS $0x88, Z7, Z6, Z14
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z14, Z14
+	VSHUFPS $0x88, Z9, Z8, Z6
+	VSHUFPS $0xdd, Z9, Z8, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z6, Z14, Z7
+	VSHUFPS $0xdd, Z6, Z14, Z6
+	VADDPS  Z6, Z7, Z7
+	VMOVUPS Z7, (AX)(R9*1)
+	VSHUFPS $0x88, Z11, Z10, Z6
+	VSHUFPS $0xdd, Z11, Z10, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z13, Z12, Z7
+	VSHUFPS $0xdd, Z13, Z12, Z8
+	VADDPS  Z8, Z7, Z7
+	VSHUFPS $0x88, Z7, Z6, Z8
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z8, Z8
+	VMOVUPS Z8, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16AccTreeX_pairs
 
 avx512AddSumBF16AccTreeX_pairs_done:
 avx512AddSumBF16AccTreeX_group:
@@ -14487,6 +22567,10 @@ avx512AddSumBF16AccTreeX_group:
 	MOVQ    R9, R10
 
 avx512AddSumBF16AccTreeX_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumBF16AccTreeX_group_last
 	VPMOVZXWD (BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VPMOVZXWD (SI)(R10*2), Z11
@@ -14566,18 +22650,126 @@ avx512AddSumBF16AccTreeX_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16AccTreeX_group_chunk
-	VSHUFPS   $0x88, Z7, Z6, Z10
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z10, Z10
-	VSHUFPS   $0x88, Z9, Z8, Z6
-	VSHUFPS   $0xdd, Z9, Z8, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z6, Z10, Z7
-	VSHUFPS   $0xdd, Z6, Z10, Z6
-	VADDPS    Z6, Z7, Z7
-	VMOVUPS   Z7, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumBF16AccTreeX_group
+	JMP       avx512AddSumBF16AccTreeX_group_end
+
+avx512AddSumBF16AccTreeX_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, (CX)(R10*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z6, K1, Z6
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, (DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 32(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 32(SI)(R10*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 64(CX)(R10*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z7, K1, Z7
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 32(DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 64(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 64(SI)(R10*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 128(CX)(R10*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z8, K1, Z8
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 64(DX)(R10*2)
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 96(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 96(SI)(R10*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 192(CX)(R10*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z9, K1, Z9
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 96(DX)(R10*2)
+
+avx512AddSumBF16AccTreeX_group_end:
+	VSHUFPS $0x88, Z7, Z6, Z10
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z10, Z10
+	VSHUFPS $0x88, Z9, Z8, Z6
+	VSHUFPS $0xdd, Z9, Z8, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z6, Z10, Z7
+	VSHUFPS $0xdd, Z6, Z10, Z6
+	VADDPS  Z6, Z7, Z7
+	VMOVUPS Z7, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumBF16AccTreeX_group
 
 avx512AddSumBF16AccTreeX_group_done:
 	CMPQ          DI, $0x00000800
@@ -14757,7 +22949,7 @@ avx512AddSumBF16AccTreeX_64:
 	RET
 
 // func avx512AddSumBF16AccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16AccTreeNT(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -14800,6 +22992,10 @@ avx512AddSumBF16AccTreeNT_pairs:
 	MOVQ    R9, R11
 
 avx512AddSumBF16AccTreeNT_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16AccTreeNT_pairs_last
 	VPMOVZXWD (BX)(R11*2), Z14
 	VPSLLD    $0x10, Z14, Z14
 	VPMOVZXWD (SI)(R11*2), Z15
@@ -14955,28 +23151,240 @@ avx512AddSumBF16AccTreeNT_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16AccTreeNT_pairs_chunk
-	VSHUFPS   $0x88, Z7, Z6, Z14
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z14, Z14
-	VSHUFPS   $0x88, Z9, Z8, Z6
-	VSHUFPS   $0xdd, Z9, Z8, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z6, Z14, Z7
-	VSHUFPS   $0xdd, Z6, Z14, Z6
-	VADDPS    Z6, Z7, Z7
-	VMOVUPS   Z7, (AX)(R9*1)
-	VSHUFPS   $0x88, Z11, Z10, Z6
-	VSHUFPS   $0xdd, Z11, Z10, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z13, Z12, Z7
-	VSHUFPS   $0xdd, Z13, Z12, Z8
-	VADDPS    Z8, Z7, Z7
-	VSHUFPS   $0x88, Z7, Z6, Z8
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z8, Z8
-	VMOVUPS   Z8, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16AccTreeNT_pairs
+	JMP       avx512AddSumBF16AccTreeNT_pairs_end
+
+avx512AddSumBF16AccTreeNT_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, (CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z6, K1, Z6
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 64(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z7, K1, Z7
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 128(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z8, K1, Z8
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 64(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 192(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z9, K1, Z9
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 96(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 256(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z10, K1, Z10
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 128(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 320(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z11, K1, Z11
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 160(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 384(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z12, K1, Z12
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 192(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 448(CX)(R11*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z13, K1, Z13
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 224(DX)(R11*2)
+
+avx512AddSumBF16AccTreeNT_pairs_end:
+	VSHUFPS $0x88, Z7, Z6, Z14
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z14, Z14
+	VSHUFPS $0x88, Z9, Z8, Z6
+	VSHUFPS $0xdd, Z9, Z8, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z6, Z14, Z7
+	VSHUFPS $0xdd, Z6, Z14, Z6
+	VADDPS  Z6, Z7, Z7
+	VMOVUPS Z7, (AX)(R9*1)
+	VSHUFPS $0x88, Z11, Z10, Z6
+	VSHUFPS $0xdd, Z11, Z10, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z13, Z12, Z7
+	VSHUFPS $0xdd, Z13, Z12, Z8
+	VADDPS  Z8, Z7, Z7
+	VSHUFPS $0x88, Z7, Z6, Z8
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z8, Z8
+	VMOVUPS Z8, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16AccTreeNT_pairs
 
 avx512AddSumBF16AccTreeNT_pairs_done:
 avx512AddSumBF16AccTreeNT_group:
@@ -14989,6 +23397,10 @@ avx512AddSumBF16AccTreeNT_group:
 	MOVQ    R9, R10
 
 avx512AddSumBF16AccTreeNT_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumBF16AccTreeNT_group_last
 	VPMOVZXWD (BX)(R10*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VPMOVZXWD (SI)(R10*2), Z11
@@ -15068,18 +23480,126 @@ avx512AddSumBF16AccTreeNT_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16AccTreeNT_group_chunk
-	VSHUFPS   $0x88, Z7, Z6, Z10
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z10, Z10
-	VSHUFPS   $0x88, Z9, Z8, Z6
-	VSHUFPS   $0xdd, Z9, Z8, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z6, Z10, Z7
-	VSHUFPS   $0xdd, Z6, Z10, Z6
-	VADDPS    Z6, Z7, Z7
-	VMOVUPS   Z7, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumBF16AccTreeNT_group
+	JMP       avx512AddSumBF16AccTreeNT_group_end
+
+avx512AddSumBF16AccTreeNT_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, (CX)(R10*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z6, K1, Z6
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, (DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 32(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 32(SI)(R10*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 64(CX)(R10*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z7, K1, Z7
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 32(DX)(R10*2)
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 64(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 64(SI)(R10*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 128(CX)(R10*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z8, K1, Z8
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 64(DX)(R10*2)
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 96(BX)(R10*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 96(SI)(R10*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 192(CX)(R10*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z9, K1, Z9
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 96(DX)(R10*2)
+
+avx512AddSumBF16AccTreeNT_group_end:
+	VSHUFPS $0x88, Z7, Z6, Z10
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z10, Z10
+	VSHUFPS $0x88, Z9, Z8, Z6
+	VSHUFPS $0xdd, Z9, Z8, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z6, Z10, Z7
+	VSHUFPS $0xdd, Z6, Z10, Z6
+	VADDPS  Z6, Z7, Z7
+	VMOVUPS Z7, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumBF16AccTreeNT_group
 
 avx512AddSumBF16AccTreeNT_group_done:
 	CMPQ          DI, $0x00000800
@@ -15259,7 +23779,7 @@ avx512AddSumBF16AccTreeNT_64:
 	RET
 
 // func avx512AddSumBF16Full(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumBF16Full(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -15287,6 +23807,10 @@ avx512AddSumBF16Full_block:
 	MOVQ   R9, R11
 
 avx512AddSumBF16Full_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16Full_block_last
 	VPMOVZXWD (DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD (BX)(R11*2), Z10
@@ -15378,16 +23902,164 @@ avx512AddSumBF16Full_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16Full_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16Full_block
+	JMP       avx512AddSumBF16Full_block_end
+
+avx512AddSumBF16Full_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumBF16Full_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16Full_block
 
 avx512AddSumBF16Full_block_done:
 avx512AddSumBF16Full_vec:
@@ -15397,6 +24069,10 @@ avx512AddSumBF16Full_vec:
 	MOVQ   R9, R10
 
 avx512AddSumBF16Full_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumBF16Full_vec_last
 	VPMOVZXWD (DX)(R10*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (BX)(R10*2), Z2
@@ -15411,16 +24087,38 @@ avx512AddSumBF16Full_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16Full_vec_chunk
-	VMOVUPS   Z11, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumBF16Full_vec
+	JMP       avx512AddSumBF16Full_vec_end
+
+avx512AddSumBF16Full_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z (DX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+
+avx512AddSumBF16Full_vec_end:
+	VMOVUPS Z11, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumBF16Full_vec
 
 avx512AddSumBF16Full_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -15464,6 +24162,10 @@ avx512AddSumBF16FullX_block:
 	MOVQ   R10, R12
 
 avx512AddSumBF16FullX_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumBF16FullX_block_last
 	VPMOVZXWD (BX)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VPMOVZXWD (SI)(R12*2), Z16
@@ -15643,16 +24345,252 @@ avx512AddSumBF16FullX_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumBF16FullX_block_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	VMOVUPS   Z2, 64(AX)(R10*4)
-	VMOVUPS   Z3, 128(AX)(R10*4)
-	VMOVUPS   Z4, 192(AX)(R10*4)
-	VMOVUPS   Z5, 256(AX)(R10*4)
-	VMOVUPS   Z6, 320(AX)(R10*4)
-	VMOVUPS   Z7, 384(AX)(R10*4)
-	VMOVUPS   Z8, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumBF16FullX_block
+	JMP       avx512AddSumBF16FullX_block_end
+
+avx512AddSumBF16FullX_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z (BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z (SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z (DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, (CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z1, K1, Z1
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 32(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 32(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 32(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 64(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z2, K1, Z2
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 64(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 64(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 64(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 128(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z3, K1, Z3
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 96(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 96(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 96(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 192(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z4, K1, Z4
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 128(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 128(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 128(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 256(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z5, K1, Z5
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 160(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 160(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 160(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 320(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z6, K1, Z6
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 192(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 192(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 192(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 384(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z7, K1, Z7
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 224(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 224(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 224(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 448(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z8, K1, Z8
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 224(DX)(R12*2)
+
+avx512AddSumBF16FullX_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumBF16FullX_block
 
 avx512AddSumBF16FullX_block_done:
 avx512AddSumBF16FullX_vec:
@@ -15662,6 +24600,10 @@ avx512AddSumBF16FullX_vec:
 	MOVQ   R10, R11
 
 avx512AddSumBF16FullX_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512AddSumBF16FullX_vec_last
 	VPMOVZXWD (BX)(R11*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (SI)(R11*2), Z2
@@ -15687,16 +24629,49 @@ avx512AddSumBF16FullX_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumBF16FullX_vec_chunk
-	VMOVUPS   Z9, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512AddSumBF16FullX_vec
+	JMP       avx512AddSumBF16FullX_vec_end
+
+avx512AddSumBF16FullX_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z (DI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z14, Z1, Z2
+	VADDPS      Z2, Z9, K1, Z9
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z10, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z11, Z1, Z1
+	VPCMPGTD    Z12, Z1, K2
+	VPORD       Z13, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+
+avx512AddSumBF16FullX_vec_end:
+	VMOVUPS Z9, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512AddSumBF16FullX_vec
 
 avx512AddSumBF16FullX_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -15740,6 +24715,10 @@ avx512AddSumBF16FullNT_block:
 	MOVQ   R10, R12
 
 avx512AddSumBF16FullNT_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumBF16FullNT_block_last
 	VPMOVZXWD (BX)(R12*2), Z15
 	VPSLLD    $0x10, Z15, Z15
 	VPMOVZXWD (SI)(R12*2), Z16
@@ -15919,16 +24898,252 @@ avx512AddSumBF16FullNT_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumBF16FullNT_block_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	VMOVUPS   Z2, 64(AX)(R10*4)
-	VMOVUPS   Z3, 128(AX)(R10*4)
-	VMOVUPS   Z4, 192(AX)(R10*4)
-	VMOVUPS   Z5, 256(AX)(R10*4)
-	VMOVUPS   Z6, 320(AX)(R10*4)
-	VMOVUPS   Z7, 384(AX)(R10*4)
-	VMOVUPS   Z8, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumBF16FullNT_block
+	JMP       avx512AddSumBF16FullNT_block_end
+
+avx512AddSumBF16FullNT_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z (BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z (SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z (DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, (CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z1, K1, Z1
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 32(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 32(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 32(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 64(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z2, K1, Z2
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 64(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 64(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 64(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 128(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z3, K1, Z3
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 96(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 96(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 96(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 192(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z4, K1, Z4
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 128(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 128(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 128(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 256(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z5, K1, Z5
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 160(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 160(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 160(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 320(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z6, K1, Z6
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 192(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 192(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 192(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 384(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z7, K1, Z7
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 224(BX)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VPMOVZXWD.Z 224(SI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VPMOVZXWD.Z 224(DI)(R12*2), K1, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     Z15, K1, 448(CX)(R12*4)
+	VSUBPS      Z14, Z15, Z16
+	VADDPS      Z16, Z8, K1, Z8
+	VPSRLD      $0x10, Z15, Z16
+	VPANDD      Z0, Z16, Z17
+	VPADDD      Z10, Z17, Z17
+	VPADDD      Z15, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPANDD      Z11, Z15, Z15
+	VPCMPGTD    Z12, Z15, K2
+	VPORD       Z13, Z16, Z16
+	VPBLENDMD   Z16, Z17, K2, Z17
+	VPMOVDW     Z17, Y15
+	VMOVDQU16   Y15, K1, 224(DX)(R12*2)
+
+avx512AddSumBF16FullNT_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumBF16FullNT_block
 
 avx512AddSumBF16FullNT_block_done:
 avx512AddSumBF16FullNT_vec:
@@ -15938,6 +25153,10 @@ avx512AddSumBF16FullNT_vec:
 	MOVQ   R10, R11
 
 avx512AddSumBF16FullNT_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512AddSumBF16FullNT_vec_last
 	VPMOVZXWD (BX)(R11*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (SI)(R11*2), Z2
@@ -15963,16 +25182,49 @@ avx512AddSumBF16FullNT_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumBF16FullNT_vec_chunk
-	VMOVUPS   Z9, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512AddSumBF16FullNT_vec
+	JMP       avx512AddSumBF16FullNT_vec_end
+
+avx512AddSumBF16FullNT_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z (DI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z14, Z1, Z2
+	VADDPS      Z2, Z9, K1, Z9
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z10, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z11, Z1, Z1
+	VPCMPGTD    Z12, Z1, K2
+	VPORD       Z13, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+
+avx512AddSumBF16FullNT_vec_end:
+	VMOVUPS Z9, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512AddSumBF16FullNT_vec
 
 avx512AddSumBF16FullNT_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullAcc(part []float32, t []float32, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullAcc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -16000,6 +25252,10 @@ avx512AddSumBF16FullAcc_block:
 	MOVQ    R9, R11
 
 avx512AddSumBF16FullAcc_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16FullAcc_block_last
 	VPMOVZXWD (DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD (BX)(R11*2), Z10
@@ -16091,16 +25347,164 @@ avx512AddSumBF16FullAcc_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16FullAcc_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16FullAcc_block
+	JMP       avx512AddSumBF16FullAcc_block_end
+
+avx512AddSumBF16FullAcc_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumBF16FullAcc_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16FullAcc_block
 
 avx512AddSumBF16FullAcc_block_done:
 avx512AddSumBF16FullAcc_vec:
@@ -16110,6 +25514,10 @@ avx512AddSumBF16FullAcc_vec:
 	MOVQ    R9, R10
 
 avx512AddSumBF16FullAcc_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512AddSumBF16FullAcc_vec_last
 	VPMOVZXWD (DX)(R10*2), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VPMOVZXWD (BX)(R10*2), Z3
@@ -16124,16 +25532,38 @@ avx512AddSumBF16FullAcc_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16FullAcc_vec_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512AddSumBF16FullAcc_vec
+	JMP       avx512AddSumBF16FullAcc_vec_end
+
+avx512AddSumBF16FullAcc_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z (DX)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z3
+	VPSLLD      $0x10, Z3, Z3
+	VADDPS      Z3, Z2, Z2
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z3
+	VPSLLD      $0x10, Z3, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     Z2, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z2, Z2
+	VADDPS      Z2, Z1, K1, Z1
+
+avx512AddSumBF16FullAcc_vec_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512AddSumBF16FullAcc_vec
 
 avx512AddSumBF16FullAcc_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullAccX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullAccX(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -16177,6 +25607,10 @@ avx512AddSumBF16FullAccX_block:
 	MOVQ    R10, R12
 
 avx512AddSumBF16FullAccX_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumBF16FullAccX_block_last
 	VPMOVZXWD (BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
 	VPMOVZXWD (SI)(R12*2), Z15
@@ -16356,16 +25790,252 @@ avx512AddSumBF16FullAccX_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumBF16FullAccX_block_chunk
-	VMOVUPS   Z6, (AX)(R10*4)
-	VMOVUPS   Z7, 64(AX)(R10*4)
-	VMOVUPS   Z8, 128(AX)(R10*4)
-	VMOVUPS   Z9, 192(AX)(R10*4)
-	VMOVUPS   Z10, 256(AX)(R10*4)
-	VMOVUPS   Z11, 320(AX)(R10*4)
-	VMOVUPS   Z12, 384(AX)(R10*4)
-	VMOVUPS   Z13, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumBF16FullAccX_block
+	JMP       avx512AddSumBF16FullAccX_block_end
+
+avx512AddSumBF16FullAccX_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z (BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z (SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z (DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, (CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z6, K1, Z6
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 32(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 32(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 32(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 64(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z7, K1, Z7
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 64(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 64(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 64(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 128(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z8, K1, Z8
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 96(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 96(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 96(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 192(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z9, K1, Z9
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 128(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 128(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 128(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 256(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z10, K1, Z10
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 160(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 160(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 160(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 320(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z11, K1, Z11
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 192(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 192(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 192(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 384(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z12, K1, Z12
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 224(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 224(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 224(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 448(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z13, K1, Z13
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 224(DX)(R12*2)
+
+avx512AddSumBF16FullAccX_block_end:
+	VMOVUPS Z6, (AX)(R10*4)
+	VMOVUPS Z7, 64(AX)(R10*4)
+	VMOVUPS Z8, 128(AX)(R10*4)
+	VMOVUPS Z9, 192(AX)(R10*4)
+	VMOVUPS Z10, 256(AX)(R10*4)
+	VMOVUPS Z11, 320(AX)(R10*4)
+	VMOVUPS Z12, 384(AX)(R10*4)
+	VMOVUPS Z13, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumBF16FullAccX_block
 
 avx512AddSumBF16FullAccX_block_done:
 avx512AddSumBF16FullAccX_vec:
@@ -16375,6 +26045,10 @@ avx512AddSumBF16FullAccX_vec:
 	MOVQ    R10, R11
 
 avx512AddSumBF16FullAccX_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512AddSumBF16FullAccX_vec_last
 	VPMOVZXWD (BX)(R11*2), Z7
 	VPSLLD    $0x10, Z7, Z7
 	VPMOVZXWD (SI)(R11*2), Z8
@@ -16400,16 +26074,49 @@ avx512AddSumBF16FullAccX_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumBF16FullAccX_vec_chunk
-	VMOVUPS   Z6, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512AddSumBF16FullAccX_vec
+	JMP       avx512AddSumBF16FullAccX_vec_end
+
+avx512AddSumBF16FullAccX_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z7
+	VPSLLD      $0x10, Z7, Z7
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z8
+	VPSLLD      $0x10, Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	VPMOVZXWD.Z (DI)(R11*2), K1, Z8
+	VPSLLD      $0x10, Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	VMOVUPS     Z7, K1, (CX)(R11*4)
+	VSUBPS      Z5, Z7, Z8
+	VADDPS      Z8, Z6, K1, Z6
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z0, Z8, Z9
+	VPADDD      Z1, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z2, Z7, Z7
+	VPCMPGTD    Z3, Z7, K2
+	VPORD       Z4, Z8, Z8
+	VPBLENDMD   Z8, Z9, K2, Z9
+	VPMOVDW     Z9, Y7
+	VMOVDQU16   Y7, K1, (DX)(R11*2)
+
+avx512AddSumBF16FullAccX_vec_end:
+	VMOVUPS Z6, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512AddSumBF16FullAccX_vec
 
 avx512AddSumBF16FullAccX_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullAccNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullAccNT(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -16453,6 +26160,10 @@ avx512AddSumBF16FullAccNT_block:
 	MOVQ    R10, R12
 
 avx512AddSumBF16FullAccNT_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumBF16FullAccNT_block_last
 	VPMOVZXWD (BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
 	VPMOVZXWD (SI)(R12*2), Z15
@@ -16632,16 +26343,252 @@ avx512AddSumBF16FullAccNT_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumBF16FullAccNT_block_chunk
-	VMOVUPS   Z6, (AX)(R10*4)
-	VMOVUPS   Z7, 64(AX)(R10*4)
-	VMOVUPS   Z8, 128(AX)(R10*4)
-	VMOVUPS   Z9, 192(AX)(R10*4)
-	VMOVUPS   Z10, 256(AX)(R10*4)
-	VMOVUPS   Z11, 320(AX)(R10*4)
-	VMOVUPS   Z12, 384(AX)(R10*4)
-	VMOVUPS   Z13, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumBF16FullAccNT_block
+	JMP       avx512AddSumBF16FullAccNT_block_end
+
+avx512AddSumBF16FullAccNT_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z (BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z (SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z (DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, (CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z6, K1, Z6
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 32(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 32(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 32(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 64(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z7, K1, Z7
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 64(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 64(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 64(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 128(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z8, K1, Z8
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 96(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 96(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 96(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 192(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z9, K1, Z9
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 128(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 128(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 128(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 256(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z10, K1, Z10
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 160(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 160(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 160(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 320(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z11, K1, Z11
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 192(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 192(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 192(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 384(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z12, K1, Z12
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 224(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 224(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 224(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 448(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z13, K1, Z13
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 224(DX)(R12*2)
+
+avx512AddSumBF16FullAccNT_block_end:
+	VMOVUPS Z6, (AX)(R10*4)
+	VMOVUPS Z7, 64(AX)(R10*4)
+	VMOVUPS Z8, 128(AX)(R10*4)
+	VMOVUPS Z9, 192(AX)(R10*4)
+	VMOVUPS Z10, 256(AX)(R10*4)
+	VMOVUPS Z11, 320(AX)(R10*4)
+	VMOVUPS Z12, 384(AX)(R10*4)
+	VMOVUPS Z13, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumBF16FullAccNT_block
 
 avx512AddSumBF16FullAccNT_block_done:
 avx512AddSumBF16FullAccNT_vec:
@@ -16651,6 +26598,10 @@ avx512AddSumBF16FullAccNT_vec:
 	MOVQ    R10, R11
 
 avx512AddSumBF16FullAccNT_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512AddSumBF16FullAccNT_vec_last
 	VPMOVZXWD (BX)(R11*2), Z7
 	VPSLLD    $0x10, Z7, Z7
 	VPMOVZXWD (SI)(R11*2), Z8
@@ -16676,16 +26627,49 @@ avx512AddSumBF16FullAccNT_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumBF16FullAccNT_vec_chunk
-	VMOVUPS   Z6, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512AddSumBF16FullAccNT_vec
+	JMP       avx512AddSumBF16FullAccNT_vec_end
+
+avx512AddSumBF16FullAccNT_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z7
+	VPSLLD      $0x10, Z7, Z7
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z8
+	VPSLLD      $0x10, Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	VPMOVZXWD.Z (DI)(R11*2), K1, Z8
+	VPSLLD      $0x10, Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	VMOVUPS     Z7, K1, (CX)(R11*4)
+	VSUBPS      Z5, Z7, Z8
+	VADDPS      Z8, Z6, K1, Z6
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z0, Z8, Z9
+	VPADDD      Z1, Z9, Z9
+	VPADDD      Z7, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z2, Z7, Z7
+	VPCMPGTD    Z3, Z7, K2
+	VPORD       Z4, Z8, Z8
+	VPBLENDMD   Z8, Z9, K2, Z9
+	VPMOVDW     Z9, Y7
+	VMOVDQU16   Y7, K1, (DX)(R11*2)
+
+avx512AddSumBF16FullAccNT_vec_end:
+	VMOVUPS Z6, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512AddSumBF16FullAccNT_vec
 
 avx512AddSumBF16FullAccNT_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AddSumBF16FullTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullTree(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -16713,6 +26697,10 @@ avx512AddSumBF16FullTree_pairs:
 	MOVQ   R9, R11
 
 avx512AddSumBF16FullTree_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16FullTree_pairs_last
 	VPMOVZXWD (DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD (BX)(R11*2), Z10
@@ -16804,28 +26792,176 @@ avx512AddSumBF16FullTree_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16FullTree_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z10
-	VSHUFPS   $0xdd, Z4, Z3, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, (AX)(R9*1)
-	VSHUFPS   $0x88, Z6, Z5, Z9
-	VSHUFPS   $0xdd, Z6, Z5, Z10
-	VADDPS    Z10, Z9, Z9
-	VSHUFPS   $0x88, Z8, Z7, Z10
-	VSHUFPS   $0xdd, Z8, Z7, Z15
-	VADDPS    Z15, Z10, Z10
-	VSHUFPS   $0x88, Z10, Z9, Z15
-	VSHUFPS   $0xdd, Z10, Z9, Z9
-	VADDPS    Z9, Z15, Z15
-	VMOVUPS   Z15, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16FullTree_pairs
+	JMP       avx512AddSumBF16FullTree_pairs_end
+
+avx512AddSumBF16FullTree_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumBF16FullTree_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z10
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z9
+	VSHUFPS $0xdd, Z6, Z5, Z10
+	VADDPS  Z10, Z9, Z9
+	VSHUFPS $0x88, Z8, Z7, Z10
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z10, Z10
+	VSHUFPS $0x88, Z10, Z9, Z15
+	VSHUFPS $0xdd, Z10, Z9, Z9
+	VADDPS  Z9, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16FullTree_pairs
 
 avx512AddSumBF16FullTree_pairs_done:
 avx512AddSumBF16FullTree_group:
@@ -16838,6 +26974,10 @@ avx512AddSumBF16FullTree_group:
 	MOVQ   R9, R10
 
 avx512AddSumBF16FullTree_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumBF16FullTree_group_last
 	VPMOVZXWD (DX)(R10*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (BX)(R10*2), Z2
@@ -16885,18 +27025,94 @@ avx512AddSumBF16FullTree_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16FullTree_group_chunk
-	VSHUFPS   $0x88, Z12, Z11, Z1
-	VSHUFPS   $0xdd, Z12, Z11, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z14, Z13, Z2
-	VSHUFPS   $0xdd, Z14, Z13, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumBF16FullTree_group
+	JMP       avx512AddSumBF16FullTree_group_end
+
+avx512AddSumBF16FullTree_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (DX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 32(DX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 32(BX)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z 32(SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z12, K1, Z12
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 64(DX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 64(BX)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z 64(SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z13, K1, Z13
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 96(DX)(R10*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 96(BX)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z 96(SI)(R10*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z14, K1, Z14
+
+avx512AddSumBF16FullTree_group_end:
+	VSHUFPS $0x88, Z12, Z11, Z1
+	VSHUFPS $0xdd, Z12, Z11, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z14, Z13, Z2
+	VSHUFPS $0xdd, Z14, Z13, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumBF16FullTree_group
 
 avx512AddSumBF16FullTree_group_done:
 	CMPQ          DI, $0x00000800
@@ -17076,7 +27292,7 @@ avx512AddSumBF16FullTree_64:
 	RET
 
 // func avx512AddSumBF16FullTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullTreeX(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -17120,6 +27336,10 @@ avx512AddSumBF16FullTreeX_pairs:
 	MOVQ   R10, R12
 
 avx512AddSumBF16FullTreeX_pairs_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumBF16FullTreeX_pairs_last
 	VPMOVZXWD (BX)(R12*2), Z18
 	VPSLLD    $0x10, Z18, Z18
 	VPMOVZXWD (SI)(R12*2), Z19
@@ -17299,28 +27519,264 @@ avx512AddSumBF16FullTreeX_pairs_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumBF16FullTreeX_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z18
-	VSHUFPS   $0xdd, Z2, Z1, Z19
-	VADDPS    Z19, Z18, Z18
-	VSHUFPS   $0x88, Z4, Z3, Z19
-	VSHUFPS   $0xdd, Z4, Z3, Z20
-	VADDPS    Z20, Z19, Z19
-	VSHUFPS   $0x88, Z19, Z18, Z20
-	VSHUFPS   $0xdd, Z19, Z18, Z18
-	VADDPS    Z18, Z20, Z20
-	VMOVUPS   Z20, (AX)(R10*1)
-	VSHUFPS   $0x88, Z6, Z5, Z18
-	VSHUFPS   $0xdd, Z6, Z5, Z19
-	VADDPS    Z19, Z18, Z18
-	VSHUFPS   $0x88, Z8, Z7, Z19
-	VSHUFPS   $0xdd, Z8, Z7, Z20
-	VADDPS    Z20, Z19, Z19
-	VSHUFPS   $0x88, Z19, Z18, Z20
-	VSHUFPS   $0xdd, Z19, Z18, Z18
-	VADDPS    Z18, Z20, Z20
-	VMOVUPS   Z20, 64(AX)(R10*1)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumBF16FullTreeX_pairs
+	JMP       avx512AddSumBF16FullTreeX_pairs_end
+
+avx512AddSumBF16FullTreeX_pairs_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z (BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z (SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z (DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, (CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z1, K1, Z1
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 32(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 32(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 32(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 64(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z2, K1, Z2
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 64(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 64(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 64(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 128(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z3, K1, Z3
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 96(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 96(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 96(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 192(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z4, K1, Z4
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 128(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 128(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 128(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 256(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z5, K1, Z5
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 160(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 160(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 160(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 320(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z6, K1, Z6
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 192(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 192(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 192(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 384(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z7, K1, Z7
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 224(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 224(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 224(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 448(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z8, K1, Z8
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 224(DX)(R12*2)
+
+avx512AddSumBF16FullTreeX_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z18
+	VSHUFPS $0xdd, Z2, Z1, Z19
+	VADDPS  Z19, Z18, Z18
+	VSHUFPS $0x88, Z4, Z3, Z19
+	VSHUFPS $0xdd, Z4, Z3, Z20
+	VADDPS  Z20, Z19, Z19
+	VSHUFPS $0x88, Z19, Z18, Z20
+	VSHUFPS $0xdd, Z19, Z18, Z18
+	VADDPS  Z18, Z20, Z20
+	VMOVUPS Z20, (AX)(R10*1)
+	VSHUFPS $0x88, Z6, Z5, Z18
+	VSHUFPS $0xdd, Z6, Z5, Z19
+	VADDPS  Z19, Z18, Z18
+	VSHUFPS $0x88, Z8, Z7, Z19
+	VSHUFPS $0xdd, Z8, Z7, Z20
+	VADDPS  Z20, Z19, Z19
+	VSHUFPS $0x88, Z19, Z18, Z20
+	VSHUFPS $0xdd, Z19, Z18, Z18
+	VADDPS  Z18, Z20, Z20
+	VMOVUPS Z20, 64(AX)(R10*1)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumBF16FullTreeX_pairs
 
 avx512AddSumBF16FullTreeX_pairs_done:
 avx512AddSumBF16FullTreeX_group:
@@ -17333,6 +27789,10 @@ avx512AddSumBF16FullTreeX_group:
 	MOVQ   R10, R11
 
 avx512AddSumBF16FullTreeX_group_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000040
+	JL        avx512AddSumBF16FullTreeX_group_last
 	VPMOVZXWD (BX)(R11*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (SI)(R11*2), Z2
@@ -17424,18 +27884,138 @@ avx512AddSumBF16FullTreeX_group_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumBF16FullTreeX_group_chunk
-	VSHUFPS   $0x88, Z10, Z9, Z1
-	VSHUFPS   $0xdd, Z10, Z9, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z12, Z11, Z2
-	VSHUFPS   $0xdd, Z12, Z11, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R10*1)
-	ADDQ      $0x00000040, R10
-	JMP       avx512AddSumBF16FullTreeX_group
+	JMP       avx512AddSumBF16FullTreeX_group_end
+
+avx512AddSumBF16FullTreeX_group_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z (DI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z9, K1, Z9
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z 32(DI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R11*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z10, K1, Z10
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z 64(DI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R11*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z 96(DI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R11*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z12, K1, Z12
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R11*2)
+
+avx512AddSumBF16FullTreeX_group_end:
+	VSHUFPS $0x88, Z10, Z9, Z1
+	VSHUFPS $0xdd, Z10, Z9, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z12, Z11, Z2
+	VSHUFPS $0xdd, Z12, Z11, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R10*1)
+	ADDQ    $0x00000040, R10
+	JMP     avx512AddSumBF16FullTreeX_group
 
 avx512AddSumBF16FullTreeX_group_done:
 	CMPQ          R8, $0x00000800
@@ -17615,7 +28195,7 @@ avx512AddSumBF16FullTreeX_64:
 	RET
 
 // func avx512AddSumBF16FullTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullTreeNT(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -17659,6 +28239,10 @@ avx512AddSumBF16FullTreeNT_pairs:
 	MOVQ   R10, R12
 
 avx512AddSumBF16FullTreeNT_pairs_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumBF16FullTreeNT_pairs_last
 	VPMOVZXWD (BX)(R12*2), Z18
 	VPSLLD    $0x10, Z18, Z18
 	VPMOVZXWD (SI)(R12*2), Z19
@@ -17838,28 +28422,264 @@ avx512AddSumBF16FullTreeNT_pairs_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumBF16FullTreeNT_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z18
-	VSHUFPS   $0xdd, Z2, Z1, Z19
-	VADDPS    Z19, Z18, Z18
-	VSHUFPS   $0x88, Z4, Z3, Z19
-	VSHUFPS   $0xdd, Z4, Z3, Z20
-	VADDPS    Z20, Z19, Z19
-	VSHUFPS   $0x88, Z19, Z18, Z20
-	VSHUFPS   $0xdd, Z19, Z18, Z18
-	VADDPS    Z18, Z20, Z20
-	VMOVUPS   Z20, (AX)(R10*1)
-	VSHUFPS   $0x88, Z6, Z5, Z18
-	VSHUFPS   $0xdd, Z6, Z5, Z19
-	VADDPS    Z19, Z18, Z18
-	VSHUFPS   $0x88, Z8, Z7, Z19
-	VSHUFPS   $0xdd, Z8, Z7, Z20
-	VADDPS    Z20, Z19, Z19
-	VSHUFPS   $0x88, Z19, Z18, Z20
-	VSHUFPS   $0xdd, Z19, Z18, Z18
-	VADDPS    Z18, Z20, Z20
-	VMOVUPS   Z20, 64(AX)(R10*1)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumBF16FullTreeNT_pairs
+	JMP       avx512AddSumBF16FullTreeNT_pairs_end
+
+avx512AddSumBF16FullTreeNT_pairs_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z (BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z (SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z (DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, (CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z1, K1, Z1
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 32(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 32(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 32(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 64(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z2, K1, Z2
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 64(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 64(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 64(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 128(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z3, K1, Z3
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 96(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 96(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 96(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 192(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z4, K1, Z4
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 128(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 128(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 128(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 256(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z5, K1, Z5
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 160(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 160(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 160(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 320(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z6, K1, Z6
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 192(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 192(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 192(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 384(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z7, K1, Z7
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 224(BX)(R12*2), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD.Z 224(SI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VPMOVZXWD.Z 224(DI)(R12*2), K1, Z19
+	VPSLLD      $0x10, Z19, Z19
+	VADDPS      Z19, Z18, Z18
+	VMOVUPS     Z18, K1, 448(CX)(R12*4)
+	VSUBPS      Z17, Z18, Z19
+	VADDPS      Z19, Z8, K1, Z8
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD      Z0, Z19, Z20
+	VPADDD      Z13, Z20, Z20
+	VPADDD      Z18, Z20, Z20
+	VPSRLD      $0x10, Z20, Z20
+	VPANDD      Z14, Z18, Z18
+	VPCMPGTD    Z15, Z18, K2
+	VPORD       Z16, Z19, Z19
+	VPBLENDMD   Z19, Z20, K2, Z20
+	VPMOVDW     Z20, Y18
+	VMOVDQU16   Y18, K1, 224(DX)(R12*2)
+
+avx512AddSumBF16FullTreeNT_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z18
+	VSHUFPS $0xdd, Z2, Z1, Z19
+	VADDPS  Z19, Z18, Z18
+	VSHUFPS $0x88, Z4, Z3, Z19
+	VSHUFPS $0xdd, Z4, Z3, Z20
+	VADDPS  Z20, Z19, Z19
+	VSHUFPS $0x88, Z19, Z18, Z20
+	VSHUFPS $0xdd, Z19, Z18, Z18
+	VADDPS  Z18, Z20, Z20
+	VMOVUPS Z20, (AX)(R10*1)
+	VSHUFPS $0x88, Z6, Z5, Z18
+	VSHUFPS $0xdd, Z6, Z5, Z19
+	VADDPS  Z19, Z18, Z18
+	VSHUFPS $0x88, Z8, Z7, Z19
+	VSHUFPS $0xdd, Z8, Z7, Z20
+	VADDPS  Z20, Z19, Z19
+	VSHUFPS $0x88, Z19, Z18, Z20
+	VSHUFPS $0xdd, Z19, Z18, Z18
+	VADDPS  Z18, Z20, Z20
+	VMOVUPS Z20, 64(AX)(R10*1)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumBF16FullTreeNT_pairs
 
 avx512AddSumBF16FullTreeNT_pairs_done:
 avx512AddSumBF16FullTreeNT_group:
@@ -17872,6 +28692,10 @@ avx512AddSumBF16FullTreeNT_group:
 	MOVQ   R10, R11
 
 avx512AddSumBF16FullTreeNT_group_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000040
+	JL        avx512AddSumBF16FullTreeNT_group_last
 	VPMOVZXWD (BX)(R11*2), Z1
 	VPSLLD    $0x10, Z1, Z1
 	VPMOVZXWD (SI)(R11*2), Z2
@@ -17963,18 +28787,138 @@ avx512AddSumBF16FullTreeNT_group_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumBF16FullTreeNT_group_chunk
-	VSHUFPS   $0x88, Z10, Z9, Z1
-	VSHUFPS   $0xdd, Z10, Z9, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z12, Z11, Z2
-	VSHUFPS   $0xdd, Z12, Z11, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, (AX)(R10*1)
-	ADDQ      $0x00000040, R10
-	JMP       avx512AddSumBF16FullTreeNT_group
+	JMP       avx512AddSumBF16FullTreeNT_group_end
+
+avx512AddSumBF16FullTreeNT_group_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z (DI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z9, K1, Z9
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z 32(DI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R11*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z10, K1, Z10
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z 64(DI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R11*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z11, K1, Z11
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VPMOVZXWD.Z 96(DI)(R11*2), K1, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R11*4)
+	VSUBPS      Z17, Z1, Z2
+	VADDPS      Z2, Z12, K1, Z12
+	VPSRLD      $0x10, Z1, Z2
+	VPANDD      Z0, Z2, Z3
+	VPADDD      Z13, Z3, Z3
+	VPADDD      Z1, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPANDD      Z14, Z1, Z1
+	VPCMPGTD    Z15, Z1, K2
+	VPORD       Z16, Z2, Z2
+	VPBLENDMD   Z2, Z3, K2, Z3
+	VPMOVDW     Z3, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R11*2)
+
+avx512AddSumBF16FullTreeNT_group_end:
+	VSHUFPS $0x88, Z10, Z9, Z1
+	VSHUFPS $0xdd, Z10, Z9, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z12, Z11, Z2
+	VSHUFPS $0xdd, Z12, Z11, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R10*1)
+	ADDQ    $0x00000040, R10
+	JMP     avx512AddSumBF16FullTreeNT_group
 
 avx512AddSumBF16FullTreeNT_group_done:
 	CMPQ          R8, $0x00000800
@@ -18154,7 +29098,7 @@ avx512AddSumBF16FullTreeNT_64:
 	RET
 
 // func avx512AddSumBF16FullAccTree(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullAccTree(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -18182,6 +29126,10 @@ avx512AddSumBF16FullAccTree_pairs:
 	MOVQ    R9, R11
 
 avx512AddSumBF16FullAccTree_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512AddSumBF16FullAccTree_pairs_last
 	VPMOVZXWD (DX)(R11*2), Z9
 	VPSLLD    $0x10, Z9, Z9
 	VPMOVZXWD (BX)(R11*2), Z10
@@ -18273,28 +29221,176 @@ avx512AddSumBF16FullAccTree_pairs_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512AddSumBF16FullAccTree_pairs_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z9
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z9, Z9
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z9, Z2
-	VSHUFPS   $0xdd, Z1, Z9, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R9*1)
-	VSHUFPS   $0x88, Z6, Z5, Z1
-	VSHUFPS   $0xdd, Z6, Z5, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z8, Z7, Z2
-	VSHUFPS   $0xdd, Z8, Z7, Z3
-	VADDPS    Z3, Z2, Z2
-	VSHUFPS   $0x88, Z2, Z1, Z3
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z3, Z3
-	VMOVUPS   Z3, 64(AX)(R9*1)
-	ADDQ      $0x00000080, R9
-	JMP       avx512AddSumBF16FullAccTree_pairs
+	JMP       avx512AddSumBF16FullAccTree_pairs_end
+
+avx512AddSumBF16FullAccTree_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 96(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 128(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 128(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 128(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 160(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 160(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 160(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 192(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 192(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 192(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 224(DX)(R11*2), K1, Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD.Z 224(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VPMOVZXWD.Z 224(SI)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512AddSumBF16FullAccTree_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z9
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z9, Z9
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z9, Z2
+	VSHUFPS $0xdd, Z1, Z9, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z1
+	VSHUFPS $0xdd, Z6, Z5, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z8, Z7, Z2
+	VSHUFPS $0xdd, Z8, Z7, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512AddSumBF16FullAccTree_pairs
 
 avx512AddSumBF16FullAccTree_pairs_done:
 avx512AddSumBF16FullAccTree_group:
@@ -18307,6 +29403,10 @@ avx512AddSumBF16FullAccTree_group:
 	MOVQ    R9, R10
 
 avx512AddSumBF16FullAccTree_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512AddSumBF16FullAccTree_group_last
 	VPMOVZXWD (DX)(R10*2), Z5
 	VPSLLD    $0x10, Z5, Z5
 	VPMOVZXWD (BX)(R10*2), Z6
@@ -18354,18 +29454,94 @@ avx512AddSumBF16FullAccTree_group_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512AddSumBF16FullAccTree_group_chunk
-	VSHUFPS   $0x88, Z2, Z1, Z5
-	VSHUFPS   $0xdd, Z2, Z1, Z1
-	VADDPS    Z1, Z5, Z5
-	VSHUFPS   $0x88, Z4, Z3, Z1
-	VSHUFPS   $0xdd, Z4, Z3, Z2
-	VADDPS    Z2, Z1, Z1
-	VSHUFPS   $0x88, Z1, Z5, Z2
-	VSHUFPS   $0xdd, Z1, Z5, Z1
-	VADDPS    Z1, Z2, Z2
-	VMOVUPS   Z2, (AX)(R9*1)
-	ADDQ      $0x00000040, R9
-	JMP       avx512AddSumBF16FullAccTree_group
+	JMP       avx512AddSumBF16FullAccTree_group_end
+
+avx512AddSumBF16FullAccTree_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z (DX)(R10*2), K1, Z5
+	VPSLLD      $0x10, Z5, Z5
+	VPMOVZXWD.Z (BX)(R10*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VPMOVZXWD.Z (SI)(R10*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z1, K1, Z1
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 32(DX)(R10*2), K1, Z5
+	VPSLLD      $0x10, Z5, Z5
+	VPMOVZXWD.Z 32(BX)(R10*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VPMOVZXWD.Z 32(SI)(R10*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z2, K1, Z2
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 64(DX)(R10*2), K1, Z5
+	VPSLLD      $0x10, Z5, Z5
+	VPMOVZXWD.Z 64(BX)(R10*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VPMOVZXWD.Z 64(SI)(R10*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z3, K1, Z3
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VPMOVZXWD.Z 96(DX)(R10*2), K1, Z5
+	VPSLLD      $0x10, Z5, Z5
+	VPMOVZXWD.Z 96(BX)(R10*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VPMOVZXWD.Z 96(SI)(R10*2), K1, Z6
+	VPSLLD      $0x10, Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     Z5, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z5, Z5
+	VADDPS      Z5, Z4, K1, Z4
+
+avx512AddSumBF16FullAccTree_group_end:
+	VSHUFPS $0x88, Z2, Z1, Z5
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z5, Z5
+	VSHUFPS $0x88, Z4, Z3, Z1
+	VSHUFPS $0xdd, Z4, Z3, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z1, Z5, Z2
+	VSHUFPS $0xdd, Z1, Z5, Z1
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS Z2, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512AddSumBF16FullAccTree_group
 
 avx512AddSumBF16FullAccTree_group_done:
 	CMPQ          DI, $0x00000800
@@ -18545,7 +29721,7 @@ avx512AddSumBF16FullAccTree_64:
 	RET
 
 // func avx512AddSumBF16FullAccTreeX(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullAccTreeX(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -18589,6 +29765,10 @@ avx512AddSumBF16FullAccTreeX_pairs:
 	MOVQ    R10, R12
 
 avx512AddSumBF16FullAccTreeX_pairs_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumBF16FullAccTreeX_pairs_last
 	VPMOVZXWD (BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
 	VPMOVZXWD (SI)(R12*2), Z15
@@ -18768,28 +29948,264 @@ avx512AddSumBF16FullAccTreeX_pairs_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumBF16FullAccTreeX_pairs_chunk
-	VSHUFPS   $0x88, Z7, Z6, Z14
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z14, Z14
-	VSHUFPS   $0x88, Z9, Z8, Z6
-	VSHUFPS   $0xdd, Z9, Z8, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z6, Z14, Z7
-	VSHUFPS   $0xdd, Z6, Z14, Z6
-	VADDPS    Z6, Z7, Z7
-	VMOVUPS   Z7, (AX)(R10*1)
-	VSHUFPS   $0x88, Z11, Z10, Z6
-	VSHUFPS   $0xdd, Z11, Z10, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z13, Z12, Z7
-	VSHUFPS   $0xdd, Z13, Z12, Z8
-	VADDPS    Z8, Z7, Z7
-	VSHUFPS   $0x88, Z7, Z6, Z8
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z8, Z8
-	VMOVUPS   Z8, 64(AX)(R10*1)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumBF16FullAccTreeX_pairs
+	JMP       avx512AddSumBF16FullAccTreeX_pairs_end
+
+avx512AddSumBF16FullAccTreeX_pairs_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z (BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z (SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z (DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, (CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z6, K1, Z6
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 32(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 32(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 32(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 64(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z7, K1, Z7
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 64(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 64(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 64(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 128(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z8, K1, Z8
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 96(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 96(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 96(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 192(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z9, K1, Z9
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 128(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 128(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 128(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 256(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z10, K1, Z10
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 160(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 160(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 160(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 320(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z11, K1, Z11
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 192(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 192(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 192(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 384(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z12, K1, Z12
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 224(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 224(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 224(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 448(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z13, K1, Z13
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 224(DX)(R12*2)
+
+avx512AddSumBF16FullAccTreeX_pairs_end:
+	VSHUFPS $0x88, Z7, Z6, Z14
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z14, Z14
+	VSHUFPS $0x88, Z9, Z8, Z6
+	VSHUFPS $0xdd, Z9, Z8, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z6, Z14, Z7
+	VSHUFPS $0xdd, Z6, Z14, Z6
+	VADDPS  Z6, Z7, Z7
+	VMOVUPS Z7, (AX)(R10*1)
+	VSHUFPS $0x88, Z11, Z10, Z6
+	VSHUFPS $0xdd, Z11, Z10, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z13, Z12, Z7
+	VSHUFPS $0xdd, Z13, Z12, Z8
+	VADDPS  Z8, Z7, Z7
+	VSHUFPS $0x88, Z7, Z6, Z8
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z8, Z8
+	VMOVUPS Z8, 64(AX)(R10*1)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumBF16FullAccTreeX_pairs
 
 avx512AddSumBF16FullAccTreeX_pairs_done:
 avx512AddSumBF16FullAccTreeX_group:
@@ -18802,6 +30218,10 @@ avx512AddSumBF16FullAccTreeX_group:
 	MOVQ    R10, R11
 
 avx512AddSumBF16FullAccTreeX_group_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000040
+	JL        avx512AddSumBF16FullAccTreeX_group_last
 	VPMOVZXWD (BX)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VPMOVZXWD (SI)(R11*2), Z11
@@ -18893,18 +30313,138 @@ avx512AddSumBF16FullAccTreeX_group_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumBF16FullAccTreeX_group_chunk
-	VSHUFPS   $0x88, Z7, Z6, Z10
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z10, Z10
-	VSHUFPS   $0x88, Z9, Z8, Z6
-	VSHUFPS   $0xdd, Z9, Z8, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z6, Z10, Z7
-	VSHUFPS   $0xdd, Z6, Z10, Z6
-	VADDPS    Z6, Z7, Z7
-	VMOVUPS   Z7, (AX)(R10*1)
-	ADDQ      $0x00000040, R10
-	JMP       avx512AddSumBF16FullAccTreeX_group
+	JMP       avx512AddSumBF16FullAccTreeX_group_end
+
+avx512AddSumBF16FullAccTreeX_group_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VPMOVZXWD.Z (DI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, (CX)(R11*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z6, K1, Z6
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VPMOVZXWD.Z 32(DI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 64(CX)(R11*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z7, K1, Z7
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VPMOVZXWD.Z 64(DI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 128(CX)(R11*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z8, K1, Z8
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 64(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VPMOVZXWD.Z 96(DI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 192(CX)(R11*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z9, K1, Z9
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 96(DX)(R11*2)
+
+avx512AddSumBF16FullAccTreeX_group_end:
+	VSHUFPS $0x88, Z7, Z6, Z10
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z10, Z10
+	VSHUFPS $0x88, Z9, Z8, Z6
+	VSHUFPS $0xdd, Z9, Z8, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z6, Z10, Z7
+	VSHUFPS $0xdd, Z6, Z10, Z6
+	VADDPS  Z6, Z7, Z7
+	VMOVUPS Z7, (AX)(R10*1)
+	ADDQ    $0x00000040, R10
+	JMP     avx512AddSumBF16FullAccTreeX_group
 
 avx512AddSumBF16FullAccTreeX_group_done:
 	CMPQ          R8, $0x00000800
@@ -19084,7 +30624,7 @@ avx512AddSumBF16FullAccTreeX_64:
 	RET
 
 // func avx512AddSumBF16FullAccTreeNT(part []float32, t []float32, x []uint16, a []uint16, b []uint16, d []uint16, x0 float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AddSumBF16FullAccTreeNT(SB), NOSPLIT, $0-156
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -19128,6 +30668,10 @@ avx512AddSumBF16FullAccTreeNT_pairs:
 	MOVQ    R10, R12
 
 avx512AddSumBF16FullAccTreeNT_pairs_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512AddSumBF16FullAccTreeNT_pairs_last
 	VPMOVZXWD (BX)(R12*2), Z14
 	VPSLLD    $0x10, Z14, Z14
 	VPMOVZXWD (SI)(R12*2), Z15
@@ -19307,28 +30851,264 @@ avx512AddSumBF16FullAccTreeNT_pairs_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512AddSumBF16FullAccTreeNT_pairs_chunk
-	VSHUFPS   $0x88, Z7, Z6, Z14
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z14, Z14
-	VSHUFPS   $0x88, Z9, Z8, Z6
-	VSHUFPS   $0xdd, Z9, Z8, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z6, Z14, Z7
-	VSHUFPS   $0xdd, Z6, Z14, Z6
-	VADDPS    Z6, Z7, Z7
-	VMOVUPS   Z7, (AX)(R10*1)
-	VSHUFPS   $0x88, Z11, Z10, Z6
-	VSHUFPS   $0xdd, Z11, Z10, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z13, Z12, Z7
-	VSHUFPS   $0xdd, Z13, Z12, Z8
-	VADDPS    Z8, Z7, Z7
-	VSHUFPS   $0x88, Z7, Z6, Z8
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z8, Z8
-	VMOVUPS   Z8, 64(AX)(R10*1)
-	ADDQ      $0x00000080, R10
-	JMP       avx512AddSumBF16FullAccTreeNT_pairs
+	JMP       avx512AddSumBF16FullAccTreeNT_pairs_end
+
+avx512AddSumBF16FullAccTreeNT_pairs_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z (BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z (SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z (DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, (CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z6, K1, Z6
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, (DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 32(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 32(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 32(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 64(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z7, K1, Z7
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 32(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 64(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 64(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 64(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 128(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z8, K1, Z8
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 64(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 96(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 96(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 96(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 192(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z9, K1, Z9
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 96(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 128(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 128(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 128(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 256(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z10, K1, Z10
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 128(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 160(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 160(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 160(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 320(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z11, K1, Z11
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 160(DX)(R12*2)
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VPMOVZXWD.Z 192(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 192(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 192(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 384(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z12, K1, Z12
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 192(DX)(R12*2)
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 224(BX)(R12*2), K1, Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD.Z 224(SI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VPMOVZXWD.Z 224(DI)(R12*2), K1, Z15
+	VPSLLD      $0x10, Z15, Z15
+	VADDPS      Z15, Z14, Z14
+	VMOVUPS     Z14, K1, 448(CX)(R12*4)
+	VSUBPS      Z5, Z14, Z15
+	VADDPS      Z15, Z13, K1, Z13
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD      Z0, Z15, Z16
+	VPADDD      Z1, Z16, Z16
+	VPADDD      Z14, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPANDD      Z2, Z14, Z14
+	VPCMPGTD    Z3, Z14, K2
+	VPORD       Z4, Z15, Z15
+	VPBLENDMD   Z15, Z16, K2, Z16
+	VPMOVDW     Z16, Y14
+	VMOVDQU16   Y14, K1, 224(DX)(R12*2)
+
+avx512AddSumBF16FullAccTreeNT_pairs_end:
+	VSHUFPS $0x88, Z7, Z6, Z14
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z14, Z14
+	VSHUFPS $0x88, Z9, Z8, Z6
+	VSHUFPS $0xdd, Z9, Z8, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z6, Z14, Z7
+	VSHUFPS $0xdd, Z6, Z14, Z6
+	VADDPS  Z6, Z7, Z7
+	VMOVUPS Z7, (AX)(R10*1)
+	VSHUFPS $0x88, Z11, Z10, Z6
+	VSHUFPS $0xdd, Z11, Z10, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z13, Z12, Z7
+	VSHUFPS $0xdd, Z13, Z12, Z8
+	VADDPS  Z8, Z7, Z7
+	VSHUFPS $0x88, Z7, Z6, Z8
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z8, Z8
+	VMOVUPS Z8, 64(AX)(R10*1)
+	ADDQ    $0x00000080, R10
+	JMP     avx512AddSumBF16FullAccTreeNT_pairs
 
 avx512AddSumBF16FullAccTreeNT_pairs_done:
 avx512AddSumBF16FullAccTreeNT_group:
@@ -19341,6 +31121,10 @@ avx512AddSumBF16FullAccTreeNT_group:
 	MOVQ    R10, R11
 
 avx512AddSumBF16FullAccTreeNT_group_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000040
+	JL        avx512AddSumBF16FullAccTreeNT_group_last
 	VPMOVZXWD (BX)(R11*2), Z10
 	VPSLLD    $0x10, Z10, Z10
 	VPMOVZXWD (SI)(R11*2), Z11
@@ -19432,18 +31216,138 @@ avx512AddSumBF16FullAccTreeNT_group_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512AddSumBF16FullAccTreeNT_group_chunk
-	VSHUFPS   $0x88, Z7, Z6, Z10
-	VSHUFPS   $0xdd, Z7, Z6, Z6
-	VADDPS    Z6, Z10, Z10
-	VSHUFPS   $0x88, Z9, Z8, Z6
-	VSHUFPS   $0xdd, Z9, Z8, Z7
-	VADDPS    Z7, Z6, Z6
-	VSHUFPS   $0x88, Z6, Z10, Z7
-	VSHUFPS   $0xdd, Z6, Z10, Z6
-	VADDPS    Z6, Z7, Z7
-	VMOVUPS   Z7, (AX)(R10*1)
-	ADDQ      $0x00000040, R10
-	JMP       avx512AddSumBF16FullAccTreeNT_group
+	JMP       avx512AddSumBF16FullAccTreeNT_group_end
+
+avx512AddSumBF16FullAccTreeNT_group_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z (BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z (SI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VPMOVZXWD.Z (DI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, (CX)(R11*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z6, K1, Z6
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, (DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 32(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 32(SI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VPMOVZXWD.Z 32(DI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 64(CX)(R11*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z7, K1, Z7
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 32(DX)(R11*2)
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VPMOVZXWD.Z 64(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 64(SI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VPMOVZXWD.Z 64(DI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 128(CX)(R11*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z8, K1, Z8
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 64(DX)(R11*2)
+	XORQ        R13, R13
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VPMOVZXWD.Z 96(BX)(R11*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD.Z 96(SI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VPMOVZXWD.Z 96(DI)(R11*2), K1, Z11
+	VPSLLD      $0x10, Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     Z10, K1, 192(CX)(R11*4)
+	VSUBPS      Z5, Z10, Z11
+	VADDPS      Z11, Z9, K1, Z9
+	VPSRLD      $0x10, Z10, Z11
+	VPANDD      Z0, Z11, Z12
+	VPADDD      Z1, Z12, Z12
+	VPADDD      Z10, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z2, Z10, Z10
+	VPCMPGTD    Z3, Z10, K2
+	VPORD       Z4, Z11, Z11
+	VPBLENDMD   Z11, Z12, K2, Z12
+	VPMOVDW     Z12, Y10
+	VMOVDQU16   Y10, K1, 96(DX)(R11*2)
+
+avx512AddSumBF16FullAccTreeNT_group_end:
+	VSHUFPS $0x88, Z7, Z6, Z10
+	VSHUFPS $0xdd, Z7, Z6, Z6
+	VADDPS  Z6, Z10, Z10
+	VSHUFPS $0x88, Z9, Z8, Z6
+	VSHUFPS $0xdd, Z9, Z8, Z7
+	VADDPS  Z7, Z6, Z6
+	VSHUFPS $0x88, Z6, Z10, Z7
+	VSHUFPS $0xdd, Z6, Z10, Z6
+	VADDPS  Z6, Z7, Z7
+	VMOVUPS Z7, (AX)(R10*1)
+	ADDQ    $0x00000040, R10
+	JMP     avx512AddSumBF16FullAccTreeNT_group
 
 avx512AddSumBF16FullAccTreeNT_group_done:
 	CMPQ          R8, $0x00000800

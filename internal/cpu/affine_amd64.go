@@ -143,99 +143,99 @@ func avx2AffineBF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, m
 func avx2AffineFMABF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
 // avx512Affine writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
-// for whole vectors of y.
+// for every element of y (the last few under a lane mask).
 //
 //go:noescape
 func avx512Affine(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineFMA writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
-// for whole vectors of y.
+// for every element of y (the last few under a lane mask).
 //
 //go:noescape
 func avx512AffineFMA(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
-// for whole vectors of y, with non-temporal stores: y must be aligned to the
+// for every element of y (the last few under a lane mask), with non-temporal stores: y must be aligned to the
 // vector, and the caller fences before the values are shared.
 //
 //go:noescape
 func avx512AffineNT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineFMANT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
-// for whole vectors of y, with non-temporal stores: y must be aligned to the
+// for every element of y (the last few under a lane mask), with non-temporal stores: y must be aligned to the
 // vector, and the caller fences before the values are shared.
 //
 //go:noescape
 func avx512AffineFMANT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
+// rounded to binary16 (nearest-even), for every element of y (the last few under a lane mask).
 //
 //go:noescape
 func avx512AffineF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineFMAF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
+// rounded to binary16 (nearest-even), for every element of y (the last few under a lane mask).
 //
 //go:noescape
 func avx512AffineFMAF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
+// rounded to binary16 (nearest-even), for every element of y (the last few under a lane mask).
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
 func avx512AffineF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineFMAF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
+// rounded to binary16 (nearest-even), for every element of y (the last few under a lane mask).
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
 func avx512AffineFMAF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineBF16 writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
-// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// rounded to bfloat16 as F32ToBF16 does, for every element of y (the last few under a lane mask).
 //
 //go:noescape
 func avx512AffineBF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineFMABF16 writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
-// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// rounded to bfloat16 as F32ToBF16 does, for every element of y (the last few under a lane mask).
 //
 //go:noescape
 func avx512AffineFMABF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineBF16NT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
-// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// rounded to bfloat16 as F32ToBF16 does, for every element of y (the last few under a lane mask).
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
 func avx512AffineBF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineFMABF16NT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
-// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// rounded to bfloat16 as F32ToBF16 does, for every element of y (the last few under a lane mask).
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
 func avx512AffineFMABF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
 
 // avx512AffineF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
+// rounded to binary16 (nearest-even), for every element of y (the last few under a lane mask).
 // gamma and beta are in y's format.
 //
 //go:noescape
 func avx512AffineF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
 // avx512AffineFMAF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
+// rounded to binary16 (nearest-even), for every element of y (the last few under a lane mask).
 // gamma and beta are in y's format.
 //
 //go:noescape
 func avx512AffineFMAF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
 // avx512AffineF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
+// rounded to binary16 (nearest-even), for every element of y (the last few under a lane mask).
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
@@ -243,7 +243,7 @@ func avx512AffineFMAF16H(y []uint16, t []float32, gamma []uint16, beta []uint16,
 func avx512AffineF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
 // avx512AffineFMAF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
-// rounded to binary16 (nearest-even), for whole vectors of y.
+// rounded to binary16 (nearest-even), for every element of y (the last few under a lane mask).
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
@@ -251,21 +251,21 @@ func avx512AffineF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, 
 func avx512AffineFMAF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
 // avx512AffineBF16H writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
-// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// rounded to bfloat16 as F32ToBF16 does, for every element of y (the last few under a lane mask).
 // gamma and beta are in y's format.
 //
 //go:noescape
 func avx512AffineBF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
 // avx512AffineFMABF16H writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
-// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// rounded to bfloat16 as F32ToBF16 does, for every element of y (the last few under a lane mask).
 // gamma and beta are in y's format.
 //
 //go:noescape
 func avx512AffineFMABF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
 // avx512AffineBF16HNT writes y[i] = f32(n·gamma[i]) + beta[i] (unfused), n = f32((t[i] − meanD)·rstd),
-// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// rounded to bfloat16 as F32ToBF16 does, for every element of y (the last few under a lane mask).
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //
@@ -273,7 +273,7 @@ func avx512AffineFMABF16H(y []uint16, t []float32, gamma []uint16, beta []uint16
 func avx512AffineBF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
 
 // avx512AffineFMABF16HNT writes y[i] = fma(n, gamma[i], beta[i]), n = f32((t[i] − meanD)·rstd),
-// rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.
+// rounded to bfloat16 as F32ToBF16 does, for every element of y (the last few under a lane mask).
 // gamma and beta are in y's format.
 // Non-temporal stores: y aligned to the vector's 16-bit size; the caller fences.
 //

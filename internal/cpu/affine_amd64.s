@@ -1725,7 +1725,7 @@ avx2AffineFMABF16HNT_done:
 	RET
 
 // func avx512Affine(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512Affine(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -1787,11 +1787,29 @@ avx512Affine_loop:
 	JB      avx512Affine_loop
 
 avx512Affine_done:
+	SUBQ      R8, SI
+	JZ        avx512Affine_ret
+	XORQ      DI, DI
+	SUBQ      $0x00000000, SI
+	CMOVQLT   DI, SI
+	MOVL      $0x0000ffff, DI
+	BZHIL     SI, DI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (CX)(R8*4), K1, Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMOVUPS.Z (DX)(R8*4), K1, Z0
+	VMOVUPS.Z (BX)(R8*4), K1, Z1
+	VMULPS    Z0, Z2, Z2
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, K1, (AX)(R8*4)
+
+avx512Affine_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineFMA(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AffineFMA(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -1853,11 +1871,28 @@ avx512AffineFMA_loop:
 	JB          avx512AffineFMA_loop
 
 avx512AffineFMA_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineFMA_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS.Z   (DX)(R8*4), K1, Z0
+	VMOVUPS.Z   (BX)(R8*4), K1, Z1
+	VFMADD213PS Z1, Z0, Z2
+	VMOVUPS     Z2, K1, (AX)(R8*4)
+
+avx512AffineFMA_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineNT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AffineNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -1919,11 +1954,29 @@ avx512AffineNT_loop:
 	JB       avx512AffineNT_loop
 
 avx512AffineNT_done:
+	SUBQ      R8, SI
+	JZ        avx512AffineNT_ret
+	XORQ      DI, DI
+	SUBQ      $0x00000000, SI
+	CMOVQLT   DI, SI
+	MOVL      $0x0000ffff, DI
+	BZHIL     SI, DI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (CX)(R8*4), K1, Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMOVUPS.Z (DX)(R8*4), K1, Z0
+	VMOVUPS.Z (BX)(R8*4), K1, Z1
+	VMULPS    Z0, Z2, Z2
+	VADDPS    Z1, Z2, Z2
+	VMOVUPS   Z2, K1, (AX)(R8*4)
+
+avx512AffineNT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineFMANT(y []float32, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AffineFMANT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -1985,11 +2038,28 @@ avx512AffineFMANT_loop:
 	JB          avx512AffineFMANT_loop
 
 avx512AffineFMANT_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineFMANT_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS.Z   (DX)(R8*4), K1, Z0
+	VMOVUPS.Z   (BX)(R8*4), K1, Z1
+	VFMADD213PS Z1, Z0, Z2
+	VMOVUPS     Z2, K1, (AX)(R8*4)
+
+avx512AffineFMANT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2056,11 +2126,30 @@ avx512AffineF16_loop:
 	JB        avx512AffineF16_loop
 
 avx512AffineF16_done:
+	SUBQ      R8, SI
+	JZ        avx512AffineF16_ret
+	XORQ      DI, DI
+	SUBQ      $0x00000000, SI
+	CMOVQLT   DI, SI
+	MOVL      $0x0000ffff, DI
+	BZHIL     SI, DI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (CX)(R8*4), K1, Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMOVUPS.Z (DX)(R8*4), K1, Z0
+	VMOVUPS.Z (BX)(R8*4), K1, Z1
+	VMULPS    Z0, Z2, Z2
+	VADDPS    Z1, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y0
+	VMOVDQU16 Y0, K1, (AX)(R8*2)
+
+avx512AffineF16_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineFMAF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineFMAF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2127,11 +2216,29 @@ avx512AffineFMAF16_loop:
 	JB          avx512AffineFMAF16_loop
 
 avx512AffineFMAF16_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineFMAF16_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS.Z   (DX)(R8*4), K1, Z0
+	VMOVUPS.Z   (BX)(R8*4), K1, Z1
+	VFMADD213PS Z1, Z0, Z2
+	VCVTPS2PH   $0x00, Z2, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineFMAF16_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2198,11 +2305,30 @@ avx512AffineF16NT_loop:
 	JB        avx512AffineF16NT_loop
 
 avx512AffineF16NT_done:
+	SUBQ      R8, SI
+	JZ        avx512AffineF16NT_ret
+	XORQ      DI, DI
+	SUBQ      $0x00000000, SI
+	CMOVQLT   DI, SI
+	MOVL      $0x0000ffff, DI
+	BZHIL     SI, DI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (CX)(R8*4), K1, Z2
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMOVUPS.Z (DX)(R8*4), K1, Z0
+	VMOVUPS.Z (BX)(R8*4), K1, Z1
+	VMULPS    Z0, Z2, Z2
+	VADDPS    Z1, Z2, Z2
+	VCVTPS2PH $0x00, Z2, Y0
+	VMOVDQU16 Y0, K1, (AX)(R8*2)
+
+avx512AffineF16NT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineFMAF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineFMAF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2269,11 +2395,29 @@ avx512AffineFMAF16NT_loop:
 	JB          avx512AffineFMAF16NT_loop
 
 avx512AffineFMAF16NT_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineFMAF16NT_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VMOVUPS.Z   (DX)(R8*4), K1, Z0
+	VMOVUPS.Z   (BX)(R8*4), K1, Z1
+	VFMADD213PS Z1, Z0, Z2
+	VCVTPS2PH   $0x00, Z2, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineFMAF16NT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineBF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineBF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2368,11 +2512,39 @@ avx512AffineBF16_loop:
 	JB        avx512AffineBF16_loop
 
 avx512AffineBF16_done:
+	SUBQ      R8, SI
+	JZ        avx512AffineBF16_ret
+	XORQ      DI, DI
+	SUBQ      $0x00000000, SI
+	CMOVQLT   DI, SI
+	MOVL      $0x0000ffff, DI
+	BZHIL     SI, DI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (CX)(R8*4), K1, Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMOVUPS.Z (DX)(R8*4), K1, Z0
+	VMOVUPS.Z (BX)(R8*4), K1, Z1
+	VMULPS    Z0, Z7, Z7
+	VADDPS    Z1, Z7, Z7
+	VPSRLD    $0x10, Z7, Z0
+	VPANDD    Z2, Z0, Z1
+	VPADDD    Z3, Z1, Z1
+	VPADDD    Z7, Z1, Z1
+	VPSRLD    $0x10, Z1, Z1
+	VPANDD    Z4, Z7, Z2
+	VPCMPGTD  Z5, Z2, K2
+	VPORD     Z6, Z0, Z0
+	VPBLENDMD Z0, Z1, K2, Z1
+	VPMOVDW   Z1, Y0
+	VMOVDQU16 Y0, K1, (AX)(R8*2)
+
+avx512AffineBF16_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineFMABF16(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineFMABF16(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2467,11 +2639,38 @@ avx512AffineFMABF16_loop:
 	JB          avx512AffineFMABF16_loop
 
 avx512AffineFMABF16_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineFMABF16_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS.Z   (DX)(R8*4), K1, Z0
+	VMOVUPS.Z   (BX)(R8*4), K1, Z1
+	VFMADD213PS Z1, Z0, Z7
+	VPSRLD      $0x10, Z7, Z0
+	VPANDD      Z2, Z0, Z1
+	VPADDD      Z3, Z1, Z1
+	VPADDD      Z7, Z1, Z1
+	VPSRLD      $0x10, Z1, Z1
+	VPANDD      Z4, Z7, Z2
+	VPCMPGTD    Z5, Z2, K2
+	VPORD       Z6, Z0, Z0
+	VPBLENDMD   Z0, Z1, K2, Z1
+	VPMOVDW     Z1, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineFMABF16_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineBF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineBF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2566,11 +2765,39 @@ avx512AffineBF16NT_loop:
 	JB        avx512AffineBF16NT_loop
 
 avx512AffineBF16NT_done:
+	SUBQ      R8, SI
+	JZ        avx512AffineBF16NT_ret
+	XORQ      DI, DI
+	SUBQ      $0x00000000, SI
+	CMOVQLT   DI, SI
+	MOVL      $0x0000ffff, DI
+	BZHIL     SI, DI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (CX)(R8*4), K1, Z7
+	VSUBPS    Z0, Z7, Z7
+	VMULPS    Z1, Z7, Z7
+	VMOVUPS.Z (DX)(R8*4), K1, Z0
+	VMOVUPS.Z (BX)(R8*4), K1, Z1
+	VMULPS    Z0, Z7, Z7
+	VADDPS    Z1, Z7, Z7
+	VPSRLD    $0x10, Z7, Z0
+	VPANDD    Z2, Z0, Z1
+	VPADDD    Z3, Z1, Z1
+	VPADDD    Z7, Z1, Z1
+	VPSRLD    $0x10, Z1, Z1
+	VPANDD    Z4, Z7, Z2
+	VPCMPGTD  Z5, Z2, K2
+	VPORD     Z6, Z0, Z0
+	VPBLENDMD Z0, Z1, K2, Z1
+	VPMOVDW   Z1, Y0
+	VMOVDQU16 Y0, K1, (AX)(R8*2)
+
+avx512AffineBF16NT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineFMABF16NT(y []uint16, t []float32, gamma []float32, beta []float32, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineFMABF16NT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2665,11 +2892,38 @@ avx512AffineFMABF16NT_loop:
 	JB          avx512AffineFMABF16NT_loop
 
 avx512AffineFMABF16NT_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineFMABF16NT_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VMOVUPS.Z   (DX)(R8*4), K1, Z0
+	VMOVUPS.Z   (BX)(R8*4), K1, Z1
+	VFMADD213PS Z1, Z0, Z7
+	VPSRLD      $0x10, Z7, Z0
+	VPANDD      Z2, Z0, Z1
+	VPADDD      Z3, Z1, Z1
+	VPADDD      Z7, Z1, Z1
+	VPSRLD      $0x10, Z1, Z1
+	VPANDD      Z4, Z7, Z2
+	VPCMPGTD    Z5, Z2, K2
+	VPORD       Z6, Z0, Z0
+	VPBLENDMD   Z0, Z1, K2, Z1
+	VPMOVDW     Z1, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineFMABF16NT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2746,11 +3000,30 @@ avx512AffineF16H_loop:
 	JB        avx512AffineF16H_loop
 
 avx512AffineF16H_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineF16H_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS.Z (DX)(R8*2), K1, Z0
+	VMULPS      Z0, Z2, Z2
+	VCVTPH2PS.Z (BX)(R8*2), K1, Z0
+	VADDPS      Z0, Z2, Z2
+	VCVTPS2PH   $0x00, Z2, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineF16H_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineFMAF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineFMAF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2822,11 +3095,29 @@ avx512AffineFMAF16H_loop:
 	JB          avx512AffineFMAF16H_loop
 
 avx512AffineFMAF16H_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineFMAF16H_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS.Z (BX)(R8*2), K1, Z0
+	VCVTPH2PS.Z (DX)(R8*2), K1, Z1
+	VFMADD213PS Z0, Z1, Z2
+	VCVTPS2PH   $0x00, Z2, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineFMAF16H_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2903,11 +3194,30 @@ avx512AffineF16HNT_loop:
 	JB        avx512AffineF16HNT_loop
 
 avx512AffineF16HNT_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineF16HNT_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS.Z (DX)(R8*2), K1, Z0
+	VMULPS      Z0, Z2, Z2
+	VCVTPH2PS.Z (BX)(R8*2), K1, Z0
+	VADDPS      Z0, Z2, Z2
+	VCVTPS2PH   $0x00, Z2, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineF16HNT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineFMAF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineFMAF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2979,11 +3289,29 @@ avx512AffineFMAF16HNT_loop:
 	JB          avx512AffineFMAF16HNT_loop
 
 avx512AffineFMAF16HNT_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineFMAF16HNT_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z2
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VCVTPH2PS.Z (BX)(R8*2), K1, Z0
+	VCVTPH2PS.Z (DX)(R8*2), K1, Z1
+	VFMADD213PS Z0, Z1, Z2
+	VCVTPS2PH   $0x00, Z2, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineFMAF16HNT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineBF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineBF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -3090,11 +3418,41 @@ avx512AffineBF16H_loop:
 	JB        avx512AffineBF16H_loop
 
 avx512AffineBF16H_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineBF16H_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD.Z (DX)(R8*2), K1, Z0
+	VPSLLD      $0x10, Z0, Z0
+	VMULPS      Z0, Z7, Z7
+	VPMOVZXWD.Z (BX)(R8*2), K1, Z0
+	VPSLLD      $0x10, Z0, Z0
+	VADDPS      Z0, Z7, Z7
+	VPSRLD      $0x10, Z7, Z0
+	VPANDD      Z2, Z0, Z1
+	VPADDD      Z3, Z1, Z1
+	VPADDD      Z7, Z1, Z1
+	VPSRLD      $0x10, Z1, Z1
+	VPANDD      Z4, Z7, Z2
+	VPCMPGTD    Z5, Z2, K2
+	VPORD       Z6, Z0, Z0
+	VPBLENDMD   Z0, Z1, K2, Z1
+	VPMOVDW     Z1, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineBF16H_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineFMABF16H(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineFMABF16H(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -3198,11 +3556,40 @@ avx512AffineFMABF16H_loop:
 	JB          avx512AffineFMABF16H_loop
 
 avx512AffineFMABF16H_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineFMABF16H_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD.Z (BX)(R8*2), K1, Z0
+	VPSLLD      $0x10, Z0, Z0
+	VPMOVZXWD.Z (DX)(R8*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VFMADD213PS Z0, Z1, Z7
+	VPSRLD      $0x10, Z7, Z0
+	VPANDD      Z2, Z0, Z1
+	VPADDD      Z3, Z1, Z1
+	VPADDD      Z7, Z1, Z1
+	VPSRLD      $0x10, Z1, Z1
+	VPANDD      Z4, Z7, Z2
+	VPCMPGTD    Z5, Z2, K2
+	VPORD       Z6, Z0, Z0
+	VPBLENDMD   Z0, Z1, K2, Z1
+	VPMOVDW     Z1, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineFMABF16H_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineBF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineBF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -3309,11 +3696,41 @@ avx512AffineBF16HNT_loop:
 	JB        avx512AffineBF16HNT_loop
 
 avx512AffineBF16HNT_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineBF16HNT_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD.Z (DX)(R8*2), K1, Z0
+	VPSLLD      $0x10, Z0, Z0
+	VMULPS      Z0, Z7, Z7
+	VPMOVZXWD.Z (BX)(R8*2), K1, Z0
+	VPSLLD      $0x10, Z0, Z0
+	VADDPS      Z0, Z7, Z7
+	VPSRLD      $0x10, Z7, Z0
+	VPANDD      Z2, Z0, Z1
+	VPADDD      Z3, Z1, Z1
+	VPADDD      Z7, Z1, Z1
+	VPSRLD      $0x10, Z1, Z1
+	VPANDD      Z4, Z7, Z2
+	VPCMPGTD    Z5, Z2, K2
+	VPORD       Z6, Z0, Z0
+	VPBLENDMD   Z0, Z1, K2, Z1
+	VPMOVDW     Z1, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineBF16HNT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512AffineFMABF16HNT(y []uint16, t []float32, gamma []uint16, beta []uint16, meanD float32, rstd float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512AffineFMABF16HNT(SB), NOSPLIT, $0-104
 	MOVQ         y_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -3417,5 +3834,34 @@ avx512AffineFMABF16HNT_loop:
 	JB          avx512AffineFMABF16HNT_loop
 
 avx512AffineFMABF16HNT_done:
+	SUBQ        R8, SI
+	JZ          avx512AffineFMABF16HNT_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(R8*4), K1, Z7
+	VSUBPS      Z0, Z7, Z7
+	VMULPS      Z1, Z7, Z7
+	VPMOVZXWD.Z (BX)(R8*2), K1, Z0
+	VPSLLD      $0x10, Z0, Z0
+	VPMOVZXWD.Z (DX)(R8*2), K1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VFMADD213PS Z0, Z1, Z7
+	VPSRLD      $0x10, Z7, Z0
+	VPANDD      Z2, Z0, Z1
+	VPADDD      Z3, Z1, Z1
+	VPADDD      Z7, Z1, Z1
+	VPSRLD      $0x10, Z1, Z1
+	VPANDD      Z4, Z7, Z2
+	VPCMPGTD    Z5, Z2, K2
+	VPORD       Z6, Z0, Z0
+	VPBLENDMD   Z0, Z1, K2, Z1
+	VPMOVDW     Z1, Y0
+	VMOVDQU16   Y0, K1, (AX)(R8*2)
+
+avx512AffineFMABF16HNT_ret:
 	VZEROUPPER
 	RET

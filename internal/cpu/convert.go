@@ -93,7 +93,7 @@ func (k *kernels) widen(f convForm, dst []float32, src []uint16) {
 		widenGo(f, dst, src)
 		return
 	}
-	n := k.whole(len(dst))
+	n := k.reach(len(dst))
 	if n > 0 {
 		k.convs.of(f).widen(dst[:n], src)
 	}
@@ -110,20 +110,34 @@ func (k *kernels) narrow(f convForm, dst []uint16, src []float32) {
 		narrowGo(f, dst, src)
 		return
 	}
+	if f.nt && k.tails { // as affineRows: whole lines non-temporally (lineSplit)
+		h, n := lineSplit(dst)
+		fm := k.convs.of(f)
+		if h > 0 {
+			fm.narrow(dst[:h], src)
+		}
+		if n > 0 {
+			fm.narrowNT(dst[h:h+n], src[h:])
+		}
+		if h+n < len(dst) {
+			fm.narrow(dst[h+n:], src[h+n:])
+		}
+		return
+	}
 	if f.nt {
 		plain := f
 		plain.nt = false
 		h := k.nt16Head(dst)
 		k.narrow(plain, dst[:h], src[:h])
 		dst, src = dst[h:], src[h:]
-		n := k.whole(len(dst))
+		n := k.reach(len(dst))
 		if n > 0 {
 			k.convs.of(f).narrowNT(dst[:n], src)
 		}
 		k.narrow(plain, dst[n:], src[n:])
 		return
 	}
-	n := k.whole(len(dst))
+	n := k.reach(len(dst))
 	if n > 0 {
 		k.convs.of(f).narrow(dst[:n], src)
 	}

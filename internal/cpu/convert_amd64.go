@@ -36,33 +36,33 @@ func avx2NarrowF16NT(dst []uint16, src []float32)
 //go:noescape
 func avx2NarrowBF16NT(dst []uint16, src []float32)
 
-// avx512WidenF16 writes dst[i] = float32(binary16 src[i]) for whole vectors of dst.
+// avx512WidenF16 writes dst[i] = float32(binary16 src[i]) for every element of dst (the last few under a lane mask).
 //
 //go:noescape
 func avx512WidenF16(dst []float32, src []uint16)
 
-// avx512WidenBF16 writes dst[i] = float32frombits(src[i] << 16) for whole vectors of dst.
+// avx512WidenBF16 writes dst[i] = float32frombits(src[i] << 16) for every element of dst (the last few under a lane mask).
 //
 //go:noescape
 func avx512WidenBF16(dst []float32, src []uint16)
 
-// avx512NarrowF16 writes dst[i] = binary16(src[i]), nearest-even, for whole vectors of dst.
+// avx512NarrowF16 writes dst[i] = binary16(src[i]), nearest-even, for every element of dst (the last few under a lane mask).
 //
 //go:noescape
 func avx512NarrowF16(dst []uint16, src []float32)
 
-// avx512NarrowBF16 writes dst[i] = F32ToBF16(src[i]) for whole vectors of dst:
+// avx512NarrowBF16 writes dst[i] = F32ToBF16(src[i]) for every element of dst (the last few under a lane mask):
 // u + 0x7fff + (u>>16)&1, top half; NaN: (u>>16) | 0x40.
 //
 //go:noescape
 func avx512NarrowBF16(dst []uint16, src []float32)
 
-// avx512NarrowF16NT writes dst[i] = binary16(src[i]), nearest-even, for whole vectors of dst. Non-temporal stores: dst aligned to the vector's 16-bit size; the caller fences.
+// avx512NarrowF16NT writes dst[i] = binary16(src[i]), nearest-even, for every element of dst (the last few under a lane mask). Non-temporal stores: dst aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape
 func avx512NarrowF16NT(dst []uint16, src []float32)
 
-// avx512NarrowBF16NT writes dst[i] = F32ToBF16(src[i]) for whole vectors of dst:
+// avx512NarrowBF16NT writes dst[i] = F32ToBF16(src[i]) for every element of dst (the last few under a lane mask):
 // u + 0x7fff + (u>>16)&1, top half; NaN: (u>>16) | 0x40. Non-temporal stores: dst aligned to the vector's 16-bit size; the caller fences.
 //
 //go:noescape

@@ -360,7 +360,7 @@ avx2NarrowBF16NT_done:
 	RET
 
 // func avx512WidenF16(dst []float32, src []uint16)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512WidenF16(SB), NOSPLIT, $0-48
 	MOVQ dst_base+0(FP), AX
 	MOVQ src_base+24(FP), CX
@@ -398,11 +398,23 @@ avx512WidenF16_loop:
 	JB        avx512WidenF16_loop
 
 avx512WidenF16_done:
+	SUBQ        SI, DX
+	JZ          avx512WidenF16_ret
+	XORQ        BX, BX
+	SUBQ        $0x00000000, DX
+	CMOVQLT     BX, DX
+	MOVL        $0x0000ffff, BX
+	BZHIL       DX, BX, DX
+	KMOVW       DX, K1
+	VCVTPH2PS.Z (CX)(SI*2), K1, Z0
+	VMOVUPS     Z0, K1, (AX)(SI*4)
+
+avx512WidenF16_ret:
 	VZEROUPPER
 	RET
 
 // func avx512WidenBF16(dst []float32, src []uint16)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512WidenBF16(SB), NOSPLIT, $0-48
 	MOVQ dst_base+0(FP), AX
 	MOVQ src_base+24(FP), CX
@@ -445,11 +457,24 @@ avx512WidenBF16_loop:
 	JB        avx512WidenBF16_loop
 
 avx512WidenBF16_done:
+	SUBQ        SI, DX
+	JZ          avx512WidenBF16_ret
+	XORQ        BX, BX
+	SUBQ        $0x00000000, DX
+	CMOVQLT     BX, DX
+	MOVL        $0x0000ffff, BX
+	BZHIL       DX, BX, DX
+	KMOVW       DX, K1
+	VPMOVZXWD.Z (CX)(SI*2), K1, Z0
+	VPSLLD      $0x10, Z0, Z0
+	VMOVUPS     Z0, K1, (AX)(SI*4)
+
+avx512WidenBF16_ret:
 	VZEROUPPER
 	RET
 
 // func avx512NarrowF16(dst []uint16, src []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512NarrowF16(SB), NOSPLIT, $0-48
 	MOVQ dst_base+0(FP), AX
 	MOVQ src_base+24(FP), CX
@@ -492,11 +517,24 @@ avx512NarrowF16_loop:
 	JB        avx512NarrowF16_loop
 
 avx512NarrowF16_done:
+	SUBQ      SI, DX
+	JZ        avx512NarrowF16_ret
+	XORQ      BX, BX
+	SUBQ      $0x00000000, DX
+	CMOVQLT   BX, DX
+	MOVL      $0x0000ffff, BX
+	BZHIL     DX, BX, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(SI*4), K1, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVDQU16 Y0, K1, (AX)(SI*2)
+
+avx512NarrowF16_ret:
 	VZEROUPPER
 	RET
 
 // func avx512NarrowBF16(dst []uint16, src []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512NarrowBF16(SB), NOSPLIT, $0-48
 	MOVQ         dst_base+0(FP), AX
 	MOVQ         src_base+24(FP), CX
@@ -575,11 +613,33 @@ avx512NarrowBF16_loop:
 	JB        avx512NarrowBF16_loop
 
 avx512NarrowBF16_done:
+	SUBQ      SI, DX
+	JZ        avx512NarrowBF16_ret
+	XORQ      BX, BX
+	SUBQ      $0x00000000, DX
+	CMOVQLT   BX, DX
+	MOVL      $0x0000ffff, BX
+	BZHIL     DX, BX, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(SI*4), K1, Z5
+	VPSRLD    $0x10, Z5, Z6
+	VPANDD    Z0, Z6, Z0
+	VPADDD    Z1, Z0, Z0
+	VPADDD    Z5, Z0, Z0
+	VPSRLD    $0x10, Z0, Z0
+	VPANDD    Z2, Z5, Z1
+	VPCMPGTD  Z3, Z1, K2
+	VPORD     Z4, Z6, Z6
+	VPBLENDMD Z6, Z0, K2, Z0
+	VPMOVDW   Z0, Y0
+	VMOVDQU16 Y0, K1, (AX)(SI*2)
+
+avx512NarrowBF16_ret:
 	VZEROUPPER
 	RET
 
 // func avx512NarrowF16NT(dst []uint16, src []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512NarrowF16NT(SB), NOSPLIT, $0-48
 	MOVQ dst_base+0(FP), AX
 	MOVQ src_base+24(FP), CX
@@ -622,11 +682,24 @@ avx512NarrowF16NT_loop:
 	JB        avx512NarrowF16NT_loop
 
 avx512NarrowF16NT_done:
+	SUBQ      SI, DX
+	JZ        avx512NarrowF16NT_ret
+	XORQ      BX, BX
+	SUBQ      $0x00000000, DX
+	CMOVQLT   BX, DX
+	MOVL      $0x0000ffff, BX
+	BZHIL     DX, BX, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(SI*4), K1, Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VMOVDQU16 Y0, K1, (AX)(SI*2)
+
+avx512NarrowF16NT_ret:
 	VZEROUPPER
 	RET
 
 // func avx512NarrowBF16NT(dst []uint16, src []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512NarrowBF16NT(SB), NOSPLIT, $0-48
 	MOVQ         dst_base+0(FP), AX
 	MOVQ         src_base+24(FP), CX
@@ -705,5 +778,27 @@ avx512NarrowBF16NT_loop:
 	JB        avx512NarrowBF16NT_loop
 
 avx512NarrowBF16NT_done:
+	SUBQ      SI, DX
+	JZ        avx512NarrowBF16NT_ret
+	XORQ      BX, BX
+	SUBQ      $0x00000000, DX
+	CMOVQLT   BX, DX
+	MOVL      $0x0000ffff, BX
+	BZHIL     DX, BX, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(SI*4), K1, Z5
+	VPSRLD    $0x10, Z5, Z6
+	VPANDD    Z0, Z6, Z0
+	VPADDD    Z1, Z0, Z0
+	VPADDD    Z5, Z0, Z0
+	VPSRLD    $0x10, Z0, Z0
+	VPANDD    Z2, Z5, Z1
+	VPCMPGTD  Z3, Z1, K2
+	VPORD     Z4, Z6, Z6
+	VPBLENDMD Z6, Z0, K2, Z0
+	VPMOVDW   Z0, Y0
+	VMOVDQU16 Y0, K1, (AX)(SI*2)
+
+avx512NarrowBF16NT_ret:
 	VZEROUPPER
 	RET

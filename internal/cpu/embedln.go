@@ -99,6 +99,7 @@ func (op *embedOp) Run(ctx context.Context, in *ops.EmbedInputs, out *ops.EmbedO
 	c.piece = t.prefetchPiece(H * op.w.DType.Size())
 	c.short, c.fast = c.shortKernels()
 	c.wholeRow = H*op.w.DType.Size() <= wholePrefetch
+	c.lines = c.nt && op.k.tails && H*op.w.DType.Size()%64 != 0
 	whole := op.be.pool.forRows(ctx, tokens, H, op.plan.W, op.be.opts.Threads, c, &c.join)
 	c.reset()
 	embedCalls.Put(c)
@@ -126,6 +127,7 @@ type embedCall struct {
 	short        embedShort
 	fast         bool // the tokens take shortToken
 	wholeRow     bool // the word rows are prefetched whole, at once (wholePrefetch)
+	lines        bool // outputs stored non-temporally by whole lines (lineSplit), rows off the lines: tailLines
 	join         rowJoin
 }
 
@@ -257,12 +259,26 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 		if c.fast {
 			c.shortToken(t, sc, next)
 		} else {
+			if c.lines {
+				c.tailLines(t)
+			}
 			op.token(t, in, out, sc, c.nt, c.inOrder, next)
 		}
 		next.rest()
 	}
 	if c.nt {
 		op.k.fence()
+	}
+}
+
+// tailLines prefetches the last cache line of token t's output row and embedding-sum row,
+// as AddLayerNorm's tailLines: the partial lines at the rows' ends take plain stores.
+func (c *embedCall) tailLines(t int) {
+	k, out := c.op.k, &c.out
+	end := (t+1)*c.op.w.H - 1
+	k.prefetch(bufBytes(&out.Out, end, 1))
+	if out.Sum.Present() {
+		k.prefetch(bufBytes(&out.Sum, end, 1))
 	}
 }
 

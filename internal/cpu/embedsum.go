@@ -60,7 +60,7 @@ func (k *kernels) embedSum(f embedForm, x []float32, bits []uint16, w, p, g []ui
 		embedSumGo(f, x, bits, w, p, g)
 		return
 	}
-	n := k.whole(len(x))
+	n := k.reach(len(x))
 	if n > 0 {
 		if f.seg {
 			k.embeds.sumSeg(x[:n], bits, w, p, g)
@@ -111,6 +111,10 @@ func (k *kernels) embedShift(f embedForm, part, t []float32, bits []uint16, w, p
 	W := len(part)
 	if W%k.lanes != 0 {
 		k.narrower.embedShift(f, part, t, bits, w, p, g, x0)
+		return
+	}
+	if k.tails { // the kernel walks the ragged row: the whole of it
+		k.embeds.run(f, part, t, bits, w, p, g, x0)
 		return
 	}
 	full := n - n%W

@@ -44,7 +44,7 @@ func avx2EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p
 //go:noescape
 func avx2EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
 
-// avx512EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
+// avx512EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for every element of x (the last few under a lane mask)
 // (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
@@ -52,19 +52,19 @@ func avx512EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g 
 
 // avx512EmbedShiftF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h), and part[k] =
 // Σ_c f32(t[c·W+k] − x0) from +0 (chunks in order), for i < len(t); len(part) = W must be a
-// multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
+// multiple of the lanes and any len(t) (a last chunk short of W under lane masks) (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx512EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
 
 // avx512EmbedShiftF16SegAcc writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h), and part[k] =
 // Σ_c f32(t[c·W+k] − x0) added onto part (chunks in order), for i < len(t); len(part) = W must be a
-// multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
+// multiple of the lanes and any len(t) (a last chunk short of W under lane masks) (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx512EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
 
-// avx512EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x
+// avx512EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for every element of x (the last few under a lane mask)
 // (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
@@ -72,19 +72,19 @@ func avx512EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 
 // avx512EmbedShiftF16 writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h), and part[k] =
 // Σ_c f32(t[c·W+k] − x0) from +0 (chunks in order), for i < len(t); len(part) = W must be a
-// multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
+// multiple of the lanes and any len(t) (a last chunk short of W under lane masks) (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx512EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
 
 // avx512EmbedShiftF16Acc writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h), and part[k] =
 // Σ_c f32(t[c·W+k] − x0) added onto part (chunks in order), for i < len(t); len(part) = W must be a
-// multiple of the lanes and len(t) a positive multiple of W (VCVTPS2PH imm 0: nearest-even).
+// multiple of the lanes and any len(t) (a last chunk short of W under lane masks) (VCVTPS2PH imm 0: nearest-even).
 //
 //go:noescape
 func avx512EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
 
-// avx512fp16EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for whole vectors of x
+// avx512fp16EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for every element of x (the last few under a lane mask)
 // (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
@@ -92,19 +92,19 @@ func avx512fp16EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16
 
 // avx512fp16EmbedShiftF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h), and part[k] =
 // Σ_c f32(t[c·W+k] − x0) from +0 (chunks in order), for i < len(t); len(part) = W must be a
-// multiple of the lanes and len(t) a positive multiple of W (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
+// multiple of the lanes and any len(t) (a last chunk short of W under lane masks) (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
 func avx512fp16EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
 
 // avx512fp16EmbedShiftF16SegAcc writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i], t[i] = f32(h), and part[k] =
 // Σ_c f32(t[c·W+k] − x0) added onto part (chunks in order), for i < len(t); len(part) = W must be a
-// multiple of the lanes and len(t) a positive multiple of W (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
+// multiple of the lanes and any len(t) (a last chunk short of W under lane masks) (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
 func avx512fp16EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
 
-// avx512fp16EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for whole vectors of x
+// avx512fp16EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for every element of x (the last few under a lane mask)
 // (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
@@ -112,14 +112,14 @@ func avx512fp16EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 
 // avx512fp16EmbedShiftF16 writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h), and part[k] =
 // Σ_c f32(t[c·W+k] − x0) from +0 (chunks in order), for i < len(t); len(part) = W must be a
-// multiple of the lanes and len(t) a positive multiple of W (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
+// multiple of the lanes and any len(t) (a last chunk short of W under lane masks) (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
 func avx512fp16EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
 
 // avx512fp16EmbedShiftF16Acc writes h = rnd16(w[i] + p[i]) as bits[i], t[i] = f32(h), and part[k] =
 // Σ_c f32(t[c·W+k] − x0) added onto part (chunks in order), for i < len(t); len(part) = W must be a
-// multiple of the lanes and len(t) a positive multiple of W (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
+// multiple of the lanes and any len(t) (a last chunk short of W under lane masks) (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
 //go:noescape
 func avx512fp16EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)

@@ -566,7 +566,7 @@ avx2EmbedShiftF16Acc_vec_done:
 	RET
 
 // func avx512EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512EmbedSumF16Seg(SB), NOSPLIT, $0-120
 	MOVQ x_base+0(FP), AX
 	MOVQ bits_base+24(FP), CX
@@ -630,11 +630,32 @@ avx512EmbedSumF16Seg_loop:
 	JB        avx512EmbedSumF16Seg_loop
 
 avx512EmbedSumF16Seg_done:
+	SUBQ        R9, DI
+	JZ          avx512EmbedSumF16Seg_ret
+	XORQ        R8, R8
+	SUBQ        $0x00000000, DI
+	CMOVQLT     R8, DI
+	MOVL        $0x0000ffff, R8
+	BZHIL       DI, R8, DI
+	KMOVW       DI, K1
+	VCVTPH2PS.Z (DX)(R9*2), K1, Z0
+	VCVTPH2PS.Z (SI)(R9*2), K1, Z1
+	VADDPS      Z1, Z0, Z0
+	VCVTPS2PH   $0x00, Z0, Y0
+	VCVTPH2PS   Y0, Z0
+	VCVTPH2PS.Z (BX)(R9*2), K1, Z1
+	VADDPS      Z1, Z0, Z0
+	VCVTPS2PH   $0x00, Z0, Y0
+	VMOVDQU16   Y0, K1, (CX)(R9*2)
+	VCVTPH2PS   Y0, Z0
+	VMOVUPS     Z0, K1, (AX)(R9*4)
+
+avx512EmbedSumF16Seg_ret:
 	VZEROUPPER
 	RET
 
 // func avx512EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512EmbedShiftF16Seg(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -663,6 +684,10 @@ avx512EmbedShiftF16Seg_block:
 	MOVQ   R10, R12
 
 avx512EmbedShiftF16Seg_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512EmbedShiftF16Seg_block_last
 	VCVTPH2PS (BX)(R12*2), Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -770,16 +795,180 @@ avx512EmbedShiftF16Seg_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512EmbedShiftF16Seg_block_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	VMOVUPS   Z2, 64(AX)(R10*4)
-	VMOVUPS   Z3, 128(AX)(R10*4)
-	VMOVUPS   Z4, 192(AX)(R10*4)
-	VMOVUPS   Z5, 256(AX)(R10*4)
-	VMOVUPS   Z6, 320(AX)(R10*4)
-	VMOVUPS   Z7, 384(AX)(R10*4)
-	VMOVUPS   Z8, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512EmbedShiftF16Seg_block
+	JMP       avx512EmbedShiftF16Seg_block_end
+
+avx512EmbedShiftF16Seg_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512EmbedShiftF16Seg_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512EmbedShiftF16Seg_block
 
 avx512EmbedShiftF16Seg_block_done:
 avx512EmbedShiftF16Seg_vec:
@@ -789,6 +978,10 @@ avx512EmbedShiftF16Seg_vec:
 	MOVQ   R10, R11
 
 avx512EmbedShiftF16Seg_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512EmbedShiftF16Seg_vec_last
 	VCVTPH2PS (BX)(R11*2), Z1
 	VCVTPH2PS (DI)(R11*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -805,16 +998,40 @@ avx512EmbedShiftF16Seg_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512EmbedShiftF16Seg_vec_chunk
-	VMOVUPS   Z11, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512EmbedShiftF16Seg_vec
+	JMP       avx512EmbedShiftF16Seg_vec_end
+
+avx512EmbedShiftF16Seg_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+
+avx512EmbedShiftF16Seg_vec_end:
+	VMOVUPS Z11, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512EmbedShiftF16Seg_vec
 
 avx512EmbedShiftF16Seg_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512EmbedShiftF16SegAcc(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -843,6 +1060,10 @@ avx512EmbedShiftF16SegAcc_block:
 	MOVQ    R10, R12
 
 avx512EmbedShiftF16SegAcc_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512EmbedShiftF16SegAcc_block_last
 	VCVTPH2PS (BX)(R12*2), Z9
 	VCVTPH2PS (DI)(R12*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -950,16 +1171,180 @@ avx512EmbedShiftF16SegAcc_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512EmbedShiftF16SegAcc_block_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	VMOVUPS   Z2, 64(AX)(R10*4)
-	VMOVUPS   Z3, 128(AX)(R10*4)
-	VMOVUPS   Z4, 192(AX)(R10*4)
-	VMOVUPS   Z5, 256(AX)(R10*4)
-	VMOVUPS   Z6, 320(AX)(R10*4)
-	VMOVUPS   Z7, 384(AX)(R10*4)
-	VMOVUPS   Z8, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512EmbedShiftF16SegAcc_block
+	JMP       avx512EmbedShiftF16SegAcc_block_end
+
+avx512EmbedShiftF16SegAcc_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z9
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VCVTPH2PS   Y9, Z9
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512EmbedShiftF16SegAcc_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512EmbedShiftF16SegAcc_block
 
 avx512EmbedShiftF16SegAcc_block_done:
 avx512EmbedShiftF16SegAcc_vec:
@@ -969,6 +1354,10 @@ avx512EmbedShiftF16SegAcc_vec:
 	MOVQ    R10, R11
 
 avx512EmbedShiftF16SegAcc_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512EmbedShiftF16SegAcc_vec_last
 	VCVTPH2PS (BX)(R11*2), Z2
 	VCVTPH2PS (DI)(R11*2), Z3
 	VADDPS    Z3, Z2, Z2
@@ -985,16 +1374,40 @@ avx512EmbedShiftF16SegAcc_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512EmbedShiftF16SegAcc_vec_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512EmbedShiftF16SegAcc_vec
+	JMP       avx512EmbedShiftF16SegAcc_vec_end
+
+avx512EmbedShiftF16SegAcc_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z2
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VCVTPH2PS   Y2, Z2
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVDQU16   Y2, K1, (DX)(R11*2)
+	VCVTPH2PS   Y2, Z2
+	VMOVUPS     Z2, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z2, Z2
+	VADDPS      Z2, Z1, K1, Z1
+
+avx512EmbedShiftF16SegAcc_vec_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512EmbedShiftF16SegAcc_vec
 
 avx512EmbedShiftF16SegAcc_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512EmbedSumF16(SB), NOSPLIT, $0-96
 	MOVQ x_base+0(FP), AX
 	MOVQ bits_base+24(FP), CX
@@ -1045,11 +1458,28 @@ avx512EmbedSumF16_loop:
 	JB        avx512EmbedSumF16_loop
 
 avx512EmbedSumF16_done:
+	SUBQ        R8, SI
+	JZ          avx512EmbedSumF16_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VCVTPH2PS.Z (DX)(R8*2), K1, Z0
+	VCVTPH2PS.Z (BX)(R8*2), K1, Z1
+	VADDPS      Z1, Z0, Z0
+	VCVTPS2PH   $0x00, Z0, Y0
+	VMOVDQU16   Y0, K1, (CX)(R8*2)
+	VCVTPH2PS   Y0, Z0
+	VMOVUPS     Z0, K1, (AX)(R8*4)
+
+avx512EmbedSumF16_ret:
 	VZEROUPPER
 	RET
 
 // func avx512EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512EmbedShiftF16(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -1077,6 +1507,10 @@ avx512EmbedShiftF16_block:
 	MOVQ   R9, R11
 
 avx512EmbedShiftF16_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512EmbedShiftF16_block_last
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -1152,16 +1586,148 @@ avx512EmbedShiftF16_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512EmbedShiftF16_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512EmbedShiftF16_block
+	JMP       avx512EmbedShiftF16_block_end
+
+avx512EmbedShiftF16_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512EmbedShiftF16_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512EmbedShiftF16_block
 
 avx512EmbedShiftF16_block_done:
 avx512EmbedShiftF16_vec:
@@ -1171,6 +1737,10 @@ avx512EmbedShiftF16_vec:
 	MOVQ   R9, R10
 
 avx512EmbedShiftF16_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512EmbedShiftF16_vec_last
 	VCVTPH2PS (BX)(R10*2), Z1
 	VCVTPH2PS (SI)(R10*2), Z2
 	VADDPS    Z2, Z1, Z1
@@ -1183,16 +1753,36 @@ avx512EmbedShiftF16_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512EmbedShiftF16_vec_chunk
-	VMOVUPS   Z11, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512EmbedShiftF16_vec
+	JMP       avx512EmbedShiftF16_vec_end
+
+avx512EmbedShiftF16_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+
+avx512EmbedShiftF16_vec_end:
+	VMOVUPS Z11, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512EmbedShiftF16_vec
 
 avx512EmbedShiftF16_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512EmbedShiftF16Acc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -1220,6 +1810,10 @@ avx512EmbedShiftF16Acc_block:
 	MOVQ    R9, R11
 
 avx512EmbedShiftF16Acc_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512EmbedShiftF16Acc_block_last
 	VCVTPH2PS (BX)(R11*2), Z9
 	VCVTPH2PS (SI)(R11*2), Z10
 	VADDPS    Z10, Z9, Z9
@@ -1295,16 +1889,148 @@ avx512EmbedShiftF16Acc_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512EmbedShiftF16Acc_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512EmbedShiftF16Acc_block
+	JMP       avx512EmbedShiftF16Acc_block_end
+
+avx512EmbedShiftF16Acc_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z9
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z10
+	VADDPS      Z10, Z9, Z9
+	VCVTPS2PH   $0x00, Z9, Y9
+	VMOVDQU16   Y9, K1, 224(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z8, K1, Z8
+
+avx512EmbedShiftF16Acc_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512EmbedShiftF16Acc_block
 
 avx512EmbedShiftF16Acc_block_done:
 avx512EmbedShiftF16Acc_vec:
@@ -1314,6 +2040,10 @@ avx512EmbedShiftF16Acc_vec:
 	MOVQ    R9, R10
 
 avx512EmbedShiftF16Acc_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512EmbedShiftF16Acc_vec_last
 	VCVTPH2PS (BX)(R10*2), Z2
 	VCVTPH2PS (SI)(R10*2), Z3
 	VADDPS    Z3, Z2, Z2
@@ -1326,16 +2056,36 @@ avx512EmbedShiftF16Acc_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512EmbedShiftF16Acc_vec_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512EmbedShiftF16Acc_vec
+	JMP       avx512EmbedShiftF16Acc_vec_end
+
+avx512EmbedShiftF16Acc_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z2
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z3
+	VADDPS      Z3, Z2, Z2
+	VCVTPS2PH   $0x00, Z2, Y2
+	VMOVDQU16   Y2, K1, (DX)(R10*2)
+	VCVTPH2PS   Y2, Z2
+	VMOVUPS     Z2, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z2, Z2
+	VADDPS      Z2, Z1, K1, Z1
+
+avx512EmbedShiftF16Acc_vec_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512EmbedShiftF16Acc_vec
 
 avx512EmbedShiftF16Acc_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512fp16EmbedSumF16Seg(x []float32, bits []uint16, w []uint16, p []uint16, g []uint16)
-// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL, BMI2, CMOV
 TEXT ·avx512fp16EmbedSumF16Seg(SB), NOSPLIT, $0-120
 	MOVQ x_base+0(FP), AX
 	MOVQ bits_base+24(FP), CX
@@ -1369,7 +2119,7 @@ avx512fp16EmbedSumF16Seg_unrolled:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xc1
-	VMOVDQU16 Y0, (CX)(R8*2)
+	VMOVUPS   Y0, (CX)(R8*2)
 	VCVTPH2PS Y0, Z0
 	VMOVUPS   Z0, (AX)(R8*4)
 	VMOVDQU16 32(DX)(R8*2), Y0
@@ -1391,7 +2141,7 @@ avx512fp16EmbedSumF16Seg_unrolled:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xc1
-	VMOVDQU16 Y0, 32(CX)(R8*2)
+	VMOVUPS   Y0, 32(CX)(R8*2)
 	VCVTPH2PS Y0, Z0
 	VMOVUPS   Z0, 64(AX)(R8*4)
 	ADDQ      $0x00000020, R8
@@ -1424,7 +2174,7 @@ avx512fp16EmbedSumF16Seg_loop:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xc1
-	VMOVDQU16 Y0, (CX)(R8*2)
+	VMOVUPS   Y0, (CX)(R8*2)
 	VCVTPH2PS Y0, Z0
 	VMOVUPS   Z0, (AX)(R8*4)
 	ADDQ      $0x00000010, R8
@@ -1432,11 +2182,43 @@ avx512fp16EmbedSumF16Seg_loop:
 	JB        avx512fp16EmbedSumF16Seg_loop
 
 avx512fp16EmbedSumF16Seg_done:
+	SUBQ        R9, DI
+	JZ          avx512fp16EmbedSumF16Seg_ret
+	XORQ        R8, R8
+	SUBQ        $0x00000000, DI
+	CMOVQLT     R8, DI
+	MOVL        $0x0000ffff, R8
+	BZHIL       DI, R8, DI
+	KMOVW       DI, K1
+	VMOVDQU16.Z (DX)(R9*2), K1, Y0
+	VMOVDQU16.Z (SI)(R9*2), K1, Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x7c
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xc1
+	VMOVDQU16.Z (BX)(R9*2), K1, Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 Y0, K1, (CX)(R9*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, K1, (AX)(R9*4)
+
+avx512fp16EmbedSumF16Seg_ret:
 	VZEROUPPER
 	RET
 
 // func avx512fp16EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL, BMI2, CMOV
 TEXT ·avx512fp16EmbedShiftF16Seg(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -1465,6 +2247,10 @@ avx512fp16EmbedShiftF16Seg_block:
 	MOVQ   R10, R12
 
 avx512fp16EmbedShiftF16Seg_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512fp16EmbedShiftF16Seg_block_last
 	VMOVDQU16 (BX)(R12*2), Y9
 	VMOVDQU16 (DI)(R12*2), Y10
 
@@ -1484,7 +2270,7 @@ avx512fp16EmbedShiftF16Seg_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, (DX)(R12*2)
+	VMOVUPS   Y9, (DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1508,7 +2294,7 @@ avx512fp16EmbedShiftF16Seg_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 32(DX)(R12*2)
+	VMOVUPS   Y9, 32(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1532,7 +2318,7 @@ avx512fp16EmbedShiftF16Seg_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 64(DX)(R12*2)
+	VMOVUPS   Y9, 64(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1556,7 +2342,7 @@ avx512fp16EmbedShiftF16Seg_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 96(DX)(R12*2)
+	VMOVUPS   Y9, 96(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1580,7 +2366,7 @@ avx512fp16EmbedShiftF16Seg_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 128(DX)(R12*2)
+	VMOVUPS   Y9, 128(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1604,7 +2390,7 @@ avx512fp16EmbedShiftF16Seg_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 160(DX)(R12*2)
+	VMOVUPS   Y9, 160(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1628,7 +2414,7 @@ avx512fp16EmbedShiftF16Seg_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 192(DX)(R12*2)
+	VMOVUPS   Y9, 192(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1652,7 +2438,7 @@ avx512fp16EmbedShiftF16Seg_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 224(DX)(R12*2)
+	VMOVUPS   Y9, 224(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1660,16 +2446,268 @@ avx512fp16EmbedShiftF16Seg_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512fp16EmbedShiftF16Seg_block_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	VMOVUPS   Z2, 64(AX)(R10*4)
-	VMOVUPS   Z3, 128(AX)(R10*4)
-	VMOVUPS   Z4, 192(AX)(R10*4)
-	VMOVUPS   Z5, 256(AX)(R10*4)
-	VMOVUPS   Z6, 320(AX)(R10*4)
-	VMOVUPS   Z7, 384(AX)(R10*4)
-	VMOVUPS   Z8, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512fp16EmbedShiftF16Seg_block
+	JMP       avx512fp16EmbedShiftF16Seg_block_end
+
+avx512fp16EmbedShiftF16Seg_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z (BX)(R12*2), K1, Y9
+	VMOVDQU16.Z (DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z (SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 32(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 32(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 32(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 64(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 64(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 64(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 96(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 96(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 96(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 128(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 128(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 128(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 160(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 160(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 160(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 192(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 192(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 192(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 224(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 224(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 224(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, K1, 224(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VMOVUPS   Z9, K1, 448(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512fp16EmbedShiftF16Seg_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512fp16EmbedShiftF16Seg_block
 
 avx512fp16EmbedShiftF16Seg_block_done:
 avx512fp16EmbedShiftF16Seg_vec:
@@ -1679,6 +2717,10 @@ avx512fp16EmbedShiftF16Seg_vec:
 	MOVQ   R10, R11
 
 avx512fp16EmbedShiftF16Seg_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512fp16EmbedShiftF16Seg_vec_last
 	VMOVDQU16 (BX)(R11*2), Y1
 	VMOVDQU16 (DI)(R11*2), Y2
 
@@ -1698,7 +2740,7 @@ avx512fp16EmbedShiftF16Seg_vec_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y1, (DX)(R11*2)
+	VMOVUPS   Y1, (DX)(R11*2)
 	VCVTPH2PS Y1, Z1
 	VMOVUPS   Z1, (CX)(R11*4)
 	VSUBPS    Z0, Z1, Z1
@@ -1706,16 +2748,51 @@ avx512fp16EmbedShiftF16Seg_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512fp16EmbedShiftF16Seg_vec_chunk
-	VMOVUPS   Z11, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512fp16EmbedShiftF16Seg_vec
+	JMP       avx512fp16EmbedShiftF16Seg_vec_end
+
+avx512fp16EmbedShiftF16Seg_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VMOVDQU16.Z (BX)(R11*2), K1, Y1
+	VMOVDQU16.Z (DI)(R11*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z (SI)(R11*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y1, K1, (DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, K1, (CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, K1, Z11
+
+avx512fp16EmbedShiftF16Seg_vec_end:
+	VMOVUPS Z11, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512fp16EmbedShiftF16Seg_vec
 
 avx512fp16EmbedShiftF16Seg_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512fp16EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL, BMI2, CMOV
 TEXT ·avx512fp16EmbedShiftF16SegAcc(SB), NOSPLIT, $0-148
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -1744,6 +2821,10 @@ avx512fp16EmbedShiftF16SegAcc_block:
 	MOVQ    R10, R12
 
 avx512fp16EmbedShiftF16SegAcc_block_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512fp16EmbedShiftF16SegAcc_block_last
 	VMOVDQU16 (BX)(R12*2), Y9
 	VMOVDQU16 (DI)(R12*2), Y10
 
@@ -1763,7 +2844,7 @@ avx512fp16EmbedShiftF16SegAcc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, (DX)(R12*2)
+	VMOVUPS   Y9, (DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, (CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1787,7 +2868,7 @@ avx512fp16EmbedShiftF16SegAcc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 32(DX)(R12*2)
+	VMOVUPS   Y9, 32(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 64(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1811,7 +2892,7 @@ avx512fp16EmbedShiftF16SegAcc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 64(DX)(R12*2)
+	VMOVUPS   Y9, 64(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 128(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1835,7 +2916,7 @@ avx512fp16EmbedShiftF16SegAcc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 96(DX)(R12*2)
+	VMOVUPS   Y9, 96(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 192(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1859,7 +2940,7 @@ avx512fp16EmbedShiftF16SegAcc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 128(DX)(R12*2)
+	VMOVUPS   Y9, 128(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 256(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1883,7 +2964,7 @@ avx512fp16EmbedShiftF16SegAcc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 160(DX)(R12*2)
+	VMOVUPS   Y9, 160(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 320(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1907,7 +2988,7 @@ avx512fp16EmbedShiftF16SegAcc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 192(DX)(R12*2)
+	VMOVUPS   Y9, 192(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 384(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1931,7 +3012,7 @@ avx512fp16EmbedShiftF16SegAcc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 224(DX)(R12*2)
+	VMOVUPS   Y9, 224(DX)(R12*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 448(CX)(R12*4)
 	VSUBPS    Z0, Z9, Z9
@@ -1939,16 +3020,268 @@ avx512fp16EmbedShiftF16SegAcc_block_chunk:
 	ADDQ      R8, R12
 	CMPQ      R12, R9
 	JB        avx512fp16EmbedShiftF16SegAcc_block_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	VMOVUPS   Z2, 64(AX)(R10*4)
-	VMOVUPS   Z3, 128(AX)(R10*4)
-	VMOVUPS   Z4, 192(AX)(R10*4)
-	VMOVUPS   Z5, 256(AX)(R10*4)
-	VMOVUPS   Z6, 320(AX)(R10*4)
-	VMOVUPS   Z7, 384(AX)(R10*4)
-	VMOVUPS   Z8, 448(AX)(R10*4)
-	ADDQ      $0x00000080, R10
-	JMP       avx512fp16EmbedShiftF16SegAcc_block
+	JMP       avx512fp16EmbedShiftF16SegAcc_block_end
+
+avx512fp16EmbedShiftF16SegAcc_block_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z (BX)(R12*2), K1, Y9
+	VMOVDQU16.Z (DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z (SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, (DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 32(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 32(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 32(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 32(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 64(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 64(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 64(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 64(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 96(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 96(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 96(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 96(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 128(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 128(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 128(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 128(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 160(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 160(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 160(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 160(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 192(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 192(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 192(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 192(DX)(R12*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 224(BX)(R12*2), K1, Y9
+	VMOVDQU16.Z 224(DI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 224(SI)(R12*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, K1, 224(DX)(R12*2)
+	VCVTPH2PS Y9, Z9
+	VMOVUPS   Z9, K1, 448(CX)(R12*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512fp16EmbedShiftF16SegAcc_block_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	VMOVUPS Z2, 64(AX)(R10*4)
+	VMOVUPS Z3, 128(AX)(R10*4)
+	VMOVUPS Z4, 192(AX)(R10*4)
+	VMOVUPS Z5, 256(AX)(R10*4)
+	VMOVUPS Z6, 320(AX)(R10*4)
+	VMOVUPS Z7, 384(AX)(R10*4)
+	VMOVUPS Z8, 448(AX)(R10*4)
+	ADDQ    $0x00000080, R10
+	JMP     avx512fp16EmbedShiftF16SegAcc_block
 
 avx512fp16EmbedShiftF16SegAcc_block_done:
 avx512fp16EmbedShiftF16SegAcc_vec:
@@ -1958,6 +3291,10 @@ avx512fp16EmbedShiftF16SegAcc_vec:
 	MOVQ    R10, R11
 
 avx512fp16EmbedShiftF16SegAcc_vec_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000010
+	JL        avx512fp16EmbedShiftF16SegAcc_vec_last
 	VMOVDQU16 (BX)(R11*2), Y2
 	VMOVDQU16 (DI)(R11*2), Y3
 
@@ -1977,7 +3314,7 @@ avx512fp16EmbedShiftF16SegAcc_vec_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xd3
-	VMOVDQU16 Y2, (DX)(R11*2)
+	VMOVUPS   Y2, (DX)(R11*2)
 	VCVTPH2PS Y2, Z2
 	VMOVUPS   Z2, (CX)(R11*4)
 	VSUBPS    Z0, Z2, Z2
@@ -1985,16 +3322,51 @@ avx512fp16EmbedShiftF16SegAcc_vec_chunk:
 	ADDQ      R8, R11
 	CMPQ      R11, R9
 	JB        avx512fp16EmbedShiftF16SegAcc_vec_chunk
-	VMOVUPS   Z1, (AX)(R10*4)
-	ADDQ      $0x00000010, R10
-	JMP       avx512fp16EmbedShiftF16SegAcc_vec
+	JMP       avx512fp16EmbedShiftF16SegAcc_vec_end
+
+avx512fp16EmbedShiftF16SegAcc_vec_last:
+	XORQ        R13, R13
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VMOVDQU16.Z (BX)(R11*2), K1, Y2
+	VMOVDQU16.Z (DI)(R11*2), K1, Y3
+
+	// VADDPH Y3, Y2, Y2
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x6c
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xd3
+	VMOVDQU16.Z (SI)(R11*2), K1, Y3
+
+	// VADDPH Y3, Y2, Y2
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x6c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xd3
+	VMOVDQU16 Y2, K1, (DX)(R11*2)
+	VCVTPH2PS Y2, Z2
+	VMOVUPS   Z2, K1, (CX)(R11*4)
+	VSUBPS    Z0, Z2, Z2
+	VADDPS    Z2, Z1, K1, Z1
+
+avx512fp16EmbedShiftF16SegAcc_vec_end:
+	VMOVUPS Z1, (AX)(R10*4)
+	ADDQ    $0x00000010, R10
+	JMP     avx512fp16EmbedShiftF16SegAcc_vec
 
 avx512fp16EmbedShiftF16SegAcc_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512fp16EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
-// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL, BMI2, CMOV
 TEXT ·avx512fp16EmbedSumF16(SB), NOSPLIT, $0-96
 	MOVQ x_base+0(FP), AX
 	MOVQ bits_base+24(FP), CX
@@ -2018,7 +3390,7 @@ avx512fp16EmbedSumF16_unrolled:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xc1
-	VMOVDQU16 Y0, (CX)(DI*2)
+	VMOVUPS   Y0, (CX)(DI*2)
 	VCVTPH2PS Y0, Z0
 	VMOVUPS   Z0, (AX)(DI*4)
 	VMOVDQU16 32(DX)(DI*2), Y0
@@ -2031,7 +3403,7 @@ avx512fp16EmbedSumF16_unrolled:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xc1
-	VMOVDQU16 Y0, 32(CX)(DI*2)
+	VMOVUPS   Y0, 32(CX)(DI*2)
 	VCVTPH2PS Y0, Z0
 	VMOVUPS   Z0, 64(AX)(DI*4)
 	ADDQ      $0x00000020, DI
@@ -2055,7 +3427,7 @@ avx512fp16EmbedSumF16_loop:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xc1
-	VMOVDQU16 Y0, (CX)(DI*2)
+	VMOVUPS   Y0, (CX)(DI*2)
 	VCVTPH2PS Y0, Z0
 	VMOVUPS   Z0, (AX)(DI*4)
 	ADDQ      $0x00000010, DI
@@ -2063,11 +3435,34 @@ avx512fp16EmbedSumF16_loop:
 	JB        avx512fp16EmbedSumF16_loop
 
 avx512fp16EmbedSumF16_done:
+	SUBQ        R8, SI
+	JZ          avx512fp16EmbedSumF16_ret
+	XORQ        DI, DI
+	SUBQ        $0x00000000, SI
+	CMOVQLT     DI, SI
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVDQU16.Z (DX)(R8*2), K1, Y0
+	VMOVDQU16.Z (BX)(R8*2), K1, Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 Y0, K1, (CX)(R8*2)
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, K1, (AX)(R8*4)
+
+avx512fp16EmbedSumF16_ret:
 	VZEROUPPER
 	RET
 
 // func avx512fp16EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL, BMI2, CMOV
 TEXT ·avx512fp16EmbedShiftF16(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2095,6 +3490,10 @@ avx512fp16EmbedShiftF16_block:
 	MOVQ   R9, R11
 
 avx512fp16EmbedShiftF16_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512fp16EmbedShiftF16_block_last
 	VMOVDQU16 (BX)(R11*2), Y9
 	VMOVDQU16 (SI)(R11*2), Y10
 
@@ -2105,7 +3504,7 @@ avx512fp16EmbedShiftF16_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, (DX)(R11*2)
+	VMOVUPS   Y9, (DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2120,7 +3519,7 @@ avx512fp16EmbedShiftF16_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 32(DX)(R11*2)
+	VMOVUPS   Y9, 32(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2135,7 +3534,7 @@ avx512fp16EmbedShiftF16_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 64(DX)(R11*2)
+	VMOVUPS   Y9, 64(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2150,7 +3549,7 @@ avx512fp16EmbedShiftF16_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 96(DX)(R11*2)
+	VMOVUPS   Y9, 96(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2165,7 +3564,7 @@ avx512fp16EmbedShiftF16_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 128(DX)(R11*2)
+	VMOVUPS   Y9, 128(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2180,7 +3579,7 @@ avx512fp16EmbedShiftF16_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 160(DX)(R11*2)
+	VMOVUPS   Y9, 160(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2195,7 +3594,7 @@ avx512fp16EmbedShiftF16_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 192(DX)(R11*2)
+	VMOVUPS   Y9, 192(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2210,7 +3609,7 @@ avx512fp16EmbedShiftF16_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 224(DX)(R11*2)
+	VMOVUPS   Y9, 224(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2218,16 +3617,196 @@ avx512fp16EmbedShiftF16_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512fp16EmbedShiftF16_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512fp16EmbedShiftF16_block
+	JMP       avx512fp16EmbedShiftF16_block_end
+
+avx512fp16EmbedShiftF16_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z (BX)(R11*2), K1, Y9
+	VMOVDQU16.Z (SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 32(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 32(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 64(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 64(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 96(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 96(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 128(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 128(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 160(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 160(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 192(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 192(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VMOVDQU16.Z 224(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 224(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, K1, 224(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VMOVUPS   Z9, K1, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512fp16EmbedShiftF16_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512fp16EmbedShiftF16_block
 
 avx512fp16EmbedShiftF16_block_done:
 avx512fp16EmbedShiftF16_vec:
@@ -2237,6 +3816,10 @@ avx512fp16EmbedShiftF16_vec:
 	MOVQ   R9, R10
 
 avx512fp16EmbedShiftF16_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512fp16EmbedShiftF16_vec_last
 	VMOVDQU16 (BX)(R10*2), Y1
 	VMOVDQU16 (SI)(R10*2), Y2
 
@@ -2247,7 +3830,7 @@ avx512fp16EmbedShiftF16_vec_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y1, (DX)(R10*2)
+	VMOVUPS   Y1, (DX)(R10*2)
 	VCVTPH2PS Y1, Z1
 	VMOVUPS   Z1, (CX)(R10*4)
 	VSUBPS    Z0, Z1, Z1
@@ -2255,16 +3838,42 @@ avx512fp16EmbedShiftF16_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512fp16EmbedShiftF16_vec_chunk
-	VMOVUPS   Z11, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512fp16EmbedShiftF16_vec
+	JMP       avx512fp16EmbedShiftF16_vec_end
+
+avx512fp16EmbedShiftF16_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVDQU16.Z (BX)(R10*2), K1, Y1
+	VMOVDQU16.Z (SI)(R10*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y1, K1, (DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, K1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, K1, Z11
+
+avx512fp16EmbedShiftF16_vec_end:
+	VMOVUPS Z11, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512fp16EmbedShiftF16_vec
 
 avx512fp16EmbedShiftF16_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512fp16EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL, BMI2, CMOV
 TEXT ·avx512fp16EmbedShiftF16Acc(SB), NOSPLIT, $0-124
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2292,6 +3901,10 @@ avx512fp16EmbedShiftF16Acc_block:
 	MOVQ    R9, R11
 
 avx512fp16EmbedShiftF16Acc_block_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512fp16EmbedShiftF16Acc_block_last
 	VMOVDQU16 (BX)(R11*2), Y9
 	VMOVDQU16 (SI)(R11*2), Y10
 
@@ -2302,7 +3915,7 @@ avx512fp16EmbedShiftF16Acc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, (DX)(R11*2)
+	VMOVUPS   Y9, (DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, (CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2317,7 +3930,7 @@ avx512fp16EmbedShiftF16Acc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 32(DX)(R11*2)
+	VMOVUPS   Y9, 32(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 64(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2332,7 +3945,7 @@ avx512fp16EmbedShiftF16Acc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 64(DX)(R11*2)
+	VMOVUPS   Y9, 64(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 128(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2347,7 +3960,7 @@ avx512fp16EmbedShiftF16Acc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 96(DX)(R11*2)
+	VMOVUPS   Y9, 96(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 192(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2362,7 +3975,7 @@ avx512fp16EmbedShiftF16Acc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 128(DX)(R11*2)
+	VMOVUPS   Y9, 128(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 256(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2377,7 +3990,7 @@ avx512fp16EmbedShiftF16Acc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 160(DX)(R11*2)
+	VMOVUPS   Y9, 160(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 320(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2392,7 +4005,7 @@ avx512fp16EmbedShiftF16Acc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 192(DX)(R11*2)
+	VMOVUPS   Y9, 192(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 384(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2407,7 +4020,7 @@ avx512fp16EmbedShiftF16Acc_block_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xca
-	VMOVDQU16 Y9, 224(DX)(R11*2)
+	VMOVUPS   Y9, 224(DX)(R11*2)
 	VCVTPH2PS Y9, Z9
 	VMOVUPS   Z9, 448(CX)(R11*4)
 	VSUBPS    Z0, Z9, Z9
@@ -2415,16 +4028,196 @@ avx512fp16EmbedShiftF16Acc_block_chunk:
 	ADDQ      DI, R11
 	CMPQ      R11, R8
 	JB        avx512fp16EmbedShiftF16Acc_block_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	VMOVUPS   Z2, 64(AX)(R9*4)
-	VMOVUPS   Z3, 128(AX)(R9*4)
-	VMOVUPS   Z4, 192(AX)(R9*4)
-	VMOVUPS   Z5, 256(AX)(R9*4)
-	VMOVUPS   Z6, 320(AX)(R9*4)
-	VMOVUPS   Z7, 384(AX)(R9*4)
-	VMOVUPS   Z8, 448(AX)(R9*4)
-	ADDQ      $0x00000080, R9
-	JMP       avx512fp16EmbedShiftF16Acc_block
+	JMP       avx512fp16EmbedShiftF16Acc_block_end
+
+avx512fp16EmbedShiftF16Acc_block_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z (BX)(R11*2), K1, Y9
+	VMOVDQU16.Z (SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, (DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z1, K1, Z1
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 32(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 32(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 32(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 64(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 64(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 64(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 96(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 96(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 96(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 128(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 128(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 128(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 160(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 160(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 160(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 192(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 192(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE        $0x62
+	BYTE        $0x55
+	BYTE        $0x34
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y9, K1, 192(DX)(R11*2)
+	VCVTPH2PS   Y9, Z9
+	VMOVUPS     Z9, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z9, Z9
+	VADDPS      Z9, Z7, K1, Z7
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VMOVDQU16.Z 224(BX)(R11*2), K1, Y9
+	VMOVDQU16.Z 224(SI)(R11*2), K1, Y10
+
+	// VADDPH Y10, Y9, Y9
+	BYTE      $0x62
+	BYTE      $0x55
+	BYTE      $0x34
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y9, K1, 224(DX)(R11*2)
+	VCVTPH2PS Y9, Z9
+	VMOVUPS   Z9, K1, 448(CX)(R11*4)
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512fp16EmbedShiftF16Acc_block_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	VMOVUPS Z2, 64(AX)(R9*4)
+	VMOVUPS Z3, 128(AX)(R9*4)
+	VMOVUPS Z4, 192(AX)(R9*4)
+	VMOVUPS Z5, 256(AX)(R9*4)
+	VMOVUPS Z6, 320(AX)(R9*4)
+	VMOVUPS Z7, 384(AX)(R9*4)
+	VMOVUPS Z8, 448(AX)(R9*4)
+	ADDQ    $0x00000080, R9
+	JMP     avx512fp16EmbedShiftF16Acc_block
 
 avx512fp16EmbedShiftF16Acc_block_done:
 avx512fp16EmbedShiftF16Acc_vec:
@@ -2434,6 +4227,10 @@ avx512fp16EmbedShiftF16Acc_vec:
 	MOVQ    R9, R10
 
 avx512fp16EmbedShiftF16Acc_vec_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000010
+	JL        avx512fp16EmbedShiftF16Acc_vec_last
 	VMOVDQU16 (BX)(R10*2), Y2
 	VMOVDQU16 (SI)(R10*2), Y3
 
@@ -2444,7 +4241,7 @@ avx512fp16EmbedShiftF16Acc_vec_chunk:
 	BYTE      $0x28
 	BYTE      $0x58
 	BYTE      $0xd3
-	VMOVDQU16 Y2, (DX)(R10*2)
+	VMOVUPS   Y2, (DX)(R10*2)
 	VCVTPH2PS Y2, Z2
 	VMOVUPS   Z2, (CX)(R10*4)
 	VSUBPS    Z0, Z2, Z2
@@ -2452,9 +4249,35 @@ avx512fp16EmbedShiftF16Acc_vec_chunk:
 	ADDQ      DI, R10
 	CMPQ      R10, R8
 	JB        avx512fp16EmbedShiftF16Acc_vec_chunk
-	VMOVUPS   Z1, (AX)(R9*4)
-	ADDQ      $0x00000010, R9
-	JMP       avx512fp16EmbedShiftF16Acc_vec
+	JMP       avx512fp16EmbedShiftF16Acc_vec_end
+
+avx512fp16EmbedShiftF16Acc_vec_last:
+	XORQ        R12, R12
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVDQU16.Z (BX)(R10*2), K1, Y2
+	VMOVDQU16.Z (SI)(R10*2), K1, Y3
+
+	// VADDPH Y3, Y2, Y2
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x6c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xd3
+	VMOVDQU16 Y2, K1, (DX)(R10*2)
+	VCVTPH2PS Y2, Z2
+	VMOVUPS   Z2, K1, (CX)(R10*4)
+	VSUBPS    Z0, Z2, Z2
+	VADDPS    Z2, Z1, K1, Z1
+
+avx512fp16EmbedShiftF16Acc_vec_end:
+	VMOVUPS Z1, (AX)(R9*4)
+	ADDQ    $0x00000010, R9
+	JMP     avx512fp16EmbedShiftF16Acc_vec
 
 avx512fp16EmbedShiftF16Acc_vec_done:
 	VZEROUPPER

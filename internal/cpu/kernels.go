@@ -28,6 +28,7 @@ import (
 //	memory    kernels.go   non-temporal copy, prefetch and fence (this file, after the levels)
 type kernels struct {
 	lanes    int      // float32 lanes of the width; 0 at the go level
+	tails    bool     // the kernels finish their slices under lane masks (AVX-512): see reach and treeRow
 	narrower *kernels // takes what this width leaves: the next narrower width, else the go level
 	sums     sumKernels
 	adds     addKernels
@@ -46,6 +47,19 @@ func (k *kernels) simd() bool { return k.lanes != 0 }
 
 // whole is the length of the whole vectors of an n-element slice.
 func (k *kernels) whole(n int) int { return n &^ (k.lanes - 1) }
+
+// reach is how many elements of an n-element slice the width's elementwise kernels
+// (affine, convert, the adds' rows, the staged embedding sums) take: every one where they
+// finish the tail under a lane mask (tails: internal/cmd/asmgen's loopTail), else the whole
+// vectors. A row of D 1023 f16 went through four calls a step and the twin for its last
+// seven elements (the twins about 15% of its time); under the mask the tail is one more
+// iteration of the kernel.
+func (k *kernels) reach(n int) int {
+	if k.tails {
+		return n
+	}
+	return k.whole(n)
+}
 
 // from is v[i:], or nil for a nil v (an operand the form leaves out).
 func from[E any](v []E, i int) []E {
@@ -179,13 +193,34 @@ func (k *kernels) nt16Head(y []uint16) int {
 	return min(len(y), int(-a&uintptr(2*k.lanes-1))/2)
 }
 
+// lineSplit is how a width whose kernels finish their tails (tails) stores a row y
+// non-temporally: its first h elements, up to y's first 64-byte line, and those after the
+// next n (whole lines) through the cache, the n non-temporally (all of y through the cache
+// where y is not aligned to its elements). A line that rows share (D 1023, D 1000) is
+// written by two rows' plain stores and stays in the cache between them; a line that
+// half took non-temporal stores (from a vector boundary, as nt16Head splits) and half plain
+// ones cost the whole row: AddLayerNorm f16 D 1023 ran no faster with every tail in its
+// kernel until the split followed the lines.
+func lineSplit[E float32 | uint16](y []E) (h, n int) {
+	if len(y) == 0 {
+		return 0, 0
+	}
+	size := int(unsafe.Sizeof(y[0]))
+	a := uintptr(unsafe.Pointer(&y[0]))
+	if a%uintptr(size) != 0 {
+		return len(y), 0
+	}
+	h = min(len(y), int(-a&63)/size)
+	return h, (len(y) - h) &^ (64/size - 1)
+}
+
 // narrowHead16 reports whether y starts off a vector's boundary by whole vectors of the
 // next narrower width, with a vector of this width after them: narrowing y non-temporally
 // (kernels.narrow) then needs neither the go level's twin nor plain stores past the head.
 func (k *kernels) narrowHead16(y []uint16) bool {
 	h := k.nt16Head(y)
 	n := k.narrower
-	return h != 0 && h < len(y) && n != nil && n.simd() && h%n.lanes == 0
+	return h != 0 && h < len(y) && (k.tails || n != nil && n.simd() && h%n.lanes == 0)
 }
 
 // rowPrefetch is up to three rows being prefetched a piece at a time. The zero value and

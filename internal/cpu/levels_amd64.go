@@ -21,7 +21,9 @@ func init() {
 		return
 	}
 	addLevel("avx2", avx2Kernels)
-	if !cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL) {
+	// BMI2: the AVX-512 kernels build their tails' lane masks with BZHI (every AVX-512
+	// processor has it).
+	if !cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL, cpuid.BMI2) {
 		return
 	}
 	addLevel("avx512", avx512Kernels)

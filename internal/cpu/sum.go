@@ -106,7 +106,8 @@ func span[E float32 | uint16](v []E, lo, hi int) []E {
 // shorter last chunk is one more call with W narrowed to its whole vectors, and what is
 // left of it goes to the narrower width. A W that is not a multiple of the lanes (short
 // rows) goes to the narrower width whole; so does a zero-start row shorter than W, except
-// at the narrowest width, which clears the partials and adds onto them.
+// at the narrowest width, which clears the partials and adds onto them. A width whose
+// kernels walk ragged rows (tails) takes the whole row in one call.
 func (k *kernels) accumulate(f sumForm, part, part2, t []float32, shift float32) {
 	if f.dev {
 		part2 = part2[:len(part)]
@@ -116,6 +117,10 @@ func (k *kernels) accumulate(f sumForm, part, part2, t []float32, shift float32)
 		return
 	}
 	w := len(part)
+	if k.tails && w%k.lanes == 0 {
+		k.sums.run(f, part, part2, t, shift)
+		return
+	}
 	if w%k.lanes != 0 || f.zero && len(t) < w {
 		if f.zero && w%k.lanes == 0 && !k.narrower.simd() {
 			clear(part)
@@ -188,7 +193,7 @@ func (k *kernels) foldQuads(part []float32) {
 // write it).
 func (k *kernels) planTree(p *plan.Plan, part []float32) float32 {
 	part = part[:p.W]
-	if w := p.W; p.Vec() && k.sums.foldTree != nil && w >= 64 && w <= 2048 && w&(w-1) == 0 {
+	if p.Vec() && k.sums.foldTree != nil && treeW(p.W) {
 		return k.sums.foldTree(part)
 	}
 	if p.Vec() {
@@ -234,7 +239,7 @@ func rowStatsOfSum(k *kernels, p *plan.Plan, t, part []float32, x0, sum, eps flo
 func (k *kernels) devSums(p *plan.Plan, part, t []float32, shift float32) (sum, sumSq float32) {
 	w := p.W
 	part, part2 := part[:w], part[w:2*w]
-	if k.sums.devTree != nil && treeRow(p, len(t)) {
+	if k.sums.devTree != nil && k.treeRow(p, len(t)) {
 		if p.Profile.FuseVariance {
 			return k.sums.devFMATree(part, part2, t, shift)
 		}
@@ -245,12 +250,20 @@ func (k *kernels) devSums(p *plan.Plan, part, t []float32, shift float32) (sum, 
 }
 
 // treeRow reports whether a row of n elements under plan p fits the kernels that end in
-// the plan's tree (sumKernels.sumTree and the like): a vector row, W = 64·2^k ≤ 2048 (as
-// foldTree), n a multiple of W.
+// the plan's tree (sumKernels.sumTree and the like) at every width: a vector row, W =
+// 64·2^k ≤ 2048 (as foldTree), n a multiple of W.
 func treeRow(p *plan.Plan, n int) bool {
-	w := p.W
-	return p.Vec() && w >= 64 && w <= 2048 && w&(w-1) == 0 && n%w == 0
+	return p.Vec() && treeW(p.W) && n%p.W == 0
 }
+
+// treeRow is the package's treeRow for this width: one whose kernels walk ragged rows
+// (tails) takes any n, the last chunk short (rows of D 1000 at W 256).
+func (k *kernels) treeRow(p *plan.Plan, n int) bool {
+	return treeRow(p, n) || k.tails && p.Vec() && treeW(p.W)
+}
+
+// treeW reports whether W = 64·2^k ≤ 2048, the widths of foldTree and the tree kernels.
+func treeW(w int) bool { return w >= 64 && w <= 2048 && w&(w-1) == 0 }
 
 // roundUp is n rounded up to a multiple of w.
 func roundUp(n, w int) int { return (n + w - 1) / w * w }
@@ -370,7 +383,7 @@ func (k *kernels) addSum16Tree(f addForm, p *plan.Plan, part, t []float32, x, a,
 		fm = &k.adds.bf16
 	}
 	n := len(t)
-	if p.W > maxTree16W || len(part) < p.W || !treeRow(p, n) {
+	if p.W > maxTree16W || len(part) < p.W || !k.treeRow(p, n) {
 		return 0, false
 	}
 	if f.x && f.nt && k.nt16Head(x) != 0 {
@@ -398,7 +411,7 @@ func (k *kernels) addSum16Tree(f addForm, p *plan.Plan, part, t []float32, x, a,
 // (sumKernels.sumTree). part[:p.W] is left as scratch.
 func (k *kernels) addSumTree(f addForm, p *plan.Plan, part, t, x, a, b, c []float32, x0 float32) float32 {
 	part = part[:p.W]
-	if f.stream && k.sums.sumTree != nil && treeRow(p, len(t)) {
+	if f.stream && k.sums.sumTree != nil && k.treeRow(p, len(t)) {
 		x, a, b, c = clip(f, len(t), x, a, b, c)
 		k.addRow(f, t, x, a, b, c)
 		return k.sums.sumTree(part, t, x0)
@@ -551,7 +564,7 @@ func (k *kernels) addRow(f addForm, t, x, a, b, c []float32) {
 			t, x, a, b, c = t[h:], x[h:], a[h:], b[h:], from(c, h)
 		}
 	}
-	n := k.whole(len(t))
+	n := k.reach(len(t))
 	if n > 0 {
 		ad := &k.adds
 		type pick struct{ x, nt, bias bool }
@@ -595,8 +608,12 @@ func (k *kernels) addSum(f addForm, part, t, x, a, b, c []float32, x0 float32) {
 	}
 	w := len(part)
 	full := n - n%w
+	ragged := k.tails && w%k.lanes == 0 // the kernel takes the whole row
+	if ragged {
+		full = n
+	}
 	if w%k.lanes != 0 || full == 0 || f.x && (f.acc || f.nt && k.ntHead(x) != 0) {
-		if k.narrower.simd() {
+		if k.narrower.simd() && !ragged {
 			k.narrower.addSum(f, part, t, x, a, b, c, x0)
 			return
 		}
@@ -634,6 +651,10 @@ func (k *kernels) addSum16(f addForm, part, t []float32, x, a, b, c []uint16, x0
 	w := len(part)
 	if w%k.lanes != 0 {
 		k.narrower.addSum16(f, part, t, x, a, b, c, x0)
+		return
+	}
+	if k.tails { // the kernel walks the ragged row: the whole of it, from +0 or onto part
+		k.adds.run16(f, part, t, x, a, b, c, x0)
 		return
 	}
 	full := n - n%w

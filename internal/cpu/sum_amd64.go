@@ -41,19 +41,19 @@ func avx2AccumulateDevZero(part []float32, part2 []float32, t []float32, shift f
 func avx2AccumulateDevFMAZero(part []float32, part2 []float32, t []float32, shift float32)
 
 // avx512AccumulateShift does part[k] += f32(t[c·W+k] − shift) for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AccumulateShift(part []float32, t []float32, shift float32)
 
 // avx512AccumulateDev does t[i] = e = f32(t[i] − shift), part[k] += e and part2[k] += f32(e·e), i = c·W+k, for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AccumulateDev(part []float32, part2 []float32, t []float32, shift float32)
 
 // avx512AccumulateDevFMA does t[i] = e = f32(t[i] − shift), part[k] += e and part2[k] = fma(e, e, part2[k]), i = c·W+k, for every chunk c;
-// len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.
+// len(part) = W must be a multiple of the lanes and any len(t) (a last chunk short of W under lane masks).
 //
 //go:noescape
 func avx512AccumulateDevFMA(part []float32, part2 []float32, t []float32, shift float32)
@@ -96,7 +96,7 @@ func avx512FoldTree(part []float32) float32
 
 // avx512SumTree returns the plan's sum of f32(t[i] − shift) over a vector row: the partials from +0
 // as avx512AccumulateShiftZero, then avx512FoldTree; len(part) = W must be 64·2^k, k ≤ 5, and
-// len(t) a positive multiple of W. part is scratch (its first W/4 written).
+// any len(t) (a last chunk short of W under lane masks). part is scratch (its first W/4 written).
 //
 //go:noescape
 func avx512SumTree(part []float32, t []float32, shift float32) float32
@@ -104,7 +104,7 @@ func avx512SumTree(part []float32, t []float32, shift float32) float32
 // avx512DevTree is the second pass of a vector row with its two trees: e = f32(t[i] − shift) written
 // back into t, and the plan's sums of e and of f32(e·e), the partials from +0 as
 // avx512AccumulateDevZero, then avx512FoldTree of each set; len(part) = len(part2) = W must
-// be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part and part2 are scratch (their
+// be 64·2^k, k ≤ 5, and any len(t) (a last chunk short of W under lane masks). part and part2 are scratch (their
 // first W/4 written).
 //
 //go:noescape
@@ -113,7 +113,7 @@ func avx512DevTree(part []float32, part2 []float32, t []float32, shift float32) 
 // avx512DevFMATree is the second pass of a vector row with its two trees: e = f32(t[i] − shift) written
 // back into t, and the plan's sums of e and of fma(e, e, ·), the partials from +0 as
 // avx512AccumulateDevFMAZero, then avx512FoldTree of each set; len(part) = len(part2) = W must
-// be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part and part2 are scratch (their
+// be 64·2^k, k ≤ 5, and any len(t) (a last chunk short of W under lane masks). part and part2 are scratch (their
 // first W/4 written).
 //
 //go:noescape

@@ -495,7 +495,7 @@ avx2AccumulateDevFMAZero_vec_done:
 	RET
 
 // func avx512AccumulateShift(part []float32, t []float32, shift float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AccumulateShift(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -520,6 +520,10 @@ avx512AccumulateShift_block:
 	MOVQ    SI, R8
 
 avx512AccumulateShift_block_chunk:
+	MOVQ    BX, R9
+	SUBQ    R8, R9
+	CMPQ    R9, $0x00000080
+	JL      avx512AccumulateShift_block_last
 	VMOVUPS (CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z1, Z1
@@ -547,6 +551,90 @@ avx512AccumulateShift_block_chunk:
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx512AccumulateShift_block_chunk
+	JMP     avx512AccumulateShift_block_end
+
+avx512AccumulateShift_block_last:
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000000, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z (CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000010, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 64(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000020, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 128(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000030, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 192(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000040, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 256(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000050, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 320(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000060, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 384(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R10, R10
+	SUBQ      $0x00000070, R9
+	CMOVQLT   R10, R9
+	MOVL      $0x0000ffff, R10
+	BZHIL     R9, R10, R9
+	KMOVW     R9, K1
+	VMOVUPS.Z 448(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512AccumulateShift_block_end:
 	VMOVUPS Z1, (AX)(SI*4)
 	VMOVUPS Z2, 64(AX)(SI*4)
 	VMOVUPS Z3, 128(AX)(SI*4)
@@ -566,12 +654,30 @@ avx512AccumulateShift_vec:
 	MOVQ    SI, DI
 
 avx512AccumulateShift_vec_chunk:
+	MOVQ    BX, R8
+	SUBQ    DI, R8
+	CMPQ    R8, $0x00000010
+	JL      avx512AccumulateShift_vec_last
 	VMOVUPS (CX)(DI*4), Z2
 	VSUBPS  Z0, Z2, Z2
 	VADDPS  Z2, Z1, Z1
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx512AccumulateShift_vec_chunk
+	JMP     avx512AccumulateShift_vec_end
+
+avx512AccumulateShift_vec_last:
+	XORQ      R9, R9
+	SUBQ      $0x00000000, R8
+	CMOVQLT   R9, R8
+	MOVL      $0x0000ffff, R9
+	BZHIL     R8, R9, R8
+	KMOVW     R8, K1
+	VMOVUPS.Z (CX)(DI*4), K1, Z2
+	VSUBPS    Z0, Z2, Z2
+	VADDPS    Z2, Z1, K1, Z1
+
+avx512AccumulateShift_vec_end:
 	VMOVUPS Z1, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
 	JMP     avx512AccumulateShift_vec
@@ -581,7 +687,7 @@ avx512AccumulateShift_vec_done:
 	RET
 
 // func avx512AccumulateDev(part []float32, part2 []float32, t []float32, shift float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AccumulateDev(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
 	MOVQ         part2_base+24(FP), CX
@@ -615,6 +721,10 @@ avx512AccumulateDev_block:
 	MOVQ    DI, R9
 
 avx512AccumulateDev_block_chunk:
+	MOVQ    SI, R10
+	SUBQ    R9, R10
+	CMPQ    R10, $0x00000080
+	JL      avx512AccumulateDev_block_last
 	VMOVUPS (DX)(R9*4), Z17
 	VSUBPS  Z0, Z17, Z17
 	VMOVUPS Z17, (DX)(R9*4)
@@ -666,6 +776,114 @@ avx512AccumulateDev_block_chunk:
 	ADDQ    BX, R9
 	CMPQ    R9, SI
 	JB      avx512AccumulateDev_block_chunk
+	JMP     avx512AccumulateDev_block_end
+
+avx512AccumulateDev_block_last:
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000000, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z (DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, (DX)(R9*4)
+	VADDPS    Z17, Z1, K1, Z1
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z2, K1, Z2
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000010, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 64(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 64(DX)(R9*4)
+	VADDPS    Z17, Z3, K1, Z3
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z4, K1, Z4
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000020, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 128(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 128(DX)(R9*4)
+	VADDPS    Z17, Z5, K1, Z5
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z6, K1, Z6
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000030, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 192(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 192(DX)(R9*4)
+	VADDPS    Z17, Z7, K1, Z7
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z8, K1, Z8
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000040, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 256(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 256(DX)(R9*4)
+	VADDPS    Z17, Z9, K1, Z9
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z10, K1, Z10
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000050, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 320(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 320(DX)(R9*4)
+	VADDPS    Z17, Z11, K1, Z11
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z12, K1, Z12
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000060, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 384(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 384(DX)(R9*4)
+	VADDPS    Z17, Z13, K1, Z13
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z14, K1, Z14
+	XORQ      R11, R11
+	SUBQ      $0x00000070, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 448(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 448(DX)(R9*4)
+	VADDPS    Z17, Z15, K1, Z15
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z16, K1, Z16
+
+avx512AccumulateDev_block_end:
 	VMOVUPS Z1, (AX)(DI*4)
 	VMOVUPS Z2, (CX)(DI*4)
 	VMOVUPS Z3, 64(AX)(DI*4)
@@ -694,6 +912,10 @@ avx512AccumulateDev_vec:
 	MOVQ    DI, R8
 
 avx512AccumulateDev_vec_chunk:
+	MOVQ    SI, R9
+	SUBQ    R8, R9
+	CMPQ    R9, $0x00000010
+	JL      avx512AccumulateDev_vec_last
 	VMOVUPS (DX)(R8*4), Z3
 	VSUBPS  Z0, Z3, Z3
 	VMOVUPS Z3, (DX)(R8*4)
@@ -703,6 +925,23 @@ avx512AccumulateDev_vec_chunk:
 	ADDQ    BX, R8
 	CMPQ    R8, SI
 	JB      avx512AccumulateDev_vec_chunk
+	JMP     avx512AccumulateDev_vec_end
+
+avx512AccumulateDev_vec_last:
+	XORQ      R10, R10
+	SUBQ      $0x00000000, R9
+	CMOVQLT   R10, R9
+	MOVL      $0x0000ffff, R10
+	BZHIL     R9, R10, R9
+	KMOVW     R9, K1
+	VMOVUPS.Z (DX)(R8*4), K1, Z3
+	VSUBPS    Z0, Z3, Z3
+	VMOVUPS   Z3, K1, (DX)(R8*4)
+	VADDPS    Z3, Z1, K1, Z1
+	VMULPS    Z3, Z3, Z3
+	VADDPS    Z3, Z2, K1, Z2
+
+avx512AccumulateDev_vec_end:
 	VMOVUPS Z1, (AX)(DI*4)
 	VMOVUPS Z2, (CX)(DI*4)
 	ADDQ    $0x00000010, DI
@@ -713,7 +952,7 @@ avx512AccumulateDev_vec_done:
 	RET
 
 // func avx512AccumulateDevFMA(part []float32, part2 []float32, t []float32, shift float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AccumulateDevFMA(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
 	MOVQ         part2_base+24(FP), CX
@@ -747,6 +986,10 @@ avx512AccumulateDevFMA_block:
 	MOVQ    DI, R9
 
 avx512AccumulateDevFMA_block_chunk:
+	MOVQ        SI, R10
+	SUBQ        R9, R10
+	CMPQ        R10, $0x00000080
+	JL          avx512AccumulateDevFMA_block_last
 	VMOVUPS     (DX)(R9*4), Z17
 	VSUBPS      Z0, Z17, Z17
 	VMOVUPS     Z17, (DX)(R9*4)
@@ -790,24 +1033,124 @@ avx512AccumulateDevFMA_block_chunk:
 	ADDQ        BX, R9
 	CMPQ        R9, SI
 	JB          avx512AccumulateDevFMA_block_chunk
-	VMOVUPS     Z1, (AX)(DI*4)
-	VMOVUPS     Z2, (CX)(DI*4)
-	VMOVUPS     Z3, 64(AX)(DI*4)
-	VMOVUPS     Z4, 64(CX)(DI*4)
-	VMOVUPS     Z5, 128(AX)(DI*4)
-	VMOVUPS     Z6, 128(CX)(DI*4)
-	VMOVUPS     Z7, 192(AX)(DI*4)
-	VMOVUPS     Z8, 192(CX)(DI*4)
-	VMOVUPS     Z9, 256(AX)(DI*4)
-	VMOVUPS     Z10, 256(CX)(DI*4)
-	VMOVUPS     Z11, 320(AX)(DI*4)
-	VMOVUPS     Z12, 320(CX)(DI*4)
-	VMOVUPS     Z13, 384(AX)(DI*4)
-	VMOVUPS     Z14, 384(CX)(DI*4)
-	VMOVUPS     Z15, 448(AX)(DI*4)
-	VMOVUPS     Z16, 448(CX)(DI*4)
-	ADDQ        $0x00000080, DI
-	JMP         avx512AccumulateDevFMA_block
+	JMP         avx512AccumulateDevFMA_block_end
+
+avx512AccumulateDevFMA_block_last:
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   (DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, (DX)(R9*4)
+	VADDPS      Z17, Z1, K1, Z1
+	VFMADD231PS Z17, Z17, K1, Z2
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000010, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   64(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 64(DX)(R9*4)
+	VADDPS      Z17, Z3, K1, Z3
+	VFMADD231PS Z17, Z17, K1, Z4
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000020, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   128(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 128(DX)(R9*4)
+	VADDPS      Z17, Z5, K1, Z5
+	VFMADD231PS Z17, Z17, K1, Z6
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   192(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 192(DX)(R9*4)
+	VADDPS      Z17, Z7, K1, Z7
+	VFMADD231PS Z17, Z17, K1, Z8
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000040, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   256(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 256(DX)(R9*4)
+	VADDPS      Z17, Z9, K1, Z9
+	VFMADD231PS Z17, Z17, K1, Z10
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000050, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   320(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 320(DX)(R9*4)
+	VADDPS      Z17, Z11, K1, Z11
+	VFMADD231PS Z17, Z17, K1, Z12
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000060, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   384(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 384(DX)(R9*4)
+	VADDPS      Z17, Z13, K1, Z13
+	VFMADD231PS Z17, Z17, K1, Z14
+	XORQ        R11, R11
+	SUBQ        $0x00000070, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VMOVUPS.Z   448(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 448(DX)(R9*4)
+	VADDPS      Z17, Z15, K1, Z15
+	VFMADD231PS Z17, Z17, K1, Z16
+
+avx512AccumulateDevFMA_block_end:
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS Z2, (CX)(DI*4)
+	VMOVUPS Z3, 64(AX)(DI*4)
+	VMOVUPS Z4, 64(CX)(DI*4)
+	VMOVUPS Z5, 128(AX)(DI*4)
+	VMOVUPS Z6, 128(CX)(DI*4)
+	VMOVUPS Z7, 192(AX)(DI*4)
+	VMOVUPS Z8, 192(CX)(DI*4)
+	VMOVUPS Z9, 256(AX)(DI*4)
+	VMOVUPS Z10, 256(CX)(DI*4)
+	VMOVUPS Z11, 320(AX)(DI*4)
+	VMOVUPS Z12, 320(CX)(DI*4)
+	VMOVUPS Z13, 384(AX)(DI*4)
+	VMOVUPS Z14, 384(CX)(DI*4)
+	VMOVUPS Z15, 448(AX)(DI*4)
+	VMOVUPS Z16, 448(CX)(DI*4)
+	ADDQ    $0x00000080, DI
+	JMP     avx512AccumulateDevFMA_block
 
 avx512AccumulateDevFMA_block_done:
 avx512AccumulateDevFMA_vec:
@@ -818,6 +1161,10 @@ avx512AccumulateDevFMA_vec:
 	MOVQ    DI, R8
 
 avx512AccumulateDevFMA_vec_chunk:
+	MOVQ        SI, R9
+	SUBQ        R8, R9
+	CMPQ        R9, $0x00000010
+	JL          avx512AccumulateDevFMA_vec_last
 	VMOVUPS     (DX)(R8*4), Z3
 	VSUBPS      Z0, Z3, Z3
 	VMOVUPS     Z3, (DX)(R8*4)
@@ -826,17 +1173,33 @@ avx512AccumulateDevFMA_vec_chunk:
 	ADDQ        BX, R8
 	CMPQ        R8, SI
 	JB          avx512AccumulateDevFMA_vec_chunk
-	VMOVUPS     Z1, (AX)(DI*4)
-	VMOVUPS     Z2, (CX)(DI*4)
-	ADDQ        $0x00000010, DI
-	JMP         avx512AccumulateDevFMA_vec
+	JMP         avx512AccumulateDevFMA_vec_end
+
+avx512AccumulateDevFMA_vec_last:
+	XORQ        R10, R10
+	SUBQ        $0x00000000, R9
+	CMOVQLT     R10, R9
+	MOVL        $0x0000ffff, R10
+	BZHIL       R9, R10, R9
+	KMOVW       R9, K1
+	VMOVUPS.Z   (DX)(R8*4), K1, Z3
+	VSUBPS      Z0, Z3, Z3
+	VMOVUPS     Z3, K1, (DX)(R8*4)
+	VADDPS      Z3, Z1, K1, Z1
+	VFMADD231PS Z3, Z3, K1, Z2
+
+avx512AccumulateDevFMA_vec_end:
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS Z2, (CX)(DI*4)
+	ADDQ    $0x00000010, DI
+	JMP     avx512AccumulateDevFMA_vec
 
 avx512AccumulateDevFMA_vec_done:
 	VZEROUPPER
 	RET
 
 // func avx512AccumulateShiftZero(part []float32, t []float32, shift float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AccumulateShiftZero(SB), NOSPLIT, $0-52
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -861,6 +1224,10 @@ avx512AccumulateShiftZero_block:
 	MOVQ   SI, R8
 
 avx512AccumulateShiftZero_block_chunk:
+	MOVQ    BX, R9
+	SUBQ    R8, R9
+	CMPQ    R9, $0x00000080
+	JL      avx512AccumulateShiftZero_block_last
 	VMOVUPS (CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z1, Z1
@@ -888,6 +1255,90 @@ avx512AccumulateShiftZero_block_chunk:
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx512AccumulateShiftZero_block_chunk
+	JMP     avx512AccumulateShiftZero_block_end
+
+avx512AccumulateShiftZero_block_last:
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000000, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z (CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000010, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 64(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000020, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 128(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000030, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 192(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000040, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 256(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000050, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 320(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000060, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 384(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R10, R10
+	SUBQ      $0x00000070, R9
+	CMOVQLT   R10, R9
+	MOVL      $0x0000ffff, R10
+	BZHIL     R9, R10, R9
+	KMOVW     R9, K1
+	VMOVUPS.Z 448(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512AccumulateShiftZero_block_end:
 	VMOVUPS Z1, (AX)(SI*4)
 	VMOVUPS Z2, 64(AX)(SI*4)
 	VMOVUPS Z3, 128(AX)(SI*4)
@@ -907,12 +1358,30 @@ avx512AccumulateShiftZero_vec:
 	MOVQ   SI, DI
 
 avx512AccumulateShiftZero_vec_chunk:
+	MOVQ    BX, R8
+	SUBQ    DI, R8
+	CMPQ    R8, $0x00000010
+	JL      avx512AccumulateShiftZero_vec_last
 	VMOVUPS (CX)(DI*4), Z1
 	VSUBPS  Z0, Z1, Z1
 	VADDPS  Z1, Z10, Z10
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx512AccumulateShiftZero_vec_chunk
+	JMP     avx512AccumulateShiftZero_vec_end
+
+avx512AccumulateShiftZero_vec_last:
+	XORQ      R9, R9
+	SUBQ      $0x00000000, R8
+	CMOVQLT   R9, R8
+	MOVL      $0x0000ffff, R9
+	BZHIL     R8, R9, R8
+	KMOVW     R8, K1
+	VMOVUPS.Z (CX)(DI*4), K1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, K1, Z10
+
+avx512AccumulateShiftZero_vec_end:
 	VMOVUPS Z10, (AX)(SI*4)
 	ADDQ    $0x00000010, SI
 	JMP     avx512AccumulateShiftZero_vec
@@ -922,7 +1391,7 @@ avx512AccumulateShiftZero_vec_done:
 	RET
 
 // func avx512AccumulateDevZero(part []float32, part2 []float32, t []float32, shift float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AccumulateDevZero(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
 	MOVQ         part2_base+24(FP), CX
@@ -956,6 +1425,10 @@ avx512AccumulateDevZero_block:
 	MOVQ   DI, R9
 
 avx512AccumulateDevZero_block_chunk:
+	MOVQ    SI, R10
+	SUBQ    R9, R10
+	CMPQ    R10, $0x00000080
+	JL      avx512AccumulateDevZero_block_last
 	VMOVUPS (DX)(R9*4), Z17
 	VSUBPS  Z0, Z17, Z17
 	VMOVUPS Z17, (DX)(R9*4)
@@ -1007,6 +1480,114 @@ avx512AccumulateDevZero_block_chunk:
 	ADDQ    BX, R9
 	CMPQ    R9, SI
 	JB      avx512AccumulateDevZero_block_chunk
+	JMP     avx512AccumulateDevZero_block_end
+
+avx512AccumulateDevZero_block_last:
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000000, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z (DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, (DX)(R9*4)
+	VADDPS    Z17, Z1, K1, Z1
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z2, K1, Z2
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000010, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 64(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 64(DX)(R9*4)
+	VADDPS    Z17, Z3, K1, Z3
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z4, K1, Z4
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000020, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 128(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 128(DX)(R9*4)
+	VADDPS    Z17, Z5, K1, Z5
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z6, K1, Z6
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000030, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 192(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 192(DX)(R9*4)
+	VADDPS    Z17, Z7, K1, Z7
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z8, K1, Z8
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000040, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 256(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 256(DX)(R9*4)
+	VADDPS    Z17, Z9, K1, Z9
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z10, K1, Z10
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000050, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 320(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 320(DX)(R9*4)
+	VADDPS    Z17, Z11, K1, Z11
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z12, K1, Z12
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000060, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 384(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 384(DX)(R9*4)
+	VADDPS    Z17, Z13, K1, Z13
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z14, K1, Z14
+	XORQ      R11, R11
+	SUBQ      $0x00000070, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 448(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 448(DX)(R9*4)
+	VADDPS    Z17, Z15, K1, Z15
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z16, K1, Z16
+
+avx512AccumulateDevZero_block_end:
 	VMOVUPS Z1, (AX)(DI*4)
 	VMOVUPS Z2, (CX)(DI*4)
 	VMOVUPS Z3, 64(AX)(DI*4)
@@ -1035,6 +1616,10 @@ avx512AccumulateDevZero_vec:
 	MOVQ   DI, R8
 
 avx512AccumulateDevZero_vec_chunk:
+	MOVQ    SI, R9
+	SUBQ    R8, R9
+	CMPQ    R9, $0x00000010
+	JL      avx512AccumulateDevZero_vec_last
 	VMOVUPS (DX)(R8*4), Z1
 	VSUBPS  Z0, Z1, Z1
 	VMOVUPS Z1, (DX)(R8*4)
@@ -1044,6 +1629,23 @@ avx512AccumulateDevZero_vec_chunk:
 	ADDQ    BX, R8
 	CMPQ    R8, SI
 	JB      avx512AccumulateDevZero_vec_chunk
+	JMP     avx512AccumulateDevZero_vec_end
+
+avx512AccumulateDevZero_vec_last:
+	XORQ      R10, R10
+	SUBQ      $0x00000000, R9
+	CMOVQLT   R10, R9
+	MOVL      $0x0000ffff, R10
+	BZHIL     R9, R10, R9
+	KMOVW     R9, K1
+	VMOVUPS.Z (DX)(R8*4), K1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (DX)(R8*4)
+	VADDPS    Z1, Z18, K1, Z18
+	VMULPS    Z1, Z1, Z1
+	VADDPS    Z1, Z19, K1, Z19
+
+avx512AccumulateDevZero_vec_end:
 	VMOVUPS Z18, (AX)(DI*4)
 	VMOVUPS Z19, (CX)(DI*4)
 	ADDQ    $0x00000010, DI
@@ -1054,7 +1656,7 @@ avx512AccumulateDevZero_vec_done:
 	RET
 
 // func avx512AccumulateDevFMAZero(part []float32, part2 []float32, t []float32, shift float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512AccumulateDevFMAZero(SB), NOSPLIT, $0-76
 	MOVQ         part_base+0(FP), AX
 	MOVQ         part2_base+24(FP), CX
@@ -1088,6 +1690,10 @@ avx512AccumulateDevFMAZero_block:
 	MOVQ   DI, R9
 
 avx512AccumulateDevFMAZero_block_chunk:
+	MOVQ        SI, R10
+	SUBQ        R9, R10
+	CMPQ        R10, $0x00000080
+	JL          avx512AccumulateDevFMAZero_block_last
 	VMOVUPS     (DX)(R9*4), Z17
 	VSUBPS      Z0, Z17, Z17
 	VMOVUPS     Z17, (DX)(R9*4)
@@ -1131,24 +1737,124 @@ avx512AccumulateDevFMAZero_block_chunk:
 	ADDQ        BX, R9
 	CMPQ        R9, SI
 	JB          avx512AccumulateDevFMAZero_block_chunk
-	VMOVUPS     Z1, (AX)(DI*4)
-	VMOVUPS     Z2, (CX)(DI*4)
-	VMOVUPS     Z3, 64(AX)(DI*4)
-	VMOVUPS     Z4, 64(CX)(DI*4)
-	VMOVUPS     Z5, 128(AX)(DI*4)
-	VMOVUPS     Z6, 128(CX)(DI*4)
-	VMOVUPS     Z7, 192(AX)(DI*4)
-	VMOVUPS     Z8, 192(CX)(DI*4)
-	VMOVUPS     Z9, 256(AX)(DI*4)
-	VMOVUPS     Z10, 256(CX)(DI*4)
-	VMOVUPS     Z11, 320(AX)(DI*4)
-	VMOVUPS     Z12, 320(CX)(DI*4)
-	VMOVUPS     Z13, 384(AX)(DI*4)
-	VMOVUPS     Z14, 384(CX)(DI*4)
-	VMOVUPS     Z15, 448(AX)(DI*4)
-	VMOVUPS     Z16, 448(CX)(DI*4)
-	ADDQ        $0x00000080, DI
-	JMP         avx512AccumulateDevFMAZero_block
+	JMP         avx512AccumulateDevFMAZero_block_end
+
+avx512AccumulateDevFMAZero_block_last:
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   (DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, (DX)(R9*4)
+	VADDPS      Z17, Z1, K1, Z1
+	VFMADD231PS Z17, Z17, K1, Z2
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000010, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   64(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 64(DX)(R9*4)
+	VADDPS      Z17, Z3, K1, Z3
+	VFMADD231PS Z17, Z17, K1, Z4
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000020, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   128(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 128(DX)(R9*4)
+	VADDPS      Z17, Z5, K1, Z5
+	VFMADD231PS Z17, Z17, K1, Z6
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   192(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 192(DX)(R9*4)
+	VADDPS      Z17, Z7, K1, Z7
+	VFMADD231PS Z17, Z17, K1, Z8
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000040, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   256(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 256(DX)(R9*4)
+	VADDPS      Z17, Z9, K1, Z9
+	VFMADD231PS Z17, Z17, K1, Z10
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000050, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   320(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 320(DX)(R9*4)
+	VADDPS      Z17, Z11, K1, Z11
+	VFMADD231PS Z17, Z17, K1, Z12
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000060, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   384(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 384(DX)(R9*4)
+	VADDPS      Z17, Z13, K1, Z13
+	VFMADD231PS Z17, Z17, K1, Z14
+	XORQ        R11, R11
+	SUBQ        $0x00000070, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VMOVUPS.Z   448(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 448(DX)(R9*4)
+	VADDPS      Z17, Z15, K1, Z15
+	VFMADD231PS Z17, Z17, K1, Z16
+
+avx512AccumulateDevFMAZero_block_end:
+	VMOVUPS Z1, (AX)(DI*4)
+	VMOVUPS Z2, (CX)(DI*4)
+	VMOVUPS Z3, 64(AX)(DI*4)
+	VMOVUPS Z4, 64(CX)(DI*4)
+	VMOVUPS Z5, 128(AX)(DI*4)
+	VMOVUPS Z6, 128(CX)(DI*4)
+	VMOVUPS Z7, 192(AX)(DI*4)
+	VMOVUPS Z8, 192(CX)(DI*4)
+	VMOVUPS Z9, 256(AX)(DI*4)
+	VMOVUPS Z10, 256(CX)(DI*4)
+	VMOVUPS Z11, 320(AX)(DI*4)
+	VMOVUPS Z12, 320(CX)(DI*4)
+	VMOVUPS Z13, 384(AX)(DI*4)
+	VMOVUPS Z14, 384(CX)(DI*4)
+	VMOVUPS Z15, 448(AX)(DI*4)
+	VMOVUPS Z16, 448(CX)(DI*4)
+	ADDQ    $0x00000080, DI
+	JMP     avx512AccumulateDevFMAZero_block
 
 avx512AccumulateDevFMAZero_block_done:
 avx512AccumulateDevFMAZero_vec:
@@ -1159,6 +1865,10 @@ avx512AccumulateDevFMAZero_vec:
 	MOVQ   DI, R8
 
 avx512AccumulateDevFMAZero_vec_chunk:
+	MOVQ        SI, R9
+	SUBQ        R8, R9
+	CMPQ        R9, $0x00000010
+	JL          avx512AccumulateDevFMAZero_vec_last
 	VMOVUPS     (DX)(R8*4), Z1
 	VSUBPS      Z0, Z1, Z1
 	VMOVUPS     Z1, (DX)(R8*4)
@@ -1167,10 +1877,26 @@ avx512AccumulateDevFMAZero_vec_chunk:
 	ADDQ        BX, R8
 	CMPQ        R8, SI
 	JB          avx512AccumulateDevFMAZero_vec_chunk
-	VMOVUPS     Z18, (AX)(DI*4)
-	VMOVUPS     Z19, (CX)(DI*4)
-	ADDQ        $0x00000010, DI
-	JMP         avx512AccumulateDevFMAZero_vec
+	JMP         avx512AccumulateDevFMAZero_vec_end
+
+avx512AccumulateDevFMAZero_vec_last:
+	XORQ        R10, R10
+	SUBQ        $0x00000000, R9
+	CMOVQLT     R10, R9
+	MOVL        $0x0000ffff, R10
+	BZHIL       R9, R10, R9
+	KMOVW       R9, K1
+	VMOVUPS.Z   (DX)(R8*4), K1, Z1
+	VSUBPS      Z0, Z1, Z1
+	VMOVUPS     Z1, K1, (DX)(R8*4)
+	VADDPS      Z1, Z18, K1, Z18
+	VFMADD231PS Z1, Z1, K1, Z19
+
+avx512AccumulateDevFMAZero_vec_end:
+	VMOVUPS Z18, (AX)(DI*4)
+	VMOVUPS Z19, (CX)(DI*4)
+	ADDQ    $0x00000010, DI
+	JMP     avx512AccumulateDevFMAZero_vec
 
 avx512AccumulateDevFMAZero_vec_done:
 	VZEROUPPER
@@ -2448,7 +3174,7 @@ foldtree_64:
 	RET
 
 // func avx512SumTree(part []float32, t []float32, shift float32) float32
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512SumTree(SB), NOSPLIT, $0-60
 	MOVQ         part_base+0(FP), AX
 	MOVQ         t_base+24(FP), CX
@@ -2473,6 +3199,10 @@ avx512SumTree_pairs:
 	MOVQ   SI, R8
 
 avx512SumTree_pairs_chunk:
+	MOVQ    BX, R9
+	SUBQ    R8, R9
+	CMPQ    R9, $0x00000080
+	JL      avx512SumTree_pairs_last
 	VMOVUPS (CX)(R8*4), Z9
 	VSUBPS  Z0, Z9, Z9
 	VADDPS  Z9, Z1, Z1
@@ -2500,6 +3230,90 @@ avx512SumTree_pairs_chunk:
 	ADDQ    DX, R8
 	CMPQ    R8, BX
 	JB      avx512SumTree_pairs_chunk
+	JMP     avx512SumTree_pairs_end
+
+avx512SumTree_pairs_last:
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000000, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z (CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z1, K1, Z1
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000010, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 64(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z2, K1, Z2
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000020, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 128(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z3, K1, Z3
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000030, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 192(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z4, K1, Z4
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000040, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 256(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z5, K1, Z5
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000050, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 320(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z6, K1, Z6
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000060, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 384(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z7, K1, Z7
+	XORQ      R10, R10
+	SUBQ      $0x00000070, R9
+	CMOVQLT   R10, R9
+	MOVL      $0x0000ffff, R10
+	BZHIL     R9, R10, R9
+	KMOVW     R9, K1
+	VMOVUPS.Z 448(CX)(R8*4), K1, Z9
+	VSUBPS    Z0, Z9, Z9
+	VADDPS    Z9, Z8, K1, Z8
+
+avx512SumTree_pairs_end:
 	VSHUFPS $0x88, Z2, Z1, Z9
 	VSHUFPS $0xdd, Z2, Z1, Z14
 	VADDPS  Z14, Z9, Z9
@@ -2534,6 +3348,10 @@ avx512SumTree_group:
 	MOVQ   SI, DI
 
 avx512SumTree_group_chunk:
+	MOVQ    BX, R8
+	SUBQ    DI, R8
+	CMPQ    R8, $0x00000040
+	JL      avx512SumTree_group_last
 	VMOVUPS (CX)(DI*4), Z1
 	VSUBPS  Z0, Z1, Z1
 	VADDPS  Z1, Z10, Z10
@@ -2549,6 +3367,50 @@ avx512SumTree_group_chunk:
 	ADDQ    DX, DI
 	CMPQ    DI, BX
 	JB      avx512SumTree_group_chunk
+	JMP     avx512SumTree_group_end
+
+avx512SumTree_group_last:
+	XORQ      R10, R10
+	MOVQ      R8, R9
+	SUBQ      $0x00000000, R9
+	CMOVQLT   R10, R9
+	MOVL      $0x0000ffff, R10
+	BZHIL     R9, R10, R9
+	KMOVW     R9, K1
+	VMOVUPS.Z (CX)(DI*4), K1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, K1, Z10
+	XORQ      R10, R10
+	MOVQ      R8, R9
+	SUBQ      $0x00000010, R9
+	CMOVQLT   R10, R9
+	MOVL      $0x0000ffff, R10
+	BZHIL     R9, R10, R9
+	KMOVW     R9, K1
+	VMOVUPS.Z 64(CX)(DI*4), K1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, K1, Z11
+	XORQ      R10, R10
+	MOVQ      R8, R9
+	SUBQ      $0x00000020, R9
+	CMOVQLT   R10, R9
+	MOVL      $0x0000ffff, R10
+	BZHIL     R9, R10, R9
+	KMOVW     R9, K1
+	VMOVUPS.Z 128(CX)(DI*4), K1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z12, K1, Z12
+	XORQ      R9, R9
+	SUBQ      $0x00000030, R8
+	CMOVQLT   R9, R8
+	MOVL      $0x0000ffff, R9
+	BZHIL     R8, R9, R8
+	KMOVW     R8, K1
+	VMOVUPS.Z 192(CX)(DI*4), K1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z13, K1, Z13
+
+avx512SumTree_group_end:
 	VSHUFPS $0x88, Z11, Z10, Z1
 	VSHUFPS $0xdd, Z11, Z10, Z2
 	VADDPS  Z2, Z1, Z1
@@ -2740,7 +3602,7 @@ avx512SumTree_64:
 	RET
 
 // func avx512DevTree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512DevTree(SB), NOSPLIT, $0-88
 	MOVQ         part_base+0(FP), AX
 	MOVQ         part2_base+24(FP), CX
@@ -2774,6 +3636,10 @@ avx512DevTree_pairs:
 	MOVQ   DI, R9
 
 avx512DevTree_pairs_chunk:
+	MOVQ    SI, R10
+	SUBQ    R9, R10
+	CMPQ    R10, $0x00000080
+	JL      avx512DevTree_pairs_last
 	VMOVUPS (DX)(R9*4), Z17
 	VSUBPS  Z0, Z17, Z17
 	VMOVUPS Z17, (DX)(R9*4)
@@ -2825,6 +3691,114 @@ avx512DevTree_pairs_chunk:
 	ADDQ    BX, R9
 	CMPQ    R9, SI
 	JB      avx512DevTree_pairs_chunk
+	JMP     avx512DevTree_pairs_end
+
+avx512DevTree_pairs_last:
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000000, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z (DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, (DX)(R9*4)
+	VADDPS    Z17, Z1, K1, Z1
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z2, K1, Z2
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000010, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 64(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 64(DX)(R9*4)
+	VADDPS    Z17, Z3, K1, Z3
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z4, K1, Z4
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000020, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 128(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 128(DX)(R9*4)
+	VADDPS    Z17, Z5, K1, Z5
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z6, K1, Z6
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000030, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 192(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 192(DX)(R9*4)
+	VADDPS    Z17, Z7, K1, Z7
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z8, K1, Z8
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000040, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 256(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 256(DX)(R9*4)
+	VADDPS    Z17, Z9, K1, Z9
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z10, K1, Z10
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000050, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 320(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 320(DX)(R9*4)
+	VADDPS    Z17, Z11, K1, Z11
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z12, K1, Z12
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000060, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 384(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 384(DX)(R9*4)
+	VADDPS    Z17, Z13, K1, Z13
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z14, K1, Z14
+	XORQ      R11, R11
+	SUBQ      $0x00000070, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 448(DX)(R9*4), K1, Z17
+	VSUBPS    Z0, Z17, Z17
+	VMOVUPS   Z17, K1, 448(DX)(R9*4)
+	VADDPS    Z17, Z15, K1, Z15
+	VMULPS    Z17, Z17, Z17
+	VADDPS    Z17, Z16, K1, Z16
+
+avx512DevTree_pairs_end:
 	VSHUFPS $0x88, Z3, Z1, Z17
 	VSHUFPS $0xdd, Z3, Z1, Z26
 	VADDPS  Z26, Z17, Z17
@@ -2883,6 +3857,10 @@ avx512DevTree_group:
 	MOVQ   DI, R8
 
 avx512DevTree_group_chunk:
+	MOVQ    SI, R9
+	SUBQ    R8, R9
+	CMPQ    R9, $0x00000040
+	JL      avx512DevTree_group_last
 	VMOVUPS (DX)(R8*4), Z1
 	VSUBPS  Z0, Z1, Z1
 	VMOVUPS Z1, (DX)(R8*4)
@@ -2910,6 +3888,62 @@ avx512DevTree_group_chunk:
 	ADDQ    BX, R8
 	CMPQ    R8, SI
 	JB      avx512DevTree_group_chunk
+	JMP     avx512DevTree_group_end
+
+avx512DevTree_group_last:
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000000, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z (DX)(R8*4), K1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (DX)(R8*4)
+	VADDPS    Z1, Z18, K1, Z18
+	VMULPS    Z1, Z1, Z1
+	VADDPS    Z1, Z19, K1, Z19
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000010, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 64(DX)(R8*4), K1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, 64(DX)(R8*4)
+	VADDPS    Z1, Z20, K1, Z20
+	VMULPS    Z1, Z1, Z1
+	VADDPS    Z1, Z21, K1, Z21
+	XORQ      R11, R11
+	MOVQ      R9, R10
+	SUBQ      $0x00000020, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 128(DX)(R8*4), K1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, 128(DX)(R8*4)
+	VADDPS    Z1, Z22, K1, Z22
+	VMULPS    Z1, Z1, Z1
+	VADDPS    Z1, Z23, K1, Z23
+	XORQ      R10, R10
+	SUBQ      $0x00000030, R9
+	CMOVQLT   R10, R9
+	MOVL      $0x0000ffff, R10
+	BZHIL     R9, R10, R9
+	KMOVW     R9, K1
+	VMOVUPS.Z 192(DX)(R8*4), K1, Z1
+	VSUBPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, 192(DX)(R8*4)
+	VADDPS    Z1, Z24, K1, Z24
+	VMULPS    Z1, Z1, Z1
+	VADDPS    Z1, Z25, K1, Z25
+
+avx512DevTree_group_end:
 	VSHUFPS $0x88, Z20, Z18, Z1
 	VSHUFPS $0xdd, Z20, Z18, Z2
 	VADDPS  Z2, Z1, Z1
@@ -3254,7 +4288,7 @@ avx512DevTree_64:
 	RET
 
 // func avx512DevFMATree(part []float32, part2 []float32, t []float32, shift float32) (sum float32, sumSq float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·avx512DevFMATree(SB), NOSPLIT, $0-88
 	MOVQ         part_base+0(FP), AX
 	MOVQ         part2_base+24(FP), CX
@@ -3288,6 +4322,10 @@ avx512DevFMATree_pairs:
 	MOVQ   DI, R9
 
 avx512DevFMATree_pairs_chunk:
+	MOVQ        SI, R10
+	SUBQ        R9, R10
+	CMPQ        R10, $0x00000080
+	JL          avx512DevFMATree_pairs_last
 	VMOVUPS     (DX)(R9*4), Z17
 	VSUBPS      Z0, Z17, Z17
 	VMOVUPS     Z17, (DX)(R9*4)
@@ -3331,48 +4369,148 @@ avx512DevFMATree_pairs_chunk:
 	ADDQ        BX, R9
 	CMPQ        R9, SI
 	JB          avx512DevFMATree_pairs_chunk
-	VSHUFPS     $0x88, Z3, Z1, Z17
-	VSHUFPS     $0xdd, Z3, Z1, Z26
-	VADDPS      Z26, Z17, Z17
-	VSHUFPS     $0x88, Z7, Z5, Z26
-	VSHUFPS     $0xdd, Z7, Z5, Z27
-	VADDPS      Z27, Z26, Z26
-	VSHUFPS     $0x88, Z26, Z17, Z27
-	VSHUFPS     $0xdd, Z26, Z17, Z17
-	VADDPS      Z17, Z27, Z27
-	VMOVUPS     Z27, (AX)(DI*1)
-	VSHUFPS     $0x88, Z11, Z9, Z17
-	VSHUFPS     $0xdd, Z11, Z9, Z26
-	VADDPS      Z26, Z17, Z17
-	VSHUFPS     $0x88, Z15, Z13, Z26
-	VSHUFPS     $0xdd, Z15, Z13, Z27
-	VADDPS      Z27, Z26, Z26
-	VSHUFPS     $0x88, Z26, Z17, Z27
-	VSHUFPS     $0xdd, Z26, Z17, Z17
-	VADDPS      Z17, Z27, Z27
-	VMOVUPS     Z27, 64(AX)(DI*1)
-	VSHUFPS     $0x88, Z4, Z2, Z17
-	VSHUFPS     $0xdd, Z4, Z2, Z26
-	VADDPS      Z26, Z17, Z17
-	VSHUFPS     $0x88, Z8, Z6, Z26
-	VSHUFPS     $0xdd, Z8, Z6, Z27
-	VADDPS      Z27, Z26, Z26
-	VSHUFPS     $0x88, Z26, Z17, Z27
-	VSHUFPS     $0xdd, Z26, Z17, Z17
-	VADDPS      Z17, Z27, Z27
-	VMOVUPS     Z27, (CX)(DI*1)
-	VSHUFPS     $0x88, Z12, Z10, Z17
-	VSHUFPS     $0xdd, Z12, Z10, Z26
-	VADDPS      Z26, Z17, Z17
-	VSHUFPS     $0x88, Z16, Z14, Z26
-	VSHUFPS     $0xdd, Z16, Z14, Z27
-	VADDPS      Z27, Z26, Z26
-	VSHUFPS     $0x88, Z26, Z17, Z27
-	VSHUFPS     $0xdd, Z26, Z17, Z17
-	VADDPS      Z17, Z27, Z27
-	VMOVUPS     Z27, 64(CX)(DI*1)
-	ADDQ        $0x00000080, DI
-	JMP         avx512DevFMATree_pairs
+	JMP         avx512DevFMATree_pairs_end
+
+avx512DevFMATree_pairs_last:
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000000, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   (DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, (DX)(R9*4)
+	VADDPS      Z17, Z1, K1, Z1
+	VFMADD231PS Z17, Z17, K1, Z2
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000010, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   64(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 64(DX)(R9*4)
+	VADDPS      Z17, Z3, K1, Z3
+	VFMADD231PS Z17, Z17, K1, Z4
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000020, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   128(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 128(DX)(R9*4)
+	VADDPS      Z17, Z5, K1, Z5
+	VFMADD231PS Z17, Z17, K1, Z6
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   192(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 192(DX)(R9*4)
+	VADDPS      Z17, Z7, K1, Z7
+	VFMADD231PS Z17, Z17, K1, Z8
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000040, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   256(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 256(DX)(R9*4)
+	VADDPS      Z17, Z9, K1, Z9
+	VFMADD231PS Z17, Z17, K1, Z10
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000050, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   320(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 320(DX)(R9*4)
+	VADDPS      Z17, Z11, K1, Z11
+	VFMADD231PS Z17, Z17, K1, Z12
+	XORQ        R12, R12
+	MOVQ        R10, R11
+	SUBQ        $0x00000060, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVUPS.Z   384(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 384(DX)(R9*4)
+	VADDPS      Z17, Z13, K1, Z13
+	VFMADD231PS Z17, Z17, K1, Z14
+	XORQ        R11, R11
+	SUBQ        $0x00000070, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VMOVUPS.Z   448(DX)(R9*4), K1, Z17
+	VSUBPS      Z0, Z17, Z17
+	VMOVUPS     Z17, K1, 448(DX)(R9*4)
+	VADDPS      Z17, Z15, K1, Z15
+	VFMADD231PS Z17, Z17, K1, Z16
+
+avx512DevFMATree_pairs_end:
+	VSHUFPS $0x88, Z3, Z1, Z17
+	VSHUFPS $0xdd, Z3, Z1, Z26
+	VADDPS  Z26, Z17, Z17
+	VSHUFPS $0x88, Z7, Z5, Z26
+	VSHUFPS $0xdd, Z7, Z5, Z27
+	VADDPS  Z27, Z26, Z26
+	VSHUFPS $0x88, Z26, Z17, Z27
+	VSHUFPS $0xdd, Z26, Z17, Z17
+	VADDPS  Z17, Z27, Z27
+	VMOVUPS Z27, (AX)(DI*1)
+	VSHUFPS $0x88, Z11, Z9, Z17
+	VSHUFPS $0xdd, Z11, Z9, Z26
+	VADDPS  Z26, Z17, Z17
+	VSHUFPS $0x88, Z15, Z13, Z26
+	VSHUFPS $0xdd, Z15, Z13, Z27
+	VADDPS  Z27, Z26, Z26
+	VSHUFPS $0x88, Z26, Z17, Z27
+	VSHUFPS $0xdd, Z26, Z17, Z17
+	VADDPS  Z17, Z27, Z27
+	VMOVUPS Z27, 64(AX)(DI*1)
+	VSHUFPS $0x88, Z4, Z2, Z17
+	VSHUFPS $0xdd, Z4, Z2, Z26
+	VADDPS  Z26, Z17, Z17
+	VSHUFPS $0x88, Z8, Z6, Z26
+	VSHUFPS $0xdd, Z8, Z6, Z27
+	VADDPS  Z27, Z26, Z26
+	VSHUFPS $0x88, Z26, Z17, Z27
+	VSHUFPS $0xdd, Z26, Z17, Z17
+	VADDPS  Z17, Z27, Z27
+	VMOVUPS Z27, (CX)(DI*1)
+	VSHUFPS $0x88, Z12, Z10, Z17
+	VSHUFPS $0xdd, Z12, Z10, Z26
+	VADDPS  Z26, Z17, Z17
+	VSHUFPS $0x88, Z16, Z14, Z26
+	VSHUFPS $0xdd, Z16, Z14, Z27
+	VADDPS  Z27, Z26, Z26
+	VSHUFPS $0x88, Z26, Z17, Z27
+	VSHUFPS $0xdd, Z26, Z17, Z17
+	VADDPS  Z17, Z27, Z27
+	VMOVUPS Z27, 64(CX)(DI*1)
+	ADDQ    $0x00000080, DI
+	JMP     avx512DevFMATree_pairs
 
 avx512DevFMATree_pairs_done:
 avx512DevFMATree_group:
@@ -3389,6 +4527,10 @@ avx512DevFMATree_group:
 	MOVQ   DI, R8
 
 avx512DevFMATree_group_chunk:
+	MOVQ        SI, R9
+	SUBQ        R8, R9
+	CMPQ        R9, $0x00000040
+	JL          avx512DevFMATree_group_last
 	VMOVUPS     (DX)(R8*4), Z1
 	VSUBPS      Z0, Z1, Z1
 	VMOVUPS     Z1, (DX)(R8*4)
@@ -3412,28 +4554,80 @@ avx512DevFMATree_group_chunk:
 	ADDQ        BX, R8
 	CMPQ        R8, SI
 	JB          avx512DevFMATree_group_chunk
-	VSHUFPS     $0x88, Z20, Z18, Z1
-	VSHUFPS     $0xdd, Z20, Z18, Z2
-	VADDPS      Z2, Z1, Z1
-	VSHUFPS     $0x88, Z24, Z22, Z2
-	VSHUFPS     $0xdd, Z24, Z22, Z3
-	VADDPS      Z3, Z2, Z2
-	VSHUFPS     $0x88, Z2, Z1, Z3
-	VSHUFPS     $0xdd, Z2, Z1, Z1
-	VADDPS      Z1, Z3, Z3
-	VMOVUPS     Z3, (AX)(DI*1)
-	VSHUFPS     $0x88, Z21, Z19, Z1
-	VSHUFPS     $0xdd, Z21, Z19, Z2
-	VADDPS      Z2, Z1, Z1
-	VSHUFPS     $0x88, Z25, Z23, Z2
-	VSHUFPS     $0xdd, Z25, Z23, Z3
-	VADDPS      Z3, Z2, Z2
-	VSHUFPS     $0x88, Z2, Z1, Z3
-	VSHUFPS     $0xdd, Z2, Z1, Z1
-	VADDPS      Z1, Z3, Z3
-	VMOVUPS     Z3, (CX)(DI*1)
-	ADDQ        $0x00000040, DI
-	JMP         avx512DevFMATree_group
+	JMP         avx512DevFMATree_group_end
+
+avx512DevFMATree_group_last:
+	XORQ        R11, R11
+	MOVQ        R9, R10
+	SUBQ        $0x00000000, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VMOVUPS.Z   (DX)(R8*4), K1, Z1
+	VSUBPS      Z0, Z1, Z1
+	VMOVUPS     Z1, K1, (DX)(R8*4)
+	VADDPS      Z1, Z18, K1, Z18
+	VFMADD231PS Z1, Z1, K1, Z19
+	XORQ        R11, R11
+	MOVQ        R9, R10
+	SUBQ        $0x00000010, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VMOVUPS.Z   64(DX)(R8*4), K1, Z1
+	VSUBPS      Z0, Z1, Z1
+	VMOVUPS     Z1, K1, 64(DX)(R8*4)
+	VADDPS      Z1, Z20, K1, Z20
+	VFMADD231PS Z1, Z1, K1, Z21
+	XORQ        R11, R11
+	MOVQ        R9, R10
+	SUBQ        $0x00000020, R10
+	CMOVQLT     R11, R10
+	MOVL        $0x0000ffff, R11
+	BZHIL       R10, R11, R10
+	KMOVW       R10, K1
+	VMOVUPS.Z   128(DX)(R8*4), K1, Z1
+	VSUBPS      Z0, Z1, Z1
+	VMOVUPS     Z1, K1, 128(DX)(R8*4)
+	VADDPS      Z1, Z22, K1, Z22
+	VFMADD231PS Z1, Z1, K1, Z23
+	XORQ        R10, R10
+	SUBQ        $0x00000030, R9
+	CMOVQLT     R10, R9
+	MOVL        $0x0000ffff, R10
+	BZHIL       R9, R10, R9
+	KMOVW       R9, K1
+	VMOVUPS.Z   192(DX)(R8*4), K1, Z1
+	VSUBPS      Z0, Z1, Z1
+	VMOVUPS     Z1, K1, 192(DX)(R8*4)
+	VADDPS      Z1, Z24, K1, Z24
+	VFMADD231PS Z1, Z1, K1, Z25
+
+avx512DevFMATree_group_end:
+	VSHUFPS $0x88, Z20, Z18, Z1
+	VSHUFPS $0xdd, Z20, Z18, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z24, Z22, Z2
+	VSHUFPS $0xdd, Z24, Z22, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(DI*1)
+	VSHUFPS $0x88, Z21, Z19, Z1
+	VSHUFPS $0xdd, Z21, Z19, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z25, Z23, Z2
+	VSHUFPS $0xdd, Z25, Z23, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (CX)(DI*1)
+	ADDQ    $0x00000040, DI
+	JMP     avx512DevFMATree_group
 
 avx512DevFMATree_group_done:
 	CMPQ          BX, $0x00000800

@@ -85,6 +85,7 @@ var avx2Kernels = &kernels{
 // avx512Kernels is the avx512 level, 16 float32 lanes.
 var avx512Kernels = &kernels{
 	lanes:    16,
+	tails:    true,
 	narrower: avx2Kernels,
 	sums: sumKernels{
 		sum:        avx512AccumulateShift,

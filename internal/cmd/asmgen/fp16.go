@@ -21,16 +21,23 @@ import (
 // The operands keep the twin's order (w first, then the partial sum first), which decides
 // a NaN's payload.
 func embedF16FP16(v isa) {
-	v.embedSums(v.name+"fp16", "(adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).", func(bits, w, p, g reg.GPVirtual, i reg.Register, off int) reg.VecVirtual {
+	v.embedSums(v.name+"fp16", "(adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).", func(bits, w, p, g reg.GPVirtual, i reg.Register, off int, k reg.Register) reg.VecVirtual {
 		h, b := c.YMM(), c.YMM()
-		c.VMOVDQU16(u16(w, i, off), h)
+		ld := func(m Mem, r reg.VecVirtual) { // the masked-off lanes +0: their sums are never stored
+			if k != nil {
+				c.VMOVDQU16_Z(m, k, r)
+				return
+			}
+			c.VMOVDQU16(m, r)
+		}
+		ld(u16(w, i, off), h)
 		if g != nil {
-			c.VMOVDQU16(u16(g, i, off), b)
+			ld(u16(g, i, off), b)
 			vaddph(b, h, h)
 		}
-		c.VMOVDQU16(u16(p, i, off), b)
+		ld(u16(p, i, off), b)
 		vaddph(b, h, h)
-		c.VMOVDQU16(h, u16(bits, i, off))
+		v.store16(h, u16(bits, i, off), false, k)
 		f := v.vec()
 		c.VCVTPH2PS(h, f)
 		return f

@@ -13,7 +13,9 @@
 //
 // It lives in its own module so that the library does not depend on avo.
 //
-// Every kernel handles the multiple-of-lanes prefix of its slices; each family's dispatch
+// Every kernel handles the multiple-of-lanes prefix of its slices (at AVX-512 the
+// elementwise kernels of loopTail and the blocked walks of chunkBlock take every element,
+// the last few under a lane mask: the cpu level's tails); each family's dispatch
 // in cpu (sum.go, affine.go, convert.go, embedsum.go, mask.go, kernels.go) checks
 // lengths and finishes the tails with narrower kernels or the pure-Go twins beside it, which
 // define what each kernel must compute. Operand order follows the
@@ -27,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/mmcloughlin/avo/attr"
@@ -253,6 +256,36 @@ func (v isa) loop(name string, n reg.Register, unroll int, body func(i reg.Regis
 	c.RET()
 }
 
+// span is a kernel's doc line as the width's kernels walk: the AVX-512 width's take every
+// element (loopTail) and any len(t) (chunkBlock's ragged walk), the others whole vectors
+// and whole chunks.
+func (v isa) span(doc string) string {
+	if v.lanes != 16 {
+		return doc
+	}
+	doc = regexp.MustCompile(`for whole vectors of (\w+)`).ReplaceAllString(doc, "for every element of $1 (the last few under a lane mask)")
+	doc = strings.Replace(doc, "len(t)&^15", "len(t) (the last few under a lane mask)", 1)
+	return strings.Replace(doc, "len(t) a positive multiple of W", "any len(t) (a last chunk short of W under lane masks)", 1)
+}
+
+// loopTail is loop for kernels that take slices of any length: the AVX-512 width runs the
+// elements after the whole vectors as one more body under a lane mask (body's k; nil for
+// the whole vectors), so a row's tail costs no call to a narrower width or the twin; the
+// avx2 width leaves them to its caller, as loop does.
+func (v isa) loopTail(name string, n reg.Register, unroll int, body func(i reg.Register, off int, k reg.Register)) {
+	end := v.walk(name, n, unroll, func(i reg.Register, off int) { body(i, off, nil) })
+	if v.lanes == 16 {
+		r := c.GP64()
+		c.MOVQ(n, r)
+		c.SUBQ(end, r)
+		c.JZ(LabelRef(name + "_ret"))
+		body(end, 0, v.laneMask(r, 0))
+		c.Label(name + "_ret")
+	}
+	c.VZEROUPPER()
+	c.RET()
+}
+
 // walk emits "for i := 0; i < n&^(lanes−1); i += lanes { body(i, 0) }", unrolled `unroll`
 // times while enough elements remain, ending at the label name_done, and returns the
 // register holding n&^(lanes−1). body(i, off) handles elements i+off … i+off+lanes−1.
@@ -288,35 +321,102 @@ func (v isa) walk(name string, n reg.Register, unroll int, body func(i reg.Regis
 	return end
 }
 
-// widen16 loads one vector of 16-bit values (binary16 or bfloat16) from m as float32.
-func (v isa) widen16(bf bool, m Mem) reg.VecVirtual {
+// widen16 loads one vector of 16-bit values (binary16 or bfloat16) from m as float32;
+// under the lane mask k (nil: every lane; see laneMask) only k's lanes, the others +0.
+func (v isa) widen16(bf bool, m Mem, k reg.Register) reg.VecVirtual {
 	r := v.vec()
-	if !bf {
+	switch {
+	case !bf && k != nil:
+		c.VCVTPH2PS_Z(m, k, r)
+		return r
+	case !bf:
 		c.VCVTPH2PS(m, r)
 		return r
+	case k != nil:
+		c.VPMOVZXWD_Z(m, k, r)
+	default:
+		c.VPMOVZXWD(m, r)
 	}
-	c.VPMOVZXWD(m, r)
 	c.VPSLLD(U8(16), r, r)
 	return r
+}
+
+// load loads one float32 vector from m into r; under the lane mask k (nil: every lane) only
+// k's lanes, the others +0. A masked-off lane never reads memory (nor faults).
+func load(m Mem, r reg.VecVirtual, k reg.Register) {
+	if k != nil {
+		c.VMOVUPS_Z(m, k, r)
+		return
+	}
+	c.VMOVUPS(m, r)
+}
+
+// store stores one float32 vector r to m, non-temporally with nt (m aligned to the vector);
+// under the lane mask k only k's lanes, with a plain store (a non-temporal store has no
+// masked form).
+func store(r reg.VecVirtual, m Mem, nt bool, k reg.Register) {
+	switch {
+	case k != nil:
+		c.VMOVUPS(r, k, m)
+	case nt:
+		c.VMOVNTPS(r, m)
+	default:
+		c.VMOVUPS(r, m)
+	}
+}
+
+// accumulate adds d into acc (acc + d, the partial first as the twins add), under the lane
+// mask k only in k's lanes: the others keep their partials' bits.
+func accumulate(d, acc reg.VecVirtual, k reg.Register) {
+	if k != nil {
+		c.VADDPS(d, acc, k, acc)
+		return
+	}
+	c.VADDPS(d, acc, acc)
+}
+
+// laneMask returns an AVX-512 mask register holding the first min(max(r − off, 0), lanes)
+// lanes of the width (r < off + 256): the lanes of the vector at element off of a tail of r
+// elements that lie inside it. Only the AVX-512 width masks (avx2 has no 16-bit masked
+// stores): its kernels finish their slices' tails and ragged chunks in the kernel instead of
+// handing them to the narrower width and the twin.
+func (v isa) laneMask(r reg.Register, off int) reg.Register {
+	if v.lanes != 16 {
+		panic("laneMask: AVX-512 only")
+	}
+	t, z := c.GP64(), c.GP64()
+	c.XORQ(z, z)
+	c.MOVQ(r, t)
+	c.SUBQ(U32(off), t) // sets the flags even for off 0
+	c.CMOVQLT(z, t)     // below 0: no lane
+	ones, m := c.GP32(), c.GP32()
+	c.MOVL(U32(0xffff), ones)
+	c.BZHIL(t.As32(), ones, m) // the low t bits; t ≥ 16 keeps all 16
+	k := c.K()
+	c.KMOVW(m, k)
+	return k
 }
 
 // narrowF16 stores one vector as binary16 to m, nearest-even (VCVTPS2PH imm 0). It converts
 // into a register and stores that: AMD's Zen cores microcode VCVTPS2PH with a memory
 // destination, several times slower than the two instructions.
-func (v isa) narrowF16(r reg.VecVirtual, m Mem, nt bool) {
+func (v isa) narrowF16(r reg.VecVirtual, m Mem, nt bool, k reg.Register) {
 	h := v.half()
 	c.VCVTPS2PH(U8(0), r, h)
-	v.store16(h, m, nt)
+	v.store16(h, m, nt, k)
 }
 
 // store16 stores one vector's worth of 16-bit values; nt: non-temporally (m aligned to
-// their size).
-func (v isa) store16(h reg.VecVirtual, m Mem, nt bool) {
-	if nt {
+// their size); under the lane mask k only k's lanes, with a plain store.
+func (v isa) store16(h reg.VecVirtual, m Mem, nt bool, k reg.Register) {
+	switch {
+	case k != nil:
+		c.VMOVDQU16(h, k, m)
+	case nt:
 		c.VMOVNTDQ(h, m)
-		return
+	default:
+		c.VMOVUPS(h, m)
 	}
-	c.VMOVUPS(h, m)
 }
 
 // bf16Consts are the constants of narrowBF16, loaded once per kernel.
@@ -330,7 +430,7 @@ func (v isa) bf16Consts() bf16Consts {
 // narrowBF16 stores one vector as bfloat16 to m the way F32ToBF16 rounds: the top half of
 // u + 0x7fff + (u>>16)&1, and (u>>16) | 0x40 for NaN. (VCVTNEPS2BF16 would flush
 // subnormals, so the rounding is done in integers.) It clobbers u.
-func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem, nt bool) {
+func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem, nt bool, lanes reg.Register) {
 	hi, r, nan := v.vec(), v.vec(), v.vec()
 	c.VPSRLD(U8(16), u, hi)
 	if v.lanes == 16 {
@@ -345,7 +445,7 @@ func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem, nt bool) {
 		c.VPBLENDMD(hi, r, isNaN, r)
 		h := c.YMM()
 		c.VPMOVDW(r, h) // values ≤ 0xffff: truncation is exact
-		v.store16(h, m, nt)
+		v.store16(h, m, nt, lanes)
 		return
 	}
 	c.VPAND(k.one, hi, r)
@@ -359,7 +459,7 @@ func (v isa) narrowBF16(k bf16Consts, u reg.VecVirtual, m Mem, nt bool) {
 	lo, top := c.XMM(), c.XMM()
 	c.VEXTRACTI128(U8(1), r, top)
 	c.VPACKUSDW(top, r.AsX(), lo) // values ≤ 0xffff: no saturation
-	v.store16(lo, m, nt)
+	v.store16(lo, m, nt, lanes)
 }
 
 // adds emits the elementwise adds of a row's first pass when it is not fused with the
@@ -384,7 +484,7 @@ func adds(v isa) {
 				name += "X"
 				doc = []string{name + " writes t[i] = " + what + ", and x[i] = t[i],"}
 			}
-			doc = append(doc, "for i < len(t)&^"+fmt.Sprint(v.lanes-1)+".")
+			doc = append(doc, v.span("for i < len(t)&^"+fmt.Sprint(v.lanes-1)+"."))
 			if xs != xNone {
 				sig = strings.Replace(sig, "t, ", "t, x, ", 1)
 			}
@@ -398,20 +498,27 @@ func adds(v isa) {
 			if three {
 				d = base("d")
 			}
-			v.loop(name, length("t"), 4, func(i reg.Register, off int) {
+			v.loopTail(name, length("t"), 4, func(i reg.Register, off int, k reg.Register) {
 				s := v.vec()
-				c.VMOVUPS(f32(a, i, off), s)
-				c.VADDPS(f32(b, i, off), s, s)
+				load(f32(a, i, off), s, k)
+				// The memory operand reads every lane: the masked tail loads into a register.
+				add := func(m Mem) {
+					if k == nil {
+						c.VADDPS(m, s, s)
+						return
+					}
+					o := v.vec()
+					load(m, o, k)
+					c.VADDPS(o, s, s)
+				}
+				add(f32(b, i, off))
 				if three {
-					c.VADDPS(f32(d, i, off), s, s)
+					add(f32(d, i, off))
 				}
-				switch xs {
-				case xNT:
-					c.VMOVNTPS(s, f32(x, i, off))
-				case xPlain:
-					c.VMOVUPS(s, f32(x, i, off))
+				if xs != xNone {
+					store(s, f32(x, i, off), xs == xNT, k)
 				}
-				c.VMOVUPS(s, f32(tp, i, off))
+				store(s, f32(tp, i, off), false, k)
 			})
 		}
 	}
@@ -449,16 +556,16 @@ func affines(v isa) {
 			yT, doc := "[]float32", []string{name + " writes y[i] = " + what + ", n = f32((t[i] − meanD)·rstd),"}
 			switch {
 			case out == "":
-				doc = append(doc, "for whole vectors of y.")
+				doc = append(doc, v.span("for whole vectors of y."))
 			case out == "NT":
-				doc = append(doc, "for whole vectors of y, with non-temporal stores: y must be aligned to the",
+				doc = append(doc, v.span("for whole vectors of y, with non-temporal stores: y must be aligned to the"),
 					"vector, and the caller fences before the values are shared.")
 			case bf:
 				yT = "[]uint16"
-				doc = append(doc, "rounded to bfloat16 as F32ToBF16 does, for whole vectors of y.")
+				doc = append(doc, v.span("rounded to bfloat16 as F32ToBF16 does, for whole vectors of y."))
 			default:
 				yT = "[]uint16"
-				doc = append(doc, "rounded to binary16 (nearest-even), for whole vectors of y.")
+				doc = append(doc, v.span("rounded to binary16 (nearest-even), for whole vectors of y."))
 			}
 			if half {
 				doc = append(doc, "gamma and beta are in y's format.")
@@ -479,17 +586,27 @@ func affines(v isa) {
 				bk = v.bf16Consts()
 				unroll = 2
 			}
-			v.loop(name, length("y"), unroll, func(i reg.Register, off int) {
+			v.loopTail(name, length("y"), unroll, func(i reg.Register, off int, k reg.Register) {
 				t := v.vec()
-				c.VMOVUPS(f32(x, i, off), t)
+				load(f32(x, i, off), t, k)
 				c.VSUBPS(mean, t, t)
 				c.VMULPS(rstd, t, t)
 				switch {
 				case half && fused:
-					c.VFMADD213PS(v.widen16(bf, u16(b, i, off)), v.widen16(bf, u16(g, i, off)), t) // t = gamma·t + beta, one rounding
+					c.VFMADD213PS(v.widen16(bf, u16(b, i, off), k), v.widen16(bf, u16(g, i, off), k), t) // t = gamma·t + beta, one rounding
 				case half:
-					c.VMULPS(v.widen16(bf, u16(g, i, off)), t, t)
-					c.VADDPS(v.widen16(bf, u16(b, i, off)), t, t)
+					c.VMULPS(v.widen16(bf, u16(g, i, off), k), t, t)
+					c.VADDPS(v.widen16(bf, u16(b, i, off), k), t, t)
+				case k != nil: // the tail: gamma and beta through masked loads
+					gv, bv := v.vec(), v.vec()
+					load(f32(g, i, off), gv, k)
+					load(f32(b, i, off), bv, k)
+					if fused {
+						c.VFMADD213PS(bv, gv, t)
+					} else {
+						c.VMULPS(gv, t, t)
+						c.VADDPS(bv, t, t)
+					}
 				case fused:
 					gv := v.vec()
 					c.VMOVUPS(f32(g, i, off), gv)
@@ -499,14 +616,12 @@ func affines(v isa) {
 					c.VADDPS(f32(b, i, off), t, t)
 				}
 				switch {
-				case out == "":
-					c.VMOVUPS(t, f32(y, i, off))
-				case out == "NT":
-					c.VMOVNTPS(t, f32(y, i, off))
+				case out == "" || out == "NT":
+					store(t, f32(y, i, off), out == "NT", k)
 				case bf:
-					v.narrowBF16(bk, t, u16(y, i, off), nt16)
+					v.narrowBF16(bk, t, u16(y, i, off), nt16, k)
 				default:
-					v.narrowF16(t, u16(y, i, off), nt16)
+					v.narrowF16(t, u16(y, i, off), nt16, k)
 				}
 			})
 		}
@@ -516,20 +631,20 @@ func affines(v isa) {
 func conversions(v isa) {
 	n := v.name
 	text(n+"WidenF16", "func(dst []float32, src []uint16)",
-		n+"WidenF16 writes dst[i] = float32(binary16 src[i]) for whole vectors of dst.")
+		v.span(n+"WidenF16 writes dst[i] = float32(binary16 src[i]) for whole vectors of dst."))
 	{
 		d, s := base("dst"), base("src")
-		v.loop(n+"WidenF16", length("dst"), 4, func(i reg.Register, off int) {
-			c.VMOVUPS(v.widen16(false, u16(s, i, off)), f32(d, i, off))
+		v.loopTail(n+"WidenF16", length("dst"), 4, func(i reg.Register, off int, k reg.Register) {
+			store(v.widen16(false, u16(s, i, off), k), f32(d, i, off), false, k)
 		})
 	}
 
 	text(n+"WidenBF16", "func(dst []float32, src []uint16)",
-		n+"WidenBF16 writes dst[i] = float32frombits(src[i] << 16) for whole vectors of dst.")
+		v.span(n+"WidenBF16 writes dst[i] = float32frombits(src[i] << 16) for whole vectors of dst."))
 	{
 		d, s := base("dst"), base("src")
-		v.loop(n+"WidenBF16", length("dst"), 4, func(i reg.Register, off int) {
-			c.VMOVUPS(v.widen16(true, u16(s, i, off)), f32(d, i, off))
+		v.loopTail(n+"WidenBF16", length("dst"), 4, func(i reg.Register, off int, k reg.Register) {
+			store(v.widen16(true, u16(s, i, off), k), f32(d, i, off), false, k)
 		})
 	}
 
@@ -539,26 +654,26 @@ func conversions(v isa) {
 			sfx, doc = "NT", " Non-temporal stores: dst aligned to the vector's 16-bit size; the caller fences."
 		}
 		text(n+"NarrowF16"+sfx, "func(dst []uint16, src []float32)",
-			n+"NarrowF16"+sfx+" writes dst[i] = binary16(src[i]), nearest-even, for whole vectors of dst."+doc)
+			v.span(n+"NarrowF16"+sfx+" writes dst[i] = binary16(src[i]), nearest-even, for whole vectors of dst."+doc))
 		{
 			d, s := base("dst"), base("src")
-			v.loop(n+"NarrowF16"+sfx, length("dst"), 4, func(i reg.Register, off int) {
+			v.loopTail(n+"NarrowF16"+sfx, length("dst"), 4, func(i reg.Register, off int, k reg.Register) {
 				t := v.vec()
-				c.VMOVUPS(f32(s, i, off), t)
-				v.narrowF16(t, u16(d, i, off), nt)
+				load(f32(s, i, off), t, k)
+				v.narrowF16(t, u16(d, i, off), nt, k)
 			})
 		}
 
 		text(n+"NarrowBF16"+sfx, "func(dst []uint16, src []float32)",
-			n+"NarrowBF16"+sfx+" writes dst[i] = F32ToBF16(src[i]) for whole vectors of dst:",
+			v.span(n+"NarrowBF16"+sfx+" writes dst[i] = F32ToBF16(src[i]) for whole vectors of dst:"),
 			"u + 0x7fff + (u>>16)&1, top half; NaN: (u>>16) | 0x40."+doc)
 		{
 			d, s := base("dst"), base("src")
 			k := v.bf16Consts()
-			v.loop(n+"NarrowBF16"+sfx, length("dst"), 2, func(i reg.Register, off int) {
+			v.loopTail(n+"NarrowBF16"+sfx, length("dst"), 2, func(i reg.Register, off int, m reg.Register) {
 				u := v.vec()
-				c.VMOVUPS(f32(s, i, off), u)
-				v.narrowBF16(k, u, u16(d, i, off), nt)
+				load(f32(s, i, off), u, m)
+				v.narrowBF16(k, u, u16(d, i, off), nt, m)
 			})
 		}
 	}
@@ -571,7 +686,7 @@ func conversions(v isa) {
 // c = 0, 1, … while e < n, calling step(e, j, acc) for vector j of the block (acc[s] the
 // accumulator of set s), and the accumulators go back to the sets. Each partial thus sees
 // its elements in the plan's order. Then VZEROUPPER and RET.
-func (v isa) blocks(name string, parts []reg.GPVirtual, w, n reg.Register, zero bool, step func(e reg.Register, j int, acc []reg.VecVirtual)) {
+func (v isa) blocks(name string, parts []reg.GPVirtual, w, n reg.Register, zero bool, step stepFn) {
 	k := c.GP64() // element index of the block
 	c.XORQ(k, k)
 	wBlock := c.GP64()
@@ -598,13 +713,23 @@ func (v isa) blocks(name string, parts []reg.GPVirtual, w, n reg.Register, zero 
 	c.RET()
 }
 
+// stepFn is a blocked kernel's step over vector j of a block at element e (acc[s] its
+// accumulator of set s): every lane, or with a lane mask k (laneMask) only k's lanes, the
+// others neither read nor written and their accumulators' bits kept.
+type stepFn func(e reg.Register, j int, acc []reg.VecVirtual, k reg.Register)
+
 // chunkBlock emits the loop over blocks of lanes partials from element k (while k < limit,
 // k advancing by lanes) in each of sets partial sets, under labels prefix, prefix_chunk
 // and prefix_done: start sets each accumulator (vector j of set s), the chunk loop calls
-// step(e, j, acc) for e = k + c·W while e < n (acc[s]: vector j's accumulator of set s),
-// and end takes the accumulators, accs[j][s].
+// step(e, j, acc, nil) for e = k + c·W while e < n (acc[s]: vector j's accumulator of set
+// s), and end takes the accumulators, accs[j][s]. At AVX-512 the walk is ragged: n need not
+// be a multiple of W (nor reach k): the chunk with fewer than the block's elements left (the
+// last; r = n − e of them, r ≤ 0 for a block past a short row's end) runs every vector
+// under the mask of its lanes below n, so each partial takes exactly its elements below
+// n, in the plan's order, and the others keep their bits, as the twin's shorter last chunk
+// leaves them.
 func (v isa) chunkBlock(prefix string, k reg.GPVirtual, w, n, limit reg.Register, lanes, sets int,
-	start func(s, j int, acc reg.VecVirtual), step func(e reg.Register, j int, acc []reg.VecVirtual), end func(accs [][]reg.VecVirtual)) {
+	start func(s, j int, acc reg.VecVirtual), step stepFn, end func(accs [][]reg.VecVirtual)) {
 	c.Label(prefix)
 	c.CMPQ(k, limit)
 	c.JAE(LabelRef(prefix + "_done"))
@@ -619,12 +744,29 @@ func (v isa) chunkBlock(prefix string, k reg.GPVirtual, w, n, limit reg.Register
 	e := c.GP64()
 	c.MOVQ(k, e)
 	c.Label(prefix + "_chunk")
+	ragged := v.lanes == 16
+	var r reg.GPVirtual
+	if ragged {
+		r = c.GP64()
+		c.MOVQ(n, r)
+		c.SUBQ(e, r)
+		c.CMPQ(r, U32(lanes))
+		c.JL(LabelRef(prefix + "_last")) // signed: r < 0 for a block past n
+	}
 	for j, acc := range accs {
-		step(e, j, acc)
+		step(e, j, acc, nil)
 	}
 	c.ADDQ(w, e)
 	c.CMPQ(e, n)
 	c.JB(LabelRef(prefix + "_chunk"))
+	if ragged {
+		c.JMP(LabelRef(prefix + "_end"))
+		c.Label(prefix + "_last") // e + W > n: no chunk after this one
+		for j, acc := range accs {
+			step(e, j, acc, v.laneMask(r, v.lanes*j))
+		}
+		c.Label(prefix + "_end")
+	}
 	end(accs)
 	c.ADDQ(U32(lanes), k)
 	c.JMP(LabelRef(prefix))
@@ -641,33 +783,33 @@ func (v isa) chunkBlock(prefix string, k reg.GPVirtual, w, n, limit reg.Register
 func reductions(v isa) {
 	type variant struct {
 		name, sig, doc string
-		step           func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual)
+		step           func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual, k reg.Register)
 	}
 	variants := []variant{
 		{v.name + "AccumulateShift", "func(part, t []float32, shift float32)", "part[k] += f32(t[c·W+k] − shift)",
-			func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual) {
+			func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual, k reg.Register) {
 				d := v.vec()
-				c.VMOVUPS(t, d)
+				load(t, d, k)
 				c.VSUBPS(shift, d, d)
-				c.VADDPS(d, acc[0], acc[0])
+				accumulate(d, acc[0], k)
 			}},
 		{v.name + "AccumulateDev", "func(part, part2, t []float32, shift float32)",
 			"t[i] = e = f32(t[i] − shift), part[k] += e and part2[k] += f32(e·e), i = c·W+k,",
-			func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual) {
+			func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual, k reg.Register) {
 				d := v.vec()
-				c.VMOVUPS(t, d)
+				load(t, d, k)
 				c.VSUBPS(shift, d, d)
-				c.VMOVUPS(d, t)
-				devStep(d, acc, false)
+				store(d, t, false, k)
+				devStep(d, acc, false, k)
 			}},
 		{v.name + "AccumulateDevFMA", "func(part, part2, t []float32, shift float32)",
 			"t[i] = e = f32(t[i] − shift), part[k] += e and part2[k] = fma(e, e, part2[k]), i = c·W+k,",
-			func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual) {
+			func(acc []reg.VecVirtual, t Mem, shift reg.VecVirtual, k reg.Register) {
 				d := v.vec()
-				c.VMOVUPS(t, d)
+				load(t, d, k)
 				c.VSUBPS(shift, d, d)
-				c.VMOVUPS(d, t)
-				devStep(d, acc, true)
+				store(d, t, false, k)
+				devStep(d, acc, true, k)
 			}},
 	}
 	for _, zero := range []bool{false, true} {
@@ -679,7 +821,7 @@ func reductions(v isa) {
 					"are not read): the same as clearing them first, in one pass.")
 			} else {
 				text(name, vr.sig, name+" does "+vr.doc+" for every chunk c;",
-					"len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.")
+					v.span("len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W."))
 			}
 			parts := []reg.GPVirtual{base("part")}
 			if strings.Contains(vr.sig, "part2") {
@@ -687,18 +829,23 @@ func reductions(v isa) {
 			}
 			t := base("t")
 			shift := v.broadcastParam("shift")
-			v.blocks(name, parts, length("part"), length("t"), zero, func(e reg.Register, j int, acc []reg.VecVirtual) {
-				vr.step(acc, f32(t, e, v.lanes*j), shift)
+			v.blocks(name, parts, length("part"), length("t"), zero, func(e reg.Register, j int, acc []reg.VecVirtual, k reg.Register) {
+				vr.step(acc, f32(t, e, v.lanes*j), shift, k)
 			})
 		}
 	}
 }
 
 // devStep adds the second pass's e (in d) to its partials: acc[0] += e, and acc[1] += e²,
-// fma(e, e, acc[1]) with fma, else f32(e·e) then the add.
-func devStep(d reg.VecVirtual, acc []reg.VecVirtual, fma bool) {
-	c.VADDPS(d, acc[0], acc[0])
+// fma(e, e, acc[1]) with fma, else f32(e·e) then the add; under the lane mask k only in
+// k's lanes.
+func devStep(d reg.VecVirtual, acc []reg.VecVirtual, fma bool, k reg.Register) {
+	accumulate(d, acc[0], k)
 	if fma {
+		if k != nil {
+			c.VFMADD231PS(d, d, k, acc[1]) // merge-masked: the other lanes keep acc[1]
+			return
+		}
 		c.VFMADD231PS(d, d, acc[1])
 		return
 	}
@@ -707,7 +854,7 @@ func devStep(d reg.VecVirtual, acc []reg.VecVirtual, fma bool) {
 		sq = c.ZMM()
 	}
 	c.VMULPS(d, d, sq)
-	c.VADDPS(sq, acc[1], acc[1])
+	accumulate(sq, acc[1], k)
 }
 
 // xStore is how a first pass writes the x output (s, or s rounded to the inputs' 16-bit
@@ -762,7 +909,7 @@ func sums(v isa) {
 		case xPlain:
 			doc = append(doc, "and x[i] = s[i],")
 		}
-		doc = append(doc, "for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.")
+		doc = append(doc, v.span("for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W."))
 		text(name, sig, doc...)
 		part, tp := base("part"), base("t")
 		var x, d reg.GPVirtual
@@ -774,24 +921,31 @@ func sums(v isa) {
 			d = base("d")
 		}
 		x0 := v.broadcastParam("x0")
-		v.blocks(name, []reg.GPVirtual{part}, length("part"), length("t"), !vr.acc, func(e reg.Register, j int, acc []reg.VecVirtual) {
+		v.blocks(name, []reg.GPVirtual{part}, length("part"), length("t"), !vr.acc, func(e reg.Register, j int, acc []reg.VecVirtual, k reg.Register) {
 			o := v.lanes * j
 			s := v.vec()
-			c.VMOVUPS(f32(a, e, o), s)
-			c.VADDPS(f32(b, e, o), s, s)
+			load(f32(a, e, o), s, k)
+			// The memory operand reads every lane: a masked step loads into a register.
+			add := func(m Mem) {
+				if k == nil {
+					c.VADDPS(m, s, s)
+					return
+				}
+				r := v.vec()
+				load(m, r, k)
+				c.VADDPS(r, s, s)
+			}
+			add(f32(b, e, o))
 			if vr.three {
-				c.VADDPS(f32(d, e, o), s, s)
+				add(f32(d, e, o))
 			}
-			switch vr.x {
-			case xNT:
-				c.VMOVNTPS(s, f32(x, e, o))
-			case xPlain:
-				c.VMOVUPS(s, f32(x, e, o))
+			if vr.x != xNone {
+				store(s, f32(x, e, o), vr.x == xNT, k)
 			}
-			c.VMOVUPS(s, f32(tp, e, o))
+			store(s, f32(tp, e, o), false, k)
 			sh := v.vec()
 			c.VSUBPS(x0, s, sh)
-			c.VADDPS(sh, acc[0], acc[0]) // part[k] + (s − x0)
+			accumulate(sh, acc[0], k) // part[k] + (s − x0)
 		})
 	}
 }
@@ -876,9 +1030,9 @@ func sum16Kernel(v isa, bf, full, acc, tree bool, xs xStore) {
 		doc = append(doc, "and x[i] = s[i] rounded to "+strings.ToLower(t)+",")
 	}
 	if tree {
-		doc = append(doc, fmt.Sprintf("for i < len(t); len(part) = W must be 64·2^k ≤ %d, and len(t) a positive multiple of W.", maxTree16W))
+		doc = append(doc, v.span(fmt.Sprintf("for i < len(t); len(part) = W must be 64·2^k ≤ %d, and len(t) a positive multiple of W.", maxTree16W)))
 	} else {
-		doc = append(doc, "for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W.")
+		doc = append(doc, v.span("for i < len(t); len(part) = W must be a multiple of the lanes and len(t) a positive multiple of W."))
 	}
 	text(name, sig, doc...)
 	part, tp := base("part"), base("t")
@@ -895,33 +1049,29 @@ func sum16Kernel(v isa, bf, full, acc, tree bool, xs xStore) {
 		k = v.bf16Consts()
 	}
 	x0 := v.broadcastParam("x0")
-	step := func(e reg.Register, j int, sum reg.VecVirtual) {
+	step := func(e reg.Register, j int, acc []reg.VecVirtual, m reg.Register) {
 		o := v.lanes * j
-		r := v.widen16(bf, u16(a, e, o))
-		c.VADDPS(v.widen16(bf, u16(b, e, o)), r, r)
+		r := v.widen16(bf, u16(a, e, o), m)
+		c.VADDPS(v.widen16(bf, u16(b, e, o), m), r, r)
 		if full {
-			c.VADDPS(v.widen16(bf, u16(d, e, o)), r, r)
+			c.VADDPS(v.widen16(bf, u16(d, e, o), m), r, r)
 		}
-		c.VMOVUPS(r, f32(tp, e, o))
+		store(r, f32(tp, e, o), false, m)
 		sh := v.vec()
 		c.VSUBPS(x0, r, sh)
-		c.VADDPS(sh, sum, sum) // part[k] + (s − x0)
+		accumulate(sh, acc[0], m) // part[k] + (s − x0)
 		switch {
 		case xs != xNone && bf:
-			v.narrowBF16(k, r, u16(x, e, o), xs == xNT) // clobbers r, after its last use
+			v.narrowBF16(k, r, u16(x, e, o), xs == xNT, m) // clobbers r, after its last use
 		case xs != xNone:
-			v.narrowF16(r, u16(x, e, o), xs == xNT)
+			v.narrowF16(r, u16(x, e, o), xs == xNT, m)
 		}
 	}
 	if tree {
-		treeBlocks(name, []reg.GPVirtual{part}, length("part"), length("t"), maxTree16W, !acc, func(e reg.Register, j int, acc []reg.VecVirtual) {
-			step(e, j, acc[0])
-		})
+		treeBlocks(name, []reg.GPVirtual{part}, length("part"), length("t"), maxTree16W, !acc, step)
 		return
 	}
-	v.blocks(name, []reg.GPVirtual{part}, length("part"), length("t"), !acc, func(e reg.Register, j int, acc []reg.VecVirtual) {
-		step(e, j, acc[0])
-	})
+	v.blocks(name, []reg.GPVirtual{part}, length("part"), length("t"), !acc, step)
 }
 
 // tree emits the plan's halving tree for W = len(part), a power of two ≥ 8: for off = W/2
@@ -1109,14 +1259,14 @@ func sumTrees512() {
 	text("avx512SumTree", "func(part, t []float32, shift float32) float32",
 		"avx512SumTree returns the plan's sum of f32(t[i] − shift) over a vector row: the partials from +0",
 		"as avx512AccumulateShiftZero, then avx512FoldTree; len(part) = W must be 64·2^k, k ≤ 5, and",
-		"len(t) a positive multiple of W. part is scratch (its first W/4 written).")
+		avx512.span("len(t) a positive multiple of W. part is scratch (its first W/4 written)."))
 	p, t := base("part"), base("t")
 	shift := avx512.broadcastParam("shift")
-	treeBlocks("avx512SumTree", []reg.GPVirtual{p}, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc []reg.VecVirtual) {
+	treeBlocks("avx512SumTree", []reg.GPVirtual{p}, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc []reg.VecVirtual, k reg.Register) {
 		d := c.ZMM()
-		c.VMOVUPS(f32(t, e, 16*j), d)
+		load(f32(t, e, 16*j), d, k)
 		c.VSUBPS(shift, d, d)
-		c.VADDPS(d, acc[0], acc[0])
+		accumulate(d, acc[0], k)
 	})
 	for _, fma := range []bool{false, true} {
 		form, how := "Dev", "f32(e·e)"
@@ -1128,17 +1278,17 @@ func sumTrees512() {
 			name+" is the second pass of a vector row with its two trees: e = f32(t[i] − shift) written",
 			"back into t, and the plan's sums of e and of "+how+", the partials from +0 as",
 			"avx512Accumulate"+form+"Zero, then avx512FoldTree of each set; len(part) = len(part2) = W must",
-			"be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part and part2 are scratch (their",
+			avx512.span("be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part and part2 are scratch (their"),
 			"first W/4 written).")
 		parts := []reg.GPVirtual{base("part"), base("part2")}
 		t := base("t")
 		shift := avx512.broadcastParam("shift")
-		treeBlocks(name, parts, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc []reg.VecVirtual) {
+		treeBlocks(name, parts, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc []reg.VecVirtual, k reg.Register) {
 			d := c.ZMM()
-			c.VMOVUPS(f32(t, e, 16*j), d)
+			load(f32(t, e, 16*j), d, k)
 			c.VSUBPS(shift, d, d)
-			c.VMOVUPS(d, f32(t, e, 16*j))
-			devStep(d, acc, fma)
+			store(d, f32(t, e, 16*j), false, k)
+			devStep(d, acc, fma, k)
 		})
 	}
 }
@@ -1166,12 +1316,12 @@ func devTrees2() {
 		parts := []reg.GPVirtual{base("part"), base("part2")}
 		t := base("t")
 		shift := avx2.broadcastParam("shift")
-		treeBlocks2(name, parts, length("part"), length("t"), 2048, func(e reg.Register, j int, acc []reg.VecVirtual) {
+		treeBlocks2(name, parts, length("part"), length("t"), 2048, func(e reg.Register, j int, acc []reg.VecVirtual, _ reg.Register) {
 			d := c.YMM()
 			c.VMOVUPS(f32(t, e, 8*j), d)
 			c.VSUBPS(shift, d, d)
 			c.VMOVUPS(d, f32(t, e, 8*j))
-			devStep(d, acc, fma)
+			devStep(d, acc, fma, nil) // avx2: never masked
 		})
 	}
 }
@@ -1181,7 +1331,7 @@ func devTrees2() {
 // (foldGroup2) and stored to each set from byte k (k the block's first element, so group
 // g's vector lands at part[8g:], over partials already loaded), then the halving over
 // the W/32 vectors of quads (groupTree2) returns set s's sum as result s.
-func treeBlocks2(name string, parts []reg.GPVirtual, w, n reg.Register, maxW int, step func(e reg.Register, j int, acc []reg.VecVirtual)) {
+func treeBlocks2(name string, parts []reg.GPVirtual, w, n reg.Register, maxW int, step stepFn) {
 	rets := make([]*gotypes.Basic, len(parts))
 	for s := range rets {
 		r, err := c.ReturnIndex(s).Resolve()
@@ -1269,7 +1419,7 @@ func groupTree2(groups int, p reg.GPVirtual, ret *gotypes.Basic) {
 // result s. Every addition is the plan's, in its order: the bits of the blocks kernel then
 // avx512FoldTree, without the partials' round trip through memory and a call. The sets
 // are scratch after; the walk needs n a multiple of W.
-func treeBlocks(name string, parts []reg.GPVirtual, w, n reg.Register, maxW int, zero bool, step func(e reg.Register, j int, acc []reg.VecVirtual)) {
+func treeBlocks(name string, parts []reg.GPVirtual, w, n reg.Register, maxW int, zero bool, step stepFn) {
 	rets := make([]*gotypes.Basic, len(parts))
 	for s := range rets {
 		r, err := c.ReturnIndex(s).Resolve()
@@ -1396,28 +1546,26 @@ func groupTree(groups int, group func(g int) reg.VecVirtual, upper func(g int) O
 // embedF16 emits EmbedLayerNorm's staged binary16 sums with F16C: each stage a float32
 // addition between widening and narrowing conversions.
 func embedF16(v isa) {
-	v.embedSums(v.name, "(VCVTPS2PH imm 0: nearest-even).", func(bits, w, p, g reg.GPVirtual, i reg.Register, off int) reg.VecVirtual {
-		a, b := v.vec(), v.vec()
+	v.embedSums(v.name, "(VCVTPS2PH imm 0: nearest-even).", func(bits, w, p, g reg.GPVirtual, i reg.Register, off int, k reg.Register) reg.VecVirtual {
+		a := v.widen16(false, u16(w, i, off), k)
 		h := v.half()
-		c.VCVTPH2PS(u16(w, i, off), a)
 		if g != nil { // rnd16(w + g) first
-			c.VCVTPH2PS(u16(g, i, off), b)
-			c.VADDPS(b, a, a)
+			c.VADDPS(v.widen16(false, u16(g, i, off), k), a, a)
 			c.VCVTPS2PH(U8(0), a, h)
 			c.VCVTPH2PS(h, a)
 		}
-		c.VCVTPH2PS(u16(p, i, off), b)
-		c.VADDPS(b, a, a)
+		c.VADDPS(v.widen16(false, u16(p, i, off), k), a, a)
 		c.VCVTPS2PH(U8(0), a, h)
-		c.VMOVUPS(h, u16(bits, i, off))
+		v.store16(h, u16(bits, i, off), false, k)
 		c.VCVTPH2PS(h, a)
 		return a
 	})
 }
 
 // embedStep computes the staged sum of the vector at element i+off, stores its bits and
-// returns it as float32.
-type embedStep func(bits, w, p, g reg.GPVirtual, i reg.Register, off int) reg.VecVirtual
+// returns it as float32; under the lane mask k (nil: every lane) only k's lanes are read
+// and stored.
+type embedStep func(bits, w, p, g reg.GPVirtual, i reg.Register, off int, k reg.Register) reg.VecVirtual
 
 // embedSums emits the staged-sum kernels prefix+"EmbedSumF16Seg" (with a segment row g)
 // and prefix+"EmbedSumF16" (without: g is nil), h = rnd16(rnd16(w + g) + p) or
@@ -1431,14 +1579,14 @@ func (v isa) embedSums(prefix, how string, step embedStep) {
 		if !seg {
 			name, sig, what = prefix+"EmbedSumF16", "func(x []float32, bits []uint16, w, p []uint16)", "rnd16(w[i] + p[i])"
 		}
-		text(name, sig, name+" writes h = "+what+" as bits[i] and float32 x[i], for whole vectors of x", how)
+		text(name, sig, v.span(name+" writes h = "+what+" as bits[i] and float32 x[i], for whole vectors of x"), how)
 		x, bits, w, p := base("x"), base("bits"), base("w"), base("p")
 		var g reg.GPVirtual
 		if seg {
 			g = base("g")
 		}
-		v.loop(name, length("x"), 2, func(i reg.Register, off int) {
-			c.VMOVUPS(step(bits, w, p, g, i, off), f32(x, i, off))
+		v.loopTail(name, length("x"), 2, func(i reg.Register, off int, k reg.Register) {
+			store(step(bits, w, p, g, i, off, k), f32(x, i, off), false, k)
 		})
 
 		for _, acc := range []bool{false, true} {
@@ -1451,19 +1599,19 @@ func (v isa) embedSums(prefix, how string, step embedStep) {
 			sig := strings.Replace(strings.Replace(sig, "x []float32", "part, t []float32", 1), "[]uint16)", "[]uint16, x0 float32)", 1)
 			text(name, sig, name+" writes h = "+what+" as bits[i], t[i] = f32(h), and part[k] =",
 				"Σ_c f32(t[c·W+k] − x0) "+from+" (chunks in order), for i < len(t); len(part) = W must be a",
-				"multiple of the lanes and len(t) a positive multiple of W "+how)
+				v.span("multiple of the lanes and len(t) a positive multiple of W "+how))
 			part, t, bits, w, p := base("part"), base("t"), base("bits"), base("w"), base("p")
 			var g reg.GPVirtual
 			if seg {
 				g = base("g")
 			}
 			x0 := v.broadcastParam("x0")
-			v.blocks(name, []reg.GPVirtual{part}, length("part"), length("t"), !acc, func(e reg.Register, j int, sum []reg.VecVirtual) {
+			v.blocks(name, []reg.GPVirtual{part}, length("part"), length("t"), !acc, func(e reg.Register, j int, sum []reg.VecVirtual, k reg.Register) {
 				o := v.lanes * j
-				f := step(bits, w, p, g, e, o)
-				c.VMOVUPS(f, f32(t, e, o))
+				f := step(bits, w, p, g, e, o, k)
+				store(f, f32(t, e, o), false, k)
 				c.VSUBPS(x0, f, f)
-				c.VADDPS(f, sum[0], sum[0]) // part[k] + (t − x0)
+				accumulate(f, sum[0], k) // part[k] + (t − x0)
 			})
 		}
 	}

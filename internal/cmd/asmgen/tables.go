@@ -17,7 +17,8 @@ package cpu
 {{range .}}{{$n := .Name}}{{$l := .Lanes}}
 // {{.Name}}Kernels is the {{.Name}} level, {{.Lanes}} float32 lanes.
 var {{.Name}}Kernels = &kernels{
-	lanes: {{.Lanes}},
+	lanes: {{.Lanes}},{{if eq .Lanes 16}}
+	tails: true,{{end}}
 	narrower: {{if .Narrower}}{{.Narrower}}Kernels{{else}}&goKernels{{end}},
 	sums: sumKernels{
 		sum: {{.Name}}AccumulateShift,
