@@ -287,7 +287,7 @@ func (s *scratch) size(h, w int) {
 	s.x = grow(s.x, h)
 	s.y = grow(s.y, h)
 	s.t = grow(s.t, h)
-	s.part = grow(s.part, 2*w) // the second pass's two partial sets
+	s.part = grow(s.part, 4*w) // the second pass's two partial sets, for two rows at once (shortPair)
 }
 
 // Row parallelism without allocation.

@@ -142,9 +142,13 @@ const wholePrefetch = 256
 type embedShort struct {
 	shift    func(part, t []float32, bits []uint16, w, p []uint16, x0 float32)    // f16, no segment
 	shiftSeg func(part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) // f16 with a segment
-	aff      affine16Fn                                                           // f16, float32 gamma and beta
-	affH     affineHFn                                                            // f16, gamma and beta in f16
-	af32     affineFn                                                             // f32
+	// The f16 first pass with its tree and shift, where the width has them (embedKernels.shiftTree):
+	// then shift and shiftSeg are not called.
+	shiftTree    func(part, t []float32, bits []uint16, w, p []uint16, invH float32) float32
+	shiftTreeSeg func(part, t []float32, bits []uint16, w, p, g []uint16, invH float32) float32
+	aff          affine16Fn // f16, float32 gamma and beta
+	affH         affineHFn  // f16, gamma and beta in f16
+	af32         affineFn   // f32
 }
 
 // shortKernels returns the call's embedShort and true where every token takes the same
@@ -165,6 +169,7 @@ func (c *embedCall) shortKernels() (embedShort, bool) {
 			return embedShort{}, false
 		}
 		s.shift, s.shiftSeg = k.embeds.shift, k.embeds.shiftSeg
+		s.shiftTree, s.shiftTreeSeg = k.embeds.shiftTree, k.embeds.shiftTreeSeg // treeRow: W is treeW
 		if op.w16.gammaH != nil {
 			s.affH = affineHOf(&k.affines, af).of(af)
 		} else {
@@ -179,7 +184,9 @@ func (c *embedCall) shortKernels() (embedShort, bool) {
 }
 
 // shortToken computes one output row of a fast call (token's steps, each one kernel of
-// c.short); pf takes a step after each pass over the row.
+// c.short); pf takes a step after each pass over the row. (The steps are shortShift's and
+// shortAffine's, written out here in one function as before them: called, EmbedLayerNorm
+// f32 H 128 looked up to a tenth slower on the EPYC, within its noisy spread.)
 func (c *embedCall) shortToken(t int, sc *scratch, pf *rowPrefetch) {
 	op, in, out, s := c.op, &c.in, &c.out, &c.short
 	w, p := &op.w, &op.plan
@@ -188,7 +195,120 @@ func (c *embedCall) shortToken(t int, sc *scratch, pf *rowPrefetch) {
 	gi := op.segRow(in, t)
 	tr, part := sc.x[:H], sc.part[:p.W]
 	row := t * H
-	var x0 float32
+	var x0, shift float32
+	tree := false // the first pass's kernel ran its tree and returned the shift
+	if w.DType == ops.F16 {
+		word, pos := w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H]
+		bits := sumBits(out, row, H, sc)
+		switch {
+		case s.shiftTree != nil && gi >= 0:
+			shift, tree = s.shiftTreeSeg(part, tr, bits, word, pos, w.Seg.U16[gi*H:gi*H+H], p.InvH), true
+		case s.shiftTree != nil:
+			shift, tree = s.shiftTree(part, tr, bits, word, pos, p.InvH), true
+		case gi >= 0:
+			g := w.Seg.U16[gi*H : gi*H+H]
+			x0 = embedFirst(true, word[0], pos[0], g[0])
+			s.shiftSeg(part, tr, bits, word, pos, g, x0)
+		default:
+			x0 = embedFirst(false, word[0], pos[0], 0)
+			s.shift(part, tr, bits, word, pos, x0)
+		}
+	} else {
+		word, pos := w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H]
+		var g, xs []float32
+		x0 = word[0] + pos[0] // as token
+		if gi >= 0 {
+			g = w.Seg.F32[gi*H : gi*H+H]
+			x0 += g[0]
+		}
+		if out.Sum.Present() {
+			xs = out.Sum.F32[row : row+H]
+		}
+		op.k.adds.run(addForm{dt: ops.F32, bias: gi >= 0, x: xs != nil}, part, tr, xs, word, pos, g, x0)
+	}
+	var st plan.Stats
+	if tree {
+		pf.step()
+		st = rowStatsOfShift(op.k, p, tr, part, shift, w.Epsilon, pf)
+	} else {
+		sum := op.k.planTree(p, part)
+		pf.step()
+		st = rowStatsOfSum(op.k, p, tr, part, x0, sum, w.Epsilon, pf)
+	}
+	switch {
+	case s.af32 != nil:
+		s.af32(out.Out.F32[row:row+H], tr, w.Gamma.F32, w.Beta.F32, st.MeanD, st.Rstd)
+	case s.affH != nil:
+		s.affH(out.Out.U16[row:row+H], tr, op.w16.gammaH, op.w16.betaH, st.MeanD, st.Rstd)
+	default:
+		s.aff(out.Out.U16[row:row+H], tr, op.w16.gamma, op.w16.beta, st.MeanD, st.Rstd)
+	}
+	pf.step()
+}
+
+// shortPair is shortToken for tokens t and t+1 (no rowPrefetch: their word rows are
+// prefetched whole), each step of t then the same step of t+1: a short token's steps are
+// one chain of dependent latencies (the staged sum, the trees, the square root and the
+// division before the affine step), which the core overlaps with the other token's
+// where the two come a kernel apart, and not where a whole token's lie between them.
+func (c *embedCall) shortPair(t int, sc *scratch) {
+	op := c.op
+	p, H, W := &op.plan, op.w.H, op.plan.W
+	trA, partA := sc.x[:H], sc.part[:W]
+	trB, partB := sc.y[:H], sc.part[2*W:3*W] // sc.part holds 4·W (scratch.size): B's second set from 3·W
+	shiftA := c.shortShift(t, trA, partA, sc)
+	shiftB := c.shortShift(t+1, trB, partB, sc)
+	stA := rowStatsOfShift(op.k, p, trA, partA, shiftA, op.w.Epsilon, nil)
+	stB := rowStatsOfShift(op.k, p, trB, partB, shiftB, op.w.Epsilon, nil)
+	c.shortAffine(t, trA, stA)
+	c.shortAffine(t+1, trB, stB)
+}
+
+// shortShift is a fast call's first pass over token t: its row staged into tr, and the
+// plan's second shift x0 + f32(sum·InvH) (plan.Plan.Stats) from the partial sums in part.
+func (c *embedCall) shortShift(t int, tr, part []float32, sc *scratch) float32 {
+	op, in, s := c.op, &c.in, &c.short
+	w, p := &op.w, &op.plan
+	H := w.H
+	wi, pi := int(in.IDs[t]), op.posRow(in, t)
+	gi := op.segRow(in, t)
+	if w.DType == ops.F16 && s.shiftTree != nil {
+		// x0, the first pass, its tree and the shift in one kernel (embedShiftTreeGo).
+		word, pos := w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H]
+		bits := sumBits(&c.out, t*H, H, sc)
+		if gi >= 0 {
+			return s.shiftTreeSeg(part, tr, bits, word, pos, w.Seg.U16[gi*H:gi*H+H], p.InvH)
+		}
+		return s.shiftTree(part, tr, bits, word, pos, p.InvH)
+	}
+	x0 := c.firstPass(t, wi, pi, gi, tr, part, sc)
+	m1 := float32(op.k.planTree(p, part) * p.InvH) // as rowStatsOfSum
+	return x0 + m1
+}
+
+// shortAffine is a fast call's affine step of token t from its e = f32(x − shift) in tr.
+func (c *embedCall) shortAffine(t int, tr []float32, st plan.Stats) {
+	op, out, s := c.op, &c.out, &c.short
+	w := &op.w
+	H := w.H
+	row := t * H
+	switch {
+	case s.af32 != nil:
+		s.af32(out.Out.F32[row:row+H], tr, w.Gamma.F32, w.Beta.F32, st.MeanD, st.Rstd)
+	case s.affH != nil:
+		s.affH(out.Out.U16[row:row+H], tr, op.w16.gammaH, op.w16.betaH, st.MeanD, st.Rstd)
+	default:
+		s.aff(out.Out.U16[row:row+H], tr, op.w16.gamma, op.w16.beta, st.MeanD, st.Rstd)
+	}
+}
+
+// firstPass is shortToken's first pass where no kernel takes it with its tree: token t's
+// row staged into tr and the partial sums of f32(tr − x0) into part; it returns x0.
+func (c *embedCall) firstPass(t, wi, pi, gi int, tr, part []float32, sc *scratch) (x0 float32) {
+	op, out, s := c.op, &c.out, &c.short
+	w := &op.w
+	H := w.H
+	row := t * H
 	if w.DType == ops.F16 {
 		word, pos := w.Word.U16[wi*H:wi*H+H], w.Pos.U16[pi*H:pi*H+H]
 		bits := sumBits(out, row, H, sc)
@@ -213,18 +333,7 @@ func (c *embedCall) shortToken(t int, sc *scratch, pf *rowPrefetch) {
 		}
 		op.k.adds.run(addForm{dt: ops.F32, bias: gi >= 0, x: xs != nil}, part, tr, xs, word, pos, g, x0)
 	}
-	sum := op.k.planTree(p, part)
-	pf.step()
-	st := rowStatsOfSum(op.k, p, tr, part, x0, sum, w.Epsilon, pf)
-	switch {
-	case s.af32 != nil:
-		s.af32(out.Out.F32[row:row+H], tr, w.Gamma.F32, w.Beta.F32, st.MeanD, st.Rstd)
-	case s.affH != nil:
-		s.affH(out.Out.U16[row:row+H], tr, op.w16.gammaH, op.w16.betaH, st.MeanD, st.Rstd)
-	default:
-		s.aff(out.Out.U16[row:row+H], tr, op.w16.gamma, op.w16.beta, st.MeanD, st.Rstd)
-	}
-	pf.step()
+	return x0
 }
 
 var embedCalls = sync.Pool{New: func() any { return new(embedCall) }}
@@ -236,11 +345,21 @@ func (c *embedCall) reset() {
 // rows computes tokens [lo, hi).
 func (c *embedCall) rows(lo, hi int, sc *scratch) {
 	op, in, out := c.op, &c.in, &c.out
-	for t := lo; c.prefetch && t < min(lo+c.ahead, hi); t++ {
+	for t := lo; c.prefetch && t < min(lo+2*c.ahead, hi); t++ {
 		op.prefetchWord(in, t)
 	}
 	if c.lead > 0 && lo < hi {
 		c.leadRow(lo)
+	}
+	// Short tokens whose word rows are prefetched whole, or not at all, go two at a time
+	// (shortPair), each pair's rows a pair ahead.
+	pairs := c.fast && (c.wholeRow || !c.prefetch)
+	for t := lo; pairs && t+1 < hi; t += 2 {
+		for a := t + 2*c.ahead; c.prefetch && a < min(t+2*c.ahead+2, hi); a++ {
+			op.prefetchWord(in, a)
+		}
+		c.shortPair(t, sc)
+		lo = t + 2
 	}
 	for t := lo; t < hi; t++ {
 		var next *rowPrefetch

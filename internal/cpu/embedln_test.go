@@ -12,7 +12,7 @@ import (
 // TestEmbedLayerNormLevels does the same for EmbedLayerNorm, f32 and f16, with and without
 // the segment table and the embedding_sum output.
 func TestEmbedLayerNormLevels(t *testing.T) {
-	embedLayerNormLevels(t, defaultTuning(), shortWidths, values)
+	embedLayerNormLevels(t, defaultTuning(), shortWidths, 2, 6, values)
 }
 
 // embedLayerNormLevels is TestEmbedLayerNormLevels on backends of the tuning, at the widths,
@@ -23,10 +23,22 @@ func TestEmbedLayerNormLevels(t *testing.T) {
 func TestEmbedShortRowsPrefetched(t *testing.T) {
 	tune := defaultTuning()
 	tune.gatherBytes = 0
-	embedLayerNormLevels(t, tune, []int{64, 128, 256}, values)
+	embedLayerNormLevels(t, tune, []int{64, 128, 256}, 2, 6, values)
 }
 
-func embedLayerNormLevels(t *testing.T, tune tuning, widths []int, gen func(r *rand.Rand, n int, special bool) []float32) {
+// TestEmbedShortPairsOdd runs the whole-op comparisons on calls of an odd number of short
+// tokens, which go two at a time (shortPair) but for the last, with their word rows
+// prefetched (a table past gatherBytes) and not.
+func TestEmbedShortPairsOdd(t *testing.T) {
+	tune := defaultTuning()
+	tune.gatherBytes = 0
+	for _, tn := range []tuning{defaultTuning(), tune} {
+		embedLayerNormLevels(t, tn, []int{64, 128}, 1, 7, values)
+		embedLayerNormLevels(t, tn, []int{64}, 3, 3, values)
+	}
+}
+
+func embedLayerNormLevels(t *testing.T, tune tuning, widths []int, B, S int, gen func(r *rand.Rand, n int, special bool) []float32) {
 	ref := tune
 	ref.sumPiece = 1 << 30 // the reference sums whole rows
 	r := rand.New(rand.NewPCG(13, 14))
@@ -35,7 +47,7 @@ func embedLayerNormLevels(t *testing.T, tune tuning, widths []int, gen func(r *r
 			for _, dt := range []ops.DType{ops.F32, ops.F16} {
 				for _, h := range widths {
 					for _, segs := range []int{0, 2} {
-						const B, S, V, P = 2, 6, 11, 8
+						const V, P = 11, 8 // P ≥ S
 						mk := func(len int) ops.Buf { return buf(dt, gen(r, len, false)) }
 						w := ops.EmbedWeights{DType: dt, H: h, V: V, P: P, G: segs,
 							Word: mk(V * h), Pos: mk(P * h), Gamma: mk(h), Beta: mk(h), Epsilon: 1e-12}

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"github.com/fusednorm/fusednorm/internal/half"
+	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
 // EmbedLayerNorm's binary16 sum, staged as the plan stages it: h = rnd16(rnd16(w + g) + p)
@@ -23,6 +24,11 @@ type embedKernels struct {
 	sumSeg                func(x []float32, bits []uint16, w, p, g []uint16)
 	shift, shiftAcc       func(part, t []float32, bits []uint16, w, p []uint16, x0 float32)
 	shiftSeg, shiftSegAcc func(part, t []float32, bits []uint16, w, p, g []uint16, x0 float32)
+	// A short token's first pass, its tree and its shift in one kernel, from x0 = t[0] it
+	// stages itself (embedShiftTreeGo; AVX-512 only, nil elsewhere): W = len(part) one of
+	// the tree kernels' (treeW), len(t) a multiple of it.
+	shiftTree    func(part, t []float32, bits []uint16, w, p []uint16, invH float32) (shift float32)
+	shiftTreeSeg func(part, t []float32, bits []uint16, w, p, g []uint16, invH float32) (shift float32)
 }
 
 // embedSumGo is the twin of embedSum.
@@ -88,6 +94,18 @@ func embedFirst(seg bool, w, p, g uint16) float32 {
 func embedShiftGo(f embedForm, part, t []float32, bits []uint16, w, p, g []uint16, x0 float32) {
 	embedSumGo(f, t, bits, w, p, g)
 	accumulateGo(sumForm{zero: !f.acc}, part, nil, t, x0)
+}
+
+// embedShiftTreeGo is the twin of embedKernels.shiftTree and shiftTreeSeg (g nil: no
+// segment row): the staged sum of the row into t and its bits, the first pass from x0 =
+// t[0], its tree under plan p, and the plan's second shift x0 + f32(sum·InvH) (plan.Plan.Stats).
+func embedShiftTreeGo(p *plan.Plan, part, t []float32, bits []uint16, w, p16, g []uint16) float32 {
+	f := embedForm{seg: g != nil}
+	embedSumGo(f, t, bits, w, p16, g)
+	x0 := t[0]
+	accumulateGo(sumForm{zero: true}, part[:p.W], nil, t, x0)
+	m1 := float32(p.Tree(part[:p.W]) * p.InvH)
+	return x0 + m1
 }
 
 // embedShift runs a row's first pass fused with the staged sum: h as bits, t = f32(h), and

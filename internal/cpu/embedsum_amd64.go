@@ -64,6 +64,14 @@ func avx512EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []uint
 //go:noescape
 func avx512EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
 
+// avx512EmbedShiftTreeF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and t[i] = f32(h),
+// and returns shift = f32(x0 + f32(sum·invH)), x0 = t[0] and sum the plan's sum of f32(t − x0)
+// (plan.Plan.Stats' first steps); len(part) = W must be 64·2^k, k ≤ 5, and len(t) a positive
+// multiple of W. part is scratch (VCVTPS2PH imm 0: nearest-even).
+//
+//go:noescape
+func avx512EmbedShiftTreeF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, invH float32) (shift float32)
+
 // avx512EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for every element of x (the last few under a lane mask)
 // (VCVTPS2PH imm 0: nearest-even).
 //
@@ -83,6 +91,14 @@ func avx512EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uint16,
 //
 //go:noescape
 func avx512EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
+
+// avx512EmbedShiftTreeF16 writes h = rnd16(w[i] + p[i]) as bits[i] and t[i] = f32(h),
+// and returns shift = f32(x0 + f32(sum·invH)), x0 = t[0] and sum the plan's sum of f32(t − x0)
+// (plan.Plan.Stats' first steps); len(part) = W must be 64·2^k, k ≤ 5, and len(t) a positive
+// multiple of W. part is scratch (VCVTPS2PH imm 0: nearest-even).
+//
+//go:noescape
+func avx512EmbedShiftTreeF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, invH float32) (shift float32)
 
 // avx512fp16EmbedSumF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and float32 x[i], for every element of x (the last few under a lane mask)
 // (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
@@ -104,6 +120,14 @@ func avx512fp16EmbedShiftF16Seg(part []float32, t []float32, bits []uint16, w []
 //go:noescape
 func avx512fp16EmbedShiftF16SegAcc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, x0 float32)
 
+// avx512fp16EmbedShiftTreeF16Seg writes h = rnd16(rnd16(w[i] + g[i]) + p[i]) as bits[i] and t[i] = f32(h),
+// and returns shift = f32(x0 + f32(sum·invH)), x0 = t[0] and sum the plan's sum of f32(t − x0)
+// (plan.Plan.Stats' first steps); len(part) = W must be 64·2^k, k ≤ 5, and len(t) a positive
+// multiple of W. part is scratch (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
+//
+//go:noescape
+func avx512fp16EmbedShiftTreeF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, invH float32) (shift float32)
+
 // avx512fp16EmbedSumF16 writes h = rnd16(w[i] + p[i]) as bits[i] and float32 x[i], for every element of x (the last few under a lane mask)
 // (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
 //
@@ -123,3 +147,11 @@ func avx512fp16EmbedShiftF16(part []float32, t []float32, bits []uint16, w []uin
 //
 //go:noescape
 func avx512fp16EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, x0 float32)
+
+// avx512fp16EmbedShiftTreeF16 writes h = rnd16(w[i] + p[i]) as bits[i] and t[i] = f32(h),
+// and returns shift = f32(x0 + f32(sum·invH)), x0 = t[0] and sum the plan's sum of f32(t − x0)
+// (plan.Plan.Stats' first steps); len(part) = W must be 64·2^k, k ≤ 5, and len(t) a positive
+// multiple of W. part is scratch (adding in binary16: VADDPH, nearest-even as Go leaves MXCSR).
+//
+//go:noescape
+func avx512fp16EmbedShiftTreeF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, invH float32) (shift float32)

@@ -1406,6 +1406,690 @@ avx512EmbedShiftF16SegAcc_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx512EmbedShiftTreeF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, invH float32) (shift float32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
+TEXT ·avx512EmbedShiftTreeF16Seg(SB), NOSPLIT, $0-156
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	MOVQ         g_base+120(FP), DI
+	XORQ         R8, R8
+	VCVTPH2PS    (BX)(R8*2), Z0
+	VCVTPH2PS    (DI)(R8*2), Z1
+	VADDPS       Z1, Z0, Z0
+	VCVTPS2PH    $0x00, Z0, Y0
+	VCVTPH2PS    Y0, Z0
+	VCVTPH2PS    (SI)(R8*2), Z1
+	VADDPS       Z1, Z0, Z0
+	VCVTPS2PH    $0x00, Z0, Y0
+	VMOVUPS      Y0, (DX)(R8*2)
+	VCVTPH2PS    Y0, Z0
+	VBROADCASTSS X0, Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512EmbedShiftTreeF16Seg_pairs:
+	CMPQ   R10, R11
+	JAE    avx512EmbedShiftTreeF16Seg_pairs_done
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   R10, R12
+
+avx512EmbedShiftTreeF16Seg_pairs_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512EmbedShiftTreeF16Seg_pairs_last
+	VCVTPH2PS (BX)(R12*2), Z1
+	VCVTPH2PS (DI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS (SI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, (DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, (CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z2, Z2
+	VCVTPH2PS 32(BX)(R12*2), Z1
+	VCVTPH2PS 32(DI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS 32(SI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 32(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 64(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VCVTPH2PS 64(BX)(R12*2), Z1
+	VCVTPH2PS 64(DI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS 64(SI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 64(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 128(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z4, Z4
+	VCVTPH2PS 96(BX)(R12*2), Z1
+	VCVTPH2PS 96(DI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS 96(SI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 96(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 192(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VCVTPH2PS 128(BX)(R12*2), Z1
+	VCVTPH2PS 128(DI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS 128(SI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 128(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 256(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z6, Z6
+	VCVTPH2PS 160(BX)(R12*2), Z1
+	VCVTPH2PS 160(DI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS 160(SI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 160(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 320(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z7, Z7
+	VCVTPH2PS 192(BX)(R12*2), Z1
+	VCVTPH2PS 192(DI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS 192(SI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 192(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 384(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z8, Z8
+	VCVTPH2PS 224(BX)(R12*2), Z1
+	VCVTPH2PS 224(DI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS 224(SI)(R12*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 224(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 448(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512EmbedShiftTreeF16Seg_pairs_chunk
+	JMP       avx512EmbedShiftTreeF16Seg_pairs_end
+
+avx512EmbedShiftTreeF16Seg_pairs_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z (BX)(R12*2), K1, Z1
+	VCVTPH2PS.Z (DI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z (SI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z2, K1, Z2
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 32(BX)(R12*2), K1, Z1
+	VCVTPH2PS.Z 32(DI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z 32(SI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z3, K1, Z3
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 64(BX)(R12*2), K1, Z1
+	VCVTPH2PS.Z 64(DI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z 64(SI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z4, K1, Z4
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 96(BX)(R12*2), K1, Z1
+	VCVTPH2PS.Z 96(DI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z 96(SI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z5, K1, Z5
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 128(BX)(R12*2), K1, Z1
+	VCVTPH2PS.Z 128(DI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z 128(SI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 128(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z6, K1, Z6
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 160(BX)(R12*2), K1, Z1
+	VCVTPH2PS.Z 160(DI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z 160(SI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 160(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z7, K1, Z7
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VCVTPH2PS.Z 192(BX)(R12*2), K1, Z1
+	VCVTPH2PS.Z 192(DI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z 192(SI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 192(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z8, K1, Z8
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 224(BX)(R12*2), K1, Z1
+	VCVTPH2PS.Z 224(DI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z 224(SI)(R12*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 224(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 448(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z9, K1, Z9
+
+avx512EmbedShiftTreeF16Seg_pairs_end:
+	VSHUFPS $0x88, Z3, Z2, Z1
+	VSHUFPS $0xdd, Z3, Z2, Z14
+	VADDPS  Z14, Z1, Z1
+	VSHUFPS $0x88, Z5, Z4, Z14
+	VSHUFPS $0xdd, Z5, Z4, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z1, Z15
+	VSHUFPS $0xdd, Z14, Z1, Z1
+	VADDPS  Z1, Z15, Z15
+	VMOVUPS Z15, (AX)(R10*1)
+	VSHUFPS $0x88, Z7, Z6, Z1
+	VSHUFPS $0xdd, Z7, Z6, Z14
+	VADDPS  Z14, Z1, Z1
+	VSHUFPS $0x88, Z9, Z8, Z14
+	VSHUFPS $0xdd, Z9, Z8, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z1, Z15
+	VSHUFPS $0xdd, Z14, Z1, Z1
+	VADDPS  Z1, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R10*1)
+	ADDQ    $0x00000080, R10
+	JMP     avx512EmbedShiftTreeF16Seg_pairs
+
+avx512EmbedShiftTreeF16Seg_pairs_done:
+avx512EmbedShiftTreeF16Seg_group:
+	CMPQ   R10, R8
+	JAE    avx512EmbedShiftTreeF16Seg_group_done
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   R10, R11
+
+avx512EmbedShiftTreeF16Seg_group_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000040
+	JL        avx512EmbedShiftTreeF16Seg_group_last
+	VCVTPH2PS (BX)(R11*2), Z1
+	VCVTPH2PS (DI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS (SI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, (DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, Z10
+	VCVTPH2PS 32(BX)(R11*2), Z1
+	VCVTPH2PS 32(DI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS 32(SI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 32(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 64(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, Z11
+	VCVTPH2PS 64(BX)(R11*2), Z1
+	VCVTPH2PS 64(DI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS 64(SI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 64(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 128(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z12, Z12
+	VCVTPH2PS 96(BX)(R11*2), Z1
+	VCVTPH2PS 96(DI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VCVTPH2PS Y1, Z1
+	VCVTPH2PS 96(SI)(R11*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 96(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 192(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z13, Z13
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512EmbedShiftTreeF16Seg_group_chunk
+	JMP       avx512EmbedShiftTreeF16Seg_group_end
+
+avx512EmbedShiftTreeF16Seg_group_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z (DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z10, K1, Z10
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 32(DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 64(DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z12, K1, Z12
+	XORQ        R13, R13
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 96(DI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z13, K1, Z13
+
+avx512EmbedShiftTreeF16Seg_group_end:
+	VSHUFPS $0x88, Z11, Z10, Z1
+	VSHUFPS $0xdd, Z11, Z10, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z13, Z12, Z2
+	VSHUFPS $0xdd, Z13, Z12, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R10*1)
+	ADDQ    $0x00000040, R10
+	JMP     avx512EmbedShiftTreeF16Seg_group
+
+avx512EmbedShiftTreeF16Seg_group_done:
+	CMPQ          R8, $0x00000800
+	JB            avx512EmbedShiftTreeF16Seg_1024
+	VMOVUPS       (AX), Z1
+	VADDPS        1024(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        1088(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        1152(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        1216(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        1280(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        1344(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        1408(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        1472(AX), Z8, Z8
+	VMOVUPS       512(AX), Z9
+	VADDPS        1536(AX), Z9, Z9
+	VMOVUPS       576(AX), Z10
+	VADDPS        1600(AX), Z10, Z10
+	VMOVUPS       640(AX), Z11
+	VADDPS        1664(AX), Z11, Z11
+	VMOVUPS       704(AX), Z12
+	VADDPS        1728(AX), Z12, Z12
+	VMOVUPS       768(AX), Z13
+	VADDPS        1792(AX), Z13, Z13
+	VMOVUPS       832(AX), Z14
+	VADDPS        1856(AX), Z14, Z14
+	VMOVUPS       896(AX), Z15
+	VADDPS        1920(AX), Z15, Z15
+	VMOVUPS       960(AX), Z16
+	VADDPS        1984(AX), Z16, Z16
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z16, Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+	JMP           avx512EmbedShiftTreeF16Seg_shift
+
+avx512EmbedShiftTreeF16Seg_1024:
+	CMPQ          R8, $0x00000400
+	JB            avx512EmbedShiftTreeF16Seg_512
+	VMOVUPS       (AX), Z1
+	VADDPS        512(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        576(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        640(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        704(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        768(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        832(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        896(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        960(AX), Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+	JMP           avx512EmbedShiftTreeF16Seg_shift
+
+avx512EmbedShiftTreeF16Seg_512:
+	CMPQ          R8, $0x00000200
+	JB            avx512EmbedShiftTreeF16Seg_256
+	VMOVUPS       (AX), Z1
+	VADDPS        256(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        320(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        384(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        448(AX), Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+	JMP           avx512EmbedShiftTreeF16Seg_shift
+
+avx512EmbedShiftTreeF16Seg_256:
+	CMPQ          R8, $0x00000100
+	JB            avx512EmbedShiftTreeF16Seg_128
+	VMOVUPS       (AX), Z1
+	VADDPS        128(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        192(AX), Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+	JMP           avx512EmbedShiftTreeF16Seg_shift
+
+avx512EmbedShiftTreeF16Seg_128:
+	CMPQ          R8, $0x00000080
+	JB            avx512EmbedShiftTreeF16Seg_64
+	VMOVUPS       (AX), Z1
+	VADDPS        64(AX), Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+	JMP           avx512EmbedShiftTreeF16Seg_shift
+
+avx512EmbedShiftTreeF16Seg_64:
+	VMOVUPS       (AX), Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+
+avx512EmbedShiftTreeF16Seg_shift:
+	VMOVSS shift+152(FP), X1
+	VMULSS invH+144(FP), X1, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, shift+152(FP)
+	VZEROUPPER
+	RET
+
 // func avx512EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
 TEXT ·avx512EmbedSumF16(SB), NOSPLIT, $0-96
@@ -2081,6 +2765,589 @@ avx512EmbedShiftF16Acc_vec_end:
 	JMP     avx512EmbedShiftF16Acc_vec
 
 avx512EmbedShiftF16Acc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512EmbedShiftTreeF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, invH float32) (shift float32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV
+TEXT ·avx512EmbedShiftTreeF16(SB), NOSPLIT, $0-132
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         bits_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         p_base+96(FP), SI
+	XORQ         DI, DI
+	VCVTPH2PS    (BX)(DI*2), Z0
+	VCVTPH2PS    (SI)(DI*2), Z1
+	VADDPS       Z1, Z0, Z0
+	VCVTPS2PH    $0x00, Z0, Y0
+	VMOVUPS      Y0, (DX)(DI*2)
+	VCVTPH2PS    Y0, Z0
+	VBROADCASTSS X0, Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512EmbedShiftTreeF16_pairs:
+	CMPQ   R9, R10
+	JAE    avx512EmbedShiftTreeF16_pairs_done
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   R9, R11
+
+avx512EmbedShiftTreeF16_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512EmbedShiftTreeF16_pairs_last
+	VCVTPH2PS (BX)(R11*2), Z1
+	VCVTPH2PS (SI)(R11*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, (DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z2, Z2
+	VCVTPH2PS 32(BX)(R11*2), Z1
+	VCVTPH2PS 32(SI)(R11*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 32(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 64(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VCVTPH2PS 64(BX)(R11*2), Z1
+	VCVTPH2PS 64(SI)(R11*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 64(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 128(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z4, Z4
+	VCVTPH2PS 96(BX)(R11*2), Z1
+	VCVTPH2PS 96(SI)(R11*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 96(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 192(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VCVTPH2PS 128(BX)(R11*2), Z1
+	VCVTPH2PS 128(SI)(R11*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 128(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 256(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z6, Z6
+	VCVTPH2PS 160(BX)(R11*2), Z1
+	VCVTPH2PS 160(SI)(R11*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 160(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 320(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z7, Z7
+	VCVTPH2PS 192(BX)(R11*2), Z1
+	VCVTPH2PS 192(SI)(R11*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 192(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 384(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z8, Z8
+	VCVTPH2PS 224(BX)(R11*2), Z1
+	VCVTPH2PS 224(SI)(R11*2), Z14
+	VADDPS    Z14, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 224(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 448(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512EmbedShiftTreeF16_pairs_chunk
+	JMP       avx512EmbedShiftTreeF16_pairs_end
+
+avx512EmbedShiftTreeF16_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z (BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R11*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 32(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 32(SI)(R11*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 64(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 64(SI)(R11*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 96(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 96(SI)(R11*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 128(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 128(SI)(R11*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 128(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 160(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 160(SI)(R11*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 160(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z7, K1, Z7
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VCVTPH2PS.Z 192(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 192(SI)(R11*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 192(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z8, K1, Z8
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 224(BX)(R11*2), K1, Z1
+	VCVTPH2PS.Z 224(SI)(R11*2), K1, Z14
+	VADDPS      Z14, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 224(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 448(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z9, K1, Z9
+
+avx512EmbedShiftTreeF16_pairs_end:
+	VSHUFPS $0x88, Z3, Z2, Z1
+	VSHUFPS $0xdd, Z3, Z2, Z14
+	VADDPS  Z14, Z1, Z1
+	VSHUFPS $0x88, Z5, Z4, Z14
+	VSHUFPS $0xdd, Z5, Z4, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z1, Z15
+	VSHUFPS $0xdd, Z14, Z1, Z1
+	VADDPS  Z1, Z15, Z15
+	VMOVUPS Z15, (AX)(R9*1)
+	VSHUFPS $0x88, Z7, Z6, Z1
+	VSHUFPS $0xdd, Z7, Z6, Z14
+	VADDPS  Z14, Z1, Z1
+	VSHUFPS $0x88, Z9, Z8, Z14
+	VSHUFPS $0xdd, Z9, Z8, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z1, Z15
+	VSHUFPS $0xdd, Z14, Z1, Z1
+	VADDPS  Z1, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512EmbedShiftTreeF16_pairs
+
+avx512EmbedShiftTreeF16_pairs_done:
+avx512EmbedShiftTreeF16_group:
+	CMPQ   R9, DI
+	JAE    avx512EmbedShiftTreeF16_group_done
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   R9, R10
+
+avx512EmbedShiftTreeF16_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512EmbedShiftTreeF16_group_last
+	VCVTPH2PS (BX)(R10*2), Z1
+	VCVTPH2PS (SI)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, (DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, Z10
+	VCVTPH2PS 32(BX)(R10*2), Z1
+	VCVTPH2PS 32(SI)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 32(DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 64(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, Z11
+	VCVTPH2PS 64(BX)(R10*2), Z1
+	VCVTPH2PS 64(SI)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 64(DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 128(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z12, Z12
+	VCVTPH2PS 96(BX)(R10*2), Z1
+	VCVTPH2PS 96(SI)(R10*2), Z2
+	VADDPS    Z2, Z1, Z1
+	VCVTPS2PH $0x00, Z1, Y1
+	VMOVUPS   Y1, 96(DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 192(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z13, Z13
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512EmbedShiftTreeF16_group_chunk
+	JMP       avx512EmbedShiftTreeF16_group_end
+
+avx512EmbedShiftTreeF16_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z (BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z (SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z10, K1, Z10
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 32(BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 32(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 32(DX)(R10*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VCVTPH2PS.Z 64(BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 64(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 64(DX)(R10*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z12, K1, Z12
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VCVTPH2PS.Z 96(BX)(R10*2), K1, Z1
+	VCVTPH2PS.Z 96(SI)(R10*2), K1, Z2
+	VADDPS      Z2, Z1, Z1
+	VCVTPS2PH   $0x00, Z1, Y1
+	VMOVDQU16   Y1, K1, 96(DX)(R10*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z13, K1, Z13
+
+avx512EmbedShiftTreeF16_group_end:
+	VSHUFPS $0x88, Z11, Z10, Z1
+	VSHUFPS $0xdd, Z11, Z10, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z13, Z12, Z2
+	VSHUFPS $0xdd, Z13, Z12, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512EmbedShiftTreeF16_group
+
+avx512EmbedShiftTreeF16_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512EmbedShiftTreeF16_1024
+	VMOVUPS       (AX), Z1
+	VADDPS        1024(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        1088(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        1152(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        1216(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        1280(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        1344(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        1408(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        1472(AX), Z8, Z8
+	VMOVUPS       512(AX), Z9
+	VADDPS        1536(AX), Z9, Z9
+	VMOVUPS       576(AX), Z10
+	VADDPS        1600(AX), Z10, Z10
+	VMOVUPS       640(AX), Z11
+	VADDPS        1664(AX), Z11, Z11
+	VMOVUPS       704(AX), Z12
+	VADDPS        1728(AX), Z12, Z12
+	VMOVUPS       768(AX), Z13
+	VADDPS        1792(AX), Z13, Z13
+	VMOVUPS       832(AX), Z14
+	VADDPS        1856(AX), Z14, Z14
+	VMOVUPS       896(AX), Z15
+	VADDPS        1920(AX), Z15, Z15
+	VMOVUPS       960(AX), Z16
+	VADDPS        1984(AX), Z16, Z16
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z16, Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512EmbedShiftTreeF16_shift
+
+avx512EmbedShiftTreeF16_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512EmbedShiftTreeF16_512
+	VMOVUPS       (AX), Z1
+	VADDPS        512(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        576(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        640(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        704(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        768(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        832(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        896(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        960(AX), Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512EmbedShiftTreeF16_shift
+
+avx512EmbedShiftTreeF16_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512EmbedShiftTreeF16_256
+	VMOVUPS       (AX), Z1
+	VADDPS        256(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        320(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        384(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        448(AX), Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512EmbedShiftTreeF16_shift
+
+avx512EmbedShiftTreeF16_256:
+	CMPQ          DI, $0x00000100
+	JB            avx512EmbedShiftTreeF16_128
+	VMOVUPS       (AX), Z1
+	VADDPS        128(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        192(AX), Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512EmbedShiftTreeF16_shift
+
+avx512EmbedShiftTreeF16_128:
+	CMPQ          DI, $0x00000080
+	JB            avx512EmbedShiftTreeF16_64
+	VMOVUPS       (AX), Z1
+	VADDPS        64(AX), Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512EmbedShiftTreeF16_shift
+
+avx512EmbedShiftTreeF16_64:
+	VMOVUPS       (AX), Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+
+avx512EmbedShiftTreeF16_shift:
+	VMOVSS shift+128(FP), X1
+	VMULSS invH+120(FP), X1, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, shift+128(FP)
 	VZEROUPPER
 	RET
 
@@ -3365,6 +4632,965 @@ avx512fp16EmbedShiftF16SegAcc_vec_done:
 	VZEROUPPER
 	RET
 
+// func avx512fp16EmbedShiftTreeF16Seg(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, g []uint16, invH float32) (shift float32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL, BMI2, CMOV
+TEXT ·avx512fp16EmbedShiftTreeF16Seg(SB), NOSPLIT, $0-156
+	MOVQ      part_base+0(FP), AX
+	MOVQ      t_base+24(FP), CX
+	MOVQ      bits_base+48(FP), DX
+	MOVQ      w_base+72(FP), BX
+	MOVQ      p_base+96(FP), SI
+	MOVQ      g_base+120(FP), DI
+	XORQ      R8, R8
+	VMOVDQU16 (BX)(R8*2), Y0
+	VMOVDQU16 (DI)(R8*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x7c
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xc1
+	VMOVDQU16 (SI)(R8*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE         $0x62
+	BYTE         $0xf5
+	BYTE         $0x7c
+	BYTE         $0x28
+	BYTE         $0x58
+	BYTE         $0xc1
+	VMOVUPS      Y0, (DX)(R8*2)
+	VCVTPH2PS    Y0, Z0
+	VBROADCASTSS X0, Z0
+	MOVQ         part_len+8(FP), R8
+	MOVQ         t_len+32(FP), R9
+	XORQ         R10, R10
+	MOVQ         R8, R11
+	ANDQ         $-128, R11
+
+avx512fp16EmbedShiftTreeF16Seg_pairs:
+	CMPQ   R10, R11
+	JAE    avx512fp16EmbedShiftTreeF16Seg_pairs_done
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   R10, R12
+
+avx512fp16EmbedShiftTreeF16Seg_pairs_chunk:
+	MOVQ      R9, R13
+	SUBQ      R12, R13
+	CMPQ      R13, $0x00000080
+	JL        avx512fp16EmbedShiftTreeF16Seg_pairs_last
+	VMOVDQU16 (BX)(R12*2), Y1
+	VMOVDQU16 (DI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVDQU16 (SI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, (DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, (CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVDQU16 32(BX)(R12*2), Y1
+	VMOVDQU16 32(DI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVDQU16 32(SI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 32(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 64(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VMOVDQU16 64(BX)(R12*2), Y1
+	VMOVDQU16 64(DI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVDQU16 64(SI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 64(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 128(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z4, Z4
+	VMOVDQU16 96(BX)(R12*2), Y1
+	VMOVDQU16 96(DI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVDQU16 96(SI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 96(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 192(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VMOVDQU16 128(BX)(R12*2), Y1
+	VMOVDQU16 128(DI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVDQU16 128(SI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 128(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 256(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z6, Z6
+	VMOVDQU16 160(BX)(R12*2), Y1
+	VMOVDQU16 160(DI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVDQU16 160(SI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 160(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 320(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z7, Z7
+	VMOVDQU16 192(BX)(R12*2), Y1
+	VMOVDQU16 192(DI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVDQU16 192(SI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 192(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 384(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z8, Z8
+	VMOVDQU16 224(BX)(R12*2), Y1
+	VMOVDQU16 224(DI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVDQU16 224(SI)(R12*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 224(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 448(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	ADDQ      R8, R12
+	CMPQ      R12, R9
+	JB        avx512fp16EmbedShiftTreeF16Seg_pairs_chunk
+	JMP       avx512fp16EmbedShiftTreeF16Seg_pairs_end
+
+avx512fp16EmbedShiftTreeF16Seg_pairs_last:
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000000, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z (BX)(R12*2), K1, Y1
+	VMOVDQU16.Z (DI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16.Z (SI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, (DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, (CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z2, K1, Z2
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000010, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 32(BX)(R12*2), K1, Y1
+	VMOVDQU16.Z 32(DI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16.Z 32(SI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 32(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z3, K1, Z3
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000020, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 64(BX)(R12*2), K1, Y1
+	VMOVDQU16.Z 64(DI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16.Z 64(SI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 64(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z4, K1, Z4
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000030, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 96(BX)(R12*2), K1, Y1
+	VMOVDQU16.Z 96(DI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16.Z 96(SI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 96(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z5, K1, Z5
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000040, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 128(BX)(R12*2), K1, Y1
+	VMOVDQU16.Z 128(DI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16.Z 128(SI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 128(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 256(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z6, K1, Z6
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000050, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 160(BX)(R12*2), K1, Y1
+	VMOVDQU16.Z 160(DI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16.Z 160(SI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 160(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 320(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z7, K1, Z7
+	XORQ        R15, R15
+	MOVQ        R13, R14
+	SUBQ        $0x00000060, R14
+	CMOVQLT     R15, R14
+	MOVL        $0x0000ffff, R15
+	BZHIL       R14, R15, R14
+	KMOVW       R14, K1
+	VMOVDQU16.Z 192(BX)(R12*2), K1, Y1
+	VMOVDQU16.Z 192(DI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16.Z 192(SI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 192(DX)(R12*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 384(CX)(R12*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z8, K1, Z8
+	XORQ        R14, R14
+	SUBQ        $0x00000070, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 224(BX)(R12*2), K1, Y1
+	VMOVDQU16.Z 224(DI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16.Z 224(SI)(R12*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVDQU16 Y1, K1, 224(DX)(R12*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, K1, 448(CX)(R12*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z9, K1, Z9
+
+avx512fp16EmbedShiftTreeF16Seg_pairs_end:
+	VSHUFPS $0x88, Z3, Z2, Z1
+	VSHUFPS $0xdd, Z3, Z2, Z14
+	VADDPS  Z14, Z1, Z1
+	VSHUFPS $0x88, Z5, Z4, Z14
+	VSHUFPS $0xdd, Z5, Z4, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z1, Z15
+	VSHUFPS $0xdd, Z14, Z1, Z1
+	VADDPS  Z1, Z15, Z15
+	VMOVUPS Z15, (AX)(R10*1)
+	VSHUFPS $0x88, Z7, Z6, Z1
+	VSHUFPS $0xdd, Z7, Z6, Z14
+	VADDPS  Z14, Z1, Z1
+	VSHUFPS $0x88, Z9, Z8, Z14
+	VSHUFPS $0xdd, Z9, Z8, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z1, Z15
+	VSHUFPS $0xdd, Z14, Z1, Z1
+	VADDPS  Z1, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R10*1)
+	ADDQ    $0x00000080, R10
+	JMP     avx512fp16EmbedShiftTreeF16Seg_pairs
+
+avx512fp16EmbedShiftTreeF16Seg_pairs_done:
+avx512fp16EmbedShiftTreeF16Seg_group:
+	CMPQ   R10, R8
+	JAE    avx512fp16EmbedShiftTreeF16Seg_group_done
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   R10, R11
+
+avx512fp16EmbedShiftTreeF16Seg_group_chunk:
+	MOVQ      R9, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000040
+	JL        avx512fp16EmbedShiftTreeF16Seg_group_last
+	VMOVDQU16 (BX)(R11*2), Y1
+	VMOVDQU16 (DI)(R11*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 (SI)(R11*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVUPS   Y1, (DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, Z10
+	VMOVDQU16 32(BX)(R11*2), Y1
+	VMOVDQU16 32(DI)(R11*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 32(SI)(R11*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVUPS   Y1, 32(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 64(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, Z11
+	VMOVDQU16 64(BX)(R11*2), Y1
+	VMOVDQU16 64(DI)(R11*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 64(SI)(R11*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVUPS   Y1, 64(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 128(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z12, Z12
+	VMOVDQU16 96(BX)(R11*2), Y1
+	VMOVDQU16 96(DI)(R11*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 96(SI)(R11*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVUPS   Y1, 96(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 192(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z13, Z13
+	ADDQ      R8, R11
+	CMPQ      R11, R9
+	JB        avx512fp16EmbedShiftTreeF16Seg_group_chunk
+	JMP       avx512fp16EmbedShiftTreeF16Seg_group_end
+
+avx512fp16EmbedShiftTreeF16Seg_group_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z (BX)(R11*2), K1, Y1
+	VMOVDQU16.Z (DI)(R11*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z (SI)(R11*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z10, K1, Z10
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 32(BX)(R11*2), K1, Y1
+	VMOVDQU16.Z 32(DI)(R11*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 32(SI)(R11*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y1, K1, 32(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 64(BX)(R11*2), K1, Y1
+	VMOVDQU16.Z 64(DI)(R11*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 64(SI)(R11*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y1, K1, 64(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z12, K1, Z12
+	XORQ        R13, R13
+	SUBQ        $0x00000030, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VMOVDQU16.Z 96(BX)(R11*2), K1, Y1
+	VMOVDQU16.Z 96(DI)(R11*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16.Z 96(SI)(R11*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y1, K1, 96(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, K1, 192(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z13, K1, Z13
+
+avx512fp16EmbedShiftTreeF16Seg_group_end:
+	VSHUFPS $0x88, Z11, Z10, Z1
+	VSHUFPS $0xdd, Z11, Z10, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z13, Z12, Z2
+	VSHUFPS $0xdd, Z13, Z12, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R10*1)
+	ADDQ    $0x00000040, R10
+	JMP     avx512fp16EmbedShiftTreeF16Seg_group
+
+avx512fp16EmbedShiftTreeF16Seg_group_done:
+	CMPQ          R8, $0x00000800
+	JB            avx512fp16EmbedShiftTreeF16Seg_1024
+	VMOVUPS       (AX), Z1
+	VADDPS        1024(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        1088(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        1152(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        1216(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        1280(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        1344(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        1408(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        1472(AX), Z8, Z8
+	VMOVUPS       512(AX), Z9
+	VADDPS        1536(AX), Z9, Z9
+	VMOVUPS       576(AX), Z10
+	VADDPS        1600(AX), Z10, Z10
+	VMOVUPS       640(AX), Z11
+	VADDPS        1664(AX), Z11, Z11
+	VMOVUPS       704(AX), Z12
+	VADDPS        1728(AX), Z12, Z12
+	VMOVUPS       768(AX), Z13
+	VADDPS        1792(AX), Z13, Z13
+	VMOVUPS       832(AX), Z14
+	VADDPS        1856(AX), Z14, Z14
+	VMOVUPS       896(AX), Z15
+	VADDPS        1920(AX), Z15, Z15
+	VMOVUPS       960(AX), Z16
+	VADDPS        1984(AX), Z16, Z16
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z16, Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+	JMP           avx512fp16EmbedShiftTreeF16Seg_shift
+
+avx512fp16EmbedShiftTreeF16Seg_1024:
+	CMPQ          R8, $0x00000400
+	JB            avx512fp16EmbedShiftTreeF16Seg_512
+	VMOVUPS       (AX), Z1
+	VADDPS        512(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        576(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        640(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        704(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        768(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        832(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        896(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        960(AX), Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+	JMP           avx512fp16EmbedShiftTreeF16Seg_shift
+
+avx512fp16EmbedShiftTreeF16Seg_512:
+	CMPQ          R8, $0x00000200
+	JB            avx512fp16EmbedShiftTreeF16Seg_256
+	VMOVUPS       (AX), Z1
+	VADDPS        256(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        320(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        384(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        448(AX), Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+	JMP           avx512fp16EmbedShiftTreeF16Seg_shift
+
+avx512fp16EmbedShiftTreeF16Seg_256:
+	CMPQ          R8, $0x00000100
+	JB            avx512fp16EmbedShiftTreeF16Seg_128
+	VMOVUPS       (AX), Z1
+	VADDPS        128(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        192(AX), Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+	JMP           avx512fp16EmbedShiftTreeF16Seg_shift
+
+avx512fp16EmbedShiftTreeF16Seg_128:
+	CMPQ          R8, $0x00000080
+	JB            avx512fp16EmbedShiftTreeF16Seg_64
+	VMOVUPS       (AX), Z1
+	VADDPS        64(AX), Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+	JMP           avx512fp16EmbedShiftTreeF16Seg_shift
+
+avx512fp16EmbedShiftTreeF16Seg_64:
+	VMOVUPS       (AX), Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+152(FP)
+
+avx512fp16EmbedShiftTreeF16Seg_shift:
+	VMOVSS shift+152(FP), X1
+	VMULSS invH+144(FP), X1, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, shift+152(FP)
+	VZEROUPPER
+	RET
+
 // func avx512fp16EmbedSumF16(x []float32, bits []uint16, w []uint16, p []uint16)
 // Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL, BMI2, CMOV
 TEXT ·avx512fp16EmbedSumF16(SB), NOSPLIT, $0-96
@@ -4280,5 +6506,738 @@ avx512fp16EmbedShiftF16Acc_vec_end:
 	JMP     avx512fp16EmbedShiftF16Acc_vec
 
 avx512fp16EmbedShiftF16Acc_vec_done:
+	VZEROUPPER
+	RET
+
+// func avx512fp16EmbedShiftTreeF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, invH float32) (shift float32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512FP16, AVX512VL, BMI2, CMOV
+TEXT ·avx512fp16EmbedShiftTreeF16(SB), NOSPLIT, $0-132
+	MOVQ      part_base+0(FP), AX
+	MOVQ      t_base+24(FP), CX
+	MOVQ      bits_base+48(FP), DX
+	MOVQ      w_base+72(FP), BX
+	MOVQ      p_base+96(FP), SI
+	XORQ      DI, DI
+	VMOVDQU16 (BX)(DI*2), Y0
+	VMOVDQU16 (SI)(DI*2), Y1
+
+	// VADDPH Y1, Y0, Y0
+	BYTE         $0x62
+	BYTE         $0xf5
+	BYTE         $0x7c
+	BYTE         $0x28
+	BYTE         $0x58
+	BYTE         $0xc1
+	VMOVUPS      Y0, (DX)(DI*2)
+	VCVTPH2PS    Y0, Z0
+	VBROADCASTSS X0, Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512fp16EmbedShiftTreeF16_pairs:
+	CMPQ   R9, R10
+	JAE    avx512fp16EmbedShiftTreeF16_pairs_done
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   R9, R11
+
+avx512fp16EmbedShiftTreeF16_pairs_chunk:
+	MOVQ      R8, R12
+	SUBQ      R11, R12
+	CMPQ      R12, $0x00000080
+	JL        avx512fp16EmbedShiftTreeF16_pairs_last
+	VMOVDQU16 (BX)(R11*2), Y1
+	VMOVDQU16 (SI)(R11*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, (DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, (CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z2, Z2
+	VMOVDQU16 32(BX)(R11*2), Y1
+	VMOVDQU16 32(SI)(R11*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 32(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 64(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z3, Z3
+	VMOVDQU16 64(BX)(R11*2), Y1
+	VMOVDQU16 64(SI)(R11*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 64(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 128(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z4, Z4
+	VMOVDQU16 96(BX)(R11*2), Y1
+	VMOVDQU16 96(SI)(R11*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 96(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 192(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z5, Z5
+	VMOVDQU16 128(BX)(R11*2), Y1
+	VMOVDQU16 128(SI)(R11*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 128(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 256(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z6, Z6
+	VMOVDQU16 160(BX)(R11*2), Y1
+	VMOVDQU16 160(SI)(R11*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 160(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 320(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z7, Z7
+	VMOVDQU16 192(BX)(R11*2), Y1
+	VMOVDQU16 192(SI)(R11*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 192(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 384(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z8, Z8
+	VMOVDQU16 224(BX)(R11*2), Y1
+	VMOVDQU16 224(SI)(R11*2), Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVUPS   Y1, 224(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 448(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z9, Z9
+	ADDQ      DI, R11
+	CMPQ      R11, R8
+	JB        avx512fp16EmbedShiftTreeF16_pairs_chunk
+	JMP       avx512fp16EmbedShiftTreeF16_pairs_end
+
+avx512fp16EmbedShiftTreeF16_pairs_last:
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000000, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z (BX)(R11*2), K1, Y1
+	VMOVDQU16.Z (SI)(R11*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, (DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, (CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z2, K1, Z2
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000010, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 32(BX)(R11*2), K1, Y1
+	VMOVDQU16.Z 32(SI)(R11*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 32(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z3, K1, Z3
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000020, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 64(BX)(R11*2), K1, Y1
+	VMOVDQU16.Z 64(SI)(R11*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 64(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z4, K1, Z4
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000030, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 96(BX)(R11*2), K1, Y1
+	VMOVDQU16.Z 96(SI)(R11*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 96(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 192(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z5, K1, Z5
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000040, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 128(BX)(R11*2), K1, Y1
+	VMOVDQU16.Z 128(SI)(R11*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 128(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 256(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z6, K1, Z6
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000050, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 160(BX)(R11*2), K1, Y1
+	VMOVDQU16.Z 160(SI)(R11*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 160(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 320(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z7, K1, Z7
+	XORQ        R14, R14
+	MOVQ        R12, R13
+	SUBQ        $0x00000060, R13
+	CMOVQLT     R14, R13
+	MOVL        $0x0000ffff, R14
+	BZHIL       R13, R14, R13
+	KMOVW       R13, K1
+	VMOVDQU16.Z 192(BX)(R11*2), K1, Y1
+	VMOVDQU16.Z 192(SI)(R11*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xd5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xce
+	VMOVDQU16   Y1, K1, 192(DX)(R11*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 384(CX)(R11*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z8, K1, Z8
+	XORQ        R13, R13
+	SUBQ        $0x00000070, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VMOVDQU16.Z 224(BX)(R11*2), K1, Y1
+	VMOVDQU16.Z 224(SI)(R11*2), K1, Y14
+
+	// VADDPH Y14, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xd5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xce
+	VMOVDQU16 Y1, K1, 224(DX)(R11*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, K1, 448(CX)(R11*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z9, K1, Z9
+
+avx512fp16EmbedShiftTreeF16_pairs_end:
+	VSHUFPS $0x88, Z3, Z2, Z1
+	VSHUFPS $0xdd, Z3, Z2, Z14
+	VADDPS  Z14, Z1, Z1
+	VSHUFPS $0x88, Z5, Z4, Z14
+	VSHUFPS $0xdd, Z5, Z4, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z1, Z15
+	VSHUFPS $0xdd, Z14, Z1, Z1
+	VADDPS  Z1, Z15, Z15
+	VMOVUPS Z15, (AX)(R9*1)
+	VSHUFPS $0x88, Z7, Z6, Z1
+	VSHUFPS $0xdd, Z7, Z6, Z14
+	VADDPS  Z14, Z1, Z1
+	VSHUFPS $0x88, Z9, Z8, Z14
+	VSHUFPS $0xdd, Z9, Z8, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z1, Z15
+	VSHUFPS $0xdd, Z14, Z1, Z1
+	VADDPS  Z1, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512fp16EmbedShiftTreeF16_pairs
+
+avx512fp16EmbedShiftTreeF16_pairs_done:
+avx512fp16EmbedShiftTreeF16_group:
+	CMPQ   R9, DI
+	JAE    avx512fp16EmbedShiftTreeF16_group_done
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   R9, R10
+
+avx512fp16EmbedShiftTreeF16_group_chunk:
+	MOVQ      R8, R11
+	SUBQ      R10, R11
+	CMPQ      R11, $0x00000040
+	JL        avx512fp16EmbedShiftTreeF16_group_last
+	VMOVDQU16 (BX)(R10*2), Y1
+	VMOVDQU16 (SI)(R10*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVUPS   Y1, (DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, Z10
+	VMOVDQU16 32(BX)(R10*2), Y1
+	VMOVDQU16 32(SI)(R10*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVUPS   Y1, 32(DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 64(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, Z11
+	VMOVDQU16 64(BX)(R10*2), Y1
+	VMOVDQU16 64(SI)(R10*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVUPS   Y1, 64(DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 128(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z12, Z12
+	VMOVDQU16 96(BX)(R10*2), Y1
+	VMOVDQU16 96(SI)(R10*2), Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVUPS   Y1, 96(DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, 192(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z13, Z13
+	ADDQ      DI, R10
+	CMPQ      R10, R8
+	JB        avx512fp16EmbedShiftTreeF16_group_chunk
+	JMP       avx512fp16EmbedShiftTreeF16_group_end
+
+avx512fp16EmbedShiftTreeF16_group_last:
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000000, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VMOVDQU16.Z (BX)(R10*2), K1, Y1
+	VMOVDQU16.Z (SI)(R10*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y1, K1, (DX)(R10*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, (CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z10, K1, Z10
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000010, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VMOVDQU16.Z 32(BX)(R10*2), K1, Y1
+	VMOVDQU16.Z 32(SI)(R10*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y1, K1, 32(DX)(R10*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 64(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z11, K1, Z11
+	XORQ        R13, R13
+	MOVQ        R11, R12
+	SUBQ        $0x00000020, R12
+	CMOVQLT     R13, R12
+	MOVL        $0x0000ffff, R13
+	BZHIL       R12, R13, R12
+	KMOVW       R12, K1
+	VMOVDQU16.Z 64(BX)(R10*2), K1, Y1
+	VMOVDQU16.Z 64(SI)(R10*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE        $0x62
+	BYTE        $0xf5
+	BYTE        $0x74
+	BYTE        $0x28
+	BYTE        $0x58
+	BYTE        $0xca
+	VMOVDQU16   Y1, K1, 64(DX)(R10*2)
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS     Z1, K1, 128(CX)(R10*4)
+	VSUBPS      Z0, Z1, Z1
+	VADDPS      Z1, Z12, K1, Z12
+	XORQ        R12, R12
+	SUBQ        $0x00000030, R11
+	CMOVQLT     R12, R11
+	MOVL        $0x0000ffff, R12
+	BZHIL       R11, R12, R11
+	KMOVW       R11, K1
+	VMOVDQU16.Z 96(BX)(R10*2), K1, Y1
+	VMOVDQU16.Z 96(SI)(R10*2), K1, Y2
+
+	// VADDPH Y2, Y1, Y1
+	BYTE      $0x62
+	BYTE      $0xf5
+	BYTE      $0x74
+	BYTE      $0x28
+	BYTE      $0x58
+	BYTE      $0xca
+	VMOVDQU16 Y1, K1, 96(DX)(R10*2)
+	VCVTPH2PS Y1, Z1
+	VMOVUPS   Z1, K1, 192(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z13, K1, Z13
+
+avx512fp16EmbedShiftTreeF16_group_end:
+	VSHUFPS $0x88, Z11, Z10, Z1
+	VSHUFPS $0xdd, Z11, Z10, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z13, Z12, Z2
+	VSHUFPS $0xdd, Z13, Z12, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512fp16EmbedShiftTreeF16_group
+
+avx512fp16EmbedShiftTreeF16_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512fp16EmbedShiftTreeF16_1024
+	VMOVUPS       (AX), Z1
+	VADDPS        1024(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        1088(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        1152(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        1216(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        1280(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        1344(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        1408(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        1472(AX), Z8, Z8
+	VMOVUPS       512(AX), Z9
+	VADDPS        1536(AX), Z9, Z9
+	VMOVUPS       576(AX), Z10
+	VADDPS        1600(AX), Z10, Z10
+	VMOVUPS       640(AX), Z11
+	VADDPS        1664(AX), Z11, Z11
+	VMOVUPS       704(AX), Z12
+	VADDPS        1728(AX), Z12, Z12
+	VMOVUPS       768(AX), Z13
+	VADDPS        1792(AX), Z13, Z13
+	VMOVUPS       832(AX), Z14
+	VADDPS        1856(AX), Z14, Z14
+	VMOVUPS       896(AX), Z15
+	VADDPS        1920(AX), Z15, Z15
+	VMOVUPS       960(AX), Z16
+	VADDPS        1984(AX), Z16, Z16
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z16, Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512fp16EmbedShiftTreeF16_shift
+
+avx512fp16EmbedShiftTreeF16_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512fp16EmbedShiftTreeF16_512
+	VMOVUPS       (AX), Z1
+	VADDPS        512(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        576(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        640(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        704(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        768(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        832(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        896(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        960(AX), Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512fp16EmbedShiftTreeF16_shift
+
+avx512fp16EmbedShiftTreeF16_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512fp16EmbedShiftTreeF16_256
+	VMOVUPS       (AX), Z1
+	VADDPS        256(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        320(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        384(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        448(AX), Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512fp16EmbedShiftTreeF16_shift
+
+avx512fp16EmbedShiftTreeF16_256:
+	CMPQ          DI, $0x00000100
+	JB            avx512fp16EmbedShiftTreeF16_128
+	VMOVUPS       (AX), Z1
+	VADDPS        128(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        192(AX), Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512fp16EmbedShiftTreeF16_shift
+
+avx512fp16EmbedShiftTreeF16_128:
+	CMPQ          DI, $0x00000080
+	JB            avx512fp16EmbedShiftTreeF16_64
+	VMOVUPS       (AX), Z1
+	VADDPS        64(AX), Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512fp16EmbedShiftTreeF16_shift
+
+avx512fp16EmbedShiftTreeF16_64:
+	VMOVUPS       (AX), Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+
+avx512fp16EmbedShiftTreeF16_shift:
+	VMOVSS shift+128(FP), X1
+	VMULSS invH+120(FP), X1, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, shift+128(FP)
 	VZEROUPPER
 	RET

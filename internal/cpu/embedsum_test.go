@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/fusednorm/fusednorm/internal/half"
+	"github.com/fusednorm/fusednorm/internal/plan"
 )
 
 func TestEmbedSumF16Kernel(t *testing.T) {
@@ -69,4 +72,54 @@ func TestEmbedShiftKernel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEmbedShiftTreeKernel checks the short token's first pass with its tree and shift
+// (embedKernels.shiftTree, where a level has it) against its twin for every tree width and
+// rows of one to three chunks: the shift, t and the bits, on rows of ordinary values (a
+// finite shift) and of halves' (Infs and NaNs among them).
+func TestEmbedShiftTreeKernel(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	for _, name := range simdLevels() {
+		k := mustKernels(t, name)
+		if k.embeds.shiftTree == nil {
+			continue
+		}
+		for w := 64; w <= 2048; w *= 2 {
+			for _, n := range []int{w, 2 * w, 3 * w} {
+				p := plan.Plan{H: n, W: w, Lanes: plan.WideLanes, InvH: float32(1 / float64(n))}
+				for _, data := range []string{"ordinary", "halves"} {
+					gen := halves
+					if data == "ordinary" {
+						gen = ordinaryHalves
+					}
+					wd, ps, s := gen(r, n), gen(r, n), gen(r, n)
+					for _, seg := range [][]uint16{nil, s} {
+						tag := fmt.Sprintf("%s/embedShiftTree/W=%d/n=%d/%s/seg=%v", name, w, n, data, seg != nil)
+						gotT, wantT := out32(n, nil), out32(n, nil)
+						gotB, wantB := out16(n), out16(n)
+						var got float32
+						if seg != nil {
+							got = k.embeds.shiftTreeSeg(out32(w, nil), gotT, gotB, wd, ps, seg, p.InvH)
+						} else {
+							got = k.embeds.shiftTree(out32(w, nil), gotT, gotB, wd, ps, p.InvH)
+						}
+						want := embedShiftTreeGo(&p, out32(w, nil), wantT, wantB, wd, ps, seg)
+						same32(t, tag+"/shift", []float32{got}, []float32{want})
+						same32(t, tag+"/t", gotT, wantT)
+						same16(t, tag+"/bits", gotB, wantB)
+					}
+				}
+			}
+		}
+	}
+}
+
+// ordinaryHalves is n binary16 values of plainValues' (no special ones).
+func ordinaryHalves(r *rand.Rand, n int) []uint16 {
+	s := make([]uint16, n)
+	for i, v := range plainValues(r, n, false) {
+		s[i] = half.F32ToF16(v)
+	}
+	return s
 }

@@ -41,6 +41,7 @@ func avx512FP16Kernels() *kernels {
 		sum: avx512fp16EmbedSumF16, sumSeg: avx512fp16EmbedSumF16Seg,
 		shift: avx512fp16EmbedShiftF16, shiftAcc: avx512fp16EmbedShiftF16Acc,
 		shiftSeg: avx512fp16EmbedShiftF16Seg, shiftSegAcc: avx512fp16EmbedShiftF16SegAcc,
+		shiftTree: avx512fp16EmbedShiftTreeF16, shiftTreeSeg: avx512fp16EmbedShiftTreeF16Seg,
 	}
 	return &k
 }

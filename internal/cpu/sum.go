@@ -232,6 +232,13 @@ func rowStatsOfSum(k *kernels, p *plan.Plan, t, part []float32, x0, sum, eps flo
 	return p.StatsOf(shift, sumE, sumSq, eps)
 }
 
+// rowStatsOfShift is rowStatsOfSum after the second shift (shift = x0 + m1, plan.Plan.Stats).
+func rowStatsOfShift(k *kernels, p *plan.Plan, t, part []float32, shift, eps float32, pf *rowPrefetch) plan.Stats {
+	sumE, sumSq := k.devSums(p, part, t, shift)
+	pf.step()
+	return p.StatsOf(shift, sumE, sumSq, eps)
+}
+
 // devSums is the plan's second pass and its trees (plan.Plan.SumDev): e = f32(t − shift)
 // written back into t, and the plan's sums of e and of e², the partial sets in
 // part[:p.W] and part[p.W:2·p.W] (scratch): in one kernel where the width has it

@@ -77,7 +77,7 @@ var avx2Kernels = &kernels{
 		bf16: convFormat{avx2WidenBF16, avx2NarrowBF16, avx2NarrowBF16NT},
 	},
 	embeds: embedKernels{avx2EmbedSumF16, avx2EmbedSumF16Seg,
-		avx2EmbedShiftF16, avx2EmbedShiftF16Acc, avx2EmbedShiftF16Seg, avx2EmbedShiftF16SegAcc},
+		avx2EmbedShiftF16, avx2EmbedShiftF16Acc, avx2EmbedShiftF16Seg, avx2EmbedShiftF16SegAcc, nil, nil},
 	masks: maskKernels{avx2MaskCountOnes, avx2MaskFirstZero},
 	mem:   memKernels{avx2CopyNT, avx2Prefetch, avx2Fence},
 }
@@ -190,7 +190,8 @@ var avx512Kernels = &kernels{
 		bf16: convFormat{avx512WidenBF16, avx512NarrowBF16, avx512NarrowBF16NT},
 	},
 	embeds: embedKernels{avx512EmbedSumF16, avx512EmbedSumF16Seg,
-		avx512EmbedShiftF16, avx512EmbedShiftF16Acc, avx512EmbedShiftF16Seg, avx512EmbedShiftF16SegAcc},
+		avx512EmbedShiftF16, avx512EmbedShiftF16Acc, avx512EmbedShiftF16Seg, avx512EmbedShiftF16SegAcc,
+		avx512EmbedShiftTreeF16, avx512EmbedShiftTreeF16Seg},
 	masks: maskKernels{avx512MaskCountOnes, avx512MaskFirstZero},
 	mem:   memKernels{avx512CopyNT, avx2Prefetch, avx2Fence},
 }

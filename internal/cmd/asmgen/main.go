@@ -1246,7 +1246,7 @@ func foldTree512() {
 	}
 	upper := func(g int) Op { return fold(g) }
 	byWidth("foldtree", n, 2048, func(w int) {
-		groupTree(w/64, fold, upper, ret)
+		groupTree(w/64, fold, upper, ret.Addr)
 		c.VZEROUPPER()
 		c.RET()
 	})
@@ -1420,14 +1420,24 @@ func groupTree2(groups int, p reg.GPVirtual, ret *gotypes.Basic) {
 // avx512FoldTree, without the partials' round trip through memory and a call. The sets
 // are scratch after; the walk needs n a multiple of W.
 func treeBlocks(name string, parts []reg.GPVirtual, w, n reg.Register, maxW int, zero bool, step stepFn) {
-	rets := make([]*gotypes.Basic, len(parts))
+	rets := make([]Mem, len(parts))
 	for s := range rets {
 		r, err := c.ReturnIndex(s).Resolve()
 		if err != nil {
 			fail(err)
 		}
-		rets[s] = r
+		rets[s] = r.Addr
 	}
+	treeBlocksTo(name, parts, rets, w, n, maxW, zero, step, func() {
+		c.VZEROUPPER()
+		c.RET()
+	})
+}
+
+// treeBlocksTo is treeBlocks storing set s's sum to rets[s], each width's tree ending in
+// finish (treeBlocks': VZEROUPPER and RET) instead of returning: a kernel that goes on
+// (embedStats512's second pass after its first).
+func treeBlocksTo(name string, parts []reg.GPVirtual, rets []Mem, w, n reg.Register, maxW int, zero bool, step stepFn, finish func()) {
 	k := c.GP64() // element index of the block: its quads go to each set from byte k (element k/4)
 	c.XORQ(k, k)
 	block := func(label string, groups int, limit reg.Register) {
@@ -1461,8 +1471,7 @@ func treeBlocks(name string, parts []reg.GPVirtual, w, n reg.Register, maxW int,
 			upper := func(g int) Op { return Mem{Base: p, Disp: 64 * g} } // added from memory
 			groupTree(w/64, load, upper, rets[s])
 		}
-		c.VZEROUPPER()
-		c.RET()
+		finish()
 	})
 }
 
@@ -1512,7 +1521,7 @@ func byWidth(prefix string, n reg.Register, maxW int, body func(w int)) {
 // positions 4l+m with 4l+m+2 (quad distance 8), 4l with 4l+1 (4), lanes 0-1 with 2-3 (2),
 // lane 0 with lane 1 (1): every addition is one of the plan's, its lower partial first, so
 // no permute puts the quads back in order.
-func groupTree(groups int, group func(g int) reg.VecVirtual, upper func(g int) Op, ret *gotypes.Basic) {
+func groupTree(groups int, group func(g int) reg.VecVirtual, upper func(g int) Op, ret Mem) {
 	var r []reg.VecVirtual
 	if groups == 1 {
 		r = append(r, group(0))
@@ -1540,7 +1549,7 @@ func groupTree(groups int, group func(g int) reg.VecVirtual, upper func(g int) O
 	x, top := c.XMM(), c.XMM()
 	c.VEXTRACTF128(U8(1), y, top)
 	c.VADDPS(top, y.AsX(), x) // 1
-	c.VMOVSS(x, ret.Addr)
+	c.VMOVSS(x, ret)
 }
 
 // embedF16 emits EmbedLayerNorm's staged binary16 sums with F16C: each stage a float32
@@ -1614,7 +1623,63 @@ func (v isa) embedSums(prefix, how string, step embedStep) {
 				accumulate(f, sum[0], k) // part[k] + (t − x0)
 			})
 		}
+		if v.lanes == 16 {
+			embedShiftTree512(prefix, how, what, seg, step)
+		}
 	}
+}
+
+// embedShiftTree512 emits prefix+"EmbedShiftTreeF16[Seg]", a short token's first pass and
+// its shift in one kernel (AVX-512: the tree kernels are this width's): x0 = the staged
+// sum of element 0, the first pass fused with the staged sum (EmbedShift's), its tree
+// (treeBlocksTo), then m1 = f32(sum·invH) and shift = f32(x0 + m1) as plan.Plan.Stats
+// computes them. Each step is one the Go path takes between EmbedShift and FoldTree, in its
+// order, so the bits are theirs; what goes is x0's widening in Go (embedFirst), the
+// partials' round trip through memory and a call. (The second pass, avx512DevTree, stays
+// a kernel of its own: with both walks in one function avo's allocator runs out of
+// registers.)
+func embedShiftTree512(prefix, how, what string, seg bool, step embedStep) {
+	name, sig := prefix+"EmbedShiftTreeF16", "func(part, t []float32, bits, w, p []uint16, invH float32) (shift float32)"
+	if seg {
+		name += "Seg"
+		sig = strings.Replace(sig, "w, p []uint16", "w, p, g []uint16", 1)
+	}
+	text(name, sig, name+" writes h = "+what+" as bits[i] and t[i] = f32(h),",
+		"and returns shift = f32(x0 + f32(sum·invH)), x0 = t[0] and sum the plan's sum of f32(t − x0)",
+		"(plan.Plan.Stats' first steps); len(part) = W must be 64·2^k, k ≤ 5, and len(t) a positive",
+		"multiple of W. part is scratch "+how)
+	part, t, bits, w, p := base("part"), base("t"), base("bits"), base("w"), base("p")
+	var g reg.GPVirtual
+	if seg {
+		g = base("g")
+	}
+	ret := returnSlot()
+	// x0: element 0's staged sum, from the first vector (len(t) ≥ W ≥ 64); the walk stages
+	// it again, to the same bits.
+	zero := c.GP64()
+	c.XORQ(zero, zero)
+	x0s := step(bits, w, p, g, zero, 0, nil)
+	x0 := c.ZMM()
+	c.VBROADCASTSS(x0s.AsX(), x0)
+	treeBlocksTo(name, []reg.GPVirtual{part}, []Mem{ret.Addr}, length("part"), length("t"), 2048, true, func(e reg.Register, j int, acc []reg.VecVirtual, k reg.Register) {
+		o := 16 * j
+		f := step(bits, w, p, g, e, o, k)
+		store(f, f32(t, e, o), false, k)
+		c.VSUBPS(x0, f, f)
+		accumulate(f, acc[0], k) // part[k] + (t − x0)
+	}, func() { c.JMP(LabelRef(name + "_shift")) })
+	c.Label(name + "_shift")
+	inv, err := c.Param("invH").Resolve()
+	if err != nil {
+		fail(err)
+	}
+	m1, sh := c.XMM(), c.XMM()
+	c.VMOVSS(ret.Addr, m1)
+	c.VMULSS(inv.Addr, m1, m1) // m1 = sum·InvH, sum the first operand
+	c.VADDSS(m1, x0.AsX(), sh) // shift = x0 + m1, x0 the first operand
+	c.VMOVSS(sh, ret.Addr)
+	c.VZEROUPPER()
+	c.RET()
 }
 
 // masks emits the two mask_index rules over a row of the int32 mask (spec §A.4), for the

@@ -90,7 +90,8 @@ var {{.Name}}Kernels = &kernels{
 		{{$f.Field}}: convFormat{ {{- $n}}Widen{{$f.Name}}, {{$n}}Narrow{{$f.Name}}, {{$n}}Narrow{{$f.Name}}NT},{{end}}
 	},
 	embeds: embedKernels{ {{- .Name}}EmbedSumF16, {{.Name}}EmbedSumF16Seg,
-		{{.Name}}EmbedShiftF16, {{.Name}}EmbedShiftF16Acc, {{.Name}}EmbedShiftF16Seg, {{.Name}}EmbedShiftF16SegAcc},
+		{{.Name}}EmbedShiftF16, {{.Name}}EmbedShiftF16Acc, {{.Name}}EmbedShiftF16Seg, {{.Name}}EmbedShiftF16SegAcc,{{if eq .Lanes 16}}
+		{{.Name}}EmbedShiftTreeF16, {{.Name}}EmbedShiftTreeF16Seg{{else}} nil, nil{{end}}},
 	masks: maskKernels{ {{- .Name}}MaskCountOnes, {{.Name}}MaskFirstZero},
 	mem: memKernels{ {{- .Name}}CopyNT, avx2Prefetch, avx2Fence},
 }
