@@ -80,6 +80,10 @@ type AddLN struct {
 	Wide     bool      // the vector kernel's eight-lane invocations (16-bit, D a multiple of 8)
 	Rows     int       // rows a workgroup (set by Vectorize; 0 is 1)
 	Fast16   bool      // f16 by the builtin conversions, which the device was found to round exactly
+	// Pair: the pair kernel (set by Vectorize): odd rows of 16-bit x1, x2 and outputs, two
+	// rows a workgroup of W/2 invocations moving whole words; Private is then the words an
+	// invocation keeps (see pairOK).
+	Pair bool
 }
 
 // VecLanes is how many of the plan's invocations one invocation of a vector kernel stands
@@ -105,11 +109,31 @@ func (k *Embed) Vectorize(p plan.Plan) {
 	k.Rows = rowsFor(p, warp)
 }
 
-// Vectorize is Embed.Vectorize for AddLayerNorm.
+// Vectorize is Embed.Vectorize for AddLayerNorm. It also picks the pair kernel (pairOK) for
+// odd 16-bit rows kept in registers.
 func (k *AddLN) Vectorize(p plan.Plan) {
 	k.Vec, k.Wide = p.Lanes >= VecLanes, p.Lanes == plan.WideLanes
 	k.Rows = rowsFor(p, group)
+	k.Pair = false
+	if k.pairOK(p) && pairWords(p.H, p.W) <= MaxPrivate {
+		k.Pair, k.Rows, k.Private = true, 2, pairWords(p.H, p.W)
+	}
 }
+
+// pairOK reports whether rows of the plan can run in the pair kernel: odd rows (two make
+// whole words) of at least 64 invocations, kept in registers (Private), whose x1, x2 and
+// outputs are all 16-bit. Measured on an H100, paired in a random order, three rounds:
+// AddLayerNorm D 1023 f16 1.044 -> 0.790 ms, bf16 1.091 -> 0.818 (the scalar kernel staged
+// its words through workgroup atomics and ran 256 invocations a row). Float32 rows stay in
+// the scalar kernel: the same pair kernel with two float32 a unit ran D 1023 at 0.490
+// against 0.440 ms.
+func (k *AddLN) pairOK(p plan.Plan) bool {
+	return !k.Vec && p.H%2 == 1 && p.W >= 64 && k.Private > 0 && k.X1.Is16() && k.X2.Is16() && k.Out.Is16()
+}
+
+// pairWords is how many words of a pair of rows of h elements each of the pair kernel's w/2
+// invocations holds.
+func pairWords(h, w int) int { return (h + w/2 - 1) / (w / 2) }
 
 // warp is the fewest invocations the plan gives a vector row (plan.For: one warp of 32);
 // group is the workgroup rowsFor fills with short rows.
@@ -129,8 +153,10 @@ const (
 // at a warp a row (two rows a workgroup) AddLayerNorm (4096,768) gained 3-6% but
 // EmbedLayerNorm lost 4% at H 768 and 1024 f16, so EmbedLayerNorm groups only rows narrower
 // than a warp (below = warp), AddLayerNorm those narrower than group. (Two rows a workgroup
-// for the scalar kernels of odd 16-bit rows, so that their outputs start on a word and need
-// no atomics, lost: AddLayerNorm D 1023 1.73 -> 2.19 ms, EmbedLayerNorm H 1023 0.41 -> 0.50.)
+// for the scalar kernels of odd 16-bit rows, each row keeping its W invocations and its
+// element-wise loads, so that their outputs start on a word and need no atomics, lost:
+// AddLayerNorm D 1023 1.73 -> 2.19 ms, EmbedLayerNorm H 1023 0.41 -> 0.50. The pair kernel,
+// W/2 invocations for both rows moving whole words, won: see pairOK.)
 func rowsFor(p plan.Plan, below int) int {
 	if n := p.W / p.Lanes; p.Lanes >= VecLanes && n < below {
 		return max(1, group/n)
@@ -212,7 +238,14 @@ func (p Embed) check() error {
 }
 
 func (p AddLN) check() error {
-	if err := checkW(p.W, p.Private, p.Vec, p.Wide, p.RowsPer()); err != nil {
+	rows := p.RowsPer()
+	if p.Pair {
+		if p.Vec || !p.OddD || p.W < 64 || rows != 2 || p.Private < 1 || !p.X1.Is16() || !p.X2.Is16() {
+			return fmt.Errorf("shaders: addln: pair kernel with %+v", p)
+		}
+		rows = 1 // the pair's two rows share its W/2 invocations and their W partials
+	}
+	if err := checkW(p.W, p.Private, p.Vec, p.Wide, rows); err != nil {
 		return err
 	}
 	for _, d := range []ops.DType{p.X1, p.X2, p.Gamma, p.Out} {
@@ -446,18 +479,23 @@ func RenderAddLN(p AddLN) (string, error) {
 	sw := stageWords(p.Out, p.W, p.Private, p.Vec)
 	g := quads(p.Wide)
 	wg, r := groupSize(p.W, p.Vec, g), p.RowsPer()
+	ni, nparts := invocations(wg, r, p.Vec), parts(p.W, p.Vec)*r
+	outElem := outElem(out, p.OddD, p.Vec, g)
+	if p.Pair {
+		sw, ni, nparts, outElem = 0, p.W/2, p.W, "u32"
+	}
 	data := struct {
 		B                                          any
 		W, Private, WG, G, VL, Parts, R, NI        int
 		X1, X2, Gamma, Bias, Out                   string
 		BiasFull, WriteX, Stats, OddD, Vec, Fast16 bool
 		OutElem                                    string
-		Stage                                      bool
+		Stage, Pair                                bool
 		StageWords                                 int
 		E                                          func(string) string
-	}{AddLNBindings, p.W, p.Private, wg, g, VecLanes * g, parts(p.W, p.Vec) * r, r, invocations(wg, r, p.Vec), wgslName(p.X1), wgslName(p.X2),
-		wgslName(p.Gamma), wgslName(p.Bias), out, p.BiasFull, p.WriteX, p.Stats, p.OddD, p.Vec, p.Fast16, outElem(out, p.OddD, p.Vec, g),
-		sw > 0, sw, elemFor(p.Vec, g)}
+	}{AddLNBindings, p.W, p.Private, wg, g, VecLanes * g, nparts, r, ni, wgslName(p.X1), wgslName(p.X2),
+		wgslName(p.Gamma), wgslName(p.Bias), out, p.BiasFull, p.WriteX, p.Stats, p.OddD, p.Vec, p.Fast16, outElem,
+		sw > 0, p.Pair, sw, elemFor(p.Vec, g)}
 	return render(p.Key(), addlnTmpl(), "addlayernorm.wgsl.tmpl", data)
 }
 

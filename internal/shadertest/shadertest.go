@@ -81,6 +81,11 @@ func AddLNParams() []shaders.AddLN {
 							p.Bias = r[3]
 						}
 						out = append(out, p)
+						if odd && sh.w >= 64 && r[0].Is16() && r[1].Is16() && r[3].Is16() {
+							q := p // the pair kernel: two odd rows a workgroup, whole words
+							q.Pair, q.Rows, q.Private = true, 2, max(2*sh.private, 1)
+							out = append(out, q)
+						}
 						if p.Vec = true; !odd && sh.w >= shaders.VecLanes {
 							out = append(out, p) // the vector kernel (D a multiple of 4)
 							if sh.w == 256 {
@@ -102,7 +107,7 @@ func AddLNParams() []shaders.AddLN {
 		}
 	}
 	for _, p := range out {
-		if p.Vec && p.HasF16() {
+		if (p.Vec || p.Pair) && p.HasF16() {
 			p.Fast16 = true // the builtin conversions (a device that rounds them exactly)
 			out = append(out, p)
 		}

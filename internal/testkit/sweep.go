@@ -201,6 +201,10 @@ func AddLNSweep() []AddLNCase {
 	}
 	cs = append(cs, AddLNOptions()...)
 	return append(cs,
+		// Odd 16-bit rows in pairs (the pair kernel): whole pairs, a lone last row, each bias.
+		AddLNCase{Row: rows[1], N: 4, D: 1023, Bias: 2, WriteX: true, Seed: 9},
+		AddLNCase{Row: rows[4], N: 5, D: 1023, Bias: 1, WriteX: true, Seed: 10},
+		AddLNCase{Row: rows[2], N: 3, D: 255, Bias: 0, WriteX: false, Seed: 11},
 		AddLNCase{Row: rows[1], N: 70000, D: 3, Bias: 2, WriteX: true, Seed: 5},
 		AddLNCase{Row: rows[0], N: 66000, D: 1, Bias: 1, WriteX: true, Seed: 6},
 		// The vector kernels past one dispatch dimension too, each workgroup's x stored in pass 1.
