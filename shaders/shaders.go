@@ -62,6 +62,7 @@ type Embed struct {
 	Rows      int       // token rows a workgroup (set by Vectorize; 0 is 1)
 	Fast16    bool      // f16 by the builtin conversions, which the device was found to round exactly
 	SplitInts bool      // each int32 input at its own binding (device tensors bound in place), see IntBindings
+	Pair      bool      // the pair kernel (set by Vectorize): odd f16 token rows two a workgroup, see AddLN.Pair
 }
 
 // AddLN selects an AddLayerNorm kernel.
@@ -82,7 +83,7 @@ type AddLN struct {
 	Fast16   bool      // f16 by the builtin conversions, which the device was found to round exactly
 	// Pair: the pair kernel (set by Vectorize): odd rows of 16-bit x1, x2 and outputs, two
 	// rows a workgroup of W/2 invocations moving whole words; Private is then the words an
-	// invocation keeps (see pairOK).
+	// invocation keeps (see pairRows).
 	Pair bool
 }
 
@@ -103,32 +104,38 @@ func VecOK(h int) bool { return h%VecLanes == 0 }
 // chosen for host and device tensors are the same. (Eight lanes at the same W, half the
 // invocations a row each holding twice the data, lost to four lanes on four of five f16
 // cases on the H200, up to 2x: the plan doubles W for them.)
-// It also sets Rows (rowsFor).
+// It also sets Rows (rowsFor), and picks the pair kernel for odd 16-bit rows kept in
+// registers (pairRows).
 func (k *Embed) Vectorize(p plan.Plan) {
 	k.Vec, k.Wide = p.Lanes >= VecLanes, p.Lanes == plan.WideLanes
 	k.Rows = rowsFor(p, warp)
-}
-
-// Vectorize is Embed.Vectorize for AddLayerNorm. It also picks the pair kernel (pairOK) for
-// odd 16-bit rows kept in registers.
-func (k *AddLN) Vectorize(p plan.Plan) {
-	k.Vec, k.Wide = p.Lanes >= VecLanes, p.Lanes == plan.WideLanes
-	k.Rows = rowsFor(p, group)
 	k.Pair = false
-	if k.pairOK(p) && pairWords(p.H, p.W) <= MaxPrivate {
+	if pairRows(p, k.Vec, k.Private) && k.DType == ops.F16 {
 		k.Pair, k.Rows, k.Private = true, 2, pairWords(p.H, p.W)
 	}
 }
 
-// pairOK reports whether rows of the plan can run in the pair kernel: odd rows (two make
-// whole words) of at least 64 invocations, kept in registers (Private), whose x1, x2 and
-// outputs are all 16-bit. Measured on an H100, paired in a random order, three rounds:
-// AddLayerNorm D 1023 f16 1.044 -> 0.790 ms, bf16 1.091 -> 0.818 (the scalar kernel staged
-// its words through workgroup atomics and ran 256 invocations a row). Float32 rows stay in
-// the scalar kernel: the same pair kernel with two float32 a unit ran D 1023 at 0.490
-// against 0.440 ms.
-func (k *AddLN) pairOK(p plan.Plan) bool {
-	return !k.Vec && p.H%2 == 1 && p.W >= 64 && k.Private > 0 && k.X1.Is16() && k.X2.Is16() && k.Out.Is16()
+// Vectorize is Embed.Vectorize for AddLayerNorm.
+func (k *AddLN) Vectorize(p plan.Plan) {
+	k.Vec, k.Wide = p.Lanes >= VecLanes, p.Lanes == plan.WideLanes
+	k.Rows = rowsFor(p, group)
+	k.Pair = false
+	if pairRows(p, k.Vec, k.Private) && k.X1.Is16() && k.X2.Is16() && k.Out.Is16() {
+		k.Pair, k.Rows, k.Private = true, 2, pairWords(p.H, p.W)
+	}
+}
+
+// pairRows reports whether rows of the plan can run in a pair kernel, given that their
+// dtypes are 16-bit (AddLayerNorm's x1, x2 and outputs, EmbedLayerNorm's tables): odd rows
+// (two make whole words) of at least 64 invocations, kept in registers (private), at most
+// MaxPrivate words an invocation. Measured on an H100, paired in a random order, three
+// rounds: AddLayerNorm D 1023 f16 1.044 -> 0.790 ms, bf16 1.091 -> 0.818 (the scalar kernel
+// staged its words through workgroup atomics and ran 256 invocations a row); EmbedLayerNorm
+// f16 H 1023 (64,512), two rounds, 0.261 -> 0.226 ms. Float32 rows stay in the scalar
+// kernel: the AddLayerNorm pair kernel with two float32 a unit ran D 1023 at 0.490 against
+// 0.440 ms.
+func pairRows(p plan.Plan, vec bool, private int) bool {
+	return !vec && p.H%2 == 1 && p.W >= 64 && private > 0 && pairWords(p.H, p.W) <= MaxPrivate
 }
 
 // pairWords is how many words of a pair of rows of h elements each of the pair kernel's w/2
@@ -156,7 +163,7 @@ const (
 // for the scalar kernels of odd 16-bit rows, each row keeping its W invocations and its
 // element-wise loads, so that their outputs start on a word and need no atomics, lost:
 // AddLayerNorm D 1023 1.73 -> 2.19 ms, EmbedLayerNorm H 1023 0.41 -> 0.50. The pair kernel,
-// W/2 invocations for both rows moving whole words, won: see pairOK.)
+// W/2 invocations for both rows moving whole words, won: see pairRows.)
 func rowsFor(p plan.Plan, below int) int {
 	if n := p.W / p.Lanes; p.Lanes >= VecLanes && n < below {
 		return max(1, group/n)
@@ -225,7 +232,14 @@ func (p Embed) Key() string { return fmt.Sprintf("embed%+v", p) }
 func (p AddLN) Key() string { return fmt.Sprintf("addln%+v", p) }
 
 func (p Embed) check() error {
-	if err := checkW(p.W, p.Private, p.Vec, p.Wide, p.RowsPer()); err != nil {
+	rows := p.RowsPer()
+	if p.Pair {
+		if p.Vec || p.W < 64 || rows != 2 || p.Private < 1 || p.DType != ops.F16 {
+			return fmt.Errorf("shaders: embed: pair kernel with %+v", p)
+		}
+		rows = 1 // the pair's two rows share its W/2 invocations and their W partials
+	}
+	if err := checkW(p.W, p.Private, p.Vec, p.Wide, rows); err != nil {
 		return err
 	}
 	if p.DType != ops.F32 && p.DType != ops.F16 {
@@ -456,6 +470,10 @@ func RenderEmbed(p Embed) (string, error) {
 	}
 	g := quads(p.Wide)
 	wg, r := groupSize(p.W, p.Vec, g), p.RowsPer()
+	ni, nparts, oe := invocations(wg, r, p.Vec), parts(p.W, p.Vec)*r, outElem(t, p.OddH, p.Vec, g)
+	if p.Pair {
+		sw, wg, ni, nparts, oe = 0, p.W/2, p.W/2, p.W, elemType(t)
+	}
 	data := struct {
 		Embed
 		B                                   any
@@ -464,8 +482,8 @@ func RenderEmbed(p Embed) (string, error) {
 		StageWords, WG, G, VL, Parts, R, NI int
 		IDsVar, SegVar, MaskVar, PosVar     string // the arrays each int32 input is read from
 		Pack                                bool   // sums kept packed (packFrom)
-	}{p, EmbedBindings, t, elemFor(p.Vec, g)(t), outElem(t, p.OddH, p.Vec, g), p.DType == ops.F16, sw > 0, sw, wg, g, VecLanes * g,
-		parts(p.W, p.Vec) * r, r, invocations(wg, r, p.Vec), ints[0], ints[1], ints[2], ints[3],
+	}{p, EmbedBindings, t, elemFor(p.Vec, g)(t), oe, p.DType == ops.F16, sw > 0, sw, wg, g, VecLanes * g,
+		nparts, r, ni, ints[0], ints[1], ints[2], ints[3],
 		p.DType == ops.F16 && p.Fast16 && p.Vec && p.Private >= packFrom}
 	return render(p.Key(), embedTmpl(), "embedlayernorm.wgsl.tmpl", data)
 }
@@ -523,8 +541,8 @@ const (
 // the helpers with the CPU through it.
 func RenderProbe(fast16 bool) (string, error) {
 	return render(fmt.Sprintf("probe(fast16=%v)", fast16), probeTmpl(), "probe.wgsl.tmpl", struct {
-		B                   any
-		W, WG, Parts, R, NI int
-		Stage, Vec, Fast16  bool
+		B                        any
+		W, WG, Parts, R, NI      int
+		Stage, Vec, Fast16, Pair bool
 	}{B: ProbeBindings, W: ProbeWorkgroup, WG: ProbeWorkgroup, Parts: ProbeWorkgroup, R: 1, NI: ProbeWorkgroup, Fast16: fast16})
 }

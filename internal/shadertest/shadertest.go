@@ -31,6 +31,11 @@ func EmbedParams() []shaders.Embed {
 									MaskIndex: mi > 0, CountOnes: mi == 2, Sum: sum, OddH: odd,
 								}
 								out = append(out, p)
+								if odd && sh.w >= 64 && dt == ops.F16 {
+									q := p // the pair kernel: two odd token rows a workgroup, whole words
+									q.Pair, q.Rows, q.Private = true, 2, max(2*sh.private, 1)
+									out = append(out, q)
+								}
 								if p.Vec = true; !odd && sh.w >= shaders.VecLanes {
 									out = append(out, p) // the vector kernel (H a multiple of 4)
 									if sh.w == 256 {
@@ -54,7 +59,7 @@ func EmbedParams() []shaders.Embed {
 		}
 	}
 	for _, p := range out {
-		if p.Vec && p.DType == ops.F16 {
+		if (p.Vec || p.Pair) && p.DType == ops.F16 {
 			p.Fast16 = true // the builtin conversions (a device that rounds them exactly)
 			out = append(out, p)
 		}

@@ -130,6 +130,11 @@ func EmbedSweep() []EmbedCase {
 			}
 		}
 	}
+	// Odd f16 rows in pairs (the pair kernel): a lone last token, a pair across batch rows.
+	cs = append(cs, EmbedCase{Name: "pairs", DType: ops.F16, B: 1, S: 5, H: 1023, V: 7, P: 5, G: 2,
+		SegIDs: true, Mask: true, Pos: 1, WantMaskIndex: true, WantSum: true, Seed: 11},
+		EmbedCase{Name: "pairs", DType: ops.F16, B: 3, S: 3, H: 255, V: 7, P: 5, Mask: true,
+			WantMaskIndex: true, Rule: ops.MaskCountOnes, Seed: 12})
 	return append(cs, EmbedCase{Name: "grid2d", DType: ops.F16, B: 33000, S: 2, H: 3, V: 50, P: 2, G: 2,
 		SegIDs: true, Mask: true, WantMaskIndex: true, WantSum: true, Rule: ops.MaskCountOnes, Seed: 9},
 		EmbedCase{Name: "grid2d-vec", DType: ops.F32, B: 32801, S: 2, H: 8, V: 50, P: 2, G: 2,
