@@ -365,6 +365,11 @@ type tensorArg struct {
 	G       int // quads per vector (loaderv, storev)
 }
 
+type pairArg struct {
+	N       string // the variable holding the row length: D or H
+	Private int
+}
+
 type flushArg struct {
 	Name string
 	Odd  bool
@@ -374,6 +379,8 @@ var funcs = template.FuncMap{
 	"tensor":  func(name, t string) tensorArg { return tensorArg{Name: name, T: t} },
 	"vtensor": func(name, t string, g int) tensorArg { return tensorArg{name, t, g} },
 	"flush":   func(name string, odd bool) flushArg { return flushArg{name, odd} },
+	// pairArg is the pair kernels' shared passes' argument: the row length's name and Private.
+	"pairArg": func(n string, private int) pairArg { return pairArg{n, private} },
 	"elem":    elemType,
 	// partsLen is the length of the tree's workgroup arrays for n partials: at least 8,
 	// the constant indices of the tree's last step (common.wgsl.tmpl).
