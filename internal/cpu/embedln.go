@@ -133,8 +133,14 @@ type embedCall struct {
 
 // wholePrefetch is the most bytes of a word row prefetched at once a token ahead, instead
 // of a piece after each pass (rowPrefetch): a few lines do not fill a core's miss buffers,
-// and a short token's passes take less time than building the pieces.
-const wholePrefetch = 256
+// and a short token's passes take less time than building the pieces. At 512 (was 256)
+// the fast calls' rows of 257-512 bytes go two at a time too (shortPair), two rows of 8
+// lines prefetched a pair ahead: on the EPYC, one thread, BenchmarkStreamAB against 256,
+// f16 H 256 0.82-0.86x the time, f32 H 128 0.79-0.83x (avx2 0.81-0.88x, 0.72-0.79x);
+// the ragged f16 H 200 and f32 H 100, which keep the general path, 0.87-0.88x, 0.80-0.98x.
+// Longer rows stay one at a time in pieces: the lat- f32 H 768 took 1.05x the time in
+// pairs prefetched in pieces, 1.02x prefetched whole.
+const wholePrefetch = 512
 
 // embedShort is the kernels of a call whose tokens each take one kernel a step, chosen once
 // for the call (as AddLayerNorm's shortRow): the first pass and the affine step; the tree

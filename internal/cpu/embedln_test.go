@@ -19,7 +19,7 @@ func TestEmbedLayerNormLevels(t *testing.T) {
 // on data from gen (values or plainValues).
 // TestEmbedShortRowsPrefetched runs the whole-op comparisons on rows that take shortToken
 // with their word rows prefetched (a table past gatherBytes): whole at once up to
-// wholePrefetch bytes (H 64 and 128 f16, 64 f32), in pieces past it.
+// wholePrefetch bytes (H 64-256 f16, 64 and 128 f32), in pieces past it.
 func TestEmbedShortRowsPrefetched(t *testing.T) {
 	tune := defaultTuning()
 	tune.gatherBytes = 0
@@ -28,12 +28,13 @@ func TestEmbedShortRowsPrefetched(t *testing.T) {
 
 // TestEmbedShortPairsOdd runs the whole-op comparisons on calls of an odd number of short
 // tokens, which go two at a time (shortPair) but for the last, with their word rows
-// prefetched (a table past gatherBytes) and not.
+// prefetched (a table past gatherBytes; whole up to wholePrefetch: f16 H 256 and f32 H 128
+// at its 512 bytes) and not.
 func TestEmbedShortPairsOdd(t *testing.T) {
 	tune := defaultTuning()
 	tune.gatherBytes = 0
 	for _, tn := range []tuning{defaultTuning(), tune} {
-		embedLayerNormLevels(t, tn, []int{64, 128}, 1, 7, values)
+		embedLayerNormLevels(t, tn, []int{64, 128, 256}, 1, 7, values)
 		embedLayerNormLevels(t, tn, []int{64}, 3, 3, values)
 	}
 }
