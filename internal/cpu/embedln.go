@@ -152,9 +152,13 @@ type embedShort struct {
 	// then shift and shiftSeg are not called.
 	shiftTree    func(part, t []float32, bits []uint16, w, p []uint16, invH float32) float32
 	shiftTreeSeg func(part, t []float32, bits []uint16, w, p, g []uint16, invH float32) float32
-	aff          affine16Fn // f16, float32 gamma and beta
-	affH         affineHFn  // f16, gamma and beta in f16
-	af32         affineFn   // f32
+	// The same for f32 calls without the embedding_sum output (embedKernels.shiftTree32):
+	// then firstPass and planTree are not called.
+	shiftTree32    func(part, t, w, p []float32, invH float32) float32
+	shiftTree32Seg func(part, t, w, p, g []float32, invH float32) float32
+	aff            affine16Fn // f16, float32 gamma and beta
+	affH           affineHFn  // f16, gamma and beta in f16
+	af32           affineFn   // f32
 }
 
 // shortKernels returns the call's embedShort and true where every token takes the same
@@ -183,6 +187,9 @@ func (c *embedCall) shortKernels() (embedShort, bool) {
 		}
 		return s, s.shift != nil && s.shiftSeg != nil && (s.aff != nil || s.affH != nil)
 	case ops.F32:
+		if !c.out.Sum.Present() {
+			s.shiftTree32, s.shiftTree32Seg = k.embeds.shiftTree32, k.embeds.shiftTree32Seg // treeRow: W is treeW
+		}
 		s.af32 = affine32Of(&k.affines, af).of(af)
 		return s, s.af32 != nil
 	}
@@ -286,6 +293,14 @@ func (c *embedCall) shortShift(t int, tr, part []float32, sc *scratch) float32 {
 			return s.shiftTreeSeg(part, tr, bits, word, pos, w.Seg.U16[gi*H:gi*H+H], p.InvH)
 		}
 		return s.shiftTree(part, tr, bits, word, pos, p.InvH)
+	}
+	if s.shiftTree32 != nil {
+		// The same for f32 (embedShiftTree32Go).
+		word, pos := w.Word.F32[wi*H:wi*H+H], w.Pos.F32[pi*H:pi*H+H]
+		if gi >= 0 {
+			return s.shiftTree32Seg(part, tr, word, pos, w.Seg.F32[gi*H:gi*H+H], p.InvH)
+		}
+		return s.shiftTree32(part, tr, word, pos, p.InvH)
 	}
 	x0 := c.firstPass(t, wi, pi, gi, tr, part, sc)
 	m1 := float32(op.k.planTree(p, part) * p.InvH) // as rowStatsOfSum

@@ -29,6 +29,10 @@ type embedKernels struct {
 	// the tree kernels' (treeW), len(t) a multiple of it.
 	shiftTree    func(part, t []float32, bits []uint16, w, p []uint16, invH float32) (shift float32)
 	shiftTreeSeg func(part, t []float32, bits []uint16, w, p, g []uint16, invH float32) (shift float32)
+	// The same for float32 rows without the embedding_sum output (embedShiftTree32Go): t = w
+	// + p or (w + p) + g.
+	shiftTree32    func(part, t, w, p []float32, invH float32) (shift float32)
+	shiftTree32Seg func(part, t, w, p, g []float32, invH float32) (shift float32)
 }
 
 // embedSumGo is the twin of embedSum.
@@ -102,6 +106,22 @@ func embedShiftGo(f embedForm, part, t []float32, bits []uint16, w, p, g []uint1
 func embedShiftTreeGo(p *plan.Plan, part, t []float32, bits []uint16, w, p16, g []uint16) float32 {
 	f := embedForm{seg: g != nil}
 	embedSumGo(f, t, bits, w, p16, g)
+	x0 := t[0]
+	accumulateGo(sumForm{zero: true}, part[:p.W], nil, t, x0)
+	m1 := float32(p.Tree(part[:p.W]) * p.InvH)
+	return x0 + m1
+}
+
+// embedShiftTree32Go is the twin of embedKernels.shiftTree32 (g nil) and shiftTree32Seg: the
+// Go path's first pass (addGo's s, x0 = t[0]), its tree and the shift, as embedShiftTreeGo.
+func embedShiftTree32Go(p *plan.Plan, part, t, w, p32, g []float32) float32 {
+	for i := range t {
+		s := w[i] + p32[i]
+		if g != nil {
+			s += g[i]
+		}
+		t[i] = s
+	}
 	x0 := t[0]
 	accumulateGo(sumForm{zero: true}, part[:p.W], nil, t, x0)
 	m1 := float32(p.Tree(part[:p.W]) * p.InvH)

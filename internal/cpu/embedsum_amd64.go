@@ -155,3 +155,17 @@ func avx512fp16EmbedShiftF16Acc(part []float32, t []float32, bits []uint16, w []
 //
 //go:noescape
 func avx512fp16EmbedShiftTreeF16(part []float32, t []float32, bits []uint16, w []uint16, p []uint16, invH float32) (shift float32)
+
+// avx512EmbedShiftTreeF32 writes t[i] = w[i] + p[i] and returns shift = f32(x0 + f32(sum·invH)),
+// x0 = t[0] and sum the plan's sum of f32(t − x0) (plan.Plan.Stats' first steps); len(part) =
+// W must be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part is scratch.
+//
+//go:noescape
+func avx512EmbedShiftTreeF32(part []float32, t []float32, w []float32, p []float32, invH float32) (shift float32)
+
+// avx512EmbedShiftTreeF32Seg writes t[i] = (w[i] + p[i]) + g[i] and returns shift = f32(x0 + f32(sum·invH)),
+// x0 = t[0] and sum the plan's sum of f32(t − x0) (plan.Plan.Stats' first steps); len(part) =
+// W must be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part is scratch.
+//
+//go:noescape
+func avx512EmbedShiftTreeF32Seg(part []float32, t []float32, w []float32, p []float32, g []float32, invH float32) (shift float32)

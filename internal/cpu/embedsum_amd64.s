@@ -7241,3 +7241,1029 @@ avx512fp16EmbedShiftTreeF16_shift:
 	VMOVSS X0, shift+128(FP)
 	VZEROUPPER
 	RET
+
+// func avx512EmbedShiftTreeF32(part []float32, t []float32, w []float32, p []float32, invH float32) (shift float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·avx512EmbedShiftTreeF32(SB), NOSPLIT, $0-108
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         w_base+48(FP), DX
+	MOVQ         p_base+72(FP), BX
+	XORQ         SI, SI
+	VMOVUPS      (DX)(SI*4), Z0
+	VADDPS       (BX)(SI*4), Z0, Z0
+	VBROADCASTSS X0, Z0
+	MOVQ         part_len+8(FP), SI
+	MOVQ         t_len+32(FP), DI
+	XORQ         R8, R8
+	MOVQ         SI, R9
+	ANDQ         $-128, R9
+
+avx512EmbedShiftTreeF32_pairs:
+	CMPQ   R8, R9
+	JAE    avx512EmbedShiftTreeF32_pairs_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R8, R10
+
+avx512EmbedShiftTreeF32_pairs_chunk:
+	MOVQ    DI, R11
+	SUBQ    R10, R11
+	CMPQ    R11, $0x00000080
+	JL      avx512EmbedShiftTreeF32_pairs_last
+	VMOVUPS (DX)(R10*4), Z13
+	VADDPS  (BX)(R10*4), Z13, Z13
+	VMOVUPS Z13, (CX)(R10*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z1, Z1
+	VMOVUPS 64(DX)(R10*4), Z13
+	VADDPS  64(BX)(R10*4), Z13, Z13
+	VMOVUPS Z13, 64(CX)(R10*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z2, Z2
+	VMOVUPS 128(DX)(R10*4), Z13
+	VADDPS  128(BX)(R10*4), Z13, Z13
+	VMOVUPS Z13, 128(CX)(R10*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z3, Z3
+	VMOVUPS 192(DX)(R10*4), Z13
+	VADDPS  192(BX)(R10*4), Z13, Z13
+	VMOVUPS Z13, 192(CX)(R10*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z4, Z4
+	VMOVUPS 256(DX)(R10*4), Z13
+	VADDPS  256(BX)(R10*4), Z13, Z13
+	VMOVUPS Z13, 256(CX)(R10*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z5, Z5
+	VMOVUPS 320(DX)(R10*4), Z13
+	VADDPS  320(BX)(R10*4), Z13, Z13
+	VMOVUPS Z13, 320(CX)(R10*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z6, Z6
+	VMOVUPS 384(DX)(R10*4), Z13
+	VADDPS  384(BX)(R10*4), Z13, Z13
+	VMOVUPS Z13, 384(CX)(R10*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z7, Z7
+	VMOVUPS 448(DX)(R10*4), Z13
+	VADDPS  448(BX)(R10*4), Z13, Z13
+	VMOVUPS Z13, 448(CX)(R10*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z8, Z8
+	ADDQ    SI, R10
+	CMPQ    R10, DI
+	JB      avx512EmbedShiftTreeF32_pairs_chunk
+	JMP     avx512EmbedShiftTreeF32_pairs_end
+
+avx512EmbedShiftTreeF32_pairs_last:
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000000, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z (DX)(R10*4), K1, Z13
+	VMOVUPS.Z (BX)(R10*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, (CX)(R10*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z1, K1, Z1
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000010, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 64(DX)(R10*4), K1, Z13
+	VMOVUPS.Z 64(BX)(R10*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 64(CX)(R10*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z2, K1, Z2
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000020, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 128(DX)(R10*4), K1, Z13
+	VMOVUPS.Z 128(BX)(R10*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 128(CX)(R10*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z3, K1, Z3
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000030, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 192(DX)(R10*4), K1, Z13
+	VMOVUPS.Z 192(BX)(R10*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 192(CX)(R10*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z4, K1, Z4
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000040, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 256(DX)(R10*4), K1, Z13
+	VMOVUPS.Z 256(BX)(R10*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 256(CX)(R10*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z5, K1, Z5
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000050, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 320(DX)(R10*4), K1, Z13
+	VMOVUPS.Z 320(BX)(R10*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 320(CX)(R10*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z6, K1, Z6
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000060, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 384(DX)(R10*4), K1, Z13
+	VMOVUPS.Z 384(BX)(R10*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 384(CX)(R10*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z7, K1, Z7
+	XORQ      R12, R12
+	SUBQ      $0x00000070, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 448(DX)(R10*4), K1, Z13
+	VMOVUPS.Z 448(BX)(R10*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 448(CX)(R10*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z8, K1, Z8
+
+avx512EmbedShiftTreeF32_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z13
+	VSHUFPS $0xdd, Z2, Z1, Z14
+	VADDPS  Z14, Z13, Z13
+	VSHUFPS $0x88, Z4, Z3, Z14
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z13, Z15
+	VSHUFPS $0xdd, Z14, Z13, Z13
+	VADDPS  Z13, Z15, Z15
+	VMOVUPS Z15, (AX)(R8*1)
+	VSHUFPS $0x88, Z6, Z5, Z13
+	VSHUFPS $0xdd, Z6, Z5, Z14
+	VADDPS  Z14, Z13, Z13
+	VSHUFPS $0x88, Z8, Z7, Z14
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z13, Z15
+	VSHUFPS $0xdd, Z14, Z13, Z13
+	VADDPS  Z13, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R8*1)
+	ADDQ    $0x00000080, R8
+	JMP     avx512EmbedShiftTreeF32_pairs
+
+avx512EmbedShiftTreeF32_pairs_done:
+avx512EmbedShiftTreeF32_group:
+	CMPQ   R8, SI
+	JAE    avx512EmbedShiftTreeF32_group_done
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	MOVQ   R8, R9
+
+avx512EmbedShiftTreeF32_group_chunk:
+	MOVQ    DI, R10
+	SUBQ    R9, R10
+	CMPQ    R10, $0x00000040
+	JL      avx512EmbedShiftTreeF32_group_last
+	VMOVUPS (DX)(R9*4), Z1
+	VADDPS  (BX)(R9*4), Z1, Z1
+	VMOVUPS Z1, (CX)(R9*4)
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z9, Z9
+	VMOVUPS 64(DX)(R9*4), Z1
+	VADDPS  64(BX)(R9*4), Z1, Z1
+	VMOVUPS Z1, 64(CX)(R9*4)
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z10, Z10
+	VMOVUPS 128(DX)(R9*4), Z1
+	VADDPS  128(BX)(R9*4), Z1, Z1
+	VMOVUPS Z1, 128(CX)(R9*4)
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z11, Z11
+	VMOVUPS 192(DX)(R9*4), Z1
+	VADDPS  192(BX)(R9*4), Z1, Z1
+	VMOVUPS Z1, 192(CX)(R9*4)
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z12, Z12
+	ADDQ    SI, R9
+	CMPQ    R9, DI
+	JB      avx512EmbedShiftTreeF32_group_chunk
+	JMP     avx512EmbedShiftTreeF32_group_end
+
+avx512EmbedShiftTreeF32_group_last:
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000000, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z (DX)(R9*4), K1, Z1
+	VMOVUPS.Z (BX)(R9*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, (CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z9, K1, Z9
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000010, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 64(DX)(R9*4), K1, Z1
+	VMOVUPS.Z 64(BX)(R9*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, 64(CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, K1, Z10
+	XORQ      R12, R12
+	MOVQ      R10, R11
+	SUBQ      $0x00000020, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 128(DX)(R9*4), K1, Z1
+	VMOVUPS.Z 128(BX)(R9*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, 128(CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, K1, Z11
+	XORQ      R11, R11
+	SUBQ      $0x00000030, R10
+	CMOVQLT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z 192(DX)(R9*4), K1, Z1
+	VMOVUPS.Z 192(BX)(R9*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, 192(CX)(R9*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z12, K1, Z12
+
+avx512EmbedShiftTreeF32_group_end:
+	VSHUFPS $0x88, Z10, Z9, Z1
+	VSHUFPS $0xdd, Z10, Z9, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z12, Z11, Z2
+	VSHUFPS $0xdd, Z12, Z11, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R8*1)
+	ADDQ    $0x00000040, R8
+	JMP     avx512EmbedShiftTreeF32_group
+
+avx512EmbedShiftTreeF32_group_done:
+	CMPQ          SI, $0x00000800
+	JB            avx512EmbedShiftTreeF32_1024
+	VMOVUPS       (AX), Z1
+	VADDPS        1024(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        1088(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        1152(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        1216(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        1280(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        1344(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        1408(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        1472(AX), Z8, Z8
+	VMOVUPS       512(AX), Z9
+	VADDPS        1536(AX), Z9, Z9
+	VMOVUPS       576(AX), Z10
+	VADDPS        1600(AX), Z10, Z10
+	VMOVUPS       640(AX), Z11
+	VADDPS        1664(AX), Z11, Z11
+	VMOVUPS       704(AX), Z12
+	VADDPS        1728(AX), Z12, Z12
+	VMOVUPS       768(AX), Z13
+	VADDPS        1792(AX), Z13, Z13
+	VMOVUPS       832(AX), Z14
+	VADDPS        1856(AX), Z14, Z14
+	VMOVUPS       896(AX), Z15
+	VADDPS        1920(AX), Z15, Z15
+	VMOVUPS       960(AX), Z16
+	VADDPS        1984(AX), Z16, Z16
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z16, Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+104(FP)
+	JMP           avx512EmbedShiftTreeF32_shift
+
+avx512EmbedShiftTreeF32_1024:
+	CMPQ          SI, $0x00000400
+	JB            avx512EmbedShiftTreeF32_512
+	VMOVUPS       (AX), Z1
+	VADDPS        512(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        576(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        640(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        704(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        768(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        832(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        896(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        960(AX), Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+104(FP)
+	JMP           avx512EmbedShiftTreeF32_shift
+
+avx512EmbedShiftTreeF32_512:
+	CMPQ          SI, $0x00000200
+	JB            avx512EmbedShiftTreeF32_256
+	VMOVUPS       (AX), Z1
+	VADDPS        256(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        320(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        384(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        448(AX), Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+104(FP)
+	JMP           avx512EmbedShiftTreeF32_shift
+
+avx512EmbedShiftTreeF32_256:
+	CMPQ          SI, $0x00000100
+	JB            avx512EmbedShiftTreeF32_128
+	VMOVUPS       (AX), Z1
+	VADDPS        128(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        192(AX), Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+104(FP)
+	JMP           avx512EmbedShiftTreeF32_shift
+
+avx512EmbedShiftTreeF32_128:
+	CMPQ          SI, $0x00000080
+	JB            avx512EmbedShiftTreeF32_64
+	VMOVUPS       (AX), Z1
+	VADDPS        64(AX), Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+104(FP)
+	JMP           avx512EmbedShiftTreeF32_shift
+
+avx512EmbedShiftTreeF32_64:
+	VMOVUPS       (AX), Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+104(FP)
+
+avx512EmbedShiftTreeF32_shift:
+	VMOVSS shift+104(FP), X1
+	VMULSS invH+96(FP), X1, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, shift+104(FP)
+	VZEROUPPER
+	RET
+
+// func avx512EmbedShiftTreeF32Seg(part []float32, t []float32, w []float32, p []float32, g []float32, invH float32) (shift float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·avx512EmbedShiftTreeF32Seg(SB), NOSPLIT, $0-132
+	MOVQ         part_base+0(FP), AX
+	MOVQ         t_base+24(FP), CX
+	MOVQ         w_base+48(FP), DX
+	MOVQ         p_base+72(FP), BX
+	MOVQ         g_base+96(FP), SI
+	XORQ         DI, DI
+	VMOVUPS      (DX)(DI*4), Z0
+	VADDPS       (BX)(DI*4), Z0, Z0
+	VADDPS       (SI)(DI*4), Z0, Z0
+	VBROADCASTSS X0, Z0
+	MOVQ         part_len+8(FP), DI
+	MOVQ         t_len+32(FP), R8
+	XORQ         R9, R9
+	MOVQ         DI, R10
+	ANDQ         $-128, R10
+
+avx512EmbedShiftTreeF32Seg_pairs:
+	CMPQ   R9, R10
+	JAE    avx512EmbedShiftTreeF32Seg_pairs_done
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	MOVQ   R9, R11
+
+avx512EmbedShiftTreeF32Seg_pairs_chunk:
+	MOVQ    R8, R12
+	SUBQ    R11, R12
+	CMPQ    R12, $0x00000080
+	JL      avx512EmbedShiftTreeF32Seg_pairs_last
+	VMOVUPS (DX)(R11*4), Z13
+	VADDPS  (BX)(R11*4), Z13, Z13
+	VADDPS  (SI)(R11*4), Z13, Z13
+	VMOVUPS Z13, (CX)(R11*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z1, Z1
+	VMOVUPS 64(DX)(R11*4), Z13
+	VADDPS  64(BX)(R11*4), Z13, Z13
+	VADDPS  64(SI)(R11*4), Z13, Z13
+	VMOVUPS Z13, 64(CX)(R11*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z2, Z2
+	VMOVUPS 128(DX)(R11*4), Z13
+	VADDPS  128(BX)(R11*4), Z13, Z13
+	VADDPS  128(SI)(R11*4), Z13, Z13
+	VMOVUPS Z13, 128(CX)(R11*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z3, Z3
+	VMOVUPS 192(DX)(R11*4), Z13
+	VADDPS  192(BX)(R11*4), Z13, Z13
+	VADDPS  192(SI)(R11*4), Z13, Z13
+	VMOVUPS Z13, 192(CX)(R11*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z4, Z4
+	VMOVUPS 256(DX)(R11*4), Z13
+	VADDPS  256(BX)(R11*4), Z13, Z13
+	VADDPS  256(SI)(R11*4), Z13, Z13
+	VMOVUPS Z13, 256(CX)(R11*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z5, Z5
+	VMOVUPS 320(DX)(R11*4), Z13
+	VADDPS  320(BX)(R11*4), Z13, Z13
+	VADDPS  320(SI)(R11*4), Z13, Z13
+	VMOVUPS Z13, 320(CX)(R11*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z6, Z6
+	VMOVUPS 384(DX)(R11*4), Z13
+	VADDPS  384(BX)(R11*4), Z13, Z13
+	VADDPS  384(SI)(R11*4), Z13, Z13
+	VMOVUPS Z13, 384(CX)(R11*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z7, Z7
+	VMOVUPS 448(DX)(R11*4), Z13
+	VADDPS  448(BX)(R11*4), Z13, Z13
+	VADDPS  448(SI)(R11*4), Z13, Z13
+	VMOVUPS Z13, 448(CX)(R11*4)
+	VSUBPS  Z0, Z13, Z13
+	VADDPS  Z13, Z8, Z8
+	ADDQ    DI, R11
+	CMPQ    R11, R8
+	JB      avx512EmbedShiftTreeF32Seg_pairs_chunk
+	JMP     avx512EmbedShiftTreeF32Seg_pairs_end
+
+avx512EmbedShiftTreeF32Seg_pairs_last:
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000000, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z (DX)(R11*4), K1, Z13
+	VMOVUPS.Z (BX)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS.Z (SI)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, (CX)(R11*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z1, K1, Z1
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000010, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 64(DX)(R11*4), K1, Z13
+	VMOVUPS.Z 64(BX)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS.Z 64(SI)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 64(CX)(R11*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z2, K1, Z2
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000020, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 128(DX)(R11*4), K1, Z13
+	VMOVUPS.Z 128(BX)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS.Z 128(SI)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 128(CX)(R11*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z3, K1, Z3
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000030, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 192(DX)(R11*4), K1, Z13
+	VMOVUPS.Z 192(BX)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS.Z 192(SI)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 192(CX)(R11*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z4, K1, Z4
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000040, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 256(DX)(R11*4), K1, Z13
+	VMOVUPS.Z 256(BX)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS.Z 256(SI)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 256(CX)(R11*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z5, K1, Z5
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000050, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 320(DX)(R11*4), K1, Z13
+	VMOVUPS.Z 320(BX)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS.Z 320(SI)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 320(CX)(R11*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z6, K1, Z6
+	XORQ      R14, R14
+	MOVQ      R12, R13
+	SUBQ      $0x00000060, R13
+	CMOVQLT   R14, R13
+	MOVL      $0x0000ffff, R14
+	BZHIL     R13, R14, R13
+	KMOVW     R13, K1
+	VMOVUPS.Z 384(DX)(R11*4), K1, Z13
+	VMOVUPS.Z 384(BX)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS.Z 384(SI)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 384(CX)(R11*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z7, K1, Z7
+	XORQ      R13, R13
+	SUBQ      $0x00000070, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 448(DX)(R11*4), K1, Z13
+	VMOVUPS.Z 448(BX)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS.Z 448(SI)(R11*4), K1, Z14
+	VADDPS    Z14, Z13, Z13
+	VMOVUPS   Z13, K1, 448(CX)(R11*4)
+	VSUBPS    Z0, Z13, Z13
+	VADDPS    Z13, Z8, K1, Z8
+
+avx512EmbedShiftTreeF32Seg_pairs_end:
+	VSHUFPS $0x88, Z2, Z1, Z13
+	VSHUFPS $0xdd, Z2, Z1, Z14
+	VADDPS  Z14, Z13, Z13
+	VSHUFPS $0x88, Z4, Z3, Z14
+	VSHUFPS $0xdd, Z4, Z3, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z13, Z15
+	VSHUFPS $0xdd, Z14, Z13, Z13
+	VADDPS  Z13, Z15, Z15
+	VMOVUPS Z15, (AX)(R9*1)
+	VSHUFPS $0x88, Z6, Z5, Z13
+	VSHUFPS $0xdd, Z6, Z5, Z14
+	VADDPS  Z14, Z13, Z13
+	VSHUFPS $0x88, Z8, Z7, Z14
+	VSHUFPS $0xdd, Z8, Z7, Z15
+	VADDPS  Z15, Z14, Z14
+	VSHUFPS $0x88, Z14, Z13, Z15
+	VSHUFPS $0xdd, Z14, Z13, Z13
+	VADDPS  Z13, Z15, Z15
+	VMOVUPS Z15, 64(AX)(R9*1)
+	ADDQ    $0x00000080, R9
+	JMP     avx512EmbedShiftTreeF32Seg_pairs
+
+avx512EmbedShiftTreeF32Seg_pairs_done:
+avx512EmbedShiftTreeF32Seg_group:
+	CMPQ   R9, DI
+	JAE    avx512EmbedShiftTreeF32Seg_group_done
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	MOVQ   R9, R10
+
+avx512EmbedShiftTreeF32Seg_group_chunk:
+	MOVQ    R8, R11
+	SUBQ    R10, R11
+	CMPQ    R11, $0x00000040
+	JL      avx512EmbedShiftTreeF32Seg_group_last
+	VMOVUPS (DX)(R10*4), Z1
+	VADDPS  (BX)(R10*4), Z1, Z1
+	VADDPS  (SI)(R10*4), Z1, Z1
+	VMOVUPS Z1, (CX)(R10*4)
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z9, Z9
+	VMOVUPS 64(DX)(R10*4), Z1
+	VADDPS  64(BX)(R10*4), Z1, Z1
+	VADDPS  64(SI)(R10*4), Z1, Z1
+	VMOVUPS Z1, 64(CX)(R10*4)
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z10, Z10
+	VMOVUPS 128(DX)(R10*4), Z1
+	VADDPS  128(BX)(R10*4), Z1, Z1
+	VADDPS  128(SI)(R10*4), Z1, Z1
+	VMOVUPS Z1, 128(CX)(R10*4)
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z11, Z11
+	VMOVUPS 192(DX)(R10*4), Z1
+	VADDPS  192(BX)(R10*4), Z1, Z1
+	VADDPS  192(SI)(R10*4), Z1, Z1
+	VMOVUPS Z1, 192(CX)(R10*4)
+	VSUBPS  Z0, Z1, Z1
+	VADDPS  Z1, Z12, Z12
+	ADDQ    DI, R10
+	CMPQ    R10, R8
+	JB      avx512EmbedShiftTreeF32Seg_group_chunk
+	JMP     avx512EmbedShiftTreeF32Seg_group_end
+
+avx512EmbedShiftTreeF32Seg_group_last:
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000000, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z (DX)(R10*4), K1, Z1
+	VMOVUPS.Z (BX)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS.Z (SI)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, (CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z9, K1, Z9
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000010, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 64(DX)(R10*4), K1, Z1
+	VMOVUPS.Z 64(BX)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS.Z 64(SI)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, 64(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z10, K1, Z10
+	XORQ      R13, R13
+	MOVQ      R11, R12
+	SUBQ      $0x00000020, R12
+	CMOVQLT   R13, R12
+	MOVL      $0x0000ffff, R13
+	BZHIL     R12, R13, R12
+	KMOVW     R12, K1
+	VMOVUPS.Z 128(DX)(R10*4), K1, Z1
+	VMOVUPS.Z 128(BX)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS.Z 128(SI)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, 128(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z11, K1, Z11
+	XORQ      R12, R12
+	SUBQ      $0x00000030, R11
+	CMOVQLT   R12, R11
+	MOVL      $0x0000ffff, R12
+	BZHIL     R11, R12, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z 192(DX)(R10*4), K1, Z1
+	VMOVUPS.Z 192(BX)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS.Z 192(SI)(R10*4), K1, Z2
+	VADDPS    Z2, Z1, Z1
+	VMOVUPS   Z1, K1, 192(CX)(R10*4)
+	VSUBPS    Z0, Z1, Z1
+	VADDPS    Z1, Z12, K1, Z12
+
+avx512EmbedShiftTreeF32Seg_group_end:
+	VSHUFPS $0x88, Z10, Z9, Z1
+	VSHUFPS $0xdd, Z10, Z9, Z2
+	VADDPS  Z2, Z1, Z1
+	VSHUFPS $0x88, Z12, Z11, Z2
+	VSHUFPS $0xdd, Z12, Z11, Z3
+	VADDPS  Z3, Z2, Z2
+	VSHUFPS $0x88, Z2, Z1, Z3
+	VSHUFPS $0xdd, Z2, Z1, Z1
+	VADDPS  Z1, Z3, Z3
+	VMOVUPS Z3, (AX)(R9*1)
+	ADDQ    $0x00000040, R9
+	JMP     avx512EmbedShiftTreeF32Seg_group
+
+avx512EmbedShiftTreeF32Seg_group_done:
+	CMPQ          DI, $0x00000800
+	JB            avx512EmbedShiftTreeF32Seg_1024
+	VMOVUPS       (AX), Z1
+	VADDPS        1024(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        1088(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        1152(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        1216(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        1280(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        1344(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        1408(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        1472(AX), Z8, Z8
+	VMOVUPS       512(AX), Z9
+	VADDPS        1536(AX), Z9, Z9
+	VMOVUPS       576(AX), Z10
+	VADDPS        1600(AX), Z10, Z10
+	VMOVUPS       640(AX), Z11
+	VADDPS        1664(AX), Z11, Z11
+	VMOVUPS       704(AX), Z12
+	VADDPS        1728(AX), Z12, Z12
+	VMOVUPS       768(AX), Z13
+	VADDPS        1792(AX), Z13, Z13
+	VMOVUPS       832(AX), Z14
+	VADDPS        1856(AX), Z14, Z14
+	VMOVUPS       896(AX), Z15
+	VADDPS        1920(AX), Z15, Z15
+	VMOVUPS       960(AX), Z16
+	VADDPS        1984(AX), Z16, Z16
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VADDPS        Z16, Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512EmbedShiftTreeF32Seg_shift
+
+avx512EmbedShiftTreeF32Seg_1024:
+	CMPQ          DI, $0x00000400
+	JB            avx512EmbedShiftTreeF32Seg_512
+	VMOVUPS       (AX), Z1
+	VADDPS        512(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        576(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        640(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        704(AX), Z4, Z4
+	VMOVUPS       256(AX), Z5
+	VADDPS        768(AX), Z5, Z5
+	VMOVUPS       320(AX), Z6
+	VADDPS        832(AX), Z6, Z6
+	VMOVUPS       384(AX), Z7
+	VADDPS        896(AX), Z7, Z7
+	VMOVUPS       448(AX), Z8
+	VADDPS        960(AX), Z8, Z8
+	VADDPS        Z5, Z1, Z1
+	VADDPS        Z6, Z2, Z2
+	VADDPS        Z7, Z3, Z3
+	VADDPS        Z8, Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512EmbedShiftTreeF32Seg_shift
+
+avx512EmbedShiftTreeF32Seg_512:
+	CMPQ          DI, $0x00000200
+	JB            avx512EmbedShiftTreeF32Seg_256
+	VMOVUPS       (AX), Z1
+	VADDPS        256(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        320(AX), Z2, Z2
+	VMOVUPS       128(AX), Z3
+	VADDPS        384(AX), Z3, Z3
+	VMOVUPS       192(AX), Z4
+	VADDPS        448(AX), Z4, Z4
+	VADDPS        Z3, Z1, Z1
+	VADDPS        Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512EmbedShiftTreeF32Seg_shift
+
+avx512EmbedShiftTreeF32Seg_256:
+	CMPQ          DI, $0x00000100
+	JB            avx512EmbedShiftTreeF32Seg_128
+	VMOVUPS       (AX), Z1
+	VADDPS        128(AX), Z1, Z1
+	VMOVUPS       64(AX), Z2
+	VADDPS        192(AX), Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512EmbedShiftTreeF32Seg_shift
+
+avx512EmbedShiftTreeF32Seg_128:
+	CMPQ          DI, $0x00000080
+	JB            avx512EmbedShiftTreeF32Seg_64
+	VMOVUPS       (AX), Z1
+	VADDPS        64(AX), Z1, Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+	JMP           avx512EmbedShiftTreeF32Seg_shift
+
+avx512EmbedShiftTreeF32Seg_64:
+	VMOVUPS       (AX), Z1
+	VPERMILPS     $0xee, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VPERMILPS     $0x55, Z1, Z2
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VADDPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VADDPS        X2, X1, X1
+	VMOVSS        X1, shift+128(FP)
+
+avx512EmbedShiftTreeF32Seg_shift:
+	VMOVSS shift+128(FP), X1
+	VMULSS invH+120(FP), X1, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, shift+128(FP)
+	VZEROUPPER
+	RET

@@ -115,6 +115,43 @@ func TestEmbedShiftTreeKernel(t *testing.T) {
 	}
 }
 
+// TestEmbedShiftTree32Kernel does the same for the float32 kernels (embedKernels.shiftTree32):
+// the shift and t, on rows of ordinary values and of values' (specials among them).
+func TestEmbedShiftTree32Kernel(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	for _, name := range simdLevels() {
+		k := mustKernels(t, name)
+		if k.embeds.shiftTree32 == nil {
+			continue
+		}
+		for w := 64; w <= 2048; w *= 2 {
+			for _, n := range []int{w, 2 * w, 3 * w} {
+				p := plan.Plan{H: n, W: w, Lanes: plan.WideLanes, InvH: float32(1 / float64(n))}
+				for _, special := range []bool{false, true} {
+					gen := func() []float32 { return plainValues(r, n, false) }
+					if special {
+						gen = func() []float32 { return values(r, n, true) }
+					}
+					wd, ps, s := gen(), gen(), gen()
+					for _, seg := range [][]float32{nil, s} {
+						tag := fmt.Sprintf("%s/embedShiftTree32/W=%d/n=%d/special=%v/seg=%v", name, w, n, special, seg != nil)
+						gotT, wantT := out32(n, nil), out32(n, nil)
+						var got float32
+						if seg != nil {
+							got = k.embeds.shiftTree32Seg(out32(w, nil), gotT, wd, ps, seg, p.InvH)
+						} else {
+							got = k.embeds.shiftTree32(out32(w, nil), gotT, wd, ps, p.InvH)
+						}
+						want := embedShiftTree32Go(&p, out32(w, nil), wantT, wd, ps, seg)
+						same32(t, tag+"/shift", []float32{got}, []float32{want})
+						same32(t, tag+"/t", gotT, wantT)
+					}
+				}
+			}
+		}
+	}
+}
+
 // ordinaryHalves is n binary16 values of plainValues' (no special ones).
 func ordinaryHalves(r *rand.Rand, n int) []uint16 {
 	s := make([]uint16, n)

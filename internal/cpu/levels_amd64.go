@@ -42,6 +42,7 @@ func avx512FP16Kernels() *kernels {
 		shift: avx512fp16EmbedShiftF16, shiftAcc: avx512fp16EmbedShiftF16Acc,
 		shiftSeg: avx512fp16EmbedShiftF16Seg, shiftSegAcc: avx512fp16EmbedShiftF16SegAcc,
 		shiftTree: avx512fp16EmbedShiftTreeF16, shiftTreeSeg: avx512fp16EmbedShiftTreeF16Seg,
+		shiftTree32: avx512EmbedShiftTreeF32, shiftTree32Seg: avx512EmbedShiftTreeF32Seg, // no binary16 in them
 	}
 	return &k
 }

@@ -77,7 +77,7 @@ var avx2Kernels = &kernels{
 		bf16: convFormat{avx2WidenBF16, avx2NarrowBF16, avx2NarrowBF16NT},
 	},
 	embeds: embedKernels{avx2EmbedSumF16, avx2EmbedSumF16Seg,
-		avx2EmbedShiftF16, avx2EmbedShiftF16Acc, avx2EmbedShiftF16Seg, avx2EmbedShiftF16SegAcc, nil, nil},
+		avx2EmbedShiftF16, avx2EmbedShiftF16Acc, avx2EmbedShiftF16Seg, avx2EmbedShiftF16SegAcc, nil, nil, nil, nil},
 	masks: maskKernels{avx2MaskCountOnes, avx2MaskFirstZero},
 	mem:   memKernels{avx2CopyNT, avx2Prefetch, avx2Fence},
 }
@@ -191,7 +191,7 @@ var avx512Kernels = &kernels{
 	},
 	embeds: embedKernels{avx512EmbedSumF16, avx512EmbedSumF16Seg,
 		avx512EmbedShiftF16, avx512EmbedShiftF16Acc, avx512EmbedShiftF16Seg, avx512EmbedShiftF16SegAcc,
-		avx512EmbedShiftTreeF16, avx512EmbedShiftTreeF16Seg},
+		avx512EmbedShiftTreeF16, avx512EmbedShiftTreeF16Seg, avx512EmbedShiftTreeF32, avx512EmbedShiftTreeF32Seg},
 	masks: maskKernels{avx512MaskCountOnes, avx512MaskFirstZero},
 	mem:   memKernels{avx512CopyNT, avx2Prefetch, avx2Fence},
 }

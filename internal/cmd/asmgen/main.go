@@ -121,6 +121,7 @@ var families = []family{
 			embedF16(v)
 		}
 		embedF16FP16(avx512)
+		embedShiftTreeF32()
 	}},
 	{"mask", eachWidth(masks)}, // ops.MaskRule
 	{"memory", func(ws []isa) {
@@ -1653,6 +1654,53 @@ func embedShiftTree512(prefix, how, what string, seg bool, step embedStep) {
 	if seg {
 		g = base("g")
 	}
+	shiftTree512(name, part, t, bits, w, p, g, step)
+}
+
+// embedShiftTreeF32 emits avx512EmbedShiftTreeF32[Seg], embedShiftTree512's kernel for
+// float32 rows without the embedding_sum output: s = w + p or (w + p) + g, added as
+// avx512Add[23]Sum adds them (and Go's x0 = word[0] + pos[0] + g[0]), staged into t, then
+// the first pass, its tree and the shift: the bits of avx512Add[23]Sum, avx512FoldTree and
+// plan.Plan.Stats' first steps, without their calls and the Go between them.
+func embedShiftTreeF32() {
+	for _, seg := range []bool{false, true} {
+		name, sig, what := "avx512EmbedShiftTreeF32", "func(part, t, w, p []float32, invH float32) (shift float32)", "w[i] + p[i]"
+		if seg {
+			name, sig, what = name+"Seg", "func(part, t, w, p, g []float32, invH float32) (shift float32)", "(w[i] + p[i]) + g[i]"
+		}
+		text(name, sig, name+" writes t[i] = "+what+" and returns shift = f32(x0 + f32(sum·invH)),",
+			"x0 = t[0] and sum the plan's sum of f32(t − x0) (plan.Plan.Stats' first steps); len(part) =",
+			"W must be 64·2^k, k ≤ 5, and len(t) a positive multiple of W. part is scratch.")
+		part, t, w, p := base("part"), base("t"), base("w"), base("p")
+		var g reg.GPVirtual
+		if seg {
+			g = base("g")
+		}
+		shiftTree512(name, part, t, nil, w, p, g, func(_, w, p, g reg.GPVirtual, i reg.Register, off int, k reg.Register) reg.VecVirtual {
+			s := c.ZMM()
+			load(f32(w, i, off), s, k)
+			add := func(m Mem) { // as sums: a masked step loads into a register
+				if k == nil {
+					c.VADDPS(m, s, s)
+					return
+				}
+				r := c.ZMM()
+				load(m, r, k)
+				c.VADDPS(r, s, s)
+			}
+			add(f32(p, i, off))
+			if g != nil {
+				add(f32(g, i, off))
+			}
+			return s
+		})
+	}
+}
+
+// shiftTree512 is the body of embedShiftTree512's and embedShiftTreeF32's kernels: x0 from
+// step at element 0, the walk staging each vector into t with step (bits passed on), its
+// tree, and the shift returned.
+func shiftTree512(name string, part, t, bits, w, p, g reg.GPVirtual, step embedStep) {
 	ret := returnSlot()
 	// x0: element 0's staged sum, from the first vector (len(t) ≥ W ≥ 64); the walk stages
 	// it again, to the same bits.

@@ -91,7 +91,7 @@ var {{.Name}}Kernels = &kernels{
 	},
 	embeds: embedKernels{ {{- .Name}}EmbedSumF16, {{.Name}}EmbedSumF16Seg,
 		{{.Name}}EmbedShiftF16, {{.Name}}EmbedShiftF16Acc, {{.Name}}EmbedShiftF16Seg, {{.Name}}EmbedShiftF16SegAcc,{{if eq .Lanes 16}}
-		{{.Name}}EmbedShiftTreeF16, {{.Name}}EmbedShiftTreeF16Seg{{else}} nil, nil{{end}}},
+		{{.Name}}EmbedShiftTreeF16, {{.Name}}EmbedShiftTreeF16Seg, {{.Name}}EmbedShiftTreeF32, {{.Name}}EmbedShiftTreeF32Seg{{else}} nil, nil, nil, nil{{end}}},
 	masks: maskKernels{ {{- .Name}}MaskCountOnes, {{.Name}}MaskFirstZero},
 	mem: memKernels{ {{- .Name}}CopyNT, avx2Prefetch, avx2Fence},
 }
