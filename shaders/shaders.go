@@ -365,6 +365,8 @@ type tensorArg struct {
 	G       int // quads per vector (loaderv, storev)
 }
 
+type halveArg struct{ Name, Arr, T string }
+
 type pairArg struct {
 	N       string // the variable holding the row length: D or H
 	Private int
@@ -379,6 +381,8 @@ var funcs = template.FuncMap{
 	"tensor":  func(name, t string) tensorArg { return tensorArg{Name: name, T: t} },
 	"vtensor": func(name, t string, g int) tensorArg { return tensorArg{name, t, g} },
 	"flush":   func(name string, odd bool) flushArg { return flushArg{name, odd} },
+	// halveArg names one halving function: its name, its workgroup array and their element.
+	"halveArg": func(name, arr, t string) halveArg { return halveArg{name, arr, t} },
 	// pairArg is the pair kernels' shared passes' argument: the row length's name and Private.
 	"pairArg": func(n string, private int) pairArg { return pairArg{n, private} },
 	"elem":    elemType,
