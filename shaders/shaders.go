@@ -370,6 +370,7 @@ type halveArg struct{ Name, Arr, T string }
 type pairArg struct {
 	N       string // the variable holding the row length: D or H
 	Private int
+	Out     string // the output the third pass stores (put_Out): y or out
 }
 
 type flushArg struct {
@@ -383,8 +384,9 @@ var funcs = template.FuncMap{
 	"flush":   func(name string, odd bool) flushArg { return flushArg{name, odd} },
 	// halveArg names one halving function: its name, its workgroup array and their element.
 	"halveArg": func(name, arr, t string) halveArg { return halveArg{name, arr, t} },
-	// pairArg is the pair kernels' shared passes' argument: the row length's name and Private.
-	"pairArg": func(n string, private int) pairArg { return pairArg{n, private} },
+	// pairArg is the pair kernels' shared passes' argument: the row length's name, Private
+	// and the normalized output.
+	"pairArg": func(n string, private int, out string) pairArg { return pairArg{n, private, out} },
 	"elem":    elemType,
 	// partsLen is the length of the tree's workgroup arrays for n partials: at least 8,
 	// the constant indices of the tree's last step (common.wgsl.tmpl).
