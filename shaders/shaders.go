@@ -232,12 +232,9 @@ func (p Embed) Key() string { return fmt.Sprintf("embed%+v", p) }
 func (p AddLN) Key() string { return fmt.Sprintf("addln%+v", p) }
 
 func (p Embed) check() error {
-	rows := p.RowsPer()
-	if p.Pair {
-		if p.Vec || p.W < 64 || rows != 2 || p.Private < 1 || p.DType != ops.F16 {
-			return fmt.Errorf("shaders: embed: pair kernel with %+v", p)
-		}
-		rows = 1 // the pair's two rows share its W/2 invocations and their W partials
+	rows, ok := pairShape(p.Pair, p.Vec, p.W, p.RowsPer(), p.Private)
+	if !ok || p.Pair && p.DType != ops.F16 {
+		return fmt.Errorf("shaders: embed: pair kernel with %+v", p)
 	}
 	if err := checkW(p.W, p.Private, p.Vec, p.Wide, rows); err != nil {
 		return err
@@ -252,12 +249,9 @@ func (p Embed) check() error {
 }
 
 func (p AddLN) check() error {
-	rows := p.RowsPer()
-	if p.Pair {
-		if p.Vec || !p.OddD || p.W < 64 || rows != 2 || p.Private < 1 || !p.X1.Is16() || !p.X2.Is16() {
-			return fmt.Errorf("shaders: addln: pair kernel with %+v", p)
-		}
-		rows = 1 // the pair's two rows share its W/2 invocations and their W partials
+	rows, ok := pairShape(p.Pair, p.Vec, p.W, p.RowsPer(), p.Private)
+	if !ok || p.Pair && !(p.OddD && p.X1.Is16() && p.X2.Is16()) {
+		return fmt.Errorf("shaders: addln: pair kernel with %+v", p)
 	}
 	if err := checkW(p.W, p.Private, p.Vec, p.Wide, rows); err != nil {
 		return err
@@ -271,6 +265,16 @@ func (p AddLN) check() error {
 		return fmt.Errorf("shaders: addln: bias dtype %v", p.Bias)
 	}
 	return nil
+}
+
+// pairShape returns the rows checkW checks a kernel's workgroup for, and whether a pair
+// kernel has the pair kernel's shape (a scalar kernel of W ≥ 64 over two rows, registers
+// kept): its two rows share the W/2 invocations and W partials of one row.
+func pairShape(pair, vec bool, w, rows, private int) (int, bool) {
+	if !pair {
+		return rows, true
+	}
+	return 1, !vec && w >= 64 && rows == 2 && private >= 1
 }
 
 func checkW(w, private int, vec, wide bool, rows int) error {

@@ -31,6 +31,12 @@ func TestRenderRejects(t *testing.T) {
 		{W: 64, Private: MaxPrivate + 1, DType: ops.F32, Vec: true},
 		{W: 64, DType: ops.BF16},
 		{W: 64, DType: ops.F32, SegIDs: true},
+		// Pair kernels off the pair kernel's shape or dtype.
+		{W: 64, Private: 1, DType: ops.F32, Pair: true, Rows: 2},
+		{W: 32, Private: 1, DType: ops.F16, Pair: true, Rows: 2},
+		{W: 64, Private: 0, DType: ops.F16, Pair: true, Rows: 2},
+		{W: 64, Private: 1, DType: ops.F16, Pair: true, Rows: 1},
+		{W: 64, Private: 1, DType: ops.F16, Pair: true, Rows: 2, Vec: true},
 	}
 	for _, p := range bad {
 		if _, err := RenderEmbed(p); err == nil {
@@ -39,6 +45,19 @@ func TestRenderRejects(t *testing.T) {
 	}
 	if _, err := RenderAddLN(AddLN{W: 64, X1: ops.I32, X2: ops.F32, Gamma: ops.F32, Out: ops.F32}); err == nil {
 		t.Error("int32 x1 rendered")
+	}
+	pair := AddLN{W: 256, Private: 8, X1: ops.F16, X2: ops.F16, Gamma: ops.F16, Out: ops.F16, OddD: true, Pair: true, Rows: 2}
+	if _, err := RenderAddLN(pair); err != nil {
+		t.Errorf("%s: %v", pair.Key(), err)
+	}
+	for _, p := range []AddLN{
+		func(p AddLN) AddLN { p.X1, p.Out = ops.F32, ops.F32; return p }(pair),
+		func(p AddLN) AddLN { p.OddD = false; return p }(pair),
+		func(p AddLN) AddLN { p.Rows = 1; return p }(pair),
+	} {
+		if _, err := RenderAddLN(p); err == nil {
+			t.Errorf("%s: rendered", p.Key())
+		}
 	}
 }
 

@@ -110,7 +110,8 @@ func (b *Backend) addLayerNorm(ctx context.Context, a *ops.AddLN, prep *addPrep,
 	stats := len(a.Mean) > 0 || len(a.Rstd) > 0 || a.MeanDev != nil || a.RstdDev != nil
 	k := addKernel(pl, a, gammaT, biasT, biasFull, stats, b.fast16)
 	if reread {
-		k.Private, k.Pair, k.Rows = 0, false, 1
+		k.Private = 0
+		k.Vectorize(pl) // a kernel that re-reads its rows: not the pair kernel, which keeps them
 	}
 	pipe, err := pipeline(b, b.addPipe, k, k.Key, func() (string, error) { return shaders.RenderAddLN(k) })
 	if err != nil {
