@@ -198,8 +198,9 @@ func (c *embedCall) shortKernels() (embedShort, bool) {
 
 // shortToken computes one output row of a fast call (token's steps, each one kernel of
 // c.short); pf takes a step after each pass over the row. (The steps are shortShift's and
-// shortAffine's, written out here in one function as before them: called, EmbedLayerNorm
-// f32 H 128 looked up to a tenth slower on the EPYC, within its noisy spread.)
+// shortAffine's, written out here in one function: shortToken as those two calls, on the
+// EPYC, one thread, six rounds in a random order, ran EmbedLayerNorm f16 H 512 at 7.45
+// against 8.07 GB/s (median) and f32 H 384 at 14.1 against 14.6.)
 func (c *embedCall) shortToken(t int, sc *scratch, pf *rowPrefetch) {
 	op, in, out, s := c.op, &c.in, &c.out, &c.short
 	w, p := &op.w, &op.plan
