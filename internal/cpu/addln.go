@@ -289,21 +289,6 @@ func (c *addCall) leadRow(off int) {
 	}
 }
 
-// tailLines prefetches the last cache line of the y and x rows at element off before the
-// row is computed. With rows off the cache lines, a row's last partial line (and the next
-// row's first, the same line) takes plain stores (lineSplit): its read from DRAM, the
-// first store's miss, would hold up every store behind it (AddLayerNorm f16 D 1023, one
-// thread: the plain stores of the few elements at the rows' ends took a third of the
-// affine step's and x's time).
-func (c *addCall) tailLines(off int) {
-	a, k := &c.a, c.k
-	end := off + a.D - 1
-	k.prefetch(bufBytes(&a.Y, end, 1))
-	if a.X.Present() {
-		k.prefetch(bufBytes(&a.X, end, 1))
-	}
-}
-
 // elemF32 is element i of b as float32 (16-bit values widened exactly, without a table).
 func elemF32(b *ops.Buf, i int) float32 {
 	switch b.DType {
@@ -414,7 +399,7 @@ func (c *addCall) rows(lo, hi int, sc *scratch) {
 			pf = &next
 		}
 		if c.lines {
-			c.tailLines(off)
+			c.k.tailLines(off+D-1, &a.Y, &a.X)
 		}
 		t := sc.x[:D]     // the staged row s, which the second pass turns into e = s − shift
 		var x32 []float32 // a float32 x output, written by the first pass

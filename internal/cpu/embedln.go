@@ -401,7 +401,7 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 			c.shortToken(t, sc, next)
 		} else {
 			if c.lines {
-				c.tailLines(t)
+				op.k.tailLines((t+1)*op.w.H-1, &out.Out, &out.Sum)
 			}
 			op.token(t, in, out, sc, c.nt, c.inOrder, next)
 		}
@@ -409,17 +409,6 @@ func (c *embedCall) rows(lo, hi int, sc *scratch) {
 	}
 	if c.nt {
 		op.k.fence()
-	}
-}
-
-// tailLines prefetches the last cache line of token t's output row and embedding-sum row,
-// as AddLayerNorm's tailLines: the partial lines at the rows' ends take plain stores.
-func (c *embedCall) tailLines(t int) {
-	k, out := c.op.k, &c.out
-	end := (t+1)*c.op.w.H - 1
-	k.prefetch(bufBytes(&out.Out, end, 1))
-	if out.Sum.Present() {
-		k.prefetch(bufBytes(&out.Sum, end, 1))
 	}
 }
 

@@ -214,6 +214,19 @@ func lineSplit[E float32 | uint16](y []E) (h, n int) {
 	return h, (len(y) - h) &^ (64/size - 1)
 }
 
+// tailLines prefetches the cache line holding element end (a row's last) of y, and of x
+// where present, before the row is computed (both ops, rows off the lines). Such a row's
+// last partial line (and the next row's first, the same line) takes plain stores
+// (lineSplit): its read from DRAM, the first store's miss, would hold up every store behind
+// it (AddLayerNorm f16 D 1023, one thread: the plain stores of the few elements at the rows'
+// ends took a third of the affine step's and x's time).
+func (k *kernels) tailLines(end int, y, x *ops.Buf) {
+	k.prefetch(bufBytes(y, end, 1))
+	if x.Present() {
+		k.prefetch(bufBytes(x, end, 1))
+	}
+}
+
 // narrowHead16 reports whether y starts off a vector's boundary by whole vectors of the
 // next narrower width, with a vector of this width after them: narrowing y non-temporally
 // (kernels.narrow) then needs neither the go level's twin nor plain stores past the head.
