@@ -352,6 +352,19 @@ func load(m Mem, r reg.VecVirtual, k reg.Register) {
 	c.VMOVUPS(m, r)
 }
 
+// addInto adds the float32 vector at m into s. Under the lane mask k it first loads m,
+// masked, into a register of its own from fresh: a memory operand reads every lane, past
+// the end of a masked tail.
+func addInto(m Mem, s reg.VecVirtual, k reg.Register, fresh func() reg.VecVirtual) {
+	if k == nil {
+		c.VADDPS(m, s, s)
+		return
+	}
+	r := fresh()
+	load(m, r, k)
+	c.VADDPS(r, s, s)
+}
+
 // store stores one float32 vector r to m, non-temporally with nt (m aligned to the vector);
 // under the lane mask k only k's lanes, with a plain store (a non-temporal store has no
 // masked form).
@@ -502,19 +515,9 @@ func adds(v isa) {
 			v.loopTail(name, length("t"), 4, func(i reg.Register, off int, k reg.Register) {
 				s := v.vec()
 				load(f32(a, i, off), s, k)
-				// The memory operand reads every lane: the masked tail loads into a register.
-				add := func(m Mem) {
-					if k == nil {
-						c.VADDPS(m, s, s)
-						return
-					}
-					o := v.vec()
-					load(m, o, k)
-					c.VADDPS(o, s, s)
-				}
-				add(f32(b, i, off))
+				addInto(f32(b, i, off), s, k, v.vec)
 				if three {
-					add(f32(d, i, off))
+					addInto(f32(d, i, off), s, k, v.vec)
 				}
 				if xs != xNone {
 					store(s, f32(x, i, off), xs == xNT, k)
@@ -926,19 +929,9 @@ func sums(v isa) {
 			o := v.lanes * j
 			s := v.vec()
 			load(f32(a, e, o), s, k)
-			// The memory operand reads every lane: a masked step loads into a register.
-			add := func(m Mem) {
-				if k == nil {
-					c.VADDPS(m, s, s)
-					return
-				}
-				r := v.vec()
-				load(m, r, k)
-				c.VADDPS(r, s, s)
-			}
-			add(f32(b, e, o))
+			addInto(f32(b, e, o), s, k, v.vec)
 			if vr.three {
-				add(f32(d, e, o))
+				addInto(f32(d, e, o), s, k, v.vec)
 			}
 			if vr.x != xNone {
 				store(s, f32(x, e, o), vr.x == xNT, k)
@@ -1679,18 +1672,9 @@ func embedShiftTreeF32() {
 		shiftTree512(name, part, t, nil, w, p, g, func(_, w, p, g reg.GPVirtual, i reg.Register, off int, k reg.Register) reg.VecVirtual {
 			s := c.ZMM()
 			load(f32(w, i, off), s, k)
-			add := func(m Mem) { // as sums: a masked step loads into a register
-				if k == nil {
-					c.VADDPS(m, s, s)
-					return
-				}
-				r := c.ZMM()
-				load(m, r, k)
-				c.VADDPS(r, s, s)
-			}
-			add(f32(p, i, off))
+			addInto(f32(p, i, off), s, k, c.ZMM)
 			if g != nil {
-				add(f32(g, i, off))
+				addInto(f32(g, i, off), s, k, c.ZMM)
 			}
 			return s
 		})
